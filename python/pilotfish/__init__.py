@@ -1,0 +1,27 @@
+"""pilotfish: a pilot-job runtime for HPC.
+
+    import pilotfish as pf
+    with pf.Session() as session:
+        pmgr = pf.PilotManager(session)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=4, cores_per_node=16, runtime="30m"))
+        tmgr = pf.TaskManager(session)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/echo", arguments=["hi"])])
+        tmgr.wait_tasks()
+"""
+
+__version__ = "0.1.0"
+
+from ._errors import DescriptionError, PilotfishError, SessionClosed, TimeoutExpired
+from .client import Pilot, PilotManager, Session, Task, TaskManager
+from .descriptions import PilotDescription, TaskDescription
+from .states import (ACTIVE, AGENT_SCHEDULING, CANCELED, DONE, EXECUTING, FAILED, FINAL,
+                     LAUNCHING, NEW, SCHEDULING, STAGING_INPUT, STAGING_OUTPUT)
+
+__all__ = [
+    "Session", "PilotManager", "TaskManager", "Pilot", "Task",
+    "PilotDescription", "TaskDescription",
+    "PilotfishError", "DescriptionError", "SessionClosed", "TimeoutExpired",
+    "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",
+    "EXECUTING", "STAGING_OUTPUT", "DONE", "FAILED", "CANCELED", "FINAL",
+]

@@ -1,0 +1,88 @@
+"""Small helpers shared by every layer."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_UNIT_S = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_HMS = re.compile(r"^\s*(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string: 90, "90s", "30m", "2h", "1.5h", "01:30:00", "1-00:00:00".
+
+    Raises ValueError with the reason; callers add the field name.
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected seconds or a duration string such as '90s', '30m', '2h'")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+        else:
+            m = _HMS.match(value)
+            if not m:
+                raise ValueError("not a duration; use seconds or e.g. '90s', '30m', '2h', 'HH:MM:SS'")
+            days, a, b, c = m.groups()
+            if c is None:  # MM:SS
+                seconds = int(a) * 60 + int(b)
+            else:  # HH:MM:SS
+                seconds = int(a) * 3600 + int(b) * 60 + int(c)
+            seconds += int(days or 0) * 86400
+    else:
+        raise ValueError(f"expected seconds or a duration string, got {type(value).__name__}")
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError("must be finite")
+    return seconds
+
+
+def now() -> float:
+    return time.time()
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def raise_nofile_limit() -> int:
+    """Raise RLIMIT_NOFILE to the hard limit (the seeds hit 4096 at ~967 tasks)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def machine_shape() -> tuple[int, int, int]:
+    """(cores, gpus, mem_mib) of this machine; GPUs from CUDA_VISIBLE_DEVICES or /dev/nvidia*."""
+    cores = len(os.sched_getaffinity(0))
+    gpus = 0
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        gpus = len([g for g in cvd.split(",") if g.strip() != ""])
+    else:
+        try:
+            gpus = len([d for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d)])
+        except OSError:
+            gpus = 0
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = int(line.split()[1]) // 1024
+                    break
+    except OSError:
+        pass
+    return cores, gpus, mem

@@ -1,0 +1,395 @@
+"""The agent: one process per pilot, inside the allocation.
+
+One loop, everything in batches: receive task batches and control messages over ZeroMQ, reap
+exits (the Rust reaper signals one file descriptor), place what fits (Rust placer, policy in
+scheduler.py), spawn the placed tasks in one call, send all state updates of the round in one
+frame. The loop sleeps only when there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import signal as _signal
+import sys
+import time
+
+import zmq
+
+from .. import _wire
+from .. import states as S
+from .._events import EventWriter
+from .._util import hostname, raise_nofile_limit
+from ..descriptions import misfit
+from .executor import REASON_TAIL, AgentTask, TaskRunner, read_output, signal_name
+from .scheduler import Scheduler
+from .stager import stage
+
+log = logging.getLogger("pilotfish.agent")
+
+KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for timeouts, cancels, shutdown
+
+
+def drain_margin(runtime: float) -> float:
+    """How long before the walltime the agent stops: enough to report, not much more."""
+    return min(60.0, max(1.0, 0.1 * runtime))
+
+
+class Agent:
+    def __init__(self, config: dict):
+        self.t_start = time.time()
+        self.cfg = config
+        self.uid: str = config["pilot_uid"]
+        self.sandbox: str = config["sandbox"]
+        desc = config["description"]
+        self.desc = desc
+        self.events = EventWriter(os.path.join(self.sandbox, "agent.events"),
+                                  enabled=config.get("profile", True))
+        self.events.record(self.uid, "bootstrap_start", None, self.t_start)
+        raise_nofile_limit()
+
+        from .resources import discover  # after the profiler: discovery is part of startup
+
+        self.resources = discover(desc["resource"], desc["nodes"], desc.get("cores_per_node"),
+                                  desc.get("gpus_per_node"), desc.get("mem_per_node"))
+        nodes = self.resources.nodes
+        self.shape = [(n.cores, n.gpus, n.mem) for n in nodes]
+        self.events.record(self.uid, "resources_ok",
+                           f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
+                           f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})")
+
+        from .. import _core
+
+        self.placer = _core.Placer([n.cores for n in nodes], [n.gpus for n in nodes],
+                                   [n.mem for n in nodes])
+        base_env = dict(os.environ)
+        base_env.update(desc.get("environment") or {})
+        base_env["PILOTFISH_PILOT_UID"] = self.uid
+        base_env["PILOTFISH_SANDBOX"] = self.sandbox
+        self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()])
+        self.tasks_dir = os.path.join(self.sandbox, "tasks")
+        os.makedirs(self.tasks_dir, exist_ok=True)
+        self.runner = TaskRunner(self.core, self._launcher_for, self.tasks_dir,
+                                 [n.name for n in nodes])
+        self.scheduler = Scheduler(self.placer)
+        self.launchers: dict[str, object] = {}
+        self.default_launcher = desc.get("launcher") or "direct"
+
+        self.tasks: dict[str, AgentTask] = {}  # live tasks (queued or running), by uid
+        self._seq = 0
+        self._updates: list[_wire.Update] = []
+        self._timers: list[tuple[float, int, str, AgentTask]] = []  # (when, seq, kind, task)
+        self._timer_seq = 0
+        self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
+        self.deadline = self.t_start + float(desc["runtime"])
+        self.drain_at = self.deadline - drain_margin(float(desc["runtime"]))
+        self.watch_pid = int(config.get("watch_pid") or 0)
+
+        self._launcher_for(None)  # start the default launcher before saying hello
+
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.ROUTING_ID, self.uid.encode())
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 5000)
+        self.sock.connect(config["address"])
+        t = time.time()
+        self.events.record(self.uid, S.ACTIVE, None, t)
+        self.sock.send(_wire.encode(_wire.Hello(self.uid, nodes, self.default_launcher, t,
+                                                os.getpid(), hostname())))
+        self.events.flush()
+
+    # -- launchers --------------------------------------------------------------------------
+    def _launcher_for(self, name: str | None):
+        name = name or self.default_launcher
+        lm = self.launchers.get(name)
+        if lm is None:
+            from ..launch import get_launcher
+
+            self.events.record(self.uid, "launcher_start", name)
+            lm = get_launcher(name, self.resources)
+            lm.start(lambda argv, env, _n=name: self.runner.spawn_aux(
+                _n, argv, env, os.path.join(self.sandbox, f"{_n}.out"),
+                os.path.join(self.sandbox, f"{_n}.err")))
+            self.launchers[name] = lm
+            self.events.record(self.uid, "launcher_ready", name)
+        return lm
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> int:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.core.notify_fd, zmq.POLLIN)
+        sock = self.sock
+        last_watch = time.monotonic()
+        while self.stopping is None:
+            timeout = 1000
+            if self._timers:
+                timeout = max(0, min(timeout, int((self._timers[0][0] - time.time()) * 1000) + 1))
+            ready = dict(poller.poll(timeout))
+            if sock in ready:
+                while True:
+                    try:
+                        frame = sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_message(_wire.decode_to_agent(frame))
+            self._reap()
+            if self.stopping is not None:
+                break
+            self._schedule()
+            now = time.time()
+            if self._timers and self._timers[0][0] <= now:
+                self._fire_timers(now)
+            self._flush()
+            if now >= self.drain_at:
+                self.stopping = (S.DONE, "walltime reached", "walltime")
+            elif self.watch_pid and time.monotonic() - last_watch > 1.0:
+                last_watch = time.monotonic()
+                if not _alive(self.watch_pid):
+                    self.stopping = (S.CANCELED, "client process is gone", "client gone")
+        return self._shutdown()
+
+    def _on_message(self, msg) -> None:
+        if isinstance(msg, _wire.Submit):
+            self._accept(msg.tasks)
+        elif isinstance(msg, _wire.Cancel):
+            self._cancel(msg.uids)
+        elif isinstance(msg, _wire.Shutdown):
+            self.stopping = (S.DONE, msg.reason, "shutdown")
+
+    def _accept(self, specs: list[_wire.TaskSpec]) -> None:
+        now = time.time()
+        events = self.events
+        ready = []
+        for spec in specs:
+            t = AgentTask(spec, self._seq)
+            self._seq += 1
+            events.record(spec.uid, S.AGENT_SCHEDULING, None, now)
+            problem = misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
+                             spec.mem_per_rank, self.shape)
+            if problem is not None:
+                t.reason = f"{problem[0]} = {getattr(spec, problem[0])}: {problem[1]} of {self.uid}"
+                self._final(t, S.FAILED, now)
+                continue
+            if spec.input_staging:
+                try:
+                    stage(spec.input_staging, self._cwd_of(spec))
+                except OSError as e:
+                    t.reason = f"input staging failed: {e}"
+                    self._final(t, S.FAILED, now)
+                    continue
+            self.tasks[spec.uid] = t
+            self._updates.append(_wire.Update(spec.uid, S.AGENT_SCHEDULING, now))
+            ready.append(t)
+        self.scheduler.add(ready)
+
+    def _cwd_of(self, spec) -> str:
+        if not spec.sandbox:
+            return self.tasks_dir
+        return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
+
+    def _schedule(self) -> None:
+        placed = self.scheduler.schedule()
+        if not placed:
+            return
+        now = time.time()
+        events = []
+        to_slots = self.runner.to_slots
+        ups = self._updates
+        launching = []
+        for t, raw in placed:
+            t.slots = to_slots(raw)
+            uid = t.spec.uid
+            events.append((now, uid, "schedule_ok", None))
+            events.append((now, uid, S.EXECUTING, None))
+            events.append((now, uid, "exec_start", None))
+            ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots))
+            launching.append(t)
+        failed, spawn_events = self.runner.launch(launching)
+        events.extend(spawn_events)
+        self.events.record_many(events)
+        if failed:
+            self._release(failed)
+            for t in failed:
+                if not t.procs:
+                    self._final(t, S.FAILED)
+                else:  # other ranks were killed; finalized when they are reaped
+                    t.kill_reason = (S.FAILED, t.reason or "launch failed")
+        for t in launching:
+            if t.spec.timeout and t.running:
+                self._timer(now + t.spec.timeout, "timeout", t)
+
+    def _reap(self) -> None:
+        finished, events, aux_exits = self.runner.reap()
+        self.events.record_many(events)
+        for name, code, sig in aux_exits:
+            log.warning("%s exited (code %s, signal %s)", name, code, sig)
+        done = [t for t in finished if t.final_state is None]
+        if not done:
+            return
+        self._release(done)
+        now = time.time()
+        for t in done:
+            if t.kill_reason is not None:
+                state, t.reason = t.kill_reason
+            elif t.exit_code == 0:
+                state = S.DONE
+            else:
+                state = S.FAILED
+            self._final(t, state, now, ran=True)
+
+    def _release(self, tasks: list[AgentTask]) -> None:
+        """Give the tasks' slots back to the placer (once per task)."""
+        held = [t for t in tasks if t.slots is not None and not t.released]
+        if not held:
+            return
+        for t in held:
+            t.released = True
+        self.scheduler.release([t.key for t in held])
+        now = time.time()
+        self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
+
+    def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False) -> None:
+        """Report a task's end: output staging, captured output, exit code, signal, reason."""
+        now = time.time() if now is None else now
+        spec = t.spec
+        stdout = stderr = None
+        if ran:
+            self.events.record(spec.uid, S.STAGING_OUTPUT, None, now)
+            if spec.output_staging:
+                try:
+                    stage(spec.output_staging, t.cwd or self.tasks_dir, outbound=True)
+                except OSError as e:
+                    state, t.reason = S.FAILED, f"output staging failed: {e}"
+            stdout = read_output(t.out_paths[0], keep_tail=False)
+            stderr = read_output(t.out_paths[1], keep_tail=True)
+            if state == S.FAILED and t.reason is None:
+                t.reason = (f"killed by {signal_name(t.signal)}" if t.signal
+                            else f"exit code {t.exit_code}")
+                if stderr:
+                    t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
+            now = time.time()
+        t.final_state = state
+        self.tasks.pop(spec.uid, None)
+        self.events.record(spec.uid, state, t.reason, now)
+        self._updates.append(_wire.Update(
+            spec.uid, state, now, exit_code=t.exit_code if ran else None,
+            signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
+
+    def _cancel(self, uids: list[str], reason: str = "canceled by the user",
+                running_state: str = S.CANCELED, waiting_state: str = S.CANCELED) -> None:
+        to_kill = []
+        for uid in uids:
+            t = self.tasks.get(uid)
+            if t is None or t.final_state is not None:
+                continue
+            if t.slots is None:  # still waiting
+                self.scheduler.discard(t)
+                t.reason = reason
+                self._final(t, waiting_state)
+            elif t.kill_reason is None:
+                t.kill_reason = (running_state, reason)
+                to_kill.append(t)
+        self._kill(to_kill)
+
+    def _kill(self, tasks: list[AgentTask]) -> None:
+        if not tasks:
+            return
+        self.runner.kill(tasks, _signal.SIGTERM)
+        when = time.time() + KILL_GRACE
+        for t in tasks:
+            self._timer(when, "kill", t)
+
+    def _timer(self, when: float, kind: str, t: AgentTask) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (when, self._timer_seq, kind, t))
+
+    def _fire_timers(self, now: float) -> None:
+        timers = self._timers
+        to_term = []
+        while timers and timers[0][0] <= now:
+            _, _, kind, t = heapq.heappop(timers)
+            if t.final_state is not None or not t.running:
+                continue
+            if kind == "timeout" and t.kill_reason is None:
+                t.kill_reason = (S.FAILED, f"timed out after {t.spec.timeout:g}s")
+                to_term.append(t)
+            elif kind == "kill":
+                self.runner.kill([t], _signal.SIGKILL)
+        self._kill(to_term)
+
+    def _flush(self) -> None:
+        if self._updates:
+            self.sock.send(_wire.encode(_wire.Updates(self._updates)))
+            self._updates = []
+        self.events.maybe_flush()
+
+    # -- the end ----------------------------------------------------------------------------
+    def _shutdown(self) -> int:
+        pilot_state, reason, why = self.stopping  # type: ignore[misc]
+        self.events.record(self.uid, "drain_start", reason)
+        for t in self.scheduler.drain_waiting():
+            t.reason = f"pilot stopped before the task started: {reason}"
+            self._final(t, S.CANCELED)
+        running = [t for t in self.tasks.values() if t.final_state is None]
+        if why == "walltime":
+            task_state, task_reason = S.FAILED, "killed: the pilot reached its walltime"
+        else:
+            task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
+        self._cancel([t.spec.uid for t in running], task_reason, running_state=task_state)
+        deadline = time.time() + KILL_GRACE + 2.0
+        while self.runner.running and time.time() < deadline:
+            self.core.wait(0.1) if hasattr(self.core, "wait") else time.sleep(0.05)
+            self._reap()
+            now = time.time()
+            if self._timers and self._timers[0][0] <= now:
+                self._fire_timers(now)
+            self._flush()
+        self._flush()
+        self.events.record(self.uid, "drain_stop")
+        for name, lm in self.launchers.items():
+            try:
+                lm.stop()
+            except Exception:
+                log.exception("stopping launcher %s", name)
+            self.events.record(self.uid, "launcher_stop", name)
+        self.events.record(self.uid, "agent_stop", reason)
+        self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, time.time())))
+        self.events.close()
+        self.sock.close()  # lingers until the bye is out (LINGER)
+        self.ctx.term()
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m pilotfish.agent AGENT_CONFIG.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        config = json.load(f)
+    logging.basicConfig(filename=os.path.join(config["sandbox"], "agent.log"), level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SIGTERM from the batch system (or a cancel): drain like a shutdown request
+    agent = Agent(config)
+    _signal.signal(_signal.SIGTERM, lambda *_: _request_stop(agent, "terminated by signal"))
+    return agent.run()
+
+
+def _request_stop(agent: Agent, reason: str) -> None:
+    if agent.stopping is None:
+        agent.stopping = (S.CANCELED, reason, "signal")

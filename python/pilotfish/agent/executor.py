@@ -1,0 +1,211 @@
+"""Turns placed tasks into processes and exits into results, in batches.
+
+Spawning and reaping are the Rust core's (`_core.Executor`: posix_spawn, a reaper thread on
+wait4(-1), no file descriptor per running task). This module builds the process specs through
+the launch methods, keeps the key -> (task, rank) map, and reads captured output at exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as _signal
+from typing import Any, Callable
+
+from .._wire import RankSlot
+
+OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
+REASON_TAIL = 300  # characters of stderr quoted in a failure reason
+
+
+class AgentTask:
+    """The agent's view of one task."""
+
+    __slots__ = ("spec", "seq", "key", "canceled", "slots", "procs", "running", "exit_code",
+                 "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released")
+
+    def __init__(self, spec, seq: int):
+        self.spec = spec
+        self.seq = seq
+        self.key = seq  # placement key in the Rust placer
+        self.canceled = False
+        self.slots: list[RankSlot] | None = None
+        self.procs: list[int] = []  # pids
+        self.running = 0
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.reason: str | None = None
+        self.kill_reason: tuple[str, str] | None = None  # (final state, why) when we kill it
+        self.out_paths: tuple[str | None, str | None] = (None, None)
+        self.released = False
+        self.cwd: str | None = None
+        self.final_state: str | None = None
+
+
+class TaskRunner:
+    """Launch methods + the core executor: spawn placed tasks, collect finished ones."""
+
+    def __init__(self, core_executor: Any, launcher_for: Callable[[str | None], Any],
+                 tasks_dir: str, node_names: list[str]):
+        self.core = core_executor
+        self.launcher_for = launcher_for
+        self.tasks_dir = tasks_dir
+        self.node_names = node_names
+        self._procs: dict[int, tuple[AgentTask, int]] = {}  # spawn key -> (task, rank)
+        self._next_key = 1 << 40  # process keys live apart from placement keys
+        self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
+
+    # -- spawning ---------------------------------------------------------------------------
+    def to_slots(self, raw: list) -> list[RankSlot]:
+        names = self.node_names
+        return [RankSlot(names[n], n, tuple(c), tuple(g)) for n, c, g in raw]
+
+    def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
+        """Spawn every process of these tasks in one batch.
+
+        Returns (tasks that failed to launch, events). A task fails to launch when its
+        launcher cannot build it or any of its processes cannot be spawned.
+        """
+        specs: list[tuple] = []
+        owners: list[tuple[AgentTask, int]] = []
+        failed: list[AgentTask] = []
+        for t in tasks:
+            try:
+                spec_list = self._build(t)
+            except Exception as e:  # a launcher refusing this task fails it alone
+                t.reason = f"launch failed: {e}"
+                failed.append(t)
+                continue
+            for s in spec_list:
+                key = self._next_key
+                self._next_key += 1
+                specs.append((key,) + s[1:])
+                owners.append((t, s[0]))
+        events = []
+        if not specs:
+            return failed, events
+        results = self.core.spawn_batch(specs)
+        procs = self._procs
+        for (t, rank), spec, (pid, info) in zip(owners, specs, results):
+            if pid > 0:
+                procs[spec[0]] = (t, rank)
+                t.procs.append(pid)
+                t.running += 1
+                events.append((info, t.spec.uid, "exec_ok", str(pid)))
+            elif t.reason is None:
+                t.reason = f"cannot execute {spec[1][0]!r}: {info} (errno {-pid})"
+                failed.append(t)
+        for t in failed:
+            if t.procs:  # some ranks started: stop them, the task fails as a whole
+                self.core.kill(t.procs, _signal.SIGKILL)
+        return failed, events
+
+    def _build(self, t: AgentTask) -> list[tuple]:
+        spec = t.spec
+        launcher = self.launcher_for(spec.launcher)
+        cwd = self.tasks_dir
+        if spec.sandbox:
+            cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
+            os.makedirs(cwd, exist_ok=True)
+        t.cwd = cwd
+        procs = launcher.build(spec, t.slots, cwd)
+        out = self._output_path(spec.uid, spec.stdout, "out", cwd)
+        err = self._output_path(spec.uid, spec.stderr, "err", cwd)
+        t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
+        built = []
+        for i, p in enumerate(procs):
+            rank = p.rank if p.rank is not None else 0
+            o, e = out, err
+            if i and spec.stdout is True:  # extra processes of a task write beside rank 0
+                o = f"{out}.{i}"
+            if i and spec.stderr is True:
+                e = f"{err}.{i}"
+            env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
+            built.append((rank, p.argv, env, cwd, o, e))
+        return built
+
+    def _output_path(self, uid: str, mode: bool | str, ext: str, cwd: str) -> str | None:
+        if mode is True:
+            return os.path.join(self.tasks_dir, f"{uid}.{ext}")
+        if mode is False:
+            return None
+        return mode if os.path.isabs(mode) else os.path.join(cwd, mode)
+
+    def spawn_aux(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+                  stdout: str | None = None, stderr: str | None = None) -> int:
+        """Start a daemon (e.g. a PRRTE DVM) through the core, so its exit is reaped too."""
+        key = self._next_key
+        self._next_key += 1
+        envl = [f"{k}={v}" for k, v in env.items()] if env else None
+        ((pid, info),) = self.core.spawn_batch([(key, argv, envl, None, stdout, stderr)])
+        if pid < 0:
+            raise OSError(-pid, f"cannot start {name}: {info}")
+        self.aux[key] = name
+        return pid
+
+    # -- reaping ----------------------------------------------------------------------------
+    def reap(self) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int]]]:
+        """Collect exits. Returns (finished tasks, events, aux exits (name, code, signal))."""
+        finished: list[AgentTask] = []
+        events: list[tuple] = []
+        aux_exits = []
+        procs = self._procs
+        for key, pid, code, sig, t_exit, _ut, _st, _rss in self.core.reap():
+            owner = procs.pop(key, None)
+            if owner is None:
+                name = self.aux.pop(key, None)
+                if name is not None:
+                    aux_exits.append((name, code, sig))
+                continue
+            t, rank = owner
+            t.running -= 1
+            if sig:
+                if t.signal is None:
+                    t.signal = sig
+            elif code and not t.exit_code:
+                t.exit_code = code
+            events.append((t_exit, t.spec.uid, "exec_stop", str(-sig if sig else code)))
+            if t.running == 0:
+                if t.exit_code is None:
+                    t.exit_code = -t.signal if t.signal else 0  # as subprocess does
+                finished.append(t)
+        return finished, events, aux_exits
+
+    def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
+        pids = [p for t in tasks for p in t.procs]
+        if pids:
+            self.core.kill(pids, sig)
+
+    @property
+    def running(self) -> int:
+        return len(self._procs)
+
+
+def read_output(path: str | None, keep_tail: bool) -> str | None:
+    """The captured output of a task (None if not captured), capped at OUTPUT_CAP bytes."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size == 0:
+                return ""
+            if size <= OUTPUT_CAP:
+                f.seek(0)
+                data = f.read()
+            elif keep_tail:
+                f.seek(size - OUTPUT_CAP)
+                data = b"[...truncated...]\n" + f.read()
+            else:
+                f.seek(0)
+                data = f.read(OUTPUT_CAP) + b"\n[...truncated...]"
+    except OSError:
+        return None
+    return data.decode(errors="replace")
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

@@ -1,0 +1,77 @@
+"""resource="local": the agent runs as a child process of the client on this machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from .base import BatchJob, JobState
+
+
+class LocalJob(BatchJob):
+    """A forked agent in its own session; walltime enforced here like a batch system would."""
+
+    kill_grace = 5.0  # seconds between SIGTERM and SIGKILL, and past the walltime
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._proc: subprocess.Popen | None = None
+        self._started = 0.0
+        self._canceled = False
+
+    def submit(self) -> None:
+        os.makedirs(self.sandbox, exist_ok=True)
+        out = open(os.path.join(self.sandbox, "agent.out"), "wb")
+        err = open(os.path.join(self.sandbox, "agent.err"), "wb")
+        try:
+            self._proc = subprocess.Popen(
+                self.agent_argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                cwd=self.sandbox, start_new_session=True, close_fds=True)
+        finally:
+            out.close()
+            err.close()
+        self._started = time.monotonic()
+
+    def poll(self) -> tuple[JobState, str | None]:
+        if self._proc is None:
+            return "QUEUED", None
+        rc = self._proc.poll()
+        if rc is None:
+            if time.monotonic() - self._started > self.description.runtime + self.kill_grace:
+                self._signal(signal.SIGKILL)  # past the walltime: what a batch system does
+                return "FAILED", "walltime exceeded: agent killed"
+            return "RUNNING", None
+        if self._canceled:
+            return "CANCELED", None
+        if rc == 0:
+            return "DONE", None
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+        tail = self.stderr_tail()
+        return "FAILED", f"agent process ended with {how}" + (f": {tail}" if tail else "")
+
+    def cancel(self) -> None:
+        self._canceled = True
+        self._signal(signal.SIGTERM)
+        if self._proc is not None:
+            try:
+                self._proc.wait(self.kill_grace)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self._proc.wait()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _signal(self, sig: int) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, sig)
+            except ProcessLookupError:
+                pass

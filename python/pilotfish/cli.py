@@ -1,0 +1,153 @@
+"""The `pilotfish` command."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from . import __version__
+
+WORKLOAD_EXAMPLE = """\
+  # workload.yaml
+  pilot:                      # one allocation (a PilotDescription)
+    resource: local           # local | slurm | pbs | lsf | flux
+    nodes: 4
+    cores_per_node: 16        # larger than this machine = an emulated machine
+    gpus_per_node: 2
+    runtime: 30m
+  tasks:                      # groups of identical tasks (TaskDescription fields + count)
+    - name: hello
+      count: 1000
+      executable: /bin/echo
+      arguments: ["task {i}"] # {i}: the task's index in its group
+    - name: mpi
+      count: 10
+      ranks: 4
+      cores_per_rank: 2
+      executable: python3
+      arguments: ["-c", "import os; print(os.environ['PILOTFISH_RANK'])"]
+"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="pilotfish")
+def main() -> None:
+    """pilotfish: a pilot-job runtime for HPC.
+
+    Acquire an allocation once (a pilot), then stream many heterogeneous tasks through it:
+    single-core and multi-node MPI, CPU and GPU, seconds to hours.
+
+    \b
+    Typical use:
+      pilotfish run workload.yaml          run a workload file on a pilot, with live progress
+      pilotfish validate workload.yaml     check a workload file without running it
+      pilotfish report SESSION_DIR         where every core-second went (HTML, PNG, JSON)
+
+    From Python: `import pilotfish as pf` (Session, PilotManager, TaskManager, descriptions).
+    Every run writes a session directory (events of every state change) under
+    ./pilotfish-sessions or $PILOTFISH_SESSIONS.
+    """
+
+
+class BadInput(click.ClickException):
+    exit_code = 2
+
+
+def _load_workload(path: str):
+    from .workload import load_workload
+
+    try:
+        return load_workload(path)
+    except (OSError, ValueError) as e:
+        raise BadInput(str(e)) from None
+
+
+@main.command()
+@click.argument("workload", type=click.Path(exists=True, dir_okay=False))
+def validate(workload: str) -> None:
+    """Check WORKLOAD (YAML) and print what it would run."""
+    w = _load_workload(workload)
+    d = w.pilot
+    click.echo(f"pilot: {d.resource}, {d.nodes} nodes x {d.cores_per_node or 'auto'} cores / "
+               f"{d.gpus_per_node if d.gpus_per_node is not None else 'auto'} GPUs, runtime {d.runtime:g}s")
+    for name, descs in w.groups:
+        t = descs[0]
+        click.echo(f"  {name}: {len(descs)} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
+                   f"{t.gpus_per_rank} GPUs)  {t.executable}")
+    click.echo(f"{sum(len(g) for _, g in w.groups)} tasks: OK")
+
+
+@main.command(epilog="Workload file format:\n\n" + WORKLOAD_EXAMPLE.replace("\n", "\n\n"))
+@click.argument("workload", type=click.Path(exists=True, dir_okay=False))
+@click.option("--sessions", type=click.Path(file_okay=False), default=None,
+              help="Where the session directory goes (default: ./pilotfish-sessions).")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, only the summary.")
+@click.option("--report", "make_report", is_flag=True, help="Write the HTML report after the run.")
+def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
+        make_report: bool) -> None:
+    """Run WORKLOAD (YAML): a pilot and groups of tasks.
+
+    Exits 0 when every task is DONE, 1 when any failed or was canceled, 2 on bad input.
+    """
+    from . import states as S
+    from .client import PilotManager, Session, TaskManager
+    from .client.progress import wait_with_progress
+
+    w = _load_workload(workload)
+    path = os.path.join(sessions, time.strftime("pf.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}") if sessions else None
+    t0 = time.time()
+    with Session(path=path) as session:
+        pmgr = PilotManager(session)
+        pilot = pmgr.submit_pilots(w.pilot)
+        tmgr = TaskManager(session)
+        tmgr.add_pilots(pilot)
+        descs = [d for _, group in w.groups for d in group]
+        try:
+            tasks = tmgr.submit_tasks(descs)
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+        if quiet:
+            tmgr.wait_tasks(timeout=timeout)
+        else:
+            wait_with_progress(tmgr, timeout=timeout)
+        t1 = time.time()
+        counts = {s: 0 for s in (S.DONE, S.FAILED, S.CANCELED)}
+        for t in tasks:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        failed = [t for t in tasks if t.state in (S.FAILED, S.CANCELED)]
+        ttx = t1 - t0
+        click.echo(f"session {session.uid}: {session.path}")
+        click.echo(f"pilot {pilot.uid}: {pilot.state}" + (f" ({pilot.reason})" if pilot.reason and pilot.state != S.ACTIVE else ""))
+        click.echo(f"tasks: {len(tasks)} total, {counts[S.DONE]} done, {counts[S.FAILED]} failed, "
+                   f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished")
+        click.echo(f"TTX {ttx:.2f}s, {len(tasks) / ttx:.1f} tasks/s")
+        for t in failed[:5]:
+            click.echo(f"  {t.uid} ({t.name}): {t.state}: {t.reason}", err=True)
+        if len(failed) > 5:
+            click.echo(f"  ... and {len(failed) - 5} more", err=True)
+    if make_report:
+        from .analytics.report import report_main
+
+        report_main(session.path, None, as_json=True)
+    if failed or counts[S.DONE] < len(tasks):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to write report.html and the PNGs (default: SESSION_DIR/report).")
+@click.option("--json", "as_json", is_flag=True, help="Also write metrics.json (and print it).")
+def report(session_dir: str, out_dir: str | None, as_json: bool) -> None:
+    """Write a self-contained HTML report of SESSION_DIR: TTX, utilization by phase, plots."""
+    from .analytics.report import report_main
+
+    sys.exit(report_main(session_dir, out_dir, as_json))
+
+
+if __name__ == "__main__":
+    main()

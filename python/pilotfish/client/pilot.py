@@ -1,0 +1,265 @@
+"""Pilots: placeholder jobs, each running one agent, and the manager that submits them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Callable, Iterable
+
+from .. import _wire
+from .. import states as S
+from .._errors import PilotfishError
+from .._util import machine_shape
+from ..batch import BatchJob, make_batch_job
+from ..descriptions import PilotDescription, check_descriptions
+from .session import Session
+
+log = logging.getLogger("pilotfish.client")
+
+
+class Pilot:
+    """One pilot: its description, state, history and (once ACTIVE) its nodes."""
+
+    def __init__(self, pmgr: "PilotManager", uid: str, description: PilotDescription, sandbox: str):
+        self.uid = uid
+        self.description = description
+        self.sandbox = sandbox
+        self.state = S.NEW
+        self.history: list[tuple[str, float]] = []
+        self.reason: str | None = None
+        self.nodes: list[_wire.NodeInfo] = []
+        self.launcher: str | None = None
+        self._pmgr = pmgr
+        self._job: BatchJob | None = None
+        self._bye: _wire.Bye | None = None
+        self._shape = _declared_shape(description)  # per-node (cores, gpus, mem) or None
+
+    @property
+    def shape(self) -> list[tuple[int, int, int]] | None:
+        """Per-node (cores, gpus, mem MiB): declared, or as discovered once ACTIVE."""
+        return self._shape
+
+    def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
+        return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]
+
+    def cancel(self) -> None:
+        self._pmgr.cancel_pilots([self.uid])
+
+    def __repr__(self) -> str:
+        return f"<Pilot {self.uid} {self.state}>"
+
+
+def _declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
+    if d.resource == "local":
+        cores, gpus, mem = machine_shape()
+        return [(d.cores_per_node or cores,
+                 gpus if d.gpus_per_node is None else d.gpus_per_node,
+                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
+    if d.cores_per_node is not None:
+        return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
+    return None  # learned from the agent
+
+
+class PilotManager:
+    """Submits pilots through batch adapters and follows their state."""
+
+    poll_interval = 0.2
+
+    def __init__(self, session: Session):
+        session._check_open()
+        self.session = session
+        self.pilots: dict[str, Pilot] = {}
+        self._callbacks: list[Callable[[Pilot, str], None]] = []
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="pilotfish-pilots", daemon=True)
+        self._monitor_started = False
+        self._task_listeners: list[Callable[[Pilot], None]] = []
+        session._pmgrs.append(self)
+
+    # -- public API -------------------------------------------------------------------------
+    def submit_pilots(self, descriptions):
+        """Validate and submit; returns a Pilot (or a list, given a list)."""
+        self.session._check_open()
+        single = isinstance(descriptions, (PilotDescription, dict))
+        descs = check_descriptions([descriptions] if single else descriptions, PilotDescription)
+        pilots = []
+        for d in descs:
+            uid = self.session._next_pilot_uid()
+            sandbox = d.sandbox or os.path.join(self.session.path, uid)
+            pilot = Pilot(self, uid, d, sandbox)
+            self.pilots[uid] = pilot
+            self._advance(pilot, S.NEW)
+            self._launch(pilot)
+            pilots.append(pilot)
+        if not self._monitor_started:
+            self._monitor_started = True
+            self._monitor.start()
+        return pilots[0] if single else pilots
+
+    def wait_pilots(self, uids: Iterable[str] | str | None = None,
+                    state: str | Iterable[str] | None = None,
+                    timeout: float | None = None) -> list[str]:
+        """Block until the pilots reach `state` (default ACTIVE... or any final state)."""
+        pilots = self._select(uids)
+        targets = {state} if isinstance(state, str) else set(state or S.FINAL)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if all(p.state in targets or p.state in S.FINAL for p in pilots):
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+        return [p.state for p in pilots]
+
+    def cancel_pilots(self, uids: Iterable[str] | str | None = None) -> None:
+        for p in self._select(uids):
+            self._shutdown(p, S.CANCELED, "canceled by the user")
+
+    def register_callback(self, cb: Callable[[Pilot, str], None]) -> None:
+        """cb(pilot, state) after every state change (from a pilotfish thread)."""
+        self._callbacks.append(cb)
+
+    def get_pilots(self, uids=None) -> list[Pilot]:
+        return self._select(uids)
+
+    # -- internals --------------------------------------------------------------------------
+    def _select(self, uids) -> list[Pilot]:
+        if uids is None:
+            return list(self.pilots.values())
+        if isinstance(uids, str):
+            uids = [uids]
+        try:
+            return [self.pilots[u] for u in uids]
+        except KeyError as e:
+            raise PilotfishError(f"no pilot {e.args[0]!r} in this manager") from None
+
+    def _advance(self, pilot: Pilot, state: str, reason: str | None = None, t: float | None = None) -> bool:
+        with self._cond:
+            if pilot.state in S.FINAL or (
+                    state != S.NEW and S.pilot_state_rank(state) <= S.pilot_state_rank(pilot.state)):
+                return False
+            t = time.time() if t is None else t
+            pilot.state = state
+            pilot.history.append((state, t))
+            if reason:
+                pilot.reason = reason
+            self._cond.notify_all()
+        self.session.events.record(pilot.uid, state, reason, t)
+        if state in S.FINAL:
+            for listener in self._task_listeners:
+                listener(pilot)
+        for cb in self._callbacks:
+            try:
+                cb(pilot, state)
+            except Exception:
+                log.exception("pilot callback failed")
+        return True
+
+    def _launch(self, pilot: Pilot) -> None:
+        d = pilot.description
+        os.makedirs(pilot.sandbox, exist_ok=True)
+        config = {
+            "pilot_uid": pilot.uid,
+            "session_uid": self.session.uid,
+            "session_path": self.session.path,
+            "sandbox": pilot.sandbox,
+            "address": self.session.address,
+            "description": d.as_dict(),
+            "profile": self.session.profile,
+            "watch_pid": os.getpid() if d.resource == "local" else 0,
+        }
+        cfg_path = os.path.join(pilot.sandbox, "agent.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config, f, indent=1)
+        self.session._bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg))
+        agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
+        pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
+        try:
+            pilot._job.submit()
+        except Exception as e:
+            self._advance(pilot, S.FAILED, f"batch submission failed: {e}")
+            return
+        self._advance(pilot, S.LAUNCHING)
+
+    def _on_message(self, pilot: Pilot, msg) -> None:  # IO thread
+        if isinstance(msg, _wire.Hello):
+            pilot.nodes = msg.nodes
+            pilot.launcher = msg.launcher
+            pilot._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
+            with open(os.path.join(pilot.sandbox, "pilot.json"), "w") as f:
+                json.dump({"uid": pilot.uid, "description": pilot.description.as_dict(),
+                           "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
+                           "launcher": msg.launcher, "agent_cores": 0, "agent_gpus": 0,
+                           "agent_host": msg.host, "agent_pid": msg.pid}, f, indent=1)
+            self._advance(pilot, S.ACTIVE, t=msg.t)
+        elif isinstance(msg, _wire.Updates):
+            from .task import apply_updates  # (task.py imports this module)
+
+            apply_updates(self.session, msg.items)
+        elif isinstance(msg, _wire.Bye):
+            pilot._bye = msg
+
+    def _shutdown(self, pilot: Pilot, final: str, reason: str) -> None:
+        """Ask the agent to stop; it cancels what runs and says bye. The monitor finishes up."""
+        if pilot.state in S.FINAL:
+            return
+        pilot._wanted = (final, reason)  # type: ignore[attr-defined]
+        if pilot.state == S.ACTIVE:
+            self.session._bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
+        elif pilot._job is not None:  # not up yet: take the job away
+            try:
+                pilot._job.cancel()
+            except Exception as e:
+                log.warning("cancel of %s failed: %s", pilot.uid, e)
+            self._advance(pilot, final, reason)
+
+    def _watch(self) -> None:
+        """Follow batch jobs: a job that ends without the agent's bye fails the pilot."""
+        while not self._stop.is_set():
+            for pilot in list(self.pilots.values()):
+                if pilot.state in S.FINAL or pilot._job is None:
+                    continue
+                try:
+                    job_state, message = pilot._job.poll()
+                except Exception as e:
+                    job_state, message = "RUNNING", None
+                    log.warning("poll of %s failed: %s", pilot.uid, e)
+                if job_state in ("QUEUED", "RUNNING"):
+                    continue
+                self._finish(pilot, job_state, message)
+            self._stop.wait(self.poll_interval)
+
+    def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
+        bye = pilot._bye
+        wanted = getattr(pilot, "_wanted", None)
+        if bye is not None:
+            self._advance(pilot, bye.state, bye.reason, t=None)
+        elif wanted is not None and job_state != "FAILED":
+            self._advance(pilot, wanted[0], wanted[1])
+        elif job_state == "CANCELED":
+            self._advance(pilot, S.CANCELED, message or "batch job canceled")
+        else:
+            self._advance(pilot, S.FAILED, message or f"batch job ended ({job_state}) without the agent reporting")
+        self.session._bridge.forget(pilot.uid)
+
+    def _close(self, terminate: bool = True, grace: float = 30.0) -> None:
+        live = [p for p in self.pilots.values() if p.state not in S.FINAL]
+        for p in live:
+            self._shutdown(p, S.DONE, "session closed")
+        deadline = time.monotonic() + grace
+        for p in live:
+            left = max(0.0, deadline - time.monotonic())
+            if p.wait(timeout=left) not in S.FINAL:
+                if p._job is not None:
+                    p._job.cancel()
+                self._finish(p, "CANCELED", "did not stop within the grace period")
+        self._stop.set()
+        if self._monitor_started:
+            self._monitor.join(2)

@@ -1,0 +1,44 @@
+"""A live progress display of a TaskManager: done / running / failed, rate and ETA."""
+
+from __future__ import annotations
+
+import time
+
+from .. import states as S
+from .task import TaskManager
+
+
+def wait_with_progress(tmgr: TaskManager, timeout: float | None = None, refresh: float = 0.2,
+                       console=None, transient: bool = False) -> list[str]:
+    """Like tmgr.wait_tasks(), drawing a rich progress bar while it waits.
+
+    Reads the manager's per-state counters (no per-task work), so it costs nothing per task.
+    """
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    counts = tmgr.counts
+    total = len(tmgr.tasks)
+    columns = [
+        TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("[green]{task.fields[done]} done[/] [red]{task.fields[failed]} failed[/] "
+                   "[yellow]{task.fields[running]} running[/] {task.fields[rate]:.0f}/s"),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+    ]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    t0 = time.monotonic()
+    with Progress(*columns, console=console, transient=transient) as bar:
+        job = bar.add_task("tasks", total=total, done=0, failed=0, running=0, rate=0.0)
+        while True:
+            final = counts[S.DONE] + counts[S.FAILED] + counts[S.CANCELED]
+            elapsed = max(1e-9, time.monotonic() - t0)
+            bar.update(job, completed=final, done=counts[S.DONE],
+                       failed=counts[S.FAILED] + counts[S.CANCELED],
+                       running=counts[S.EXECUTING], rate=final / elapsed)
+            if final >= total:
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            tmgr.wait_tasks(timeout=refresh if left is None else min(refresh, left))
+    return [t.state for t in tmgr.tasks.values()]

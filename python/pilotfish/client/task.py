@@ -1,0 +1,321 @@
+"""Tasks and the TaskManager that validates, routes and follows them."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Callable, Iterable
+
+from .. import _wire
+from .. import states as S
+from .._errors import DescriptionError, PilotfishError
+from ..descriptions import TaskDescription, check_descriptions, misfit
+from .pilot import Pilot
+from .session import Session
+
+log = logging.getLogger("pilotfish.client")
+
+SUBMIT_BATCH = 2048  # tasks per Submit frame
+
+
+class Task:
+    """A task as the client sees it. Fields are filled in as the agent reports."""
+
+    __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
+                 "stderr", "reason", "slots", "history", "_tmgr")
+
+    def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
+        self.uid = uid
+        self.description = description
+        self.pilot = pilot
+        self.state = S.NEW
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        self.stdout: str | None = None
+        self.stderr: str | None = None
+        self.reason: str | None = None  # why it failed or was canceled
+        self.slots: list[_wire.RankSlot] | None = None  # per rank: node, cores, GPUs
+        self.history: list[tuple[str, float]] = []
+        self._tmgr = tmgr
+
+    @property
+    def name(self) -> str | None:
+        return self.description.name
+
+    @property
+    def done(self) -> bool:
+        return self.state in S.FINAL
+
+    def wait(self, timeout: float | None = None) -> str:
+        return self._tmgr.wait_tasks([self.uid], timeout=timeout)[0]
+
+    def cancel(self) -> None:
+        self._tmgr.cancel_tasks([self.uid])
+
+    def __repr__(self) -> str:
+        extra = f" exit={self.exit_code}" if self.exit_code is not None else ""
+        return f"<Task {self.uid} {self.state}{extra}>"
+
+
+class TaskManager:
+    """Submits tasks to pilots (in batches) and follows their states.
+
+    Tasks are checked against every added pilot before anything is sent: a request no pilot
+    can hold is rejected at submit, naming the field.
+    """
+
+    def __init__(self, session: Session):
+        session._check_open()
+        self.session = session
+        self.tasks: dict[str, Task] = {}
+        self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
+        self._pilots: dict[str, Pilot] = {}
+        self._load: dict[str, int] = collections.defaultdict(int)  # outstanding cores per pilot
+        self._callbacks: list[Callable[[Task, str], None]] = []
+        self._cond = threading.Condition()
+        session._tmgrs.append(self)
+
+    # -- public API -------------------------------------------------------------------------
+    def add_pilots(self, pilots: Pilot | Iterable[Pilot]) -> None:
+        for p in [pilots] if isinstance(pilots, Pilot) else pilots:
+            self._pilots[p.uid] = p
+            p._pmgr._task_listeners.append(self._on_pilot_final)
+
+    def list_pilots(self) -> list[str]:
+        return list(self._pilots)
+
+    def submit_tasks(self, descriptions):
+        """Validate, route to pilots, send in batches. Returns Task (or list, given a list).
+
+        Raises DescriptionError (field, value, why) before anything is sent.
+        """
+        session = self.session
+        session._check_open()
+        single = isinstance(descriptions, (TaskDescription, dict))
+        descs = check_descriptions([descriptions] if single else descriptions, TaskDescription)
+        pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
+        if not pilots:
+            raise PilotfishError("no live pilot: add one with TaskManager.add_pilots() first")
+        routes = [self._route(d, i, pilots) for i, d in enumerate(descs)]
+
+        uids = session._next_task_uids(len(descs))
+        now = time.time()
+        tasks: list[Task] = []
+        by_pilot: dict[str, list[tuple[Task, _wire.TaskSpec]]] = collections.defaultdict(list)
+        events = []
+        registry = session.tasks
+        for uid, d, pilot in zip(uids, descs, routes):
+            t = Task(self, uid, d, pilot.uid)
+            t.state = S.SCHEDULING
+            t.history = [(S.NEW, now), (S.SCHEDULING, now)]
+            registry[uid] = t
+            self.tasks[uid] = t
+            tasks.append(t)
+            self._load[pilot.uid] += d.ranks * d.cores_per_rank
+            by_pilot[pilot.uid].append((t, _spec(uid, d)))
+            events.append((now, uid, S.NEW, None))
+            events.append((now, uid, S.SCHEDULING, pilot.uid))
+        with self._cond:
+            self.counts[S.SCHEDULING] += len(tasks)
+        session.events.record_many(events)
+
+        for pilot_uid, items in by_pilot.items():
+            for i in range(0, len(items), SUBMIT_BATCH):
+                chunk = items[i:i + SUBMIT_BATCH]
+                frame = _wire.encode(_wire.Submit([spec for _, spec in chunk]))
+                batch = [t for t, _ in chunk]
+                session._bridge.send(pilot_uid, frame, on_sent=lambda b=batch: self._sent(b))
+        return tasks[0] if single else tasks
+
+    def wait_tasks(self, uids: Iterable[str] | str | None = None,
+                   state: str | Iterable[str] | None = None, timeout: float | None = None,
+                   return_when: str = "all") -> list[str]:
+        """Block until the tasks reach `state` (default: a final state) or the timeout passes.
+
+        return_when="all" (default) or "any" (the first one to get there). Returns the states
+        of the tasks waited for, in order.
+        """
+        if return_when not in ("all", "any"):
+            raise ValueError("return_when must be 'all' or 'any'")
+        tasks = self._select(uids)
+        targets = S.FINAL if state is None else ({state} if isinstance(state, str) else set(state)) | S.FINAL
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            pending = [t for t in tasks if t.state not in targets]
+            while pending:
+                if return_when == "any" and len(pending) < len(tasks):
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(left)
+                pending = [t for t in pending if t.state not in targets]
+        return [t.state for t in tasks]
+
+    def cancel_tasks(self, uids: Iterable[str] | str | None = None) -> None:
+        """Cancel: queued tasks never start; running ones have their process group killed."""
+        by_pilot: dict[str, list[str]] = collections.defaultdict(list)
+        for t in self._select(uids):
+            if t.state in S.FINAL:
+                continue
+            pilot = self._pilots.get(t.pilot)
+            if pilot is None or pilot.state in S.FINAL:
+                self._finish_locally([t], S.CANCELED, "canceled by the user")
+            else:
+                by_pilot[t.pilot].append(t.uid)
+        for pilot_uid, batch in by_pilot.items():
+            self.session._bridge.send(pilot_uid, _wire.encode(_wire.Cancel(batch)))
+
+    def get_tasks(self, uids: Iterable[str] | str | None = None) -> list[Task]:
+        return self._select(uids)
+
+    def list_tasks(self) -> list[str]:
+        return list(self.tasks)
+
+    def register_callback(self, cb: Callable[[Task, str], None]) -> None:
+        """cb(task, state) after each state change, from pilotfish's IO thread: keep it short."""
+        self._callbacks.append(cb)
+
+    # -- internals --------------------------------------------------------------------------
+    def _select(self, uids) -> list[Task]:
+        if uids is None:
+            return list(self.tasks.values())
+        if isinstance(uids, str):
+            uids = [uids]
+        try:
+            return [self.tasks[u] for u in uids]
+        except KeyError as e:
+            raise PilotfishError(f"no task {e.args[0]!r} in this manager") from None
+
+    def _route(self, d: TaskDescription, index: int, pilots: list[Pilot]) -> Pilot:
+        """The least loaded pilot that can hold the request; else a DescriptionError."""
+        fitting, unknown, why = [], [], None
+        for p in pilots:
+            shape = p.shape
+            if shape is None:
+                unknown.append(p)
+                continue
+            problem = misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank, shape)
+            if problem is None:
+                fitting.append(p)
+            elif why is None:
+                why = (problem[0], problem[1] + f" of {p.uid}")
+        candidates = fitting or unknown
+        if not candidates:
+            field, reason = why  # type: ignore[misc]
+            raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
+        if len(candidates) == 1:
+            return candidates[0]
+        load = self._load
+        return min(candidates, key=lambda p: load[p.uid] / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+
+    def _sent(self, batch: list[Task]) -> None:  # IO thread: the frame left for the agent
+        now = time.time()
+        moved = 0
+        with self._cond:
+            for t in batch:
+                if t.state == S.SCHEDULING:
+                    t.state = S.STAGING_INPUT
+                    t.history.append((S.STAGING_INPUT, now))
+                    moved += 1
+            self.counts[S.SCHEDULING] -= moved
+            self.counts[S.STAGING_INPUT] += moved
+        self.session.events.record_many([(now, t.uid, S.STAGING_INPUT, None) for t in batch])
+
+    def _apply(self, pairs: list[tuple[Task, _wire.Update]]) -> None:  # IO thread
+        changed = []
+        counts = self.counts
+        with self._cond:
+            for t, u in pairs:
+                old = t.state
+                if old in S.FINAL:
+                    continue
+                state = u.state
+                t.history.append((state, u.t))
+                if S.task_state_rank(state) <= S.task_state_rank(old):
+                    continue  # late news of an earlier state: history only
+                t.state = state
+                counts[old] -= 1
+                counts[state] += 1
+                if u.slots is not None:
+                    t.slots = u.slots
+                if state in S.FINAL:
+                    t.exit_code = u.exit_code
+                    t.signal = u.signal
+                    t.stdout = u.stdout
+                    t.stderr = u.stderr
+                    t.reason = u.reason
+                    d = t.description
+                    self._load[t.pilot] -= d.ranks * d.cores_per_rank
+                changed.append((t, state))
+            self._cond.notify_all()
+        self._run_callbacks(changed)
+
+    def _finish_locally(self, tasks: list[Task], state: str, reason: str) -> None:
+        """Finalize tasks the agent will never report on (pilot gone, never sent)."""
+        now = time.time()
+        changed = []
+        with self._cond:
+            for t in tasks:
+                if t.state in S.FINAL:
+                    continue
+                self.counts[t.state] -= 1
+                self.counts[state] += 1
+                t.state = state
+                t.reason = reason
+                t.history.append((state, now))
+                d = t.description
+                self._load[t.pilot] -= d.ranks * d.cores_per_rank
+                changed.append((t, state))
+            self._cond.notify_all()
+        self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
+        self._run_callbacks(changed)
+
+    def _run_callbacks(self, changed: list[tuple[Task, str]]) -> None:
+        for cb in self._callbacks:
+            for t, state in changed:
+                try:
+                    cb(t, state)
+                except Exception:
+                    log.exception("task callback failed")
+
+    def _on_pilot_final(self, pilot: Pilot) -> None:
+        left = [t for t in self.tasks.values() if t.pilot == pilot.uid and t.state not in S.FINAL]
+        if not left:
+            return
+        if pilot.state == S.FAILED:
+            self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
+        else:
+            self._finish_locally(left, S.CANCELED, f"pilot {pilot.uid} ended ({pilot.state}) before the task finished")
+
+    def _close(self) -> None:
+        pass
+
+
+def apply_updates(session: Session, items: list[_wire.Update]) -> None:
+    """Route a batch of agent updates to the tasks' managers (IO thread)."""
+    registry = session.tasks
+    per_tmgr: dict[TaskManager, list] = {}
+    for u in items:
+        t = registry.get(u.uid)
+        if t is None:
+            continue
+        per_tmgr.setdefault(t._tmgr, []).append((t, u))
+    for tmgr, pairs in per_tmgr.items():
+        tmgr._apply(pairs)
+
+
+def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
+    v = d._values  # only fields set away from their defaults
+    return _wire.TaskSpec(
+        uid=uid, executable=v["executable"], arguments=v.get("arguments", []),
+        environment=v.get("environment", {}), sandbox=v.get("sandbox"),
+        pre_exec=v.get("pre_exec", []), post_exec=v.get("post_exec", []),
+        shell=v.get("shell", False), ranks=v.get("ranks", 1),
+        cores_per_rank=v.get("cores_per_rank", 1), gpus_per_rank=v.get("gpus_per_rank", 0),
+        mem_per_rank=v.get("mem_per_rank", 0), launcher=v.get("launcher"),
+        stdout=v.get("stdout", True), stderr=v.get("stderr", True), timeout=v.get("timeout"),
+        priority=v.get("priority", 0), colocate=(v.get("tags") or {}).get("colocate"),
+        input_staging=v.get("input_staging", []), output_staging=v.get("output_staging", []))

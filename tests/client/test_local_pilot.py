@@ -1,0 +1,235 @@
+"""End to end on real local pilots: agent process, ZeroMQ, Rust placer and spawner."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+import pilotfish as pf
+from pilotfish._events import read_all_events
+
+
+def test_thousand_true_tasks_all_done(session):
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(runtime="10m"))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true") for _ in range(1000)])
+    states = tmgr.wait_tasks(timeout=240)
+    assert states.count(pf.DONE) == 1000, {s: states.count(s) for s in set(states)}
+    assert all(t.exit_code == 0 for t in tasks)
+    assert pilot.state == pf.ACTIVE
+
+
+def test_history_slots_and_states(emulated):
+    _, pilot, tmgr = emulated
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/echo", arguments=["hi"]))
+    assert t.wait(timeout=60) == pf.DONE
+    assert t.stdout == "hi\n" and t.stderr == "" and t.exit_code == 0
+    names = [s for s, _ in t.history]
+    assert names == [pf.NEW, pf.SCHEDULING, pf.STAGING_INPUT, pf.AGENT_SCHEDULING, pf.EXECUTING, pf.DONE]
+    times = [ts for _, ts in t.history]
+    assert times == sorted(times)
+    assert len(t.slots) == 1 and len(t.slots[0].cores) == 1 and t.slots[0].gpus == ()
+    assert t.slots[0].node in [n.name for n in pilot.nodes]
+
+
+def test_placement_environment(emulated):
+    _, _, tmgr = emulated
+    script = ('echo "$PILOTFISH_RANK/$PILOTFISH_RANKS $PILOTFISH_NODE $PILOTFISH_CORES '
+              'gpus=$CUDA_VISIBLE_DEVICES omp=$OMP_NUM_THREADS uid=$PILOTFISH_TASK_UID"')
+    gpu = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh", arguments=["-c", script],
+                                               cores_per_rank=3, gpus_per_rank=2))
+    multi = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh", arguments=["-c", script],
+                                                 ranks=3, cores_per_rank=2))
+    tmgr.wait_tasks([gpu.uid, multi.uid], timeout=60)
+    assert gpu.state == pf.DONE, gpu.reason
+    slot = gpu.slots[0]
+    assert gpu.stdout.split() == [
+        "0/1", slot.node, ",".join(map(str, slot.cores)),
+        "gpus=" + ",".join(map(str, slot.gpus)), "omp=3", f"uid={gpu.uid}"]
+    assert len(slot.gpus) == 2
+    assert multi.state == pf.DONE, multi.reason
+    assert len(multi.slots) == 3
+
+
+def test_failing_task_fails_alone(emulated):
+    _, _, tmgr = emulated
+    good = [pf.TaskDescription(executable="/bin/true") for _ in range(20)]
+    bad = pf.TaskDescription(executable="/bin/sh", arguments=["-c", "echo oops >&2; exit 3"], name="bad")
+    sig = pf.TaskDescription(executable="/bin/sh", arguments=["-c", "kill -9 $$"], name="sig")
+    missing = pf.TaskDescription(executable="/no/such/program", name="missing")
+    tasks = tmgr.submit_tasks(good[:10] + [bad, sig, missing] + good[10:])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=60)
+    by_name = {t.name: t for t in tasks if t.name}
+    assert [t.state for t in tasks if not t.name] == [pf.DONE] * 20
+    b = by_name["bad"]
+    assert (b.state, b.exit_code, b.signal) == (pf.FAILED, 3, None)
+    assert "oops" in b.stderr and "exit code 3" in b.reason and "oops" in b.reason
+    s = by_name["sig"]
+    assert (s.state, s.signal, s.exit_code) == (pf.FAILED, 9, -9)
+    assert "SIGKILL" in s.reason
+    m = by_name["missing"]
+    assert m.state == pf.FAILED
+    assert "/no/such/program" in m.reason and "No such file" in m.reason
+
+
+def test_timeout_kills_process_group(emulated):
+    _, _, tmgr = emulated
+    # the child sleep would outlive a kill of the shell alone: the group must die
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", "sleep 60 & sleep 60; wait"], timeout="1s"))
+    t0 = time.time()
+    assert t.wait(timeout=30) == pf.FAILED
+    assert time.time() - t0 < 10
+    assert "timed out after 1s" in t.reason
+    assert t.signal == signal.SIGTERM
+
+
+def test_cancel_running_and_queued(emulated):
+    _, _, tmgr = emulated
+    running = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
+    # a full-pilot task queued behind it cannot start while `running` holds a core
+    queued = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"],
+                                                  ranks=64))
+    tmgr.wait_tasks([running.uid], state=pf.EXECUTING, timeout=30)
+    time.sleep(0.2)
+    tmgr.cancel_tasks([running.uid, queued.uid])
+    assert tmgr.wait_tasks([running.uid, queued.uid], timeout=30) == [pf.CANCELED, pf.CANCELED]
+    assert pf.EXECUTING not in [s for s, _ in queued.history]
+    assert running.signal == signal.SIGTERM
+
+
+def test_outputs_discarded_or_to_files_and_pre_post_exec(emulated, tmp_path):
+    _, _, tmgr = emulated
+    out = tmp_path / "out.txt"
+    a = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/echo", arguments=["x"], stdout=False))
+    b = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/echo", arguments=["y"], stdout=str(out)))
+    c = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/echo", arguments=["main"], pre_exec=["echo pre"], post_exec=["echo post"]))
+    d = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", "exit 4"], post_exec=["echo post"]))
+    tmgr.wait_tasks([a.uid, b.uid, c.uid, d.uid], timeout=60)
+    assert a.state == pf.DONE and a.stdout is None
+    assert b.state == pf.DONE and out.read_text() == "y\n"
+    assert c.state == pf.DONE and c.stdout.split() == ["pre", "main", "post"]
+    assert d.state == pf.FAILED and d.exit_code == 4 and d.stdout.strip() == "post"
+
+
+def test_staging_and_sandbox(emulated, tmp_path):
+    _, _, tmgr = emulated
+    src = tmp_path / "input.txt"
+    src.write_text("payload\n")
+    result = tmp_path / "result.txt"
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", "cat input.txt > output.txt; pwd"],
+        sandbox="staged-task", input_staging=[str(src)],
+        output_staging=[{"source": "output.txt", "target": str(result)}]))
+    assert t.wait(timeout=60) == pf.DONE, t.reason
+    assert result.read_text() == "payload\n"
+    assert t.stdout.strip().endswith("staged-task")
+
+
+def test_wait_any_and_timeout(emulated):
+    _, _, tmgr = emulated
+    fast = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+    slow = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"]))
+    states = tmgr.wait_tasks([fast.uid, slow.uid], return_when="any", timeout=30)
+    assert states[0] == pf.DONE and states[1] not in pf.FINAL
+    t0 = time.time()
+    assert tmgr.wait_tasks([slow.uid], timeout=0.3) == [pf.EXECUTING]
+    assert time.time() - t0 < 5
+    slow.cancel()
+    assert slow.wait(timeout=30) == pf.CANCELED
+
+
+def test_callbacks_see_every_state(emulated):
+    _, _, tmgr = emulated
+    seen = []
+    tmgr.register_callback(lambda task, state: seen.append((task.uid, state)))
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+    t.wait(timeout=60)
+    mine = [s for uid, s in seen if uid == t.uid]
+    assert mine[-1] == pf.DONE and pf.EXECUTING in mine
+
+
+def test_large_task_not_starved_by_stream_of_small(emulated):
+    """A whole-node task among a steady stream of 1-core tasks must start (reservation)."""
+    _, _, tmgr = emulated
+    small = [pf.TaskDescription(executable="/bin/sleep", arguments=["0.3"]) for _ in range(64)]
+    tmgr.submit_tasks(small)
+    big = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", ranks=4, cores_per_rank=16))
+    deadline = time.time() + 60
+    while big.state not in pf.FINAL and time.time() < deadline:
+        tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["0.3"])
+                           for _ in range(16)])
+        time.sleep(0.1)
+    assert big.wait(timeout=30) == pf.DONE, big.reason
+    tmgr.wait_tasks(timeout=120)
+
+
+def test_mixed_300_never_oversubscribes(emulated):
+    """300 tasks of mixed ranks/cores/GPUs; recorded placements and times prove that no node
+    ever had more cores or GPUs in use than it has, and no core/GPU was given twice at once."""
+    session, pilot, tmgr = emulated
+    rng = random.Random(7)
+    descs = []
+    for i in range(300):
+        ranks = rng.choice([1, 1, 1, 2, 4])
+        cores = rng.choice([1, 2, 3, 4, 8])
+        gpus = rng.choice([0, 0, 0, 1]) if ranks <= 2 else 0
+        descs.append(pf.TaskDescription(executable="/bin/sleep", arguments=[f"{rng.uniform(0.05, 0.3):.2f}"],
+                                        ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus,
+                                        name=f"mix-{i}"))
+    tasks = tmgr.submit_tasks(descs)
+    states = tmgr.wait_tasks([t.uid for t in tasks], timeout=300)
+    assert states == [pf.DONE] * 300, [t.reason for t in tasks if t.state != pf.DONE][:3]
+
+    # intervals in which each task held its slots: placed (schedule_ok) -> released (unschedule)
+    session.events.flush()
+    ev = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+    start, end = {}, {}
+    for t, uid, name, _ in ev:
+        if name == "schedule_ok":
+            start[uid] = t
+        elif name == "unschedule":
+            end[uid] = t
+    cap = {n.name: (n.cores, n.gpus) for n in pilot.nodes}
+    points = []
+    for task in tasks:
+        assert task.slots, task.uid
+        assert start[task.uid] <= end[task.uid]
+        points.append((start[task.uid], 1, task))
+        points.append((end[task.uid], 0, task))
+    points.sort(key=lambda p: (p[0], p[1]))  # releases before placements at equal times
+    held_cores, held_gpus = {}, {}
+    max_seen = 0
+    for _, kind, task in points:
+        for s in task.slots:
+            for c in s.cores:
+                k = (s.node, c)
+                if kind:
+                    assert k not in held_cores, f"core {k} given to {task.uid} and {held_cores[k]}"
+                    held_cores[k] = task.uid
+                else:
+                    del held_cores[k]
+            for g in s.gpus:
+                k = (s.node, g)
+                if kind:
+                    assert k not in held_gpus, f"GPU {k} given twice"
+                    held_gpus[k] = task.uid
+                else:
+                    del held_gpus[k]
+        for node, (ncores, ngpus) in cap.items():
+            used_c = sum(1 for (n, _) in held_cores if n == node)
+            used_g = sum(1 for (n, _) in held_gpus if n == node)
+            assert used_c <= ncores and used_g <= ngpus
+        max_seen = max(max_seen, len(held_cores))
+        for s in task.slots:
+            assert all(0 <= c < cap[s.node][0] for c in s.cores)
+            assert all(0 <= g < cap[s.node][1] for g in s.gpus)
+    assert max_seen > 16  # the test really ran tasks side by side on several nodes
