@@ -1,0 +1,50 @@
+"""Launch methods: (task, placement) -> the processes the agent's executor spawns.
+
+    lm = get_launcher("mpirun", resources, options)
+    lm.start(spawn)                          # daemons, if any (prrte's DVM)
+    procs = lm.build(task, slots, sandbox)   # [ProcSpec(argv, env, rank)]
+    lm.stop()
+
+See base.py for the contract and the environment every rank gets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .aprun import Aprun
+from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, payload_script, placement_env
+from .direct import Direct
+from .flux import Flux
+from .jsrun import Jsrun
+from .mpiexec import Mpiexec
+from .mpirun import Mpirun
+from .prrte import Prrte
+from .srun import Srun
+from .ssh import Ssh
+
+LAUNCHERS: dict[str, type[LaunchMethod]] = {
+    cls.name: cls for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun)
+}
+
+
+def get_launcher(name: str, resources: Any, options: dict | None = None) -> LaunchMethod:
+    """A launch method by name ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte",
+    "flux", "jsrun", "aprun"). Raises LaunchError for an unknown name or one that cannot
+    work with these resources."""
+    cls = LAUNCHERS.get(name)
+    if cls is None:
+        raise LaunchError(f"unknown launcher {name!r}; expected one of {', '.join(LAUNCHERS)}")
+    return cls(resources, options)
+
+
+__all__ = [
+    "LAUNCHERS",
+    "LaunchError",
+    "LaunchMethod",
+    "ProcSpec",
+    "get_launcher",
+    "payload_argv",
+    "payload_script",
+    "placement_env",
+]

