@@ -152,6 +152,17 @@ def _bool(kind: str, field: str, v: Any) -> bool:
     return v
 
 
+def _launcher_options(kind: str, field: str, v: Any) -> dict[str, dict]:
+    if not isinstance(v, dict):
+        raise _fail(kind, field, v, "must map launcher names to option dicts")
+    for name, opts in v.items():
+        if name not in LAUNCHERS:
+            raise _fail(kind, field, v, f"{name!r} is not a launcher ({', '.join(LAUNCHERS)})")
+        if not isinstance(opts, dict):
+            raise _fail(kind, field, v, f"options of {name!r} must be a dict")
+    return {k: dict(o) for k, o in v.items()}
+
+
 def _any(kind: str, field: str, v: Any) -> Any:
     return v
 
@@ -290,6 +301,7 @@ class PilotDescription(_Description):
     sandbox         pilot directory (default: <session>/<pilot uid>)
     queue, project, reservation   passed to the batch system
     launcher        default launch method ("direct" for local)
+    launcher_options  per launcher, e.g. {"srun": {"mpi": "pmi2"}, "mpirun": {"prefix": ...}}
     environment     extra environment for the agent and its tasks
     """
 
@@ -306,6 +318,7 @@ class PilotDescription(_Description):
         "project": (None, _opt(_str)),
         "reservation": (None, _opt(_str)),
         "launcher": (None, _opt(_choice(LAUNCHERS))),
+        "launcher_options": (dict, _launcher_options),
         "environment": (dict, _env),
         "name": (None, _opt(_str)),
     }

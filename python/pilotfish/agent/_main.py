@@ -110,7 +110,9 @@ class Agent:
             from ..launch import get_launcher
 
             self.events.record(self.uid, "launcher_start", name)
-            lm = get_launcher(name, self.resources)
+            options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
+            options.setdefault("dvm_dir", os.path.join(self.sandbox, name))
+            lm = get_launcher(name, self.resources, options)
             lm.start(lambda argv, env, _n=name: self.runner.spawn_aux(
                 _n, argv, env, os.path.join(self.sandbox, f"{_n}.out"),
                 os.path.join(self.sandbox, f"{_n}.err")))

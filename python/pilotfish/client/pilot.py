@@ -164,7 +164,6 @@ class PilotManager:
 
     def _launch(self, pilot: Pilot) -> None:
         d = pilot.description
-        os.makedirs(pilot.sandbox, exist_ok=True)
         config = {
             "pilot_uid": pilot.uid,
             "session_uid": self.session.uid,
@@ -175,16 +174,17 @@ class PilotManager:
             "profile": self.session.profile,
             "watch_pid": os.getpid() if d.resource == "local" else 0,
         }
-        cfg_path = os.path.join(pilot.sandbox, "agent.json")
-        with open(cfg_path, "w") as f:
-            json.dump(config, f, indent=1)
         self.session._bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg))
-        agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
-        pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
         try:
+            os.makedirs(pilot.sandbox, exist_ok=True)
+            cfg_path = os.path.join(pilot.sandbox, "agent.json")
+            with open(cfg_path, "w") as f:
+                json.dump(config, f, indent=1)
+            agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
+            pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
             pilot._job.submit()
-        except Exception as e:
-            self._advance(pilot, S.FAILED, f"batch submission failed: {e}")
+        except Exception as e:  # the pilot fails alone, with the reason
+            self._advance(pilot, S.FAILED, f"cannot start the pilot: {e}")
             return
         self._advance(pilot, S.LAUNCHING)
 
@@ -239,10 +239,10 @@ class PilotManager:
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye
         wanted = getattr(pilot, "_wanted", None)
-        if bye is not None:
-            self._advance(pilot, bye.state, bye.reason, t=None)
-        elif wanted is not None and job_state != "FAILED":
-            self._advance(pilot, wanted[0], wanted[1])
+        if wanted is not None and (bye is not None or job_state != "FAILED"):
+            self._advance(pilot, wanted[0], wanted[1])  # what the user asked for
+        elif bye is not None:
+            self._advance(pilot, bye.state, bye.reason)  # the agent ended on its own
         elif job_state == "CANCELED":
             self._advance(pilot, S.CANCELED, message or "batch job canceled")
         else:
