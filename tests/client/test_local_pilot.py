@@ -190,14 +190,19 @@ def test_mixed_300_never_oversubscribes(emulated):
     assert states == [pf.DONE] * 300, [t.reason for t in tasks if t.state != pf.DONE][:3]
 
     # intervals in which each task held its slots: placed (schedule_ok) -> released (unschedule)
-    session.events.flush()
-    ev = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
-    start, end = {}, {}
-    for t, uid, name, _ in ev:
-        if name == "schedule_ok":
-            start[uid] = t
-        elif name == "unschedule":
-            end[uid] = t
+    # (the agent flushes its events in batches, at least every 0.5 s while busy or each second)
+    want = {t.uid for t in tasks}
+    deadline = time.time() + 20
+    while True:
+        start, end = {}, {}
+        for t, uid, name, _ in read_all_events(os.path.join(pilot.sandbox, "agent.events")):
+            if name == "schedule_ok":
+                start[uid] = t
+            elif name == "unschedule":
+                end[uid] = t
+        if want <= set(end) or time.time() > deadline:
+            break
+        time.sleep(0.2)
     cap = {n.name: (n.cores, n.gpus) for n in pilot.nodes}
     points = []
     for task in tasks:

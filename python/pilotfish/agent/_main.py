@@ -225,8 +225,8 @@ class Agent:
             if t.spec.timeout and t.running:
                 self._timer(now + t.spec.timeout, "timeout", t)
 
-    def _reap(self) -> None:
-        finished, events, aux_exits = self.runner.reap()
+    def _reap(self, block_s: float | None = None) -> None:
+        finished, events, aux_exits = self.runner.reap(block_s)
         self.events.record_many(events)
         for name, code, sig in aux_exits:
             log.warning("%s exited (code %s, signal %s)", name, code, sig)
@@ -345,8 +345,7 @@ class Agent:
         self._cancel([t.spec.uid for t in running], task_reason, running_state=task_state)
         deadline = time.time() + KILL_GRACE + 2.0
         while self.runner.running and time.time() < deadline:
-            self.core.wait(0.1) if hasattr(self.core, "wait") else time.sleep(0.05)
-            self._reap()
+            self._reap(block_s=0.1)
             now = time.time()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)

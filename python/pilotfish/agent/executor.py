@@ -143,13 +143,16 @@ class TaskRunner:
         return pid
 
     # -- reaping ----------------------------------------------------------------------------
-    def reap(self) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int]]]:
-        """Collect exits. Returns (finished tasks, events, aux exits (name, code, signal))."""
+    def reap(self, block_s: float | None = None) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int]]]:
+        """Collect exits (waiting up to block_s for one, if given).
+
+        Returns (finished tasks, events, aux exits (name, code, signal))."""
         finished: list[AgentTask] = []
         events: list[tuple] = []
         aux_exits = []
         procs = self._procs
-        for key, pid, code, sig, t_exit, _ut, _st, _rss in self.core.reap():
+        exits = self.core.reap() if block_s is None else self.core.wait(block_s)
+        for key, pid, code, sig, t_exit, _ut, _st, _rss in exits:
             owner = procs.pop(key, None)
             if owner is None:
                 name = self.aux.pop(key, None)

@@ -48,8 +48,9 @@ class Task:
     def done(self) -> bool:
         return self.state in S.FINAL
 
-    def wait(self, timeout: float | None = None) -> str:
-        return self._tmgr.wait_tasks([self.uid], timeout=timeout)[0]
+    def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
+        """Block until the task reaches `state` (default: a final state) or the timeout."""
+        return self._tmgr.wait_tasks([self.uid], state=state, timeout=timeout)[0]
 
     def cancel(self) -> None:
         self._tmgr.cancel_tasks([self.uid])

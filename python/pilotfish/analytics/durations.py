@@ -1,0 +1,89 @@
+"""Per-task durations (the seeds' Table 2: task setup time mean/median/q3), TTX, makespan.
+
+A task's life is cut at five of its events into consecutive steps:
+
+    queue_wait  NEW -> AGENT_SCHEDULING          submitted until the agent's scheduler has it:
+                                                 client handling, transport, waiting for an
+                                                 active pilot
+    scheduling  AGENT_SCHEDULING -> schedule_ok  in the agent's scheduler: waiting for free
+                                                 resources, then placement
+    setup       schedule_ok -> payload start     resources held, payload not running yet:
+                                                 prepare, spawn, launcher start-up. The seeds'
+                                                 "task setup time" (launcher call to app
+                                                 start) widened to all of the runtime's part.
+    run         payload start -> exec_stop       the payload runs
+    output      exec_stop -> final state         reap, release, output staging, final state
+
+payload start = launch_ok where a launcher reports it, else exec_ok (the spawn returned).
+final state = the first DONE / FAILED / CANCELED event. total = NEW -> final state.
+A duration whose events are missing (a task canceled before it ran) is NaN and left out of
+the statistics.
+
+TTX (time to execute the workload) = last exec_stop - first exec_start over all tasks: the
+span in which the workload ran. Makespan = last final state - first NEW.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# (key, label, from event, to event); "payload_start" and "t_final" are derived columns
+STEPS = (
+    ("queue_wait", "Queue wait", "NEW", "AGENT_SCHEDULING"),
+    ("scheduling", "Scheduling", "AGENT_SCHEDULING", "schedule_ok"),
+    ("setup", "Setup", "schedule_ok", "payload_start"),
+    ("run", "Run", "payload_start", "exec_stop"),
+    ("output", "Output", "exec_stop", "t_final"),
+)
+DURATIONS = STEPS + (("total", "Total", "NEW", "t_final"),)
+DURATION_LABELS = {k: label for k, label, _, _ in DURATIONS}
+STAT_NAMES = ("count", "mean", "median", "q3", "p95", "min", "max")
+
+
+def event_time(tasks: pd.DataFrame, name: str) -> np.ndarray:
+    """A task event time column (or a derived one) as float array; NaN where missing."""
+    if name == "payload_start":
+        launch = event_time(tasks, "launch_ok")
+        return np.where(np.isnan(launch), event_time(tasks, "exec_ok"), launch)
+    if name in tasks:
+        return tasks[name].to_numpy(np.float64)
+    return np.full(len(tasks), np.nan)
+
+
+def task_durations(tasks: pd.DataFrame) -> pd.DataFrame:
+    """Seconds per task and step (columns: DURATIONS keys), NaN where an event is missing."""
+    cols = {key: event_time(tasks, b) - event_time(tasks, a) for key, _, a, b in DURATIONS}
+    return pd.DataFrame(cols, index=tasks.index)
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return {"count": 0, **{k: float("nan") for k in STAT_NAMES[1:]}}
+    median, q3, p95 = np.percentile(v, [50, 75, 95])
+    return {"count": int(len(v)), "mean": float(v.mean()), "median": float(median),
+            "q3": float(q3), "p95": float(p95), "min": float(v.min()), "max": float(v.max())}
+
+
+def duration_stats(durations: pd.DataFrame) -> pd.DataFrame:
+    """count, mean, median, q3 (75th percentile), p95, min, max per step (rows)."""
+    return pd.DataFrame({k: stats(durations[k].to_numpy()) for k in durations.columns}).T \
+        .reindex(columns=list(STAT_NAMES))
+
+
+def ttx(tasks: pd.DataFrame) -> float:
+    """Last exec_stop - first exec_start (NaN if no task ran)."""
+    start, stop = event_time(tasks, "exec_start"), event_time(tasks, "exec_stop")
+    if np.all(np.isnan(start)) or np.all(np.isnan(stop)):
+        return float("nan")
+    return float(np.nanmax(stop) - np.nanmin(start))
+
+
+def makespan(tasks: pd.DataFrame) -> float:
+    """Last final state - first NEW (NaN without both)."""
+    new, final = event_time(tasks, "NEW"), event_time(tasks, "t_final")
+    if np.all(np.isnan(new)) or np.all(np.isnan(final)):
+        return float("nan")
+    return float(np.nanmax(final) - np.nanmin(new))

@@ -1,0 +1,155 @@
+"""All metrics of a session in one object, and as JSON.
+
+    a = analyze("path/to/session")          # or analyze(load_session(...))
+    a.ttx, a.utilization["cores"].shares, a.duration_stats, a.to_json()
+    a.series(bins=600)                      # over-time DataFrames for plots
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from pilotfish.analytics import activity, durations, utilization as ru
+from pilotfish.analytics.session import SessionData, load_session
+from pilotfish.analytics.steps import Step
+
+
+@dataclass
+class Analysis:
+    data: SessionData
+    ttx: float
+    makespan: float
+    utilization: dict[str, ru.Utilization]
+    durations: pd.DataFrame          # per task
+    duration_stats: pd.DataFrame     # per step: count, mean, median, q3, p95, min, max
+    state_counts: dict[str, int]
+    throughput: dict[str, float]
+    concurrency: dict[str, Step] = field(repr=False)
+
+    @property
+    def t_range(self) -> tuple[float, float]:
+        """(first, last) time worth showing: pilots' lives and tasks' lives."""
+        lo, hi = [], []
+        for w in ru.pilot_windows(self.data.pilots):
+            lo.append(w.t_boot)
+            hi.append(w.t_end)
+        t = self.data.tasks
+        for name in ("NEW", "t_final"):
+            if name in t and t[name].notna().any():
+                lo.append(float(t[name].min()))
+                hi.append(float(t[name].max()))
+        if not lo:
+            return 0.0, 1.0
+        a, b = min(lo), max(hi)
+        return a, (b if b > a else a + 1.0)
+
+    def edges(self, bins: int = 600) -> np.ndarray:
+        a, b = self.t_range
+        return np.linspace(a, b, bins + 1)
+
+    def series(self, bins: int = 600) -> dict[str, pd.DataFrame]:
+        """Over-time DataFrames: utilization_cores, utilization_gpus (mean resources per
+        phase), concurrency (mean tasks per step), throughput (tasks/s)."""
+        edges = self.edges(bins)
+        out = {f"utilization_{k}": ru.utilization_over_time(u, self.data.pilots, edges)
+               for k, u in self.utilization.items()}
+        out["concurrency"] = activity.concurrency_over_time(self.concurrency, edges)
+        out["throughput"] = activity.throughput_over_time(self.data.tasks, edges)
+        return out
+
+    @cached_property
+    def concurrency_peaks(self) -> dict[str, int]:
+        return {k: int(round(s.maximum())) for k, s in self.concurrency.items()}
+
+    def summary_table(self) -> pd.DataFrame:
+        """The seeds' Table 1 row: RU share per phase (%), cores and GPUs."""
+        return pd.DataFrame({kind: {ru.PHASE_LABELS[k]: 100 * v for k, v in u.shares.items()}
+                             for kind, u in self.utilization.items()})
+
+    def to_json(self) -> dict:
+        d = self.data
+        pilots = []
+        for w in ru.pilot_windows(d.pilots):
+            p = d.pilots.loc[w.uid]
+            pilots.append({
+                "uid": w.uid, "nodes": int(p["nodes"]), "cores": w.total["cores"],
+                "gpus": w.total["gpus"], "agent_cores": w.agent["cores"],
+                "agent_gpus": w.agent["gpus"], "launcher": p.get("launcher"),
+                "state": p.get("state"),
+                "startup_s": w.t_active - w.t_boot, "active_s": w.t_stop - w.t_active,
+                "termination_s": w.t_end - w.t_stop, "lifetime_s": w.t_end - w.t_boot,
+            })
+        util = {}
+        for kind, u in self.utilization.items():
+            util[kind] = {
+                "available_s": u.available,
+                "oversubscribed_s": u.oversubscribed,
+                "phases": {k: {"label": ru.PHASE_LABELS[k], "resource_s": u.phases[k],
+                               "share": u.shares[k]} for k in ru.PHASE_KEYS},
+                "per_pilot": u.per_pilot,
+            }
+        return _clean({
+            "session": {"uid": d.uid, "path": os.path.abspath(d.path), "t0": d.t0},
+            "tasks": {"total": int(len(d.tasks)), "by_state": self.state_counts},
+            "pilots": pilots,
+            "ttx_s": self.ttx,
+            "makespan_s": self.makespan,
+            "utilization": util,
+            "durations": {k: {"label": durations.DURATION_LABELS[k], **row}
+                          for k, row in self.duration_stats.to_dict(orient="index").items()},
+            "throughput": self.throughput,
+            "concurrency_peak": self.concurrency_peaks,
+            "warnings": d.warnings,
+        })
+
+
+def _clean(x):
+    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if x is pd.NA or (x is not None and not isinstance(x, str) and pd.isna(x) is True):
+        return None
+    return x
+
+
+def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
+    data = session if isinstance(session, SessionData) else load_session(session)
+    tasks = data.tasks
+    util = ru.utilization(tasks, data.pilots)
+    per_task = durations.task_durations(tasks)
+    counts = tasks["state"].value_counts(dropna=False)
+    state_counts = {str(k) if pd.notna(k) else "unknown": int(v) for k, v in counts.items() if v}
+    _, t_end = (0.0, 0.0)
+    finals = durations.event_time(tasks, "t_final")
+    windows = ru.pilot_windows(data.pilots)
+    ends = [w.t_end for w in windows] + ([float(np.nanmax(finals))] if np.isfinite(finals).any() else [])
+    t_end = max(ends) if ends else 0.0
+    return Analysis(
+        data=data,
+        ttx=durations.ttx(tasks),
+        makespan=durations.makespan(tasks),
+        utilization=util,
+        durations=per_task,
+        duration_stats=durations.duration_stats(per_task),
+        state_counts=state_counts,
+        throughput=activity.throughput_summary(tasks),
+        concurrency=activity.concurrency_steps(tasks, t_end),
+    )
+
+
+def compute_metrics(session: "SessionData | str | os.PathLike") -> dict:
+    """The metrics of a session as a JSON-able dict (what `pilotfish report --json` writes)."""
+    return analyze(session).to_json()

@@ -1,0 +1,97 @@
+"""Pilot life cycle on real local pilots: ready, walltime drain, cancel, agent failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+import pilotfish as pf
+from pilotfish._events import read_all_events
+
+
+def test_pilot_states_and_sandbox(session):
+    pmgr = pf.PilotManager(session)
+    seen = []
+    pmgr.register_callback(lambda p, s: seen.append(s))
+    t0 = time.time()
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=2, cores_per_node=8, runtime="5m"))
+    assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+    ready = time.time() - t0
+    assert [n.cores for n in pilot.nodes] == [8, 8]
+    info = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))
+    assert info["nodes"][0][1] == 8
+    pmgr.cancel_pilots(pilot.uid)
+    assert pilot.wait(timeout=30) == pf.CANCELED
+    assert seen == [pf.NEW, pf.LAUNCHING, pf.ACTIVE, pf.CANCELED]
+    assert [s for s, _ in pilot.history] == seen
+    assert ready < 10
+
+
+def test_walltime_drains_cleanly(session):
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="4s"))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    quick = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+    long = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["60"])
+                              for _ in range(3)])  # 2 run, 1 waits
+    assert pilot.wait(timeout=60) == pf.DONE
+    assert "walltime" in pilot.reason
+    assert quick.state == pf.DONE
+    states = sorted(t.state for t in long)
+    assert states == [pf.CANCELED, pf.FAILED, pf.FAILED]
+    for t in long:
+        assert "walltime" in t.reason
+    # the agent drained before the walltime and said so in its events
+    ev = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+    names = [e[2] for e in ev if e[1] == pilot.uid]
+    for name in ("bootstrap_start", "resources_ok", "ACTIVE", "drain_start", "drain_stop", "agent_stop"):
+        assert name in names
+    stop = [e[0] for e in ev if e[2] == "agent_stop"][0]
+    start = [e[0] for e in ev if e[2] == "bootstrap_start"][0]
+    assert stop - start < 4.0  # stopped before the walltime ran out
+
+
+def test_agent_death_fails_pilot_and_its_tasks(session):
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
+    t.wait(state=pf.EXECUTING, timeout=60)
+    agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
+    os.kill(agent_pid, 9)
+    assert pilot.wait(timeout=30) == pf.FAILED
+    assert "signal 9" in pilot.reason
+    assert t.wait(timeout=10) == pf.FAILED
+    assert pilot.uid in t.reason
+
+
+def test_bad_agent_environment_fails_with_reason(session):
+    """A pilot whose agent cannot start fails with the agent's own error."""
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, runtime="5m", sandbox="/proc/no-such-dir"))
+    assert pilot.wait(timeout=30) == pf.FAILED
+    assert pilot.reason
+
+
+def test_session_close_cancels_running_tasks(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
+        t.wait(state=pf.EXECUTING, timeout=60)
+    assert t.state == pf.CANCELED
+    assert pilot.state == pf.DONE
+    assert os.path.exists(tmp_path / "s" / "tasks.msgpack")
+
+
+def test_submit_without_pilot_is_an_error(session):
+    tmgr = pf.TaskManager(session)
+    with pytest.raises(pf.PilotfishError, match="add_pilots"):
+        tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
