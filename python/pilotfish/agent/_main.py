@@ -388,7 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
     _signal.signal(_signal.SIGTERM, lambda *_: _request_stop(agent, "terminated by signal"))
-    return agent.run()
+    prof_path = os.environ.get("PILOTFISH_AGENT_CPROFILE")  # where the agent's time goes
+    if not prof_path:
+        return agent.run()
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(agent.run)
+    finally:
+        prof.dump_stats(prof_path)
 
 
 def _request_stop(agent: Agent, reason: str) -> None:

@@ -11,7 +11,6 @@ import math
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -132,10 +131,11 @@ def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
     per_task = durations.task_durations(tasks)
     counts = tasks["state"].value_counts(dropna=False)
     state_counts = {str(k) if pd.notna(k) else "unknown": int(v) for k, v in counts.items() if v}
-    _, t_end = (0.0, 0.0)
+    # the end of the session: tasks still alive then count as in their step until it
     finals = durations.event_time(tasks, "t_final")
-    windows = ru.pilot_windows(data.pilots)
-    ends = [w.t_end for w in windows] + ([float(np.nanmax(finals))] if np.isfinite(finals).any() else [])
+    ends = [w.t_end for w in ru.pilot_windows(data.pilots)]
+    if np.isfinite(finals).any():
+        ends.append(float(np.nanmax(finals)))
     t_end = max(ends) if ends else 0.0
     return Analysis(
         data=data,
