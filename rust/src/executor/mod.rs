@@ -1,0 +1,331 @@
+//! Spawning and reaping task processes with no file descriptor per running task.
+//!
+//! Children open their own stdio through posix_spawn file actions, so the agent holds one fd
+//! in total (the notify eventfd) however many tasks run. Exits are collected by the
+//! process-wide reaper thread (see `reaper`).
+
+mod env;
+mod reaper;
+mod spawn;
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr, CString};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use env::BaseEnv;
+use reaper::Sink;
+use spawn::{Attr, FileActions};
+
+/// One process to start. Strings are raw bytes; a NUL inside one fails that spec (EINVAL).
+#[derive(Clone, Debug, Default)]
+pub struct SpawnSpec {
+    pub key: i64,
+    pub argv: Vec<Vec<u8>>,
+    /// Extra `K=V` entries on top of the executor's base environment (they win).
+    pub env: Option<Vec<Vec<u8>>>,
+    pub cwd: Option<Vec<u8>>,
+    /// None: /dev/null. Relative paths are relative to `cwd`.
+    pub stdout: Option<Vec<u8>>,
+    pub stderr: Option<Vec<u8>>,
+}
+
+/// Outcome of one spec: (pid, CLOCK_REALTIME seconds) or (errno, message).
+pub type Spawned = Result<(i32, f64), (i32, String)>;
+
+/// One reaped child.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exit {
+    /// The spec's key; -1 for a child this process did not spawn through an Executor.
+    pub key: i64,
+    pub pid: i32,
+    /// Exit status, or -1 if killed by a signal (or lost).
+    pub exit_code: i32,
+    /// The terminating signal, 0 if none.
+    pub signal: i32,
+    pub t_exit: f64,
+    pub utime: f64,
+    pub stime: f64,
+    pub maxrss_kib: i64,
+}
+
+impl Exit {
+    fn from_wait(key: i64, pid: i32, status: i32, ru: &libc::rusage) -> Exit {
+        let (exit_code, signal) = if libc::WIFSIGNALED(status) {
+            (-1, libc::WTERMSIG(status))
+        } else {
+            (libc::WEXITSTATUS(status), 0)
+        };
+        let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+        Exit {
+            key,
+            pid,
+            exit_code,
+            signal,
+            t_exit: now(),
+            utime: secs(ru.ru_utime),
+            stime: secs(ru.ru_stime),
+            maxrss_kib: ru.ru_maxrss,
+        }
+    }
+
+    /// A child that was reaped by someone else: status unknown.
+    fn lost(key: i64, pid: i32, t: f64) -> Exit {
+        Exit {
+            key,
+            pid,
+            exit_code: -1,
+            signal: 0,
+            t_exit: t,
+            utime: 0.0,
+            stime: 0.0,
+            maxrss_kib: 0,
+        }
+    }
+}
+
+/// CLOCK_REALTIME in seconds, as Python's time.time().
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+pub struct Executor {
+    base: BaseEnv,
+    sink: Arc<Sink>,
+}
+
+impl Executor {
+    /// `base_env`: `K=V` entries every child gets. Starts the reaper thread if needed.
+    pub fn new(base_env: Vec<Vec<u8>>) -> io::Result<Executor> {
+        let base = BaseEnv::new(base_env)?;
+        let sink = Arc::new(Sink::new()?);
+        reaper::registry().lock().register(&sink);
+        Ok(Executor { base, sink })
+    }
+
+    /// Readable while exits are waiting to be collected.
+    pub fn notify_fd(&self) -> i32 {
+        self.sink.notify_fd()
+    }
+
+    /// Children spawned by this executor and not reaped yet.
+    pub fn running(&self) -> usize {
+        self.sink.running.load(Ordering::Relaxed)
+    }
+
+    /// Exits collected so far; never blocks.
+    pub fn reap(&self) -> Vec<Exit> {
+        self.sink.take()
+    }
+
+    /// Waits up to `timeout` (None: forever) until at least one exit is available.
+    pub fn wait(&self, timeout: Option<Duration>) -> Vec<Exit> {
+        self.sink.wait(timeout)
+    }
+
+    /// killpg(pid, sig) for each pid; groups that are already gone are ignored.
+    pub fn kill(&self, pids: &[i32], sig: i32) -> io::Result<()> {
+        if let Some(&bad) = pids.iter().find(|&&p| p <= 1) {
+            // killpg(0) would signal the agent's own group.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid pid {bad}"),
+            ));
+        }
+        for &pid in pids {
+            // SAFETY: plain syscall.
+            if unsafe { libc::killpg(pid, sig) } == -1 {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() != Some(libc::ESRCH) {
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts every spec; one result per spec, in order. Failures are results, not errors.
+    pub fn spawn_batch(&self, specs: &[SpawnSpec]) -> Vec<Spawned> {
+        let (attr, default_actions) = match (Attr::for_task(), task_actions(None, None, None)) {
+            (Ok(a), Ok(f)) => (a, f),
+            (Err(e), _) | (_, Err(e)) => {
+                let e = (-e.raw_os_error().unwrap_or(libc::EIO), e.to_string());
+                return specs.iter().map(|_| Err(e.clone())).collect();
+            }
+        };
+        // Everything that can be done without the registry lock is done first: the reaper
+        // cannot record exits while a batch holds it.
+        let base_envp = self.base.pointers();
+        let mut lookups = HashMap::new();
+        let prepared: Vec<Result<Prepared, (i32, String)>> = specs
+            .iter()
+            .map(|s| self.prepare(s, &mut lookups))
+            .collect();
+
+        let reg = reaper::registry();
+        let mut state = reg.lock();
+        let mut out = Vec::with_capacity(specs.len());
+        let mut added = false;
+        for (spec, prep) in specs.iter().zip(prepared) {
+            let p = match prep {
+                Ok(p) => p,
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
+            let envp = p.envp.as_deref().unwrap_or(&base_envp);
+            let actions = p.actions.as_ref().unwrap_or(&default_actions);
+            match spawn::spawn(&p.path, &p.argv, envp, actions, &attr) {
+                Ok(pid) => {
+                    state.add(pid, &self.sink, spec.key);
+                    added = true;
+                    out.push(Ok((pid, now())));
+                }
+                Err(errno) => out.push(Err((-errno, error_message(spec, errno)))),
+            }
+        }
+        drop(state);
+        if added {
+            reg.children_added();
+        }
+        out
+    }
+
+    /// Converts a spec into what posix_spawn takes, resolving argv[0] through PATH.
+    fn prepare<'a>(
+        &self,
+        spec: &'a SpawnSpec,
+        lookups: &mut HashMap<&'a [u8], Result<CString, i32>>,
+    ) -> Result<Prepared, (i32, String)> {
+        let invalid = |what: &str| (-libc::EINVAL, format!("{what} contains a NUL byte"));
+        let argv: Vec<CString> = spec
+            .argv
+            .iter()
+            .map(|a| CString::new(a.as_slice()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| invalid("argv"))?;
+        let Some(arg0) = spec.argv.first() else {
+            return Err((-libc::EINVAL, "empty argv".into()));
+        };
+        let extra = match &spec.env {
+            Some(v) if !v.is_empty() => Some(env::Overlay::new(v).map_err(|e| (-libc::EINVAL, e))?),
+            _ => None,
+        };
+        let path = if arg0.contains(&b'/') {
+            argv[0].clone()
+        } else {
+            let found = match extra.as_ref().and_then(|x| x.path()) {
+                Some(dirs) => env::search_path(arg0, dirs),
+                // Same PATH for the whole batch: look each name up once.
+                None => lookups
+                    .entry(arg0.as_slice())
+                    .or_insert_with(|| env::search_path(arg0, self.base.path()))
+                    .clone(),
+            };
+            found.map_err(|errno| (-errno, error_message(spec, errno)))?
+        };
+        let actions = if spec.cwd.is_some() || spec.stdout.is_some() || spec.stderr.is_some() {
+            let c = |v: &Option<Vec<u8>>, what| {
+                v.as_ref()
+                    .map(|b| CString::new(b.as_slice()))
+                    .transpose()
+                    .map_err(|_| invalid(what))
+            };
+            let (cwd, out, err) = (
+                c(&spec.cwd, "cwd")?,
+                c(&spec.stdout, "stdout")?,
+                c(&spec.stderr, "stderr")?,
+            );
+            let fa = task_actions(cwd.as_deref(), out.as_deref(), err.as_deref())
+                .map_err(|e| (-e.raw_os_error().unwrap_or(libc::EIO), e.to_string()))?;
+            Some(fa)
+        } else {
+            None
+        };
+        let envp = extra.as_ref().map(|x| self.base.overlaid(x));
+        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        Ok(Prepared {
+            path,
+            _argv: argv,
+            _overlay: extra,
+            argv: argv_ptrs,
+            envp,
+            actions,
+        })
+    }
+
+    /// The exits of this executor's children are dropped after this.
+    fn unregister(&self) {
+        reaper::registry().lock().unregister(&self.sink);
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+/// A spec ready for posix_spawn. The pointer vectors point into `_argv`, `_overlay` and the
+/// base environment (moving a CString does not move its bytes).
+struct Prepared {
+    path: CString,
+    _argv: Vec<CString>,
+    _overlay: Option<env::Overlay>,
+    argv: Vec<*const c_char>,
+    envp: Option<Vec<*const c_char>>,
+    actions: Option<FileActions>,
+}
+
+/// stdin from /dev/null; stdout/stderr to the given files or /dev/null, opened in the child
+/// after the chdir (so relative paths are relative to the task's cwd).
+fn task_actions(
+    cwd: Option<&CStr>,
+    out: Option<&CStr>,
+    err: Option<&CStr>,
+) -> io::Result<FileActions> {
+    const DEV_NULL: &CStr = c"/dev/null";
+    const FILE_FLAGS: i32 = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+    let mut fa = FileActions::new()?;
+    if let Some(dir) = cwd {
+        fa.chdir(dir)?;
+    }
+    fa.open(0, DEV_NULL, libc::O_RDONLY, 0)?;
+    match out {
+        Some(path) => fa.open(1, path, FILE_FLAGS, 0o644)?,
+        None => fa.open(1, DEV_NULL, libc::O_WRONLY, 0)?,
+    }
+    if err == out {
+        // Same file (or both /dev/null): share the descriptor, so that writes to both
+        // streams append in order instead of overwriting each other.
+        fa.dup2(1, 2)?;
+    } else {
+        match err {
+            Some(path) => fa.open(2, path, FILE_FLAGS, 0o644)?,
+            None => fa.open(2, DEV_NULL, libc::O_WRONLY, 0)?,
+        }
+    }
+    Ok(fa)
+}
+
+fn error_message(spec: &SpawnSpec, errno: i32) -> String {
+    let arg0 = spec
+        .argv
+        .first()
+        .map(|a| String::from_utf8_lossy(a))
+        .unwrap_or_default();
+    let reason = io::Error::from_raw_os_error(errno);
+    match &spec.cwd {
+        Some(cwd) => format!("{arg0} (cwd {}): {reason}", String::from_utf8_lossy(cwd)),
+        None => format!("{arg0}: {reason}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

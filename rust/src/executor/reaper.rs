@@ -1,0 +1,267 @@
+//! The process-wide reaper: one thread that waits for every child of the process.
+//!
+//! There is one reaper per process, not per Executor: wait4(-1) cannot be shared, and two
+//! reapers would steal each other's children. Each Executor owns a `Sink` that receives the
+//! exits of the children it spawned; the registry maps pid -> (sink, key). Exits of children
+//! no Executor spawned go to every live Executor, with key -1.
+//!
+//! Ordering rule: a spawner holds the registry lock across posix_spawn *and* the pid insert,
+//! and the reaper takes that lock before it calls wait4. So a reaped pid is always already in
+//! the map, and a child that failed to exec (which glibc reaps itself inside posix_spawn) is
+//! never seen by the reaper.
+
+use std::collections::HashMap;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::{now, Exit};
+
+/// Where one Executor's exits are collected.
+pub struct Sink {
+    exits: Mutex<Vec<Exit>>,
+    ready: Condvar,
+    /// eventfd, readable exactly while `exits` is non-empty (both change under its lock).
+    efd: OwnedFd,
+    /// Children spawned through this sink and not reaped yet.
+    pub running: AtomicUsize,
+}
+
+impl Sink {
+    pub fn new() -> io::Result<Sink> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Sink {
+            exits: Mutex::new(Vec::new()),
+            ready: Condvar::new(),
+            // SAFETY: fd was just created and nothing else owns it.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+            running: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn notify_fd(&self) -> i32 {
+        self.efd.as_raw_fd()
+    }
+
+    fn deliver(&self, batch: Vec<Exit>) {
+        let mut exits = lock(&self.exits);
+        let was_empty = exits.is_empty();
+        exits.extend(batch);
+        if was_empty && !exits.is_empty() {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our eventfd. It cannot block: the
+            // counter is reset by every take().
+            unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+        self.ready.notify_all();
+    }
+
+    /// Exits collected so far (non-blocking); resets the notify fd.
+    pub fn take(&self) -> Vec<Exit> {
+        let mut exits = lock(&self.exits);
+        self.drain_fd();
+        std::mem::take(&mut *exits)
+    }
+
+    /// Like `take`, but first waits up to `timeout` (None: forever) for at least one exit.
+    pub fn wait(&self, timeout: Option<Duration>) -> Vec<Exit> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut exits = lock(&self.exits);
+        while exits.is_empty() {
+            match deadline {
+                None => exits = self.ready.wait(exits).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    exits = self
+                        .ready
+                        .wait_timeout(exits, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+        self.drain_fd();
+        std::mem::take(&mut *exits)
+    }
+
+    fn drain_fd(&self) {
+        let mut buf = 0u64;
+        // SAFETY: reads at most 8 bytes into a live u64; EAGAIN (nothing pending) is fine.
+        unsafe { libc::read(self.efd.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) };
+    }
+}
+
+pub struct State {
+    pids: HashMap<libc::pid_t, (Arc<Sink>, i64)>,
+    /// Live executors; each of them is told about exits of pids none of them spawned.
+    sinks: Vec<Weak<Sink>>,
+}
+
+impl State {
+    /// Records a child just spawned. Call with the lock held since before posix_spawn.
+    pub fn add(&mut self, pid: libc::pid_t, sink: &Arc<Sink>, key: i64) {
+        sink.running.fetch_add(1, Ordering::Relaxed);
+        self.pids.insert(pid, (Arc::clone(sink), key));
+    }
+
+    pub fn register(&mut self, sink: &Arc<Sink>) {
+        self.sinks.push(Arc::downgrade(sink));
+    }
+
+    pub fn unregister(&mut self, sink: &Arc<Sink>) {
+        let target = Arc::downgrade(sink);
+        self.sinks
+            .retain(|w| w.strong_count() > 0 && !w.ptr_eq(&target));
+    }
+
+    /// Who gets the exit of `pid`: its spawner with its key, or (key -1) every live executor.
+    fn owners(&mut self, pid: libc::pid_t) -> Vec<(Arc<Sink>, i64)> {
+        if let Some((sink, key)) = self.pids.remove(&pid) {
+            sink.running.fetch_sub(1, Ordering::Relaxed);
+            return vec![(sink, key)];
+        }
+        self.sinks
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|s| (s, -1))
+            .collect()
+    }
+}
+
+pub struct Registry {
+    state: Mutex<State>,
+    /// Signalled when the first child is added; the reaper sleeps on it while it owns none.
+    has_children: Condvar,
+}
+
+impl Registry {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Wakes the reaper after a spawn batch (cheap when it is already awake).
+    pub fn children_added(&self) {
+        self.has_children.notify_one();
+    }
+}
+
+/// The registry, starting the reaper thread on first use.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        start_reaper();
+        Registry {
+            state: Mutex::new(State {
+                pids: HashMap::new(),
+                sinks: Vec::new(),
+            }),
+            has_children: Condvar::new(),
+        }
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not stop reaping: the data stays consistent between statements.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn start_reaper() {
+    // The thread inherits a fully blocked signal mask, so process-directed signals (SIGINT,
+    // SIGCHLD...) are handled by Python's threads and never interrupt the reaper.
+    // SAFETY: sigset values are initialized by sigfillset/pthread_sigmask before use.
+    unsafe {
+        let mut all = MaybeUninit::uninit();
+        let mut old = MaybeUninit::uninit();
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
+        std::thread::Builder::new()
+            .name("pilotfish-reaper".into())
+            .spawn(|| reap_forever(registry()))
+            .expect("cannot start the reaper thread");
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+fn reap_forever(reg: &Registry) -> ! {
+    loop {
+        // Sleep while no executor has children: then wait4(-1) would only steal the children
+        // of other code in the process (e.g. subprocess in tests of other layers).
+        {
+            let mut st = reg.lock();
+            while st.pids.is_empty() {
+                st = reg.has_children.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        // Block until some child has exited, without reaping it yet (see the module comment).
+        let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: info is a valid out-parameter.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                info.as_mut_ptr(),
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        let err = (rc == -1).then(io::Error::last_os_error);
+
+        let mut st = reg.lock();
+        let mut batch: Vec<(Arc<Sink>, Exit)> = Vec::new();
+        loop {
+            let mut status = 0;
+            let mut ru = MaybeUninit::<libc::rusage>::zeroed();
+            // SAFETY: valid out-parameters.
+            let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, ru.as_mut_ptr()) };
+            if pid <= 0 {
+                break;
+            }
+            // SAFETY: wait4 filled it.
+            let ru = unsafe { ru.assume_init() };
+            let exit = Exit::from_wait(-1, pid, status, &ru);
+            for (sink, key) in st.owners(pid) {
+                batch.push((
+                    sink,
+                    Exit {
+                        key,
+                        ..exit.clone()
+                    },
+                ));
+            }
+        }
+        if err.as_ref().and_then(io::Error::raw_os_error) == Some(libc::ECHILD) {
+            // Our children vanished without us (someone else waited for them, or SIGCHLD is
+            // ignored): report them with unknown status rather than waiting forever.
+            let t = now();
+            for (pid, (sink, key)) in st.pids.drain() {
+                sink.running.fetch_sub(1, Ordering::Relaxed);
+                batch.push((sink, Exit::lost(key, pid, t)));
+            }
+        }
+        drop(st);
+        deliver(batch);
+    }
+}
+
+/// Hands exits to their sinks, one wake-up per sink.
+fn deliver(batch: Vec<(Arc<Sink>, Exit)>) {
+    let mut groups: Vec<(Arc<Sink>, Vec<Exit>)> = Vec::new();
+    for (sink, exit) in batch {
+        match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &sink)) {
+            Some((_, v)) => v.push(exit),
+            None => groups.push((sink, vec![exit])),
+        }
+    }
+    for (sink, exits) in groups {
+        sink.deliver(exits);
+    }
+}

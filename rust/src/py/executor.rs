@@ -1,0 +1,136 @@
+//! Python binding of `crate::executor`.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::executor::{Executor, Exit, SpawnSpec};
+
+type PySpec = (
+    i64,
+    Vec<OsString>,
+    Option<Vec<OsString>>,
+    Option<PathBuf>,
+    Option<PathBuf>,
+    Option<PathBuf>,
+);
+
+fn bytes(s: OsString) -> Vec<u8> {
+    s.into_vec()
+}
+
+fn exits<'py>(py: Python<'py>, exits: Vec<Exit>) -> PyResult<Bound<'py, PyList>> {
+    let rows = exits.into_iter().map(|e| {
+        (
+            e.key,
+            e.pid,
+            e.exit_code,
+            e.signal,
+            e.t_exit,
+            e.utime,
+            e.stime,
+            e.maxrss_kib,
+        )
+    });
+    PyList::new(py, rows)
+}
+
+/// Spawns task processes (posix_spawn) and collects their exits (one reaper thread per
+/// process). See docs/internals.md.
+#[pyclass(frozen, module = "pilotfish._core", name = "Executor")]
+pub struct PyExecutor {
+    inner: Executor,
+}
+
+#[pymethods]
+impl PyExecutor {
+    /// base_env: "K=V" entries every child gets; None = this process's environment now.
+    #[new]
+    #[pyo3(signature = (base_env=None))]
+    fn new(base_env: Option<Vec<OsString>>) -> PyResult<Self> {
+        let base: Vec<Vec<u8>> = match base_env {
+            Some(v) => v.into_iter().map(bytes).collect(),
+            None => std::env::vars_os()
+                .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+                .collect(),
+        };
+        let inner = Executor::new(base).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
+            _ => PyOSError::new_err(e.to_string()),
+        })?;
+        Ok(PyExecutor { inner })
+    }
+
+    /// Readable while exits are waiting; reap() resets it.
+    #[getter]
+    fn notify_fd(&self) -> i32 {
+        self.inner.notify_fd()
+    }
+
+    /// Children spawned by this executor and not reaped yet.
+    #[getter]
+    fn running(&self) -> usize {
+        self.inner.running()
+    }
+
+    /// specs: (key, argv, env|None, cwd|None, stdout|None, stderr|None) each.
+    /// Returns (pid, t_spawn) or (-errno, message) per spec.
+    fn spawn_batch<'py>(
+        &self,
+        py: Python<'py>,
+        specs: Vec<PySpec>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let specs: Vec<SpawnSpec> = specs
+            .into_iter()
+            .map(|(key, argv, env, cwd, stdout, stderr)| SpawnSpec {
+                key,
+                argv: argv.into_iter().map(bytes).collect(),
+                env: env.map(|e| e.into_iter().map(bytes).collect()),
+                cwd: cwd.map(|p| bytes(p.into_os_string())),
+                stdout: stdout.map(|p| bytes(p.into_os_string())),
+                stderr: stderr.map(|p| bytes(p.into_os_string())),
+            })
+            .collect();
+        let inner = &self.inner;
+        let results = py.detach(|| inner.spawn_batch(&specs));
+        let items = results
+            .into_iter()
+            .map(|r| match r {
+                Ok((pid, t)) => (pid, t).into_pyobject(py).map(Bound::into_any),
+                Err((errno, msg)) => (errno, msg).into_pyobject(py).map(Bound::into_any),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Exits so far, never blocks: [(key, pid, exit_code, signal, t_exit, utime, stime,
+    /// maxrss_kib)]. Drains notify_fd.
+    fn reap<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        exits(py, self.inner.reap())
+    }
+
+    /// Like reap(), but first waits (GIL released) up to timeout_s seconds (None: no limit)
+    /// for at least one exit.
+    #[pyo3(signature = (timeout_s=None))]
+    fn wait<'py>(&self, py: Python<'py>, timeout_s: Option<f64>) -> PyResult<Bound<'py, PyList>> {
+        let timeout = timeout_s
+            .map(|t| Duration::try_from_secs_f64(t.max(0.0)))
+            .transpose()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let inner = &self.inner;
+        exits(py, py.detach(|| inner.wait(timeout)))
+    }
+
+    /// killpg(pid, sig) for each pid; groups already gone are ignored.
+    fn kill(&self, pids: Vec<i32>, sig: i32) -> PyResult<()> {
+        self.inner.kill(&pids, sig).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
+            _ => PyErr::from(e),
+        })
+    }
+}

@@ -1,0 +1,274 @@
+"""pilotfish._core.Executor through Python: spawn, reap, kill; no fd per task."""
+
+import gc
+import os
+import select
+import signal
+import stat
+import sys
+import threading
+import time
+
+import pytest
+
+from pilotfish._core import Executor
+
+BASE_ENV = ["PATH=/usr/bin:/bin", "BASE=1"]
+
+
+def spec(key, argv, env=None, cwd=None, stdout=None, stderr=None):
+    return (key, argv, env, cwd, stdout, stderr)
+
+
+def collect(ex, n, timeout=60.0):
+    """Waits for n exits of ex, through notify_fd as the agent would."""
+    deadline = time.monotonic() + timeout
+    out = []
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only {len(out)} of {n} exits"
+        r, _, _ = select.select([ex.notify_fd], [], [], min(left, 1.0))
+        if r:
+            out.extend(ex.reap())
+    return out
+
+
+@pytest.fixture
+def ex():
+    ex = Executor(base_env=BASE_ENV)
+    yield ex
+    # Leave no children behind for other tests (the reaper is process-wide).
+    if ex.running:
+        deadline = time.monotonic() + 30
+        while ex.running and time.monotonic() < deadline:
+            ex.wait(0.2)
+
+
+def spawn_one(ex, *args, **kw):
+    (res,) = ex.spawn_batch([spec(*args, **kw)])
+    return res
+
+
+def test_many_true_in_batches(ex):
+    pids = {}
+    for b in range(10):
+        res = ex.spawn_batch([spec(b * 200 + i, ["/bin/true"]) for i in range(200)])
+        for i, (pid, t) in enumerate(res):
+            assert pid > 0 and isinstance(t, float), (pid, t)
+            pids[b * 200 + i] = pid
+    exits = collect(ex, 2000)
+    assert sorted(e[0] for e in exits) == list(range(2000))
+    for key, pid, code, sig, t_exit, utime, stime, maxrss in exits:
+        assert pids[key] == pid and code == 0 and sig == 0
+        assert t_exit > 1e9 and utime >= 0 and stime >= 0 and maxrss >= 0
+    assert ex.running == 0
+    assert ex.reap() == []
+
+
+def test_errors_are_results_not_exceptions(ex, tmp_path):
+    noexec = tmp_path / "noexec"
+    noexec.write_text("#!/bin/sh\n")
+    noexec.chmod(stat.S_IRUSR)
+    res = ex.spawn_batch([
+        spec(1, ["no-such-program-pilotfish"]),
+        spec(2, ["/no/such/file"]),
+        spec(3, [str(noexec)]),
+        spec(4, ["true"], cwd="/no/such/dir"),
+        spec(5, ["true", "a\0b"]),
+        spec(6, []),
+        spec(7, ["true"], env=["PATH=/nonexistent"]),
+    ])
+    assert [r[0] for r in res] == [-2, -2, -13, -2, -22, -22, -2]
+    assert all(isinstance(r[1], str) and r[1] for r in res)
+    assert "no-such-program-pilotfish" in res[0][1]
+    time.sleep(0.2)
+    assert ex.reap() == [] and ex.running == 0  # failed spawns leave no exit records
+
+
+def test_exit_code_and_signal(ex):
+    p1, _ = spawn_one(ex, 1, ["sh", "-c", "exit 7"])
+    p2, _ = spawn_one(ex, 2, ["sleep", "100"])
+    assert ex.running >= 1
+    ex.kill([p2], signal.SIGKILL)
+    exits = {e[0]: e for e in collect(ex, 2)}
+    assert exits[1][1:4] == (p1, 7, 0)
+    assert exits[2][1:4] == (p2, -1, signal.SIGKILL)
+    ex.kill([p2], signal.SIGKILL)  # gone: ESRCH is ignored
+    with pytest.raises(ValueError):
+        ex.kill([0], signal.SIGTERM)  # would signal our own group
+
+
+def test_kill_reaches_the_whole_group(ex):
+    pid, _ = spawn_one(ex, 1, ["sh", "-c", "sleep 100 & wait"])
+    deadline = time.monotonic() + 10
+    while len(group_members(pid)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    ex.kill([pid], signal.SIGKILL)
+    (e,) = collect(ex, 1)
+    assert e[3] == signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while group_members(pid):  # the orphaned sleep was killed too
+        assert time.monotonic() < deadline, group_members(pid)
+        time.sleep(0.02)
+
+
+def group_members(pgid):
+    """Live (non-zombie) processes in a process group."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+def test_stdout_stderr_files(ex, tmp_path):
+    out, err, both = tmp_path / "out", tmp_path / "err", tmp_path / "both"
+    out.write_text("old content that must be truncated\n" * 10)
+    script = "echo to-out; echo to-err >&2"
+    ex.spawn_batch([
+        spec(1, ["sh", "-c", script], stdout=str(out), stderr=str(err)),
+        spec(2, ["sh", "-c", script], stdout=both, stderr=both),  # os.PathLike works too
+        spec(3, ["sh", "-c", script]),  # /dev/null
+    ])
+    collect(ex, 3)
+    assert out.read_text() == "to-out\n"
+    assert err.read_text() == "to-err\n"
+    assert both.read_text() == "to-out\nto-err\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644 & ~current_umask()
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_cwd_and_relative_output(ex, tmp_path):
+    spawn_one(ex, 1, ["pwd"], cwd=str(tmp_path), stdout="pwd.txt")
+    collect(ex, 1)
+    assert (tmp_path / "pwd.txt").read_text().strip() == str(tmp_path)
+
+
+def test_env_overlay(ex, tmp_path):
+    out = tmp_path / "env"
+    spawn_one(ex, 1, ["env"], env=["BASE=2", "EXTRA=x=y"], stdout=str(out))
+    spawn_one(ex, 2, ["env"], stdout=str(tmp_path / "base"))
+    collect(ex, 2)
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert env == {"PATH": "/usr/bin:/bin", "BASE": "2", "EXTRA": "x=y"}
+    base = dict(line.split("=", 1) for line in (tmp_path / "base").read_text().splitlines())
+    assert base == {"PATH": "/usr/bin:/bin", "BASE": "1"}
+
+
+def test_default_env_is_ours():
+    ex = Executor()
+    os.environ["PILOTFISH_CORE_PROBE"] = "1"  # set after creation: not seen
+    try:
+        r, w = os.pipe()
+        os.close(w)
+        pid, _ = spawn_one(ex, 1, ["sh", "-c", 'test "$HOME" = "$0" && test -z "$PILOTFISH_CORE_PROBE"',
+                                   os.environ.get("HOME", "")])
+        os.close(r)
+        (e,) = collect(ex, 1)
+        assert e[2] == 0
+    finally:
+        del os.environ["PILOTFISH_CORE_PROBE"]
+
+
+def test_own_process_group_and_default_signals(ex, tmp_path):
+    # The spawned process is `cat` itself, so /proc/self is the child.
+    pid, _ = spawn_one(ex, 1, ["cat", "/proc/self/stat"], stdout=str(tmp_path / "stat"))
+    spawn_one(ex, 2, ["cat", "/proc/self/status"], stdout=str(tmp_path / "status"))
+    collect(ex, 2)
+    fields = (tmp_path / "stat").read_text().rsplit(")", 1)[1].split()
+    assert int(fields[2]) == pid  # pgrp == pid
+    status = dict(
+        line.split(":\t", 1) for line in (tmp_path / "status").read_text().splitlines() if ":\t" in line
+    )
+    # Python ignores SIGPIPE; children must get default dispositions and an empty mask.
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    # glibc's posix_spawn ignores its two internal signals (32, 33; below SIGRTMIN) in every
+    # child; nothing a program can use. Everything else must be at its default.
+    glibc_internal = (1 << 31) | (1 << 32)
+    assert int(status["SigIgn"], 16) & ~glibc_internal == 0
+    assert int(status["SigBlk"], 16) == 0
+
+
+def open_fds():
+    gc.collect()  # executors of earlier tests close their notify fd when collected
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_no_fd_per_running_task(ex, tmp_path):
+    before = open_fds()
+    res = ex.spawn_batch([spec(i, ["sleep", "30"], stdout=str(tmp_path / f"{i}.out")) for i in range(1000)])
+    pids = [pid for pid, _ in res]
+    assert all(pid > 0 for pid in pids)
+    try:
+        assert ex.running == 1000
+        assert open_fds() == before
+    finally:
+        ex.kill(pids, signal.SIGKILL)
+    exits = collect(ex, 1000)
+    assert {e[3] for e in exits} == {signal.SIGKILL}
+    assert open_fds() == before
+    assert ex.running == 0
+
+
+def test_foreign_children_are_reported_with_key_minus_1(ex):
+    pid, _ = spawn_one(ex, 1, ["sleep", "30"])  # the reaper only runs while we have children
+    foreign = os.posix_spawn("/bin/true", ["true"], dict(os.environ))
+    (e,) = collect(ex, 1)
+    assert e[:3] == (-1, foreign, 0)
+    ex.kill([pid], signal.SIGKILL)
+    assert collect(ex, 1)[0][:2] == (1, pid)
+
+
+def test_executors_get_only_their_own_exits(ex):
+    other = Executor(base_env=BASE_ENV)
+    ex.spawn_batch([spec(k, ["true"]) for k in range(20)])
+    other.spawn_batch([spec(100 + k, ["true"]) for k in range(20)])
+    assert sorted(e[0] for e in collect(ex, 20)) == list(range(20))
+    assert sorted(e[0] for e in collect(other, 20)) == list(range(100, 120))
+    # A foreign child's exit goes to both.
+    pid, _ = spawn_one(ex, 1, ["sleep", "30"])
+    foreign = os.posix_spawn("/bin/true", ["true"], dict(os.environ))
+    assert collect(other, 1)[0][:2] == (-1, foreign)
+    ex.kill([pid], signal.SIGKILL)
+    assert sorted(e[:2] for e in collect(ex, 2)) == [(-1, foreign), (1, pid)]
+
+
+def test_notify_fd_and_wait(ex):
+    t0 = time.monotonic()
+    assert ex.wait(0.2) == []
+    assert 0.15 < time.monotonic() - t0 < 5
+    spawn_one(ex, 1, ["true"])
+    r, _, _ = select.select([ex.notify_fd], [], [], 10)
+    assert r
+    assert len(ex.reap()) == 1
+    r, _, _ = select.select([ex.notify_fd], [], [], 0)
+    assert not r  # drained
+
+
+def test_wait_releases_the_gil(ex):
+    got = []
+    t = threading.Thread(target=lambda: got.extend(ex.wait(20)))
+    t.start()
+    time.sleep(0.2)  # the waiting thread must not block this one
+    spawn_one(ex, 1, ["true"])
+    t.join(20)
+    assert [e[0] for e in got] == [1]
+
+
+def test_python_executable_runs(ex, tmp_path):
+    out = tmp_path / "py"
+    spawn_one(ex, 1, [sys.executable, "-c", "import os; print(os.getpgrp() == os.getpid())"], stdout=str(out))
+    (e,) = collect(ex, 1)
+    assert e[2] == 0 and out.read_text() == "True\n"
