@@ -170,12 +170,12 @@ def main() -> None:
     res["floor"] = floor()
     print("floor", res["floor"], flush=True)
     res["null"] = null_tasks(a.tasks)
-    res["null"]["ratio_to_floor_2"] = res["null"]["rate"] / res["floor"]["rate_2"]
-    res["null"]["ratio_to_floor_1"] = res["null"]["rate"] / res["floor"]["rate_1"]
+    res["null"]["ratio_to_floor_2"] = res["null"]["rate"] / res["floor"]["tasks_per_s_2"]
+    res["null"]["ratio_to_floor_1"] = res["null"]["rate"] / res["floor"]["tasks_per_s_1"]
     print("null", res["null"], flush=True)
     if a.big:
         res["null_big"] = null_tasks(a.big)
-        res["null_big"]["ratio_to_floor_2"] = res["null_big"]["rate"] / res["floor"]["rate_2"]
+        res["null_big"]["ratio_to_floor_2"] = res["null_big"]["rate"] / res["floor"]["tasks_per_s_2"]
         print("null_big", res["null_big"], flush=True)
     res["roundtrip"] = roundtrip()
     print("roundtrip", res["roundtrip"], flush=True)
