@@ -8,9 +8,14 @@ the job's exit-code and output files) stay in `<sandbox>/psij/<executor>/` for p
 Mapping of a PilotDescription (see docs/internals.md, "Batch adapters"):
 
     nodes            ResourceSpecV1(node_count=nodes, exclusive_node_use=True): one process (the
-                     agent) per node as far as the batch system knows
-    cores_per_node   cpu_cores_per_process (1 process per node) when given
-    gpus_per_node    gpu_cores_per_process when given and > 0
+                     agent) per node as far as the batch system knows (Slurm: --nodes=N
+                     --ntasks=N --ntasks-per-node=1 --exclusive; the job still holds every CPU
+                     of its nodes, but SLURM_NTASKS/SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE
+                     in the agent's environment say 1 per node: launchers must pass their own
+                     counts -- srun -N/-n/--ntasks-per-node, prte a hostfile with slots)
+    cores_per_node   not rendered (a declaration: exclusive nodes hold all their cores)
+    gpus_per_node    Slurm: --gpus-per-node (custom attribute); LSF: -gpu num=G/task (one task
+                     per node); PBS: not rendered by PSI/J's template
     mem_per_node     memory (MiB -> bytes; Slurm renders it as --mem, i.e. per node)
     runtime          JobAttributes.duration, rounded up to whole minutes (LSF's -W has no seconds)
     queue            JobAttributes.queue_name
@@ -23,8 +28,9 @@ Mapping of a PilotDescription (see docs/internals.md, "Batch adapters"):
 
 Job states (PSI/J JobState -> BatchJob state): NEW/QUEUED -> QUEUED, ACTIVE -> RUNNING,
 COMPLETED -> DONE, FAILED -> FAILED, CANCELED -> CANCELED. A failed job's message is the batch
-system's (PSI/J's JobStatus.message, the script's exit code, `scontrol show job` for Slurm when
-the record still exists) plus the tail of the agent's stderr. A rejected submission raises with
+system's (PSI/J's JobStatus.message, e.g. "The job exhausted its time limit.", the agent's exit
+code, `scontrol show job` state/reason for Slurm while it holds the record) plus the tail of the
+agent's stderr. A rejected submission raises with
 the submit command's own error text.
 
 PSI/J polls the queue in a thread; its interval is `PILOTFISH_BATCH_POLL_S` seconds (default 5).
@@ -111,10 +117,13 @@ class PsijBatchJob(BatchJob):
         import psij
 
         d = self.description
+        custom: dict[str, Any] = {}
         resources = {"node_count": int(d.nodes), "exclusive_node_use": True}
-        if d.cores_per_node:
-            resources["cpu_cores_per_process"] = int(d.cores_per_node)
-        if d.gpus_per_node:
+        # cores_per_node is not rendered: exclusive nodes hold all their cores, and a
+        # --cpus-per-task would reach every srun step of the agent through SLURM_CPUS_PER_TASK
+        if d.gpus_per_node and self.resource == "slurm":
+            custom["slurm.gpus-per-node"] = int(d.gpus_per_node)  # not --gpus-per-task (steps)
+        elif d.gpus_per_node:
             resources["gpu_cores_per_process"] = int(d.gpus_per_node)
         if d.mem_per_node:
             resources["memory"] = int(d.mem_per_node) * 1024 * 1024
@@ -122,7 +131,6 @@ class PsijBatchJob(BatchJob):
         attrs: dict[str, Any] = {"duration": timedelta(minutes=minutes),
                                  "queue_name": d.queue or None,
                                  "reservation_id": d.reservation or None}
-        custom = {}
         if d.project and self.resource == "lsf":
             # PSI/J renders an LSF account as both `-G` (fair-share user group: a job is
             # rejected where the user is not in such a group) and `-P` (project): only -P
@@ -191,7 +199,7 @@ class PsijBatchJob(BatchJob):
             return "RUNNING", None
         if state == S.COMPLETED:
             return "DONE", None
-        if state == S.CANCELED:
+        if state == S.CANCELED or self._canceled:  # (some systems report a killed job as failed)
             return "CANCELED", status.message or None
         return "FAILED", self._failure_message(status)
 
@@ -215,13 +223,15 @@ class PsijBatchJob(BatchJob):
             if msg:
                 if "Traceback" in msg:  # PSI/J wraps its own errors in tracebacks: keep the end
                     msg = msg.strip().splitlines()[-1]
-                parts.append(msg)
+                parts.append(msg.rstrip("."))
             if status.exit_code not in (None, 0):
-                parts.append(f"job script exit code {status.exit_code}")
+                parts.append(f"agent exit code {status.exit_code}")
             native = self._job.native_id if self._job is not None else None
             if self.resource == "slurm" and native:
+                # (the script itself ends with 0 when the agent fails: PSI/J keeps the agent's
+                # exit code in a file; Slurm's record then says COMPLETED and adds nothing)
                 info = _slurm_job_info(native)
-                if info:
+                if info and "JobState=COMPLETED" not in info:
                     parts.append(info)
             tail = _tail(self.stderr_path)
             if tail:
@@ -235,7 +245,7 @@ def _slurm_job_info(native_id: str) -> str:
     """Slurm's own account of a finished job (while slurmctld still holds its record)."""
     try:
         r = subprocess.run(["scontrol", "show", "job", "-o", str(native_id)], capture_output=True,
-                           text=True, timeout=10)
+                           text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     if r.returncode != 0:
@@ -245,4 +255,4 @@ def _slurm_job_info(native_id: str) -> str:
     return ("slurm: " + " ".join(keep)) if keep else ""
 
 
-__all__ = ["PsijBatchJob", "EXECUTORS"]
+__all__ = ["EXECUTORS", "PsijBatchJob"]

@@ -12,6 +12,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from typing import Callable
 
 import zmq
@@ -69,7 +70,7 @@ class Bridge:
         """handler(msg) runs in the IO thread for every message from that pilot's agent."""
         self._handlers[pilot_uid] = handler
 
-    def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[], None] | None = None) -> None:
+    def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None) -> None:
         self._queue.append((pilot_uid, payload, on_sent))
         self._wake()
 
@@ -129,6 +130,7 @@ class Bridge:
                 self._outbox[pilot_uid].append((payload, on_sent))
 
     def _send_now(self, pilot_uid: str, payload: bytes, on_sent) -> None:
+        t = time.time()  # before the send: the agent may act on the frame at once
         try:
             self._router.send_multipart([pilot_uid.encode(), payload])
         except zmq.ZMQError as e:  # the agent went away: keep the frame for the pilot manager
@@ -138,7 +140,7 @@ class Bridge:
             return
         if on_sent is not None:
             try:
-                on_sent()
+                on_sent(t)
             except Exception:  # a callback must never kill the IO thread
                 log.exception("on_sent callback failed")
 

@@ -127,7 +127,7 @@ class TaskManager:
                 chunk = items[i:i + SUBMIT_BATCH]
                 frame = _wire.encode(_wire.Submit([spec for _, spec in chunk]))
                 batch = [t for t, _ in chunk]
-                session._bridge.send(pilot_uid, frame, on_sent=lambda b=batch: self._sent(b))
+                session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
         return tasks[0] if single else tasks
 
     def wait_tasks(self, uids: Iterable[str] | str | None = None,
@@ -212,8 +212,8 @@ class TaskManager:
         load = self._load
         return min(candidates, key=lambda p: load[p.uid] / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
 
-    def _sent(self, batch: list[Task]) -> None:  # IO thread: the frame left for the agent
-        now = time.time()
+    def _sent(self, batch: list[Task], now: float) -> None:  # IO thread: the frame left
+
         moved = 0
         with self._cond:
             for t in batch:
