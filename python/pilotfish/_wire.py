@@ -11,16 +11,20 @@ from typing import Any, Union
 import msgspec
 
 
-class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True):
-    """A task as the agent needs it (built from a TaskDescription by the client)."""
+class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """A task as the agent needs it (built from a TaskDescription by the client).
+
+    Sequences are tuples with shared empty defaults and gc=False (no cycles possible): a
+    queued task costs the agent a few hundred bytes, not a kilobyte of empty containers.
+    """
 
     uid: str
     executable: str
-    arguments: list[str] = []
+    arguments: tuple[str, ...] = ()
     environment: dict[str, str] = {}
     sandbox: str | None = None
-    pre_exec: list[str] = []
-    post_exec: list[str] = []
+    pre_exec: tuple[str, ...] = ()
+    post_exec: tuple[str, ...] = ()
     shell: bool = False
     ranks: int = 1
     cores_per_rank: int = 1
@@ -32,8 +36,8 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True):
     timeout: float | None = None
     priority: int = 0
     colocate: str | None = None
-    input_staging: list[dict[str, str]] = []
-    output_staging: list[dict[str, str]] = []
+    input_staging: tuple[dict[str, str], ...] = ()
+    output_staging: tuple[dict[str, str], ...] = ()
 
 
 class RankSlot(msgspec.Struct, array_like=True):

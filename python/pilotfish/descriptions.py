@@ -335,8 +335,8 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
             elif not isinstance(d, cls):
                 raise DescriptionError(cls._kind, "(itself)", d,
                                        f"expected a {cls.__name__} or a dict")
-            else:
-                d = cls(dict(d._values))  # a private copy: later edits by the caller do not leak in
+            # (no copy: what runs is fixed when the task is submitted, later edits to the
+            # description change nothing, and a queued task costs half the memory)
             if isinstance(d, TaskDescription):
                 d.check_complete()
         except DescriptionError as e:

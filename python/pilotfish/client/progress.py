@@ -18,7 +18,7 @@ def wait_with_progress(tmgr: TaskManager, timeout: float | None = None, refresh:
                                TimeElapsedColumn, TimeRemainingColumn)
 
     counts = tmgr.counts
-    total = len(tmgr.tasks)
+    total = len(tmgr)
     columns = [
         TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(),
         TextColumn("[green]{task.fields[done]} done[/] [red]{task.fields[failed]} failed[/] "
@@ -41,4 +41,4 @@ def wait_with_progress(tmgr: TaskManager, timeout: float | None = None, refresh:
             if left is not None and left <= 0:
                 break
             tmgr.wait_tasks(timeout=refresh if left is None else min(refresh, left))
-    return [t.state for t in tmgr.tasks.values()]
+    return [t.state for t in tmgr.get_tasks()]

@@ -24,7 +24,7 @@ class Task:
     """A task as the client sees it. Fields are filled in as the agent reports."""
 
     __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
-                 "stderr", "reason", "slots", "history", "_tmgr")
+                 "stderr", "reason", "slots", "_hist", "_tmgr")
 
     def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
         self.uid = uid
@@ -37,8 +37,14 @@ class Task:
         self.stderr: str | None = None
         self.reason: str | None = None  # why it failed or was canceled
         self.slots: list[_wire.RankSlot] | None = None  # per rank: node, cores, GPUs
-        self.history: list[tuple[str, float]] = []
+        self._hist: list = []  # state, t, state, t, ... (flat: no tuple per entry)
         self._tmgr = tmgr
+
+    @property
+    def history(self) -> list[tuple[str, float]]:
+        """[(state, time)] in the order the states were reached (or reported)."""
+        h = self._hist
+        return list(zip(h[::2], h[1::2]))
 
     @property
     def name(self) -> str | None:
@@ -70,7 +76,7 @@ class TaskManager:
     def __init__(self, session: Session):
         session._check_open()
         self.session = session
-        self.tasks: dict[str, Task] = {}
+        self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
         self._pilots: dict[str, Pilot] = {}
         self._load: dict[str, int] = collections.defaultdict(int)  # outstanding cores per pilot
@@ -104,29 +110,34 @@ class TaskManager:
         uids = session._next_task_uids(len(descs))
         now = time.time()
         tasks: list[Task] = []
-        by_pilot: dict[str, list[tuple[Task, _wire.TaskSpec]]] = collections.defaultdict(list)
+        by_pilot: dict[str, list[Task]] = collections.defaultdict(list)
         events = []
         registry = session.tasks
+        load = self._load
         for uid, d, pilot in zip(uids, descs, routes):
             t = Task(self, uid, d, pilot.uid)
             t.state = S.SCHEDULING
-            t.history = [(S.NEW, now), (S.SCHEDULING, now)]
+            t._hist = [S.NEW, now, S.SCHEDULING, now]
             registry[uid] = t
-            self.tasks[uid] = t
             tasks.append(t)
-            self._load[pilot.uid] += d.ranks * d.cores_per_rank
-            by_pilot[pilot.uid].append((t, _spec(uid, d)))
+            load[pilot.uid] += d.ranks * d.cores_per_rank
+            by_pilot[pilot.uid].append(t)
             events.append((now, uid, S.NEW, None))
             events.append((now, uid, S.SCHEDULING, pilot.uid))
+            if len(events) >= 8192:  # hand over in slices: no big transient list
+                session.events.record_many(events)
+                events = []
+        self._tasks.extend(tasks)
         with self._cond:
             self.counts[S.SCHEDULING] += len(tasks)
         session.events.record_many(events)
+        del events
 
+        # wire specs are built a frame at a time: the peak memory of a big submit stays small
         for pilot_uid, items in by_pilot.items():
             for i in range(0, len(items), SUBMIT_BATCH):
-                chunk = items[i:i + SUBMIT_BATCH]
-                frame = _wire.encode(_wire.Submit([spec for _, spec in chunk]))
-                batch = [t for t, _ in chunk]
+                batch = items[i:i + SUBMIT_BATCH]
+                frame = _wire.encode(_wire.Submit([_spec(t.uid, t.description) for t in batch]))
                 session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
         return tasks[0] if single else tasks
 
@@ -173,7 +184,15 @@ class TaskManager:
         return self._select(uids)
 
     def list_tasks(self) -> list[str]:
-        return list(self.tasks)
+        return [t.uid for t in self._tasks]
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """A snapshot {uid: Task} of this manager's tasks."""
+        return {t.uid: t for t in self._tasks}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
 
     def register_callback(self, cb: Callable[[Task, str], None]) -> None:
         """cb(task, state) after each state change, from pilotfish's IO thread: keep it short."""
@@ -182,13 +201,18 @@ class TaskManager:
     # -- internals --------------------------------------------------------------------------
     def _select(self, uids) -> list[Task]:
         if uids is None:
-            return list(self.tasks.values())
+            return list(self._tasks)
         if isinstance(uids, str):
             uids = [uids]
+        registry = self.session.tasks
         try:
-            return [self.tasks[u] for u in uids]
+            out = [registry[u] for u in uids]
         except KeyError as e:
-            raise PilotfishError(f"no task {e.args[0]!r} in this manager") from None
+            raise PilotfishError(f"no task {e.args[0]!r} in this session") from None
+        for t in out:
+            if t._tmgr is not self:
+                raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
+        return out
 
     def _route(self, d: TaskDescription, index: int, pilots: list[Pilot]) -> Pilot:
         """The least loaded pilot that can hold the request; else a DescriptionError."""
@@ -219,7 +243,7 @@ class TaskManager:
             for t in batch:
                 if t.state == S.SCHEDULING:
                     t.state = S.STAGING_INPUT
-                    t.history.append((S.STAGING_INPUT, now))
+                    t._hist += (S.STAGING_INPUT, now)
                     moved += 1
             self.counts[S.SCHEDULING] -= moved
             self.counts[S.STAGING_INPUT] += moved
@@ -234,7 +258,7 @@ class TaskManager:
                 if old in S.FINAL:
                     continue
                 state = u.state
-                t.history.append((state, u.t))
+                t._hist += (state, u.t)
                 if S.task_state_rank(state) <= S.task_state_rank(old):
                     continue  # late news of an earlier state: history only
                 t.state = state
@@ -266,7 +290,7 @@ class TaskManager:
                 self.counts[state] += 1
                 t.state = state
                 t.reason = reason
-                t.history.append((state, now))
+                t._hist += (state, now)
                 d = t.description
                 self._load[t.pilot] -= d.ranks * d.cores_per_rank
                 changed.append((t, state))
@@ -283,7 +307,7 @@ class TaskManager:
                     log.exception("task callback failed")
 
     def _on_pilot_final(self, pilot: Pilot) -> None:
-        left = [t for t in self.tasks.values() if t.pilot == pilot.uid and t.state not in S.FINAL]
+        left = [t for t in self._tasks if t.pilot == pilot.uid and t.state not in S.FINAL]
         if not left:
             return
         if pilot.state == S.FAILED:
