@@ -51,19 +51,33 @@ def _pilot(session, **shape):
     return pilot, tmgr, time.time() - t0
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process, seconds (CPU time is far less noisy than wall time here)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def null_tasks(n: int, profile: bool = True, base: str | None = None) -> dict:
+    import resource
+
     with tempfile.TemporaryDirectory(dir=base) as d:
         with pf.Session(path=os.path.join(d, "s"), profile=profile) as s:
             pilot, tmgr, ready = _pilot(s, nodes=4, cores_per_node=64)
+            agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
             descs = [pf.TaskDescription(executable="/bin/true", stdout=False, stderr=False)
                      for _ in range(n)]
+            r0, a0 = resource.getrusage(resource.RUSAGE_SELF), _cpu_s(agent_pid)
             t0 = time.time()
             tasks = tmgr.submit_tasks(descs)
             tmgr.wait_tasks()
             dt = time.time() - t0
+            r1, a1 = resource.getrusage(resource.RUSAGE_SELF), _cpu_s(agent_pid)
             done = sum(t.state == pf.DONE for t in tasks)
+    client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"tasks": n, "done": done, "seconds": dt, "rate": n / dt, "pilot_ready_s": ready,
-            "profile": profile}
+            "profile": profile, "agent_cpu_us_per_task": 1e6 * (a1 - a0) / n,
+            "client_cpu_us_per_task": 1e6 * client / n}
 
 
 def roundtrip(k: int = 200) -> dict:
@@ -164,11 +178,15 @@ def main() -> None:
     ap.add_argument("--concurrent", type=int, default=0)
     ap.add_argument("--memory", type=int, default=0)
     ap.add_argument("--profile-rounds", type=int, default=0)
+    ap.add_argument("--only-profile", action="store_true", help="floor, null and profile only")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     res: dict = {}
     res["floor"] = floor()
     print("floor", res["floor"], flush=True)
+    if a.only_profile:
+        a.big = a.memory = a.concurrent = 0
+        a.peers = False
     res["null"] = null_tasks(a.tasks)
     res["null"]["ratio_to_floor_2"] = res["null"]["rate"] / res["floor"]["tasks_per_s_2"]
     res["null"]["ratio_to_floor_1"] = res["null"]["rate"] / res["floor"]["tasks_per_s_1"]
@@ -181,12 +199,17 @@ def main() -> None:
     print("roundtrip", res["roundtrip"], flush=True)
     if a.profile_rounds:
         on, off = [], []
-        for _ in range(a.profile_rounds):
-            on.append(null_tasks(a.tasks // 2, profile=True)["rate"])
-            off.append(null_tasks(a.tasks // 2, profile=False)["rate"])
-        res["profile"] = {"on": statistics.median(on), "off": statistics.median(off),
-                          "on_over_off": statistics.median(on) / statistics.median(off),
-                          "rounds": a.profile_rounds}
+        for i in range(a.profile_rounds):  # ABBA order: drift in machine load cancels out
+            for profile in ((True, False) if i % 2 == 0 else (False, True)):
+                (on if profile else off).append(null_tasks(a.tasks // 2, profile=profile))
+        med = statistics.median
+        res["profile"] = {
+            "rate_on": med(r["rate"] for r in on), "rate_off": med(r["rate"] for r in off),
+            "rate_on_over_off": med(r["rate"] for r in on) / med(r["rate"] for r in off),
+            "cpu_us_on": med(r["agent_cpu_us_per_task"] + r["client_cpu_us_per_task"] for r in on),
+            "cpu_us_off": med(r["agent_cpu_us_per_task"] + r["client_cpu_us_per_task"] for r in off),
+            "rounds": a.profile_rounds}
+        res["profile"]["cpu_on_over_off"] = res["profile"]["cpu_us_on"] / res["profile"]["cpu_us_off"]
         print("profile", res["profile"], flush=True)
     if a.memory:
         res["memory"] = memory(a.memory)
