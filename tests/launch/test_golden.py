@@ -123,30 +123,33 @@ def test_ssh_emulated_goes_to_localhost():
 #    --bind-to, -x NAME) ----------------------------------------------------------------------
 
 MPIRUN = "/opt/ompi/bin/mpirun"
+# inside Slurm: the hostfile's slots count, and PRRTE's daemon step shares CPUs (mpirun.py)
+IN_SLURM = {"PRTE_MCA_ras": "^slurm", "SLURM_OVERLAP": "1"}
 
 
-def mpirun_argv(np, hosts, env, payload):
+def mpirun_argv(np, hosts, env, payload):  # -x for all but the tool's own variables
+    exported = {k: v for k, v in env.items() if k not in IN_SLURM}
     return [MPIRUN, "-np", str(np), "--host", hosts, "--map-by", "slot", "--bind-to", "none",
-            *x_flags(env), *payload]
+            *x_flags(exported), *payload]
 
 
 def test_mpirun():
     lm = get_launcher("mpirun", SLURM, {"mpirun": MPIRUN})
     argv, env = one(lm, ONE, ONE_SLOTS)
-    assert env == {**MCA, **ONE_ENV}
+    assert env == {**MCA, **ONE_ENV, **IN_SLURM}
     assert argv == mpirun_argv(1, "nid001:1", env, ["/bin/hostname"])
     assert argv[7:13] == ["--bind-to", "none", "-x", "OMPI_MCA_pml", "-x", "OMPI_MCA_btl"]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
-    assert env == {**MCA, **FOUR_ENV}
+    assert env == {**MCA, **FOUR_ENV, **IN_SLURM}
     assert argv == mpirun_argv(4, "nid001:2,nid002:2", env, four_payload(OMPI_RANK))
 
     argv, env = one(lm, GPU, GPU_SLOTS)
-    assert env == {**MCA, **GPU_ENV}
+    assert env == {**MCA, **GPU_ENV, **IN_SLURM}
     assert argv == mpirun_argv(2, "gpu01:2", env, gpu_payload(OMPI_RANK, with_cuda=True))
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
-    assert env == {**MCA, **SHELL_ENV}
+    assert env == {**MCA, **SHELL_ENV, **IN_SLURM}
     assert argv == mpirun_argv(1, "nid002:1", env, ["/bin/sh", "-c", SHELL_SCRIPT])
 
 
@@ -192,9 +195,9 @@ def genv(env):
 
 
 def test_mpiexec():
-    lm = get_launcher("mpiexec", SLURM)
+    lm = get_launcher("mpiexec", SLURM, {"mpiexec": "mpiexec"})
     argv, env = one(lm, ONE, ONE_SLOTS)
-    assert env == {}
+    assert env == {"SLURM_OVERLAP": "1"}  # hydra's own srun shares CPUs with other steps
     assert argv == ["mpiexec", "-n", "1", "-hosts", "nid001:1", *genv(ONE_ENV), "/bin/hostname"]
 
     argv, _ = one(lm, FOUR, FOUR_SLOTS)
@@ -212,9 +215,10 @@ def test_mpiexec():
 
 def test_mpiexec_emulated_forks_locally():
     lm = get_launcher("mpiexec", EMULATED, {"mpiexec": "/opt/mpich/bin/mpiexec"})
-    argv, _ = one(lm, FOUR, FOUR_SLOTS)
+    argv, env = one(lm, FOUR, FOUR_SLOTS)
     assert argv[:7] == ["/opt/mpich/bin/mpiexec", "-n", "4", "-launcher", "fork",
                         "-hosts", "localhost:4"]
+    assert env == {}
 
 
 # -- srun (srun(1), Slurm 22.05: --jobid, -N/--nodes, -n/--ntasks, --ntasks-per-node,
@@ -289,23 +293,54 @@ def test_srun_needs_an_allocation(monkeypatch):
 
 def test_prrte_build():
     lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
-    head = ["/opt/ompi/bin/prterun", "--dvm", "uri:file:/run/dvm/dvm.uri"]
+    head = ["/opt/ompi/bin/prterun", "--dvm", "uri:file:/run/dvm/1/dvm.uri"]  # DVM number 1
     tail = ["--map-by", "slot", "--bind-to", "none"]
+
+    def exported(env):
+        return x_flags({k: v for k, v in env.items() if k not in IN_SLURM})
+
     argv, env = one(lm, ONE, ONE_SLOTS)
-    assert env == {**MCA, **ONE_ENV}
-    assert argv == [*head, "-n", "1", *tail, "--host", "nid001:1", *x_flags(env), "/bin/hostname"]
+    assert env == {**MCA, **ONE_ENV, **IN_SLURM}
+    assert argv == [*head, "-n", "1", *tail, "--host", "nid001:1", *exported(env), "/bin/hostname"]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
-    assert argv == [*head, "-n", "4", *tail, "--host", "nid001:2,nid002:2", *x_flags(env),
+    assert argv == [*head, "-n", "4", *tail, "--host", "nid001:2,nid002:2", *exported(env),
                     *four_payload(OMPI_RANK)]
 
     argv, env = one(lm, GPU, GPU_SLOTS)
-    assert argv == [*head, "-n", "2", *tail, "--host", "gpu01:2", *x_flags(env),
+    assert argv == [*head, "-n", "2", *tail, "--host", "gpu01:2", *exported(env),
                     *gpu_payload(OMPI_RANK, with_cuda=True)]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
-    assert env == {**MCA, **SHELL_ENV}
+    assert env == {**MCA, **SHELL_ENV, **IN_SLURM}
     assert argv[-3:] == ["/bin/sh", "-c", SHELL_SCRIPT]
+
+
+def test_prrte_rank_notes_wrapper():
+    """With rank notes on, every rank runs the task inside bash between a start and an end
+    note (rank_notes.py); the task's command is not exec'd, so its status can be reported."""
+    from pilotfish.launch.rank_notes import RankNotes
+    lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
+    lm.bash = "/bin/bash"
+    lm.notes = RankNotes("127.0.0.1")
+    try:
+        (p,) = lm.build(ONE, ONE_SLOTS, SB)
+        assert p.handle.key == f"{UID}/1.1" and p.handle.dvm is lm.dvm
+        port = lm.notes.port
+        assert p.argv[-3:-1] == ["/bin/bash", "-c"]
+        assert p.argv[-1] == "\n".join([
+            f'PILOTFISH_RANK="{OMPI_RANK}"', "export PILOTFISH_RANK",
+            f"pf_note() {{ printf '%s\\n' \"$*\" >/dev/udp/127.0.0.1/{port}; }} 2>/dev/null",
+            f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME"',
+            "/bin/hostname",
+            "pf_rc=$?",
+            f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',
+            "exit $pf_rc"])
+        (s,) = lm.build(SHELL, SHELL_SLOTS, SB)  # pre/post_exec: in a subshell, so that an
+        assert f"(\n{SHELL_SCRIPT}\n)\npf_rc=$?" in s.argv[-1]  # exit or exec stays inside
+        assert s.handle.key == f"{UID}/1.2"
+    finally:
+        lm.notes.close()
 
 
 def test_prrte_hostfiles():

@@ -37,7 +37,7 @@ class Spawner:
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
 
-    def __call__(self, argv, env):
+    def __call__(self, argv, env, stdout=None, stderr=None):
         p = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
@@ -72,11 +72,11 @@ def test_start_waits_for_uri_and_stop_ends_the_dvm(tmp_path, spawner):
                                           "dvm_dir": str(tmp_path / "dvm")})
     lm.start(spawner)
     pid = lm.pid
-    assert (tmp_path / "dvm" / "dvm.uri").read_text().startswith("prte-fake")
-    assert (tmp_path / "dvm" / "hostfile").read_text() == "localhost slots=12\n"
+    assert (tmp_path / "dvm" / "1" / "dvm.uri").read_text().startswith("prte-fake")
+    assert (tmp_path / "dvm" / "1" / "hostfile").read_text() == "localhost slots=12\n"
     (argv,) = [p.argv for p in lm.build(TaskSpec(uid=UID, executable="/bin/true"),
                                         [RankSlot("node0000", 0, (0,), ())], str(tmp_path))]
-    assert argv[:3] == ["prterun", "--dvm", f"uri:file:{tmp_path}/dvm/dvm.uri"]
+    assert argv[1:3] == ["--dvm", f"uri:file:{tmp_path}/dvm/1/dvm.uri"]
     assert process_alive(pid, "prte")
     lm.stop()
     spawner.procs[0].wait(timeout=5)
@@ -95,8 +95,8 @@ def test_stop_kills_a_dvm_that_ignores_sigterm(tmp_path, spawner):
 
 
 def test_stop_leaves_a_reused_pid_alone(tmp_path, spawner):
-    lm = get_launcher("prrte", EMULATED)
-    lm.pid = spawner(["sleep", "30"], {})  # not a prte: must not be signalled
+    lm = get_launcher("prrte", EMULATED, {"dvm_dir": str(tmp_path)})
+    lm.dvms[0].pid = spawner(["sleep", "30"], {})  # not a prte: must not be signalled
     lm.stop()
     assert spawner.procs[0].poll() is None
 

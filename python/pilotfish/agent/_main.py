@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal as _signal
+import subprocess
 import sys
 import time
 
@@ -26,6 +27,7 @@ from ..descriptions import misfit
 from .executor import REASON_TAIL, AgentTask, TaskRunner, read_output, signal_name
 from .scheduler import Scheduler
 from .stager import stage
+from .supervisor import Supervisor
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -35,6 +37,42 @@ KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for timeouts, cancels, s
 def drain_margin(runtime: float) -> float:
     """How long before the walltime the agent stops: enough to report, not much more."""
     return min(60.0, max(1.0, 0.1 * runtime))
+
+
+def batch_time_left(resource: str, env=os.environ) -> float | None:
+    """Seconds until the batch system ends this job, as it says itself (None: unknown).
+
+    The job's clock starts before the agent's, and batch systems round walltimes (Slurm to
+    whole minutes): the agent drains before the earlier of its own deadline and this one.
+    Asked once, before the executor starts (its reaper would collect this child too).
+    """
+    job = env.get("SLURM_JOB_ID")
+    if resource != "slurm" or not job:
+        return None
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
+                           text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_slurm_time(r.stdout.strip())
+
+
+def parse_slurm_time(text: str) -> float | None:
+    """Slurm's time format ("[D-]HH:MM:SS", "MM:SS", "SS") in seconds; None for
+    "UNLIMITED", "NOT_SET" or anything else."""
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        if not d.isdigit():
+            return None
+        days = int(d)
+    parts = text.split(":")
+    if not text or len(parts) > 3 or not all(p.isdigit() for p in parts):
+        return None
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + int(p)
+    return days * 86400.0 + seconds
 
 
 class Agent:
@@ -54,6 +92,12 @@ class Agent:
 
         self.resources = discover(desc["resource"], desc["nodes"], desc.get("cores_per_node"),
                                   desc.get("gpus_per_node"), desc.get("mem_per_node"))
+        # both may run a command (squeue, scontrol): before the executor's reaper starts
+        job_left = batch_time_left(desc["resource"])
+        from ..launch import default_launcher
+
+        self.default_launcher = desc.get("launcher") or default_launcher(desc["resource"],
+                                                                         self.resources)
         nodes = self.resources.nodes
         self.shape = [(n.cores, n.gpus, n.mem) for n in nodes]
         self.events.record(self.uid, "resources_ok",
@@ -75,7 +119,10 @@ class Agent:
                                  [n.name for n in nodes])
         self.scheduler = Scheduler(self.placer)
         self.launchers: dict[str, object] = {}
-        self.default_launcher = desc.get("launcher") or "direct"
+        self.poller = zmq.Poller()
+        self.poller.register(self.core.notify_fd, zmq.POLLIN)
+        self.supervisor: Supervisor | None = None  # only once a launcher needs watching
+        self._notes: dict[int, object] = {}  # rank-notes fd -> its launcher
 
         self.tasks: dict[str, AgentTask] = {}  # live tasks (queued or running), by uid
         self._seq = 0
@@ -84,6 +131,8 @@ class Agent:
         self._timer_seq = 0
         self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
         self.deadline = self.t_start + float(desc["runtime"])
+        if job_left is not None:
+            self.deadline = min(self.deadline, time.time() + job_left)
         self.drain_at = self.deadline - drain_margin(float(desc["runtime"]))
         self.watch_pid = int(config.get("watch_pid") or 0)
 
@@ -113,24 +162,37 @@ class Agent:
             options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
             options.setdefault("dvm_dir", os.path.join(self.sandbox, name))
             lm = get_launcher(name, self.resources, options)
-            lm.start(lambda argv, env, _n=name: self.runner.spawn_aux(
-                _n, argv, env, os.path.join(self.sandbox, f"{_n}.out"),
-                os.path.join(self.sandbox, f"{_n}.err")))
+            out, err = (os.path.join(self.sandbox, f"{name}.{x}") for x in ("out", "err"))
+            lm.start(lambda argv, env, stdout=out, stderr=err, _n=name: self.runner.spawn_aux(
+                _n, argv, env, stdout, stderr))
             self.launchers[name] = lm
+            if lm.launch_retries or lm.supervised:
+                self._supervise(lm)
             self.events.record(self.uid, "launcher_ready", name)
         return lm
 
+    def _supervise(self, lm) -> None:
+        if self.supervisor is None:
+            self.supervisor = Supervisor(self)
+        self.supervisor.watch(lm)
+        notes = getattr(lm, "notes", None)
+        if notes is not None:
+            self._notes[notes.fileno()] = lm
+            self.poller.register(notes.fileno(), zmq.POLLIN)
+
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
-        poller = zmq.Poller()
+        poller = self.poller
         poller.register(self.sock, zmq.POLLIN)
-        poller.register(self.core.notify_fd, zmq.POLLIN)
         sock = self.sock
         last_watch = time.monotonic()
         while self.stopping is None:
             timeout = 1000
             if self._timers:
                 timeout = max(0, min(timeout, int((self._timers[0][0] - time.time()) * 1000) + 1))
+            sup = self.supervisor
+            if sup is not None:
+                timeout = max(0, min(timeout, int((sup.due - time.monotonic()) * 1000) + 1))
             ready = dict(poller.poll(timeout))
             if sock in ready:
                 while True:
@@ -139,6 +201,10 @@ class Agent:
                     except zmq.Again:
                         break
                     self._on_message(_wire.decode_to_agent(frame))
+            if self._notes:
+                for fd, lm in self._notes.items():
+                    if fd in ready:
+                        sup.read_notes(lm)  # type: ignore[union-attr]
             self._reap()
             if self.stopping is not None:
                 break
@@ -146,6 +212,8 @@ class Agent:
             now = time.time()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)
+            if sup is not None and time.monotonic() >= sup.due:
+                sup.tick()
             self._flush()
             if now >= self.drain_at:
                 self.stopping = (S.DONE, "walltime reached", "walltime")
@@ -211,6 +279,13 @@ class Agent:
             events.append((now, uid, "exec_start", None))
             ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots))
             launching.append(t)
+        self._spawn(launching, events)
+        for t in launching:
+            if t.spec.timeout and t.running:
+                self._timer(now + t.spec.timeout, "timeout", t)
+
+    def _spawn(self, launching: list[AgentTask], events: list) -> None:
+        """Spawn placed tasks; those that cannot be spawned fail alone."""
         failed, spawn_events = self.runner.launch(launching)
         events.extend(spawn_events)
         self.events.record_many(events)
@@ -221,16 +296,30 @@ class Agent:
                     self._final(t, S.FAILED)
                 else:  # other ranks were killed; finalized when they are reaped
                     t.kill_reason = (S.FAILED, t.reason or "launch failed")
-        for t in launching:
-            if t.spec.timeout and t.running:
-                self._timer(now + t.spec.timeout, "timeout", t)
+        if self.supervisor is not None:
+            self.supervisor.launched(launching)
+
+    def relaunch(self, tasks: list[AgentTask]) -> None:
+        """Launch these tasks again on the slots they hold (the supervisor's retries)."""
+        for t in tasks:
+            t.procs = []
+            t.running = 0
+            t.exit_code = None
+            t.signal = None
+            t.reason = None
+        now = time.time()
+        self._spawn(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks])
 
     def _reap(self, block_s: float | None = None) -> None:
         finished, events, aux_exits = self.runner.reap(block_s)
         self.events.record_many(events)
-        for name, code, sig in aux_exits:
-            log.warning("%s exited (code %s, signal %s)", name, code, sig)
+        for name, pid, code, sig in aux_exits:
+            log.warning("%s (pid %s) exited (code %s, signal %s)", name, pid, code, sig)
+            if self.supervisor is not None:
+                self.supervisor.daemon_exited(pid, code, sig)
         done = [t for t in finished if t.final_state is None]
+        if done and self.supervisor is not None:
+            done = self.supervisor.exited(done)
         if not done:
             return
         self._release(done)
@@ -322,6 +411,8 @@ class Agent:
                 to_term.append(t)
             elif kind == "kill":
                 self.runner.kill([t], _signal.SIGKILL)
+                if t.launch is not None and self.supervisor is not None:
+                    self.supervisor.kill_orphans(t)  # ranks that ignored the cancel signal
         self._kill(to_term)
 
     def _flush(self) -> None:

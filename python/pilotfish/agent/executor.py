@@ -12,6 +12,7 @@ import signal as _signal
 from typing import Any, Callable
 
 from .._wire import RankSlot
+from .supervisor import LaunchRecord
 
 OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
@@ -21,7 +22,8 @@ class AgentTask:
     """The agent's view of one task."""
 
     __slots__ = ("spec", "seq", "key", "canceled", "slots", "procs", "running", "exit_code",
-                 "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released")
+                 "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
+                 "lm", "launch")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -39,6 +41,8 @@ class AgentTask:
         self.released = False
         self.cwd: str | None = None
         self.final_state: str | None = None
+        self.lm: Any = None  # its launch method, once built
+        self.launch: LaunchRecord | None = None  # only for supervised launch methods
 
 
 class TaskRunner:
@@ -107,7 +111,12 @@ class TaskRunner:
             cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
             os.makedirs(cwd, exist_ok=True)
         t.cwd = cwd
+        t.lm = launcher
         procs = launcher.build(spec, t.slots, cwd)
+        if launcher.launch_retries or launcher.supervised:
+            if t.launch is None:
+                t.launch = LaunchRecord()
+            t.launch.new_attempt(procs[0].handle if procs else None)
         out = self._output_path(spec.uid, spec.stdout, "out", cwd)
         err = self._output_path(spec.uid, spec.stderr, "err", cwd)
         t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
@@ -143,10 +152,10 @@ class TaskRunner:
         return pid
 
     # -- reaping ----------------------------------------------------------------------------
-    def reap(self, block_s: float | None = None) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int]]]:
+    def reap(self, block_s: float | None = None) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int, int]]]:
         """Collect exits (waiting up to block_s for one, if given).
 
-        Returns (finished tasks, events, aux exits (name, code, signal))."""
+        Returns (finished tasks, events, aux exits (name, pid, code, signal))."""
         finished: list[AgentTask] = []
         events: list[tuple] = []
         aux_exits = []
@@ -157,7 +166,7 @@ class TaskRunner:
             if owner is None:
                 name = self.aux.pop(key, None)
                 if name is not None:
-                    aux_exits.append((name, code, sig))
+                    aux_exits.append((name, pid, code, sig))
                 continue
             t, rank = owner
             t.running -= 1
@@ -174,9 +183,17 @@ class TaskRunner:
         return finished, events, aux_exits
 
     def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
-        pids = [p for t in tasks for p in t.procs]
-        if pids:
-            self.core.kill(pids, sig)
+        """Signal the tasks' process groups. SIGTERM means "stop, gracefully": each task gets
+        its launch method's cancel_signal instead (prterun ignores SIGTERM but forwards SIGUSR2
+        to the ranks)."""
+        by_signal: dict[int, list[int]] = {}
+        for t in tasks:
+            if not t.procs:
+                continue
+            s = sig if sig != _signal.SIGTERM or t.lm is None else t.lm.cancel_signal
+            by_signal.setdefault(s, []).extend(t.procs)
+        for s, pids in by_signal.items():
+            self.core.kill(pids, s)
 
     @property
     def running(self) -> int:

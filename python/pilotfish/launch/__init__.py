@@ -14,7 +14,7 @@ from typing import Any
 
 from .aprun import Aprun
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, payload_script, placement_env
-from .direct import Direct
+from .direct import Direct, remote_nodes
 from .flux import Flux
 from .jsrun import Jsrun
 from .mpiexec import Mpiexec
@@ -38,8 +38,22 @@ def get_launcher(name: str, resources: Any, options: dict | None = None) -> Laun
     return cls(resources, options)
 
 
+# what launches on a batch system's nodes when the pilot names no launcher and `direct` cannot
+NATIVE = {"slurm": "srun", "flux": "flux", "lsf": "jsrun", "pbs": "mpiexec"}
+
+
+def default_launcher(resource: str, resources: Any) -> str:
+    """The pilot's launcher when its description names none: `direct` (the fastest) where every
+    node is this machine -- a local or emulated pilot, or batch nodes that are this host (see
+    direct.py) -- else the batch system's own launcher."""
+    if resource == "local" or not remote_nodes(resources):
+        return "direct"
+    return NATIVE.get(resource, "ssh")
+
+
 __all__ = [
     "LAUNCHERS",
+    "default_launcher",
     "LaunchError",
     "LaunchMethod",
     "ProcSpec",

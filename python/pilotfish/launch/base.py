@@ -22,15 +22,20 @@ is the launcher's: slots are grouped by node in order of first appearance (`by_n
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._wire import RankSlot, TaskSpec
 
-# spawn(argv, env) -> pid: the executor facade handed to start() for launcher daemons
-Spawn = Callable[[list[str], dict[str, str]], int]
+# spawn(argv, env, stdout=None, stderr=None) -> pid: the executor facade handed to start()
+# for launcher daemons (stdout/stderr: paths for the daemon's output, None for the default)
+Spawn = Callable[..., int]
 
 # A `case` table larger than this is left out: one argv string must stay under the kernel's
 # MAX_ARG_STRLEN (128 KiB). Ranks then get PILOTFISH_RANK but not their per-rank variables
@@ -41,11 +46,14 @@ RANK_TABLE_LIMIT = 96 * 1024
 @dataclass
 class ProcSpec:
     """One process for the executor: argv (argv[0] searched in PATH without a '/'), extra
-    environment, and the rank it runs (None: one process that starts all ranks)."""
+    environment, the rank it runs (None: one process that starts all ranks), and for
+    supervised launch methods the launcher's handle of this launch (what its rank notes and
+    daemon-health reports refer to; see prrte.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     rank: int | None = None
+    handle: Any = None
 
 
 class LaunchError(ValueError):
@@ -61,10 +69,20 @@ class LaunchMethod:
     """
 
     name = "base"
+    # Launch supervision (agent/supervisor.py), off for methods that need none -- direct pays
+    # nothing for it:
+    #   launch_retries  how often a launch that failed before the task ran is repeated
+    #                   (options["launch_retries"] overrides; see retryable())
+    #   supervised      the method reports rank starts/ends and daemon health (prrte)
+    #   cancel_signal   what to send a launch to stop its task (SIGKILL follows after a grace)
+    launch_retries = 0
+    supervised = False
+    cancel_signal = signal.SIGTERM
 
     def __init__(self, resources: Any, options: dict | None = None):
         self.resources = resources
         self.options = dict(options or {})
+        self.launch_retries = int(self.options.get("launch_retries", self.launch_retries))
 
     def start(self, spawn: Spawn | None = None) -> None:
         """Start daemons this method needs (e.g. a PRRTE DVM); spawn(argv, env) -> pid."""
@@ -90,6 +108,63 @@ class LaunchMethod:
     def _tool(self, key: str, default: str) -> str:
         """The command for a tool: options[key] if given, else its name (searched in PATH)."""
         return str(self.options.get(key) or default)
+
+    def _find_tool(self, key: str, names: Sequence[str],
+                   is_right: Callable[[str], bool] | None = None) -> str:
+        """options[key] if given (trusted as is), else the first of `names` found by
+        `find_tool` that passes is_right(path), else names[0] (spawning it then fails with
+        a reason that names it)."""
+        given = self.options.get(key)
+        if given:
+            return str(given)
+        return find_tool(names, is_right) or names[0]
+
+
+# -- finding tools ------------------------------------------------------------------------------
+
+def tool_dirs() -> list[str]:
+    """Where tools are looked for: PATH, then the bin directory of this Python environment
+    (a venv's MPI wheels are there, and a venv's bin is often not on PATH when its python is
+    run by its full path, as the batch script does)."""
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    for extra in (os.path.join(sys.prefix, "bin"), os.path.dirname(sys.executable)):
+        if extra not in dirs:
+            dirs.append(extra)
+    return dirs
+
+
+def find_tool(names: Sequence[str], is_right: Callable[[str], bool] | None = None) -> str | None:
+    """Absolute path of the first executable named one of `names` (in that order of
+    preference) in `tool_dirs()` for which is_right(path) holds; None if there is none."""
+    dirs = tool_dirs()
+    for name in names:
+        for d in dirs:
+            path = os.path.join(d, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                if is_right is None or is_right(path):
+                    return path
+    return None
+
+
+_PROBES: dict[tuple[str, ...], str] = {}
+
+
+def probe(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 10.0) -> str:
+    """stdout + stderr of a short command ('' if it cannot run), cached per argv.
+
+    Only the text is used: inside the agent the core's reaper thread may collect the child
+    first, and Python then reports exit status 0 whatever it was.
+    """
+    key = tuple(argv)
+    if key not in _PROBES:
+        try:
+            r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                               stdin=subprocess.DEVNULL, check=False,
+                               env={**os.environ, **(env or {})})
+            _PROBES[key] = (r.stdout or "") + (r.stderr or "")
+        except (OSError, subprocess.TimeoutExpired):
+            _PROBES[key] = ""
+    return _PROBES[key]
 
 
 # -- the task's own command -------------------------------------------------------------------
@@ -214,38 +289,49 @@ def placement_env(task: TaskSpec, slots: Sequence[RankSlot], rank: int | None) -
 
 # -- one command for all ranks ------------------------------------------------------------------
 
-def rank_wrapped(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
+def rank_prelude(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
                  skip: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """argv and shared placement for a launcher that starts all ranks with one command.
+    """Shell lines that give each rank of a one-command launch its own placement.
 
     slots must be in the launcher's rank order. rank_expr: shell expression that yields the
     rank inside a started process, e.g. '${PMIX_RANK:-$OMPI_COMM_WORLD_RANK}'. skip: rank
     variables the launcher sets itself (srun sets CUDA_VISIBLE_DEVICES when it binds GPUs).
-    Returns (argv, placement): the variables equal across ranks are in placement; the others
-    are exported by a /bin/sh prelude. One rank needs no prelude.
+    Returns (lines, placement): the variables equal across ranks are in placement; the lines
+    export PILOTFISH_RANK and, from a `case` table, the variables that differ.
     """
     per_rank = [rank_placement(slots, r) for r in range(len(slots))]
     for p in per_rank:
         for k in skip:
             p.pop(k, None)
     placement = task_placement(task, slots)
-    if len(slots) == 1:
-        placement.update(per_rank[0])
-        return payload_argv(task), placement
-
     keys = [k for k in per_rank[0] if k != "PILOTFISH_RANK"]
     varying = [k for k in keys if any(p[k] != per_rank[0][k] for p in per_rank)]
     placement.update({k: per_rank[0][k] for k in keys if k not in varying})
 
-    prelude = [f'PILOTFISH_RANK="{rank_expr}"', "export PILOTFISH_RANK"]
+    lines = [f'PILOTFISH_RANK="{rank_expr}"', "export PILOTFISH_RANK"]
     if varying:
         rows = [f"{r}) export " + " ".join(f"{k}={shlex.quote(p[k])}" for k in varying) + ";;"
                 for r, p in enumerate(per_rank)]
         if sum(len(row) + 1 for row in rows) <= RANK_TABLE_LIMIT:
-            prelude += ['case "$PILOTFISH_RANK" in', *rows, "esac"]
+            lines += ['case "$PILOTFISH_RANK" in', *rows, "esac"]
+    return lines, placement
+
+
+def rank_wrapped(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
+                 skip: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """argv and shared placement for a launcher that starts all ranks with one command.
+
+    See rank_prelude for the arguments. Returns (argv, placement): one rank needs no prelude
+    (its placement is all in the environment); more ranks get `/bin/sh -c` with the prelude
+    before the task's own command.
+    """
+    if len(slots) == 1:
+        placement = task_placement(task, slots)
+        placement.update({k: v for k, v in rank_placement(slots, 0).items() if k not in skip})
+        return payload_argv(task), placement
+    prelude, placement = rank_prelude(task, slots, rank_expr, skip)
     if needs_shell(task):
         body = payload_script(task)
     else:
         body = "exec " + command_text(task)
     return ["/bin/sh", "-c", "\n".join([*prelude, body])], placement
-

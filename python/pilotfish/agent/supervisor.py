@@ -1,0 +1,339 @@
+"""Launch supervision: bounded retries, hung launches, wedged or dead daemons, recycling.
+
+Only launch methods that ask for it are watched (LaunchMethod.launch_retries > 0 or
+.supervised); a pilot that launches only with `direct` never creates a Supervisor, so the hot
+path pays nothing for it. Every decision keeps the rule "never lose a task": each launch ends
+in exactly one of final (DONE/FAILED/CANCELED with a reason) or relaunched on the same slots
+(bounded by the method's launch_retries; an event `launch_retry` says why).
+
+Evidence, strongest first:
+  rank notes (supervised methods, launch/rank_notes.py): which ranks started and ended, with
+      their exit codes. A launch none of whose ranks started did not run: safe to repeat.
+  the launcher's own words: `retryable(exit_code, stderr tail)` (e.g. "failed to initialize",
+      srun's "Unable to create step"), when stderr was captured.
+  the daemon's process: its exit is reaped by the executor like any child.
+
+Failure modes of PRRTE (shared/notes/substrates.md) and what is done:
+  prterun fails before the task ran     -> relaunch (a strike against its DVM)
+  prterun outlives all its ranks        -> every rank noted its end and prterun is still there
+      (missed job-end event)               after `hang_grace`: SIGKILL it; the task ends with
+                                           the ranks' exit code (event launch_hung; a strike)
+  `max_strikes` strikes in a row        -> the DVM may be wedging: a fresh DVM takes the new
+                                           launches; the old one finishes what runs on it and
+                                           stops when its last launch is reaped
+  a DVM started no rank for             -> stuck: its launches that waited longer than that
+      `launch_timeout` while launches      never ran: SIGKILL them and relaunch them on a fresh
+      waited for their first rank          DVM (event launcher_restart)
+  a DVM died                            -> a fresh DVM; its launches are SIGKILLed and judged:
+                                             no rank started  -> relaunch
+                                             every rank ended -> final, the ranks' exit code
+                                             otherwise        -> FAILED "the DVM ... was lost
+                                               while the task ran" (not safe to run twice);
+                                               its surviving local ranks are killed
+  a DVM served `recycle_after` launches -> a fresh DVM takes new launches, the old one stops
+                                           when its last launch is reaped (launcher_recycle)
+Cancels and timeouts send the method's cancel_signal (prterun forwards SIGUSR2 to the ranks),
+then SIGKILL to the launcher and to noted local ranks that are still there.
+
+Relaunches use the same slots (they stay held) and count against launch_retries; a task out
+of retries fails with every reason it was retried for in the last one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import signal as _signal
+import socket
+import time
+from typing import Any
+
+from ..launch.base import LaunchError
+from ..launch.rank_notes import kill_group, process_matches
+
+log = logging.getLogger("pilotfish.agent")
+
+STDERR_PEEK = 4096  # bytes of a failed launch's stderr shown to retryable()
+
+
+class LaunchRecord:
+    """What the supervisor knows about one task's current launch."""
+
+    __slots__ = ("attempt", "handle", "spawned", "started", "ended", "hung")
+
+    def __init__(self):
+        self.attempt = 0
+        self.new_attempt(None)
+
+    def new_attempt(self, handle: Any) -> None:
+        self.attempt += 1
+        self.handle = handle  # the launcher's handle (prrte: PrrteLaunch), or None
+        self.spawned = time.monotonic()
+        self.started: dict[int, tuple[str, int]] = {}  # rank -> (host, pid) from its note
+        self.ended: dict[int, int] = {}  # rank -> exit code from its note
+        self.hung = False  # we killed the launcher after all its ranks ended
+
+    def noted_exit(self) -> int:
+        """The task's exit code from its ranks' notes: the first non-zero one, else 0."""
+        return next((rc for _, rc in sorted(self.ended.items()) if rc), 0)
+
+
+class Supervisor:
+    """Decides, for watched launches, between final, relaunch and kill (see module docstring).
+
+    agent: the Agent (runner, events, relaunch(), _release(), _final()).
+    """
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+        self.runner = agent.runner
+        self.events = agent.events
+        self.launchers: list[Any] = []  # supervised launch methods (those with daemons)
+        self.by_key: dict[str, Any] = {}  # launch key -> task (launches not yet reaped)
+        self.unstarted: dict[Any, dict[str, Any]] = {}  # daemon -> {key: task}, spawn order
+        self._hang_checks: list[tuple[float, int, str, Any]] = []
+        self._seq = 0
+        self.tick_every = 1.0
+        self.due = time.monotonic() + self.tick_every
+        host = socket.gethostname()
+        self.here = {host, host.split(".", 1)[0], "localhost"}
+
+    def watch(self, lm: Any) -> None:
+        if lm.supervised and lm not in self.launchers:
+            self.launchers.append(lm)
+
+    # -- launches ------------------------------------------------------------------------------
+    def launched(self, tasks: list) -> None:
+        """Tasks just spawned (any launcher): register the supervised ones' launches."""
+        for t in tasks:
+            rec = t.launch
+            if rec is None or rec.handle is None or not t.procs:
+                continue
+            h = rec.handle
+            d = h.dvm
+            d.running += 1
+            d.launches += 1
+            self.by_key[h.key] = t
+            self.unstarted.setdefault(d, {})[h.key] = t
+        for lm in self.launchers:
+            d = lm.dvms[-1] if lm.dvms else None
+            if d is not None and d.state == "live" and d.launches >= lm.recycle_after:
+                self._replace(lm, d, retire=True,
+                              why=f"recycled after {d.launches} launches")
+
+    def read_notes(self, lm: Any) -> None:
+        notes = lm.notes.read() if lm.notes is not None else ()
+        if not notes:
+            return
+        now = time.monotonic()
+        by_key = self.by_key
+        for n in notes:
+            t = by_key.get(n.key)
+            if t is None:
+                continue  # a launch already judged (or of an earlier attempt)
+            rec = t.launch
+            d = rec.handle.dvm
+            if n.kind == "S":
+                rec.started[n.rank] = (n.host, n.value)
+                d.last_start = now
+                d.strikes = 0
+                waiting = self.unstarted.get(d)
+                if waiting:
+                    waiting.pop(n.key, None)
+            else:
+                rec.ended[n.rank] = n.value
+                if len(rec.ended) == t.spec.ranks and t.running:
+                    self._seq += 1
+                    heapq.heappush(self._hang_checks,
+                                   (now + t.lm.hang_grace, self._seq, n.key, t))
+                    self.due = min(self.due, now + t.lm.hang_grace)
+
+    def exited(self, tasks: list) -> list:
+        """Launches that ended (the agent reaped every process of these tasks). Returns the
+        tasks to finalize; the others were relaunched (or will be, on a fresh daemon)."""
+        for lm in self.launchers:  # notes sent before these exits are in the socket by now
+            self.read_notes(lm)
+        final = []
+        again = []
+        for t in tasks:
+            rec = t.launch
+            if rec is None:
+                final.append(t)
+                continue
+            why = self._judge(t, rec)
+            if why is None:
+                final.append(t)
+            else:
+                again.append((t, why))
+        if again:
+            self._relaunch(again)
+        return final
+
+    def _judge(self, t: Any, rec: LaunchRecord) -> str | None:
+        """None: the launch is over (t.exit_code/signal/reason set for the final report);
+        else why the task is launched again."""
+        h = rec.handle
+        d = h.dvm if h is not None else None
+        if h is not None:
+            self.by_key.pop(h.key, None)
+            d.running -= 1
+            waiting = self.unstarted.get(d)
+            if waiting:
+                waiting.pop(h.key, None)
+        if t.kill_reason is not None:
+            return None  # canceled, timed out, pilot stopping: as asked
+        all_ended = len(rec.ended) == t.spec.ranks
+        if rec.hung or (d is not None and d.state == "dead" and all_ended):
+            t.signal = None
+            t.exit_code = rec.noted_exit()
+            return None
+        if not t.signal and t.exit_code == 0:
+            if d is not None:
+                d.strikes = 0
+            return None
+        lm = t.lm
+        notes_on = d is not None and lm.notes is not None
+        why = None
+        if notes_on and not rec.started:
+            why = (f"the launch ended ({_status(t)}) before any rank started"
+                   + (f" (PRRTE DVM {d.number} was replaced)" if d.state == "dead" else ""))
+        elif not rec.started and not t.signal and lm.retryable(t.exit_code, _tail(t)):
+            why = f"the launcher failed before the task ran ({_status(t)})"
+        if why is None:
+            if d is not None and d.state == "dead":
+                t.signal = None
+                t.reason = (f"the PRRTE DVM {d.number} was lost while the task ran "
+                            f"({len(rec.started)} of {t.spec.ranks} ranks started, "
+                            f"{len(rec.ended)} ended)")
+                self.kill_orphans(t)
+            return None
+        if d is not None:
+            self._strike(lm, d, "failed before running")
+        if rec.attempt > lm.launch_retries:
+            t.reason = f"{why}; gave up after {rec.attempt} launches"
+            return None
+        return why
+
+    def _relaunch(self, again: list) -> None:
+        now = time.time()
+        self.events.record_many([(now, t.spec.uid, "launch_retry",
+                                  f"attempt {t.launch.attempt + 1}: {why}") for t, why in again])
+        self.agent.relaunch([t for t, _ in again])
+
+    # -- now and then --------------------------------------------------------------------------
+    def tick(self, now_mono: float | None = None) -> None:
+        now = time.monotonic() if now_mono is None else now_mono
+        self.due = now + self.tick_every
+        checks = self._hang_checks
+        while checks and checks[0][0] <= now:
+            _, _, key, t = heapq.heappop(checks)
+            rec = t.launch
+            if (rec is None or rec.handle is None or rec.handle.key != key or not t.running
+                    or t.kill_reason is not None):
+                continue
+            rec.hung = True
+            d = rec.handle.dvm
+            self.events.record(t.spec.uid, "launch_hung",
+                               f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
+                               f"killing the launcher (PRRTE DVM {d.number})")
+            self.runner.kill([t], _signal.SIGKILL)
+            self._strike(t.lm, d, "hung or failed before running")
+        if checks:
+            self.due = min(self.due, checks[0][0])
+        for lm in self.launchers:
+            self._check_stuck(lm, now)
+            lm.reap_dvms()
+
+    def _strike(self, lm: Any, d: Any, what: str) -> None:
+        d.strikes += 1
+        if d.strikes >= lm.max_strikes and d.state == "live":
+            self._replace(lm, d, retire=True, why=f"{d.strikes} launches in a row {what}")
+
+    def _check_stuck(self, lm: Any, now: float) -> None:
+        """A DVM that starts nothing: launches wait longer than launch_timeout for their first
+        rank and no rank of that DVM started since the oldest of them was made."""
+        if lm.notes is None:
+            return
+        for d in list(lm.dvms):
+            waiting = self.unstarted.get(d)
+            if d.state == "dead" or not waiting:
+                continue
+            spawned = next(iter(waiting.values())).launch.spawned
+            if now - spawned <= lm.launch_timeout or d.last_start >= spawned:
+                continue
+            stuck = [t for t in waiting.values()
+                     if now - t.launch.spawned > lm.launch_timeout and t.running]
+            for t in stuck:
+                waiting.pop(t.launch.handle.key, None)
+            why = (f"{len(stuck)} launches waited over {lm.launch_timeout:g}s and no rank "
+                   f"started")
+            if d.state == "live":
+                self._replace(lm, d, retire=True, why=why)
+            else:
+                self.events.record(self.agent.uid, "launcher_stuck",
+                                   f"{lm.name} DVM {d.number}: {why}")
+            self.runner.kill(stuck, _signal.SIGKILL)  # never ran: judged, relaunched when reaped
+
+    def daemon_exited(self, pid: int, code: int, sig: int) -> None:
+        """A launcher daemon (a DVM) ended: if it was not asked to, replace it."""
+        for lm in self.launchers:
+            d = lm.dvm_of_pid(pid)
+            if d is None:
+                continue
+            if d.state != "dead":
+                how = f"killed by signal {sig}" if sig else f"exit code {code}"
+                self._replace(lm, d, retire=False, why=f"it died ({how})")
+            return
+
+    # -- daemons -------------------------------------------------------------------------------
+    def _replace(self, lm: Any, d: Any, retire: bool, why: str) -> None:
+        """A fresh daemon in place of d (see LaunchMethod `replace`)."""
+        name = "launcher_recycle" if why.startswith("recycled") else "launcher_restart"
+        self.events.record(self.agent.uid, name, f"{lm.name} DVM {d.number}: {why}")
+        log.warning("%s: %s DVM %s: %s", name, lm.name, d.number, why)
+        try:
+            new = lm.replace(d, retire=retire)
+            self.events.record(self.agent.uid, "launcher_ready", f"{lm.name} DVM {new.number}")
+        except LaunchError as e:  # launches then fail at build, each with this reason
+            log.error("%s: no new DVM: %s", lm.name, e)
+            self.events.record(self.agent.uid, "launcher_failed", str(e))
+        if retire:
+            return
+        doomed = [t for t in self.by_key.values() if t.launch.handle.dvm is d and t.running]
+        if doomed:
+            self.runner.kill(doomed, _signal.SIGKILL)  # judged when reaped
+            for t in doomed:
+                self.kill_orphans(t)
+        self.unstarted.pop(d, None)
+
+    def kill_orphans(self, t: Any) -> None:
+        """SIGKILL the process groups of this launch's ranks on this host that started and did
+        not end (a DVM that is gone, or a SIGKILLed prterun, leaves them running)."""
+        rec = t.launch
+        if rec is None or rec.handle is None:
+            return
+        key = rec.handle.key
+        for rank, (host, pid) in rec.started.items():
+            if rank in rec.ended or host.split(".", 1)[0] not in self.here or pid <= 1:
+                continue
+            if process_matches(pid, key):
+                kill_group(pid, _signal.SIGKILL)
+
+
+def _status(t: Any) -> str:
+    return f"signal {t.signal}" if t.signal else f"exit code {t.exit_code}"
+
+
+def _tail(t: Any) -> str | None:
+    """The end of a failed launch's captured stderr (the launcher's own messages are there)."""
+    path = t.out_paths[1] if t.out_paths else None
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - STDERR_PEEK))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return None

@@ -1,0 +1,135 @@
+"""Rank notes: each rank of a supervised launch tells the agent when it starts and ends.
+
+Why: a launcher process (PRRTE's `prterun`) can outlive its task -- it misses the job-end
+event and hangs after every rank exited (shared/notes/substrates.md) -- or die before the task
+started, and its exit code alone cannot tell "never ran" (safe to run again) from "ran and
+failed". The ranks themselves can: a tiny bash wrapper around the task's command sends one
+UDP datagram before the command starts and one after it ends:
+
+    S <launch key> <rank> <pid> <host>      the rank's wrapper started (pid = its process
+                                            group: the launcher makes each rank a leader)
+    E <launch key> <rank> <exit code>       the command ended (bash's $?: 128+N for signal N)
+
+to a UDP socket of the agent bound on the address the launcher's daemons already use to reach
+the agent's host (the PRRTE DVM's URI), so ranks on every node of the allocation can reach it.
+Costs: one socket in the agent (one more fd in its poll set), two datagrams and a bash per
+rank; no file per task, nothing on shared file systems, nothing for other launch methods.
+
+Datagrams can be lost (a full receive buffer); the buffer is made large and the agent reads it
+every loop. The supervisor (agent/supervisor.py) only acts on notes that arrived, never on a
+missing one alone, except where a whole DVM stopped starting anything (see there).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+from typing import NamedTuple
+
+RCVBUF = 8 << 20  # bytes: room for ~100k notes between two reads
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; lets root exceed rmem_max
+
+
+class Note(NamedTuple):
+    kind: str  # "S" (started) or "E" (ended)
+    key: str  # the launch key
+    rank: int
+    value: int  # S: the rank's pid; E: its exit code
+    host: str  # S only ("" for E)
+
+
+def address_from_uri(uri: str) -> str | None:
+    """The first IPv4 address in a PRRTE URI ('prte-host-123@0.0;tcp4://10.1.2.3,10.9.9.9:4567')."""
+    m = re.search(r"tcp4://([0-9.]+)", uri)
+    return m.group(1) if m else None
+
+
+class RankNotes:
+    """The agent's end of the notes: a non-blocking UDP socket."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for opt in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, opt, RCVBUF)
+                break
+            except OSError:
+                continue
+        self.sock.bind((address, 0))
+        self.sock.setblocking(False)
+        self.address, self.port = self.sock.getsockname()[:2]
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self) -> list[Note]:
+        """Every note waiting (never blocks); malformed datagrams are dropped."""
+        notes = []
+        recv = self.sock.recv
+        while True:
+            try:
+                data = recv(512)
+            except (BlockingIOError, InterruptedError):
+                return notes
+            except OSError:
+                return notes
+            for line in data.decode(errors="replace").splitlines():
+                note = parse(line)
+                if note is not None:
+                    notes.append(note)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def wrap(self, key: str, payload: str, rank_expr: str = '"${PILOTFISH_RANK:-0}"') -> list[str]:
+        """bash lines that run `payload` (shell text, not exec'd) between the two notes and
+        exit with its status."""
+        return wrap_lines(self.address, self.port, key, payload, rank_expr)
+
+
+def wrap_lines(address: str, port: int, key: str, payload: str,
+               rank_expr: str = '"${PILOTFISH_RANK:-0}"') -> list[str]:
+    dest = f"/dev/udp/{address}/{port}"
+    k = shlex.quote(key)
+    return [
+        # bash opens /dev/udp/HOST/PORT itself; errors (no route) are silenced: a note is help,
+        # never a reason for the task to fail
+        f"pf_note() {{ printf '%s\\n' \"$*\" >{dest}; }} 2>/dev/null",
+        f'pf_note S {k} {rank_expr} $$ "$HOSTNAME"',
+        payload,
+        "pf_rc=$?",
+        f"pf_note E {k} {rank_expr} $pf_rc",
+        "exit $pf_rc",
+    ]
+
+
+def parse(line: str) -> Note | None:
+    f = line.split()
+    try:
+        if len(f) >= 5 and f[0] == "S":
+            return Note("S", f[1], int(f[2]), int(f[3]), f[4])
+        if len(f) >= 4 and f[0] == "E":
+            return Note("E", f[1], int(f[2]), int(f[3]), "")
+    except ValueError:
+        return None
+    return None
+
+
+def process_matches(pid: int, text: str) -> bool:
+    """Does live process `pid` have `text` in its command line? (PIDs wrap quickly here: never
+    signal a noted pid without checking it is still the rank that sent the note.)"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+def kill_group(pid: int, sig: int) -> bool:
+    try:
+        os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
