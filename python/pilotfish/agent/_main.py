@@ -174,6 +174,7 @@ class Agent:
     def _supervise(self, lm) -> None:
         if self.supervisor is None:
             self.supervisor = Supervisor(self)
+            self.runner.signal_ranks = self.supervisor.signal_ranks
         self.supervisor.watch(lm)
         notes = getattr(lm, "notes", None)
         if notes is not None:
@@ -314,7 +315,7 @@ class Agent:
         finished, events, aux_exits = self.runner.reap(block_s)
         self.events.record_many(events)
         for name, pid, code, sig in aux_exits:
-            log.warning("%s (pid %s) exited (code %s, signal %s)", name, pid, code, sig)
+            log.info("%s (pid %s) exited (code %s, signal %s)", name, pid, code, sig)
             if self.supervisor is not None:
                 self.supervisor.daemon_exited(pid, code, sig)
         done = [t for t in finished if t.final_state is None]
@@ -411,8 +412,6 @@ class Agent:
                 to_term.append(t)
             elif kind == "kill":
                 self.runner.kill([t], _signal.SIGKILL)
-                if t.launch is not None and self.supervisor is not None:
-                    self.supervisor.kill_orphans(t)  # ranks that ignored the cancel signal
         self._kill(to_term)
 
     def _flush(self) -> None:

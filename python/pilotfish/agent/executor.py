@@ -57,6 +57,7 @@ class TaskRunner:
         self._procs: dict[int, tuple[AgentTask, int]] = {}  # spawn key -> (task, rank)
         self._next_key = 1 << 40  # process keys live apart from placement keys
         self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
+        self.signal_ranks: Callable[[AgentTask, int], None] | None = None  # see kill()
 
     # -- spawning ---------------------------------------------------------------------------
     def to_slots(self, raw: list) -> list[RankSlot]:
@@ -183,17 +184,22 @@ class TaskRunner:
         return finished, events, aux_exits
 
     def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
-        """Signal the tasks' process groups. SIGTERM means "stop, gracefully": each task gets
-        its launch method's cancel_signal instead (prterun ignores SIGTERM but forwards SIGUSR2
-        to the ranks)."""
-        by_signal: dict[int, list[int]] = {}
+        """Signal the tasks' process groups. Tasks of supervised launch methods (prrte) are
+        signalled through their ranks (`signal_ranks`, set by the agent's supervisor): their
+        launcher process ignores SIGTERM and its death alone leaves the ranks running; it
+        gets only SIGKILL."""
+        pids = []
+        signal_ranks = self.signal_ranks
         for t in tasks:
             if not t.procs:
                 continue
-            s = sig if sig != _signal.SIGTERM or t.lm is None else t.lm.cancel_signal
-            by_signal.setdefault(s, []).extend(t.procs)
-        for s, pids in by_signal.items():
-            self.core.kill(pids, s)
+            if signal_ranks is not None and t.launch is not None and t.lm.supervised:
+                signal_ranks(t, sig)
+                if sig != _signal.SIGKILL:
+                    continue  # the launcher ends by itself once its ranks are gone
+            pids.extend(t.procs)
+        if pids:
+            self.core.kill(pids, sig)
 
     @property
     def running(self) -> int:

@@ -32,8 +32,11 @@ Failure modes of PRRTE (shared/notes/substrates.md) and what is done:
                                                its surviving local ranks are killed
   a DVM served `recycle_after` launches -> a fresh DVM takes new launches, the old one stops
                                            when its last launch is reaped (launcher_recycle)
-Cancels and timeouts send the method's cancel_signal (prterun forwards SIGUSR2 to the ranks),
-then SIGKILL to the launcher and to noted local ranks that are still there.
+Cancels and timeouts signal the ranks themselves (prterun ignores SIGTERM, its SIGKILL leaves
+the ranks running, and the signals it forwards reach every job of the DVM): SIGTERM to the
+process group of each rank that noted its start -- on this host directly, on other nodes
+through the launcher (`signal_remote`: a one-off srun step) -- then after the grace period
+SIGKILL to them and to the launcher.
 
 Relaunches use the same slots (they stay held) and count against launch_retries; a task out
 of retries fails with every reason it was retried for in the last one.
@@ -183,16 +186,23 @@ class Supervisor:
                 waiting.pop(h.key, None)
         if t.kill_reason is not None:
             return None  # canceled, timed out, pilot stopping: as asked
-        all_ended = len(rec.ended) == t.spec.ranks
-        if rec.hung or (d is not None and d.state == "dead" and all_ended):
+        if rec.hung or (rec.ended and len(rec.ended) == t.spec.ranks):
+            # every rank reported its end: that is the task's result, whatever the launcher
+            # says (a prterun we killed, a lost DVM, PRRTE's "PMIx_Spawn failed" after a rank
+            # exited early)
             t.signal = None
             t.exit_code = rec.noted_exit()
+            if d is not None and not t.exit_code:
+                d.strikes = 0
             return None
         if not t.signal and t.exit_code == 0:
             if d is not None:
                 d.strikes = 0
             return None
         lm = t.lm
+        if d is not None and d.state != "dead" and not lm.alive(d):
+            # its clients can be reaped before the DVM itself: judge them as the DVM's
+            self._replace(lm, d, retire=False, why="it died")
         notes_on = d is not None and lm.notes is not None
         why = None
         if notes_on and not rec.started:
@@ -207,6 +217,9 @@ class Supervisor:
                             f"({len(rec.started)} of {t.spec.ranks} ranks started, "
                             f"{len(rec.ended)} ended)")
                 self.kill_orphans(t)
+            elif rec.noted_exit():  # a rank failed: its exit code, not the launcher's
+                t.signal = None
+                t.exit_code = rec.noted_exit()
             return None
         if d is not None:
             self._strike(lm, d, "failed before running")
@@ -301,24 +314,32 @@ class Supervisor:
         if retire:
             return
         doomed = [t for t in self.by_key.values() if t.launch.handle.dvm is d and t.running]
-        if doomed:
-            self.runner.kill(doomed, _signal.SIGKILL)  # judged when reaped
-            for t in doomed:
-                self.kill_orphans(t)
+        if doomed:  # SIGKILL to prterun and to the ranks it leaves; judged when reaped
+            self.runner.kill(doomed, _signal.SIGKILL)
         self.unstarted.pop(d, None)
 
-    def kill_orphans(self, t: Any) -> None:
-        """SIGKILL the process groups of this launch's ranks on this host that started and did
-        not end (a DVM that is gone, or a SIGKILLed prterun, leaves them running)."""
+    def signal_ranks(self, t: Any, sig: int) -> None:
+        """Signal the process groups of this launch's ranks that started and did not end (a
+        cancel, a timeout; with SIGKILL also what a lost DVM or a killed prterun left)."""
         rec = t.launch
         if rec is None or rec.handle is None:
             return
         key = rec.handle.key
+        remote: dict[str, list[int]] = {}
         for rank, (host, pid) in rec.started.items():
-            if rank in rec.ended or host.split(".", 1)[0] not in self.here or pid <= 1:
+            if rank in rec.ended or pid <= 1:
                 continue
-            if process_matches(pid, key):
-                kill_group(pid, _signal.SIGKILL)
+            if host.split(".", 1)[0] in self.here:
+                if process_matches(pid, key):  # still that rank (pids wrap)
+                    kill_group(pid, sig)
+            else:
+                remote.setdefault(host, []).append(pid)
+        for host, pids in remote.items():
+            if not t.lm.signal_remote(host, pids, sig):
+                log.warning("%s: cannot signal its ranks on %s", t.spec.uid, host)
+
+    def kill_orphans(self, t: Any) -> None:
+        self.signal_ranks(t, _signal.SIGKILL)
 
 
 def _status(t: Any) -> str:

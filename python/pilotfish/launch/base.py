@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -73,11 +72,11 @@ class LaunchMethod:
     # nothing for it:
     #   launch_retries  how often a launch that failed before the task ran is repeated
     #                   (options["launch_retries"] overrides; see retryable())
-    #   supervised      the method reports rank starts/ends and daemon health (prrte)
-    #   cancel_signal   what to send a launch to stop its task (SIGKILL follows after a grace)
+    #   supervised      the method reports rank starts/ends (rank notes) and runs daemons whose
+    #                   health is watched (prrte); its tasks are stopped by signalling their
+    #                   ranks, not the launcher process
     launch_retries = 0
     supervised = False
-    cancel_signal = signal.SIGTERM
 
     def __init__(self, resources: Any, options: dict | None = None):
         self.resources = resources

