@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/substrates/install.sh
+scripts/install-chromium.sh >/dev/null   # the report's browser test
 scripts/substrates/slurm.sh start
 trap 'scripts/substrates/slurm.sh stop >/dev/null 2>&1 || true' EXIT
 scripts/substrates/slurm.sh exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

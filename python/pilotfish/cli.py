@@ -132,7 +132,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     if make_report:
         from .analytics.report import report_main
 
-        report_main(session.path, None, as_json=True)
+        report_main(session.path, None, as_json=False)
     if failed or counts[S.DONE] < len(tasks):
         sys.exit(1)
 

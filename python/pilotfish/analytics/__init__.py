@@ -10,11 +10,12 @@ The resource-utilization phase model is defined in `pilotfish.analytics.utilizat
 per-task steps and TTX in `pilotfish.analytics.durations`.
 """
 
-from pilotfish.analytics.activity import concurrency_over_time, concurrency_steps, throughput_over_time
+from pilotfish.analytics.activity import Concurrency, throughput_over_time
 from pilotfish.analytics.durations import duration_stats, makespan, task_durations, ttx
 from pilotfish.analytics.metrics import Analysis, analyze, compute_metrics
 from pilotfish.analytics.session import SessionData, load_session
-from pilotfish.analytics.utilization import PHASE_KEYS, PHASE_LABELS, PHASES, Utilization, utilization, utilization_over_time
+from pilotfish.analytics.utilization import (PHASE_KEYS, PHASE_LABELS, PHASES, Utilization,
+                                             resource_utilization, utilization_over_time)
 
 
 def write_report(analysis, out_dir, as_json=True):
@@ -24,8 +25,8 @@ def write_report(analysis, out_dir, as_json=True):
 
 
 __all__ = [
-    "Analysis", "PHASES", "PHASE_KEYS", "PHASE_LABELS", "SessionData", "Utilization",
-    "analyze", "compute_metrics", "concurrency_over_time", "concurrency_steps",
-    "duration_stats", "load_session", "makespan", "task_durations", "throughput_over_time",
-    "ttx", "utilization", "utilization_over_time", "write_report",
+    "Analysis", "Concurrency", "PHASES", "PHASE_KEYS", "PHASE_LABELS", "SessionData",
+    "Utilization", "analyze", "compute_metrics", "duration_stats", "load_session", "makespan",
+    "resource_utilization", "task_durations", "throughput_over_time", "ttx",
+    "utilization_over_time", "write_report",
 ]

@@ -24,14 +24,19 @@ strings; the tables of all chunks are then factorized together (by the first key
 with the second) and only the globally distinct strings are decoded. Chunks are small so the
 per-event temporaries stay in cache and are reused: fresh memory costs more than the parse.
 
-Measured on the 2-core development VM, 9M agent events (1M tasks): ~3 s, against ~6 s for
-msgspec decoding plus dict lookups per event.
+On the shared 2-core development VM, the 13M events of 1M tasks take 7-10 s (CPU time,
+depending on the neighbours), about 1.6x faster than msgspec decoding plus a dict lookup
+per event, and without the ~2 GB of Python objects.
 """
 
 from __future__ import annotations
 
+import gc
+import mmap
+import operator
 import os
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import msgspec
@@ -41,9 +46,33 @@ import pandas as pd
 from pilotfish._events import TaskRecord
 
 _LEN_BYTES = 4
-_CHUNK_BYTES = 2 << 20          # parse this much of a file at once (temporaries stay in cache)
+_CHUNK_BYTES = 512 << 10        # parse this much of a file at once (temporaries stay in cache)
 _PAD = 16                       # a copy of the last bytes, zero padded, for string gathers
+_SMALLEST_EVENT_FILE = 18        # length, fixarray, 94, cb + f64, "", "", nil
 _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
+
+
+@contextmanager
+def gc_paused():
+    """Cyclic GC off while millions of objects that cannot form cycles (strings, tuples of
+    scalars) are built: otherwise each collection rescans all of them (2-3x slower)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _map_file(path: str):
+    """The file's bytes without copying them (a read-only map of the page cache)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return b""
+        # populate: map all pages up front, in bulk, instead of one fault per page later
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        return mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
 
 
 # --------------------------------------------------------------------------- byte views
@@ -65,7 +94,7 @@ _FIXSTR_LEN[0xA0:0xC0] = np.arange(32)
 
 
 class _Bytes:
-    """A file's bytes (zero padded) with the typed unaligned views the parser gathers from."""
+    """A file's bytes with the typed unaligned views the parser gathers from."""
 
     def __init__(self, data: bytes):
         # No padded copy of the file (touching fresh pages costs more than parsing): gathers
@@ -73,8 +102,7 @@ class _Bytes:
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.n = n = len(data)
         self.tail0 = max(0, n - _PAD)
-        self.tail_u64le = _view(np.frombuffer(data[self.tail0:] + bytes(8), np.uint8), "<u8")
-        self.u16le = _view(self.buf, "<u2")
+        self.tail_u64le = _view(np.frombuffer(bytes(data[self.tail0:]) + bytes(8), np.uint8), "<u8")
         self.u16be = _view(self.buf, ">u2")
         self.u32be = _view(self.buf, ">u4")
         self.u64le = _view(self.buf, "<u8")
@@ -157,20 +185,33 @@ def _gather_words(fb: _Bytes, start: np.ndarray, length: np.ndarray, k: int) -> 
     if len(near_end):  # words reaching past the data; from past it they are all mask anyway
         p = pos[near_end]
         word[near_end] = np.where(p < fb.n, fb.tail_u64le[np.minimum(p, fb.n - 1) - fb.tail0], 0)
-    if len(length) == 0 or length.min() >= k + 8:  # common: the word is inside every string
+    if len(length) == 0:
         return word
+    shortest, longest = int(length.min()), int(length.max())
+    if shortest >= k + 8:  # common: the word is inside every string
+        return word
+    if shortest == longest:  # common too (uids of one format): one mask for all
+        return word & _TAIL_MASK[min(max(shortest - k, 0), 8)]
     return word & _TAIL_MASK[np.minimum(np.maximum(length - k, 0), 8)]
 
 
 def _string_keys(fb: _Bytes, start: np.ndarray, length: np.ndarray):
+    """Two keys per string that depend on the string alone: word k is mixed in only for
+    strings longer than k (not for all strings up to the chunk's longest)."""
     k1 = length.astype(np.uint64) * _MIX[0]
     k2 = length.astype(np.uint64) * _MIX[1]
     for k in range(0, int(length.max()) if len(length) else 0, 8):
         w = _gather_words(fb, start, length, k)
-        k1 = (k1 ^ w) * _MIX[0]
-        k1 ^= k1 >> _SHIFT
-        k2 = (k2 ^ w) * _MIX[1]
-        k2 ^= k2 >> _SHIFT
+        m1 = (k1 ^ w) * _MIX[0]
+        m1 ^= m1 >> _SHIFT
+        m2 = (k2 ^ w) * _MIX[1]
+        m2 ^= m2 >> _SHIFT
+        if length.min() > k:
+            k1, k2 = m1, m2
+        else:
+            longer = length > k
+            k1 = np.where(longer, m1, k1)
+            k2 = np.where(longer, m2, k2)
     return k1, k2
 
 
@@ -227,6 +268,30 @@ def _distinct(fb: _Bytes, start: np.ndarray, length: np.ndarray):
     return codes, _Distinct(k1[first], k2[first], start[first], length[first])
 
 
+_BUCKETS = 1 << 14
+
+
+def _distinct_few(fb: _Bytes, start: np.ndarray, length: np.ndarray):
+    """_distinct for a field with few distinct values (event names): rows are put in 2^14
+    buckets by their first key, and every row's keys must equal its bucket's (any) member's
+    -- then a bucket is one string and no hash table is needed. Two strings in one bucket
+    (rare) take the general path."""
+    k1, k2 = _string_keys(fb, start, length)
+    if not len(k1):
+        return _distinct(fb, start, length)
+    bucket = (k1 >> np.uint64(50)).astype(np.intp)
+    member = np.empty(_BUCKETS, np.intp)
+    member[bucket] = np.arange(len(k1))          # whichever row lands last: any member will do
+    rep = member[bucket]
+    if not (np.array_equal(k1, k1[rep]) and np.array_equal(k2, k2[rep])):
+        return _distinct(fb, start, length)
+    used = np.flatnonzero(np.bincount(bucket, minlength=_BUCKETS))
+    code_of = np.empty(_BUCKETS, np.int32)
+    code_of[used] = np.arange(len(used), dtype=np.int32)
+    first = member[used]
+    return code_of[bucket], _Distinct(k1[first], k2[first], start[first], length[first])
+
+
 # --------------------------------------------------------------------------- one chunk
 
 @dataclass
@@ -245,7 +310,9 @@ class _Chunk:
 
 def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
     lo, hi = frames[0].payload, frames[-1].end
-    cand = np.flatnonzero(fb.u16le[lo:min(hi, len(fb.u16le))] == 0xCB94) + lo  # bytes 94 cb
+    # bytes 94 cb: find the 94s with a contiguous (SIMD) byte compare, then check the next
+    cand = np.flatnonzero(fb.buf[lo:hi] == 0x94) + lo
+    cand = cand[fb.buf[np.minimum(cand + 1, fb.n - 1)] == 0xCB]
     uid_h = cand + 10
     ok_u, hs_u, len_u, _ = fb.str_at(uid_h)
     name_h = uid_h + hs_u + len_u
@@ -299,7 +366,7 @@ def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
     sel = np.flatnonzero(np.cumsum(keep[:-1]) > 0)
 
     uid, uid_table = _distinct(fb, uid_h[sel] + hs_u[sel], len_u[sel])
-    name, name_table = _distinct(fb, name_h[sel] + hs_n[sel], len_n[sel])
+    name, name_table = _distinct_few(fb, name_h[sel] + hs_n[sel], len_n[sel])
     name_texts = _texts(fb, name_table.start, name_table.length)
     d_len = len_d[sel]
     d_keep = ~nil_d[sel]
@@ -363,11 +430,13 @@ class _Table:
 
     def __init__(self) -> None:
         self.parts: list[tuple[_Bytes, _Distinct]] = []
+        self.size = 0
 
     def add(self, fb: _Bytes, d: _Distinct) -> int:
         """Remember a chunk's table; returns its offset in the concatenation."""
-        offset = sum(len(p[1].k1) for p in self.parts)
+        offset = self.size
         self.parts.append((fb, d))
+        self.size += len(d.k1)
         return offset
 
     def resolve(self) -> tuple[np.ndarray, list[str]]:
@@ -376,14 +445,17 @@ class _Table:
             return np.zeros(0, np.int32), []
         codes, first = _factorize_keys(_cat([d.k1 for _, d in self.parts], np.uint64),
                                        _cat([d.k2 for _, d in self.parts], np.uint64))
-        sizes = np.cumsum([0] + [len(d.k1) for _, d in self.parts])
-        owner = np.searchsorted(sizes, first, side="right") - 1
+        start = _cat([d.start for _, d in self.parts], np.int64)[first]
+        length = _cat([d.length for _, d in self.parts], np.int64)[first]
+        # decode the first occurrences file by file (parts of a file share its bytes)
+        files = list({id(fb): fb for fb, _ in self.parts}.values())
+        file_of_part = np.array([files.index(fb) for fb, _ in self.parts], np.intp)
+        sizes = np.array([len(d.k1) for _, d in self.parts])
+        file_of = np.repeat(file_of_part, sizes)[first]
         texts = np.empty(len(first), object)
-        for p in np.unique(owner):  # decode the first occurrences, grouped by chunk
-            at = np.flatnonzero(owner == p)
-            fb, d = self.parts[p]
-            local = first[at] - sizes[p]
-            texts[at] = _texts(fb, d.start[local], d.length[local])
+        for f, fb in enumerate(files):
+            at = np.flatnonzero(file_of == f)
+            texts[at] = _texts(fb, start[at], length[at])
         return codes, texts.tolist()
 
 
@@ -394,28 +466,40 @@ def read_event_columns(paths: Sequence[str | os.PathLike],
     detail_names: keep the details of events with these names only (None: all). Details are
     per-event strings; keeping all of a large session's costs memory and time.
     """
-    try:
-        return _read(paths, detail_names, fast=True)
-    except _KeyCollision:
-        return _read(paths, detail_names, fast=False)
+    with gc_paused():
+        try:
+            return _read(paths, detail_names, fast=True)
+        except _KeyCollision:
+            return _read(paths, detail_names, fast=False)
 
 
 def _read(paths, detail_names, fast: bool) -> EventColumns:
-    uid_tab, name_tab = _Table(), _Table()
-    chunks: list[tuple[int, _Chunk, int, int]] = []       # (source, chunk, uid off, name off)
-    slow: list[tuple[int, list]] = []                      # (source, events)
-    kept_paths: list[str] = []
+    # Fresh memory is the dearest thing here (on the development VM first-touching a GB
+    # costs seconds), so the output columns are allocated once, at their final size (the
+    # frames' headers give the event counts), and filled chunk by chunk; nothing per event
+    # is concatenated or copied afterwards.
+    files = []
     for path in map(os.fspath, paths):
-        if not os.path.exists(path):
-            continue
-        src = len(kept_paths)
-        kept_paths.append(path)
-        with open(path, "rb") as fh:
-            data = fh.read()
-        fb = _Bytes(data)
-        frames = _frames(data)
-        slow_frames = [] if fast else frames
+        if os.path.exists(path):
+            data = _map_file(path)
+            small = len(data) < _SMALLEST_EVENT_FILE  # no event (and too small for the views)
+            files.append((path, data, [] if small else _frames(data)))
+    total = sum(f.count for _, _, frames in files for f in frames if f.count > 0)
+    t_out = np.empty(total, np.float64)
+    uid_out = np.empty(total, np.int32)
+    name_out = np.empty(total, np.int32)
+    src_out = np.empty(total, np.int16)
+    uid_tab, name_tab = _Table(), _Table()
+    fast_slices: list[tuple[int, int, int, int]] = []    # (row, end, uid off, name off)
+    slow_slices: list[tuple[int, int, tuple, tuple]] = []  # (row, end, uids, names)
+    d_rows: list[np.ndarray] = []
+    d_vals: list[str] = []
+    row = 0
+    for src, (path, data, frames) in enumerate(files):
+        file_row = row
+        slow_frames = [] if fast else [f for f in frames if f.count != 0]
         i = 0
+        fb = _Bytes(data) if frames and fast else None
         while fast and i < len(frames):  # chunks of whole frames
             j, size = i, 0
             while j < len(frames) and (size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES):
@@ -423,57 +507,57 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
                 j += 1
             ch = _parse_chunk(fb, frames[i:j], detail_names)
             i = j
-            chunks.append((src, ch, uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)))
+            n = len(ch.t)
+            uoff, noff = uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)
+            t_out[row:row + n] = ch.t
+            uid_out[row:row + n] = ch.uid
+            name_out[row:row + n] = ch.name
+            fast_slices.append((row, row + n, uoff, noff))
+            d_rows.append(ch.detail_rows + row)
+            d_vals.extend(ch.details)
             slow_frames.extend(ch.slow_frames)
-        # the fallback: msgspec, as read_events does
-        events = [e for f in slow_frames for e in _decode_frame(data[f.payload:f.end])]
-        if events:
-            slow.append((src, events))
+            row += n
+        for f in slow_frames:  # the fallback: msgspec, as read_events does
+            events = _decode_frame(data[f.payload:f.end])
+            if not events:
+                continue
+            t, u, nm, det = zip(*events)
+            n = len(t)
+            t_out[row:row + n] = t
+            keep = [k for k, (d, m) in enumerate(zip(det, nm))
+                    if d is not None and (detail_names is None or m in detail_names)]
+            d_rows.append(np.asarray(keep, dtype=np.int64) + row)
+            d_vals.extend(det[k] for k in keep)
+            slow_slices.append((row, row + n, u, nm))
+            row += n
+        src_out[file_row:row] = src
+    assert row == total, "event count differs from the frame headers"
 
     uid_map, uids = uid_tab.resolve()
     name_map, names = name_tab.resolve()
-    uid_index = {u: k for k, u in enumerate(uids)} if slow else {}
-    name_index = {u: k for k, u in enumerate(names)} if slow else {}
+    for a, b, uoff, noff in fast_slices:  # chunk-local codes -> global, in place
+        uid_out[a:b] = uid_map[uid_out[a:b] + uoff]
+        name_out[a:b] = name_map[name_out[a:b] + noff]
+    if slow_slices:
+        uid_index = {u: k for k, u in enumerate(uids)}
+        name_index = {u: k for k, u in enumerate(names)}
+        for a, b, u, nm in slow_slices:
+            uid_out[a:b] = _intern(u, uid_index, uids)
+            name_out[a:b] = _intern(nm, name_index, names)
+    return EventColumns([p for p, _, _ in files], t_out, uid_out, name_out, src_out, uids,
+                        names, _cat(d_rows, np.int64), d_vals)
 
-    def intern(strings, index: dict, table: list) -> np.ndarray:
-        out = []
-        for s in strings:
-            c = index.get(s)
-            if c is None:
-                c = index[s] = len(table)
-                table.append(s)
-            out.append(c)
-        return np.asarray(out, dtype=np.int32)
 
-    # rows: fast events of each file, then its slow events (sources are in order)
-    pieces = sorted([(src, 0, k) for k, (src, *_) in enumerate(chunks)] +
-                    [(src, 1, k) for k, (src, _) in enumerate(slow)])
-    ts, us, ns, srcs, d_rows, d_vals = [], [], [], [], [], []
-    row = 0
-    for src, is_slow, k in pieces:
-        if not is_slow:
-            _, ch, uoff, noff = chunks[k]
-            ts.append(ch.t)
-            us.append(uid_map[uoff + ch.uid])
-            ns.append(name_map[noff + ch.name])
-            d_rows.append(ch.detail_rows + row)
-            d_vals.extend(ch.details)
-            n = len(ch.t)
-        else:
-            t, u, nm, det = zip(*slow[k][1])
-            ts.append(np.asarray(t, dtype=np.float64))
-            us.append(intern(u, uid_index, uids))
-            ns.append(intern(nm, name_index, names))
-            keep = [i for i, (d, m) in enumerate(zip(det, nm))
-                    if d is not None and (detail_names is None or m in detail_names)]
-            d_rows.append(np.asarray(keep, dtype=np.int64) + row)
-            d_vals.extend(det[i] for i in keep)
-            n = len(t)
-        srcs.append(np.full(n, src, np.int16))
-        row += n
-    return EventColumns(kept_paths, _cat(ts, np.float64), _cat(us, np.int32),
-                        _cat(ns, np.int32), _cat(srcs, np.int16), uids, names,
-                        _cat(d_rows, np.int64), d_vals)
+def _intern(strings, index: dict, table: list) -> np.ndarray:
+    """Codes of strings in a growing table (the fallback's path: one dict lookup each)."""
+    out = []
+    for s in strings:
+        c = index.get(s)
+        if c is None:
+            c = index[s] = len(table)
+            table.append(s)
+        out.append(c)
+    return np.asarray(out, dtype=np.int32)
 
 
 # --------------------------------------------------------------------------- tasks.msgpack
@@ -491,38 +575,23 @@ _decode_records = msgspec.msgpack.Decoder(list[_RecordTuple]).decode
 
 def read_task_record_columns(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """tasks.msgpack as columns: uid, name, pilot, state (object arrays), ranks,
-    cores_per_rank, gpus_per_rank (int64), exit_code (float64, NaN = none), n_nodes (int64)."""
+    cores_per_rank, gpus_per_rank (int64), exit_code (float64, NaN = none). The per-rank node
+    list is not decoded (not needed for the metrics)."""
+    with gc_paused():
+        return _record_columns(path)
+
+
+def _record_columns(path) -> dict[str, np.ndarray]:
     with open(path, "rb") as fh:
         records = _decode_records(fh.read())
-    if not records:
-        cols: dict[str, np.ndarray] = {f: np.zeros(0, object) for f in ("uid", "name", "pilot", "state")}
-        for f in ("ranks", "cores_per_rank", "gpus_per_rank", "n_nodes"):
-            cols[f] = np.zeros(0, np.int64)
-        cols["exit_code"] = np.zeros(0, np.float64)
-        return cols
-    uid, name, pilot, ranks, cpr, gpr, state, exit_code, nodes = zip(*records)
-    del records
-    return {
-        "uid": np.asarray(uid, dtype=object),
-        "name": np.asarray(name, dtype=object),
-        "pilot": np.asarray(pilot, dtype=object),
-        "ranks": np.asarray(ranks, dtype=np.int64),
-        "cores_per_rank": np.asarray(cpr, dtype=np.int64),
-        "gpus_per_rank": np.asarray(gpr, dtype=np.int64),
-        "state": np.asarray(state, dtype=object),
-        "exit_code": np.asarray([np.nan if c is None else c for c in exit_code], dtype=np.float64),
-        "n_nodes": np.asarray([_raw_array_len(r) for r in nodes], dtype=np.int64),
-    }
+    n = len(records)
 
+    def column(i: int, dtype) -> np.ndarray:  # one pass per field; no transposed copy
+        return np.fromiter(map(operator.itemgetter(i), records), dtype=dtype, count=n)
 
-def _raw_array_len(raw: msgspec.Raw) -> int:
-    """Length of a msgpack array without decoding it (the nodes list of a record)."""
-    b = bytes(raw[:5])
-    h = b[0]
-    if 0x90 <= h <= 0x9F:
-        return h & 0x0F
-    if h == 0xDC:
-        return int.from_bytes(b[1:3], "big")
-    if h == 0xDD:
-        return int.from_bytes(b[1:5], "big")
-    return len(msgspec.msgpack.decode(raw))
+    cols = {f: column(i, object) for i, f in enumerate(_RECORD_FIELDS[:3])}
+    for i, f in enumerate(_RECORD_FIELDS[3:6], start=3):
+        cols[f] = column(i, np.int64)
+    cols["state"] = column(6, object)
+    cols["exit_code"] = column(7, object).astype(np.float64)  # None -> NaN
+    return cols

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pilotfish.analytics.durations import STEPS, event_time
-from pilotfish.analytics.steps import Step
+from pilotfish.analytics.steps import boundary_bin_means, interval_peak
 
 CONCURRENCY_LABELS = {
     "queue_wait": "Queued",
@@ -37,17 +37,26 @@ def _boundaries(tasks: pd.DataFrame, t_end: float) -> np.ndarray:
     return np.maximum.accumulate(b, axis=1)
 
 
-def concurrency_steps(tasks: pd.DataFrame, t_end: float) -> dict[str, Step]:
-    """Number of tasks in each step over time (keys: STEPS keys)."""
-    b = _boundaries(tasks, t_end)
-    return {key: Step.from_intervals(b[:, k], b[:, k + 1]) for k, (key, *_) in enumerate(STEPS)}
+class Concurrency:
+    """Which step each task is in over time: the tasks' step boundaries (n, 6)."""
 
+    def __init__(self, tasks: pd.DataFrame, t_end: float):
+        self.bounds = _boundaries(tasks, t_end)
 
-def concurrency_over_time(steps: dict[str, Step], edges: np.ndarray) -> pd.DataFrame:
-    """Mean number of tasks per step in each time bin (rows: bins)."""
-    df = pd.DataFrame({k: s.bin_means(edges) for k, s in steps.items()})
-    df.index = pd.Index((edges[:-1] + edges[1:]) / 2, name="t")
-    return df
+    def interval(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        k = [s[0] for s in STEPS].index(key)
+        return self.bounds[:, k], self.bounds[:, k + 1]
+
+    def peaks(self) -> dict[str, int]:
+        """Most tasks in each step at once."""
+        return {key: interval_peak(*self.interval(key)) for key, *_ in STEPS}
+
+    def over_time(self, edges: np.ndarray) -> pd.DataFrame:
+        """Mean number of tasks per step in each time bin (rows: bins)."""
+        means = boundary_bin_means(self.bounds, 1.0, edges)
+        df = pd.DataFrame({key: m for (key, *_), m in zip(STEPS, means)})
+        df.index = pd.Index((edges[:-1] + edges[1:]) / 2, name="t")
+        return df
 
 
 def throughput_over_time(tasks: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
@@ -65,6 +74,7 @@ def throughput_over_time(tasks: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame
         out[s] = np.histogram(final[sel], edges)[0] / width
     df = pd.DataFrame(out)
     df.index = pd.Index((edges[:-1] + edges[1:]) / 2, name="t")
+    df.attrs["edges"] = edges
     return df
 
 

@@ -17,7 +17,6 @@ import pandas as pd
 
 from pilotfish.analytics import activity, durations, utilization as ru
 from pilotfish.analytics.session import SessionData, load_session
-from pilotfish.analytics.steps import Step
 
 
 @dataclass
@@ -30,7 +29,7 @@ class Analysis:
     duration_stats: pd.DataFrame     # per step: count, mean, median, q3, p95, min, max
     state_counts: dict[str, int]
     throughput: dict[str, float]
-    concurrency: dict[str, Step] = field(repr=False)
+    concurrency: activity.Concurrency = field(repr=False)
 
     @property
     def t_range(self) -> tuple[float, float]:
@@ -53,19 +52,21 @@ class Analysis:
         a, b = self.t_range
         return np.linspace(a, b, bins + 1)
 
-    def series(self, bins: int = 600) -> dict[str, pd.DataFrame]:
+    def series(self, bins: int = 600, throughput_bins: int = 150) -> dict[str, pd.DataFrame]:
         """Over-time DataFrames: utilization_cores, utilization_gpus (mean resources per
-        phase), concurrency (mean tasks per step), throughput (tasks/s)."""
+        phase), concurrency (mean tasks per step), throughput (tasks/s; coarser bins, as
+        rates of discrete events are noisy)."""
         edges = self.edges(bins)
         out = {f"utilization_{k}": ru.utilization_over_time(u, self.data.pilots, edges)
                for k, u in self.utilization.items()}
-        out["concurrency"] = activity.concurrency_over_time(self.concurrency, edges)
-        out["throughput"] = activity.throughput_over_time(self.data.tasks, edges)
+        out["concurrency"] = self.concurrency.over_time(edges)
+        out["throughput"] = activity.throughput_over_time(self.data.tasks,
+                                                          self.edges(throughput_bins))
         return out
 
     @cached_property
     def concurrency_peaks(self) -> dict[str, int]:
-        return {k: int(round(s.maximum())) for k, s in self.concurrency.items()}
+        return self.concurrency.peaks()
 
     def summary_table(self) -> pd.DataFrame:
         """The seeds' Table 1 row: RU share per phase (%), cores and GPUs."""
@@ -127,7 +128,7 @@ def _clean(x):
 def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
     data = session if isinstance(session, SessionData) else load_session(session)
     tasks = data.tasks
-    util = ru.utilization(tasks, data.pilots)
+    util = ru.resource_utilization(tasks, data.pilots)
     per_task = durations.task_durations(tasks)
     counts = tasks["state"].value_counts(dropna=False)
     state_counts = {str(k) if pd.notna(k) else "unknown": int(v) for k, v in counts.items() if v}
@@ -146,7 +147,7 @@ def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
         duration_stats=durations.duration_stats(per_task),
         state_counts=state_counts,
         throughput=activity.throughput_summary(tasks),
-        concurrency=activity.concurrency_steps(tasks, t_end),
+        concurrency=activity.Concurrency(tasks, t_end),
     )
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from pilotfish.analytics._load import EventColumns, read_event_columns, read_task_record_columns
+from pilotfish.analytics._load import EventColumns, gc_paused, read_event_columns, \
+    read_task_record_columns
 
 FINAL_STATES = ("DONE", "FAILED", "CANCELED")
 TASK_EVENTS = ("NEW", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING", "schedule_ok",
@@ -82,44 +82,93 @@ def _read_json(path: str) -> dict:
         return {}
 
 
-def _pivot(ev: EventColumns, rows: np.ndarray, entity: np.ndarray, n_entities: int,
-           names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """First time of each event name per entity: {name: float array (NaN: never)}.
+_PIVOT_ROWS = 1 << 18   # events per step: the temporaries stay small and are reused
 
-    rows: event rows to use; entity: their entity index (0..n_entities-1). Every name that
-    occurs among the rows gets a column, the given `names` first and always present.
+
+def _pivot(ev: EventColumns, entity_of_uid: np.ndarray, n_entities: int,
+           names: tuple[str, ...], t0: float,
+           rows: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+    """First time (relative to t0) of each event name per entity: (column names, array of
+    shape (n_columns, n_entities), NaN: never). The given `names` come first and are always
+    there; every other name that occurs for these entities follows.
+
+    entity_of_uid: the entity index (0..n_entities-1) of each uid code, -1 for other uids.
+    rows: only these event rows can be of the entities (all rows if None). A scatter-min
+    over the events, in steps: no grouping, no loop per entity.
     """
-    codes = ev.name[rows]
-    present = np.flatnonzero(np.bincount(codes, minlength=len(ev.names)))
-    order = [ev.names.index(n) for n in names if n in ev.names]
-    order += [int(c) for c in present if int(c) not in order]
+    uid, name, t = (ev.uid, ev.name, ev.t) if rows is None else \
+        (ev.uid[rows], ev.name[rows], ev.t[rows])
+    steps = range(0, len(uid), _PIVOT_ROWS)
+    counts = np.zeros(len(ev.names), np.int64)
+    for a in steps:
+        mine = entity_of_uid[uid[a:a + _PIVOT_ROWS]] >= 0
+        counts += np.bincount(name[a:a + _PIVOT_ROWS][mine], minlength=len(ev.names))
+    present = np.flatnonzero(counts)
+    columns = list(names) + [ev.names[c] for c in present if ev.names[c] not in names]
+    k = len(columns)
     col_of = np.full(len(ev.names), -1, np.int64)
-    col_of[order] = np.arange(len(order))
-    grid = np.full((n_entities, len(order)), np.inf)
-    np.minimum.at(grid.reshape(-1), entity.astype(np.int64) * len(order) + col_of[codes],
-                  ev.t[rows])
+    for i, c in enumerate(columns):
+        code = ev.name_code(c)
+        if code >= 0:
+            col_of[code] = i
+    # column-major (one contiguous row per name): becomes the DataFrame's block as is. Events
+    # of other entities all land in one spare cell after the grid.
+    grid = np.full(k * n_entities + 1, np.inf)
+    for a in steps:
+        b = a + _PIVOT_ROWS
+        entity = entity_of_uid[uid[a:b]]
+        index = col_of[name[a:b]] * n_entities + entity
+        index[entity < 0] = k * n_entities
+        np.minimum.at(grid, index, t[a:b])
+    grid = grid[:-1].reshape(k, n_entities)
+    grid -= t0
     grid[np.isinf(grid)] = np.nan
-    out = {n: np.full(n_entities, np.nan) for n in names}
-    for k, c in enumerate(order):
-        out[ev.names[c]] = grid[:, k]
-    return out
+    return columns, grid
 
 
-def _first_final(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _first_final(columns: list[str], grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(time of the first final-state event, that state or None) per entity."""
-    times = np.stack([cols[s] for s in FINAL_STATES], axis=1)
-    has = ~np.all(np.isnan(times), axis=1)
-    first = np.where(has, np.nanargmin(np.where(np.isnan(times), np.inf, times), axis=1), 0)
-    t = np.where(has, times[np.arange(len(times)), first], np.nan)
+    times = grid[[columns.index(s) for s in FINAL_STATES]]
+    filled = np.where(np.isnan(times), np.inf, times)
+    first = np.argmin(filled, axis=0)
+    t = filled[first, np.arange(times.shape[1])]
+    has = np.isfinite(t)
     state = np.where(has, np.asarray(FINAL_STATES, dtype=object)[first], None)
-    return t, state
+    return np.where(has, t, np.nan), state
+
+
+def _positions(table: list[str], keys: np.ndarray) -> np.ndarray:
+    """For each string of `table`, its position in `keys` (-1: absent). Fast path: the keys
+    are a contiguous run of the table (task records in the order their events first
+    appear), checked exactly; otherwise a hash join."""
+    pos = np.full(len(table), -1, np.int64)
+    if not len(keys) or not table:
+        return pos
+    try:
+        k0 = table.index(keys[0])
+    except ValueError:
+        k0 = -1
+    if k0 >= 0 and k0 + len(keys) <= len(table) and \
+            np.array_equal(np.asarray(table[k0:k0 + len(keys)], dtype=object), keys):
+        pos[k0:k0 + len(keys)] = np.arange(len(keys))
+        return pos
+    index = pd.Index(keys)
+    if index.is_unique:
+        return index.get_indexer(pd.Index(table, dtype=object))
+    first = np.flatnonzero(~index.duplicated())   # a uid recorded twice: its first record
+    found = index[first].get_indexer(pd.Index(table, dtype=object))
+    return np.where(found >= 0, first[np.maximum(found, 0)], -1)
 
 
 def load_session(path: str | os.PathLike) -> SessionData:
     """Load a session directory (client.events, tasks.msgpack, <pilot>/pilot.json and
     agent.events) into DataFrames. Missing files are tolerated: what they would have told is
     inferred from the events where possible, and noted in `warnings`."""
-    path = os.fspath(path)
+    with gc_paused():
+        return _load_session(os.fspath(path))
+
+
+def _load_session(path: str) -> SessionData:
     if not os.path.isdir(path):
         raise FileNotFoundError(f"not a session directory: {path}")
     warnings: list[str] = []
@@ -136,49 +185,59 @@ def load_session(path: str | os.PathLike) -> SessionData:
     paths = [os.path.join(path, "client.events")]
     paths += [os.path.join(path, p, "agent.events") for p in pilot_uids]
     ev = read_event_columns(paths, detail_names=detail_names)
+    if not len(ev):
+        warnings.append("no events found (client.events, <pilot>/agent.events)")
     t0 = float(ev.t.min()) if len(ev) else float(info.get("created") or 0.0)
 
     # -- which uids are pilots, tasks
-    uid_names = np.asarray(ev.uids, dtype=object)
-    for u in ev.uids:  # pilots the client knew of but whose sandbox is elsewhere
-        if u.startswith("pilot.") and u not in pilot_uids:
-            pilot_uids.append(u)
+    # pilots: those with a sandbox here, and those the client launched (LAUNCHING is a pilot
+    # state only) whose sandbox is elsewhere; found without a pass over all uids
+    launching = ev.name_code("LAUNCHING")
+    launched = np.unique(ev.uid[ev.name == launching]) if launching >= 0 else []
+    pilot_uids += [ev.uids[c] for c in launched if ev.uids[c] not in pilot_uids]
     pilot_index = {u: k for k, u in enumerate(pilot_uids)}
-    is_pilot_uid = np.array([u in pilot_index for u in ev.uids], dtype=bool)
+    is_pilot_uid = np.zeros(len(ev.uids), bool)
+    for u in pilot_uids:  # few: a C-speed scan each beats hashing all uids
+        if u in ev.uids:
+            is_pilot_uid[ev.uids.index(u)] = True
 
-    task_uids = pd.Index(records["uid"] if records is not None else [], dtype=object)
-    in_records = (task_uids.get_indexer(uid_names) >= 0) if len(task_uids) else \
-        np.zeros(len(uid_names), bool)
-    looks_like_task = np.fromiter((u.startswith("task.") for u in ev.uids), bool, len(ev.uids))
-    extra = uid_names[looks_like_task & ~is_pilot_uid & ~in_records]
-    if len(extra):
+    rec_uids = records["uid"] if records is not None else np.zeros(0, object)
+    n_rec = len(rec_uids)
+    task_of_uid = _positions(ev.uids, rec_uids)
+    unknown = np.flatnonzero((task_of_uid < 0) & ~is_pilot_uid)
+    extra = [ev.uids[c] for c in unknown if ev.uids[c].startswith("task.")]
+    if extra:
         if records is not None:
             warnings.append(f"{len(extra)} tasks have events but no record in tasks.msgpack")
-        task_uids = task_uids.append(pd.Index(extra))
+        extra_codes = [c for c in unknown if ev.uids[c].startswith("task.")]
+        task_of_uid[extra_codes] = n_rec + np.arange(len(extra))
+    task_uids = np.concatenate([rec_uids, np.asarray(extra, dtype=object)])
     n_tasks = len(task_uids)
-    task_of_uid = task_uids.get_indexer(uid_names) if len(uid_names) else np.zeros(0, np.int64)
 
     # -- tasks x event times
-    task_rows = np.flatnonzero(task_of_uid[ev.uid] >= 0) if len(ev) else np.zeros(0, np.int64)
-    task_idx = task_of_uid[ev.uid[task_rows]]
-    cols = _pivot(ev, task_rows, task_idx, n_tasks, TASK_EVENTS)
-    t_final, final_state = _first_final(cols)
+    columns, grid = _pivot(ev, task_of_uid, n_tasks, TASK_EVENTS, t0)
+    t_final, final_state = _first_final(columns, grid)
 
     # the pilot a task ran on: its record, else the pilot whose agent.events it appears in
     src_pilot = np.array([pilot_index.get(os.path.basename(os.path.dirname(p)), -1)
                           if p.endswith("agent.events") else -1 for p in ev.paths], dtype=np.int64)
-    via_file = np.full(n_tasks, -1, np.int64)
-    if len(task_rows):
-        np.maximum.at(via_file, task_idx, src_pilot[ev.source[task_rows]])
-    pilot_names = np.asarray(pilot_uids + [None], dtype=object)
-    task_pilot = pilot_names[np.where(via_file >= 0, via_file, len(pilot_uids))]
 
-    n_rec = len(records["uid"]) if records is not None else 0
+    def pilot_from_files(tasks: np.ndarray) -> np.ndarray:
+        if not len(tasks):
+            return np.zeros(0, np.int64)
+        wanted_uid = np.zeros(len(ev.uids), bool)   # the uid codes of these tasks
+        wanted_uid[np.isin(task_of_uid, tasks)] = True
+        rows = np.flatnonzero(wanted_uid[ev.uid])
+        via_file = np.full(n_tasks, -1, np.int64)
+        np.maximum.at(via_file, task_of_uid[ev.uid[rows]], src_pilot[ev.source[rows]])
+        return via_file[tasks]
+
+    pilot_code = np.full(n_tasks, -1, np.int64)
     ranks = np.ones(n_tasks, np.int64)
     cpr = np.ones(n_tasks, np.int64)
     gpr = np.zeros(n_tasks, np.int64)
     exit_code = np.full(n_tasks, np.nan)
-    state = final_state.copy()
+    state = final_state
     names = np.full(n_tasks, None, dtype=object)
     has_record = np.zeros(n_tasks, bool)
     if n_rec:
@@ -189,27 +248,30 @@ def load_session(path: str | os.PathLike) -> SessionData:
         state[:n_rec] = records["state"]
         names[:n_rec] = records["name"]
         has_record[:n_rec] = True
-        rec_pilot = records["pilot"]
-        known = pd.notna(rec_pilot)
-        task_pilot[:n_rec] = np.where(known, rec_pilot, task_pilot[:n_rec])
+        pilot_code[:n_rec] = pd.Categorical(records["pilot"], categories=pilot_uids).codes
+    unknown_pilot = np.flatnonzero(pilot_code < 0)
+    pilot_code[unknown_pilot] = pilot_from_files(unknown_pilot)
     if n_rec < n_tasks:  # shapes of tasks without a record, from "ranks x cores/gpus"
-        _shapes_from_details(ev, task_rows, task_idx, has_record, ranks, cpr, gpr)
+        rows = np.flatnonzero(task_of_uid[ev.uid] >= n_rec)
+        _shapes_from_details(ev, rows, task_of_uid[ev.uid[rows]], has_record, ranks, cpr, gpr)
 
-    tasks = pd.DataFrame({
-        "pilot": pd.Categorical(task_pilot, categories=pilot_uids),
+    index = pd.Index(task_uids, name="uid", dtype=object)
+    meta = pd.DataFrame({
+        "pilot": pd.Categorical.from_codes(pilot_code, categories=pilot_uids),
         "state": pd.Categorical(state),
         "exit_code": exit_code,
         "name": names,
         "ranks": ranks, "cores_per_rank": cpr, "gpus_per_rank": gpr,
         "cores": ranks * cpr, "gpus": ranks * gpr,
         "has_record": has_record,
-    }, index=pd.Index(task_uids, name="uid"))
-    times = pd.DataFrame({n: c - t0 for n, c in cols.items()}, index=tasks.index)
-    times["t_final"] = t_final - t0
-    tasks = pd.concat([tasks, times], axis=1)
+        "t_final": t_final,
+    }, index=index)
+    times = pd.DataFrame(grid.T, index=index, columns=columns, copy=False)  # the grid as is
+    tasks = pd.concat([meta, times], axis=1)
 
-    pilots = _pilots(path, ev, pilot_uids, is_pilot_uid, t0, warnings)
-    launchers = _launchers(ev, pilot_uids, is_pilot_uid, t0)
+    pilot_rows = np.flatnonzero(is_pilot_uid[ev.uid]) if len(ev) else np.zeros(0, np.int64)
+    pilots = _pilots(path, ev, pilot_uids, pilot_rows, t0, warnings)
+    launchers = _launchers(ev, pilot_rows, t0)
     return SessionData(path, t0, tasks, pilots, launchers, ev, info, warnings)
 
 
@@ -228,13 +290,16 @@ def _shapes_from_details(ev, task_rows, task_idx, has_record, ranks, cpr, gpr) -
     ranks[idx], cpr[idx], gpr[idx] = vals[:, 0], vals[:, 1], vals[:, 2]
 
 
-def _pilots(path, ev, pilot_uids, is_pilot_uid, t0, warnings) -> pd.DataFrame:
+def _pilots(path, ev, pilot_uids, rows, t0, warnings) -> pd.DataFrame:
+    """rows: the pilots' event rows."""
     n = len(pilot_uids)
     index = {u: k for k, u in enumerate(pilot_uids)}
-    rows = np.flatnonzero(is_pilot_uid[ev.uid]) if len(ev) else np.zeros(0, np.int64)
-    ent = np.array([index[ev.uids[c]] for c in ev.uid[rows]], dtype=np.int64)
-    cols = _pivot(ev, rows, ent, n, PILOT_EVENTS)
-    t_final, final_state = _first_final(cols)
+    pilot_of_uid = np.full(len(ev.uids), -1, np.int64)
+    for c in np.unique(ev.uid[rows]):
+        pilot_of_uid[c] = index[ev.uids[c]]
+    ent = pilot_of_uid[ev.uid[rows]]
+    columns, grid = _pivot(ev, pilot_of_uid, n, PILOT_EVENTS, t0, rows=rows)
+    t_final, final_state = _first_final(columns, grid)
     data = {k: [] for k in ("nodes", "cores", "gpus", "agent_cores", "agent_gpus", "launcher")}
     res_code = ev.name_code("resources_ok")
     for k, uid in enumerate(pilot_uids):
@@ -261,27 +326,27 @@ def _pilots(path, ev, pilot_uids, is_pilot_uid, t0, warnings) -> pd.DataFrame:
         data["launcher"].append(pj.get("launcher"))
     df = pd.DataFrame(data, index=pd.Index(pilot_uids, name="uid"))
     df["state"] = final_state
-    for name, c in cols.items():
-        df[name] = c - t0
-    df["t_final"] = t_final - t0
+    for name, c in zip(columns, grid):
+        df[name] = c
+    df["t_final"] = t_final
     # last event of the pilot's own agent file: the end of a pilot that never finished
     last = np.full(n, np.nan)
+    bounds = np.searchsorted(ev.source, np.arange(len(ev.paths) + 1))  # rows are file by file
     for s, p in enumerate(ev.paths):
         owner = os.path.basename(os.path.dirname(p))
-        if owner in index and p.endswith("agent.events"):
-            sel = ev.source == s
-            if sel.any():
-                last[index[owner]] = float(ev.t[sel].max()) - t0
+        if owner in index and p.endswith("agent.events") and bounds[s + 1] > bounds[s]:
+            last[index[owner]] = float(ev.t[bounds[s]:bounds[s + 1]].max()) - t0
     df["t_last_event"] = last
     return df
 
 
-def _launchers(ev, pilot_uids, is_pilot_uid, t0) -> pd.DataFrame:
+def _launchers(ev, pilot_rows, t0) -> pd.DataFrame:
+    """One row per launcher instance (pilot, detail) from the pilots' event rows."""
     columns = ["pilot", "launcher", "partition", "detail", *LAUNCHER_EVENTS]
     codes = [ev.name_code(n) for n in LAUNCHER_EVENTS]
     if not len(ev) or all(c < 0 for c in codes):
         return pd.DataFrame(columns=columns)
-    rows = np.flatnonzero(is_pilot_uid[ev.uid] & np.isin(ev.name, [c for c in codes if c >= 0]))
+    rows = pilot_rows[np.isin(ev.name[pilot_rows], [c for c in codes if c >= 0])]
     recs: dict[tuple, dict] = {}
     for r, d in zip(rows, ev.details(rows)):
         key = (ev.uids[ev.uid[r]], d or "")

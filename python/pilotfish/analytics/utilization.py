@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from pilotfish.analytics.steps import Step
+from pilotfish.analytics.steps import Step, boundary_bin_means
 
 # (key, label) in stacking order: bottom to top in the plots, left to right in tables
 PHASES = (
@@ -93,6 +93,19 @@ PHASES = (
     ("idle", "Idle"),
 )
 PHASE_KEYS = tuple(k for k, _ in PHASES)
+PHASE_DEFINITIONS = {
+    "agent_nodes": "resources reserved for the agent, bootstrap_start → pilot final state",
+    "pilot_startup": "all task resources, bootstrap_start → ACTIVE",
+    "warmup": "resources not yet used by any task, ACTIVE → when busy first reaches them",
+    "prepare_execution": "per task, schedule_ok → exec_start",
+    "exec_runtime": "per task, exec_start → exec_ok (spawn)",
+    "exec_launcher": "per task, exec_ok → launch_ok (0 without a launch_ok event)",
+    "exec_cmd": "per task, launch_ok (or exec_ok) → exec_stop: the workload",
+    "unschedule": "per task, exec_stop → unschedule",
+    "draining": "resources used before but never again, until agent_stop",
+    "pilot_termination": "all task resources, agent_stop → pilot final state",
+    "idle": "the rest: free amid the run, or never used",
+}
 PHASE_LABELS = dict(PHASES)
 # the busy phases and the task events that bound them
 TASK_BOUNDARIES = ("schedule_ok", "exec_start", "exec_ok", "launch_ok", "exec_stop", "unschedule")
@@ -119,7 +132,10 @@ class Utilization:
     phases: dict[str, float]                 # key -> resource-seconds
     per_pilot: dict[str, dict[str, float]]   # pilot -> key -> resource-seconds
     oversubscribed: float = 0.0
-    steps: dict[str, list[Step]] = field(default_factory=dict, repr=False)  # key -> per pilot
+    # for plots over time: pilot-level phases, warmup and draining as step functions (per
+    # pilot), the busy phases as the tasks' boundaries (n, 6) and weights (per pilot)
+    steps: dict[str, list[Step]] = field(default_factory=dict, repr=False)
+    task_intervals: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
 
     @property
     def shares(self) -> dict[str, float]:
@@ -141,6 +157,7 @@ def _col(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
+    """The time boundaries and resources of each pilot that started (module docstring)."""
     out = []
     for uid, p in pilots.iterrows():
         def t(name):
@@ -181,7 +198,8 @@ def task_boundaries(raw: np.ndarray, w: PilotWindow) -> np.ndarray:
 
 
 def _pilot_kind(w: PilotWindow, kind: str, b: np.ndarray, weight: np.ndarray):
-    """(phases dict, steps dict, oversubscribed) of one pilot and resource kind."""
+    """(phases dict, steps dict, oversubscribed, (boundaries, weights) of tasks using the
+    kind) of one pilot and resource kind."""
     R, Ra = w.total[kind], w.agent[kind]
     Rt = R - Ra
     phases = dict.fromkeys(PHASE_KEYS, 0.0)
@@ -197,7 +215,6 @@ def _pilot_kind(w: PilotWindow, kind: str, b: np.ndarray, weight: np.ndarray):
     b, weight = b[used], weight[used]
     for k, key in enumerate(TASK_PHASES):
         phases[key] = float(np.dot(weight, b[:, k + 1] - b[:, k]))
-        steps[key] = Step.from_intervals(b[:, k], b[:, k + 1], weight)
     busy_total = sum(phases[k] for k in TASK_PHASES)
 
     busy = Step.from_intervals(b[:, 0], b[:, -1], weight).restricted(w.t_active, w.t_stop)
@@ -216,11 +233,11 @@ def _pilot_kind(w: PilotWindow, kind: str, b: np.ndarray, weight: np.ndarray):
         steps["warmup"] = Step(busy.times, np.append(warm, 0.0))
         steps["draining"] = Step(busy.times, np.append(drain, 0.0))
     phases["idle"] = Rt * (w.t_stop - w.t_active) - busy_total - phases["warmup"] - phases["draining"]
-    return phases, steps, oversubscribed
+    return phases, steps, oversubscribed, (b, weight)
 
 
-def utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
-                kinds: tuple[str, ...] = KINDS) -> dict[str, Utilization]:
+def resource_utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
+                         kinds: tuple[str, ...] = KINDS) -> dict[str, Utilization]:
     """RU per resource kind ("cores", "gpus"), phases as in the module docstring."""
     windows = pilot_windows(pilots)
     out = {}
@@ -233,11 +250,12 @@ def utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
     for kind in kinds:
         weight_all = tasks[kind].to_numpy(np.float64) if kind in tasks else np.zeros(len(tasks))
         total = dict.fromkeys(PHASE_KEYS, 0.0)
-        per_pilot, all_steps = {}, {k: [] for k in PHASE_KEYS if k != "idle"}
+        per_pilot, all_steps, intervals = {}, {k: [] for k in PHASE_KEYS if k != "idle"}, []
         available, over = 0.0, 0.0
         for w in windows:
-            phases, steps, o = _pilot_kind(w, kind, bounds[w.uid],
-                                           weight_all[per_pilot_rows[w.uid]])
+            phases, steps, o, iv = _pilot_kind(w, kind, bounds[w.uid],
+                                               weight_all[per_pilot_rows[w.uid]])
+            intervals.append(iv)
             per_pilot[w.uid] = phases
             for k in PHASE_KEYS:
                 total[k] += phases[k]
@@ -245,7 +263,7 @@ def utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
                 all_steps[k].append(s)
             available += w.total[kind] * (w.t_end - w.t_boot)
             over += o
-        out[kind] = Utilization(kind, available, total, per_pilot, over, all_steps)
+        out[kind] = Utilization(kind, available, total, per_pilot, over, all_steps, intervals)
     return out
 
 
@@ -259,11 +277,12 @@ def utilization_over_time(u: Utilization, pilots: pd.DataFrame, edges: np.ndarra
     """Mean resources in each phase per time bin (rows: bins; columns: PHASE_KEYS). Idle is
     the remainder of the resources held, so each row sums to the capacity in that bin."""
     cap = capacity_step(pilots, u.kind).bin_means(edges)
-    cols = {}
-    for k in PHASE_KEYS:
-        if k == "idle":
-            continue
-        cols[k] = Step.total(u.steps.get(k, [])).bin_means(edges)
+    cols = {k: Step.total(u.steps.get(k, [])).bin_means(edges) for k in PHASE_KEYS
+            if k not in TASK_PHASES and k != "idle"}
+    b = np.concatenate([iv[0] for iv in u.task_intervals]) if u.task_intervals else np.zeros((0, 6))
+    weight = np.concatenate([iv[1] for iv in u.task_intervals]) if u.task_intervals else np.zeros(0)
+    for key, means in zip(TASK_PHASES, boundary_bin_means(b, weight, edges)):
+        cols[key] = means
     cols["idle"] = cap - sum(cols.values())
     df = pd.DataFrame({k: cols[k] for k in PHASE_KEYS})
     df.index = pd.Index((edges[:-1] + edges[1:]) / 2, name="t")
