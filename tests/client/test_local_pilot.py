@@ -238,3 +238,24 @@ def test_mixed_300_never_oversubscribes(emulated):
             assert all(0 <= c < cap[s.node][0] for c in s.cores)
             assert all(0 <= g < cap[s.node][1] for g in s.gpus)
     assert max_seen > 16  # the test really ran tasks side by side on several nodes
+
+
+def test_live_progress_bar(emulated):
+    """wait_with_progress draws done/failed/running and rate while tasks run."""
+    import io
+
+    from rich.console import Console
+
+    from pilotfish.client.progress import wait_with_progress
+
+    session, pilot, _ = emulated
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["0.2"]) for _ in range(40)]
+                      + [pf.TaskDescription(executable="/bin/false")])
+    out = io.StringIO()
+    states = wait_with_progress(tmgr, timeout=120, refresh=0.05,
+                                console=Console(file=out, force_terminal=True, width=150))
+    assert states.count(pf.DONE) == 40 and states.count(pf.FAILED) == 1
+    text = out.getvalue()
+    assert "41/41" in text and "40 done" in text and "1 failed" in text and "/s" in text

@@ -143,14 +143,21 @@ class TaskManager:
 
     def wait_tasks(self, uids: Iterable[str] | str | None = None,
                    state: str | Iterable[str] | None = None, timeout: float | None = None,
-                   return_when: str = "all") -> list[str]:
+                   return_when: str = "all", progress: bool = False) -> list[str]:
         """Block until the tasks reach `state` (default: a final state) or the timeout passes.
 
-        return_when="all" (default) or "any" (the first one to get there). Returns the states
-        of the tasks waited for, in order.
+        return_when="all" (default) or "any" (the first one to get there). progress=True
+        draws a live bar (done / failed / running, rate, ETA) while waiting for all tasks.
+        Returns the states of the tasks waited for, in order.
         """
         if return_when not in ("all", "any"):
             raise ValueError("return_when must be 'all' or 'any'")
+        if progress:
+            if uids is not None or state is not None or return_when != "all":
+                raise ValueError("progress=True waits for all tasks of the manager to end")
+            from .progress import wait_with_progress
+
+            return wait_with_progress(self, timeout=timeout)
         tasks = self._select(uids)
         targets = S.FINAL if state is None else ({state} if isinstance(state, str) else set(state)) | S.FINAL
         deadline = None if timeout is None else time.monotonic() + timeout
