@@ -84,8 +84,9 @@ class RankNotes:
         self.sock.close()
 
     def wrap(self, key: str, payload: str, rank_expr: str = '"${PILOTFISH_RANK:-0}"') -> list[str]:
-        """bash lines that run `payload` (shell text, not exec'd) between the two notes and
-        exit with its status."""
+        """bash lines that run `payload` between the two notes and exit with its status.
+        payload: shell text that returns (not exec'd; a script that may `exit` or `exec` goes
+        in a subshell: "( ... )")."""
         return wrap_lines(self.address, self.port, key, payload, rank_expr)
 
 

@@ -1,0 +1,276 @@
+"""The supervisor's decision table and the rank-notes format, as units (agent/supervisor.py,
+launch/rank_notes.py). The same rules run for real against PRRTE in test_prrte_supervision.py;
+here each row is pinned with stand-ins for the agent, its tasks and a DVM."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+from launch_cases import SLURM
+
+from pilotfish._wire import TaskSpec
+from pilotfish.agent.executor import AgentTask
+from pilotfish.agent.supervisor import LaunchRecord, Supervisor
+from pilotfish.launch import get_launcher
+from pilotfish.launch.prrte import Dvm, PrrteLaunch
+from pilotfish.launch.rank_notes import Note, RankNotes, address_from_uri, parse, wrap_lines
+
+
+class Events:
+    def __init__(self):
+        self.seen = []
+
+    def record(self, uid, name, detail=None, t=None):
+        self.seen.append((uid, name, detail))
+
+    def record_many(self, events):
+        self.seen.extend((uid, name, detail) for _, uid, name, detail in events)
+
+
+class Agent:
+    """What the supervisor uses of the agent."""
+
+    uid = "pilot.0000"
+
+    def __init__(self):
+        self.events = Events()
+        self.runner = self
+        self.relaunched = []
+        self.killed = []
+
+    def relaunch(self, tasks):
+        self.relaunched.extend(tasks)
+
+    def kill(self, tasks, sig):
+        self.killed.extend((t.spec.uid, sig) for t in tasks)
+
+
+class NoNotes:
+    """Rank notes on, none arrived."""
+
+    def read(self):
+        return []
+
+
+class Prrte:
+    """A prrte launch method without processes: a DVM list, notes on, thresholds."""
+
+    name = "prrte"
+    supervised = True
+    launch_retries = 2
+    max_strikes = 3
+    hang_grace = 10.0
+    launch_timeout = 30.0
+    recycle_after = 1000
+    notes = NoNotes()
+
+    def __init__(self):
+        self.dvms = [Dvm(1, "/nowhere/1")]
+        self.replaced = []
+        self.remote_signals = []
+
+    def alive(self, d):
+        return d.state != "dead"
+
+    def dvm_of_pid(self, pid):
+        return next((d for d in self.dvms if d.pid == pid), None)
+
+    def signal_remote(self, host, pids, sig):
+        self.remote_signals.append((host, sorted(pids), sig))
+        return True
+
+    def replace(self, old, retire):
+        self.replaced.append((old.number, retire))
+        old.state = "retiring" if retire else "dead"
+        new = Dvm(old.number + 1, "/nowhere")
+        self.dvms.append(new)
+        return new
+
+    def retryable(self, code, stderr=None):
+        return False
+
+    def reap_dvms(self):
+        pass
+
+
+def launched_task(sup, lm, ranks=1, n=0):
+    t = AgentTask(TaskSpec(uid=f"task.{n:06d}", executable="x", ranks=ranks), n)
+    t.lm = lm
+    t.procs = [1000 + n]
+    t.running = 1
+    t.launch = LaunchRecord()
+    t.launch.new_attempt(PrrteLaunch(lm.dvms[-1], f"task.{n:06d}/1.{n}"))
+    sup.launched([t])
+    return t
+
+
+def ended(t, code=None, sig=None):
+    t.running = 0
+    t.exit_code, t.signal = code, sig
+
+
+@pytest.fixture
+def setup():
+    agent = Agent()
+    sup = Supervisor(agent)
+    lm = Prrte()
+    sup.watch(lm)
+    return agent, sup, lm
+
+
+def test_success_is_final(setup):
+    agent, sup, lm = setup
+    t = launched_task(sup, lm)
+    t.launch.started[0] = ("h", 1)
+    ended(t, 0)
+    assert sup.exited([t]) == [t] and not agent.relaunched
+    assert lm.dvms[0].running == 0
+
+
+def test_failure_before_any_rank_started_is_relaunched_then_given_up(setup):
+    agent, sup, lm = setup
+    t = launched_task(sup, lm)
+    ended(t, 1)
+    assert sup.exited([t]) == [] and agent.relaunched == [t]
+    assert agent.events.seen[-1][1] == "launch_retry"
+    assert "before any rank started" in agent.events.seen[-1][2]
+    t.launch.new_attempt(PrrteLaunch(lm.dvms[-1], "k2"))
+    t.launch.attempt = lm.launch_retries + 1  # out of retries
+    ended(t, 1)
+    assert sup.exited([t]) == [t]
+    assert "gave up after 3 launches" in t.reason
+
+
+def test_a_rank_that_started_makes_a_failure_final(setup):
+    agent, sup, lm = setup
+    t = launched_task(sup, lm, ranks=2)
+    t.launch.started[0] = ("h", 1)
+    ended(t, 255)
+    assert sup.exited([t]) == [t] and not agent.relaunched
+    assert t.exit_code == 255
+
+
+def test_ranks_exit_codes_win_over_the_launchers(setup):
+    """Every rank noted its end: a launcher failure after that does not change the result."""
+    _, sup, lm = setup
+    ok = launched_task(sup, lm, ranks=2, n=1)
+    ok.launch.started.update({0: ("h", 1), 1: ("h", 2)})
+    ok.launch.ended.update({0: 0, 1: 0})
+    ended(ok, 255)
+    bad = launched_task(sup, lm, ranks=2, n=2)
+    bad.launch.started.update({0: ("h", 1), 1: ("h", 2)})
+    bad.launch.ended.update({0: 0, 1: 7})
+    ended(bad, 255)
+    assert sup.exited([ok, bad]) == [ok, bad]
+    assert (ok.exit_code, bad.exit_code) == (0, 7)
+
+
+def test_strikes_in_a_row_bring_a_fresh_dvm(setup):
+    agent, sup, lm = setup
+    tasks = [launched_task(sup, lm, n=i) for i in range(3)]
+    for t in tasks:
+        ended(t, 1)
+    sup.exited(tasks)
+    assert lm.replaced == [(1, True)]  # retired: what still runs there may finish
+    assert [e[1] for e in agent.events.seen].count("launcher_restart") == 1
+
+
+def test_a_started_launch_resets_the_strikes(setup):
+    _, sup, lm = setup
+    a, b, c = (launched_task(sup, lm, n=i) for i in range(3))
+    ended(a, 1)
+    sup.exited([a])
+    b.launch.started[0] = ("h", 1)
+    ended(b, 0)
+    sup.exited([b])
+    ended(c, 1)
+    sup.exited([c])
+    assert lm.dvms[0].strikes == 1 and not lm.replaced
+
+
+def test_dvm_death_kills_its_launches_and_judges_them(setup):
+    agent, sup, lm = setup
+    d = lm.dvms[0]
+    d.pid = 4242
+    waiting = launched_task(sup, lm, n=1)
+    running = launched_task(sup, lm, n=2, ranks=2)
+    running.launch.started.update({0: ("elsewhere", 77), 1: ("elsewhere", 78)})
+    done = launched_task(sup, lm, n=3)
+    done.launch.started[0] = ("elsewhere", 79)
+    done.launch.ended[0] = 0
+    sup.daemon_exited(4242, -1, 9)
+    assert lm.replaced == [(1, False)] and d.state == "dead"
+    assert {uid for uid, _ in agent.killed} == {"task.000001", "task.000002", "task.000003"}
+    for t in (waiting, running, done):
+        ended(t, None, 9)
+    assert sup.exited([waiting, running, done]) == [running, done]
+    assert agent.relaunched == [waiting]
+    assert "was lost while the task ran (2 of 2 ranks started, 0 ended)" in running.reason
+    assert lm.remote_signals == [("elsewhere", [77, 78], 9)]  # its ranks on other nodes
+    assert (done.exit_code, done.signal) == (0, None)
+
+
+def test_hung_launch_is_killed_after_the_grace(setup):
+    agent, sup, lm = setup
+    t = launched_task(sup, lm, ranks=2)
+    key = t.launch.handle.key
+
+    class NotesIn:
+        def read(self):
+            return [Note("S", key, 0, 11, "h"), Note("S", key, 1, 12, "h"),
+                    Note("E", key, 0, 0, ""), Note("E", key, 1, 3, "")]
+    lm.notes = NotesIn()
+    sup.read_notes(lm)
+    sup.tick(sup._hang_checks[0][0] - 1)
+    assert not t.launch.hung
+    sup.tick(sup._hang_checks[0][0] + 0.1)
+    assert t.launch.hung and agent.killed == [(t.spec.uid, 9)]
+    assert agent.events.seen[-1][1] == "launch_hung"
+    ended(t, None, 9)
+    assert sup.exited([t]) == [t] and (t.exit_code, t.signal) == (3, None)
+
+
+def test_canceled_launch_is_final_as_asked(setup):
+    agent, sup, lm = setup
+    t = launched_task(sup, lm)
+    t.kill_reason = ("CANCELED", "canceled by the user")
+    ended(t, None, 9)
+    assert sup.exited([t]) == [t] and not agent.relaunched
+
+
+# -- rank notes -----------------------------------------------------------------------------------
+
+def test_note_format():
+    assert parse("S task.000001/1.5 3 4242 n7") == Note("S", "task.000001/1.5", 3, 4242, "n7")
+    assert parse("E task.000001/1.5 3 137") == Note("E", "task.000001/1.5", 3, 137, "")
+    assert parse("E task 3 x") is None and parse("garbage") is None and parse("") is None
+    assert address_from_uri("prte-vm-1@0.0;tcp4://10.1.2.3,10.9.9.9:4567\n") == "10.1.2.3"
+    assert address_from_uri("prte-vm-1@0.0;tcp6://[::1]:4567") is None
+
+
+def test_notes_travel_from_bash_to_the_socket(tmp_path):
+    notes = RankNotes("127.0.0.1")
+    try:
+        script = "\n".join(wrap_lines(notes.address, notes.port, "task.000009/2.7",
+                                      "(echo hi; exit 5)"))  # a subshell, as build() does
+        r = subprocess.run(["bash", "-c", script], env={"PILOTFISH_RANK": "1", "PATH": "/bin"},
+                           capture_output=True, text=True, timeout=30)
+        assert (r.returncode, r.stdout, r.stderr) == (5, "hi\n", "")
+        got = notes.read()
+        assert [(n.kind, n.key, n.rank) for n in got] == [("S", "task.000009/2.7", 1),
+                                                           ("E", "task.000009/2.7", 1)]
+        assert got[0].host == socket.gethostname() and got[1].value == 5
+    finally:
+        notes.close()
+
+
+def test_srun_retries_only_steps_that_were_never_created():
+    lm = get_launcher("srun", SLURM, {"jobid": "7"})
+    assert lm.launch_retries == 2
+    assert lm.retryable(1, "srun: error: Unable to create step for job 7: Socket timed out")
+    assert not lm.retryable(1, "srun: error: Unable to create step for job 7: Job/step "
+                               "already completing or completed")
+    assert not lm.retryable(1, "Traceback: the task's own failure")
+    assert not lm.retryable(1)
