@@ -167,32 +167,36 @@ impl Executor {
             .collect();
 
         let reg = reaper::registry();
-        let mut state = reg.lock();
-        let mut out = Vec::with_capacity(specs.len());
-        let mut added = false;
-        for (spec, prep) in specs.iter().zip(prepared) {
-            let p = match prep {
-                Ok(p) => p,
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
+        reg.lock().begin_spawning();
+        let job = SpawnJob {
+            specs,
+            prepared: &prepared,
+            base_envp: &base_envp,
+            default_actions: &default_actions,
+            attr: &attr,
+        };
+        let n = specs.len();
+        let workers = spawn_workers(n);
+        let out = if workers <= 1 {
+            job.run(&self.sink, 0..n)
+        } else {
+            // posix_spawn blocks its caller until the child has exec'd: several callers keep
+            // several cores busy creating processes (the floor's "2 in flight").
+            let chunk = n.div_ceil(workers);
+            let (job, sink) = (&job, &self.sink);
+            std::thread::scope(|s| {
+                let others: Vec<_> = (1..workers)
+                    .map(|w| s.spawn(move || job.run(sink, w * chunk..n.min((w + 1) * chunk))))
+                    .collect();
+                let mut out = job.run(sink, 0..chunk.min(n));
+                for h in others {
+                    out.extend(h.join().expect("spawn worker panicked"));
                 }
-            };
-            let envp = p.envp.as_deref().unwrap_or(&base_envp);
-            let actions = p.actions.as_ref().unwrap_or(&default_actions);
-            match spawn::spawn(&p.path, &p.argv, envp, actions, &attr) {
-                Ok(pid) => {
-                    state.add(pid, &self.sink, spec.key);
-                    added = true;
-                    out.push(Ok((pid, now())));
-                }
-                Err(errno) => out.push(Err((-errno, error_message(spec, errno)))),
-            }
-        }
-        drop(state);
-        if added {
-            reg.children_added();
-        }
+                out
+            })
+        };
+        let foreign = reg.lock().end_spawning();
+        reaper::deliver(foreign);
         out
     }
 
@@ -269,6 +273,63 @@ impl Executor {
 impl Drop for Executor {
     fn drop(&mut self) {
         self.unregister();
+    }
+}
+
+/// Batches at least this large are spawned by several threads.
+const PARALLEL_MIN: usize = 8;
+
+fn spawn_workers(n: usize) -> usize {
+    if n < PARALLEL_MIN {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    cores.clamp(1, 4).min(n / (PARALLEL_MIN / 2))
+}
+
+/// What every spawn worker of one batch reads (never writes).
+struct SpawnJob<'a> {
+    specs: &'a [SpawnSpec],
+    prepared: &'a [Result<Prepared, (i32, String)>],
+    base_envp: &'a [*const c_char],
+    default_actions: &'a FileActions,
+    attr: &'a Attr,
+}
+
+// SAFETY: the raw pointers point into CStrings owned by `prepared` and the executor's base
+// environment, which outlive the scoped workers and are only read; glibc's posix_spawn only
+// reads the attribute and file-action objects.
+unsafe impl Sync for SpawnJob<'_> {}
+
+impl SpawnJob<'_> {
+    fn run(&self, sink: &Arc<Sink>, range: std::ops::Range<usize>) -> Vec<Spawned> {
+        let reg = reaper::registry();
+        let mut out = Vec::with_capacity(range.len());
+        for i in range {
+            let (spec, prep) = (&self.specs[i], &self.prepared[i]);
+            let p = match prep {
+                Ok(p) => p,
+                Err(e) => {
+                    out.push(Err(e.clone()));
+                    continue;
+                }
+            };
+            let envp = p.envp.as_deref().unwrap_or(self.base_envp);
+            let actions = p.actions.as_ref().unwrap_or(self.default_actions);
+            match spawn::spawn(&p.path, &p.argv, envp, actions, self.attr) {
+                Ok(pid) => {
+                    let t = now();
+                    let claimed = reg.lock().add_or_claim(pid, sink, spec.key);
+                    match claimed {
+                        Some(exit) => sink.deliver(vec![exit]), // it ended before we added it
+                        None => reg.children_added(),
+                    }
+                    out.push(Ok((pid, t)));
+                }
+                Err(errno) => out.push(Err((-errno, error_message(spec, errno)))),
+            }
+        }
+        out
     }
 }
 

@@ -50,7 +50,7 @@ impl Sink {
         self.efd.as_raw_fd()
     }
 
-    fn deliver(&self, batch: Vec<Exit>) {
+    pub(super) fn deliver(&self, batch: Vec<Exit>) {
         let mut exits = lock(&self.exits);
         let was_empty = exits.is_empty();
         exits.extend(batch);
@@ -105,10 +105,45 @@ pub struct State {
     pids: HashMap<libc::pid_t, (Arc<Sink>, i64)>,
     /// Live executors; each of them is told about exits of pids none of them spawned.
     sinks: Vec<Weak<Sink>>,
+    /// Spawn batches under way: a pid the reaper does not know may be theirs, not yet added.
+    spawning: usize,
+    /// Exits of unknown pids held while spawning > 0, for a spawner to claim.
+    orphans: HashMap<libc::pid_t, Exit>,
 }
 
 impl State {
-    /// Records a child just spawned. Call with the lock held since before posix_spawn.
+    /// Records a child just spawned (spawning happens outside the lock, in parallel); if the
+    /// reaper already collected its exit, returns that exit instead.
+    pub fn add_or_claim(&mut self, pid: libc::pid_t, sink: &Arc<Sink>, key: i64) -> Option<Exit> {
+        if let Some(mut exit) = self.orphans.remove(&pid) {
+            exit.key = key;
+            return Some(exit);
+        }
+        self.add(pid, sink, key);
+        None
+    }
+
+    pub fn begin_spawning(&mut self) {
+        self.spawning += 1;
+    }
+
+    /// Ends a spawn batch; when none is left, exits nobody claimed go out as foreign.
+    pub fn end_spawning(&mut self) -> Vec<(Arc<Sink>, Exit)> {
+        self.spawning -= 1;
+        if self.spawning > 0 || self.orphans.is_empty() {
+            return Vec::new();
+        }
+        let orphans: Vec<(libc::pid_t, Exit)> = self.orphans.drain().collect();
+        let mut out = Vec::new();
+        for (pid, exit) in orphans {
+            for (sink, key) in self.owners(pid) {
+                out.push((sink, Exit { key, ..exit.clone() }));
+            }
+        }
+        out
+    }
+
+    /// Records a child just spawned (see add_or_claim).
     pub fn add(&mut self, pid: libc::pid_t, sink: &Arc<Sink>, key: i64) {
         sink.running.fetch_add(1, Ordering::Relaxed);
         self.pids.insert(pid, (Arc::clone(sink), key));
@@ -164,6 +199,8 @@ pub fn registry() -> &'static Registry {
             state: Mutex::new(State {
                 pids: HashMap::new(),
                 sinks: Vec::new(),
+                spawning: 0,
+                orphans: HashMap::new(),
             }),
             has_children: Condvar::new(),
         }
@@ -228,6 +265,11 @@ fn reap_forever(reg: &Registry) -> ! {
             // SAFETY: wait4 filled it.
             let ru = unsafe { ru.assume_init() };
             let exit = Exit::from_wait(-1, pid, status, &ru);
+            if st.spawning > 0 && !st.pids.contains_key(&pid) {
+                // Probably a child whose spawner has not added it yet: keep it to be claimed.
+                st.orphans.insert(pid, exit);
+                continue;
+            }
             for (sink, key) in st.owners(pid) {
                 batch.push((
                     sink,
@@ -253,7 +295,7 @@ fn reap_forever(reg: &Registry) -> ! {
 }
 
 /// Hands exits to their sinks, one wake-up per sink.
-fn deliver(batch: Vec<(Arc<Sink>, Exit)>) {
+pub(super) fn deliver(batch: Vec<(Arc<Sink>, Exit)>) {
     let mut groups: Vec<(Arc<Sink>, Vec<Exit>)> = Vec::new();
     for (sink, exit) in batch {
         match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &sink)) {
