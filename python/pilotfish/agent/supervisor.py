@@ -257,6 +257,9 @@ class Supervisor:
         for lm in self.launchers:
             self._check_stuck(lm, now)
             lm.reap_dvms()
+            kept = set(lm.dvms)
+            for d in [d for d, waiting in self.unstarted.items() if not waiting and d not in kept]:
+                del self.unstarted[d]  # a DVM that is gone
 
     def _strike(self, lm: Any, d: Any, what: str) -> None:
         d.strikes += 1
