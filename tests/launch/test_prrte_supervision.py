@@ -82,9 +82,13 @@ def test_many_tasks_over_recycled_dvms(session):
     for i, t in enumerate(tasks):
         want = pf.FAILED if i % 5 == 4 else pf.DONE
         assert (t.state, t.exit_code) == (want, int(i % 5 == 4)), (t.uid, t.reason, t.stderr)
-        if want == pf.DONE:  # (PRRTE aborts the other ranks of a failing job: output may stop)
-            assert sorted(t.stdout.split()) == [str(r) for r in range(1 + i % 3)]
     session.close()
+    # ranks' output travels through prterun: a prterun that hung (and was killed) may have
+    # kept some; PRRTE aborts the other ranks of a failing job, so their output may stop
+    hung = {e[1] for e in agent_events(pilot, "launch_hung")}
+    for i, t in enumerate(tasks):
+        if t.state == pf.DONE and t.uid not in hung:
+            assert sorted(t.stdout.split()) == [str(r) for r in range(1 + i % 3)], t.uid
     recycled = agent_events(pilot, "launcher_recycle")
     assert len(recycled) >= 3, recycled
     assert not wait_gone(os.path.join(pilot.sandbox, "prrte")), "a DVM outlived its pilot"
@@ -171,6 +175,6 @@ def test_stuck_dvm_is_replaced_and_waiting_launches_rerun(session):
     assert [t.stdout for t in tasks] == [f"{i}\n" for i in range(6)]  # each ran once
     session.close()
     retried = {e[1] for e in agent_events(pilot, "launch_retry")}
-    assert retried == {t.uid for t in tasks}
+    assert {t.uid for t in tasks} <= retried  # (`first` too, when PRRTE failed it by itself)
     assert any("no rank started" in e[3] for e in agent_events(pilot, "launcher_restart"))
     assert not wait_gone(os.path.join(pilot.sandbox, "prrte")), "the frozen DVM was left behind"

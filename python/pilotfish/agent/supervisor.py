@@ -66,8 +66,9 @@ class LaunchRecord:
     __slots__ = ("attempt", "handle", "spawned", "started", "ended", "hung")
 
     def __init__(self):
-        self.attempt = 0
+        self.attempt = 0  # launches made so far (new_attempt() counts them)
         self.new_attempt(None)
+        self.attempt = 0
 
     def new_attempt(self, handle: Any) -> None:
         self.attempt += 1
