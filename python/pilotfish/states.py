@@ -35,6 +35,9 @@ for _s in FINAL:
     _PILOT_RANK[_s] = _TASK_RANK[_s] = 100
 
 
+TASK_RANK = _TASK_RANK  # state -> position (finals share the top); sub-events are absent
+
+
 def task_state_rank(state: str) -> int:
     """Position of a task state in the linear model (finals share the top rank)."""
     return _TASK_RANK[state]

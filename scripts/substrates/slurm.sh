@@ -315,7 +315,7 @@ cmd_exec() {
     [ $# -gt 0 ] || die "exec needs a command"
     all_running || die "Slurm is not running (run: $0 start)"
     local envs=()
-    mapfile -t envs < <(slurm_env)
+    mapfile -t envs <<<"$(slurm_env)"  # (no process substitution: it would leave a child behind the exec)
     exec ip netns exec "$NS" env "${envs[@]}" "$@"
 }
 

@@ -293,8 +293,9 @@ class TaskManager:
                     continue
                 state = u.state
                 t._hist += (state, u.t)
-                if S.task_state_rank(state) <= S.task_state_rank(old):
-                    continue  # late news of an earlier state: history only
+                rank = S.TASK_RANK.get(state)
+                if rank is None or rank <= S.TASK_RANK[old]:
+                    continue  # a sub-event (e.g. launch_retry) or late news: history only
                 t.state = state
                 counts[old] -= 1
                 counts[state] += 1
