@@ -28,12 +28,16 @@ class BatchJob:
 
     def stderr_tail(self, nbytes: int = 2048) -> str:
         """The end of the agent's stderr, for failure messages."""
-        path = os.path.join(self.sandbox, "agent.err")
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - nbytes))
-                return f.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
+        return file_tail(os.path.join(self.sandbox, "agent.err"), nbytes)
+
+
+def file_tail(path: str, nbytes: int = 2048) -> str:
+    """The last nbytes of a file as text ("" if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - nbytes))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""

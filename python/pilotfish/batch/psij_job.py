@@ -47,7 +47,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .base import BatchJob, JobState
+from .base import BatchJob, JobState, file_tail
 
 EXECUTORS = {"slurm": "slurm", "pbs": "pbs", "lsf": "lsf", "flux": "flux"}
 _NAME_ATTRIBUTE = {"slurm": "slurm.job-name", "pbs": "pbs.N", "lsf": "lsf.J"}
@@ -58,17 +58,6 @@ def _poll_interval() -> float:
         return max(0.2, float(os.environ.get("PILOTFISH_BATCH_POLL_S", "5")))
     except ValueError:
         return 5.0
-
-
-def _tail(path: str, nbytes: int = 2048) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - nbytes))
-            return f.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 class PsijBatchJob(BatchJob):
@@ -233,7 +222,7 @@ class PsijBatchJob(BatchJob):
                 info = _slurm_job_info(native)
                 if info and "JobState=COMPLETED" not in info:
                     parts.append(info)
-            tail = _tail(self.stderr_path)
+            tail = file_tail(self.stderr_path)
             if tail:
                 parts.append("agent stderr: " + tail)
             text = "; ".join(parts) or f"{self.resource} job {native} failed"
