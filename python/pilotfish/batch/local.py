@@ -43,6 +43,7 @@ class LocalJob(BatchJob):
                 self._signal(signal.SIGKILL)  # past the walltime: what a batch system does
                 return "FAILED", "walltime exceeded: agent killed"
             return "RUNNING", None
+        self._kill_leftovers()
         if self._canceled:
             return "CANCELED", None
         if rc == 0:
@@ -68,6 +69,27 @@ class LocalJob(BatchJob):
             return self._proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def _kill_leftovers(self) -> None:
+        """Kill what the agent left running (it was killed itself, say): every process of
+        the session the agent led. A batch system does this at job end; so do we."""
+        if self._proc is None or getattr(self, "_cleaned", False):
+            return
+        self._cleaned = True
+        sid = self._proc.pid
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # field 6 of stat: the session id
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def _signal(self, sig: int) -> None:
         if self._proc is not None and self._proc.poll() is None:
