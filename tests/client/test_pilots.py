@@ -9,6 +9,7 @@ import time
 import pytest
 
 import pilotfish as pf
+from pilotfish.batch.local import session_members
 from pilotfish._events import read_all_events
 
 
@@ -70,22 +71,10 @@ def test_agent_death_fails_pilot_and_its_tasks(session):
     assert pilot.uid in t.reason
     # the agent's orphaned task does not outlive it (killed like a batch system would)
     deadline = time.time() + 10
-    while time.time() < deadline and _session_members(agent_pid):
+    while time.time() < deadline and session_members(agent_pid):
         time.sleep(0.1)
-    assert _session_members(agent_pid) == []
+    assert session_members(agent_pid) == []
 
-
-def _session_members(sid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out.append(int(entry))
-    return out
 
 
 def test_bad_agent_environment_fails_with_reason(session):

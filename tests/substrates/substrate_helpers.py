@@ -225,3 +225,26 @@ class Dvm:
         return self.proc.returncode
 
 
+
+
+def require_netns_for(node) -> None:
+    """Tests marked slurm/prrte/mpi run only inside the substrate namespace."""
+    if any(node.get_closest_marker(m) for m in SUBSTRATE_MARKS) and not in_netns():
+        _missing(f"not inside the network namespace {NETNS!r}")
+
+
+def project_slurm() -> SlurmInfo:
+    """The project's Slurm (scripts/substrates/slurm.sh start), answering sinfo; exports
+    SLURM_CONF for PSI/J and anything else this process starts."""
+    if not in_netns():
+        _missing(f"not inside the network namespace {NETNS!r}")
+    conf = os.environ.get("SLURM_CONF") or str(REPO / ".substrates/slurm/etc/slurm.conf")
+    if not os.path.exists(conf):
+        _missing(f"no Slurm configuration at {conf}: Slurm is not started")
+    os.environ["SLURM_CONF"] = conf
+    env = dict(os.environ)
+    r = run(["sinfo", "-h", "-N", "-o", "%N %t %c"], timeout=20, env=env)
+    if r.rc != 0:
+        _missing(f"sinfo does not answer (rc={r.rc}): {r.err.strip()}")
+    rows = [line.split() for line in r.out.splitlines() if line.strip()]
+    return SlurmInfo(conf=conf, nodes=len(rows), cpus=int(rows[0][2]) if rows else 0, env=env)

@@ -76,20 +76,11 @@ class LocalJob(BatchJob):
         if self._proc is None or getattr(self, "_cleaned", False):
             return
         self._cleaned = True
-        sid = self._proc.pid
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for pid in session_members(self._proc.pid):
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:  # field 6 of stat: the session id
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _signal(self, sig: int) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -97,3 +88,19 @@ class LocalJob(BatchJob):
                 os.killpg(self._proc.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is sid, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # stat fields 3 (state) and 6 (session)
+            out.append(int(entry))
+    return out
