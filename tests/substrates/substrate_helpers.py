@@ -59,6 +59,7 @@ class Result:
     out: str
     err: str
     seconds: float
+    hung: bool = False  # killed at the timeout (run(..., hang_ok=True))
 
     def __str__(self) -> str:
         return (f"$ {' '.join(map(str, self.argv))}\n-> rc={self.rc} in {self.seconds:.2f}s\n"
@@ -66,9 +67,9 @@ class Result:
 
 
 def run(argv, timeout: float = 60, env: dict | None = None, cwd=None, check: bool = False,
-        input: str | None = None) -> Result:
+        input: str | None = None, hang_ok: bool = False) -> Result:
     """Run argv in its own process group; on timeout SIGKILL the whole group (prterun ignores
-    SIGTERM) and fail the test."""
+    SIGTERM) and fail the test (hang_ok: return a Result with hung=True instead)."""
     t0 = time.monotonic()
     p = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE if input else subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -81,6 +82,8 @@ def run(argv, timeout: float = 60, env: dict | None = None, cwd=None, check: boo
         except ProcessLookupError:
             pass
         out, err = p.communicate()
+        if hang_ok:
+            return Result(list(argv), p.returncode, out, err, time.monotonic() - t0, hung=True)
         pytest.fail(f"timed out after {timeout}s: {' '.join(map(str, argv))}\n"
                     f"stdout:\n{out}\nstderr:\n{err}", pytrace=False)
     r = Result(list(argv), p.returncode, out, err, time.monotonic() - t0)
@@ -182,7 +185,14 @@ def parse_hello(out: str) -> list[tuple[int, int, str]]:
 # -- a PRRTE DVM -----------------------------------------------------------------------------
 
 class Dvm:
-    """`prte` started with a hostfile; stopped with SIGTERM, SIGKILL after a grace period."""
+    """`prte` started with a hostfile; stopped with SIGTERM, SIGKILL after a grace period.
+
+    A DVM is handed out only after a probe job ran on it: here ~0.5 % of starts die at once
+    ("The PMIx server's listener thread failed to start") and some live on but never accept
+    a job ("failed to initialize, likely due to no DVM being available", retries included).
+    Such a DVM is stopped and a fresh one started, as the agent's supervisor does."""
+
+    START_ATTEMPTS = 4
 
     def __init__(self, workdir: Path, env: dict, slots: int = 64, hostfile: bool = True):
         self.dir = workdir
@@ -190,28 +200,63 @@ class Dvm:
         self.uri = workdir / "dvm.uri"
         self.pidfile = workdir / "dvm.pid"
         workdir.mkdir(parents=True, exist_ok=True)
-        argv = [str(VENV / "bin/prte"), "--report-uri", str(self.uri),
-                "--report-pid", str(self.pidfile), "--no-ready-msg"]
+        self.argv = [str(VENV / "bin/prte"), "--report-uri", str(self.uri),
+                     "--report-pid", str(self.pidfile), "--no-ready-msg"]
         if hostfile:
             (workdir / "hosts").write_text(f"localhost slots={slots}\n")
-            argv[1:1] = ["--hostfile", str(workdir / "hosts")]
-        self.log = open(workdir / "prte.log", "w")  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.uri.exists() and self.uri.read_text().strip():
+            self.argv[1:1] = ["--hostfile", str(workdir / "hosts")]
+        self.restarts = 0
+        why = ""
+        for attempt in range(self.START_ATTEMPTS):
+            why = self._start(attempt)
+            if not why:
                 return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        pytest.fail(f"prte did not report its URI (rc={self.proc.returncode}):\n"
-                    f"{(workdir / 'prte.log').read_text()}", pytrace=False)
+            self.stop()
+            self.restarts += 1
+        pytest.fail(f"no working prte DVM in {self.START_ATTEMPTS} starts; last: {why}",
+                    pytrace=False)
 
-    def prterun(self, *args, timeout: float = 60, env: dict | None = None) -> Result:
+    def _start(self, attempt: int) -> str:
+        """Start prte and probe it; '' when it ran the probe, else why not."""
+        self.uri.unlink(missing_ok=True)
+        log = self.dir / f"prte.{attempt}.log"
+        self.log = open(log, "w")  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not (self.uri.exists() and self.uri.read_text().endswith("\n")):
+            if self.proc.poll() is not None:
+                return f"prte exited ({self.proc.returncode}): {log.read_text()}"
+            if time.monotonic() > deadline:
+                return "prte did not report its URI within 30 s"
+            time.sleep(0.02)
+        for delay in (0.0, 0.1, 0.5):
+            time.sleep(delay)
+            r = self.prterun("-n", "1", "--map-by", "slot", "--bind-to", "none", "true",
+                             timeout=20, hang_ok=True)
+            if r.rc == 0:
+                return ""
+        return f"the probe job failed: {r}"
+
+    def prterun(self, *args, timeout: float = 60, env: dict | None = None,
+                hang_ok: bool = False) -> Result:
         argv = [VENV / "bin/prterun", "--dvm", f"uri:file:{self.uri}", *args]
-        return run(argv, timeout=timeout, env=env or self.env)
+        return run(argv, timeout=timeout, env=env or self.env, hang_ok=hang_ok)
+
+    def job(self, *args, timeout: float = 30) -> Result:
+        """prterun of a job that may run twice, repeated (5 calls at most) on PRRTE's two known
+        transients (shared/notes/substrates.md): exit 1 "failed to initialize" (the job did
+        not run) and a prterun that hangs after its job ended (missed job-end event)."""
+        for delay in (0.2, 0.5, 1.0, 2.0, None):
+            r = self.prterun(*args, timeout=timeout, hang_ok=True)
+            transient = r.hung or (r.rc == 1 and "initialize" in r.err and "rank" not in r.out)
+            if not transient or delay is None:
+                break
+            time.sleep(delay)
+        if r.hung:
+            pytest.fail(f"prterun hung {timeout} s on five calls:\n{r}", pytrace=False)
+        return r
 
     def stop(self, grace: float = 5.0) -> int | None:
         if self.proc.poll() is None:

@@ -42,8 +42,9 @@ slots=<all declared cores>`). Each rank takes one PRRTE slot whatever its cores,
 never runs out before the pilot's own accounting does.
 
 options: prte, prterun (commands; default: found in PATH or this Python environment's bin),
-prefix (see mpirun), dvm_dir (default: a new temporary directory), start_timeout (s a DVM may
-take to start, 30), stop_grace (s, 5), notes (bool, default True), launch_retries (3),
+prefix (see mpirun), dvm_dir (default: a new temporary directory), start_attempts (times a DVM
+that dies before it is ready is started, 3), start_timeout (s a DVM may take to start, 30),
+stop_grace (s, 5), notes (bool, default True), launch_retries (3),
 recycle_after (launches per DVM before a fresh one replaces it, 500), hang_grace (s a prterun
 may outlive all its ranks, 10), launch_timeout (s a launch may wait for its first rank while
 its DVM starts nothing at all, 30), max_strikes (launches in a row that failed before running
@@ -52,6 +53,7 @@ or hung before a DVM counts as wedged, 3).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -74,6 +76,8 @@ from .base import (
 )
 from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env
 from .rank_notes import RankNotes, address_from_uri
+
+log_ = logging.getLogger("pilotfish.agent")
 
 EXIT_DID_NOT_FIT = 77      # the DVM had no free slots for the job: it did not run
 EXIT_NO_EXECUTABLE = 75    # not retryable: the same launch fails again
@@ -226,9 +230,22 @@ class Prrte(LaunchMethod):
         argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
                 "--report-pid", os.path.join(d.dir, "dvm.pid"), "--no-ready-msg"]
         log = os.path.join(d.dir, "prte.log")
-        d.pid = self._spawn(argv, dict(self.required_env), stdout=log, stderr=log)
-        d.last_start = time.monotonic()
-        self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
+        # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed to
+        # start"): nothing ran on such a DVM, so starting it again is safe.
+        attempts = max(1, int(self.options.get("start_attempts", 3)))
+        for attempt in range(1, attempts + 1):
+            d.state = "live"
+            d.pid = self._spawn(argv, dict(self.required_env), stdout=log, stderr=log)
+            d.last_start = time.monotonic()
+            try:
+                self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
+                return
+            except LaunchError as e:
+                if attempt == attempts or "exited before" not in str(e):
+                    raise
+                log_.warning("%s; starting it again (attempt %d of %d)", e, attempt + 1,
+                             attempts)
+                self._stop_now(d)
 
     def _wait_ready(self, d: Dvm, timeout: float) -> None:
         deadline = time.monotonic() + timeout
