@@ -130,6 +130,7 @@ def test_mpich_mpiexec_mpi4py(mpich):
 
 @pytest.mark.slurm
 @pytest.mark.prrte
+@pytest.mark.timeout(330)  # up to 2 x 6 DVMs, 15 s each
 def test_prte_inside_slurm_allocation(slurm, openmpi, tmp_path):
     """The pilot's case: a DVM over a 2-node allocation; prte starts a prted on the second node
     through srun. PSI/J's job has one Slurm task per node (SLURM_TASKS_PER_NODE=1(x2)), which
@@ -140,35 +141,42 @@ def test_prte_inside_slurm_allocation(slurm, openmpi, tmp_path):
     script.write_text(f"""#!/bin/bash
 mkdir -p {d}
 printf 'n1 slots={n}\\nn2 slots={n}\\n' > {d}/hosts
-prun() {{ timeout -s KILL 60 {VENV}/bin/prterun --dvm uri:file:{d}/dvm.uri "$@"; }}
-# exit 1 = "failed to initialize": the job did not run, safe to repeat (~1 % of calls here)
-retry() {{ for t in 1 2 3; do "$@"; rc=$?; [ $rc -eq 1 ] || return $rc; sleep 0.2; done; return $rc; }}
-# a DVM that died at start or never takes a job (see substrate_helpers.Dvm) is started again
-for attempt in 1 2 3 4; do
-  rm -f {d}/dvm.uri
-  PRTE_MCA_ras=^slurm {VENV}/bin/prte --hostfile {d}/hosts --report-uri {d}/dvm.uri \\
-      --no-ready-msg > {d}/prte.log 2>&1 &
-  PRTE_PID=$!
-  for i in $(seq 200); do [ -s {d}/dvm.uri ] && break; sleep 0.1; done
-  for delay in 0 0.1 0.5; do
-    sleep $delay; prun -n 1 --map-by slot --bind-to none true && break 2
+# PRRTE's transients (shared/notes/substrates.md): a DVM that dies at start, prterun exiting 1
+# "failed to initialize" (the job did not run) and -- in 10-30 % of jobs of a DVM spanning
+# these two nodes -- prterun hanging after its job ended, while the DVM keeps the job's slots
+# (like openpmix/prrte#2568). As the agent's supervisor does, a fresh DVM takes over.
+on_fresh_dvm() {{  # OUT ARGS...: one job, on DVMs started anew until one job runs through
+  out=$1; shift
+  for attempt in 1 2 3 4 5 6; do
+    rm -f {d}/dvm.uri
+    PRTE_MCA_ras=^slurm setsid {VENV}/bin/prte --hostfile {d}/hosts \\
+        --report-uri {d}/dvm.uri > {d}/prte.log 2>&1 &
+    pid=$!
+    for i in $(seq 200); do grep -q "DVM ready" {d}/prte.log && break; sleep 0.1; done
+    timeout -s KILL 15 {VENV}/bin/prterun --dvm uri:file:{d}/dvm.uri "$@" > $out
+    rc=$?
+    kill -TERM $pid  # SIGTERM lets prte end its prteds; SIGKILL its group if it lingers
+    for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    kill -0 $pid 2>/dev/null && {{ echo "prte needed SIGKILL"; kill -KILL -- -$pid; }}
+    wait $pid
+    [ $rc -eq 0 ] && return 0
+    echo "DVM attempt $attempt: prterun rc=$rc"
   done
-  echo "DVM attempt $attempt did not take a job"; kill -KILL $PRTE_PID; wait $PRTE_PID
-done
-retry prun -n {2 * n} --map-by slot --bind-to none \\
-    bash -c 'echo "rank $PMIX_RANK on $SLURMD_NODENAME"' > {tmp_path}/ranks.txt
+  return $rc
+}}
+on_fresh_dvm {tmp_path}/ranks.txt -n {2 * n} --map-by slot --bind-to none \\
+    bash -c 'echo "rank $PMIX_RANK on $SLURMD_NODENAME"'
 echo "prterun rc=$?"
-retry prun -n 2 --host n2:2 --map-by slot --bind-to none bash -c 'echo "pinned on $SLURMD_NODENAME"'
-kill -TERM $PRTE_PID
-for i in $(seq 50); do kill -0 $PRTE_PID 2>/dev/null || break; sleep 0.1; done
-kill -0 $PRTE_PID 2>/dev/null && {{ echo "prte needed SIGKILL"; kill -KILL $PRTE_PID; }}
+on_fresh_dvm {tmp_path}/pinned.txt -n 2 --host n2:2 --map-by slot --bind-to none \\
+    bash -c 'echo "pinned on $SLURMD_NODENAME"'
+cat {tmp_path}/pinned.txt
 true
 """)
     env = dict(openmpi, SLURM_CONF=slurm.conf)
     r = run(["sbatch", "--parsable", "-N", "2", "--ntasks-per-node=1", "--exclusive",
              "-o", tmp_path / "job.out", script], env=env, check=True)
     job_id = r.out.strip()
-    state = wait_slurm_job(job_id, slurm.env, timeout=120)
+    state = wait_slurm_job(job_id, slurm.env, timeout=300)
     out = (tmp_path / "job.out").read_text()
     assert state == "COMPLETED", out
     assert "prterun rc=0" in out, out + (d / "prte.log").read_text()

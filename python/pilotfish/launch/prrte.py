@@ -15,6 +15,11 @@ Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel, and meas
     gives 75; task exit codes pass through;
   - 0.5-2.5 % of prterun calls exit 1 "failed to initialize" without running the task (safe
     to retry) or hang after the task ran (missed job-end event); a DVM can wedge entirely;
+    a DVM spanning two Slurm nodes (prteds through srun) missed the job end of 10-30 % of
+    jobs here, 1-rank or 32-rank alike, and kept the hung job's slots (cf. openpmix/prrte
+    #2568) -- the supervisor's hang detection and strikes are what keep tasks moving;
+  - ~0.5 % of DVM starts die at once ("The PMIx server's listener thread failed to start"):
+    started again (start_attempts);
   - prterun ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT, and SIGKILL of prterun leaves the
     job's ranks running in the DVM. It forwards SIGUSR1/SIGUSR2 (not SIGTERM) -- but to the
     ranks of EVERY job in the DVM, not just its own: useless for stopping one task. A task is
