@@ -15,9 +15,10 @@ Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel, and meas
     gives 75; task exit codes pass through;
   - 0.5-2.5 % of prterun calls exit 1 "failed to initialize" without running the task (safe
     to retry) or hang after the task ran (missed job-end event); a DVM can wedge entirely;
-    a DVM spanning two Slurm nodes (prteds through srun) missed the job end of 10-30 % of
-    jobs here, 1-rank or 32-rank alike, and kept the hung job's slots (cf. openpmix/prrte
-    #2568) -- the supervisor's hang detection and strikes are what keep tasks moving;
+    a DVM spanning two Slurm nodes (prteds through srun), driven by prterun one job after
+    another from a batch script, missed the job end of 10-30 % of jobs here and kept the
+    hung job's slots (cf. openpmix/prrte #2568); the agent's own DVMs in the same kind of
+    allocation ran 100 two-node tasks with 3 relaunches and 1 DVM replaced, all DONE;
   - ~0.5 % of DVM starts die at once ("The PMIx server's listener thread failed to start"):
     started again (start_attempts);
   - prterun ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT, and SIGKILL of prterun leaves the
