@@ -142,6 +142,22 @@ def test_multi_node_task_spans_nodes(slurm_pilot, slurm, launcher):
     assert [s.node for s in t.slots] == ["n1", "n2"]
 
 
+@pytest.mark.prrte
+def test_many_two_node_prrte_tasks(slurm_pilot, slurm):
+    """60 tasks of two whole-node ranks through the pilot's DVM spanning n1 and n2: PRRTE's
+    transients there (failed launches, DVMs replaced; see launch/prrte.py) cost time, never a
+    task -- each ends DONE with both ranks where they were placed."""
+    _, _, tmgr = slurm_pilot
+    tasks, states, dt = _run_many(tmgr, 60, executable="/bin/sh", arguments=["-c", WHERE],
+                                  ranks=2, cores_per_rank=slurm.cpus, launcher="prrte",
+                                  timeout=120)
+    assert collections.Counter(states) == {pf.DONE: 60}, [t.reason for t in tasks if t.reason][:3]
+    for t in tasks:
+        assert sorted(line.split() for line in t.stdout.splitlines()) == \
+            [["0", "n1", "n1"], ["1", "n2", "n2"]], t.stdout
+    print(f"60 two-node prrte tasks in {dt:.1f}s")
+
+
 def test_srun_uneven_layout(slurm_pilot, slurm):
     """3 ranks over 2 nodes (2 + 1): srun's arbitrary distribution follows the placement
     whatever SLURM_NTASKS_PER_NODE=1 the pilot's job left in the environment."""
