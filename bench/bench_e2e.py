@@ -6,7 +6,9 @@ Cases (issue 5 "Measure" and issue 4 "profiling on vs off"):
   floor       bench/spawn_floor (C: posix_spawn + waitpid of /bin/true, 1 and 2 in flight)
   null        N /bin/true tasks through Session -> local pilot (emulated 256 cores) -> DONE,
               outputs discarded; tasks/s and the ratio to the floor
-  profile     the same with profiling on and off, interleaved rounds; throughput ratio
+  profile     the same with profiling on and off, interleaved rounds; throughput ratio, and
+              the profiler's own CPU per task (its event pattern replayed in one process)
+              as a share of a task's CPU cost with profiling off
   roundtrip   one task at a time on an idle pilot: submit -> DONE seen by the client (median)
   ready       pilot submit -> ACTIVE
   memory      client + agent RSS per queued task with --big tasks queued
@@ -74,10 +76,49 @@ def null_tasks(n: int, profile: bool = True, base: str | None = None) -> dict:
             dt = time.time() - t0
             r1, a1 = resource.getrusage(resource.RUSAGE_SELF), _cpu_s(agent_pid)
             done = sum(t.state == pf.DONE for t in tasks)
+        events = _task_events(s.path) if profile else 0
     client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"tasks": n, "done": done, "seconds": dt, "rate": n / dt, "pilot_ready_s": ready,
             "profile": profile, "agent_cpu_us_per_task": 1e6 * (a1 - a0) / n,
-            "client_cpu_us_per_task": 1e6 * client / n}
+            "client_cpu_us_per_task": 1e6 * client / n, "events_per_task": events / n}
+
+
+def _task_events(session_dir: str) -> int:
+    """Events about tasks in a session's event files (client and agent)."""
+    from pilotfish._events import read_events
+
+    count = 0
+    for root, _, files in os.walk(session_dir):
+        for f in files:
+            if f.endswith(".events"):
+                count += sum(sum(e[1].startswith("task.") for e in batch)
+                             for batch in read_events(os.path.join(root, f)))
+    return count
+
+
+def profiler_cpu(events_per_task: float, n: int = 200_000, batch: int = 256) -> dict:
+    """The profiler's own CPU cost per task, in one process and without a pilot: build the
+    event tuples of `n` tasks batch by batch, as the client and agent do, hand them to an
+    EventWriter, and let it encode and write them. CPU time (process_time), so the share
+    of a task's CPU cost it gives does not depend on how busy the machine is."""
+    from pilotfish._events import EventWriter
+
+    k = max(1, round(events_per_task))
+    names = [f"state_{i}" for i in range(k)]
+    uids = [f"task.{i:06d}" for i in range(batch)]
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as d:
+        for rep in range(3):  # best of 3: the cost itself, not the neighbours
+            w = EventWriter(os.path.join(d, f"{rep}.events"))
+            c0 = time.process_time()
+            for _ in range(n // batch):
+                now = time.time()
+                for name in names:
+                    w.record_many([(now, uid, name, None) for uid in uids])
+                w.maybe_flush()
+            w.close()
+            best = min(best, time.process_time() - c0)
+    return {"events_per_task": k, "us_per_task": 1e6 * best / n}
 
 
 def roundtrip(k: int = 200) -> dict:
@@ -210,6 +251,9 @@ def main() -> None:
             "cpu_us_off": med(r["agent_cpu_us_per_task"] + r["client_cpu_us_per_task"] for r in off),
             "rounds": a.profile_rounds}
         res["profile"]["cpu_on_over_off"] = res["profile"]["cpu_us_on"] / res["profile"]["cpu_us_off"]
+        cost = profiler_cpu(med(r["events_per_task"] for r in on))
+        res["profile"]["profiler_cpu"] = cost
+        res["profile"]["profiler_share_of_cpu"] = cost["us_per_task"] / res["profile"]["cpu_us_off"]
         print("profile", res["profile"], flush=True)
     if a.memory:
         res["memory"] = memory(a.memory)

@@ -116,7 +116,7 @@ class Agent:
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
         self.runner = TaskRunner(self.core, self._launcher_for, self.tasks_dir,
-                                 [n.name for n in nodes])
+                                 [n.name for n in nodes], profile=self.events.enabled)
         self.scheduler = Scheduler(self.placer)
         self.launchers: dict[str, object] = {}
         self.poller = zmq.Poller()
@@ -236,10 +236,12 @@ class Agent:
         now = time.time()
         events = self.events
         ready = []
+        profile = events.enabled
         for spec in specs:
             t = AgentTask(spec, self._seq)
             self._seq += 1
-            events.record(spec.uid, S.AGENT_SCHEDULING, None, now)
+            if profile:
+                events.record(spec.uid, S.AGENT_SCHEDULING, None, now)
             problem = misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
                              spec.mem_per_rank, self.shape)
             if problem is not None:
@@ -269,15 +271,16 @@ class Agent:
             return
         now = time.time()
         events = []
+        profile = self.events.enabled  # off: not even the event tuples are built
         to_slots = self.runner.to_slots
         ups = self._updates
         launching = []
         for t, raw in placed:
             t.slots = to_slots(raw)
             uid = t.spec.uid
-            events.append((now, uid, "schedule_ok", None))
-            events.append((now, uid, S.EXECUTING, None))
-            events.append((now, uid, "exec_start", None))
+            if profile:
+                events += ((now, uid, "schedule_ok", None), (now, uid, S.EXECUTING, None),
+                           (now, uid, "exec_start", None))
             ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots))
             launching.append(t)
         self._spawn(launching, events)
@@ -309,7 +312,8 @@ class Agent:
             t.signal = None
             t.reason = None
         now = time.time()
-        self._spawn(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks])
+        self._spawn(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks]
+                    if self.events.enabled else [])
 
     def _reap(self, block_s: float | None = None) -> None:
         finished, events, aux_exits = self.runner.reap(block_s)
@@ -342,8 +346,9 @@ class Agent:
         for t in held:
             t.released = True
         self.scheduler.release([t.key for t in held])
-        now = time.time()
-        self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
+        if self.events.enabled:
+            now = time.time()
+            self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
 
     def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False) -> None:
         """Report a task's end: output staging, captured output, exit code, signal, reason."""

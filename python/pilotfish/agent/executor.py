@@ -49,8 +49,9 @@ class TaskRunner:
     """Launch methods + the core executor: spawn placed tasks, collect finished ones."""
 
     def __init__(self, core_executor: Any, launcher_for: Callable[[str | None], Any],
-                 tasks_dir: str, node_names: list[str]):
+                 tasks_dir: str, node_names: list[str], profile: bool = True):
         self.core = core_executor
+        self.profile = profile  # build exec_ok / exec_stop events (off: not even the tuples)
         self.launcher_for = launcher_for
         self.tasks_dir = tasks_dir
         self.node_names = node_names
@@ -90,12 +91,14 @@ class TaskRunner:
             return failed, events
         results = self.core.spawn_batch(specs)
         procs = self._procs
+        profile = self.profile
         for (t, rank), spec, (pid, info) in zip(owners, specs, results):
             if pid > 0:
                 procs[spec[0]] = (t, rank)
                 t.procs.append(pid)
                 t.running += 1
-                events.append((info, t.spec.uid, "exec_ok", str(pid)))
+                if profile:
+                    events.append((info, t.spec.uid, "exec_ok", str(pid)))
             elif t.reason is None:
                 t.reason = f"cannot execute {spec[1][0]!r}: {info} (errno {-pid})"
                 failed.append(t)
@@ -162,6 +165,7 @@ class TaskRunner:
         aux_exits = []
         procs = self._procs
         exits = self.core.reap() if block_s is None else self.core.wait(block_s)
+        profile = self.profile
         for key, pid, code, sig, t_exit, _ut, _st, _rss in exits:
             owner = procs.pop(key, None)
             if owner is None:
@@ -176,7 +180,8 @@ class TaskRunner:
                     t.signal = sig
             elif code and not t.exit_code:
                 t.exit_code = code
-            events.append((t_exit, t.spec.uid, "exec_stop", str(-sig if sig else code)))
+            if profile:
+                events.append((t_exit, t.spec.uid, "exec_stop", str(-sig if sig else code)))
             if t.running == 0:
                 if t.exit_code is None:
                     t.exit_code = -t.signal if t.signal else 0  # as subprocess does

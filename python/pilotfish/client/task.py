@@ -115,6 +115,7 @@ class TaskManager:
         tasks: list[Task] = []
         by_pilot: dict[str, list[Task]] = collections.defaultdict(list)
         events = []
+        profile = session.events.enabled  # off: not even the event tuples are built
         registry = session.tasks
         load = self._load
         for uid, d, pilot in zip(uids, descs, routes):
@@ -125,8 +126,9 @@ class TaskManager:
             tasks.append(t)
             load[pilot.uid] += d.ranks * d.cores_per_rank
             by_pilot[pilot.uid].append(t)
-            events.append((now, uid, S.NEW, None))
-            events.append((now, uid, S.SCHEDULING, pilot.uid))
+            if not profile:
+                continue
+            events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot.uid))
             if len(events) >= 8192:  # hand over in slices: no big transient list
                 session.events.record_many(events)
                 events = []
@@ -280,7 +282,8 @@ class TaskManager:
             self.counts[S.SCHEDULING] -= moved
             self.counts[S.STAGING_INPUT] += moved
             self._notify(0)
-        self.session.events.record_many([(now, t.uid, S.STAGING_INPUT, None) for t in batch])
+        if self.session.events.enabled:
+            self.session.events.record_many([(now, t.uid, S.STAGING_INPUT, None) for t in batch])
 
     def _apply(self, pairs: list[tuple[Task, _wire.Update]]) -> None:  # IO thread
         changed = []
