@@ -19,7 +19,7 @@ from pilotfish.launch.prrte import process_alive
 
 FAKE_PRTE = """\
 #!/bin/sh
-# stands in for prte: writes the URI file named by --report-uri, then waits
+# stands in for prte: writes the URI file named by --report-uri, says it is ready, waits
 while [ $# -gt 0 ]; do
   case "$1" in --report-uri) uri="$2"; shift;; esac
   shift
@@ -38,8 +38,12 @@ class Spawner:
         self.procs: list[subprocess.Popen] = []
 
     def __call__(self, argv, env, stdout=None, stderr=None):
+        out, err = (open(f, "wb") if f else subprocess.DEVNULL for f in (stdout, stderr))
         p = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=out, stderr=err)
+        for f in (out, err):
+            if f != subprocess.DEVNULL:
+                f.close()
         self.procs.append(p)
         return p.pid
 
@@ -57,12 +61,13 @@ def spawner():
     s.reap()
 
 
-def fake_prte(tmp_path, delay=0.05, ignore_term=False, write=True):
+def fake_prte(tmp_path, delay=0.05, ignore_term=False, write=True, ready=True):
     path = tmp_path / "bin" / "prte"
     path.parent.mkdir(exist_ok=True)
+    write = ("echo 'prte-fake@0.0;tcp4://127.0.0.1:1' > \"$uri\"" if write else "true") + \
+        ("; echo 'DVM ready'" if ready else "")
     path.write_text(FAKE_PRTE.format(
-        delay=delay, terms="trap '' TERM" if ignore_term else "",
-        write="echo 'prte-fake@0.0;tcp4://127.0.0.1:1' > \"$uri\"" if write else "true"))
+        delay=delay, terms="trap '' TERM" if ignore_term else "", write=write))
     path.chmod(0o755)
     return str(path)
 
@@ -123,10 +128,12 @@ def test_start_again_when_the_dvm_dies_before_it_is_ready(tmp_path, spawner):
     lm.stop()
 
 
-def test_start_times_out(tmp_path, spawner):
-    lm = get_launcher("prrte", EMULATED, {"prte": fake_prte(tmp_path, write=False),
+@pytest.mark.parametrize("write, ready", [(False, False), (True, False), (False, True)])
+def test_start_times_out(tmp_path, spawner, write, ready):
+    # the URI file comes before the DVM's daemons are all up: both are waited for
+    lm = get_launcher("prrte", EMULATED, {"prte": fake_prte(tmp_path, write=write, ready=ready),
                                           "dvm_dir": str(tmp_path), "start_timeout": 0.3})
-    with pytest.raises(LaunchError, match="did not write"):
+    with pytest.raises(LaunchError, match="was not ready"):
         lm.start(spawner)
     spawner.procs[0].wait(timeout=5)  # stopped on the way out
 

@@ -1,8 +1,9 @@
 """prrte: persistent PRRTE DVMs; one `prterun --dvm` per task.
 
 start() starts a DVM through the agent's executor:
-    prte --hostfile D/N/hostfile --report-uri D/N/dvm.uri --report-pid D/N/dvm.pid --no-ready-msg
-and waits (bounded) for the URI file. build():
+    prte --hostfile D/N/hostfile --report-uri D/N/dvm.uri --report-pid D/N/dvm.pid \
+        > D/N/prte.log 2> D/N/prte.err
+and waits (bounded) for "DVM ready" in its output and the URI file. build():
     prterun --dvm uri:file:D/N/dvm.uri -n R --map-by slot --bind-to none --host h1:n1,...
             -x VAR ... <payload>
 stop(): SIGTERM to every DVM, SIGKILL to its process group after a grace period; the PID is
@@ -17,8 +18,9 @@ Facts this relies on (shared/notes/substrates.md, Open MPI 5.0.9 wheel, and meas
     to retry) or hang after the task ran (missed job-end event); a DVM can wedge entirely;
     a DVM spanning two Slurm nodes (prteds through srun), driven by prterun one job after
     another from a batch script, missed the job end of 10-30 % of jobs here and kept the
-    hung job's slots (cf. openpmix/prrte #2568); the agent's own DVMs in the same kind of
-    allocation ran 100 two-node tasks with 3 relaunches and 1 DVM replaced, all DONE;
+    hung job's slots (cf. openpmix/prrte #2568). The agent's own DVM in the same kind of
+    allocation ran 100 two-node tasks with 3 relaunches and 1 DVM replaced when it waited
+    for the URI file only, and 400 with none once it waited for "DVM ready" too;
   - ~0.5 % of DVM starts die at once ("The PMIx server's listener thread failed to start"):
     started again (start_attempts);
   - prterun ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT, and SIGKILL of prterun leaves the
@@ -50,7 +52,7 @@ never runs out before the pilot's own accounting does.
 options: prte, prterun (commands; default: found in PATH or this Python environment's bin),
 prefix (see mpirun), dvm_dir (default: a new temporary directory), start_attempts (times a DVM
 that dies before it is ready is started, 3), start_timeout (s a DVM may take to start, 30),
-stop_grace (s, 5), notes (bool, default True), launch_retries (3),
+stop_grace (s, 5), notes (bool, default True), launch_retries (5),
 recycle_after (launches per DVM before a fresh one replaces it, 500), hang_grace (s a prterun
 may outlive all its ranks, 10), launch_timeout (s a launch may wait for its first rank while
 its DVM starts nothing at all, 30), max_strikes (launches in a row that failed before running
@@ -85,6 +87,7 @@ from .rank_notes import RankNotes, address_from_uri
 
 log_ = logging.getLogger("pilotfish.agent")
 
+READY = "DVM ready"  # what prte prints once all its daemons are up
 EXIT_DID_NOT_FIT = 77      # the DVM had no free slots for the job: it did not run
 EXIT_NO_EXECUTABLE = 75    # not retryable: the same launch fails again
 
@@ -116,6 +119,7 @@ class Dvm:
         self.number = number
         self.dir = directory
         self.uri_file = os.path.join(directory, "dvm.uri")
+        self.log = os.path.join(directory, "prte.log")
         self.pid: int | None = None
         self.state = "live"
         self.launches = 0  # prterun calls made against it
@@ -140,7 +144,9 @@ class PrrteLaunch:
 
 class Prrte(LaunchMethod):
     name = "prrte"
-    launch_retries = 3
+    # > max_strikes: a task whose launches failed on a DVM that went bad gets launches on the
+    # fresh DVM that replaces it
+    launch_retries = 5
     supervised = True
 
     def __init__(self, resources, options: dict | None = None):
@@ -234,14 +240,15 @@ class Prrte(LaunchMethod):
         with open(hostfile, "w") as f:
             f.write(self.hostfile_text())
         argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
-                "--report-pid", os.path.join(d.dir, "dvm.pid"), "--no-ready-msg"]
-        log = os.path.join(d.dir, "prte.log")
+                "--report-pid", os.path.join(d.dir, "dvm.pid")]
+        # two files: the executor opens each with O_TRUNC, one file would be overwritten
+        err = os.path.join(d.dir, "prte.err")
         # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed to
         # start"): nothing ran on such a DVM, so starting it again is safe.
         attempts = max(1, int(self.options.get("start_attempts", 3)))
         for attempt in range(1, attempts + 1):
             d.state = "live"
-            d.pid = self._spawn(argv, dict(self.required_env), stdout=log, stderr=log)
+            d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=err)
             d.last_start = time.monotonic()
             try:
                 self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
@@ -254,21 +261,23 @@ class Prrte(LaunchMethod):
                 self._stop_now(d)
 
     def _wait_ready(self, d: Dvm, timeout: float) -> None:
+        """Until prte says "DVM ready" (every daemon is up; the URI file alone comes earlier,
+        and a first launch then can fail to initialize) and the URI file is complete."""
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
             uri = _read(d.uri_file)
-            if "://" in uri and uri.endswith("\n"):  # written completely
+            if "://" in uri and uri.endswith("\n") and READY in _read(d.log):
                 return
             if d.pid is not None and not process_alive(d.pid):
                 d.state = "dead"
                 raise LaunchError(f"launcher 'prrte': the DVM (pid {d.pid}) exited before "
-                                  f"it was ready; see {d.dir}/prte.log")
+                                  f"it was ready: {_read(os.path.join(d.dir, 'prte.err'))[-500:]!r}")
             if time.monotonic() > deadline:
                 d.state = "dead"
                 self._stop_now(d)
-                raise LaunchError(f"launcher 'prrte': the DVM did not write {d.uri_file} "
-                                  f"within {timeout:g} s")
+                raise LaunchError(f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
+                                  f"and {READY!r} in {d.log}) within {timeout:g} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
 
