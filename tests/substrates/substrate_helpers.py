@@ -201,7 +201,7 @@ class Dvm:
         self.pidfile = workdir / "dvm.pid"
         workdir.mkdir(parents=True, exist_ok=True)
         self.argv = [str(VENV / "bin/prte"), "--report-uri", str(self.uri),
-                     "--report-pid", str(self.pidfile), "--no-ready-msg"]
+                     "--report-pid", str(self.pidfile)]
         if hostfile:
             (workdir / "hosts").write_text(f"localhost slots={slots}\n")
             self.argv[1:1] = ["--hostfile", str(workdir / "hosts")]
@@ -225,11 +225,12 @@ class Dvm:
                                      stderr=subprocess.STDOUT, env=self.env,
                                      start_new_session=True)
         deadline = time.monotonic() + 30
-        while not (self.uri.exists() and self.uri.read_text().endswith("\n")):
+        while not (self.uri.exists() and self.uri.read_text().endswith("\n")
+                   and "DVM ready" in log.read_text()):  # every daemon up, as the agent waits
             if self.proc.poll() is not None:
                 return f"prte exited ({self.proc.returncode}): {log.read_text()}"
             if time.monotonic() > deadline:
-                return "prte did not report its URI within 30 s"
+                return "prte was not ready (URI file, 'DVM ready') within 30 s"
             time.sleep(0.02)
         for delay in (0.0, 0.1, 0.5):
             time.sleep(delay)
