@@ -85,7 +85,7 @@ from .base import (
 from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env
 from .rank_notes import RankNotes, address_from_uri
 
-log_ = logging.getLogger("pilotfish.agent")
+log = logging.getLogger("pilotfish.launch")
 
 READY = "DVM ready"  # what prte prints once all its daemons are up
 EXIT_DID_NOT_FIT = 77      # the DVM had no free slots for the job: it did not run
@@ -256,7 +256,7 @@ class Prrte(LaunchMethod):
             except LaunchError as e:
                 if attempt == attempts or "exited before" not in str(e):
                     raise
-                log_.warning("%s; starting it again (attempt %d of %d)", e, attempt + 1,
+                log.warning("%s; starting it again (attempt %d of %d)", e, attempt + 1,
                              attempts)
                 self._stop_now(d)
 
