@@ -111,6 +111,10 @@ def process_alive(pid: int, comm: str | None = None) -> bool:
     return comm is None or status[0] == comm[:15]
 
 
+class DiedBeforeReady(LaunchError):
+    """prte exited before it was ready: nothing ran on it, starting it again is safe."""
+
+
 class Dvm:
     """One PRRTE DVM. `state`: live (current), retiring (replaced; stops when its launches are
     gone), dead (stopped, or died on its own)."""
@@ -119,7 +123,8 @@ class Dvm:
         self.number = number
         self.dir = directory
         self.uri_file = os.path.join(directory, "dvm.uri")
-        self.log = os.path.join(directory, "prte.log")
+        self.log = os.path.join(directory, "prte.log")  # stdout: says "DVM ready"
+        self.err = os.path.join(directory, "prte.err")  # apart: the executor opens with O_TRUNC
         self.pid: int | None = None
         self.state = "live"
         self.launches = 0  # prterun calls made against it
@@ -241,20 +246,18 @@ class Prrte(LaunchMethod):
             f.write(self.hostfile_text())
         argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
                 "--report-pid", os.path.join(d.dir, "dvm.pid")]
-        # two files: the executor opens each with O_TRUNC, one file would be overwritten
-        err = os.path.join(d.dir, "prte.err")
         # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed to
         # start"): nothing ran on such a DVM, so starting it again is safe.
         attempts = max(1, int(self.options.get("start_attempts", 3)))
         for attempt in range(1, attempts + 1):
             d.state = "live"
-            d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=err)
+            d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=d.err)
             d.last_start = time.monotonic()
             try:
                 self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
                 return
-            except LaunchError as e:
-                if attempt == attempts or "exited before" not in str(e):
+            except DiedBeforeReady as e:
+                if attempt == attempts:
                     raise
                 log.warning("%s; starting it again (attempt %d of %d)", e, attempt + 1,
                              attempts)
@@ -271,8 +274,8 @@ class Prrte(LaunchMethod):
                 return
             if d.pid is not None and not process_alive(d.pid):
                 d.state = "dead"
-                raise LaunchError(f"launcher 'prrte': the DVM (pid {d.pid}) exited before "
-                                  f"it was ready: {_read(os.path.join(d.dir, 'prte.err'))[-500:]!r}")
+                raise DiedBeforeReady(f"launcher 'prrte': the DVM (pid {d.pid}) exited before "
+                                      f"it was ready: {_read(d.err)[-500:]!r}")
             if time.monotonic() > deadline:
                 d.state = "dead"
                 self._stop_now(d)
