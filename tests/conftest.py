@@ -1,10 +1,36 @@
-"""Shared fixtures: real sessions and real local pilots (agent processes over ZeroMQ)."""
+"""Shared fixtures: real sessions and real local pilots (agent processes over ZeroMQ), and the
+project's real Slurm.
+
+Tests marked slurm/prrte/mpi start real daemons and launchers: they run inside the substrate
+namespace (scripts/substrates/slurm.sh exec .venv/bin/python -m pytest ...), else fail with
+that recipe (PILOTFISH_SUBSTRATES=skip skips them). Helpers: tests/substrates/substrate_helpers.py.
+"""
 
 from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
 import pilotfish as pf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "substrates"))
+
+from substrate_helpers import SlurmInfo, project_slurm, require_netns_for  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _needs_netns(request):
+    require_netns_for(request.node)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> SlurmInfo:
+    """The project's Slurm, answering sinfo; SLURM_CONF exported for PSI/J and the agents."""
+    os.environ.setdefault("PILOTFISH_BATCH_POLL_S", "0.5")  # PSI/J's queue polling, for tests
+    return project_slurm()
 
 
 @pytest.fixture

@@ -56,13 +56,19 @@ def test_walltime_drains_cleanly(session):
     assert stop - start < 4.0  # stopped before the walltime ran out
 
 
-def test_agent_death_fails_pilot_and_its_tasks(session):
+def _sleeping_task(session):
+    """A small local pilot running one `sleep 60`: (pilot, task)."""
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
     tmgr = pf.TaskManager(session)
     tmgr.add_pilots(pilot)
     t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
     t.wait(state=pf.EXECUTING, timeout=60)
+    return pilot, t
+
+
+def test_agent_death_fails_pilot_and_its_tasks(session):
+    pilot, t = _sleeping_task(session)
     agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
     os.kill(agent_pid, 9)
     assert pilot.wait(timeout=30) == pf.FAILED
@@ -76,7 +82,6 @@ def test_agent_death_fails_pilot_and_its_tasks(session):
     assert session_members(agent_pid) == []
 
 
-
 def test_bad_agent_environment_fails_with_reason(session):
     """A pilot whose agent cannot start fails with the agent's own error."""
     pmgr = pf.PilotManager(session)
@@ -87,12 +92,7 @@ def test_bad_agent_environment_fails_with_reason(session):
 
 def test_session_close_cancels_running_tasks(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
-        pmgr = pf.PilotManager(s)
-        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
-        t.wait(state=pf.EXECUTING, timeout=60)
+        pilot, t = _sleeping_task(s)
     assert t.state == pf.CANCELED
     assert pilot.state == pf.DONE
     assert os.path.exists(tmp_path / "s" / "tasks.msgpack")

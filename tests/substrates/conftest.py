@@ -13,27 +13,9 @@ Outside it they fail with that recipe (PILOTFISH_SUBSTRATES=skip skips them inst
 from __future__ import annotations
 
 import pytest
-from substrate_helpers import (
-    Dvm,
-    SlurmInfo,
-    project_slurm,
-    require_netns_for,
-    _venv_has,
-    mpich_env,
-    openmpi_env,
-    run,
-)
+from substrate_helpers import Dvm, _venv_has, mpich_env, openmpi_env
 
-
-@pytest.fixture(autouse=True)
-def _needs_netns(request):
-    require_netns_for(request.node)
-
-
-@pytest.fixture(scope="session")
-def slurm() -> SlurmInfo:
-    """The project's Slurm (scripts/substrates/slurm.sh start), answering sinfo."""
-    return project_slurm()
+# the netns guard and the `slurm` fixture: tests/conftest.py
 
 
 @pytest.fixture(scope="session")
