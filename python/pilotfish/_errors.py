@@ -2,6 +2,63 @@
 
 from __future__ import annotations
 
+import reprlib
+
+_SHOWN_CHARS = 200  # a rejected value is named, not dumped: error messages stay one line
+
+
+class _ShortRepr(reprlib.Repr):
+    """reprlib, minus the ways the builtin repr fails on hostile values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 4
+        self.maxstring = self.maxother = 120
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int over 4300 digits raises ValueError (CPython's conversion limit)
+        if x.bit_length() > 1000:
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_short = _ShortRepr()
+
+
+def show(value: object, limit: int = _SHOWN_CHARS) -> str:
+    """repr(value), cut to `limit` characters; never raises (huge ints, deep nesting, a
+    failing __repr__) and is ASCII-safe for surrogates (repr escapes them)."""
+    if isinstance(value, str) and len(value) > limit:
+        value = value[:limit]  # no repr of a megabyte just to cut it
+    try:
+        if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 64:
+            text = _short.repr(value)
+        else:
+            text = repr(value)
+    except Exception:  # noqa: BLE001 -- whatever the object does, the error must still be raised
+        try:
+            text = _short.repr(value)
+        except Exception:  # noqa: BLE001
+            text = f"<{type(value).__name__} object>"
+    if not isinstance(text, str):
+        text = f"<{type(value).__name__} object>"
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text
+
+
+def _printable(text: object) -> str:
+    """text if it can be written to a UTF-8 stream, else its repr (lone surrogates, non-str)."""
+    if isinstance(text, str):
+        if text.isascii():
+            return text
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            pass
+    return show(text)
+
 
 class PilotfishError(Exception):
     """Base class of pilotfish's errors."""
@@ -10,7 +67,8 @@ class PilotfishError(Exception):
 class DescriptionError(PilotfishError, ValueError):
     """An invalid description: names the field, the value and why.
 
-    Raised at construction or at submit, before anything is sent anywhere.
+    Raised at construction or at submit, before anything is sent anywhere. The message is
+    safe to print whatever the value was (cut to a line, surrogates escaped).
     """
 
     def __init__(self, kind: str, field: str, value: object, why: str, index: int | None = None):
@@ -20,7 +78,7 @@ class DescriptionError(PilotfishError, ValueError):
         self.why = why
         self.index = index
         where = f"{kind}[{index}]" if index is not None else kind
-        super().__init__(f"{where}.{field} = {value!r}: {why}")
+        super().__init__(f"{where}.{_printable(field)} = {show(value)}: {_printable(why)}")
 
 
 class TimeoutExpired(PilotfishError, TimeoutError):
