@@ -15,12 +15,16 @@ _HMS = re.compile(r"^\s*(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?\s*$")
 def parse_duration(value: object) -> float:
     """Seconds from a number or a string: 90, "90s", "30m", "2h", "1.5h", "01:30:00", "1-00:00:00".
 
-    Raises ValueError with the reason; callers add the field name.
+    Always a finite float. Raises ValueError with the reason (never OverflowError for a huge
+    int); callers add the field name and their own bounds.
     """
     if isinstance(value, bool):
         raise ValueError("expected seconds or a duration string such as '90s', '30m', '2h'")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range
+            raise ValueError("too large") from None
     elif isinstance(value, str):
         m = _DURATION.match(value)
         if m:
@@ -29,12 +33,13 @@ def parse_duration(value: object) -> float:
             m = _HMS.match(value)
             if not m:
                 raise ValueError("not a duration; use seconds or e.g. '90s', '30m', '2h', 'HH:MM:SS'")
-            days, a, b, c = m.groups()
+            # float(), not int(): int() of more than 4300 digits raises; float() gives inf
+            days, a, b, c = (float(g) if g is not None else None for g in m.groups())
             if c is None:  # MM:SS
-                seconds = int(a) * 60 + int(b)
+                seconds = a * 60 + b
             else:  # HH:MM:SS
-                seconds = int(a) * 3600 + int(b) * 60 + int(c)
-            seconds += int(days or 0) * 86400
+                seconds = a * 3600 + b * 60 + c
+            seconds += (days or 0.0) * 86400
     else:
         raise ValueError(f"expected seconds or a duration string, got {type(value).__name__}")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):

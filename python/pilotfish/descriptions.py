@@ -8,33 +8,70 @@ fit any pilot). Every rejection is a `DescriptionError` naming the field, the va
 from __future__ import annotations
 
 import difflib
+import math
+import os
 from typing import Any, Callable, Iterable
 
-from ._errors import DescriptionError
+import msgspec
+
+from ._errors import DescriptionError, show
+from ._paths import clean_text, sandbox_relative
 from ._util import parse_duration
+
+try:
+    from ._core import MAX_GPUS_PER_NODE
+except ImportError:  # the Rust core not built (docs, linters): its value
+    MAX_GPUS_PER_NODE = 64
 
 RESOURCES = ("local", "slurm", "pbs", "lsf", "flux")
 LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun")
 STAGING_ACTIONS = ("copy", "link", "move")
+
+# -- limits: what the agent and its Rust placer can represent (rust/src/placer) ------------
+# Far beyond any real machine; each keeps a number inside a type or a memory budget.
+MAX_NODES = 1_000_000                 # a pilot's per-node state is built at submit and at start
+MAX_CORES_PER_NODE = 65_536           # placer: per-core bitsets and one cached int per core id
+MAX_TOTAL_CORES = 2**30               # nodes x cores_per_node: the placer's core bitsets
+MAX_MEM_MIB = 2**32 - 1               # placer: a rank's memory is a u32 (MiB)
+MAX_PLACER_ENCODED = 2**28            # placer: ranks x (3 + cores + gpus) numbers per task
+MAX_RANKS = MAX_PLACER_ENCODED // 4   # the most 1-core ranks the placer encodes in one task
+MAX_DURATION_S = 10 * 365 * 86400.0   # 10 years: a timeout/walltime beyond is a mistake
+_INT64 = (-(2**63), 2**64 - 1)        # what msgpack (the wire, the journal) carries
+_MAX_NESTING = 32                     # JSON-like data (tags, launcher options)
 
 
 def _fail(kind: str, field: str, value: object, why: str) -> DescriptionError:
     return DescriptionError(kind, field, value, why)
 
 
+def _text(kind: str, field: str, whole: Any, s: str, what: str = "") -> str:
+    """s (a str) as an exact str that can cross every boundary (UTF-8, no NUL), else raise;
+    `what` names the part of the field for the error ("item ", "key ")."""
+    if type(s) is not str:
+        s = str.__str__(s)  # a str subclass: its text, not whatever its methods say
+    why = clean_text(s)
+    if why is not None:
+        raise _fail(kind, field, whole, f"{what}{show(s, 60)} {why}" if what else why)
+    return s
+
+
 # -- field checkers: (kind, field, value) -> normalized value, or raise -------------------
 
-def _int(lo: int, hi: int | None = None) -> Callable[[str, str, Any], int]:
+def _int(lo: int, hi: int, why_hi: str = "") -> Callable[[str, str, Any], int]:
     def check(kind: str, field: str, v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            if isinstance(v, float) and v.is_integer():
+        if type(v) is not int:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _fail(kind, field, v, f"must be an integer >= {lo}")
+            if isinstance(v, int):
+                v = int.__index__(v)  # an int subclass (IntEnum): its value
+            elif v.is_integer():  # False for nan and inf
                 v = int(v)
             else:
                 raise _fail(kind, field, v, f"must be an integer >= {lo}")
         if v < lo:
             raise _fail(kind, field, v, f"must be >= {lo}")
-        if hi is not None and v > hi:
-            raise _fail(kind, field, v, f"must be <= {hi}")
+        if v > hi:
+            raise _fail(kind, field, v, f"must be <= {hi}{why_hi}")
         return v
     return check
 
@@ -48,29 +85,53 @@ def _opt(check: Callable[[str, str, Any], Any]) -> Callable[[str, str, Any], Any
 def _str(kind: str, field: str, v: Any) -> str:
     if not isinstance(v, str):
         raise _fail(kind, field, v, "must be a string")
-    return v
+    if type(v) is str and v.isascii() and "\0" not in v:
+        return v
+    return _text(kind, field, v, v)
 
 
 def _nonempty_str(kind: str, field: str, v: Any) -> str:
     v = _str(kind, field, v)
     if not v.strip():
         raise _fail(kind, field, v, "must not be empty")
-    if "\0" in v:
-        raise _fail(kind, field, v, "must not contain NUL bytes")
     return v
 
 
+def _task_sandbox(kind: str, field: str, v: Any) -> str:
+    # absolute: anywhere (checked against the pilot's own files at submit); relative: under
+    # the pilot's tasks/ directory, which it may not leave
+    v = _nonempty_str(kind, field, v)
+    return v if v.startswith("/") else sandbox_relative(kind, field, v, v)
+
+
+def _number_text(kind: str, field: str, whole: Any, item: Any) -> str | None:
+    """An int or float item as its text (None if item is neither); bools are not numbers."""
+    if isinstance(item, bool):
+        return None
+    if isinstance(item, int):
+        try:
+            return int.__repr__(item)  # the digits, whatever a subclass's __str__ says
+        except ValueError:  # over 4300 digits: CPython refuses the conversion
+            raise _fail(kind, field, whole, f"number of {item.bit_length()} bits is too long") from None
+    if isinstance(item, float):
+        return float.__repr__(item)
+    return None
+
+
 def _str_list(kind: str, field: str, v: Any) -> list[str]:
-    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+    if isinstance(v, (str, bytes, bytearray, dict)) or not isinstance(v, Iterable):
         raise _fail(kind, field, v, "must be a list of strings")
     out = []
     for item in v:
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise _fail(kind, field, v, f"item {item!r} is not a string or number")
-        s = str(item)
-        if "\0" in s:
-            raise _fail(kind, field, v, "items must not contain NUL bytes")
-        out.append(s)
+        if type(item) is str and item.isascii() and "\0" not in item:  # the common case
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(_text(kind, field, v, item, "item "))
+        else:
+            text = _number_text(kind, field, v, item)
+            if text is None:
+                raise _fail(kind, field, v, f"item {show(item, 60)} is not a string or number")
+            out.append(text)
     return out
 
 
@@ -79,11 +140,16 @@ def _env(kind: str, field: str, v: Any) -> dict[str, str]:
         raise _fail(kind, field, v, "must be a dict of str -> str")
     out = {}
     for k, val in v.items():
-        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
-            raise _fail(kind, field, v, f"bad variable name {k!r}")
-        if isinstance(val, bool) or not isinstance(val, (str, int, float)):
-            raise _fail(kind, field, v, f"value of {k!r} must be a string or number")
-        out[k] = str(val)
+        if not isinstance(k, str) or not k or "=" in k:
+            raise _fail(kind, field, v, f"bad variable name {show(k, 60)}")
+        k = _text(kind, field, v, k, "variable name ")
+        if isinstance(val, str):
+            out[k] = _text(kind, field, v, val, f"value of {show(k, 60)}: ")
+            continue
+        text = _number_text(kind, field, v, val)
+        if text is None:
+            raise _fail(kind, field, v, f"value of {show(k, 60)} must be a string or number")
+        out[k] = text
     return out
 
 
@@ -94,55 +160,112 @@ def _duration(kind: str, field: str, v: Any) -> float:
         raise _fail(kind, field, v, str(e)) from None
     if seconds <= 0:
         raise _fail(kind, field, v, "must be > 0")
+    if seconds > MAX_DURATION_S:
+        raise _fail(kind, field, v, f"must be at most 10 years ({MAX_DURATION_S:.0f} s)")
     return seconds
 
 
 def _output(kind: str, field: str, v: Any) -> bool | str:
-    # True: captured (task.stdout); False: discarded; str: written to that path
+    # True: captured (task.stdout); False: discarded; str: written to that path (a relative
+    # one in the task sandbox, which it may not leave)
     if isinstance(v, bool):
         return v
     if isinstance(v, str) and v.strip():
-        return v
+        v = _text(kind, field, v, v)
+        return v if v.startswith("/") else sandbox_relative(kind, field, v, v)
     raise _fail(kind, field, v, "must be True (capture), False (discard) or a file path")
 
 
-def _tags(kind: str, field: str, v: Any) -> dict[str, str]:
+def _json_problem(v: Any, depth: int = 0) -> str | None:
+    """None if v is JSON-like data that msgpack and JSON both carry, else what is wrong."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        return clean_text(v)
+    if isinstance(v, int):
+        return None if _INT64[0] <= v <= _INT64[1] else "integers must fit in 64 bits"
+    if isinstance(v, float):
+        return None if math.isfinite(v) else "numbers must be finite"
+    if depth >= _MAX_NESTING:
+        return f"nested deeper than {_MAX_NESTING} levels"
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            why = _json_problem(x, depth + 1)
+            if why is not None:
+                return why
+        return None
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return f"keys must be strings, not {show(k, 60)}"
+            why = clean_text(k) or _json_problem(x, depth + 1)
+            if why is not None:
+                return why
+        return None
+    return f"{type(v).__name__} is not JSON-like data (str, number, bool, None, list, dict)"
+
+
+def _tags(kind: str, field: str, v: Any) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise _fail(kind, field, v, "must be a dict, e.g. {'colocate': 'group-a'}")
     for k, val in v.items():
         if not isinstance(k, str):
-            raise _fail(kind, field, v, f"tag name {k!r} must be a string")
+            raise _fail(kind, field, v, f"tag name {show(k, 60)} must be a string")
         if k == "colocate" and not (isinstance(val, str) and val):
             raise _fail(kind, field, v, "'colocate' must name a group (a non-empty string)")
+    why = _json_problem(v)
+    if why is not None:
+        raise _fail(kind, field, v, why)
     return dict(v)
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:
     def check(kind: str, field: str, v: Any) -> str:
-        if v not in options:
+        if not isinstance(v, str) or v not in options:
             raise _fail(kind, field, v, f"must be one of {', '.join(options)}")
-        return v
+        return str.__str__(v)
     return check
 
 
 def _staging(kind: str, field: str, v: Any) -> list[dict[str, str]]:
-    if isinstance(v, (str, dict)) or not isinstance(v, Iterable):
+    """[{source, target, action}]: a plain path stands for {source: path}, the target
+    defaults to the source's last component. The task-sandbox side (an input's target, an
+    output's source) must stay inside the task sandbox."""
+    if isinstance(v, (str, bytes, bytearray, dict)) or not isinstance(v, Iterable):
         raise _fail(kind, field, v, "must be a list of {source, target, action} dicts or paths")
+    inbound = field != "output_staging"
     out = []
     for item in v:
         if isinstance(item, str):
             item = {"source": item}
         if not isinstance(item, dict) or not isinstance(item.get("source"), str):
-            raise _fail(kind, field, v, f"item {item!r} needs a 'source' path")
-        unknown = set(item) - {"source", "target", "action"}
+            raise _fail(kind, field, v, f"item {show(item, 80)} needs a 'source' path")
+        unknown = [k for k in item if k not in ("source", "target", "action")]
         if unknown:
-            raise _fail(kind, field, v, f"item has unknown keys {sorted(unknown)}")
+            raise _fail(kind, field, v, f"item has unknown keys {show(unknown, 80)}")
         action = item.get("action", "copy")
-        if action not in STAGING_ACTIONS:
-            raise _fail(kind, field, v, f"action {action!r} must be one of {', '.join(STAGING_ACTIONS)}")
-        src = item["source"]
-        out.append({"source": src, "target": item.get("target") or src.rsplit("/", 1)[-1],
-                    "action": action})
+        if not isinstance(action, str) or action not in STAGING_ACTIONS:
+            raise _fail(kind, field, v,
+                        f"action {show(action, 40)} must be one of {', '.join(STAGING_ACTIONS)}")
+        src = _text(kind, field, v, item["source"], "source ")
+        target = item.get("target")
+        if target is None:
+            target = os.path.basename(os.path.normpath(src))
+            if target in ("", ".", "..", "/"):
+                raise _fail(kind, field, v, f"source {show(src, 60)} has no name: give a 'target'")
+        elif not isinstance(target, str):
+            raise _fail(kind, field, v, f"target {show(target, 60)} must be a path")
+        else:
+            target = _text(kind, field, v, target, "target ")
+        if inbound:  # outer source -> sandbox target
+            if not src.strip():
+                raise _fail(kind, field, v, "source must not be empty")
+            target = sandbox_relative(kind, field, v, target)
+        else:  # sandbox source -> outer target
+            src = sandbox_relative(kind, field, v, src)
+            if not target.strip():
+                raise _fail(kind, field, v, "target must not be empty")
+        out.append({"source": src, "target": target, "action": str.__str__(action)})
     return out
 
 
@@ -156,14 +279,23 @@ def _launcher_options(kind: str, field: str, v: Any) -> dict[str, dict]:
     if not isinstance(v, dict):
         raise _fail(kind, field, v, "must map launcher names to option dicts")
     for name, opts in v.items():
-        if name not in LAUNCHERS:
-            raise _fail(kind, field, v, f"{name!r} is not a launcher ({', '.join(LAUNCHERS)})")
+        if not isinstance(name, str) or name not in LAUNCHERS:
+            raise _fail(kind, field, v, f"{show(name, 60)} is not a launcher ({', '.join(LAUNCHERS)})")
         if not isinstance(opts, dict):
             raise _fail(kind, field, v, f"options of {name!r} must be a dict")
-    return {k: dict(o) for k, o in v.items()}
+        # they travel in agent.json and on the command lines of launchers: JSON-like only
+        why = _json_problem(opts)
+        if why is not None:
+            raise _fail(kind, field, v, f"options of {name!r}: {why}")
+    return {str.__str__(k): dict(o) for k, o in v.items()}
 
 
-def _any(kind: str, field: str, v: Any) -> Any:
+def _metadata(kind: str, field: str, v: Any) -> Any:
+    # free for the user, but it is journaled: whatever msgpack cannot carry is refused now
+    try:
+        msgspec.msgpack.encode(v)
+    except Exception as e:  # noqa: BLE001 -- TypeError, OverflowError, UnicodeEncodeError, RecursionError...
+        raise _fail(kind, field, v, f"must be msgpack-serialisable data: {show(e, 120)}") from None
     return v
 
 
@@ -179,16 +311,32 @@ class _Description:
     __slots__ = ("_values",)
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any):
-        object.__setattr__(self, "_values", {})
-        if from_dict is not None and not isinstance(from_dict, dict):
+        if from_dict is None:
+            given = kwargs
+        elif isinstance(from_dict, dict):
+            given = dict(from_dict)
+            given.update(kwargs)
+        else:
             raise DescriptionError(self._kind, "(itself)", from_dict, "expected a dict of fields")
-        given = dict(from_dict or {})
-        given.update(kwargs)
+        # the fields are checked here rather than through setattr: a task description is
+        # built 100k times a second
+        kind, fields, values = self._kind, self._fields, {}
+        object.__setattr__(self, "_values", values)
         for name, value in given.items():
-            setattr(self, name, value)
+            spec = fields.get(name)
+            if spec is None:
+                name = self._unknown(name, value)
+                spec = fields[name]
+            values[name] = spec[1](kind, name, value)
 
-    def _unknown(self, name: str, value: Any) -> None:
-        close = difflib.get_close_matches(name, self._fields, n=1)
+    def _unknown(self, name: Any, value: Any) -> str:
+        """The field a str subclass names; else DescriptionError (with a suggestion)."""
+        if not isinstance(name, str):
+            raise DescriptionError(self._kind, show(name, 60), value, "field names must be strings")
+        if type(name) is not str and str.__str__(name) in self._fields:
+            return str.__str__(name)
+        # (difflib is quadratic: no suggestion for a name far longer than any field's)
+        close = difflib.get_close_matches(name, self._fields, n=1) if len(name) <= 64 else []
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise DescriptionError(self._kind, name, value, f"unknown field{hint}")
 
@@ -208,7 +356,8 @@ class _Description:
     def __setattr__(self, name: str, value: Any) -> None:
         spec = self._fields.get(name)
         if spec is None:
-            self._unknown(name, value)
+            name = self._unknown(name, value)
+            spec = self._fields[name]
         self._values[name] = spec[1](self._kind, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -227,6 +376,10 @@ class _Description:
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
         return f"{self._kind}({shown})"
+
+
+_CONTAINER_FIELDS = ("arguments", "environment", "pre_exec", "post_exec", "tags",
+                     "input_staging", "output_staging", "metadata")
 
 
 class TaskDescription(_Description):
@@ -253,14 +406,14 @@ class TaskDescription(_Description):
         "executable": (None, _opt(_nonempty_str)),
         "arguments": (list, _str_list),
         "environment": (dict, _env),
-        "sandbox": (None, _opt(_nonempty_str)),
+        "sandbox": (None, _opt(_task_sandbox)),
         "pre_exec": (list, _str_list),
         "post_exec": (list, _str_list),
         "shell": (False, _bool),
-        "ranks": (1, _int(1)),
-        "cores_per_rank": (1, _int(1)),
-        "gpus_per_rank": (0, _int(0)),
-        "mem_per_rank": (0, _int(0)),
+        "ranks": (1, _int(1, MAX_RANKS, " (the most ranks one task can have)")),
+        "cores_per_rank": (1, _int(1, MAX_CORES_PER_NODE, " (a rank runs on one node)")),
+        "gpus_per_rank": (0, _int(0, MAX_GPUS_PER_NODE, " (a rank runs on one node)")),
+        "mem_per_rank": (0, _int(0, MAX_MEM_MIB, " MiB (the placer's limit)")),
         "launcher": (None, _opt(_choice(LAUNCHERS))),
         "stdout": (True, _output),
         "stderr": (True, _output),
@@ -268,16 +421,24 @@ class TaskDescription(_Description):
         "priority": (0, _int(-(2**31), 2**31 - 1)),
         "tags": (dict, _tags),
         "name": (None, _opt(_str)),
-        "metadata": (None, _any),
+        "metadata": (None, _metadata),
         "input_staging": (list, _staging),
         "output_staging": (list, _staging),
     }
     __slots__ = ()
 
     def check_complete(self) -> None:
-        """What only a whole description can tell (called at submit)."""
-        if self.executable is None:
+        """What only a whole description can tell (called at submit). Also checks again the
+        fields that are containers: they may have been edited in place since they were set,
+        and what is submitted must still be valid (and normalised) when it is sent."""
+        values = self._values
+        if values.get("executable") is None:
             raise DescriptionError(self._kind, "executable", None, "is required")
+        if len(values) > 1:
+            fields = self._fields
+            for name in _CONTAINER_FIELDS:
+                if name in values:
+                    values[name] = fields[name][1](self._kind, name, values[name])
 
     @property
     def cores(self) -> int:
@@ -308,10 +469,10 @@ class PilotDescription(_Description):
     _kind = "PilotDescription"
     _fields = {
         "resource": ("local", _choice(RESOURCES)),
-        "nodes": (1, _int(1)),
-        "cores_per_node": (None, _opt(_int(1))),
-        "gpus_per_node": (None, _opt(_int(0))),
-        "mem_per_node": (None, _opt(_int(0))),
+        "nodes": (1, _int(1, MAX_NODES)),
+        "cores_per_node": (None, _opt(_int(1, MAX_CORES_PER_NODE))),
+        "gpus_per_node": (None, _opt(_int(0, MAX_GPUS_PER_NODE, " (the most GPUs a node can have)"))),
+        "mem_per_node": (None, _opt(_int(0, MAX_MEM_MIB, " MiB"))),
         "runtime": (3600.0, _duration),
         "sandbox": (None, _opt(_nonempty_str)),
         "queue": (None, _opt(_str)),
@@ -324,9 +485,40 @@ class PilotDescription(_Description):
     }
     __slots__ = ()
 
+    def __init__(self, from_dict: dict | None = None, **kwargs: Any):
+        super().__init__(from_dict, **kwargs)
+        self.check_complete()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        old = self._values.get(name, _MISSING)
+        super().__setattr__(name, value)
+        try:
+            self.check_complete()
+        except DescriptionError:
+            if old is _MISSING:  # a rejected assignment changes nothing
+                del self._values[name]
+            else:
+                self._values[name] = old
+            raise
+
+    def check_complete(self) -> None:
+        """What only the fields together can tell: the placer's core bitsets must fit."""
+        values = self._values
+        nodes, cores = values.get("nodes", 1), values.get("cores_per_node")
+        if cores is not None and nodes * cores > MAX_TOTAL_CORES:
+            raise DescriptionError(self._kind, "nodes", nodes,
+                                   f"nodes x cores_per_node = {nodes * cores} must be <= "
+                                   f"{MAX_TOTAL_CORES} (the most cores a pilot can have)")
+
+
+_MISSING = object()
+
 
 def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[Any]:
     """Accept descriptions or dicts; re-check each one, naming its index on error."""
+    if isinstance(descs, (str, bytes, bytearray)) or not isinstance(descs, Iterable):
+        raise DescriptionError(cls._kind, "(itself)", descs,
+                               f"expected a {cls.__name__}, a dict or a list of them")
     out = []
     for i, d in enumerate(descs):
         try:
@@ -337,8 +529,7 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
                                        f"expected a {cls.__name__} or a dict")
             # (no copy: what runs is fixed when the task is submitted, later edits to the
             # description change nothing, and a queued task costs half the memory)
-            if isinstance(d, TaskDescription):
-                d.check_complete()
+            d.check_complete()
         except DescriptionError as e:
             raise DescriptionError(e.kind, e.field, e.value, e.why, index=i) from None
         out.append(d)
@@ -347,17 +538,25 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
 
 def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
            shape: list[tuple[int, int, int]]) -> tuple[str, str] | None:
-    """None if nodes of this shape [(cores, gpus, mem MiB)] can ever hold the request,
-    else (field, why) -- shared by the client (at submit) and the agent (on receipt)."""
+    """None if nodes of this shape [(cores, gpus, mem MiB; 0 = not tracked)] can ever hold
+    the request, else (field, why) -- shared by the client (at submit) and the agent (on
+    receipt). None also promises that the Rust placer accepts the request: the agent relies
+    on it, whoever built the request."""
+    problem = _unplaceable(ranks, cores_per_rank, gpus_per_rank, mem_per_rank)
+    if problem is not None:
+        return problem
+    if not shape:
+        return "ranks", "the pilot has no nodes"
     max_c = max(c for c, _, _ in shape)
     max_g = max(g for _, g, _ in shape)
-    max_m = max(m for _, _, m in shape)
     if cores_per_rank > max_c:
         return "cores_per_rank", f"larger than the largest node ({max_c} cores)"
     if gpus_per_rank > max_g:
         return "gpus_per_rank", f"larger than the largest node ({max_g} GPUs)"
-    if mem_per_rank and max_m and mem_per_rank > max_m:
-        return "mem_per_rank", f"larger than the largest node ({max_m} MiB)"
+    if mem_per_rank:
+        mems = [m for _, _, m in shape]
+        if all(mems) and mem_per_rank > max(mems):  # (a node with 0 does not track memory)
+            return "mem_per_rank", f"larger than the largest node ({max(mems)} MiB)"
     capacity = 0
     for c, g, m in shape:
         fit = c // cores_per_rank
@@ -366,9 +565,29 @@ def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: in
         if mem_per_rank and m:
             fit = min(fit, m // mem_per_rank)
         capacity += fit
-    if ranks > capacity:
-        return "ranks", f"more ranks of this size than the pilot holds ({capacity})"
+        if capacity >= ranks:
+            return None
+    return "ranks", f"more ranks of this size than the pilot holds ({capacity})"
+
+
+def _unplaceable(ranks: Any, cores_per_rank: Any, gpus_per_rank: Any,
+                 mem_per_rank: Any) -> tuple[str, str] | None:
+    """(field, why) for a request outside what the placer's types hold (u32 counts, at most
+    MAX_PLACER_ENCODED numbers per allocation), else None."""
+    for field, v, lo, hi in (("ranks", ranks, 1, MAX_RANKS),
+                             ("cores_per_rank", cores_per_rank, 1, MAX_CORES_PER_NODE),
+                             ("gpus_per_rank", gpus_per_rank, 0, MAX_GPUS_PER_NODE),
+                             ("mem_per_rank", mem_per_rank, 0, MAX_MEM_MIB)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            return field, "must be an integer"
+        if not lo <= v <= hi:
+            return field, f"must be between {lo} and {hi}"
+    if ranks * (3 + cores_per_rank + gpus_per_rank) > MAX_PLACER_ENCODED:
+        return "ranks", (f"ranks x (3 + cores_per_rank + gpus_per_rank) must be <= "
+                         f"{MAX_PLACER_ENCODED} (the most the placer holds for one task)")
     return None
 
 
-__all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "RESOURCES", "LAUNCHERS"]
+__all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "RESOURCES",
+           "LAUNCHERS", "MAX_NODES", "MAX_CORES_PER_NODE", "MAX_GPUS_PER_NODE", "MAX_TOTAL_CORES",
+           "MAX_MEM_MIB", "MAX_RANKS", "MAX_DURATION_S"]
