@@ -30,6 +30,8 @@ def show(value: object, limit: int = _SHOWN_CHARS) -> str:
     failing __repr__) and is ASCII-safe for surrogates (repr escapes them)."""
     if isinstance(value, str) and len(value) > limit:
         value = value[:limit]  # no repr of a megabyte just to cut it
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"<int of {value.bit_length()} bits>"  # its digits say nothing, its size does
     try:
         if isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > 64:
             text = _short.repr(value)
