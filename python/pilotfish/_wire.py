@@ -70,7 +70,20 @@ class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
     reason: str = "client request"
 
 
-ToAgent = Union[Submit, Cancel, Shutdown]
+class Heartbeat(msgspec.Struct, tag="beat", array_like=True):
+    """Both ways: I am alive (sent when nothing else was, every few seconds)."""
+
+    t: float
+
+
+class Resync(msgspec.Struct, tag="resync", array_like=True):
+    """A resumed client asks what became of these tasks. The agent answers with a Hello,
+    Updates (current or final state of each it knows) and Missing (those it never got)."""
+
+    uids: list[str]
+
+
+ToAgent = Union[Submit, Cancel, Shutdown, Heartbeat, Resync]
 
 
 # -- agent -> client ---------------------------------------------------------------------
@@ -113,12 +126,42 @@ class Bye(msgspec.Struct, tag="bye", array_like=True):
     t: float
 
 
-ToClient = Union[Hello, Updates, Bye]
+class Missing(msgspec.Struct, tag="missing", array_like=True):
+    """Answer to Resync: tasks the agent never received (the client submits them again)."""
+
+    uids: list[str]
+
+
+ToClient = Union[Hello, Updates, Bye, Heartbeat, Missing]
 
 _enc = msgspec.msgpack.Encoder()
 encode = _enc.encode
 decode_to_agent = msgspec.msgpack.Decoder(ToAgent).decode
 decode_to_client = msgspec.msgpack.Decoder(ToClient).decode
+
+
+_decode_any = msgspec.msgpack.Decoder().decode
+
+
+def salvage_submit(frame: bytes) -> tuple[list[TaskSpec], list[tuple[str, str]]] | None:
+    """A Submit frame that did not decode as a whole, task by task: (specs that decode,
+    [(uid, why)] for those that do not but name a uid). None if it is no Submit at all."""
+    try:
+        raw = _decode_any(frame)
+    except Exception:
+        return None
+    if not (isinstance(raw, list) and len(raw) == 2 and raw[0] == "submit"
+            and isinstance(raw[1], list)):
+        return None
+    good, bad = [], []
+    for item in raw[1]:
+        try:
+            good.append(msgspec.convert(item, TaskSpec))
+        except Exception as e:
+            uid = item[0] if isinstance(item, list) and item and isinstance(item[0], str) else None
+            if uid:
+                bad.append((uid, f"undecodable task: {e}"[:300]))
+    return good, bad
 
 
 def to_builtins(obj: Any) -> Any:

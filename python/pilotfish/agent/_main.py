@@ -22,8 +22,10 @@ import zmq
 from .. import _wire
 from .. import states as S
 from .._events import EventWriter
+from .._journal import Journal, finals
 from .._util import hostname, raise_nofile_limit
-from ..descriptions import misfit
+from ..descriptions import LAUNCHERS, misfit
+from .containment import become_subreaper, kill_marked
 from .executor import REASON_TAIL, AgentTask, TaskRunner, read_output, signal_name
 from .scheduler import Scheduler
 from .stager import stage
@@ -87,6 +89,14 @@ class Agent:
                                   enabled=config.get("profile", True))
         self.events.record(self.uid, "bootstrap_start", None, self.t_start)
         raise_nofile_limit()
+        # task processes that leave their group or session (setsid) stay our descendants
+        self.subreaper = become_subreaper()
+        # finals are journaled before they are sent: a resumed client learns what ran here
+        self.journal = Journal(os.path.join(self.sandbox, "agent.journal"),
+                               enabled=config.get("journal", True))
+        self._journal_buf: list[list] = []
+        self.heartbeat_s = float(config.get("heartbeat_s", 5.0))
+        self.client_timeout = float(config.get("client_timeout", 60.0))
 
         from .resources import discover  # after the profiler: discovery is part of startup
 
@@ -117,7 +127,7 @@ class Agent:
         os.makedirs(self.tasks_dir, exist_ok=True)
         self.runner = TaskRunner(self.core, self._launcher_for, self.tasks_dir,
                                  [n.name for n in nodes], profile=self.events.enabled)
-        self.scheduler = Scheduler(self.placer)
+        self.scheduler = Scheduler(self.placer, capacity=self.shape)
         self.launchers: dict[str, object] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.core.notify_fd, zmq.POLLIN)
@@ -134,7 +144,6 @@ class Agent:
         if job_left is not None:
             self.deadline = min(self.deadline, time.time() + job_left)
         self.drain_at = self.deadline - drain_margin(float(desc["runtime"]))
-        self.watch_pid = int(config.get("watch_pid") or 0)
 
         self._launcher_for(None)  # start the default launcher before saying hello
 
@@ -144,12 +153,22 @@ class Agent:
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 5000)
+        curve = config.get("curve")
+        if curve:  # the client proves itself with the session key; we with the pilot's
+            self.sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server"].encode())
+            self.sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["public"].encode())
+            self.sock.setsockopt(zmq.CURVE_SECRETKEY, curve["secret"].encode())
         self.sock.connect(config["address"])
         t = time.time()
         self.events.record(self.uid, S.ACTIVE, None, t)
-        self.sock.send(_wire.encode(_wire.Hello(self.uid, nodes, self.default_launcher, t,
-                                                os.getpid(), hostname())))
+        self._last_heard = self._last_sent = t
+        self._hello(t)
         self.events.flush()
+
+    def _hello(self, t: float) -> None:
+        self.sock.send(_wire.encode(_wire.Hello(self.uid, self.resources.nodes,
+                                                self.default_launcher, t, os.getpid(),
+                                                hostname())))
 
     # -- launchers --------------------------------------------------------------------------
     def _launcher_for(self, name: str | None):
@@ -186,7 +205,6 @@ class Agent:
         poller = self.poller
         poller.register(self.sock, zmq.POLLIN)
         sock = self.sock
-        last_watch = time.monotonic()
         while self.stopping is None:
             timeout = 1000
             if self._timers:
@@ -201,7 +219,7 @@ class Agent:
                         frame = sock.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_message(_wire.decode_to_agent(frame))
+                    self._on_frame(frame)
             if self._notes:
                 for fd, lm in self._notes.items():
                     if fd in ready:
@@ -218,11 +236,37 @@ class Agent:
             self._flush()
             if now >= self.drain_at:
                 self.stopping = (S.DONE, "walltime reached", "walltime")
-            elif self.watch_pid and time.monotonic() - last_watch > 1.0:
-                last_watch = time.monotonic()
-                if not _alive(self.watch_pid):
-                    self.stopping = (S.CANCELED, "client process is gone", "client gone")
+            elif now - self._last_heard > self.client_timeout:
+                self.stopping = (S.CANCELED, f"client silent for {now - self._last_heard:.0f}s "
+                                 f"(bound {self.client_timeout:g}s)", "client gone")
+            elif now - self._last_sent >= self.heartbeat_s:
+                self.sock.send(_wire.encode(_wire.Heartbeat(now)))
+                self._last_sent = now
         return self._shutdown()
+
+    def _on_frame(self, frame: bytes) -> None:
+        """One frame from the client. Nothing in it may stop the agent: a frame that does not
+        decode is salvaged task by task (the tasks that do decode run, the others fail with
+        the reason); anything else is logged and dropped."""
+        self._last_heard = time.time()
+        try:
+            msg = _wire.decode_to_agent(frame)
+        except Exception as e:
+            salvaged = _wire.salvage_submit(frame)
+            if salvaged is None:
+                log.warning("dropped an undecodable frame (%d bytes): %s", len(frame), e)
+                self.events.record(self.uid, "bad_frame", str(e)[:200])
+                return
+            specs, bad = salvaged
+            now = time.time()
+            for uid, why in bad:
+                self.events.record(uid, S.FAILED, why, now)
+                self._updates.append(_wire.Update(uid, S.FAILED, now, reason=why))
+            msg = _wire.Submit(specs)
+        try:
+            self._on_message(msg)
+        except Exception:  # a bug must not cost the pilot: log it, keep serving
+            log.exception("handling %s failed", type(msg).__name__)
 
     def _on_message(self, msg) -> None:
         if isinstance(msg, _wire.Submit):
@@ -231,6 +275,36 @@ class Agent:
             self._cancel(msg.uids)
         elif isinstance(msg, _wire.Shutdown):
             self.stopping = (S.DONE, msg.reason, "shutdown")
+        elif isinstance(msg, _wire.Resync):
+            self._resync(msg.uids)
+
+    def _resync(self, uids: list[str]) -> None:
+        """A resumed client re-attached: hello again, then what became of each task."""
+        now = time.time()
+        self.events.record(self.uid, "client_reattach", f"{len(uids)} tasks asked")
+        self._flush()  # journal what is pending first
+        self._hello(now)
+        done = finals(self.journal.path) if uids else {}
+        ups, missing = [], []
+        for uid in uids:
+            t = self.tasks.get(uid)
+            if t is not None:
+                state = S.EXECUTING if t.slots is not None else S.AGENT_SCHEDULING
+                ups.append(_wire.Update(uid, state, now, slots=t.slots))
+                continue
+            r = done.get(uid)
+            if r is None:
+                missing.append(uid)
+                continue
+            _, _, state, code, sig, reason, t_final = r
+            out = read_output(os.path.join(self.tasks_dir, f"{uid}.out"), keep_tail=False)
+            err = read_output(os.path.join(self.tasks_dir, f"{uid}.err"), keep_tail=True)
+            ups.append(_wire.Update(uid, state, t_final, exit_code=code, signal=sig, reason=reason,
+                                    stdout=out, stderr=err))
+        for i in range(0, len(ups), 4096):
+            self.sock.send(_wire.encode(_wire.Updates(ups[i:i + 4096])))
+        self.sock.send(_wire.encode(_wire.Missing(missing)))
+        self._last_sent = time.time()
 
     def _accept(self, specs: list[_wire.TaskSpec]) -> None:
         now = time.time()
@@ -242,19 +316,22 @@ class Agent:
             self._seq += 1
             if profile:
                 events.record(spec.uid, S.AGENT_SCHEDULING, None, now)
-            problem = misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
-                             spec.mem_per_rank, self.shape)
+            if spec.uid in self.tasks:  # the live one keeps running; this copy fails alone
+                events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
+                continue
+            try:
+                problem = check_spec(spec, self.shape, self.tasks_dir, self.sandbox)
+                if problem is None and spec.input_staging:
+                    try:
+                        stage(spec.input_staging, self._cwd_of(spec), sandbox=self.sandbox)
+                    except (OSError, ValueError) as e:
+                        problem = f"input staging failed: {e}"
+            except Exception as e:  # whatever the spec holds, it fails alone
+                problem = f"cannot handle this task: {type(e).__name__}: {e}"
             if problem is not None:
-                t.reason = f"{problem[0]} = {getattr(spec, problem[0])}: {problem[1]} of {self.uid}"
+                t.reason = problem
                 self._final(t, S.FAILED, now)
                 continue
-            if spec.input_staging:
-                try:
-                    stage(spec.input_staging, self._cwd_of(spec))
-                except OSError as e:
-                    t.reason = f"input staging failed: {e}"
-                    self._final(t, S.FAILED, now)
-                    continue
             self.tasks[spec.uid] = t
             self._updates.append(_wire.Update(spec.uid, S.AGENT_SCHEDULING, now))
             ready.append(t)
@@ -267,6 +344,11 @@ class Agent:
 
     def _schedule(self) -> None:
         placed = self.scheduler.schedule()
+        if self.scheduler.unplaceable:
+            now = time.time()
+            for t, why in self.scheduler.take_unplaceable():
+                t.reason = why
+                self._final(t, S.FAILED, now)
         if not placed:
             return
         now = time.time()
@@ -327,6 +409,9 @@ class Agent:
             done = self.supervisor.exited(done)
         if not done:
             return
+        killed = {t.spec.uid for t in done if t.kill_reason is not None}
+        if killed:  # stopped for good: so is whatever it started outside its group
+            kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
         self._release(done)
         now = time.time()
         for t in done:
@@ -359,8 +444,9 @@ class Agent:
             self.events.record(spec.uid, S.STAGING_OUTPUT, None, now)
             if spec.output_staging:
                 try:
-                    stage(spec.output_staging, t.cwd or self.tasks_dir, outbound=True)
-                except OSError as e:
+                    stage(spec.output_staging, t.cwd or self.tasks_dir, outbound=True,
+                          sandbox=self.sandbox)
+                except Exception as e:
                     state, t.reason = S.FAILED, f"output staging failed: {e}"
             stdout = read_output(t.out_paths[0], keep_tail=False)
             stderr = read_output(t.out_paths[1], keep_tail=True)
@@ -373,6 +459,8 @@ class Agent:
         t.final_state = state
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)
+        self._journal_buf.append(["final", spec.uid, state, t.exit_code if ran else None,
+                                  t.signal, t.reason, now])
         self._updates.append(_wire.Update(
             spec.uid, state, now, exit_code=t.exit_code if ran else None,
             signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
@@ -397,6 +485,9 @@ class Agent:
         if not tasks:
             return
         self.runner.kill(tasks, _signal.SIGTERM)
+        # what left the task's process group (setsid) is signalled by its environment mark
+        kill_marked(self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks},
+                    _signal.SIGTERM)
         when = time.time() + KILL_GRACE
         for t in tasks:
             self._timer(when, "kill", t)
@@ -420,9 +511,14 @@ class Agent:
         self._kill(to_term)
 
     def _flush(self) -> None:
+        if self._journal_buf:  # journaled before it is sent: never reported and then lost
+            self.journal.write(self._journal_buf)
+            self._journal_buf = []
         if self._updates:
             self.sock.send(_wire.encode(_wire.Updates(self._updates)))
             self._updates = []
+            self._last_sent = time.time()
+        self.journal.maybe_sync()
         self.events.maybe_flush()
 
     # -- the end ----------------------------------------------------------------------------
@@ -453,6 +549,12 @@ class Agent:
             except Exception:
                 log.exception("stopping launcher %s", name)
             self.events.record(self.uid, "launcher_stop", name)
+        # the pilot ends: nothing it started outlives it (setsid escapees included)
+        left = kill_marked(self.sandbox)
+        if left:
+            self.events.record(self.uid, "leftovers_killed", str(left))
+        self._flush()
+        self.journal.close()
         self.events.record(self.uid, "agent_stop", reason)
         self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, time.time())))
         self.events.close()
@@ -461,14 +563,48 @@ class Agent:
         return 0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def check_spec(spec: _wire.TaskSpec, shape: list, tasks_dir: str, sandbox: str) -> str | None:
+    """Why the agent cannot run this task, or None. The client checked it already; the agent
+    checks again because the wire is an API too (a task must never kill the agent)."""
+    r = misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank, shape)
+    if r is not None:
+        return f"{r[0]} = {getattr(spec, r[0])}: {r[1]}"
+    if not spec.uid or not spec.executable:
+        return "uid and executable must not be empty"
+    if spec.launcher is not None and spec.launcher not in LAUNCHERS:
+        return f"launcher = {spec.launcher!r}: not a launch method"
+    if spec.timeout is not None and not (0 < spec.timeout < 1e9):
+        return f"timeout = {spec.timeout!r}: must be > 0 and finite"
+    strings = [spec.executable, *spec.arguments, *spec.pre_exec, *spec.post_exec]
+    strings += spec.environment.keys()
+    strings += spec.environment.values()
+    for s in strings:
+        if "\0" in s:
+            return f"{s[:50]!r}: contains a NUL byte"
+        if not s.isascii():
+            s.encode()  # a lone surrogate raises here: the caller fails the task with it
+    if spec.sandbox is not None:
+        check_path(spec.sandbox, tasks_dir, sandbox, "sandbox")
+    for field in ("stdout", "stderr"):
+        v = getattr(spec, field)
+        if isinstance(v, str):
+            check_path(v, tasks_dir, sandbox, field)
+    return None
+
+
+def check_path(path: str, base: str, pilot_sandbox: str, field: str) -> str:
+    """path (relative to base, or absolute) as an absolute path; ValueError if it escapes
+    base when relative, or names the pilot's own files (anything in the pilot sandbox
+    outside tasks/) when absolute."""
+    from .._paths import confined, protected
+
+    if not path or "\0" in path:
+        raise ValueError(f"{field} = {path!r}: not a path")
+    if os.path.isabs(path):
+        if protected(path, pilot_sandbox):
+            raise ValueError(f"{field} = {path!r}: names the pilot's own files")
+        return path
+    return confined(base, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 class AgentTask:
     """The agent's view of one task."""
 
-    __slots__ = ("spec", "seq", "key", "canceled", "slots", "procs", "running", "exit_code",
+    __slots__ = ("spec", "seq", "key", "canceled", "taken", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
                  "lm", "launch")
 
@@ -29,7 +29,8 @@ class AgentTask:
         self.spec = spec
         self.seq = seq
         self.key = seq  # placement key in the Rust placer
-        self.canceled = False
+        self.canceled = False  # removed from the queue before it was placed
+        self.taken = False  # out of the queue: placed, or found unplaceable
         self.slots: list[RankSlot] | None = None
         self.procs: list[int] = []  # pids
         self.running = 0
@@ -89,7 +90,10 @@ class TaskRunner:
         events = []
         if not specs:
             return failed, events
-        results = self.core.spawn_batch(specs)
+        try:
+            results = self.core.spawn_batch(specs)
+        except Exception as e:  # a spec the core cannot take (e.g. a NUL byte): one by one
+            results = self._spawn_one_by_one(specs, e)
         procs = self._procs
         profile = self.profile
         for (t, rank), spec, (pid, info) in zip(owners, specs, results):
@@ -106,6 +110,15 @@ class TaskRunner:
             if t.procs:  # some ranks started: stop them, the task fails as a whole
                 self.core.kill(t.procs, _signal.SIGKILL)
         return failed, events
+
+    def _spawn_one_by_one(self, specs: list[tuple], error: Exception) -> list[tuple]:
+        out = []
+        for spec in specs:
+            try:
+                out.extend(self.core.spawn_batch([spec]))
+            except Exception as e:
+                out.append((-22, f"{type(e).__name__}: {e}"))  # EINVAL: fails its task alone
+        return out
 
     def _build(self, t: AgentTask) -> list[tuple]:
         spec = t.spec

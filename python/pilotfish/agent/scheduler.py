@@ -6,6 +6,11 @@ shape that did not fit is not retried until something is released, so a round co
 O(shapes + placed), never O(waiting). Smaller shapes backfill past a large one that does not
 fit yet; a large one blocked longer than `starvation_s` gets a reservation: the placer keeps
 everyone else off the nodes it picked until the large task starts.
+
+Nothing may stall the pilot for good: a task that can never be placed (a colocated task larger
+than its group's node) is handed back as unplaceable with the reason, at once; a reservation
+is dropped as soon as its task is placed, canceled, failed or found unplaceable, and the
+reserved task itself (not whatever heads its shape) is what gets the reserved nodes.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ class _Shape:
 
     def head(self):
         heap = self.heap
-        while heap and heap[0][2].canceled:
+        while heap and (heap[0][2].canceled or heap[0][2].taken):
             heapq.heappop(heap)
         return heap[0] if heap else None
 
@@ -35,9 +40,16 @@ class _Shape:
 class Scheduler:
     """Decides which waiting tasks to place now; the placer decides where."""
 
-    def __init__(self, placer: Any, starvation_s: float = 2.0):
+    def __init__(self, placer: Any, starvation_s: float = 2.0,
+                 capacity: list[tuple[int, int, int]] | None = None):
+        """capacity: per-node (cores, gpus, mem MiB; 0 = untracked), to tell a colocated task
+        that can never fit its group's node (default: asked from the placer, all free)."""
         self.placer = placer
         self.starvation_s = starvation_s
+        if capacity is None:
+            capacity = [tuple(placer.free(n)) for n in range(placer.n_nodes)]
+        self.capacity = capacity
+        self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
         self._colocated: dict[str, int] = {}  # colocation group -> node index
@@ -45,7 +57,7 @@ class Scheduler:
         self.waiting = 0
 
     def add(self, tasks: list) -> None:
-        """tasks: agent tasks with .spec, .seq, .key, .canceled."""
+        """tasks: agent tasks with .spec, .seq, .key, .canceled, .taken (both False)."""
         shapes = self._shapes
         for t in tasks:
             s = t.spec
@@ -54,12 +66,24 @@ class Scheduler:
             if shape is None:
                 shape = shapes[k] = _Shape(k)
             heapq.heappush(shape.heap, (-s.priority, t.seq, t))
-        self.waiting += len(tasks)
+            self.waiting += 1
+            node = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
+            if node >= 0 and not self._fits_node(k, node):
+                self._reject_shape(shape, [], node)
 
     def discard(self, task) -> None:
         """A queued task was canceled (lazy removal: skipped when it reaches a head)."""
+        if task.canceled or task.taken:
+            return
         task.canceled = True
         self.waiting -= 1
+        if self._reserved is task:
+            self._unreserve()
+
+    def take_unplaceable(self) -> list[tuple[Any, str]]:
+        """Tasks found unplaceable since the last call, with the reason (out of the queue)."""
+        out, self.unplaceable = self.unplaceable, []
+        return out
 
     def release(self, keys: list[int]) -> None:
         if keys:
@@ -70,7 +94,7 @@ class Scheduler:
         """Remove and return every waiting task (pilot shutting down)."""
         out = []
         for shape in self._shapes.values():
-            out.extend(t for _, _, t in shape.heap if not t.canceled)
+            out.extend(t for _, _, t in shape.heap if not (t.canceled or t.taken))
             shape.heap.clear()
         self.waiting = 0
         if self._reserved is not None:
@@ -89,9 +113,9 @@ class Scheduler:
         skip = None
         if self._reserved is not None:  # the starving task goes first, on its reserved nodes
             t = self._reserved
-            if t.canceled:
+            if t.canceled or t.taken:
                 self._unreserve()
-            elif self._place_shape(self._shape_of(t), 1, placed):
+            elif self._place_reserved(t, placed):
                 self._unreserve()
                 free_cores, free_gpus = self.placer.total_free()
             else:
@@ -118,7 +142,7 @@ class Scheduler:
             free_gpus -= n * per_task_g
             if n:
                 shape.blocked_since = None
-            if shape.head() is not None:
+            if shape.key in self._shapes and shape.head() is not None:
                 self._blocked(shape, now, starving=(n == 0))
         return placed
 
@@ -132,13 +156,16 @@ class Scheduler:
         batch = []
         while heap and len(batch) < room:
             t = heapq.heappop(heap)[2]
-            if not t.canceled:
+            if not (t.canceled or t.taken):
                 batch.append(t)
         if not batch:
             return 0
         ranks, cpr, gpr, mpr, colocate = shape.key
         n = len(batch)
         hint = self._colocated.get(colocate, -1) if colocate is not None else -1
+        if hint >= 0 and not self._fits_node(shape.key, hint):
+            self._reject_shape(shape, batch, hint)
+            return 0
         res = self.placer.place_batch([t.key for t in batch], [ranks] * n, [cpr] * n, [gpr] * n,
                                       [mpr] * n, [hint] * n, False)
         count = 0
@@ -147,11 +174,58 @@ class Scheduler:
                 heapq.heappush(heap, (-t.spec.priority, t.seq, t))
                 continue
             placed.append((t, slots))
+            t.taken = True
             count += 1
             if colocate is not None and colocate not in self._colocated:
                 self._colocated[colocate] = slots[0][0]
+                self._check_group(colocate, slots[0][0])
         self.waiting -= count
         return count
+
+    def _place_reserved(self, t, placed: list) -> bool:
+        """Place the reserved task itself (a newer, higher-priority task of the same shape
+        must not take its turn: the reserved nodes are kept for this key alone)."""
+        s = t.spec
+        hint = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
+        (slots,) = self.placer.place_batch([t.key], [s.ranks], [s.cores_per_rank],
+                                           [s.gpus_per_rank], [s.mem_per_rank], [hint], False)
+        if slots is None:
+            return False
+        placed.append((t, slots))
+        t.taken = True
+        self.waiting -= 1
+        if s.colocate is not None and s.colocate not in self._colocated:
+            self._colocated[s.colocate] = slots[0][0]
+            self._check_group(s.colocate, slots[0][0])
+        return True
+
+    def _fits_node(self, key: ShapeKey, node: int) -> bool:
+        ranks, cpr, gpr, mpr, _ = key
+        cores, gpus, mem = self.capacity[node]
+        return (ranks * cpr <= cores and ranks * gpr <= gpus
+                and (not mem or not mpr or ranks * mpr <= mem))
+
+    def _check_group(self, colocate: str, node: int) -> None:
+        """The group's node is fixed: its waiting tasks that can never fit there fail now."""
+        for key, shape in list(self._shapes.items()):
+            if key[4] == colocate and not self._fits_node(key, node):
+                self._reject_shape(shape, [], node)
+
+    def _reject_shape(self, shape: _Shape, batch: list, node: int) -> None:
+        ranks, cpr, gpr, mpr, colocate = shape.key
+        cores, gpus, mem = self.capacity[node]
+        why = (f"colocation group {colocate!r} is on node {node} ({cores} cores, {gpus} GPUs"
+               f"{f', {mem} MiB' if mem else ''}), which can never hold {ranks} x "
+               f"({cpr} cores, {gpr} GPUs{f', {mpr} MiB' if mpr else ''})")
+        tasks = list(batch) + [e[2] for e in shape.heap if not (e[2].canceled or e[2].taken)]
+        shape.heap.clear()
+        self._shapes.pop(shape.key, None)
+        for t in tasks:
+            t.taken = True  # out of the queue for good
+            if self._reserved is t:
+                self._unreserve()
+            self.unplaceable.append((t, why))
+        self.waiting -= len(tasks)
 
     def _blocked(self, shape: _Shape, now: float, starving: bool) -> None:
         shape.blocked_gen = self._gen
@@ -163,6 +237,9 @@ class Scheduler:
             head = shape.head()
             if head is None:
                 return
+            colocate = shape.key[4]
+            if colocate is not None and colocate in self._colocated:
+                return  # its node is fixed: reserving other nodes would only idle them
             t = head[2]
             s = t.spec
             nodes = self.placer.reserve(t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank)

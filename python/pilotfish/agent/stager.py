@@ -1,4 +1,10 @@
-"""Input and output staging on the filesystems the agent sees: copy, link or move."""
+"""Input and output staging on the filesystems the agent sees: copy, link or move.
+
+Confined: the sandbox side of a directive (an input's target, an output's source) stays inside
+the task's working directory; the other side may be any absolute path except the pilot's own
+files (its event log, journal, keys, configuration). The client checked this at submit; the
+agent checks again, after resolving symlinks, because the wire is an API too.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,36 @@ import os
 import shutil
 
 
-def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False) -> None:
+def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
+          sandbox: str | None = None) -> None:
     """Run staging directives. Inbound: source -> cwd/target; outbound: cwd/source -> target.
 
-    Relative paths are relative to the task's working directory. Raises OSError naming the
-    path that failed.
+    Sandbox-side paths are relative to the task's working directory `cwd` and may not leave
+    it; outer paths that are relative are taken relative to `cwd` too (the client makes the
+    user's relative paths absolute). Raises OSError naming the path that failed, ValueError
+    for a path that escapes or names the pilot's own files (`sandbox`: the pilot sandbox).
     """
+    from .._paths import confined, protected
+
     for d in directives:
         src, dst, action = d["source"], d["target"], d.get("action", "copy")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise ValueError(f"staging paths must be strings: {src!r} -> {dst!r}")
         if outbound:
-            src = src if os.path.isabs(src) else os.path.join(cwd, src)
+            src = confined(cwd, src)
+            outer = dst
         else:
-            dst = dst if os.path.isabs(dst) else os.path.join(cwd, dst)
+            dst = confined(cwd, dst)
+            outer = src
+        outer_abs = outer if os.path.isabs(outer) else os.path.join(cwd, outer)
+        if sandbox is not None and protected(outer_abs, sandbox):
+            raise ValueError(f"{outer!r} names the pilot's own files")
+        if not os.path.isabs(outer):
+            outer_abs = confined(cwd, outer)
+        if outbound:
+            dst = outer_abs
+        else:
+            src = outer_abs
         parent = os.path.dirname(dst)
         if parent:
             os.makedirs(parent, exist_ok=True)
@@ -27,7 +51,10 @@ def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False) ->
             os.symlink(os.path.abspath(src), dst)
         elif action == "move":
             shutil.move(src, dst)
-        elif os.path.isdir(src):
-            shutil.copytree(src, dst, dirs_exist_ok=True)
+        elif action == "copy":
+            if os.path.isdir(src):
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+            else:
+                shutil.copy2(src, dst)
         else:
-            shutil.copy2(src, dst)
+            raise ValueError(f"unknown staging action {action!r}")

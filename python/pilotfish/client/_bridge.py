@@ -3,6 +3,14 @@
 Agents connect a DEALER (routing id = pilot uid) to the session's ROUTER. User threads never
 touch the socket: they queue frames and wake the IO thread through an inproc pair. Frames for
 an agent that has not said hello yet wait in an outbox (a ROUTER would drop them).
+
+Locked (secure=True, the default): the ROUTER is a CURVE server; each pilot's agent holds its
+own key pair (written 0600 into its agent.json, in a 0700 directory). The IO thread answers
+ZAP requests itself: a connection is let in only with a pilot's public key, and is labelled
+with that pilot's uid (ZMQ's User-Id); a frame whose routing id is not the uid its key proves
+is dropped, so no one can speak for a pilot without its secret. Refusals are logged and
+recorded as session events. TCP binds one interface (the host's address by default), never
+every interface.
 """
 
 from __future__ import annotations
@@ -28,26 +36,51 @@ _MAX_IPC_PATH = 100
 class Bridge:
     """Moves frames between user threads and agents; dispatches what agents send."""
 
-    def __init__(self, session_path: str, session_uid: str, bind: str = "ipc"):
+    def __init__(self, session_path: str, session_uid: str, bind: str = "ipc",
+                 keys: tuple[bytes, bytes] | None = None, interface: str | None = None,
+                 address: str | None = None, on_refused: Callable[[str], None] | None = None,
+                 heartbeat_s: float = 5.0):
+        """keys: the session's CURVE (public, secret) key pair; None: no encryption (for
+        measuring its cost). address: bind exactly this one (a resumed session's)."""
         self._ctx = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
+        self.public_key = keys[0] if keys else None
+        self._pilot_keys: dict[bytes, str] = {}  # agent public key -> pilot uid
+        self._on_refused = on_refused
+        self._zap = None
+        if keys is not None:
+            # the ZAP handler must be bound before the server socket is
+            self._zap = self._ctx.socket(zmq.REP)
+            self._zap.bind("inproc://zeromq.zap.01")
+            self._router.setsockopt(zmq.ZAP_DOMAIN, b"pilotfish")
+            self._router.setsockopt(zmq.CURVE_SERVER, 1)
+            self._router.setsockopt(zmq.CURVE_SECRETKEY, keys[1])
         self._ipc_path: str | None = None
-        if bind == "ipc":
+        if address is not None:
+            self._router.bind(address)
+            self.address = address
+            if address.startswith("ipc://"):
+                self._ipc_path = address[len("ipc://"):]
+        elif bind == "ipc":
             path = os.path.join(session_path, "client.sock")
-            if len(path) > _MAX_IPC_PATH:
-                path = os.path.join(tempfile.gettempdir(), f"pilotfish-{session_uid}.sock")
+            if len(path) > _MAX_IPC_PATH:  # a private directory, not a socket in /tmp itself
+                path = os.path.join(tempfile.mkdtemp(prefix="pilotfish-"), "client.sock")
             self._ipc_path = path
             self.address = f"ipc://{path}"
             self._router.bind(self.address)
+            os.chmod(path, 0o600)
         elif bind == "tcp":
-            port = self._router.bind_to_random_port("tcp://*")
-            self.address = f"tcp://{_wire_host()}:{port}"
+            host = bind_host(interface)
+            port = self._router.bind_to_random_port(f"tcp://{host}")
+            self.address = f"tcp://{host}:{port}"
         else:
             raise ValueError(f"bind must be 'ipc' or 'tcp', not {bind!r}")
+        self.heartbeat_s = heartbeat_s
+        self.last_seen: dict[str, float] = {}  # pilot uid -> monotonic time of its last frame
 
         self._wake_addr = f"inproc://wake-{id(self)}"
         self._wake_in = self._ctx.socket(zmq.PAIR)
@@ -66,13 +99,24 @@ class Bridge:
         self._thread.start()
 
     # -- user side --------------------------------------------------------------------------
-    def register(self, pilot_uid: str, handler: Callable[[object], None]) -> None:
-        """handler(msg) runs in the IO thread for every message from that pilot's agent."""
+    def register(self, pilot_uid: str, handler: Callable[[object], None],
+                 public_key: bytes | None = None) -> None:
+        """handler(msg) runs in the IO thread for every message from that pilot's agent;
+        public_key: the agent's CURVE key, the only one let in as this pilot."""
         self._handlers[pilot_uid] = handler
+        if public_key is not None:  # ZAP hands over the raw 32 bytes, not the Z85 text
+            from zmq.utils import z85
+
+            self._pilot_keys[z85.decode(public_key) if len(public_key) == 40 else public_key] = pilot_uid
 
     def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None) -> None:
         self._queue.append((pilot_uid, payload, on_sent))
         self._wake()
+
+    def mark_connected(self, pilot_uid: str) -> None:
+        """IO thread only: the agent is known to be connected (it sent a frame) before its
+        hello -- a re-attaching agent, to which the resync request must go at once."""
+        self._connected.add(pilot_uid)
 
     def forget(self, pilot_uid: str) -> list:
         """Drop a pilot (it ended): returns the frames that never reached it."""
@@ -83,8 +127,9 @@ class Bridge:
         self._stop = True
         self._wake()
         self._thread.join(5)
-        for s in (self._router, self._wake_in, self._wake_out):
-            s.close(0)
+        for s in (self._router, self._wake_in, self._wake_out, self._zap):
+            if s is not None:
+                s.close(0)
         self._ctx.term()
         if self._ipc_path:
             try:
@@ -103,22 +148,72 @@ class Bridge:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
         poller.register(self._wake_in, zmq.POLLIN)
+        zap = self._zap
+        if zap is not None:
+            poller.register(zap, zmq.POLLIN)
         router, wake_in = self._router, self._wake_in
+        secure = zap is not None
+        beat = _wire.encode(_wire.Heartbeat(0.0))
+        next_beat = time.monotonic() + self.heartbeat_s
         while not self._stop:
-            ready = dict(poller.poll())
+            ready = dict(poller.poll(max(0, int((next_beat - time.monotonic()) * 1000)) + 1))
             if wake_in in ready:
                 with self._wake_lock:
                     self._woken = False
                     wake_in.recv()
                 self._drain_queue()
+            if zap is not None and zap in ready:
+                self._answer_zap()
             if router in ready:
                 while True:
                     try:
-                        ident, payload = router.recv_multipart(zmq.NOBLOCK)
+                        frames = router.recv_multipart(zmq.NOBLOCK, copy=not secure)
                     except zmq.Again:
                         break
-                    self._dispatch(ident.decode(), payload)
+                    if len(frames) != 2:
+                        continue
+                    if secure:
+                        ident, payload = frames[0].bytes, frames[1]
+                        claimed = ident.decode(errors="replace")
+                        proven = payload.get("User-Id")
+                        if proven != claimed:  # speaks as a pilot its key does not prove
+                            self._refuse(f"frame from {proven!r} claiming to be {claimed!r} dropped")
+                            continue
+                        payload = payload.bytes
+                    else:
+                        ident, payload = frames
+                    self._dispatch(ident.decode(errors="replace"), payload)
+            now = time.monotonic()
+            if now >= next_beat:  # the agents' proof that their client is alive
+                next_beat = now + self.heartbeat_s
+                for uid in list(self._connected):
+                    self._send_now(uid, beat, None)
         self._drain_queue()
+
+    def _answer_zap(self) -> None:
+        """ZAP (RFC 27): let in only the public keys of this session's pilots."""
+        try:
+            msg = self._zap.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        version, request_id, _domain, address, _identity, mechanism = msg[:6]
+        user, status, text = b"", b"400", b"unknown key"
+        if mechanism == b"CURVE" and len(msg) > 6:
+            uid = self._pilot_keys.get(msg[6])
+            if uid is not None:
+                user, status, text = uid.encode(), b"200", b"OK"
+        if status != b"200":
+            self._refuse(f"connection from {address.decode(errors='replace') or 'a local socket'} "
+                         f"refused ({mechanism.decode(errors='replace')}: {text.decode()})")
+        self._zap.send_multipart([version, request_id, status, text, user, b""])
+
+    def _refuse(self, what: str) -> None:
+        log.warning("%s", what)
+        if self._on_refused is not None:
+            try:
+                self._on_refused(what)
+            except Exception:
+                log.exception("on_refused callback failed")
 
     def _drain_queue(self) -> None:
         q = self._queue
@@ -145,11 +240,17 @@ class Bridge:
                 log.exception("on_sent callback failed")
 
     def _dispatch(self, pilot_uid: str, payload: bytes) -> None:
+        self.last_seen[pilot_uid] = time.monotonic()
         try:
             msg = _wire.decode_to_client(payload)
         except Exception:
             log.exception("undecodable frame from %s", pilot_uid)
             return
+        if isinstance(msg, _wire.Heartbeat):
+            if pilot_uid not in self._connected and pilot_uid in self._handlers:
+                pass  # an agent we did not hear say hello (a resumed session): handler decides
+            else:
+                return
         if isinstance(msg, _wire.Hello):
             self._connected.add(pilot_uid)
         handler = self._handlers.get(pilot_uid)
@@ -163,7 +264,41 @@ class Bridge:
                 self._send_now(pilot_uid, frame, on_sent)
 
 
-def _wire_host() -> str:
+def bind_host(interface: str | None = None) -> str:
+    """The address to bind TCP on: `interface` (an IP address or an interface name), else
+    $PILOTFISH_INTERFACE, else the address this host's name resolves to -- the one a batch
+    job on another node reaches. Never the wildcard."""
     import socket
 
-    return socket.getfqdn()
+    interface = interface or os.environ.get("PILOTFISH_INTERFACE")
+    if interface:
+        if interface in ("*", "0.0.0.0", "::"):
+            raise ValueError("binding every interface is refused: name one")
+        try:
+            socket.inet_aton(interface)
+            return interface
+        except OSError:
+            pass
+        addr = _interface_address(interface)
+        if addr is None:
+            raise ValueError(f"no IPv4 address on interface {interface!r}")
+        return addr
+    try:
+        return socket.gethostbyname(socket.getfqdn())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _interface_address(name: str) -> str | None:
+    import fcntl
+    import socket
+    import struct
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        return socket.inet_ntoa(packed[20:24])
+    except OSError:
+        return None
+    finally:
+        s.close()

@@ -37,6 +37,9 @@ class Pilot:
         self._job: BatchJob | None = None
         self._bye: _wire.Bye | None = None
         self._shape = _declared_shape(description)  # per-node (cores, gpus, mem) or None
+        self._resync: list[str] | None = None  # re-attaching: the tasks to ask the agent about
+        self._resynced = threading.Event()  # the agent answered (Missing came)
+        self._missing: set[str] = set()
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None:
@@ -51,6 +54,26 @@ class Pilot:
 
     def __repr__(self) -> str:
         return f"<Pilot {self.uid} {self.state}>"
+
+
+def _agent_may_live(sandbox: str) -> bool:
+    """False when the pilot's agent surely ended: it said bye (agent_stop in its events), or
+    it ran on this host and its pid is gone. Else it may be alive: ask it."""
+    try:
+        with open(os.path.join(sandbox, "pilot.json")) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return True  # never said hello: may still be starting (batch queue)
+    from .._util import hostname
+
+    pid = int(info.get("agent_pid") or 0)
+    if pid and info.get("agent_host") == hostname():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return os.path.join(sandbox, "agent.json").encode() in f.read()
+        except OSError:
+            return False
+    return True
 
 
 def _declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
@@ -85,18 +108,28 @@ class PilotManager:
 
     # -- public API -------------------------------------------------------------------------
     def submit_pilots(self, descriptions):
-        """Validate and submit; returns a Pilot (or a list, given a list)."""
+        """Validate and submit; returns a Pilot (or a list, given a list).
+
+        In a resumed session the pilots are matched, in order, with those the session
+        started before: one whose agent is still alive is re-attached (its tasks keep
+        running), one that is gone is replaced by a new pilot of the same description.
+        """
         self.session._check_open()
         single = isinstance(descriptions, (PilotDescription, dict))
         descs = check_descriptions([descriptions] if single else descriptions, PilotDescription)
         pilots = []
         for d in descs:
-            uid = self.session._next_pilot_uid()
-            sandbox = d.sandbox or os.path.join(self.session.path, uid)
-            pilot = Pilot(self, uid, d, sandbox)
-            self.pilots[uid] = pilot
-            self._advance(pilot, S.NEW)
-            self._launch(pilot)
+            pilot = self._reattach(d)
+            if pilot is None:
+                replaced = getattr(self, "_replacing", None)
+                self._replacing = None
+                uid = self.session._next_pilot_uid()
+                sandbox = d.sandbox or os.path.join(self.session.path, uid)
+                pilot = Pilot(self, uid, d, sandbox)
+                self.pilots[uid] = pilot
+                self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
+                self._advance(pilot, S.NEW)
+                self._launch(pilot)
             pilots.append(pilot)
         if not self._monitor_started:
             self._monitor_started = True
@@ -164,23 +197,82 @@ class PilotManager:
                 log.exception("pilot callback failed")
         return True
 
+    def _reattach(self, d: PilotDescription) -> Pilot | None:
+        """Resumed session: the journaled pilot this description matches, re-attached if its
+        agent answers within a few heartbeats; None to start a new one."""
+        r = self.session._resume
+        if r is None or r.pilots_used >= len(r.pilots):
+            return None
+        uid, old_desc, sandbox = r.pilots[r.pilots_used]
+        r.pilots_used += 1
+        if old_desc != d.as_dict():
+            raise PilotfishError(f"resume: pilot {uid} was submitted with another description "
+                                 f"({old_desc}); submit the same pilots, in the same order")
+        self._replacing = uid
+        pilot = Pilot(self, uid, d, sandbox)
+        try:
+            with open(os.path.join(sandbox, "agent.json")) as f:
+                cfg = json.load(f)
+            public = cfg["curve"]["public"].encode() if cfg.get("curve") else None
+        except (OSError, ValueError, KeyError):
+            return None
+        # what the agent journaled is known whatever happens next (it journals before it sends)
+        from .._journal import finals
+
+        for t_uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
+            r.finals.setdefault(t_uid, rec)
+        if not _agent_may_live(sandbox):
+            self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
+            return None
+        pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
+        pilot.history.append((S.NEW, time.time()))
+        self.pilots[uid] = pilot
+        self.session._bridge.register(uid, lambda msg, p=pilot: self._on_message(p, msg),
+                                      public_key=public)
+        self._advance(pilot, S.LAUNCHING)
+        # the agent beats every heartbeat_s; give it three, and the answer time
+        if not pilot._resynced.wait(3 * self.session.heartbeat_s + 5):
+            self.session._bridge.forget(uid)
+            del self.pilots[uid]
+            self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
+            return None
+        self._replacing = None
+        self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
+        if not self._monitor_started:
+            self._monitor_started = True
+            self._monitor.start()
+        return pilot
+
     def _launch(self, pilot: Pilot) -> None:
         d = pilot.description
+        session = self.session
+        bridge = session._bridge
         config = {
             "pilot_uid": pilot.uid,
-            "session_uid": self.session.uid,
-            "session_path": self.session.path,
+            "session_uid": session.uid,
+            "session_path": session.path,
             "sandbox": pilot.sandbox,
-            "address": self.session.address,
+            "address": session.address,
             "description": d.as_dict(),
-            "profile": self.session.profile,
-            "watch_pid": os.getpid() if d.resource == "local" else 0,
+            "profile": session.profile,
+            "heartbeat_s": session.heartbeat_s,
+            "client_timeout": session.client_timeout,
+            "journal": session.journal.enabled,
         }
-        self.session._bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg))
+        public = None
+        if bridge.public_key is not None:  # the agent's own key pair: only it can be this pilot
+            import zmq
+
+            public, secret = zmq.curve_keypair()
+            config["curve"] = {"server": bridge.public_key.decode(), "public": public.decode(),
+                               "secret": secret.decode()}
+        bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg), public_key=public)
         try:
-            os.makedirs(pilot.sandbox, exist_ok=True)
+            os.makedirs(pilot.sandbox, mode=0o700, exist_ok=True)
+            os.chmod(pilot.sandbox, 0o700)
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
-            with open(cfg_path, "w") as f:
+            fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 json.dump(config, f, indent=1)
             agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
             pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
@@ -191,6 +283,16 @@ class PilotManager:
         self._advance(pilot, S.LAUNCHING)
 
     def _on_message(self, pilot: Pilot, msg) -> None:  # IO thread
+        if isinstance(msg, _wire.Heartbeat):  # (only before a hello: a re-attaching agent)
+            if pilot._resync is not None and not getattr(pilot, "_resync_sent", False):
+                pilot._resync_sent = True  # type: ignore[attr-defined]
+                self.session._bridge.mark_connected(pilot.uid)
+                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))
+            return
+        if isinstance(msg, _wire.Missing):
+            pilot._missing = set(msg.uids)
+            pilot._resynced.set()
+            return
         if isinstance(msg, _wire.Hello):
             pilot.nodes = msg.nodes
             pilot.launcher = msg.launcher
@@ -227,8 +329,20 @@ class PilotManager:
     def _watch(self) -> None:
         """Follow batch jobs: a job that ends without the agent's bye fails the pilot."""
         while not self._stop.is_set():
+            last_seen = self.session._bridge.last_seen
+            now = time.monotonic()
             for pilot in list(self.pilots.values()):
-                if pilot.state in S.FINAL or pilot._job is None:
+                if pilot.state == S.ACTIVE and not getattr(pilot, "_wanted", None):
+                    silent = now - last_seen.get(pilot.uid, now)
+                    if silent > self.session.agent_timeout:  # heartbeats stopped: agent gone
+                        self._lost(pilot, f"agent silent for {silent:.0f}s "
+                                          f"(bound {self.session.agent_timeout:g}s)")
+                        continue
+                if pilot.state in S.FINAL:
+                    continue
+                if pilot._job is None:  # re-attached: no batch job object, only its agent
+                    if pilot._bye is not None:
+                        self._finish(pilot, "DONE", None)
                     continue
                 try:
                     job_state, message = pilot._job.poll()
@@ -244,6 +358,15 @@ class PilotManager:
                        for p in self.pilots.values() if p.state not in S.FINAL)
             self._poke.wait(self.poll_interval if busy else self.idle_poll_interval)
             self._poke.clear()
+
+    def _lost(self, pilot: Pilot, reason: str) -> None:
+        if pilot._job is not None:
+            try:
+                pilot._job.cancel()
+            except Exception as e:
+                log.warning("cancel of %s failed: %s", pilot.uid, e)
+        self._advance(pilot, S.FAILED, reason)
+        self.session._bridge.forget(pilot.uid)
 
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye

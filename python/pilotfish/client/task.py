@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+
+import msgspec
 import threading
 import time
 from typing import Callable, Iterable
@@ -108,27 +111,61 @@ class TaskManager:
         pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
         if not pilots:
             raise PilotfishError("no live pilot: add one with TaskManager.add_pilots() first")
-        routes = [self._route(d, i, pilots) for i, d in enumerate(descs)]
+        resumed = self._match_journal(descs) if session._resume is not None else {}
+        routes = [None if i in resumed else self._route(d, i, pilots) for i, d in enumerate(descs)]
 
-        uids = session._next_task_uids(len(descs))
+        # All or nothing: every wire spec and journal record is encoded before a task is
+        # registered, so a description that cannot cross the wire fails the call, naming it.
+        n_new = len(descs) - sum(1 for r in resumed.values() if r[1] is None)
+        new_uids = iter(session._next_task_uids(n_new))
+        uids, to_send = [], []
+        for i, d in enumerate(descs):
+            r = resumed.get(i)
+            if r is None:
+                uids.append(next(new_uids))
+                to_send.append(i)
+            else:
+                uids.append(r[0])
+                if r[1] is None:  # known, but never reached an agent that still knows it
+                    to_send.append(i)
+        for i in to_send:
+            if routes[i] is None:
+                routes[i] = self._route(descs[i], i, pilots)
+        by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
+        for i in to_send:
+            by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
+        frames = []  # (pilot uid, frame, indices)
+        journal = []
+        for pilot_uid, idx in by_pilot_idx.items():
+            for k in range(0, len(idx), SUBMIT_BATCH):
+                part = idx[k:k + SUBMIT_BATCH]
+                try:
+                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i]) for i in part]))
+                    if session.journal.enabled:
+                        journal.append(_journal_encode(
+                            [["task", uids[i], pilot_uid, descs[i]._values] for i in part]))
+                except Exception:
+                    raise _culprit(part, uids, descs, pilot_uid) from None
+                frames.append((pilot_uid, frame, part))
+
         now = time.time()
         tasks: list[Task] = []
-        by_pilot: dict[str, list[Task]] = collections.defaultdict(list)
         events = []
         profile = session.events.enabled  # off: not even the event tuples are built
         registry = session.tasks
         load = self._load
-        for uid, d, pilot in zip(uids, descs, routes):
-            t = Task(self, uid, d, pilot.uid)
+        for i, (uid, d) in enumerate(zip(uids, descs)):
+            r = resumed.get(i)
+            pilot_uid = routes[i].uid if routes[i] is not None else r[1]  # type: ignore[index,union-attr]
+            t = Task(self, uid, d, pilot_uid)
             t.state = S.SCHEDULING
             t._hist = [S.NEW, now, S.SCHEDULING, now]
             registry[uid] = t
             tasks.append(t)
-            load[pilot.uid] += d.ranks * d.cores_per_rank
-            by_pilot[pilot.uid].append(t)
-            if not profile:
+            load[pilot_uid] += d.ranks * d.cores_per_rank
+            if not profile or r is not None:
                 continue
-            events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot.uid))
+            events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot_uid))
             if len(events) >= 8192:  # hand over in slices: no big transient list
                 session.events.record_many(events)
                 events = []
@@ -137,14 +174,64 @@ class TaskManager:
             self.counts[S.SCHEDULING] += len(tasks)
         session.events.record_many(events)
         del events
-
-        # wire specs are built a frame at a time: the peak memory of a big submit stays small
-        for pilot_uid, items in by_pilot.items():
-            for i in range(0, len(items), SUBMIT_BATCH):
-                batch = items[i:i + SUBMIT_BATCH]
-                frame = _wire.encode(_wire.Submit([_spec(t.uid, t.description) for t in batch]))
-                session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
+        session.journal.write_encoded(journal)  # before any frame leaves: a resume knows them all
+        del journal
+        if resumed:
+            self._restore(tasks, resumed)
+        for pilot_uid, frame, part in frames:
+            batch = [tasks[i] for i in part]
+            session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
         return tasks[0] if single else tasks
+
+    def _match_journal(self, descs: list[TaskDescription]) -> dict[int, tuple[str, str | None]]:
+        """Resumed session: {index: (uid, pilot uid that still has it, or None to send it
+        again)} for the descriptions that match the journal's tasks, in submit order."""
+        r = self.session._resume
+        out: dict[int, tuple[str, str | None]] = {}
+        for i, d in enumerate(descs):
+            if r.tasks_used >= len(r.tasks):
+                break
+            uid, pilot_uid, values = r.tasks[r.tasks_used]
+            if _normalized(values) != _normalized(d._values):
+                raise PilotfishError(
+                    f"resume: task {i} of this submit differs from {uid} in the journal; "
+                    f"submit the same tasks in the same order (then add new ones)")
+            r.tasks_used += 1
+            pilot_uid = r.pilot_of.get(uid, pilot_uid)
+            live = self._pilots.get(pilot_uid)
+            if uid in r.finals:
+                out[i] = (uid, pilot_uid)
+            elif live is not None and live.state not in S.FINAL and uid not in live._missing \
+                    and live._resync is not None:
+                out[i] = (uid, pilot_uid)  # its agent is still on it
+            else:
+                out[i] = (uid, None)
+        return out
+
+    def _restore(self, tasks: list[Task], resumed: dict[int, tuple[str, str | None]]) -> None:
+        """Put journaled tasks back in the state the journal and their agents report."""
+        r = self.session._resume
+        pairs = []
+        for i, (uid, pilot_uid) in resumed.items():
+            if pilot_uid is None:
+                continue
+            t = tasks[i]
+            t._resumed = True  # type: ignore[attr-defined]
+            u = r.answers.pop(uid, None)
+            if u is None and uid in r.finals:
+                _, _, state, code, sig, reason, when = r.finals[uid]
+                u = _wire.Update(uid, state, when, exit_code=code, signal=sig, reason=reason)
+            if u is not None:
+                pairs.append((t, u))
+        with self._cond:  # they were sent before: not waiting to be sent now
+            for i, (uid, pilot_uid) in resumed.items():
+                if pilot_uid is not None and tasks[i].state == S.SCHEDULING:
+                    tasks[i].state = S.STAGING_INPUT
+                    tasks[i]._hist += (S.STAGING_INPUT, time.time())
+                    self.counts[S.SCHEDULING] -= 1
+                    self.counts[S.STAGING_INPUT] += 1
+        if pairs:
+            self._apply(pairs, journal=False)
 
     def wait_tasks(self, uids: Iterable[str] | str | None = None,
                    state: str | Iterable[str] | None = None, timeout: float | None = None,
@@ -208,7 +295,7 @@ class TaskManager:
                 continue
             pilot = self._pilots.get(t.pilot)
             if pilot is None or pilot.state in S.FINAL:
-                self._finish_locally([t], S.CANCELED, "canceled by the user")
+                self._finish_locally([t], S.CANCELED, "canceled by the user", journal=True)
             else:
                 by_pilot[t.pilot].append(t.uid)
         for pilot_uid, batch in by_pilot.items():
@@ -285,10 +372,11 @@ class TaskManager:
         if self.session.events.enabled:
             self.session.events.record_many([(now, t.uid, S.STAGING_INPUT, None) for t in batch])
 
-    def _apply(self, pairs: list[tuple[Task, _wire.Update]]) -> None:  # IO thread
+    def _apply(self, pairs: list[tuple[Task, _wire.Update]], journal: bool = True) -> None:  # IO thread
         changed = []
         counts = self.counts
         ended = 0
+        finals = []
         with self._cond:
             for t, u in pairs:
                 old = t.state
@@ -313,12 +401,17 @@ class TaskManager:
                     d = t.description
                     self._load[t.pilot] -= d.ranks * d.cores_per_rank
                     ended += 1
+                    finals.append(["final", t.uid, state, u.exit_code, u.signal, u.reason, u.t])
                 changed.append((t, state))
             self._notify(ended)
+        if finals and journal:
+            self.session.journal.write(finals)
         self._run_callbacks(changed)
 
-    def _finish_locally(self, tasks: list[Task], state: str, reason: str) -> None:
-        """Finalize tasks the agent will never report on (pilot gone, never sent)."""
+    def _finish_locally(self, tasks: list[Task], state: str, reason: str,
+                        journal: bool = False) -> None:
+        """Finalize tasks the agent will never report on (pilot gone, never sent). Not
+        journaled unless asked: a task its pilot took down with it runs again on resume."""
         now = time.time()
         changed = []
         with self._cond:
@@ -335,6 +428,9 @@ class TaskManager:
                 changed.append((t, state))
             self._notify(len(changed))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
+        if journal and changed:
+            self.session.journal.write([["final", t.uid, state, None, None, reason, now]
+                                        for t, _ in changed])
         self._run_callbacks(changed)
 
     def _run_callbacks(self, changed: list[tuple[Task, str]]) -> None:
@@ -362,9 +458,14 @@ def apply_updates(session: Session, items: list[_wire.Update]) -> None:
     """Route a batch of agent updates to the tasks' managers (IO thread)."""
     registry = session.tasks
     per_tmgr: dict[TaskManager, list] = {}
+    resumed = session._resume
     for u in items:
         t = registry.get(u.uid)
         if t is None:
+            if resumed is not None:  # a re-attached agent's news of a task not resubmitted yet
+                old = resumed.answers.get(u.uid)
+                if old is None or S.TASK_RANK.get(u.state, -1) >= S.TASK_RANK.get(old.state, -1):
+                    resumed.answers[u.uid] = u
             continue
         per_tmgr.setdefault(t._tmgr, []).append((t, u))
     for tmgr, pairs in per_tmgr.items():
@@ -382,4 +483,44 @@ def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
         mem_per_rank=v.get("mem_per_rank", 0), launcher=v.get("launcher"),
         stdout=v.get("stdout", True), stderr=v.get("stderr", True), timeout=v.get("timeout"),
         priority=v.get("priority", 0), colocate=(v.get("tags") or {}).get("colocate"),
-        input_staging=v.get("input_staging", []), output_staging=v.get("output_staging", []))
+        input_staging=_outer_absolute(v.get("input_staging"), "source"),
+        output_staging=_outer_absolute(v.get("output_staging"), "target"))
+
+
+def _outer_absolute(directives: list | None, side: str) -> list:
+    """Staging paths on the user's side (input sources, output targets) that are relative are
+    relative to where the user is: made absolute here, at submit."""
+    if not directives:
+        return []
+    out = []
+    for d in directives:
+        p = d[side]
+        out.append(d if os.path.isabs(p) else {**d, side: os.path.abspath(p)})
+    return out
+
+
+_journal_encode = msgspec.msgpack.Encoder().encode
+
+
+def _normalized(values: dict) -> bytes:
+    """A description's values as the journal holds them (tuples become lists)."""
+    return _journal_encode(msgspec.msgpack.decode(_journal_encode(values)))
+
+
+def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> DescriptionError:
+    """Which task of a batch cannot be encoded, as a DescriptionError naming it."""
+    for i in part:
+        d = descs[i]
+        for name, value in d._values.items():
+            try:
+                _journal_encode(value)
+                _wire.encode(value) if isinstance(value, (str, list, tuple, dict)) else None
+            except Exception as e:
+                return DescriptionError("TaskDescription", name, value,
+                                        f"cannot be sent to the agent: {e}", index=i)
+        try:
+            _wire.encode(_wire.Submit([_spec(uids[i], d)]))
+        except Exception as e:
+            return DescriptionError("TaskDescription", "(itself)", d,
+                                    f"cannot be sent to the agent: {e}", index=i)
+    return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
