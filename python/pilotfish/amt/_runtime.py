@@ -1,0 +1,599 @@
+"""The per-process runtime: scheduler loop, message kinds, epochs, phases, rebalance.
+
+One Runtime per MPI process (`get()`), created on first use. It owns four duplicates of the
+world communicator, so that no kind of traffic can match another's:
+  comm_msg  active messages (messenger)
+  comm_td   termination waves (Iallreduce) and handler-error exchange
+  comm_ctl  bounded-time collective checks (Iallgather) and phase/reduce results
+  comm_lb   load-balancing strategies' own collectives
+
+Message kinds (plain tuples, first two fields: kind, epoch):
+  INVOKE  (0, ep, cid, flat, method, args, kwargs, origin, hops)  run a handler
+  BCAST   (1, ep, cid, method, args, kwargs)        expands on each rank to INVOKEs of the
+                                                    elements it is home of (routed, so
+                                                    migrated elements get it once)
+  ELEMENT (2, ep, cid, flat, data, buffers, meta)   a migrating element (pickled state)
+  LOC     (3, ep, cid, flat, rank, version)         location update (to home) or hint
+  MIGRATE (4, ep, cid, flat, dest, origin, hops)    ask the element's host to migrate it
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import sys
+import time
+import traceback
+import zlib
+from collections import deque
+
+from ._errors import (AmtError, CollectiveMismatchError, HandlerError, MigrationError,
+                      UnknownHandlerError)
+from ._instrument import HISTORY, LBStats, LoadModel, PhaseStats, imbalance
+from ._messenger import Messenger
+from ._mpi import check_world, mpi
+from ._termination import TerminationDetector
+
+INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
+GID_SHIFT = 40          # global object id = cid << GID_SHIFT | flat
+MAX_HOPS = 10_000       # a routing loop would be a bug: reported, never silent
+
+COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce")
+
+_RUNTIME: Runtime | None = None
+
+
+def get() -> Runtime:
+    global _RUNTIME
+    if _RUNTIME is None:
+        _RUNTIME = Runtime()
+    return _RUNTIME
+
+
+def initialized() -> bool:
+    return _RUNTIME is not None
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def serialise(el) -> tuple[bytes, list, int]:
+    """Pickle an element with protocol 5; large buffers (numpy arrays) stay out-of-band."""
+    bufs: list = []
+    data = pickle.dumps(el, protocol=5, buffer_callback=bufs.append)
+    nbytes = len(data) + sum(b.raw().nbytes for b in bufs)
+    return data, bufs, nbytes
+
+
+def deserialise(data, bufs):
+    bufs = [b if isinstance(b, bytearray) else bytearray(b) for b in bufs]
+    return pickle.loads(data, buffers=bufs)
+
+
+class Runtime:
+    def __init__(self, comm=None):
+        MPI = mpi()
+        check_world(MPI)
+        import numpy as np
+
+        self.np = np
+        self.MPI = MPI
+        base = comm if comm is not None else MPI.COMM_WORLD
+        self.comm_msg = base.Dup()
+        self.comm_td = base.Dup()
+        self.comm_ctl = base.Dup()
+        self.comm_lb = base.Dup()
+        self.rank = base.Get_rank()
+        self.size = base.Get_size()
+        self.messenger = Messenger(MPI, self.comm_msg)
+        self.td = TerminationDetector(MPI, self.comm_td)
+        self.queue: deque = deque()
+        self.colls: dict = {}
+        self.next_cid = 0
+        self.epoch_counter = 0
+        self.epoch_stack: list[int] = [0]
+        self.ctx_epoch: int | None = None     # epoch of the handler running now
+        self.ctx_elem = None                  # (collection, flat) of the handler running now
+        self.phase_id = 0
+        self.op_seq = 0
+        self.broken: str | None = None
+        self.finalized = False
+        self.failed = False
+        self.measure = True
+        self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
+        self.stats = {"handlers": 0, "local_messages": 0, "forwarded": 0, "parked": 0,
+                      "migrations_in": 0, "migrations_out": 0, "hints": 0}
+        self._install_hooks()
+
+    # -- configuration / hooks -----------------------------------------------------------------
+    def configure(self, measure=None, sync_timeout=None, batch_max=None, inband_max=None):
+        if measure is not None:
+            self.measure = bool(measure)
+        if sync_timeout is not None:
+            self.sync_timeout = float(sync_timeout)
+        if batch_max is not None:
+            self.messenger.batch_max = max(1, int(batch_max))
+        if inband_max is not None:
+            self.messenger.inband_max = int(inband_max)
+
+    def _install_hooks(self):
+        previous = sys.excepthook
+
+        def hook(et, ev, tb):
+            self.failed = True
+            try:
+                sys.stderr.write(f"[pilotfish.amt rank {self.rank}/{self.size}] uncaught "
+                                 "exception; aborting all ranks\n")
+                previous(et, ev, tb)
+                sys.stderr.flush()
+            finally:
+                if self.size > 1:
+                    self.MPI.COMM_WORLD.Abort(1)
+
+        sys.excepthook = hook
+        atexit.register(self._atexit)
+
+    def _atexit(self):
+        if self.failed or self.finalized or self.broken:
+            return
+        try:
+            self.finalize()
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            if self.size > 1:
+                self.MPI.COMM_WORLD.Abort(1)
+
+    # -- collections ---------------------------------------------------------------------------
+    def register(self, coll) -> int:
+        cid = self.next_cid
+        self.next_cid += 1
+        self.colls[cid] = coll
+        return cid
+
+    # -- sending -------------------------------------------------------------------------------
+    def current_epoch(self) -> int:
+        return self.ctx_epoch if self.ctx_epoch is not None else self.epoch_stack[-1]
+
+    def send_invoke(self, coll, flat, method, args, kwargs):
+        ep = self.ctx_epoch if self.ctx_epoch is not None else self.epoch_stack[-1]
+        self.td.produced[ep] += 1
+        self._route(coll, flat, (INVOKE, ep, coll.cid, flat, method, args, kwargs, self.rank, 0))
+
+    def send_broadcast(self, coll, method, args, kwargs):
+        ep = self.current_epoch()
+        msg = (BCAST, ep, coll.cid, method, args, kwargs)
+        self.td.produced[ep] += self.size
+        for r in range(self.size):
+            if r == self.rank:
+                self.queue.append(msg)
+            else:
+                self.messenger.post(r, msg)
+
+    def send_migrate(self, coll, flat, dest):
+        ep = self.current_epoch()
+        self.td.produced[ep] += 1
+        self._route(coll, flat, (MIGRATE, ep, coll.cid, flat, dest, self.rank, 0))
+
+    def _route(self, coll, flat, msg):
+        if flat in coll._local:
+            self.queue.append(msg)
+            self.stats["local_messages"] += 1
+            return
+        dest = coll.loc.lookup(flat)
+        if dest == self.rank:
+            coll.loc.parked.setdefault(flat, []).append(msg)
+            self.stats["parked"] += 1
+        else:
+            self.messenger.post(dest, msg)
+
+    def _forward(self, coll, flat, msg):
+        hops = msg[-1] + 1
+        if hops > MAX_HOPS:
+            self.td.errors[msg[1]].append(
+                f"rank {self.rank}: message for {coll.describe(flat)} routed {hops} times "
+                "(location manager loop)")
+            self.td.consumed[msg[1]] += 1
+            return
+        self.stats["forwarded"] += 1
+        coll.loc.forwarded += 1
+        self._route(coll, flat, msg[:-1] + (hops,))
+
+    def _post_loc(self, ep, coll, flat, to_rank, version):
+        self.td.produced[ep] += 1
+        self.messenger.post(to_rank, (LOC, ep, coll.cid, flat, self.rank, version))
+
+    # -- processing ----------------------------------------------------------------------------
+    def _process(self, msg):
+        kind = msg[0]
+        ep = msg[1]
+        coll = self.colls[msg[2]]
+        if kind == INVOKE:
+            flat = msg[3]
+            el = coll._local.get(flat)
+            if el is None:
+                self._forward(coll, flat, msg)
+                return
+            self._invoke(coll, flat, el, msg[4], msg[5], msg[6], ep)
+            if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender
+                self.stats["hints"] += 1
+                self._post_loc(ep, coll, flat, msg[7], coll.loc.version(flat))
+            self.td.consumed[ep] += 1
+        elif kind == BCAST:
+            _, ep, cid, method, args, kwargs = msg
+            for flat in coll.loc.home_range(self.rank):
+                self.td.produced[ep] += 1
+                self._route(coll, flat, (INVOKE, ep, cid, flat, method, args, kwargs,
+                                         self.rank, 0))
+            self.td.consumed[ep] += 1
+        elif kind == ELEMENT:
+            self._arrive(coll, msg)
+            self.td.consumed[ep] += 1
+        elif kind == LOC:
+            flat = msg[3]
+            if flat not in coll._local:
+                coll.loc.learn(flat, msg[4], msg[5])
+            self.td.consumed[ep] += 1
+        elif kind == MIGRATE:
+            flat = msg[3]
+            if flat not in coll._local:
+                self._forward(coll, flat, msg)
+                return
+            dest = msg[4]
+            if dest != self.rank:
+                try:
+                    data, bufs, _ = serialise(coll._local[flat])
+                except Exception as exc:  # noqa: BLE001 - reported at epoch end
+                    self.td.errors[ep].append(
+                        f"rank {self.rank}: cannot migrate {coll.describe(flat)}: state not "
+                        f"serialisable: {type(exc).__name__}: {exc}")
+                else:
+                    self._depart(coll, flat, dest, ep, data, bufs)
+            self.td.consumed[ep] += 1
+        else:  # pragma: no cover
+            raise AmtError(f"unknown message kind {kind}")
+
+    def _invoke(self, coll, flat, el, method, args, kwargs, ep):
+        fn = getattr(el, method, None)
+        if fn is None or not callable(fn):
+            self.td.errors[ep].append(
+                f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}")
+            return
+        prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
+        self.ctx_epoch = ep
+        self.ctx_elem = (coll, flat)
+        t0 = time.perf_counter()
+        try:
+            fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - reported on every rank at epoch end
+            self.td.errors[ep].append(
+                f"rank {self.rank}: {coll.describe(flat)}.{method}() raised:\n"
+                + traceback.format_exc())
+        finally:
+            if self.measure:
+                dt = time.perf_counter() - t0
+                coll._load[flat] = coll._load.get(flat, 0.0) + dt
+            self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
+            self.stats["handlers"] += 1
+
+    def _depart(self, coll, flat, dest, ep, data, bufs):
+        """Send a local element (already serialised) to `dest` in epoch `ep`."""
+        meta = coll._meta.pop(flat)
+        version = meta[0] + 1
+        cur = coll._load.pop(flat, 0.0)
+        syn = coll._synth.pop(flat, 0.0)
+        el = coll._local.pop(flat)
+        coll.loc.learn(flat, dest, version)     # forwarding pointer
+        self.td.produced[ep] += 1
+        self.messenger.post(dest, (ELEMENT, ep, coll.cid, flat, data,
+                                   [pickle.PickleBuffer(b) for b in bufs],
+                                   (version, meta[1], cur, syn)))
+        self.stats["migrations_out"] += 1
+        try:
+            el.on_migrated_out()
+        except Exception:  # noqa: BLE001
+            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}."
+                                      "on_migrated_out() raised:\n" + traceback.format_exc())
+
+    def _arrive(self, coll, msg):
+        _, ep, cid, flat, data, bufs, meta = msg
+        version, hist, cur, syn = meta
+        try:
+            el = deserialise(data, bufs)
+        except Exception:  # noqa: BLE001
+            self.td.errors[ep].append(f"rank {self.rank}: cannot unpickle migrated "
+                                      f"{coll.describe(flat)}:\n" + traceback.format_exc())
+            return
+        el.index = coll._unflat(flat)
+        el._amt_cid = cid
+        el._amt_flat = flat
+        coll._local[flat] = el
+        coll._meta[flat] = [version, hist]
+        if cur:
+            coll._load[flat] = cur
+        if syn:
+            coll._synth[flat] = syn
+        coll.loc.learn(flat, self.rank, version)
+        self.stats["migrations_in"] += 1
+        home = coll.loc.home(flat)
+        if home != self.rank:
+            self._post_loc(ep, coll, flat, home, version)
+        parked = coll.loc.parked.pop(flat, None)
+        if parked:
+            self.queue.extend(parked)
+        try:
+            el.on_migrated_in()
+        except Exception:  # noqa: BLE001
+            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}."
+                                      "on_migrated_in() raised:\n" + traceback.format_exc())
+
+    # -- the scheduler loop --------------------------------------------------------------------
+    def progress(self) -> bool:
+        """One scheduler step: receive, run up to 256 queued handlers, send. True if it did
+        anything."""
+        did = False
+        for _src, batch in self.messenger.poll():
+            self.queue.extend(batch)
+            did = True
+        q = self.queue
+        n = 0
+        while q and n < 256:
+            self._process(q.popleft())
+            n += 1
+        self.messenger.flush()
+        self.messenger.test_sends()
+        return did or n > 0
+
+    def wait_until(self, pred, deadline: float | None = None) -> bool:
+        idle = 0
+        while not pred():
+            if self.progress():
+                idle = 0
+            else:
+                idle += 1
+                if idle > 64:
+                    time.sleep(min(1e-3, 2e-6 * (idle - 64)))
+            if deadline is not None and time.monotonic() > deadline:
+                return pred()
+        return True
+
+    def drain(self):
+        """Run until this rank's queue is empty and its batches are sent (not a global
+        condition: messages may still be in flight towards it)."""
+        self.progress()
+        while self.queue or self.messenger.dirty:
+            self.progress()
+
+    # -- epochs --------------------------------------------------------------------------------
+    def new_epoch(self) -> int:
+        self.epoch_counter += 1
+        return self.epoch_counter
+
+    def open_epoch(self) -> int:
+        if self.ctx_epoch is not None:
+            raise AmtError("amt.epoch() is collective: open it in the main program on every "
+                           "rank, not inside a handler")
+        ep = self.new_epoch()
+        self.epoch_stack.append(ep)
+        return ep
+
+    def close_epoch(self, ep: int, wait: bool = True):
+        if self.epoch_stack[-1] != ep:
+            raise AmtError(f"epoch {ep} closed out of order (open: {self.epoch_stack[1:]})")
+        self.epoch_stack.pop()
+        if wait:
+            self.wait_epoch(ep)
+
+    def wait_epoch(self, ep: int):
+        """Four-counter termination detection for epoch `ep` (collective; see _termination)."""
+        prev = None
+        td = self.td
+        while True:
+            self.drain()
+            req, result, _ = td.wave(ep)
+            self.wait_until(req.Test)
+            p, c, e = (int(x) for x in result)
+            if e:
+                self._raise_handler_errors(ep)
+            if p == c and prev == (p, c):
+                break
+            prev = (p, c)
+        td.forget(ep)
+
+    def _raise_handler_errors(self, ep):
+        mine = list(self.td.errors[ep])
+        self.td.errors[ep].clear()
+        everyone = self.comm_td.allgather(mine)
+        failures = [(r, text) for r, texts in enumerate(everyone) for text in texts]
+        first = failures[0][1] if failures else "?"
+        raise HandlerError(f"{len(failures)} handler failure(s) in epoch {ep}; first: {first}",
+                           failures)
+
+    def _require_top_level(self, what: str):
+        if self.ctx_epoch is not None:
+            raise AmtError(f"amt.{what}() is collective: call it from the main program on "
+                           "every rank, not inside a handler")
+        if len(self.epoch_stack) > 1:
+            raise AmtError(f"amt.{what}() must be called outside `with amt.epoch():` blocks")
+
+    # -- bounded-time collective check ---------------------------------------------------------
+    def sync_check(self, what: str, timeout: float | None = None):
+        """All ranks must enter the same collective: an Iallgather of (collective, sequence)
+        on comm_ctl, served with messages until a deadline. A rank that waits past the deadline
+        raises CollectiveMismatchError instead of hanging; ranks that entered different
+        collectives all raise it at once, naming who called what."""
+        if self.broken:
+            raise CollectiveMismatchError(f"amt.{what}(): the runtime is unusable after an "
+                                          f"earlier collective failure: {self.broken}")
+        np = self.np
+        self.op_seq += 1
+        code = COLLECTIVES.index(what)
+        send = np.array([code, self.op_seq], dtype=np.int64)
+        recv = np.zeros((self.size, 2), dtype=np.int64)
+        req = self.comm_ctl.Iallgather(send, recv)
+        timeout = self.sync_timeout if timeout is None else timeout
+        if not self.wait_until(req.Test, time.monotonic() + timeout):
+            self.broken = (f"rank {self.rank} entered amt.{what}() (collective #{self.op_seq}) "
+                           f"and the other ranks did not enter it within {timeout:g}s")
+            raise CollectiveMismatchError(
+                f"amt.{what}() was called on rank {self.rank} but not on every rank: the "
+                f"others did not call it within {timeout:g}s (collectives must be called by "
+                "all ranks, in the same order; timeout: amt.configure(sync_timeout=...) or "
+                "PILOTFISH_AMT_SYNC_TIMEOUT)")
+        if (recv[:, 0] != code).any() or (recv[:, 1] != self.op_seq).any():
+            calls: dict[str, list[int]] = {}
+            for r, (c, s) in enumerate(recv.tolist()):
+                calls.setdefault(f"amt.{COLLECTIVES[c]}() (collective #{s})", []).append(r)
+            desc = "; ".join(f"ranks {rs} called {name}" for name, rs in calls.items())
+            self.broken = f"mismatched collectives: {desc}"
+            raise CollectiveMismatchError(f"mismatched collective calls: {desc}")
+
+    # -- phases, reductions --------------------------------------------------------------------
+    def quiesce(self):
+        self._require_top_level("quiesce")
+        self.sync_check("quiesce")
+        self.wait_epoch(0)
+
+    def phase(self) -> PhaseStats:
+        self._require_top_level("phase")
+        self.sync_check("phase")
+        self.wait_epoch(0)
+        local = 0.0
+        count = 0
+        for coll in self.colls.values():
+            load, synth, meta = coll._load, coll._synth, coll._meta
+            for flat in coll._local:
+                x = load.get(flat, 0.0) + synth.get(flat, 0.0)
+                hist = meta[flat][1]
+                hist.append(x)
+                if len(hist) > HISTORY:
+                    del hist[0]
+                local += x
+                count += 1
+            load.clear()
+            synth.clear()
+        loads = self.comm_ctl.allgather(local)
+        stats = PhaseStats(phase=self.phase_id, rank_loads=loads, imbalance=imbalance(loads),
+                           max_load=max(loads), mean_load=sum(loads) / len(loads),
+                           elements=count)
+        self.phase_id += 1
+        return stats
+
+    def reduce(self, coll, value, op):
+        self._require_top_level("reduce")
+        self.sync_check("reduce")
+        self.wait_epoch(0)
+        combine = _combiner(op)
+        if callable(value):
+            local = None
+            for el in coll._local.values():
+                v = value(el)
+                local = v if local is None else combine(local, v)
+        else:
+            local = value
+        result = None
+        for v in self.comm_ctl.allgather(local):
+            if v is not None:
+                result = v if result is None else combine(result, v)
+        return result
+
+    def finalize(self):
+        if self.finalized:
+            return
+        self._require_top_level("finalize")
+        self.sync_check("finalize")
+        self.wait_epoch(0)
+        self.wait_until(lambda: not self.messenger.sends_pending())
+        self.finalized = True
+
+    # -- load balancing ------------------------------------------------------------------------
+    def rebalance(self, strategy="greedy", model="last", **options) -> LBStats:
+        from .lb import make_strategy
+
+        self._require_top_level("rebalance")
+        lm = LoadModel(model) if isinstance(model, str) else model
+        strat = make_strategy(strategy, **options)
+        self.sync_check("rebalance")
+        self.wait_epoch(0)
+        np = self.np
+        comm = self.comm_lb
+        ids, loads = [], []
+        for coll in self.colls.values():
+            if not coll.migratable:
+                continue
+            base = coll.cid << GID_SHIFT
+            meta = coll._meta
+            for flat in coll._local:
+                ids.append(base | flat)
+                loads.append(lm.predict(meta[flat][1]))
+        ids = np.array(ids, dtype=np.int64)
+        loads = np.array(loads, dtype=np.float64)
+        homes = np.array([self.colls[g >> GID_SHIFT].loc.home(g & ((1 << GID_SHIFT) - 1))
+                          for g in ids.tolist()], dtype=np.int64)
+        comm.Barrier()
+        t0 = time.perf_counter()
+        dest = strat.run(comm, ids, loads, homes=homes)
+        t_strategy = time.perf_counter() - t0
+        dest = np.asarray(dest, dtype=np.int64)
+        bad = len(dest) != len(ids) or (len(dest) and (dest.min() < 0 or dest.max() >= self.size))
+        if comm.allreduce(int(bool(bad)), op=self.MPI.SUM):
+            raise AmtError(f"load balancer {strat.name!r} returned an invalid placement")
+        before = comm.allgather(float(loads.sum()))
+        contrib = np.bincount(dest, weights=loads, minlength=self.size).astype(np.float64)
+        after = np.zeros(self.size)
+        comm.Allreduce(contrib, after, op=self.MPI.SUM)
+        # serialise every leaving element first: all or nothing
+        t1 = time.perf_counter()
+        moving = np.nonzero(dest != self.rank)[0].tolist()
+        prepared, failures, nbytes = [], [], 0
+        mask = (1 << GID_SHIFT) - 1
+        for k in moving:
+            g = int(ids[k])
+            coll = self.colls[g >> GID_SHIFT]
+            flat = g & mask
+            try:
+                data, bufs, size = serialise(coll._local[flat])
+            except Exception as exc:  # noqa: BLE001
+                failures.append(f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
+                                f"rank {int(dest[k])}: state not serialisable: "
+                                f"{type(exc).__name__}: {exc}")
+                continue
+            prepared.append((coll, flat, int(dest[k]), data, bufs))
+            nbytes += size
+        all_failures = [f for fs in comm.allgather(failures) for f in fs]
+        if all_failures:
+            raise MigrationError(f"rebalance({strat.name!r}) moved nothing: "
+                                 f"{len(all_failures)} element(s) cannot be serialised; "
+                                 f"first: {all_failures[0]}")
+        ep = self.new_epoch()
+        for coll, flat, d, data, bufs in prepared:
+            self._depart(coll, flat, d, ep, data, bufs)
+        self.wait_epoch(ep)
+        t_migrate = time.perf_counter() - t1
+        rows = comm.allgather((len(prepared), nbytes, t_strategy, t_migrate))
+        totals = (sum(r[0] for r in rows), sum(r[1] for r in rows))
+        times = (max(r[2] for r in rows), max(r[3] for r in rows))
+        return LBStats(strategy=strat.name, model=lm.spec, imbalance_before=imbalance(before),
+                       imbalance_after=imbalance(after.tolist()), migrations=int(totals[0]),
+                       migrated_bytes=int(totals[1]), strategy_seconds=times[0],
+                       migrate_seconds=times[1], rank_loads_before=before,
+                       rank_loads_after=after.tolist(), details=getattr(strat, "details", {}))
+
+
+def _combiner(op):
+    import operator
+
+    if callable(op):
+        return op
+    table = {"sum": operator.add, "+": operator.add, "prod": operator.mul, "*": operator.mul,
+             "max": max, "min": min}
+    try:
+        return table[op]
+    except KeyError:
+        raise ValueError(f"unknown reduction op {op!r}: use 'sum', 'prod', 'max', 'min' or a "
+                         "function of two values") from None

@@ -1,0 +1,27 @@
+"""Centralised greedy (Charm++ GreedyLB, vt GreedyLB): objects in decreasing load, each to the
+rank with the least load so far (a min-heap of rank loads). O(n log n + n log P) on rank 0.
+It ignores where objects are, so about (P-1)/P of them migrate; see greedy_refine."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .base import CentralStrategy
+
+
+class GreedyStrategy(CentralStrategy):
+    name = "greedy"
+
+    def assign(self, loads, owner, size):
+        order = np.argsort(-loads, kind="stable")
+        heap = [(0.0, r) for r in range(size)]
+        new = owner.copy()
+        pop, push = heapq.heappop, heapq.heappush
+        lv = loads.tolist()
+        for k in order.tolist():
+            load, r = pop(heap)
+            new[k] = r
+            push(heap, (load + lv[k], r))
+        return new
