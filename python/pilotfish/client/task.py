@@ -116,7 +116,7 @@ class TaskManager:
 
         # All or nothing: every wire spec and journal record is encoded before a task is
         # registered, so a description that cannot cross the wire fails the call, naming it.
-        n_new = len(descs) - sum(1 for r in resumed.values() if r[1] is None)
+        n_new = len(descs) - len(resumed)
         new_uids = iter(session._next_task_uids(n_new))
         uids, to_send = [], []
         for i, d in enumerate(descs):
@@ -131,6 +131,7 @@ class TaskManager:
         for i in to_send:
             if routes[i] is None:
                 routes[i] = self._route(descs[i], i, pilots)
+            _check_outer_paths(descs[i], i, routes[i])  # type: ignore[arg-type]
         by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
@@ -216,7 +217,6 @@ class TaskManager:
             if pilot_uid is None:
                 continue
             t = tasks[i]
-            t._resumed = True  # type: ignore[attr-defined]
             u = r.answers.pop(uid, None)
             if u is None and uid in r.finals:
                 _, _, state, code, sig, reason, when = r.finals[uid]
@@ -524,3 +524,23 @@ def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> D
             return DescriptionError("TaskDescription", "(itself)", d,
                                     f"cannot be sent to the agent: {e}", index=i)
     return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
+
+
+def _check_outer_paths(d: TaskDescription, index: int, pilot: Pilot) -> None:
+    """Absolute paths on the user's side of staging (and output files) may not name the
+    pilot's own files (its events, journal, keys, configuration)."""
+    v = d._values
+    if not (v.get("input_staging") or v.get("output_staging") or isinstance(v.get("stdout"), str)
+            or isinstance(v.get("stderr"), str) or isinstance(v.get("sandbox"), str)):
+        return
+    from .._paths import protected
+
+    checks = [("input_staging", x["source"]) for x in v.get("input_staging", ())]
+    checks += [("output_staging", x["target"]) for x in v.get("output_staging", ())]
+    checks += [(f, v[f]) for f in ("stdout", "stderr", "sandbox") if isinstance(v.get(f), str)]
+    for field, path in checks:
+        full = os.path.abspath(path)
+        if protected(full, pilot.sandbox):
+            raise DescriptionError("TaskDescription", field, path,
+                                   f"names the files of {pilot.uid} itself ({pilot.sandbox})",
+                                   index=index)

@@ -1,0 +1,128 @@
+"""Crash-safe sessions: a killed client or agent resumes without losing or re-running finished
+tasks. Real clients (subprocesses, SIGKILLed), real agents; executions are counted through a
+side effect each task leaves."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import pilotfish as pf
+from pilotfish._events import read_all_events
+
+CLIENT = textwrap.dedent("""
+    import sys, pilotfish as pf
+    path, n, resume, side = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume", sys.argv[4]
+    s = pf.Session(path=path, resume=resume, heartbeat_s=0.5, client_timeout=60)
+    pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="10m"))
+    tm = pf.TaskManager(s)
+    tm.add_pilots(pilot)
+    tasks = tm.submit_tasks([pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", f"sleep 0.05; echo $PILOTFISH_TASK_UID >> {side}"])
+        for _ in range(n)])
+    print("submitted", pilot.uid, flush=True)
+    tm.wait_tasks()
+    print("done", " ".join(t.uid for t in tasks if t.state == "DONE"), flush=True)
+    s.close()
+""")
+
+
+def _client(path, n, mode, side):
+    return subprocess.Popen([sys.executable, "-c", CLIENT, str(path), str(n), mode, str(side)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _runs(side) -> collections.Counter:
+    with open(side) as f:
+        return collections.Counter(line.strip() for line in f if line.strip())
+
+
+def _wait_lines(side, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(side) and sum(_runs(side).values()) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} tasks ran")
+
+
+N = 200
+
+
+def test_killed_client_resumes_on_the_live_agent(tmp_path):
+    path, side = tmp_path / "session", tmp_path / "side"
+    first = _client(path, N, "first", side)
+    assert first.stdout.readline().startswith("submitted pilot.0000")
+    _wait_lines(side, 30)
+    first.kill()  # SIGKILL: no close, no flush
+    first.wait()
+    second = _client(path, N, "resume", side)
+    out, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "submitted pilot.0000", lines  # re-attached, not replaced
+    done = lines[1].split()[1:]
+    assert len(done) == N
+    runs = _runs(side)
+    assert set(runs) == set(done) and all(c == 1 for c in runs.values()), \
+        [u for u, c in runs.items() if c != 1]
+    names = [e[2] for e in read_all_events(path / "client.events")]
+    assert "reattached" in names and "session_resume" in names
+
+
+def test_killed_agent_resumes_on_a_new_pilot_without_rerunning_done_tasks(tmp_path):
+    path, side = tmp_path / "session", tmp_path / "side"
+    first = _client(path, N, "first", side)
+    assert first.stdout.readline().startswith("submitted pilot.0000")
+    _wait_lines(side, 40)
+    agent_pid = json.load(open(path / "pilot.0000" / "pilot.json"))["agent_pid"]
+    os.kill(agent_pid, signal.SIGKILL)
+    out, _ = first.communicate(timeout=120)
+    done_first = out.splitlines()[-1].split()[1:]
+    assert 0 < len(done_first) < N
+    second = _client(path, N, "resume", side)
+    out, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "submitted pilot.0001", lines  # the dead pilot was replaced
+    assert len(lines[1].split()[1:]) == N
+    runs = _runs(side)
+    assert len(runs) == N
+    assert all(runs[u] == 1 for u in done_first)  # acknowledged DONE: never run again
+    # uids never restart: the new pilot ran the old uids, and a new task gets the next one
+    with pf.Session(path=path, resume=True, heartbeat_s=0.5) as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="10m"))
+        tm = pf.TaskManager(s)
+        tm.add_pilots(pilot)
+        old = tm.submit_tasks([pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", f"sleep 0.05; echo $PILOTFISH_TASK_UID >> {side}"])
+            for _ in range(N)])
+        assert all(t.state == pf.DONE for t in old)  # all known: nothing sent anywhere
+        new = tm.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        assert new.uid == f"task.{N:06d}"
+        assert new.wait(timeout=60) == pf.DONE
+    assert sum(_runs(side).values()) == sum(runs.values())
+
+
+def test_resume_refuses_a_different_workload(tmp_path):
+    path = tmp_path / "session"
+    with pf.Session(path=path) as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="1m"))
+        tm = pf.TaskManager(s)
+        tm.add_pilots(pilot)
+        tm.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        tm.wait_tasks(timeout=60)
+    with pf.Session(path=path, resume=True, heartbeat_s=0.5) as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="1m"))
+        tm = pf.TaskManager(s)
+        tm.add_pilots(pilot)
+        with pytest.raises(pf.PilotfishError, match="differs"):
+            tm.submit_tasks(pf.TaskDescription(executable="/bin/false"))
