@@ -35,6 +35,7 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     stderr: bool | str = True
     timeout: float | None = None
     priority: int = 0
+    retries: int = 0
     colocate: str | None = None
     input_staging: tuple[dict[str, str], ...] = ()
     output_staging: tuple[dict[str, str], ...] = ()

@@ -396,6 +396,8 @@ class TaskDescription(_Description):
     stdout, stderr  True: captured into task.stdout/stderr (default); False: discarded; or a path
     timeout      seconds or "90s"/"30m": the task's process group is killed after it
     priority     higher runs first
+    retries      run a FAILED task again up to this many times, after a backoff (0.5 s doubling,
+                 at most 30 s); a task canceled or killed at the pilot's end is not retried
     tags         e.g. {"colocate": "group"}: tasks of one group share a node
     name, metadata  free for the user
     input_staging, output_staging  [{source, target, action: copy|link|move}]
@@ -419,6 +421,7 @@ class TaskDescription(_Description):
         "stderr": (True, _output),
         "timeout": (None, _opt(_duration)),
         "priority": (0, _int(-(2**31), 2**31 - 1)),
+        "retries": (0, _int(0, 100)),
         "tags": (dict, _tags),
         "name": (None, _opt(_str)),
         "metadata": (None, _metadata),

@@ -148,3 +148,18 @@ def _marked(sandbox: str, uid: str) -> bool:
         if all(w in env for w in want):
             return True
     return False
+
+
+def test_retries_with_backoff(pilot_env, tmp_path):
+    _, _, tmgr = pilot_env
+    marker = tmp_path / "m"
+    flaky = tmgr.submit_tasks(pf.TaskDescription(  # fails its first attempt only
+        executable="/bin/sh", arguments=["-c", f"[ -e {marker} ] || {{ touch {marker}; exit 3; }}"],
+        retries=3))
+    hopeless = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/false", retries=2))
+    assert flaky.wait(timeout=60) == pf.DONE
+    assert hopeless.wait(timeout=60) == pf.FAILED and hopeless.exit_code == 1
+    assert [s for s, _ in flaky.history].count("retry") == 1
+    assert [s for s, _ in hopeless.history].count("retry") == 2
+    retry_times = [t for s, t in hopeless.history if s in ("retry", pf.FAILED)]
+    assert retry_times[2] - retry_times[1] >= 0.9  # backoff doubled: 0.5 s, then 1 s

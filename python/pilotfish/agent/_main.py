@@ -421,7 +421,24 @@ class Agent:
                 state = S.DONE
             else:
                 state = S.FAILED
+            if state == S.FAILED and t.attempt < t.spec.retries and self.stopping is None \
+                    and (t.kill_reason is None or t.kill_reason[1].startswith("timed out")):
+                self._retry(t, now)
+                continue
             self._final(t, state, now, ran=True)
+
+    def _retry(self, t: AgentTask, now: float) -> None:
+        """Run a failed task again after a backoff (0.5 s doubling, at most 30 s). The client
+        sees a `retry` sub-event with the reason, never a FAILED it would have to take back."""
+        why = t.reason or (f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}")
+        t.attempt += 1
+        delay = min(30.0, 0.5 * 2 ** (t.attempt - 1))
+        detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
+        self.events.record(t.spec.uid, "retry", detail, now)
+        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=detail))
+        t.reset_for_retry()
+        t.taken = True  # out of the queue until its backoff ends (a cancel finalizes it)
+        self._timer(now + delay, "retry", t)
 
     def _release(self, tasks: list[AgentTask]) -> None:
         """Give the tasks' slots back to the placer (once per task)."""
@@ -501,6 +518,13 @@ class Agent:
         to_term = []
         while timers and timers[0][0] <= now:
             _, _, kind, t = heapq.heappop(timers)
+            if kind == "retry":
+                if t.final_state is None and self.stopping is None:
+                    t.taken = False
+                    t.seq = self._seq  # a new arrival: behind what waits already
+                    self._seq += 1
+                    self.scheduler.add([t])
+                continue
             if t.final_state is not None or not t.running:
                 continue
             if kind == "timeout" and t.kill_reason is None:

@@ -23,7 +23,7 @@ class AgentTask:
 
     __slots__ = ("spec", "seq", "key", "canceled", "taken", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch")
+                 "lm", "launch", "attempt")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -44,6 +44,16 @@ class AgentTask:
         self.final_state: str | None = None
         self.lm: Any = None  # its launch method, once built
         self.launch: LaunchRecord | None = None  # only for supervised launch methods
+        self.attempt = 0  # retries done so far
+
+    def reset_for_retry(self) -> None:
+        """Back to waiting, as if it just arrived (its key is free again in the placer)."""
+        self.canceled = self.taken = self.released = False
+        self.slots = None
+        self.procs = []
+        self.running = 0
+        self.exit_code = self.signal = self.reason = self.kill_reason = None
+        self.launch = None
 
 
 class TaskRunner:

@@ -482,7 +482,7 @@ def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
         cores_per_rank=v.get("cores_per_rank", 1), gpus_per_rank=v.get("gpus_per_rank", 0),
         mem_per_rank=v.get("mem_per_rank", 0), launcher=v.get("launcher"),
         stdout=v.get("stdout", True), stderr=v.get("stderr", True), timeout=v.get("timeout"),
-        priority=v.get("priority", 0), colocate=(v.get("tags") or {}).get("colocate"),
+        priority=v.get("priority", 0), retries=v.get("retries", 0), colocate=(v.get("tags") or {}).get("colocate"),
         input_staging=_outer_absolute(v.get("input_staging"), "source"),
         output_staging=_outer_absolute(v.get("output_staging"), "target"))
 
