@@ -87,11 +87,15 @@ def validate(workload: str) -> None:
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, only the summary.")
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after the run.")
+@click.option("--resume", "resume", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Continue the session in this directory: re-attach to its pilot if its agent "
+                   "is alive (else start a new one) and run only what did not finish.")
 def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
-        make_report: bool) -> None:
+        make_report: bool, resume: str | None) -> None:
     """Run WORKLOAD (YAML): a pilot and groups of tasks.
 
     Exits 0 when every task is DONE, 1 when any failed or was canceled, 2 on bad input.
+    A run that was killed (or whose pilot died) goes on with --resume SESSION_DIR.
     """
     from . import states as S
     from .client import PilotManager, Session, TaskManager
@@ -100,7 +104,13 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     w = _load_workload(workload)
     path = os.path.join(sessions, time.strftime("pf.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}") if sessions else None
     t0 = time.time()
-    with Session(path=path) as session:
+    from ._errors import PilotfishError
+
+    try:
+        session = Session(path=resume, resume=True) if resume else Session(path=path)
+    except PilotfishError as e:
+        raise BadInput(str(e)) from None
+    with session:
         pmgr = PilotManager(session)
         pilot = pmgr.submit_pilots(w.pilot)
         tmgr = TaskManager(session)
@@ -108,7 +118,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         descs = [d for _, group in w.groups for d in group]
         try:
             tasks = tmgr.submit_tasks(descs)
-        except ValueError as e:
+        except (ValueError, PilotfishError) as e:
             raise BadInput(str(e)) from None
         if quiet:
             tmgr.wait_tasks(timeout=timeout)
