@@ -119,6 +119,14 @@ def _number_text(kind: str, field: str, whole: Any, item: Any) -> str | None:
 
 
 def _str_list(kind: str, field: str, v: Any) -> list[str]:
+    if type(v) is list:  # the common case, checked in C: every item an ASCII str, no NUL
+        try:
+            joined = "".join(v)
+        except TypeError:  # some item is not a str: the loop below says which
+            pass
+        else:
+            if joined.isascii() and "\0" not in joined and all(type(a) is str for a in v):
+                return v[:]
     if isinstance(v, (str, bytes, bytearray, dict)) or not isinstance(v, Iterable):
         raise _fail(kind, field, v, "must be a list of strings")
     out = []
@@ -140,9 +148,11 @@ def _env(kind: str, field: str, v: Any) -> dict[str, str]:
         raise _fail(kind, field, v, "must be a dict of str -> str")
     out = {}
     for k, val in v.items():
-        if not isinstance(k, str) or not k or "=" in k:
+        if not isinstance(k, str):
             raise _fail(kind, field, v, f"bad variable name {show(k, 60)}")
         k = _text(kind, field, v, k, "variable name ")
+        if not k or "=" in k:
+            raise _fail(kind, field, v, f"bad variable name {show(k, 60)}")
         if isinstance(val, str):
             out[k] = _text(kind, field, v, val, f"value of {show(k, 60)}: ")
             continue
@@ -170,9 +180,10 @@ def _output(kind: str, field: str, v: Any) -> bool | str:
     # one in the task sandbox, which it may not leave)
     if isinstance(v, bool):
         return v
-    if isinstance(v, str) and v.strip():
+    if isinstance(v, str):
         v = _text(kind, field, v, v)
-        return v if v.startswith("/") else sandbox_relative(kind, field, v, v)
+        if v.strip():
+            return v if v.startswith("/") else sandbox_relative(kind, field, v, v)
     raise _fail(kind, field, v, "must be True (capture), False (discard) or a file path")
 
 
@@ -240,7 +251,8 @@ def _staging(kind: str, field: str, v: Any) -> list[dict[str, str]]:
             item = {"source": item}
         if not isinstance(item, dict) or not isinstance(item.get("source"), str):
             raise _fail(kind, field, v, f"item {show(item, 80)} needs a 'source' path")
-        unknown = [k for k in item if k not in ("source", "target", "action")]
+        # (type first: `in` would call a key's own __eq__)
+        unknown = [k for k in item if not (type(k) is str and k in ("source", "target", "action"))]
         if unknown:
             raise _fail(kind, field, v, f"item has unknown keys {show(unknown, 80)}")
         action = item.get("action", "copy")
@@ -378,8 +390,8 @@ class _Description:
         return f"{self._kind}({shown})"
 
 
-_CONTAINER_FIELDS = ("arguments", "environment", "pre_exec", "post_exec", "tags",
-                     "input_staging", "output_staging", "metadata")
+_CONTAINER_FIELDS = frozenset(("arguments", "environment", "pre_exec", "post_exec", "tags",
+                               "input_staging", "output_staging", "metadata"))
 
 
 class TaskDescription(_Description):
@@ -437,11 +449,10 @@ class TaskDescription(_Description):
         values = self._values
         if values.get("executable") is None:
             raise DescriptionError(self._kind, "executable", None, "is required")
-        if len(values) > 1:
-            fields = self._fields
-            for name in _CONTAINER_FIELDS:
-                if name in values:
-                    values[name] = fields[name][1](self._kind, name, values[name])
+        fields = self._fields
+        for name, value in values.items():
+            if name in _CONTAINER_FIELDS:  # (replacing a value keeps the dict's size: safe)
+                values[name] = fields[name][1](self._kind, name, value)
 
     @property
     def cores(self) -> int:
@@ -493,7 +504,7 @@ class PilotDescription(_Description):
         self.check_complete()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        old = self._values.get(name, _MISSING)
+        old = self._values.get(name, _MISSING) if type(name) is str else _MISSING
         super().__setattr__(name, value)
         try:
             self.check_complete()
