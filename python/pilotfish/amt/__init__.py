@@ -34,9 +34,17 @@ from ._instrument import LBStats, LoadModel, PhaseStats, imbalance
 __all__ = [
     "AmtError", "CollectiveMismatchError", "Collection", "Element", "ElementProxy",
     "HandlerError", "IndexOutOfRangeError", "LBStats", "LoadModel", "MigrationError",
-    "PhaseStats", "UnknownHandlerError", "configure", "epoch", "finalize", "imbalance",
+    "PhaseStats", "UnknownHandlerError", "configure", "epoch", "finalize", "imbalance", "mpi",
     "phase", "progress", "quiesce", "rank", "rebalance", "run", "size", "stats", "strategies",
 ]
+
+
+def mpi():
+    """The mpi4py.MPI module, loaded for the MPI that launched this process (see _mpi.py):
+    import MPI through this (or import pilotfish.amt first) when both MPICH and Open MPI are
+    installed in one environment."""
+    from ._mpi import mpi as _mpi
+    return _mpi()
 
 
 def rank() -> int:
@@ -143,5 +151,5 @@ def run(main, *args, **kwargs):
         sys.stderr.flush()
         sys.stdout.flush()
         if rt.size > 1:
-            rt.MPI.COMM_WORLD.Abort(1)
+            rt.abort(1)
         raise

@@ -217,6 +217,11 @@ class Collection:
     def __len__(self) -> int:
         return self.n
 
+    def destroy(self) -> None:
+        """Collective: wait for all top-level messages, then drop this collection's elements
+        on every rank (it may no longer be messaged; its elements are no longer balanced)."""
+        self._rt.destroy(self)
+
     def __repr__(self) -> str:
         return (f"<amt.Collection {self.name!r} shape={self.shape} "
                 f"local={len(self._local)} on rank {self._rt.rank}>")

@@ -39,7 +39,8 @@ INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
 GID_SHIFT = 40          # global object id = cid << GID_SHIFT | flat
 MAX_HOPS = 10_000       # a routing loop would be a bug: reported, never silent
 
-COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce")
+COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce",
+               "destroy")
 
 _RUNTIME: Runtime | None = None
 
@@ -133,7 +134,7 @@ class Runtime:
                 sys.stderr.flush()
             finally:
                 if self.size > 1:
-                    self.MPI.COMM_WORLD.Abort(1)
+                    self.abort(1)
 
         sys.excepthook = hook
         atexit.register(self._atexit)
@@ -147,7 +148,17 @@ class Runtime:
             traceback.print_exc()
             sys.stderr.flush()
             if self.size > 1:
-                self.MPI.COMM_WORLD.Abort(1)
+                self.abort(1)
+
+    def abort(self, code: int = 1):
+        """MPI_Abort the whole job (some MPI_Abort implementations return: then exit)."""
+        self.failed = True
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.MPI.COMM_WORLD.Abort(code)
+        finally:
+            os._exit(code)
 
     # -- collections ---------------------------------------------------------------------------
     def register(self, coll) -> int:
@@ -501,6 +512,17 @@ class Runtime:
             if v is not None:
                 result = v if result is None else combine(result, v)
         return result
+
+    def destroy(self, coll):
+        self._require_top_level("destroy")
+        self.sync_check("destroy")
+        self.wait_epoch(0)
+        self.colls.pop(coll.cid, None)
+        coll._local.clear()
+        coll._meta.clear()
+        coll._load.clear()
+        coll._synth.clear()
+        coll.loc.where.clear()
 
     def finalize(self):
         if self.finalized:

@@ -1,0 +1,424 @@
+"""A 2-D particle-in-cell particle move, three ways from one code base (after the EMPIRE/DARMA
+study): bulk-synchronous MPI, pilotfish.amt without load balancing, pilotfish.amt with a
+load-balancing strategy.
+
+Domain: the periodic unit square, cut into bx x by mesh blocks; `factor` blocks per rank
+(overdecomposition). Particles: a dense blob (`--blob` of them, Gaussian) held by a harmonic
+trap whose centre drifts along y, plus a uniform, fast background. The blob starts in the left
+half of the domain, which the static block decomposition gives to rank 0: a strongly
+non-uniform load that shifts over time (blocks gain and lose the blob as it drifts).
+
+One iteration = push + move:
+  push   real compute on each block's particles (numpy): `--sub` sub-cycles of a field gather
+         (trap force + a wave field, trigonometric) and a leapfrog update; it yields each
+         particle's displacement for the step
+  move   particles travel along their displacement through the blocks; a particle that reaches a
+         block face goes to the neighbour block with the rest of its displacement, which
+         continues it (fast particles cross several blocks: CFL > 1).
+  MPI    micro-iterations: every rank tracks what it holds, exchanges the particles that left
+         (alltoall), then an Allreduce of the number of particles sent decides whether another
+         micro-iteration is needed -- the bulk-synchronous pattern of EMPIRE's MPI move.
+  amt    each block is an amt.Element; arriving particles are an active message
+         (`receive(ids, data)`, numpy arrays out-of-band) whose handler tracks them and sends
+         on whatever leaves; `with amt.epoch():` ends the move by termination detection.
+         amt + LB: every iteration closes a phase (handler times per block), every `--lb-every`
+         iterations `amt.rebalance(strategy)` migrates blocks (with their particles).
+
+    mpiexec -n 2 python examples/pic/pic.py --versions mpi,amt,amt+greedy --factors 1,8
+    mpiexec -n 2 python examples/pic/pic.py --check       # conservation checks, small problem
+
+Per-particle arithmetic is elementwise and identical in every version, so the versions give
+the same particles at the same places (up to the last bits of vectorised transcendental
+functions) and particle ids are conserved exactly: --check verifies both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from pilotfish import amt
+except ImportError:  # running from a checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    from pilotfish import amt
+
+from pilotfish.amt._location import block_bounds
+
+COLS = 7
+X, Y, VX, VY, Q, DX, DY = range(COLS)
+TWO_PI = 2.0 * math.pi
+
+
+@dataclass
+class Params:
+    particles: int = 200_000
+    blob: float = 0.96          # fraction of particles in the trapped blob
+    sigma: float = 0.07         # blob width
+    cx: float = 0.25            # trap centre x (left half: rank 0's side of the domain)
+    cy: float = 0.30            # trap centre y at t = 0
+    drift: float = 0.012        # trap centre drift along y per unit time
+    k: float = 0.1              # trap stiffness (period ~ 20 steps)
+    vth: float = 0.02           # blob thermal speed
+    vbg: float = 0.15           # background speed (CFL > 1 on fine grids)
+    eps: float = 0.002          # wave field amplitude
+    sub: int = 6                # push sub-cycles per step (the compute knob)
+    dt: float = 1.0
+    seed: int = 2019
+
+    def centre(self, t: float) -> tuple[float, float]:
+        return self.cx, (self.cy + self.drift * t) % 1.0
+
+
+def grid_dims(nblocks: int) -> tuple[int, int]:
+    """bx x by = nblocks, as square as powers of two allow (bx >= by)."""
+    bx = 2 ** math.ceil(math.log2(nblocks) / 2) if nblocks > 1 else 1
+    while nblocks % bx:
+        bx //= 2
+    return bx, nblocks // bx
+
+
+def initial_particles(p: Params) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(p.seed)
+    n = p.particles
+    nb = int(round(n * p.blob))
+    d = np.zeros((n, COLS))
+    cx, cy = p.centre(0.0)
+    d[:nb, X] = (cx + rng.normal(0, p.sigma, nb)) % 1.0
+    d[:nb, Y] = (cy + rng.normal(0, p.sigma, nb)) % 1.0
+    d[:nb, VX] = rng.normal(0, p.vth, nb)
+    d[:nb, VY] = rng.normal(0, p.vth, nb) + p.drift
+    d[:nb, Q] = 1.0
+    d[nb:, X] = rng.random(n - nb)
+    d[nb:, Y] = rng.random(n - nb)
+    ang = rng.random(n - nb) * TWO_PI
+    d[nb:, VX] = p.vbg * np.cos(ang)
+    d[nb:, VY] = p.vbg * np.sin(ang)
+    return np.arange(n, dtype=np.int64), d
+
+
+class BlockState:
+    """One mesh block's particles and the push/track kernels (shared by all versions)."""
+
+    def __init__(self, ix: int, iy: int, bx: int, by: int, p: Params):
+        self.ix, self.iy, self.bx, self.by, self.p = ix, iy, bx, by, p
+        self.x0, self.x1 = ix / bx, (ix + 1) / bx
+        self.y0, self.y1 = iy / by, (iy + 1) / by
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.data = np.zeros((0, COLS))
+        self.settled_ids: list[np.ndarray] = []
+        self.settled: list[np.ndarray] = []
+
+    def load(self, ids: np.ndarray, data: np.ndarray) -> None:
+        ix = np.minimum((data[:, X] * self.bx).astype(np.int64), self.bx - 1)
+        iy = np.minimum((data[:, Y] * self.by).astype(np.int64), self.by - 1)
+        mine = (ix == self.ix) & (iy == self.iy)
+        self.settled_ids = [ids[mine]]
+        self.settled = [data[mine].copy()]
+
+    def count(self) -> int:
+        return sum(len(a) for a in self.settled_ids)
+
+    def begin_step(self) -> None:
+        self.ids = np.concatenate(self.settled_ids) if self.settled_ids else self.ids[:0]
+        self.data = np.concatenate(self.settled) if self.settled else self.data[:0]
+        self.settled_ids, self.settled = [], []
+
+    def push(self, t: float) -> None:
+        """The compute: sub-cycled field gather + leapfrog; leaves the step's displacement in
+        DX, DY (positions are updated by the move)."""
+        d = self.data
+        if not len(d):
+            return
+        p = self.p
+        x, y = d[:, X].copy(), d[:, Y].copy()
+        vx, vy, q = d[:, VX].copy(), d[:, VY].copy(), d[:, Q]
+        h = p.dt / p.sub
+        kq = -p.k * q
+        for s in range(p.sub):
+            ts = t + s * h
+            cx, cy = p.centre(ts)
+            rx = x - cx
+            rx -= np.round(rx)
+            ry = y - cy
+            ry -= np.round(ry)
+            ax = kq * rx + p.eps * np.sin(TWO_PI * (3.0 * y + 0.05 * ts)) * np.cos(TWO_PI * 2.0 * x)
+            ay = kq * ry + p.eps * np.cos(TWO_PI * (3.0 * x - 0.05 * ts)) * np.sin(TWO_PI * 2.0 * y)
+            vx += h * ax
+            vy += h * ay
+            x += h * vx
+            y += h * vy
+        d[:, VX] = vx
+        d[:, VY] = vy
+        d[:, DX] = x - d[:, X]
+        d[:, DY] = y - d[:, Y]
+
+    def neighbour(self, dx: int, dy: int) -> tuple[int, int]:
+        return (self.ix + dx) % self.bx, (self.iy + dy) % self.by
+
+    def track(self, ids: np.ndarray, d: np.ndarray) -> list[tuple[tuple[int, int], np.ndarray,
+                                                                  np.ndarray]]:
+        """Move particles through this block; keep those that stop here, return the rest
+        grouped by the neighbour they enter: [(block, ids, data)]."""
+        if not len(d):
+            return []
+        x, y, dx, dy = d[:, X], d[:, Y], d[:, DX], d[:, DY]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tx = np.where(dx > 0, (self.x1 - x) / dx, np.where(dx < 0, (self.x0 - x) / dx, np.inf))
+            ty = np.where(dy > 0, (self.y1 - y) / dy, np.where(dy < 0, (self.y0 - y) / dy, np.inf))
+        t = np.maximum(np.minimum(tx, ty), 0.0)
+        stay = t >= 1.0
+        if stay.any():
+            s = d[stay]
+            s[:, X] = np.clip(s[:, X] + s[:, DX], self.x0, self.x1)
+            s[:, Y] = np.clip(s[:, Y] + s[:, DY], self.y0, self.y1)
+            s[:, DX] = 0.0
+            s[:, DY] = 0.0
+            self.settled.append(s)
+            self.settled_ids.append(ids[stay])
+        go = ~stay
+        if not go.any():
+            return []
+        g = d[go]
+        gi = ids[go]
+        tg = t[go]
+        xfirst = tx[go] <= ty[go]
+        g[:, X] += tg * g[:, DX]
+        g[:, Y] += tg * g[:, DY]
+        g[:, DX] *= 1.0 - tg
+        g[:, DY] *= 1.0 - tg
+        out = []
+        for mask, face, axis, lo, hi, step in (
+                (xfirst & (g[:, DX] > 0), self.x1, X, self.y0, self.y1, (1, 0)),
+                (xfirst & (g[:, DX] <= 0), self.x0, X, self.y0, self.y1, (-1, 0)),
+                (~xfirst & (g[:, DY] > 0), self.y1, Y, self.x0, self.x1, (0, 1)),
+                (~xfirst & (g[:, DY] <= 0), self.y0, Y, self.x0, self.x1, (0, -1))):
+            if not mask.any():
+                continue
+            m = g[mask]
+            other = Y if axis == X else X
+            m[:, axis] = face
+            if step[axis == Y] == 1 and face == 1.0:
+                m[:, axis] = 0.0                      # periodic wrap
+            elif step[axis == Y] == -1 and face == 0.0:
+                m[:, axis] = 1.0
+            m[:, other] = np.clip(m[:, other], lo, hi)
+            out.append((self.neighbour(*step), gi[mask], m))
+        return out
+
+
+# -- amt version ------------------------------------------------------------------------------
+
+class PicBlock(amt.Element):
+    def __init__(self, bx: int, by: int, p: Params):
+        self.s = BlockState(self.index[0], self.index[1], bx, by, p)
+
+    def step(self, t: float):
+        s = self.s
+        s.begin_step()
+        s.push(t)
+        self._send(s.track(s.ids, s.data))
+
+    def receive(self, ids, data):
+        self._send(self.s.track(ids, data))
+
+    def _send(self, out):
+        coll = self.collection
+        for nbr, ids, data in out:
+            coll[nbr].receive(ids, data)
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+def _owner_table(bx, by, size):
+    bounds = block_bounds(bx * by, size)
+    return {(f // by, f % by): r for r in range(size) for f in range(bounds[r], bounds[r + 1])}
+
+
+def run_version(version: str, factor: int, p: Params, iters: int, lb_every: int = 5,
+                model: str = "last", warmup: int = 2, check: bool = False) -> dict:
+    MPI = amt.mpi()
+    comm = MPI.COMM_WORLD
+    rank, size = amt.rank(), amt.size()
+    bx, by = grid_dims(factor * size)
+    ids, data = initial_particles(p)
+    strategy = version.split("+", 1)[1] if "+" in version else None
+    times, imb, lb_times, lb_stats, counts = [], [], [], [], []
+    if version == "mpi":
+        owner = _owner_table(bx, by, size)
+        blocks = {b: BlockState(b[0], b[1], bx, by, p) for b, r in owner.items() if r == rank}
+        for b in blocks.values():
+            b.load(ids, data)
+        micro = []
+        for it in range(iters):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            busy = 0.0
+            c0 = time.perf_counter()
+            pending = []
+            for b in blocks.values():
+                b.begin_step()
+                b.push(float(it))
+                pending += b.track(b.ids, b.data)
+            busy += time.perf_counter() - c0
+            n_micro = 0
+            while comm.allreduce(sum(len(i) for _, i, _ in pending)):    # EMPIRE's all-reduce
+                n_micro += 1
+                sends = [[] for _ in range(size)]
+                inbox = []
+                for blk, i, d in pending:
+                    r = owner[blk]
+                    (inbox if r == rank else sends[r]).append((blk, i, d))
+                for lst in comm.alltoall(sends):
+                    inbox += lst
+                c0 = time.perf_counter()
+                pending = []
+                for blk, i, d in inbox:
+                    pending += blocks[blk].track(i, d)
+                busy += time.perf_counter() - c0
+            comm.Barrier()
+            times.append(time.perf_counter() - t0)
+            loads = comm.allgather(busy)
+            imb.append(amt.imbalance(loads))
+            micro.append(n_micro)
+            if check:
+                counts.append(comm.allreduce(sum(b.count() for b in blocks.values())))
+        holders = list(blocks.values())
+        extra = {"micro_iterations": micro}
+    else:
+        coll = amt.Collection(PicBlock, (bx, by), args=(bx, by, p), name=f"pic-{version}")
+        for e in coll.local_elements():
+            e.s.load(ids, data)
+        amt.phase()
+        for it in range(iters):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            with amt.epoch():
+                for i in coll.local_indices():
+                    coll[i].step(float(it))
+            comm.Barrier()
+            times.append(time.perf_counter() - t0)
+            ph = amt.phase()
+            imb.append(ph.imbalance)
+            if check:
+                counts.append(comm.allreduce(sum(e.s.count() for e in coll.local_elements())))
+            if strategy and (it == 0 or (it + 1) % lb_every == 0) and it < iters - 1:
+                comm.Barrier()
+                t1 = time.perf_counter()
+                st = amt.rebalance(strategy=strategy, model=model)
+                lb_times.append(time.perf_counter() - t1)
+                lb_stats.append({"iteration": it, "before": st.imbalance_before,
+                                 "after": st.imbalance_after, "migrations": st.migrations,
+                                 "bytes": st.migrated_bytes,
+                                 "strategy_s": st.strategy_seconds})
+                if check:
+                    counts.append(comm.allreduce(sum(e.s.count()
+                                                     for e in coll.local_elements())))
+        holders = [e.s for e in coll.local_elements()]
+        extra = {}
+    result = {"version": version, "factor": factor, "blocks": [bx, by], "ranks": size,
+              "iter_s": times, "imbalance": imb, "lb_s": lb_times, "lb": lb_stats,
+              "counts": counts, **extra}
+    if check:
+        result.update(_final_state(comm, holders, p.particles))
+    if version != "mpi":
+        coll.destroy()
+    return result
+
+
+def _final_state(comm, holders, n) -> dict:
+    ids = [i for h in holders for i in h.settled_ids]
+    dat = [d for h in holders for d in h.settled]
+    ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    dat = np.concatenate(dat)[:, [X, Y, VX, VY]] if dat else np.zeros((0, 4))
+    parts = comm.gather((ids, dat), root=0)
+    if comm.Get_rank() != 0:
+        return {}
+    all_ids = np.concatenate([a for a, _ in parts])
+    all_dat = np.concatenate([b for _, b in parts])
+    order = np.argsort(all_ids, kind="stable")
+    all_ids, all_dat = all_ids[order], all_dat[order]
+    return {"ids_exact": bool(len(all_ids) == n and (all_ids == np.arange(n)).all()),
+            "state_sha": hashlib.sha256(np.round(all_dat, 9).tobytes()).hexdigest()[:16],
+            "state": all_dat}
+
+
+def summarise(res: dict, warmup: int) -> dict:
+    it = res["iter_s"][warmup:] or res["iter_s"]
+    im = res["imbalance"][warmup:] or res["imbalance"]
+    total = sum(res["iter_s"][warmup:]) + sum(res["lb_s"][1:])
+    n = max(1, len(res["iter_s"][warmup:]))
+    return {"version": res["version"], "factor": res["factor"],
+            "median_iter_s": float(np.median(it)), "mean_iter_s": float(np.mean(it)),
+            "with_lb_iter_s": total / n, "mean_imbalance": float(np.mean(im)),
+            "max_imbalance": float(np.max(im)), "lb_calls": len(res["lb_s"]),
+            "lb_mean_s": float(np.mean(res["lb_s"])) if res["lb_s"] else 0.0,
+            "lb_after": [round(x["after"], 3) for x in res["lb"]],
+            "migrations": sum(x["migrations"] for x in res["lb"])}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--versions", default="mpi,amt,amt+greedy,amt+greedy_refine,"
+                    "amt+hierarchical,amt+tempered")
+    ap.add_argument("--factors", default="8", help="blocks per rank, e.g. 1,2,4,8,16")
+    ap.add_argument("--particles", type=int, default=Params.particles)
+    ap.add_argument("--sub", type=int, default=Params.sub)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--lb-every", type=int, default=5)
+    ap.add_argument("--model", default="last")
+    ap.add_argument("--repeat", type=int, default=1, help="run the version list this often, "
+                    "alternating its order (noise)")
+    ap.add_argument("--check", action="store_true", help="small problem, conservation checks")
+    ap.add_argument("--json", help="write all results (rank 0) to this file")
+    a = ap.parse_args(argv)
+    if a.check:
+        a.particles, a.iters, a.sub, a.lb_every = min(a.particles, 20_000), min(a.iters, 8), 1, 2
+    p = Params(particles=a.particles, sub=a.sub)
+    versions = a.versions.split(",")
+    factors = [int(f) for f in a.factors.split(",")]
+    rank = amt.rank()
+    out = []
+    for factor in factors:
+        for rep in range(a.repeat):
+            for v in (versions if rep % 2 == 0 else versions[::-1]):
+                res = run_version(v, factor, p, a.iters, a.lb_every, a.model, a.warmup,
+                                  a.check)
+                if rank == 0:
+                    s = summarise(res, a.warmup)
+                    line = (f"{v:22s} f={factor:<3d} iter {s['median_iter_s'] * 1e3:8.1f} ms "
+                            f"(+LB {s['with_lb_iter_s'] * 1e3:7.1f}) imbalance "
+                            f"{s['mean_imbalance']:.2f}")
+                    if a.check:
+                        ok = all(c == p.particles for c in res["counts"]) and res["ids_exact"]
+                        line += f" conserved={ok} sha={res['state_sha']}"
+                        res["conserved"] = ok
+                    print(line, flush=True)
+                    out.append({"summary": s, **{k: v for k, v in res.items() if k != "state"},
+                                "params": asdict(p)})
+                    if a.check:
+                        out[-1]["state_max"] = res["state"]
+    if rank == 0 and a.check:
+        ref = out[0]["state_max"]
+        worst = max(float(np.abs(o["state_max"] - ref).max()) for o in out)
+        ok = all(o["conserved"] for o in out)
+        print(f"CHECK conserved={ok} max_state_difference={worst:.3g}", flush=True)
+        for o in out:
+            o.pop("state_max")
+        if not ok or worst > 1e-6:
+            raise SystemExit(f"conservation check failed: conserved={ok} diff={worst}")
+    if rank == 0 and a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    amt.run(main)
