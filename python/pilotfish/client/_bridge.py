@@ -93,6 +93,7 @@ class Bridge:
         self._queue: collections.deque = collections.deque()  # (pilot_uid, payload, on_sent)
         self._outbox: dict[str, list] = collections.defaultdict(list)
         self._connected: set[str] = set()
+        self._hello_seen: set[str] = set()
         self._handlers: dict[str, Callable[[object], None]] = {}
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="pilotfish-bridge", daemon=True)
@@ -247,12 +248,13 @@ class Bridge:
             log.exception("undecodable frame from %s", pilot_uid)
             return
         if isinstance(msg, _wire.Heartbeat):
-            if pilot_uid not in self._connected and pilot_uid in self._handlers:
-                pass  # an agent we did not hear say hello (a resumed session): handler decides
-            else:
+            if pilot_uid in self._hello_seen or pilot_uid not in self._handlers:
                 return
+            # an agent that has not said hello to this client (a resumed session re-attaching):
+            # its handler decides (asks it to resync, until it answers)
         if isinstance(msg, _wire.Hello):
             self._connected.add(pilot_uid)
+            self._hello_seen.add(pilot_uid)
         handler = self._handlers.get(pilot_uid)
         if handler is not None:
             try:

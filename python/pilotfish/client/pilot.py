@@ -284,8 +284,9 @@ class PilotManager:
 
     def _on_message(self, pilot: Pilot, msg) -> None:  # IO thread
         if isinstance(msg, _wire.Heartbeat):  # (only before a hello: a re-attaching agent)
-            if pilot._resync is not None and not getattr(pilot, "_resync_sent", False):
-                pilot._resync_sent = True  # type: ignore[attr-defined]
+            if pilot._resync is not None and not pilot._resynced.is_set():
+                # asked again on every beat until answered: a first request can be lost
+                # while the agent's connection to the new client is still settling
                 self.session._bridge.mark_connected(pilot.uid)
                 self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))
             return
