@@ -163,6 +163,11 @@ VALID_PILOT = {
     "name": clean_text,
 }
 
+# fields added later are fuzzed too: small numbers and garbage until they get their own entry
+for _fields, _valid in ((TASK_FIELDS, VALID_TASK), (PILOT_FIELDS, VALID_PILOT)):
+    for _name in _fields:
+        _valid.setdefault(_name, st.one_of(st.integers(-2, 200), st.booleans(), clean_text))
+
 
 def _near_miss(name: str) -> st.SearchStrategy[str]:
     """The field's name, misspelled: a letter dropped, doubled, swapped, or case changed."""
