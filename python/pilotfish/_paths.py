@@ -97,8 +97,10 @@ def protected(path: str, pilot_sandbox: str, *, ancestors: bool = False) -> bool
     The path is judged as written, with its parents resolved, and fully resolved: any of the
     three naming the pilot's files is enough. ancestors=True also protects the directories
     above the pilot sandbox (for directory copies, which would read or overwrite the
-    pilot's files through them).
+    pilot's files through them). ValueError if path is not a clean string (NUL, surrogates).
     """
+    if not isinstance(path, str) or not path or clean_text(path) is not None:
+        raise ValueError(f"{_show(path)} is not a path")
     sandbox = os.path.realpath(pilot_sandbox)
     sandbox_lexical = os.path.normpath(os.path.abspath(pilot_sandbox))
     full = path if os.path.isabs(path) else os.path.join(sandbox, path)

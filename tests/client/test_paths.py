@@ -144,6 +144,12 @@ def test_elsewhere_is_not_protected(pilot_sandbox, tmp_path):
     assert not protected(str(pilot_sandbox.parent), str(pilot_sandbox))
 
 
+@pytest.mark.parametrize("path", ["", "a\0b", "\ud800", None, 5])
+def test_protected_refuses_what_is_not_a_path(pilot_sandbox, path):
+    with pytest.raises(ValueError):
+        protected(path, str(pilot_sandbox))
+
+
 def test_protected_ancestors_on_request(pilot_sandbox):
     assert protected(str(pilot_sandbox.parent), str(pilot_sandbox), ancestors=True)
     assert protected("/", str(pilot_sandbox), ancestors=True)
