@@ -22,6 +22,21 @@ from pilotfish._util import parse_duration
     ({"launcher": "qsub"}, "launcher", "must be one of"),
     ({"tags": {"colocate": ""}}, "tags", "colocate"),
     ({"input_staging": [{"target": "x"}]}, "input_staging", "source"),
+    # limits the agent's placer can represent; each error says the limit
+    ({"ranks": 2**26 + 1}, "ranks", "<= 67108864"),
+    ({"cores_per_rank": 65537}, "cores_per_rank", "<= 65536"),
+    ({"gpus_per_rank": 65}, "gpus_per_rank", "<= 64"),
+    ({"mem_per_rank": 2**40}, "mem_per_rank", "<= 4294967295 MiB"),
+    ({"timeout": "3651d"}, "timeout", "at most 10 years"),
+    ({"timeout": float("nan")}, "timeout", "finite"),
+    # text that cannot cross a boundary (UTF-8, C strings)
+    ({"arguments": ["a", "\ud800"]}, "arguments", "UTF-8"),
+    ({"name": "\ud800"}, "name", "UTF-8"),
+    ({"environment": {"A": "\udc80"}}, "environment", "UTF-8"),
+    ({"metadata": {"x": object()}}, "metadata", "msgpack"),
+    ({"metadata": 2**64}, "metadata", "msgpack"),
+    ({"tags": {"x": [float("inf")]}}, "tags", "finite"),
+    ({"output_staging": [{"source": "../f", "target": "/tmp/f"}]}, "output_staging", "leaves the task sandbox"),
 ])
 def test_task_description_rejects(kwargs, field, why):
     with pytest.raises(pf.DescriptionError) as info:
@@ -40,12 +55,48 @@ def test_task_description_rejects(kwargs, field, why):
     ({"runtime": -1}, "runtime", "> 0"),
     ({"resource": "cloud"}, "resource", "must be one of"),
     ({"nodez": 3}, "nodez", "did you mean 'nodes'"),
+    ({"nodes": 10**12}, "nodes", "<= 1000000"),
+    ({"cores_per_node": 2**40}, "cores_per_node", "<= 65536"),
+    ({"gpus_per_node": 100}, "gpus_per_node", "<= 64"),
+    ({"mem_per_node": 2**32}, "mem_per_node", "<= 4294967295"),
+    ({"nodes": 100_000, "cores_per_node": 65_536}, "nodes", "<= 1073741824"),
+    ({"runtime": 1e12}, "runtime", "at most 10 years"),
+    ({"launcher_options": {"srun": {"mpi": "\0"}}}, "launcher_options", "NUL"),
+    ({"queue": "\ud800"}, "queue", "UTF-8"),
 ])
 def test_pilot_description_rejects(kwargs, field, why):
     with pytest.raises(pf.DescriptionError) as info:
         pf.PilotDescription(**kwargs)
     assert info.value.field == field
     assert why in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, field, why", [
+    ({"timeout": 10**400}, "timeout", "too large"),
+    ({"arguments": [10**5000]}, "arguments", "too long"),
+    ({"ranks": 10**5000}, "ranks", "<= 67108864"),
+    ({"executable": "/bin/\0x"}, "executable", "NUL"),
+])
+def test_values_that_repr_cannot_show_or_exec_cannot_take(kwargs, field, why):
+    with pytest.raises(pf.DescriptionError) as info:
+        pf.TaskDescription(**kwargs)
+    assert info.value.field == field and why in str(info.value)
+    assert "bits>" in str(info.value) or "\\x00" in str(info.value)  # huge ints named by size
+
+
+def test_from_dict_with_non_str_keys():
+    with pytest.raises(pf.DescriptionError) as info:
+        pf.TaskDescription({"executable": "/bin/true", 3: "x"})
+    assert "field names must be strings" in str(info.value)
+
+
+def test_error_messages_are_printable_and_short():
+    for kwargs in ({"ranks": 10**5000}, {"name": "\ud800" * 10_000}, {"bogus\ud800": 1}):
+        with pytest.raises(pf.DescriptionError) as info:
+            pf.TaskDescription(**kwargs)
+        text = str(info.value)
+        text.encode("utf-8")
+        assert len(text) < 600
 
 
 def test_durations():
@@ -56,6 +107,9 @@ def test_durations():
     assert parse_duration("01:30:00") == 5400
     assert parse_duration("1-00:00:00") == 86400
     assert parse_duration("500ms") == 0.5
+    for bad in (10**400, "9" * 5000 + ":00", float("inf"), "soon", True):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
 
 
 def test_missing_executable_field_rejected_at_submit(emulated):
