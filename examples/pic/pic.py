@@ -243,95 +243,143 @@ def _owner_table(bx, by, size):
     return {(f // by, f % by): r for r in range(size) for f in range(bounds[r], bounds[r + 1])}
 
 
-def run_version(version: str, factor: int, p: Params, iters: int, lb_every: int = 5,
-                model: str = "last", warmup: int = 2, check: bool = False) -> dict:
-    MPI = amt.mpi()
-    comm = MPI.COMM_WORLD
-    rank, size = amt.rank(), amt.size()
-    bx, by = grid_dims(factor * size)
-    ids, data = initial_particles(p)
-    strategy = version.split("+", 1)[1] if "+" in version else None
-    times, imb, lb_times, lb_stats, counts = [], [], [], [], []
-    if version == "mpi":
-        owner = _owner_table(bx, by, size)
-        blocks = {b: BlockState(b[0], b[1], bx, by, p) for b, r in owner.items() if r == rank}
-        for b in blocks.values():
+class MpiVersion:
+    """Bulk-synchronous: static blocks, alltoall exchange + Allreduce per micro-iteration."""
+
+    def __init__(self, factor, p, ids, data):
+        self.name, self.factor, self.strategy = "mpi", factor, None
+        self.MPI = amt.mpi()
+        self.comm = self.MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        bx, by = grid_dims(factor * self.size)
+        self.grid = (bx, by)
+        self.owner = _owner_table(bx, by, self.size)
+        self.blocks = {b: BlockState(b[0], b[1], bx, by, p)
+                       for b, r in self.owner.items() if r == self.rank}
+        for b in self.blocks.values():
             b.load(ids, data)
-        micro = []
-        for it in range(iters):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            busy = 0.0
+        self.times, self.imb, self.micro, self.lb, self.lb_s = [], [], [], [], []
+
+    def move(self, it):
+        comm, size, rank, owner, blocks = self.comm, self.size, self.rank, self.owner, self.blocks
+        comm.Barrier()
+        t0 = time.perf_counter()
+        pending = []
+        for b in blocks.values():
+            b.begin_step()
+            b.push(float(it))
+            pending += b.track(b.ids, b.data)
+        busy = time.perf_counter() - t0
+        n_micro = 0
+        while comm.allreduce(sum(len(i) for _, i, _ in pending)):    # EMPIRE's all-reduce
+            n_micro += 1
+            sends = [[] for _ in range(size)]
+            inbox = []
+            for blk, i, d in pending:
+                r = owner[blk]
+                (inbox if r == rank else sends[r]).append((blk, i, d))
+            for lst in comm.alltoall(sends):
+                inbox += lst
             c0 = time.perf_counter()
             pending = []
-            for b in blocks.values():
-                b.begin_step()
-                b.push(float(it))
-                pending += b.track(b.ids, b.data)
+            for blk, i, d in inbox:
+                pending += blocks[blk].track(i, d)
             busy += time.perf_counter() - c0
-            n_micro = 0
-            while comm.allreduce(sum(len(i) for _, i, _ in pending)):    # EMPIRE's all-reduce
-                n_micro += 1
-                sends = [[] for _ in range(size)]
-                inbox = []
-                for blk, i, d in pending:
-                    r = owner[blk]
-                    (inbox if r == rank else sends[r]).append((blk, i, d))
-                for lst in comm.alltoall(sends):
-                    inbox += lst
-                c0 = time.perf_counter()
-                pending = []
-                for blk, i, d in inbox:
-                    pending += blocks[blk].track(i, d)
-                busy += time.perf_counter() - c0
-            comm.Barrier()
-            times.append(time.perf_counter() - t0)
-            loads = comm.allgather(busy)
-            imb.append(amt.imbalance(loads))
-            micro.append(n_micro)
-            if check:
-                counts.append(comm.allreduce(sum(b.count() for b in blocks.values())))
-        holders = list(blocks.values())
-        extra = {"micro_iterations": micro}
-    else:
-        coll = amt.Collection(PicBlock, (bx, by), args=(bx, by, p), name=f"pic-{version}")
-        for e in coll.local_elements():
+        comm.Barrier()
+        self.times.append(time.perf_counter() - t0)
+        self.imb.append(amt.imbalance(comm.allgather(busy)))
+        self.micro.append(n_micro)
+
+    def after_phase(self, ph, it, iters):
+        pass
+
+    def holders(self):
+        return list(self.blocks.values())
+
+    def count(self):
+        return self.comm.allreduce(sum(b.count() for b in self.blocks.values()))
+
+    def close(self):
+        pass
+
+
+class AmtVersion:
+    """Overdecomposed amt collection; the move ends by termination detection; optional LB."""
+
+    def __init__(self, name, factor, p, ids, data, model="last", lb_every=5):
+        self.name, self.factor = name, factor
+        self.strategy = name.split("+", 1)[1] if "+" in name else None
+        self.model, self.lb_every = model, lb_every
+        self.comm = amt.mpi().COMM_WORLD
+        bx, by = grid_dims(factor * amt.size())
+        self.grid = (bx, by)
+        self.coll = amt.Collection(PicBlock, (bx, by), args=(bx, by, p),
+                                   name=f"pic-{name}-{factor}")
+        for e in self.coll.local_elements():
             e.s.load(ids, data)
-        amt.phase()
-        for it in range(iters):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            with amt.epoch():
-                for i in coll.local_indices():
-                    coll[i].step(float(it))
-            comm.Barrier()
-            times.append(time.perf_counter() - t0)
-            ph = amt.phase()
-            imb.append(ph.imbalance)
+        self.times, self.imb, self.micro, self.lb, self.lb_s = [], [], [], [], []
+
+    def move(self, it):
+        coll, comm = self.coll, self.comm
+        comm.Barrier()
+        t0 = time.perf_counter()
+        with amt.epoch():
+            for i in coll.local_indices():
+                coll[i].step(float(it))
+        comm.Barrier()
+        self.times.append(time.perf_counter() - t0)
+
+    def after_phase(self, ph, it, iters):
+        self.imb.append(ph.imbalance_of(self.coll.name))
+        if self.strategy and (it == 0 or (it + 1) % self.lb_every == 0) and it < iters - 1:
+            self.comm.Barrier()
+            t1 = time.perf_counter()
+            st = amt.rebalance(strategy=self.strategy, model=self.model,
+                               collections=[self.coll])
+            self.lb_s.append(time.perf_counter() - t1)
+            self.lb.append({"iteration": it, "before": st.imbalance_before,
+                            "after": st.imbalance_after, "migrations": st.migrations,
+                            "bytes": st.migrated_bytes, "strategy_s": st.strategy_seconds})
+
+    def holders(self):
+        return [e.s for e in self.coll.local_elements()]
+
+    def count(self):
+        return self.comm.allreduce(sum(e.s.count() for e in self.coll.local_elements()))
+
+    def close(self):
+        self.coll.destroy()
+
+
+def run_versions(names, factor: int, p: Params, iters: int, lb_every: int = 5,
+                 model: str = "last", check: bool = False) -> list[dict]:
+    """All versions side by side: each iteration runs every version's move in turn (order
+    alternating), so machine noise hits them alike; then one amt phase closes, and versions
+    with a strategy rebalance their own collection."""
+    ids, data = initial_particles(p)
+    vs = [MpiVersion(factor, p, ids, data) if n == "mpi" else
+          AmtVersion(n, factor, p, ids, data, model, lb_every) for n in names]
+    amt.phase()
+    counts = {v.name: [] for v in vs}
+    for it in range(iters):
+        for v in (vs if it % 2 == 0 else vs[::-1]):
+            v.move(it)
+        ph = amt.phase()
+        for v in vs:
+            v.after_phase(ph, it, iters)
             if check:
-                counts.append(comm.allreduce(sum(e.s.count() for e in coll.local_elements())))
-            if strategy and (it == 0 or (it + 1) % lb_every == 0) and it < iters - 1:
-                comm.Barrier()
-                t1 = time.perf_counter()
-                st = amt.rebalance(strategy=strategy, model=model)
-                lb_times.append(time.perf_counter() - t1)
-                lb_stats.append({"iteration": it, "before": st.imbalance_before,
-                                 "after": st.imbalance_after, "migrations": st.migrations,
-                                 "bytes": st.migrated_bytes,
-                                 "strategy_s": st.strategy_seconds})
-                if check:
-                    counts.append(comm.allreduce(sum(e.s.count()
-                                                     for e in coll.local_elements())))
-        holders = [e.s for e in coll.local_elements()]
-        extra = {}
-    result = {"version": version, "factor": factor, "blocks": [bx, by], "ranks": size,
-              "iter_s": times, "imbalance": imb, "lb_s": lb_times, "lb": lb_stats,
-              "counts": counts, **extra}
-    if check:
-        result.update(_final_state(comm, holders, p.particles))
-    if version != "mpi":
-        coll.destroy()
-    return result
+                counts[v.name].append(v.count())
+    comm = amt.mpi().COMM_WORLD
+    out = []
+    for v in vs:
+        res = {"version": v.name, "factor": factor, "blocks": list(v.grid),
+               "ranks": comm.Get_size(), "iter_s": v.times, "imbalance": v.imb,
+               "lb_s": v.lb_s, "lb": v.lb, "counts": counts[v.name], "micro": v.micro}
+        if check:
+            res.update(_final_state(comm, v.holders(), p.particles))
+        v.close()
+        out.append(res)
+    return out
 
 
 def _final_state(comm, holders, n) -> dict:
@@ -376,37 +424,38 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--lb-every", type=int, default=5)
     ap.add_argument("--model", default="last")
-    ap.add_argument("--repeat", type=int, default=1, help="run the version list this often, "
-                    "alternating its order (noise)")
+    ap.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                    help="what amt measures as a block's load (amt.configure(clock=))")
+    ap.add_argument("--idle", default="spin", choices=("spin", "sleep"),
+                    help="amt's idle policy; 'spin' waits like MPI does (fair comparison)")
     ap.add_argument("--check", action="store_true", help="small problem, conservation checks")
     ap.add_argument("--json", help="write all results (rank 0) to this file")
     a = ap.parse_args(argv)
     if a.check:
         a.particles, a.iters, a.sub, a.lb_every = min(a.particles, 20_000), min(a.iters, 8), 1, 2
     p = Params(particles=a.particles, sub=a.sub)
+    amt.configure(clock=a.clock, idle=a.idle)
     versions = a.versions.split(",")
     factors = [int(f) for f in a.factors.split(",")]
     rank = amt.rank()
     out = []
     for factor in factors:
-        for rep in range(a.repeat):
-            for v in (versions if rep % 2 == 0 else versions[::-1]):
-                res = run_version(v, factor, p, a.iters, a.lb_every, a.model, a.warmup,
-                                  a.check)
-                if rank == 0:
-                    s = summarise(res, a.warmup)
-                    line = (f"{v:22s} f={factor:<3d} iter {s['median_iter_s'] * 1e3:8.1f} ms "
-                            f"(+LB {s['with_lb_iter_s'] * 1e3:7.1f}) imbalance "
-                            f"{s['mean_imbalance']:.2f}")
-                    if a.check:
-                        ok = all(c == p.particles for c in res["counts"]) and res["ids_exact"]
-                        line += f" conserved={ok} sha={res['state_sha']}"
-                        res["conserved"] = ok
-                    print(line, flush=True)
-                    out.append({"summary": s, **{k: v for k, v in res.items() if k != "state"},
-                                "params": asdict(p)})
-                    if a.check:
-                        out[-1]["state_max"] = res["state"]
+        for res in run_versions(versions, factor, p, a.iters, a.lb_every, a.model, a.check):
+            if rank != 0:
+                continue
+            s = summarise(res, a.warmup)
+            line = (f"{res['version']:22s} f={factor:<3d} iter {s['median_iter_s'] * 1e3:8.1f} ms"
+                    f" (+LB {s['with_lb_iter_s'] * 1e3:7.1f}) imbalance "
+                    f"{s['mean_imbalance']:.2f}")
+            if a.check:
+                ok = all(c == p.particles for c in res["counts"]) and res["ids_exact"]
+                line += f" conserved={ok} sha={res['state_sha']}"
+                res["conserved"] = ok
+            print(line, flush=True)
+            out.append({"summary": s, **{k: v for k, v in res.items() if k != "state"},
+                        "params": asdict(p)})
+            if a.check:
+                out[-1]["state_max"] = res["state"]
     if rank == 0 and a.check:
         ref = out[0]["state_max"]
         worst = max(float(np.abs(o["state_max"] - ref).max()) for o in out)

@@ -58,7 +58,8 @@ def size() -> int:
 
 
 def configure(measure: bool | None = None, sync_timeout: float | None = None,
-              batch_max: int | None = None, inband_max: int | None = None) -> None:
+              batch_max: int | None = None, inband_max: int | None = None,
+              clock: str | None = None, idle: str | None = None) -> None:
     """Runtime settings (local to this rank; set them the same everywhere).
 
     measure       time handlers as element load (default True); False: only add_load() counts
@@ -66,9 +67,13 @@ def configure(measure: bool | None = None, sync_timeout: float | None = None,
                   CollectiveMismatchError (default 120, env PILOTFISH_AMT_SYNC_TIMEOUT)
     batch_max     messages per destination batch before it is sent (default 512)
     inband_max    buffers smaller than this many bytes are pickled in-band (default 8192)
+    clock         'wall' (default, time.perf_counter) or 'cpu' (time.thread_time: the
+                  handler's own CPU time, blind to other processes on a shared machine)
+    idle          'sleep' (default: back off up to 1 ms when there is nothing to do -- good
+                  when ranks share cores) or 'spin' (poll continuously, like MPI's own waits)
     """
     _runtime.get().configure(measure=measure, sync_timeout=sync_timeout, batch_max=batch_max,
-                             inband_max=inband_max)
+                             inband_max=inband_max, clock=clock, idle=idle)
 
 
 class epoch:
@@ -104,12 +109,15 @@ def phase() -> PhaseStats:
     return _runtime.get().phase()
 
 
-def rebalance(strategy: str = "greedy", model: str = "last", **options) -> LBStats:
+def rebalance(strategy: str = "greedy", model: str = "last", collections=None,
+              **options) -> LBStats:
     """Collective: predict each element's load with `model` ('last', 'median:N', 'mean:N')
     from the closed phases, place elements with `strategy` ('greedy', 'greedy_refine',
     'hierarchical', 'tempered', or 'home' to send all back home) and migrate them.
+    collections: only these collections' elements (default: every migratable collection).
     Options go to the strategy (see docs/amt.md). Returns LBStats."""
-    return _runtime.get().rebalance(strategy=strategy, model=model, **options)
+    return _runtime.get().rebalance(strategy=strategy, model=model, collections=collections,
+                                    **options)
 
 
 def finalize() -> None:

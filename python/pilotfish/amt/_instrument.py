@@ -72,6 +72,11 @@ class PhaseStats:
     max_load: float
     mean_load: float
     elements: int                       # elements on this rank
+    collections: dict = field(default_factory=dict)   # collection name -> per-rank loads
+
+    def imbalance_of(self, name: str) -> float:
+        """max/mean of one collection's per-rank loads in this phase."""
+        return imbalance(self.collections.get(name, []))
 
 
 @dataclass

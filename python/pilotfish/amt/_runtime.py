@@ -106,15 +106,27 @@ class Runtime:
         self.finalized = False
         self.failed = False
         self.measure = True
+        self.clock = time.perf_counter         # handler timing: wall clock by default
+        self.idle_sleep = True                 # back off with short sleeps when idle
         self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
         self.stats = {"handlers": 0, "local_messages": 0, "forwarded": 0, "parked": 0,
                       "migrations_in": 0, "migrations_out": 0, "hints": 0}
         self._install_hooks()
 
     # -- configuration / hooks -----------------------------------------------------------------
-    def configure(self, measure=None, sync_timeout=None, batch_max=None, inband_max=None):
+    def configure(self, measure=None, sync_timeout=None, batch_max=None, inband_max=None,
+                  clock=None, idle=None):
         if measure is not None:
             self.measure = bool(measure)
+        if clock is not None:
+            clocks = {"wall": time.perf_counter, "cpu": time.thread_time}
+            if clock not in clocks:
+                raise ValueError(f"amt.configure(clock={clock!r}): use 'wall' or 'cpu'")
+            self.clock = clocks[clock]
+        if idle is not None:
+            if idle not in ("sleep", "spin"):
+                raise ValueError(f"amt.configure(idle={idle!r}): use 'sleep' or 'spin'")
+            self.idle_sleep = idle == "sleep"
         if sync_timeout is not None:
             self.sync_timeout = float(sync_timeout)
         if batch_max is not None:
@@ -278,16 +290,17 @@ class Runtime:
         prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
         self.ctx_epoch = ep
         self.ctx_elem = (coll, flat)
-        t0 = time.perf_counter()
+        clock = self.clock
+        t0 = clock()
         try:
             fn(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - reported on every rank at epoch end
+        except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
             self.td.errors[ep].append(
-                f"rank {self.rank}: {coll.describe(flat)}.{method}() raised:\n"
-                + traceback.format_exc())
+                f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
+                f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
         finally:
             if self.measure:
-                dt = time.perf_counter() - t0
+                dt = clock() - t0
                 coll._load[flat] = coll._load.get(flat, 0.0) + dt
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
             self.stats["handlers"] += 1
@@ -367,7 +380,7 @@ class Runtime:
                 idle = 0
             else:
                 idle += 1
-                if idle > 64:
+                if idle > 64 and self.idle_sleep:
                     time.sleep(min(1e-3, 2e-6 * (idle - 64)))
             if deadline is not None and time.monotonic() > deadline:
                 return pred()
@@ -476,22 +489,28 @@ class Runtime:
         self.wait_epoch(0)
         local = 0.0
         count = 0
+        per_coll = {}
         for coll in self.colls.values():
             load, synth, meta = coll._load, coll._synth, coll._meta
+            mine = 0.0
             for flat in coll._local:
                 x = load.get(flat, 0.0) + synth.get(flat, 0.0)
                 hist = meta[flat][1]
                 hist.append(x)
                 if len(hist) > HISTORY:
                     del hist[0]
-                local += x
+                mine += x
                 count += 1
             load.clear()
             synth.clear()
-        loads = self.comm_ctl.allgather(local)
+            local += mine
+            per_coll[coll.name] = per_coll.get(coll.name, 0.0) + mine
+        rows = self.comm_ctl.allgather((local, per_coll))
+        loads = [row[0] for row in rows]
+        by_coll = {name: [row[1].get(name, 0.0) for row in rows] for name in per_coll}
         stats = PhaseStats(phase=self.phase_id, rank_loads=loads, imbalance=imbalance(loads),
                            max_load=max(loads), mean_load=sum(loads) / len(loads),
-                           elements=count)
+                           elements=count, collections=by_coll)
         self.phase_id += 1
         return stats
 
@@ -534,7 +553,8 @@ class Runtime:
         self.finalized = True
 
     # -- load balancing ------------------------------------------------------------------------
-    def rebalance(self, strategy="greedy", model="last", **options) -> LBStats:
+    def rebalance(self, strategy="greedy", model="last", collections=None,
+                  **options) -> LBStats:
         from .lb import make_strategy
 
         self._require_top_level("rebalance")
@@ -545,8 +565,9 @@ class Runtime:
         np = self.np
         comm = self.comm_lb
         ids, loads = [], []
+        chosen = None if collections is None else {c.cid for c in collections}
         for coll in self.colls.values():
-            if not coll.migratable:
+            if not coll.migratable or (chosen is not None and coll.cid not in chosen):
                 continue
             base = coll.cid << GID_SHIFT
             meta = coll._meta

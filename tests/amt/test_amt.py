@@ -1,0 +1,74 @@
+"""pilotfish.amt under real MPI: each test runs a program from tests/amt/progs (or the PIC
+mini-app) with MPICH's mpiexec on 2-4 ranks, bounded by a SIGKILL timeout. No timing
+assertions: load balancing is checked on deterministic synthetic loads."""
+
+from __future__ import annotations
+
+import pytest
+from amt_helpers import REPO, mpirun
+
+pytestmark = pytest.mark.mpi
+
+
+def test_messages_epochs_and_bad_input_on_2_ranks():
+    r = mpirun("basic.py", 2)
+    assert r.out.count("OK basic") == 2, r
+    assert r.out.count("MPICH") == 2, r            # mpi4py runs on the launcher's MPI
+    assert "has no handler 'no_such_handler'" in r.out and "Cell[3]" in r.out
+    assert "outside collection 'Grid' of shape (4, 3)" in r.out
+    assert r.out.count(": HandlerError:") == 2, r
+    assert "Cell[2] of collection 'Cell'.boom() raised ValueError: boom from 2" in r.out, r
+
+
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_termination_on_random_recursive_workload(ranks):
+    r = mpirun("termination.py", ranks)
+    assert r.out.count("OK termination") == ranks, r
+
+
+def test_messages_to_migrating_elements_all_delivered():
+    r = mpirun("migration.py", 3)
+    assert r.out.count("OK migration") == 3, r
+    assert "forwarded messages" in r.out
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_each_strategy_balances_synthetic_imbalance(ranks):
+    r = mpirun("lb.py", ranks)
+    assert r.out.count("OK lb") == ranks, r
+    for name in ("greedy", "greedy_refine", "hierarchical", "tempered"):
+        assert f"{name}: before" in r.out, r
+
+
+def test_tempered_and_hierarchical_on_4_ranks():
+    r = mpirun("lb.py", 4, "tempered", "hierarchical")
+    assert r.out.count("OK lb") == 4, r
+
+
+def test_unserialisable_element_is_reported_and_nothing_moves():
+    r = mpirun("bad.py", 2, "serialise")
+    assert r.out.count("OK serialise") == 2, r
+    assert r.out.count("MigrationError") == 2 and "Thing[1]" in r.out
+    r = mpirun("bad.py", 2, "async")
+    assert r.out.count("OK async") == 2, r
+
+
+def test_rebalance_on_some_ranks_is_reported_not_a_hang():
+    r = mpirun("bad.py", 2, "mismatch")
+    assert r.out.count("OK mismatch") == 2, r
+    assert "ranks [0] called amt.rebalance()" in r.out and "ranks [1] called amt.phase()" in r.out
+    r = mpirun("bad.py", 2, "timeout", "2", expect_rc=None, timeout=40)
+    assert r.rc != 0 and "OK timeout detected" in r.out, r
+    assert "amt.rebalance() was called on rank 0 but not on every rank" in r.out
+
+
+def test_pic_conserves_particles_through_moves_and_migrations():
+    r = mpirun(REPO / "examples/pic/pic.py", 2, "--check", "--factors", "1,4", timeout=90)
+    assert "CHECK conserved=True" in r.out, r
+    assert r.out.count("conserved=True") == 13, r
+
+
+def test_pic_on_3_ranks_with_lb():
+    r = mpirun(REPO / "examples/pic/pic.py", 3, "--check", "--factors", "2",
+               "--versions", "mpi,amt+tempered,amt+greedy_refine", timeout=90)
+    assert "CHECK conserved=True" in r.out, r
