@@ -61,7 +61,7 @@ TWO_PI = 2.0 * math.pi
 @dataclass
 class Params:
     particles: int = 200_000
-    blob: float = 0.96          # fraction of particles in the trapped blob
+    blob: float = 0.98          # fraction of particles in the trapped blob
     sigma: float = 0.07         # blob width
     cx: float = 0.25            # trap centre x (left half: rank 0's side of the domain)
     cy: float = 0.30            # trap centre y at t = 0
@@ -420,6 +420,7 @@ def main(argv=None):
     ap.add_argument("--factors", default="8", help="blocks per rank, e.g. 1,2,4,8,16")
     ap.add_argument("--particles", type=int, default=Params.particles)
     ap.add_argument("--sub", type=int, default=Params.sub)
+    ap.add_argument("--blob", type=float, default=Params.blob)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--lb-every", type=int, default=5)
@@ -433,7 +434,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.check:
         a.particles, a.iters, a.sub, a.lb_every = min(a.particles, 20_000), min(a.iters, 8), 1, 2
-    p = Params(particles=a.particles, sub=a.sub)
+    p = Params(particles=a.particles, sub=a.sub, blob=a.blob)
     amt.configure(clock=a.clock, idle=a.idle)
     versions = a.versions.split(",")
     factors = [int(f) for f in a.factors.split(",")]

@@ -28,6 +28,8 @@ where the best iteration put it. Deterministic for a given `seed`.
 from __future__ import annotations
 
 import math
+import random
+from bisect import bisect_right
 from collections import defaultdict
 
 import numpy as np
@@ -70,20 +72,25 @@ class TemperedStrategy(Strategy):
                 items.insert(0, items.pop(first))
         return [gid for gid, _ in items]
 
-    def _weights(self, cand: dict, my: float, mean: float) -> tuple[list, np.ndarray]:
+    def _weights(self, cand: dict, my: float, mean: float) -> tuple[list, list]:
         ranks = sorted(cand)
-        lv = np.array([cand[r] for r in ranks])
+        lv = [cand[r] for r in ranks]
         cmf = self.opts["cmf"]
         if cmf == "original":
-            w = 1.0 - lv / mean
+            norm = mean
         elif cmf == "normbymax":
-            w = 1.0 - lv / max(mean, float(lv.max()))
+            norm = max(mean, max(lv))
         else:
-            w = 1.0 - lv / my
-        w = np.clip(w, 0.0, None)
-        if w.sum() <= 0:
-            w = np.ones_like(lv)
-        return ranks, np.cumsum(w / w.sum())
+            norm = my
+        w = [max(0.0, 1.0 - x / norm) for x in lv]
+        total = sum(w)
+        if total <= 0:
+            w, total = [1.0] * len(lv), float(len(lv))
+        acc, cum = 0.0, []
+        for x in w:
+            acc += x / total
+            cum.append(acc)
+        return ranks, cum
 
     def _accept(self, my: float, l_dst: float, l_obj: float, mean: float) -> bool:
         if self.opts["criterion"] == "modified":
@@ -112,34 +119,41 @@ class TemperedStrategy(Strategy):
         for trial in range(int(self.opts["trials"])):
             hold = dict(initial)
             for it in range(int(self.opts["iterations"])):
-                rng = np.random.default_rng([seed, trial, it, rank])
+                prng = random.Random(f"{seed}-{trial}-{it}-{rank}")
                 my = sum(v[0] for v in hold.values())
                 # 1. inform
                 known = {rank: my} if my < thr * mean else {}
                 for _ in range(int(rounds)):
                     msgs = [None] * size
                     if known:
-                        for p in rng.choice(others, size=fanout, replace=False).tolist():
-                            msgs[p] = dict(known)
+                        for peer in prng.sample(others, fanout):
+                            msgs[peer] = dict(known)
                     for m in comm.alltoall(msgs):
                         if m:
                             known.update(m)
                 # 2. transfer
                 out = defaultdict(list)
                 cand = {r: x for r, x in known.items() if r != rank and x < mean}
+                modified = self.opts["criterion"] == "modified"
                 if my > thr * mean and cand:
+                    cmf = None
                     for gid in self._order(hold, my, mean):
                         if my <= mean or not cand:
                             break
                         l_obj = hold[gid][0]
-                        ranks, cmf = self._weights(cand, my, mean)
-                        dst = ranks[min(int(np.searchsorted(cmf, rng.random())), len(ranks) - 1)]
+                        # no known rank could accept it: skip without drawing
+                        if l_obj >= (my if modified else mean) - min(cand.values()):
+                            continue
+                        if cmf is None:
+                            ranks, cmf = self._weights(cand, my, mean)
+                        dst = ranks[min(bisect_right(cmf, prng.random()), len(ranks) - 1)]
                         if self._accept(my, cand[dst], l_obj, mean):
                             out[dst].append((gid, hold.pop(gid)))
                             my -= l_obj
                             cand[dst] += l_obj
                             if cand[dst] >= mean:
                                 del cand[dst]
+                            cmf = None
                 # 3. hand over (ids and loads only)
                 for lst in comm.alltoall([out.get(r, []) for r in range(size)]):
                     for gid, v in lst:
