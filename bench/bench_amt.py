@@ -51,8 +51,6 @@ def find_mpiexec() -> str:
 def env() -> dict:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join(filter(None, [e.get("PYTHONPATH"), str(REPO / "python")]))
-    e.setdefault("OMPI_MCA_pml", "ob1")
-    e.setdefault("OMPI_MCA_btl", "self,sm,tcp")
     return e
 
 
