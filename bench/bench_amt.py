@@ -207,9 +207,10 @@ def main(argv=None):
     ap.add_argument("--strategies", default="greedy,greedy_refine,hierarchical,tempered")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--particles", type=int, default=200_000)
-    ap.add_argument("--sub", type=int, default=6)
-    ap.add_argument("--blob", type=float, default=0.98)
+    ap.add_argument("--particles", type=int, default=None,
+                    help="default: 100,000 per rank (weak scaling)")
+    ap.add_argument("--sub", type=int, default=8)
+    ap.add_argument("--blob", type=float, default=0.99)
     ap.add_argument("--lb-every", type=int, default=5)
     ap.add_argument("--model", default="last")
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
@@ -217,6 +218,7 @@ def main(argv=None):
     ap.add_argument("--elements", default="1000,10000,100000")
     a = ap.parse_args(argv)
     a.mpiexec = a.mpiexec or find_mpiexec()
+    a.particles = a.particles or 100_000 * a.ranks
     print(f"<!-- python bench/bench_amt.py {' '.join(argv or sys.argv[1:])}; "
           f"mpiexec: {a.mpiexec} -->")
     for what in (("pic", "rate", "lb") if a.what == "all" else (a.what,)):

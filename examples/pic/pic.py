@@ -61,7 +61,7 @@ TWO_PI = 2.0 * math.pi
 @dataclass
 class Params:
     particles: int = 200_000
-    blob: float = 0.98          # fraction of particles in the trapped blob
+    blob: float = 0.99          # fraction of particles in the trapped blob
     sigma: float = 0.07         # blob width
     cx: float = 0.25            # trap centre x (left half: rank 0's side of the domain)
     cy: float = 0.30            # trap centre y at t = 0
@@ -70,7 +70,7 @@ class Params:
     vth: float = 0.02           # blob thermal speed
     vbg: float = 0.15           # background speed (CFL > 1 on fine grids)
     eps: float = 0.002          # wave field amplitude
-    sub: int = 6                # push sub-cycles per step (the compute knob)
+    sub: int = 8                # push sub-cycles per step (the compute knob)
     dt: float = 1.0
     seed: int = 2019
 
