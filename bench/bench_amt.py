@@ -120,8 +120,9 @@ def cmd_pic(a) -> None:
             s = next(r["summary"] for r in rows if r["factor"] == f and r["version"] == v)
             cells.append(f"{s['median_iter_s'] * 1e3:.1f} ({base[f]['median_iter_s'] / s['median_iter_s']:.2f}x)")
         print(f"| {f} | " + " | ".join(cells) + " |")
-    print("\nMean max/mean rank-load imbalance per phase (LB versions: phases after the first "
-          "rebalance) / per-iteration time including LB cost, ms:\n")
+    print("\nMax/mean rank-load imbalance: mean over the counted phases [LB versions: mean "
+          "over the phases right after each rebalance] / per-iteration time including the "
+          "LB cost, ms:\n")
     print(head)
     print("|" + "---|" * (len(versions) + 1))
     for f in sorted(base):
@@ -129,7 +130,9 @@ def cmd_pic(a) -> None:
         for v in versions:
             r = next(r for r in rows if r["factor"] == f and r["version"] == v)
             s = r["summary"]
-            cells.append(f"{s['mean_imbalance']:.2f} / {s['with_lb_iter_s'] * 1e3:.1f}")
+            post = (f" [{s['post_lb_imbalance']:.2f}]" if s.get("post_lb_imbalance")
+                    is not None else "")
+            cells.append(f"{s['mean_imbalance']:.2f}{post} / {s['with_lb_iter_s'] * 1e3:.1f}")
         print(f"| {f} | " + " | ".join(cells) + " |")
 
 

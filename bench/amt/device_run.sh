@@ -30,4 +30,8 @@ if [ -n "${WITH_LB:-}" ]; then
     timeout 300 "$PY" bench/bench_amt.py lb --mpiexec "$MPIEXEC" --mpiexec-args "$ARGS" \
         | tee "$OUT/lb.md"
 fi
+if [ -n "${WITH_RATE:-}" ]; then
+    timeout 200 "$PY" bench/bench_amt.py rate --mpiexec "$MPIEXEC" --mpiexec-args "$ARGS" \
+        | tee "$OUT/rate.md"
+fi
 cp bench/results/*.json "$OUT/" 2>/dev/null || true

@@ -404,7 +404,10 @@ def summarise(res: dict, warmup: int) -> dict:
     im = res["imbalance"][warmup:] or res["imbalance"]
     total = sum(res["iter_s"][warmup:]) + sum(res["lb_s"][1:])
     n = max(1, len(res["iter_s"][warmup:]))
+    after = [res["imbalance"][x["iteration"] + 1] for x in res["lb"]
+             if x["iteration"] + 1 < len(res["imbalance"])]
     return {"version": res["version"], "factor": res["factor"],
+            "post_lb_imbalance": float(np.mean(after)) if after else None,
             "median_iter_s": float(np.median(it)), "mean_iter_s": float(np.mean(it)),
             "with_lb_iter_s": total / n, "mean_imbalance": float(np.mean(im)),
             "max_imbalance": float(np.max(im)), "lb_calls": len(res["lb_s"]),
