@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -12,7 +13,6 @@ import pilotfish as pf
 pytestmark = pytest.mark.mpi
 
 
-@pytest.mark.skip(reason="flaky under a loaded 2-core machine (failed 1 of 3 runs at the end of the session); to be fixed with issue 14")
 def test_two_rank_amt_program_as_pilot_task(tmp_path):
     env = {"PYTHONUNBUFFERED": "1"}
     lib = libmpi_for(HYDRA)
@@ -25,9 +25,9 @@ def test_two_rank_amt_program_as_pilot_task(tmp_path):
         tmgr.add_pilots(pilot)
         task = tmgr.submit_tasks(pf.TaskDescription(
             executable=sys.executable, arguments=[str(PROGS / "pilot_task.py")], ranks=2,
-            launcher="mpiexec", environment=env, timeout="60s"))
-        assert task.wait(timeout=90) == pf.DONE, (task.reason, task.stdout, task.stderr)
-    lines = sorted(line for line in task.stdout.splitlines() if line.startswith("OK"))
-    assert len(lines) == 2, task.stdout
-    assert "rank 0 of 2 (PILOTFISH_RANK=0) total=330 on MPICH" in lines[0], lines
-    assert "rank 1 of 2 (PILOTFISH_RANK=1) total=330 on MPICH" in lines[1], lines
+            launcher="mpiexec", environment=env, timeout="120s"))
+        assert task.wait(timeout=150) == pf.DONE, (task.reason, task.stdout, task.stderr)
+    # the two ranks share one stdout: match each rank's report wherever it landed
+    found = sorted(re.findall(r"OK pilot task rank (\d) of 2 \(PILOTFISH_RANK=(\d)\) "
+                              r"total=330 on (MPICH|Open MPI)", task.stdout))
+    assert [f[:2] for f in found] == [("0", "0"), ("1", "1")], (task.stdout, task.stderr)

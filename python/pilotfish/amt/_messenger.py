@@ -1,8 +1,9 @@
 """The messenger: batched per-destination active messages over MPI point-to-point.
 
 Outgoing messages (plain tuples) are appended to one list per destination rank. A list is
-sent when it reaches `batch_max` messages, and every list is sent when the scheduler finishes a
-progress step (`flush`). Sending a batch:
+sent when it reaches `batch_max` messages or about `batch_bytes` of array payload (so large
+arrays leave at once and overlap with computation), and every list is sent when the scheduler
+finishes a progress step (`flush`). Sending a batch:
 
     data = pickle.dumps(batch, protocol=5, buffer_callback=...)   # buffers >= inband_max
     Isend(header = [n_buffers, sizes..., data], tag=HDR)        #   go out-of-band:
@@ -30,14 +31,17 @@ BUF_TAG = 72
 
 
 class Messenger:
-    def __init__(self, MPI, comm, batch_max: int = 512, inband_max: int = 8192):
+    def __init__(self, MPI, comm, batch_max: int = 512, inband_max: int = 8192,
+                 batch_bytes: int = 1 << 20):
         self.MPI = MPI
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.batch_max = batch_max
         self.inband_max = inband_max
+        self.batch_bytes = batch_bytes
         self.out: list[list] = [[] for _ in range(self.size)]
+        self.out_bytes = [0] * self.size
         self.dirty: set[int] = set()
         self.pending: list[tuple[list, tuple]] = []
         self._status = MPI.Status()
@@ -45,10 +49,14 @@ class Messenger:
                       "oob_buffers_sent": 0, "batches_received": 0, "messages_received": 0}
 
     # -- sending ------------------------------------------------------------------------------
-    def post(self, dest: int, msg: tuple) -> None:
+    def post(self, dest: int, msg: tuple, nbytes: int = 0) -> None:
+        """Queue msg for dest; the batch goes when it holds batch_max messages or about
+        batch_bytes of array data (nbytes: the caller's estimate), else at the next flush."""
         box = self.out[dest]
         box.append(msg)
-        if len(box) >= self.batch_max:
+        if nbytes:
+            self.out_bytes[dest] += nbytes
+        if len(box) >= self.batch_max or self.out_bytes[dest] >= self.batch_bytes:
             self._send(dest)
         else:
             self.dirty.add(dest)
@@ -64,6 +72,7 @@ class Messenger:
         if not batch:
             return
         self.out[dest] = []
+        self.out_bytes[dest] = 0
         self.dirty.discard(dest)
         bufs: list = []
         inband_max = self.inband_max

@@ -186,7 +186,15 @@ class Runtime:
     def send_invoke(self, coll, flat, method, args, kwargs):
         ep = self.ctx_epoch if self.ctx_epoch is not None else self.epoch_stack[-1]
         self.td.produced[ep] += 1
-        self._route(coll, flat, (INVOKE, ep, coll.cid, flat, method, args, kwargs, self.rank, 0))
+        msg = (INVOKE, ep, coll.cid, flat, method, args, kwargs, self.rank, 0)
+        if flat in coll._local:
+            self.queue.append(msg)
+            self.stats["local_messages"] += 1
+            return
+        nbytes = 0
+        for a in args:
+            nbytes += getattr(a, "nbytes", 0)
+        self._route(coll, flat, msg, nbytes)
 
     def send_broadcast(self, coll, method, args, kwargs):
         ep = self.current_epoch()
@@ -203,7 +211,7 @@ class Runtime:
         self.td.produced[ep] += 1
         self._route(coll, flat, (MIGRATE, ep, coll.cid, flat, dest, self.rank, 0))
 
-    def _route(self, coll, flat, msg):
+    def _route(self, coll, flat, msg, nbytes=0):
         if flat in coll._local:
             self.queue.append(msg)
             self.stats["local_messages"] += 1
@@ -213,7 +221,7 @@ class Runtime:
             coll.loc.parked.setdefault(flat, []).append(msg)
             self.stats["parked"] += 1
         else:
-            self.messenger.post(dest, msg)
+            self.messenger.post(dest, msg, nbytes)
 
     def _forward(self, coll, flat, msg):
         hops = msg[-1] + 1

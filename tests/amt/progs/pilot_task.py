@@ -1,6 +1,7 @@
 """A small amt program, run as a 2-rank pilotfish task (launcher mpiexec)."""
 
 import os
+import sys
 
 from pilotfish import amt
 
@@ -23,8 +24,12 @@ def main():
     total = coll.reduce(lambda e: e.total, "sum")
     assert total == 6 * 55, total
     lib = amt.mpi().Get_library_version().splitlines()[0].split(",")[0].strip()
-    print(f"OK pilot task rank {amt.rank()} of {amt.size()} "
-          f"(PILOTFISH_RANK={os.environ.get('PILOTFISH_RANK')}) total={total} on {lib}")
+    # one write per line: both ranks share the task's stdout, and print() writes the text and
+    # the newline separately when unbuffered, so lines of two ranks could interleave
+    sys.stdout.write(f"OK pilot task rank {amt.rank()} of {amt.size()} "
+                     f"(PILOTFISH_RANK={os.environ.get('PILOTFISH_RANK')}) total={total} "
+                     f"on {lib}\n")
+    sys.stdout.flush()
 
 
 amt.run(main)
