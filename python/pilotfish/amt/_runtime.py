@@ -38,6 +38,7 @@ from ._termination import TerminationDetector
 INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
 GID_SHIFT = 40          # global object id = cid << GID_SHIFT | flat
 MAX_HOPS = 10_000       # a routing loop would be a bug: reported, never silent
+STEP_SECONDS = 0.001    # a scheduler step sends its batches after at most ~this long
 
 COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce",
                "destroy")
@@ -366,17 +367,23 @@ class Runtime:
 
     # -- the scheduler loop --------------------------------------------------------------------
     def progress(self) -> bool:
-        """One scheduler step: receive, run up to 256 queued handlers, send. True if it did
-        anything."""
+        """One scheduler step: receive, run queued handlers (up to 256, or until 1 ms has
+        passed, so that what they send is not held back behind a long queue), send. True if it
+        did anything."""
         did = False
         for _src, batch in self.messenger.poll():
             self.queue.extend(batch)
             did = True
         q = self.queue
         n = 0
-        while q and n < 256:
-            self._process(q.popleft())
-            n += 1
+        if q:
+            clock = time.perf_counter
+            t_end = clock() + STEP_SECONDS
+            while q and n < 256:
+                self._process(q.popleft())
+                n += 1
+                if clock() > t_end:
+                    break
         self.messenger.flush()
         self.messenger.test_sends()
         return did or n > 0
