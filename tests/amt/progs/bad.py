@@ -12,9 +12,9 @@
 import sys
 import threading
 
-from mpi4py import MPI
-
 from pilotfish import amt
+
+MPI = amt.mpi()      # mpi4py on the launcher's MPI (see pilotfish/amt/_mpi.py)
 
 
 class Thing(amt.Element):

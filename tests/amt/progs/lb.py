@@ -5,9 +5,9 @@ after migrating; load models. argv: strategies to test (default: all)."""
 import sys
 
 import numpy as np
-from mpi4py import MPI
-
 from pilotfish import amt
+
+MPI = amt.mpi()      # mpi4py on the launcher's MPI (see pilotfish/amt/_mpi.py)
 
 N = 90
 

@@ -6,9 +6,9 @@ are forwarded. Element state (a numpy array) travels with the element."""
 import random
 
 import numpy as np
-from mpi4py import MPI
-
 from pilotfish import amt
+
+MPI = amt.mpi()      # mpi4py on the launcher's MPI (see pilotfish/amt/_mpi.py)
 
 N = 24
 PER_ROUND = 40       # messages per (rank, element) per round
