@@ -117,6 +117,16 @@ def protected(path: str, pilot_sandbox: str, *, ancestors: bool = False) -> bool
     return False
 
 
+def resolve(base: str, path: str, pilot_sandbox: str) -> str:
+    """path -- absolute, or relative to base and confined to it -- as an absolute path;
+    ValueError if it leaves base or names the pilot's own files (also through a base that is
+    itself above the pilot sandbox). The agent's one check for every path it is handed."""
+    full = path if isinstance(path, str) and os.path.isabs(path) else confined(base, path)
+    if protected(full, pilot_sandbox):
+        raise ValueError(f"{_show(path)} names the pilot's own files")
+    return full
+
+
 def _inside(path: str, base: str) -> bool:
     """path is base or below it (both absolute and normalised)."""
     if path == base:
@@ -129,4 +139,4 @@ def _show(value: object) -> str:
     return show(value, 80)
 
 
-__all__ = ["TASKS_DIR", "clean_text", "sandbox_relative", "confined", "protected"]
+__all__ = ["TASKS_DIR", "clean_text", "sandbox_relative", "confined", "protected", "resolve"]

@@ -47,6 +47,17 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+def write_private(path: str, data: bytes) -> None:
+    """Write a file only its owner can read (0600), atomically (keys, agent configuration)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def now() -> float:
     return time.time()
 

@@ -204,3 +204,19 @@ def test_descriptions_keep_outer_paths_and_absolute_outputs():
         {"source": "/shared/in.dat", "target": "in.dat", "action": "copy"},
         {"source": "/shared/dir/", "target": "sub/dir", "action": "copy"}]
     assert d.output_staging[0]["target"] == "/shared/results/res.txt"
+
+
+def test_resolve_is_the_agents_one_path_check(tmp_path):
+    from pilotfish._paths import resolve
+
+    pilot = tmp_path / "pilot"
+    (pilot / "tasks" / "t1").mkdir(parents=True)
+    tasks = str(pilot / "tasks")
+    assert resolve(tasks, "t1/out.txt", str(pilot)) == str(pilot / "tasks" / "t1" / "out.txt")
+    assert resolve(tasks, "/elsewhere/x", str(pilot)) == "/elsewhere/x"
+    for bad in ("../agent.events", str(pilot / "agent.journal")):
+        with pytest.raises(ValueError):
+            resolve(tasks, bad, str(pilot))
+    # a task sandbox above the pilot sandbox: confined there, yet naming the pilot's files
+    with pytest.raises(ValueError, match="pilot's own files"):
+        resolve(str(tmp_path), "pilot/agent.events", str(pilot))

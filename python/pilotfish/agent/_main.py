@@ -23,6 +23,7 @@ from .. import _wire
 from .. import states as S
 from .._events import EventWriter
 from .._journal import Journal, finals
+from .._paths import resolve
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import LAUNCHERS, misfit
 from .containment import become_subreaper, kill_marked
@@ -599,36 +600,15 @@ def check_spec(spec: _wire.TaskSpec, shape: list, tasks_dir: str, sandbox: str) 
         return f"launcher = {spec.launcher!r}: not a launch method"
     if spec.timeout is not None and not (0 < spec.timeout < 1e9):
         return f"timeout = {spec.timeout!r}: must be > 0 and finite"
-    strings = [spec.executable, *spec.arguments, *spec.pre_exec, *spec.post_exec]
-    strings += spec.environment.keys()
-    strings += spec.environment.values()
-    for s in strings:
-        if "\0" in s:
-            return f"{s[:50]!r}: contains a NUL byte"
-        if not s.isascii():
-            s.encode()  # a lone surrogate raises here: the caller fails the task with it
+    # (NUL bytes and text that is not UTF-8 in argv/env: the core refuses them per spec at
+    # spawn, and the task fails alone there -- no per-task scan of every string here)
     if spec.sandbox is not None:
-        check_path(spec.sandbox, tasks_dir, sandbox, "sandbox")
+        resolve(tasks_dir, spec.sandbox, sandbox)
     for field in ("stdout", "stderr"):
         v = getattr(spec, field)
         if isinstance(v, str):
-            check_path(v, tasks_dir, sandbox, field)
+            resolve(tasks_dir, v, sandbox)
     return None
-
-
-def check_path(path: str, base: str, pilot_sandbox: str, field: str) -> str:
-    """path (relative to base, or absolute) as an absolute path; ValueError if it escapes
-    base when relative, or names the pilot's own files (anything in the pilot sandbox
-    outside tasks/) when absolute."""
-    from .._paths import confined, protected
-
-    if not path or "\0" in path:
-        raise ValueError(f"{field} = {path!r}: not a path")
-    if os.path.isabs(path):
-        if protected(path, pilot_sandbox):
-            raise ValueError(f"{field} = {path!r}: names the pilot's own files")
-        return path
-    return confined(base, path)
 
 
 def main(argv: list[str] | None = None) -> int:

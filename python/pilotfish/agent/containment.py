@@ -1,11 +1,11 @@
 """Keeping task process trees inside the pilot.
 
-A task's processes carry PILOTFISH_TASK_UID (and every process the agent starts carries
-PILOTFISH_PILOT_UID) in their environment, which children inherit even when they leave the
-task's process group or session with setsid. The agent is a child subreaper, so such escapees
+Every process the agent starts carries PILOTFISH_SANDBOX (the pilot's, unique: task uids
+repeat across sessions) and a task's processes PILOTFISH_TASK_UID in their environment, which
+children inherit even when they leave the task's process group or session with setsid. The agent is a child subreaper, so such escapees
 stay its descendants (and are reaped by its reaper) instead of moving to init. On the paths
-that must stop a task for good (timeout, cancel, pilot end) the agent finds them by that
-variable and signals them too.
+that must stop a task for good (timeout, cancel, pilot end) the agent finds them by those
+variables and signals them too.
 
 Why not a cgroup: on these machines cgroup v2 delegation is not set up for the batch job's
 user (and Slurm's own cgroup plugin owns the hierarchy where it runs); the environment mark

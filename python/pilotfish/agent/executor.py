@@ -102,8 +102,8 @@ class TaskRunner:
             return failed, events
         try:
             results = self.core.spawn_batch(specs)
-        except Exception as e:  # a spec the core cannot take (e.g. a NUL byte): one by one
-            results = self._spawn_one_by_one(specs, e)
+        except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
+            results = self._spawn_one_by_one(specs)
         procs = self._procs
         profile = self.profile
         for (t, rank), spec, (pid, info) in zip(owners, specs, results):
@@ -121,7 +121,7 @@ class TaskRunner:
                 self.core.kill(t.procs, _signal.SIGKILL)
         return failed, events
 
-    def _spawn_one_by_one(self, specs: list[tuple], error: Exception) -> list[tuple]:
+    def _spawn_one_by_one(self, specs: list[tuple]) -> list[tuple]:
         out = []
         for spec in specs:
             try:

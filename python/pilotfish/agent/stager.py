@@ -21,27 +21,17 @@ def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
     user's relative paths absolute). Raises OSError naming the path that failed, ValueError
     for a path that escapes or names the pilot's own files (`sandbox`: the pilot sandbox).
     """
-    from .._paths import confined, protected
+    from .._paths import confined, resolve
 
+    pilot = sandbox if sandbox is not None else cwd
     for d in directives:
         src, dst, action = d["source"], d["target"], d.get("action", "copy")
         if not isinstance(src, str) or not isinstance(dst, str):
             raise ValueError(f"staging paths must be strings: {src!r} -> {dst!r}")
-        if outbound:
-            src = confined(cwd, src)
-            outer = dst
+        if outbound:  # the sandbox side is relative; the other may be absolute
+            src, dst = resolve(cwd, confined(cwd, src), pilot), resolve(cwd, dst, pilot)
         else:
-            dst = confined(cwd, dst)
-            outer = src
-        outer_abs = outer if os.path.isabs(outer) else os.path.join(cwd, outer)
-        if sandbox is not None and protected(outer_abs, sandbox):
-            raise ValueError(f"{outer!r} names the pilot's own files")
-        if not os.path.isabs(outer):
-            outer_abs = confined(cwd, outer)
-        if outbound:
-            dst = outer_abs
-        else:
-            src = outer_abs
+            src, dst = resolve(cwd, src, pilot), resolve(cwd, confined(cwd, dst), pilot)
         parent = os.path.dirname(dst)
         if parent:
             os.makedirs(parent, exist_ok=True)

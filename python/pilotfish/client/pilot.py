@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
-from .._util import machine_shape
+from .._util import machine_shape, write_private
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import PilotDescription, check_descriptions
 from .session import Session
@@ -119,10 +119,8 @@ class PilotManager:
         descs = check_descriptions([descriptions] if single else descriptions, PilotDescription)
         pilots = []
         for d in descs:
-            pilot = self._reattach(d)
+            pilot, replaced = self._reattach(d)
             if pilot is None:
-                replaced = getattr(self, "_replacing", None)
-                self._replacing = None
                 uid = self.session._next_pilot_uid()
                 sandbox = d.sandbox or os.path.join(self.session.path, uid)
                 pilot = Pilot(self, uid, d, sandbox)
@@ -197,25 +195,25 @@ class PilotManager:
                 log.exception("pilot callback failed")
         return True
 
-    def _reattach(self, d: PilotDescription) -> Pilot | None:
-        """Resumed session: the journaled pilot this description matches, re-attached if its
-        agent answers within a few heartbeats; None to start a new one."""
+    def _reattach(self, d: PilotDescription) -> tuple[Pilot | None, str | None]:
+        """Resumed session: (the journaled pilot this description matches, re-attached if its
+        agent answers within a few heartbeats, or None to start a new one; the uid of the
+        journaled pilot a new one replaces, if any)."""
         r = self.session._resume
         if r is None or r.pilots_used >= len(r.pilots):
-            return None
+            return None, None
         uid, old_desc, sandbox = r.pilots[r.pilots_used]
         r.pilots_used += 1
         if old_desc != d.as_dict():
             raise PilotfishError(f"resume: pilot {uid} was submitted with another description "
                                  f"({old_desc}); submit the same pilots, in the same order")
-        self._replacing = uid
         pilot = Pilot(self, uid, d, sandbox)
         try:
             with open(os.path.join(sandbox, "agent.json")) as f:
                 cfg = json.load(f)
             public = cfg["curve"]["public"].encode() if cfg.get("curve") else None
         except (OSError, ValueError, KeyError):
-            return None
+            return None, uid
         # what the agent journaled is known whatever happens next (it journals before it sends)
         from .._journal import finals
 
@@ -223,7 +221,7 @@ class PilotManager:
             r.finals.setdefault(t_uid, rec)
         if not _agent_may_live(sandbox):
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
-            return None
+            return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
         pilot.history.append((S.NEW, time.time()))
         self.pilots[uid] = pilot
@@ -235,13 +233,12 @@ class PilotManager:
             self.session._bridge.forget(uid)
             del self.pilots[uid]
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
-            return None
-        self._replacing = None
+            return None, uid
         self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
         if not self._monitor_started:
             self._monitor_started = True
             self._monitor.start()
-        return pilot
+        return pilot, None
 
     def _launch(self, pilot: Pilot) -> None:
         d = pilot.description
@@ -271,9 +268,7 @@ class PilotManager:
             os.makedirs(pilot.sandbox, mode=0o700, exist_ok=True)
             os.chmod(pilot.sandbox, 0o700)
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
-            fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(config, f, indent=1)
+            write_private(cfg_path, json.dumps(config, indent=1).encode())  # holds its secret
             agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
             pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
             pilot._job.submit()

@@ -14,7 +14,7 @@ from .. import __version__
 from .._errors import PilotfishError, SessionClosed
 from .._events import EventWriter, TaskRecord, write_task_records
 from .._journal import Journal, read_journal
-from .._util import hostname
+from .._util import hostname, write_private
 from ._bridge import Bridge
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Session:
                               address=previous.get("address") if previous else None,
                               on_refused=lambda what: self.events.record("session", "refused", what),
                               heartbeat_s=self.heartbeat_s)
-        _write_private(meta_path, json.dumps({
+        write_private(meta_path, json.dumps({
             "uid": self.uid, "created": self.created, "version": __version__, "host": hostname(),
             "pid": os.getpid(), "address": self._bridge.address, "secure": keys is not None},
             indent=1).encode())
@@ -161,17 +161,6 @@ def _new_uid() -> str:
     return time.strftime("pf.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}"
 
 
-def _write_private(path: str, data: bytes) -> None:
-    """Write a file only its owner can read (0600), atomically."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _session_keys(path: str) -> tuple[bytes, bytes]:
     """The session's CURVE key pair, made once and kept 0600 in the session directory (a
     resumed session must present the same public key to the agents it re-attaches to)."""
@@ -185,7 +174,7 @@ def _session_keys(path: str) -> tuple[bytes, bytes]:
     except FileNotFoundError:
         pass
     public, secret = zmq.curve_keypair()
-    _write_private(key_path, json.dumps({"public": public.decode(), "secret": secret.decode()}).encode())
+    write_private(key_path, json.dumps({"public": public.decode(), "secret": secret.decode()}).encode())
     return public, secret
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import collections
 import logging
 import os
-
-import msgspec
 import threading
 import time
 from typing import Callable, Iterable
+
+import msgspec
 
 from .. import _wire
 from .. import states as S
@@ -508,21 +508,14 @@ def _normalized(values: dict) -> bytes:
 
 
 def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> DescriptionError:
-    """Which task of a batch cannot be encoded, as a DescriptionError naming it."""
+    """Which field of which task of a batch cannot be encoded, as a DescriptionError."""
     for i in part:
-        d = descs[i]
-        for name, value in d._values.items():
+        for name, value in descs[i]._values.items():
             try:
-                _journal_encode(value)
-                _wire.encode(value) if isinstance(value, (str, list, tuple, dict)) else None
+                _journal_encode(value)  # the wire and the journal encode alike (msgpack)
             except Exception as e:
                 return DescriptionError("TaskDescription", name, value,
                                         f"cannot be sent to the agent: {e}", index=i)
-        try:
-            _wire.encode(_wire.Submit([_spec(uids[i], d)]))
-        except Exception as e:
-            return DescriptionError("TaskDescription", "(itself)", d,
-                                    f"cannot be sent to the agent: {e}", index=i)
     return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
 
 
