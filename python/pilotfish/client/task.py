@@ -403,10 +403,7 @@ class TaskManager:
                     ended += 1
                     finals.append(["final", t.uid, state, u.exit_code, u.signal, u.reason, u.t])
                 changed.append((t, state))
-            self._notify(ended)
-        if finals and journal:
-            self.session.journal.write(finals)
-        self._run_callbacks(changed)
+        self._acknowledge(changed, ended, finals if journal else None)
 
     def _finish_locally(self, tasks: list[Task], state: str, reason: str,
                         journal: bool = False) -> None:
@@ -426,12 +423,22 @@ class TaskManager:
                 d = t.description
                 self._load[t.pilot] -= d.ranks * d.cores_per_rank
                 changed.append((t, state))
-            self._notify(len(changed))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
-        if journal and changed:
-            self.session.journal.write([["final", t.uid, state, None, None, reason, now]
-                                        for t, _ in changed])
-        self._run_callbacks(changed)
+        self._acknowledge(changed, len(changed), [["final", t.uid, state, None, None, reason, now]
+                                                  for t, _ in changed] if journal else None)
+
+    def _acknowledge(self, changed: list[tuple[Task, str]], ended: int,
+                     finals: list | None) -> None:
+        """After a batch of state changes: journal the finals, run the callbacks, and only
+        then wake the waiters -- wait() never returns a final state that a resume could lose
+        or that the user's callbacks have not seen yet."""
+        try:
+            if finals:
+                self.session.journal.write(finals)
+            self._run_callbacks(changed)
+        finally:  # even a callback that raises SystemExit must not leave a waiter asleep
+            with self._cond:
+                self._notify(ended)
 
     def _run_callbacks(self, changed: list[tuple[Task, str]]) -> None:
         for cb in self._callbacks:
