@@ -97,6 +97,9 @@ class Runtime:
         self.queue: deque = deque()
         self.colls: dict = {}
         self.next_cid = 0
+        # messages for a collection another rank created first (ids follow creation order,
+        # the same on every rank): kept until this rank creates it too
+        self.early: dict[int, list] = {}
         self.epoch_counter = 0
         self.epoch_stack: list[int] = [0]
         self.ctx_epoch: int | None = None     # epoch of the handler running now
@@ -178,6 +181,9 @@ class Runtime:
         cid = self.next_cid
         self.next_cid += 1
         self.colls[cid] = coll
+        early = self.early.pop(cid, None)
+        if early:
+            self.queue.extend(early)
         return cid
 
     # -- sending -------------------------------------------------------------------------------
@@ -244,7 +250,12 @@ class Runtime:
     def _process(self, msg):
         kind = msg[0]
         ep = msg[1]
-        coll = self.colls[msg[2]]
+        coll = self.colls.get(msg[2])
+        if coll is None:
+            if msg[2] < self.next_cid:
+                raise KeyError(f"message {kind!r} for collection {msg[2]}, which was destroyed")
+            self.early.setdefault(msg[2], []).append(msg)  # not created here yet
+            return
         if kind == INVOKE:
             flat = msg[3]
             el = coll._local.get(flat)
