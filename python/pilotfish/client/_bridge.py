@@ -39,9 +39,11 @@ class Bridge:
     def __init__(self, session_path: str, session_uid: str, bind: str = "ipc",
                  keys: tuple[bytes, bytes] | None = None, interface: str | None = None,
                  address: str | None = None, on_refused: Callable[[str], None] | None = None,
-                 heartbeat_s: float = 5.0):
+                 heartbeat_s: float = 5.0, pilot_keys: dict[str, bytes] | None = None):
         """keys: the session's CURVE (public, secret) key pair; None: no encryption (for
-        measuring its cost). address: bind exactly this one (a resumed session's)."""
+        measuring its cost). address: bind exactly this one (a resumed session's).
+        pilot_keys: {pilot uid: public key} let in from the start -- a resumed session's
+        live agents reconnect the moment it binds, before their pilots are re-attached."""
         self._ctx = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -50,6 +52,8 @@ class Bridge:
         self._router.setsockopt(zmq.LINGER, 0)
         self.public_key = keys[0] if keys else None
         self._pilot_keys: dict[bytes, str] = {}  # agent public key -> pilot uid
+        for uid, key in (pilot_keys or {}).items():
+            self._allow(uid, key)
         self._on_refused = on_refused
         self._zap = None
         if keys is not None:
@@ -105,10 +109,13 @@ class Bridge:
         """handler(msg) runs in the IO thread for every message from that pilot's agent;
         public_key: the agent's CURVE key, the only one let in as this pilot."""
         self._handlers[pilot_uid] = handler
-        if public_key is not None:  # ZAP hands over the raw 32 bytes, not the Z85 text
-            from zmq.utils import z85
+        if public_key is not None:
+            self._allow(pilot_uid, public_key)
 
-            self._pilot_keys[z85.decode(public_key) if len(public_key) == 40 else public_key] = pilot_uid
+    def _allow(self, pilot_uid: str, public_key: bytes) -> None:
+        from zmq.utils import z85  # ZAP hands over the raw 32 bytes, not the Z85 text
+
+        self._pilot_keys[z85.decode(public_key) if len(public_key) == 40 else public_key] = pilot_uid
 
     def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None) -> None:
         self._queue.append((pilot_uid, payload, on_sent))

@@ -39,6 +39,7 @@ class Pilot:
         self._shape = _declared_shape(description)  # per-node (cores, gpus, mem) or None
         self._resync: list[str] | None = None  # re-attaching: the tasks to ask the agent about
         self._resynced = threading.Event()  # the agent answered (Missing came)
+        self._resync_asked = float("-inf")  # when we last asked (monotonic)
         self._missing: set[str] = set()
 
     @property
@@ -56,24 +57,42 @@ class Pilot:
         return f"<Pilot {self.uid} {self.state}>"
 
 
-def _agent_may_live(sandbox: str) -> bool:
-    """False when the pilot's agent surely ended: it said bye (agent_stop in its events), or
-    it ran on this host and its pid is gone. Else it may be alive: ask it."""
+def _agent_status(sandbox: str) -> tuple[bool, int]:
+    """(may the pilot's agent still live, its pid if it runs on this host and is alive, else
+    0). It surely ended when it ran here and its pid is gone; else it may be alive: ask it."""
     try:
         with open(os.path.join(sandbox, "pilot.json")) as f:
             info = json.load(f)
     except (OSError, ValueError):
-        return True  # never said hello: may still be starting (batch queue)
+        return True, 0  # never said hello: may still be starting (batch queue)
     from .._util import hostname
 
     pid = int(info.get("agent_pid") or 0)
     if pid and info.get("agent_host") == hostname():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                return os.path.join(sandbox, "agent.json").encode() in f.read()
+                alive = os.path.join(sandbox, "agent.json").encode() in f.read()
         except OSError:
-            return False
-    return True
+            alive = False
+        return alive, pid if alive else 0
+    return True, 0
+
+
+def _stop_stale_agent(pid: int, grace: float = 5.0) -> None:
+    """Kill an agent on this host that did not answer, with the tasks of its session (as the
+    local batch adapter does at job end), so that nothing runs on it and on its replacement."""
+    import signal
+
+    from ..batch.local import session_members
+
+    for member in session_members(pid):
+        try:
+            os.kill(member, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
@@ -217,9 +236,13 @@ class PilotManager:
         # what the agent journaled is known whatever happens next (it journals before it sends)
         from .._journal import finals
 
-        for t_uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
-            r.finals.setdefault(t_uid, rec)
-        if not _agent_may_live(sandbox):
+        def learn_finals() -> None:
+            for t_uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
+                r.finals.setdefault(t_uid, rec)
+
+        learn_finals()
+        may_live, local_pid = _agent_status(sandbox)
+        if not may_live:
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
             return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
@@ -233,6 +256,9 @@ class PilotManager:
             self.session._bridge.forget(uid)
             del self.pilots[uid]
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
+            if local_pid:  # a replacement must not run what this one still runs
+                _stop_stale_agent(local_pid)
+                learn_finals()  # what it finished before it was stopped
             return None, uid
         self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
         if not self._monitor_started:
@@ -278,12 +304,16 @@ class PilotManager:
         self._advance(pilot, S.LAUNCHING)
 
     def _on_message(self, pilot: Pilot, msg) -> None:  # IO thread
-        if isinstance(msg, _wire.Heartbeat):  # (only before a hello: a re-attaching agent)
-            if pilot._resync is not None and not pilot._resynced.is_set():
-                # asked again on every beat until answered: a first request can be lost
-                # while the agent's connection to the new client is still settling
+        if pilot._resync is not None and not pilot._resynced.is_set() \
+                and not isinstance(msg, (_wire.Missing, _wire.Hello)):
+            # a re-attaching agent speaks (a busy one streams updates and never needs to
+            # beat): ask what became of our tasks, again each heartbeat until it answers
+            now = time.monotonic()
+            if now - pilot._resync_asked >= self.session.heartbeat_s:
+                pilot._resync_asked = now
                 self.session._bridge.mark_connected(pilot.uid)
                 self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))
+        if isinstance(msg, _wire.Heartbeat):  # (only before a hello reaches the handler)
             return
         if isinstance(msg, _wire.Missing):
             pilot._missing = set(msg.uids)

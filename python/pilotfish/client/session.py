@@ -88,7 +88,8 @@ class Session:
         self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
                               address=previous.get("address") if previous else None,
                               on_refused=lambda what: self.events.record("session", "refused", what),
-                              heartbeat_s=self.heartbeat_s)
+                              heartbeat_s=self.heartbeat_s,
+                              pilot_keys=self._resume.pilot_keys() if self._resume else None)
         write_private(meta_path, json.dumps({
             "uid": self.uid, "created": self.created, "version": __version__, "host": hostname(),
             "pid": os.getpid(), "address": self._bridge.address, "secure": keys is not None},
@@ -192,10 +193,24 @@ class Resumed:
         self.pilots_used = 0  # how many journaled pilots submit_pilots has matched
         self.tasks_used = 0  # how many journaled tasks submit_tasks has matched
 
+    def pilot_keys(self) -> dict[str, bytes]:
+        """{uid: agent public key} of the journaled pilots (from their agent.json)."""
+        out = {}
+        for uid, _, sandbox in self.pilots:
+            try:
+                with open(os.path.join(sandbox, "agent.json")) as f:
+                    curve = json.load(f).get("curve")
+            except (OSError, ValueError):
+                continue
+            if curve:
+                out[uid] = curve["public"].encode()
+        return out
+
     @classmethod
     def load(cls, path: str) -> "Resumed":
         r = cls()
         seen = set()
+        sandboxes: list[str] = []
         for rec in read_journal(os.path.join(path, "journal")):
             kind = rec[0]
             if kind == "task":
@@ -208,6 +223,7 @@ class Resumed:
             elif kind == "final":
                 r.finals[rec[1]] = rec
             elif kind == "pilot":  # [pilot, uid, description, sandbox, replaced uid | None]
+                sandboxes.append(rec[3])
                 replaced = rec[4] if len(rec) > 4 else None
                 slot = next((i for i, p in enumerate(r.pilots) if p[0] == replaced), None)
                 if replaced is not None and slot is not None:
@@ -215,4 +231,11 @@ class Resumed:
                 else:
                     r.pilots.append((rec[1], rec[2], rec[3]))
                 r.next_pilot = max(r.next_pilot, int(rec[1].rsplit(".", 1)[1]) + 1)
+        # every agent the session ever had journaled what it finished -- also those that a
+        # resume replaced, which may have run on until they were stopped
+        from .._journal import finals
+
+        for sandbox in sandboxes:
+            for uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
+                r.finals.setdefault(uid, rec)
         return r
