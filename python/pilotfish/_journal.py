@@ -16,6 +16,11 @@ Record forms (lists, first item the kind):
   ["pilot", uid, description-dict, sandbox]
   ["task", uid, pilot_uid, description-values-dict]        (only fields away from defaults)
   ["final", uid, state, exit_code, signal, reason, t]
+  ["spawn", uid, [process keys], done_on_exit]              (agent, before the spawn)
+
+Beside the agent's journal, the Rust core appends every exit to `agent.exits` the moment it
+reaps it (24-byte records: key, exit code, signal, time): `agent_finals` reads both, so a task
+that ended just before its agent was killed is not run again.
   ["session", next_task_id, next_pilot_id]                   (counters, at close)
 """
 
@@ -112,6 +117,41 @@ def read_journal(path: str) -> Iterator[list]:
             break
         yield from records
         pos = end
+
+
+_EXIT = struct.Struct("<qiid")
+
+
+def agent_finals(sandbox: str) -> dict[str, list]:
+    """uid -> final record, from a pilot's agent journal; for tasks it has none for, from the
+    exit log: every process of the task's last spawn exited 0 (and nothing was left to do
+    after, like output staging) means DONE. Anything else is not final: it runs again."""
+    out: dict[str, list] = {}
+    spawned: dict[str, tuple[list[int], bool]] = {}
+    for r in read_journal(os.path.join(sandbox, "agent.journal")):
+        if r and r[0] == "final":
+            out[r[1]] = r
+        elif r and r[0] == "spawn":
+            spawned[r[1]] = (r[2], r[3])
+    pending = {uid: s for uid, s in spawned.items() if uid not in out and s[1]}
+    if not pending:
+        return out
+    try:
+        with open(os.path.join(sandbox, "agent.exits"), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return out
+    exits = {}
+    for i in range(0, len(data) - len(data) % _EXIT.size, _EXIT.size):
+        key, code, sig, t = _EXIT.unpack_from(data, i)
+        exits[key] = (code, sig, t)
+    for uid, (keys, _) in pending.items():
+        ends = [exits.get(k) for k in keys]
+        if keys and all(e is not None and e[0] == 0 and e[1] == 0 for e in ends):
+            out[uid] = ["final", uid, "DONE", 0, None,
+                        "recovered from the exit log (its agent ended before reporting it)",
+                        max(e[2] for e in ends)]  # type: ignore[index]
+    return out
 
 
 def finals(path: str) -> dict[str, list]:

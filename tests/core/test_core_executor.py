@@ -275,3 +275,21 @@ def test_python_executable_runs(ex, tmp_path):
     spawn_one(ex, 1, [sys.executable, "-c", "import os; print(os.getpgrp() == os.getpid())"], stdout=str(out))
     (e,) = collect(ex, 1)
     assert e[2] == 0 and out.read_text() == "True\n"
+
+
+def test_exit_log_has_every_exit_before_reap_returns_it(tmp_path):
+    import struct
+
+    log = tmp_path / "exits"
+    ex = Executor(None, exit_log=str(log))
+    ex.spawn_batch([(11, ["/bin/sh", "-c", "exit 5"], None, None, None, None),
+                    (12, ["/bin/sh", "-c", "kill -TERM $$"], None, None, None, None)])
+    got = []
+    while len(got) < 2:
+        got += ex.wait(10)
+        data = log.read_bytes()
+        logged = {struct.unpack_from("<qii", data, i) for i in range(0, len(data), 24)}
+        for key, _pid, code, sig, *_ in got:  # whatever reap returned is in the log already
+            assert (key, code, sig) in logged
+    assert logged == {(11, 5, 0), (12, -1, 15)}
+    assert oct(log.stat().st_mode & 0o777) == "0o600"

@@ -123,11 +123,18 @@ class Agent:
         base_env.update(desc.get("environment") or {})
         base_env["PILOTFISH_PILOT_UID"] = self.uid
         base_env["PILOTFISH_SANDBOX"] = self.sandbox
-        self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()])
+        # the core writes every exit to agent.exits as it reaps it: with the spawn records of
+        # the journal, what finished is known even if this process is killed a moment later
+        self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()],
+                                   exit_log=os.path.join(self.sandbox, "agent.exits")
+                                   if self.journal.enabled else None)
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
         self.runner = TaskRunner(self.core, self._launcher_for, self.tasks_dir,
                                  [n.name for n in nodes], profile=self.events.enabled)
+        if self.journal.enabled:
+            self.runner.on_spawn = lambda items: self.journal.write(
+                [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items])
         self.scheduler = Scheduler(self.placer, capacity=self.shape)
         self.launchers: dict[str, object] = {}
         self.poller = zmq.Poller()

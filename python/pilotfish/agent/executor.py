@@ -70,6 +70,9 @@ class TaskRunner:
         self._next_key = 1 << 40  # process keys live apart from placement keys
         self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
         self.signal_ranks: Callable[[AgentTask, int], None] | None = None  # see kill()
+        # on_spawn([(task, [process keys])]): told before a batch is spawned (the journal
+        # records which keys are whose, so the core's exit log can be read after a crash)
+        self.on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None = None
 
     # -- spawning ---------------------------------------------------------------------------
     def to_slots(self, raw: list) -> list[RankSlot]:
@@ -100,6 +103,11 @@ class TaskRunner:
         events = []
         if not specs:
             return failed, events
+        if self.on_spawn is not None:
+            keys_of: dict[AgentTask, list[int]] = {}
+            for (t, _), s in zip(owners, specs):
+                keys_of.setdefault(t, []).append(s[0])
+            self.on_spawn(list(keys_of.items()))
         try:
             results = self.core.spawn_batch(specs)
         except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one

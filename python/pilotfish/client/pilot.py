@@ -57,30 +57,31 @@ class Pilot:
         return f"<Pilot {self.uid} {self.state}>"
 
 
-def _agent_status(sandbox: str) -> tuple[bool, int]:
-    """(may the pilot's agent still live, its pid if it runs on this host and is alive, else
-    0). It surely ended when it ran here and its pid is gone; else it may be alive: ask it."""
+def _local_agent(sandbox: str) -> tuple[int, bool]:
+    """(the pid of the pilot's agent if it ran on this host, else 0; whether it may still
+    live). One that ran here is alive only while its pid runs our agent.json; one that ran
+    elsewhere, or never said hello (still queued?), may live: ask it."""
     try:
         with open(os.path.join(sandbox, "pilot.json")) as f:
             info = json.load(f)
     except (OSError, ValueError):
-        return True, 0  # never said hello: may still be starting (batch queue)
+        return 0, True
     from .._util import hostname
 
     pid = int(info.get("agent_pid") or 0)
-    if pid and info.get("agent_host") == hostname():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                alive = os.path.join(sandbox, "agent.json").encode() in f.read()
-        except OSError:
-            alive = False
-        return alive, pid if alive else 0
-    return True, 0
+    if not pid or info.get("agent_host") != hostname():
+        return 0, True
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return pid, os.path.join(sandbox, "agent.json").encode() in f.read()
+    except OSError:
+        return pid, False
 
 
 def _stop_stale_agent(pid: int, grace: float = 5.0) -> None:
-    """Kill an agent on this host that did not answer, with the tasks of its session (as the
-    local batch adapter does at job end), so that nothing runs on it and on its replacement."""
+    """Kill an agent on this host that did not answer or died, with what is left of its
+    session (its tasks, as the local batch adapter does at job end), so that nothing runs on
+    it and on its replacement at once."""
     import signal
 
     from ..batch.local import session_members
@@ -234,16 +235,18 @@ class PilotManager:
         except (OSError, ValueError, KeyError):
             return None, uid
         # what the agent journaled is known whatever happens next (it journals before it sends)
-        from .._journal import finals
+        from .._journal import agent_finals
 
         def learn_finals() -> None:
-            for t_uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
+            for t_uid, rec in agent_finals(sandbox).items():
                 r.finals.setdefault(t_uid, rec)
 
-        learn_finals()
-        may_live, local_pid = _agent_status(sandbox)
+        local_pid, may_live = _local_agent(sandbox)
         if not may_live:
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
+            if local_pid:  # its orphaned tasks must not finish unseen beside a replacement
+                _stop_stale_agent(local_pid)
+            learn_finals()
             return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
         pilot.history.append((S.NEW, time.time()))
@@ -258,7 +261,7 @@ class PilotManager:
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
             if local_pid:  # a replacement must not run what this one still runs
                 _stop_stale_agent(local_pid)
-                learn_finals()  # what it finished before it was stopped
+            learn_finals()  # what it finished, up to now
             return None, uid
         self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
         if not self._monitor_started:
@@ -391,6 +394,10 @@ class PilotManager:
                 pilot._job.cancel()
             except Exception as e:
                 log.warning("cancel of %s failed: %s", pilot.uid, e)
+        else:  # re-attached: no job object to end it; a local agent's leftovers go here
+            pid, _ = _local_agent(pilot.sandbox)
+            if pid:
+                _stop_stale_agent(pid)
         self._advance(pilot, S.FAILED, reason)
         self.session._bridge.forget(pilot.uid)
 

@@ -233,9 +233,9 @@ class Resumed:
                 r.next_pilot = max(r.next_pilot, int(rec[1].rsplit(".", 1)[1]) + 1)
         # every agent the session ever had journaled what it finished -- also those that a
         # resume replaced, which may have run on until they were stopped
-        from .._journal import finals
+        from .._journal import agent_finals
 
         for sandbox in sandboxes:
-            for uid, rec in finals(os.path.join(sandbox, "agent.journal")).items():
+            for uid, rec in agent_finals(sandbox).items():
                 r.finals.setdefault(uid, rec)
         return r

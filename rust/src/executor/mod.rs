@@ -107,6 +107,22 @@ impl Executor {
         Ok(Executor { base, sink })
     }
 
+    /// Write every exit of this executor's children to `path` (appended, 0600) as it is
+    /// reaped, before it can be collected: records of `reaper::EXIT_RECORD` bytes.
+    pub fn set_exit_log(&self, path: &std::path::Path) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        if !self.sink.set_exit_log(file.into()) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exit log already set"));
+        }
+        Ok(())
+    }
+
     /// Readable while exits are waiting to be collected.
     pub fn notify_fd(&self) -> i32 {
         self.sink.notify_fd()

@@ -16,6 +16,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+
+/// Bytes of one exit-log record: key i64, exit code i32, signal i32, t_exit f64 (little-endian).
+pub const EXIT_RECORD: usize = 24;
 use std::time::{Duration, Instant};
 
 use super::{now, Exit};
@@ -28,6 +31,9 @@ pub struct Sink {
     efd: OwnedFd,
     /// Children spawned through this sink and not reaped yet.
     pub running: AtomicUsize,
+    /// Where exits are written the moment they are reaped, before anyone is told: a process
+    /// killed right after still leaves the outcome of what it ran (see `set_exit_log`).
+    exit_log: OnceLock<OwnedFd>,
 }
 
 impl Sink {
@@ -43,7 +49,38 @@ impl Sink {
             // SAFETY: fd was just created and nothing else owns it.
             efd: unsafe { OwnedFd::from_raw_fd(fd) },
             running: AtomicUsize::new(0),
+            exit_log: OnceLock::new(),
         })
+    }
+
+    /// Append every keyed exit to `fd` (opened O_APPEND) from now on; only the first call counts.
+    pub fn set_exit_log(&self, fd: OwnedFd) -> bool {
+        self.exit_log.set(fd).is_ok()
+    }
+
+    fn log_exits(&self, batch: &[Exit]) {
+        let Some(fd) = self.exit_log.get() else { return };
+        let mut buf = Vec::with_capacity(batch.len() * EXIT_RECORD);
+        for e in batch.iter().filter(|e| e.key >= 0) {
+            buf.extend_from_slice(&e.key.to_le_bytes());
+            buf.extend_from_slice(&e.exit_code.to_le_bytes());
+            buf.extend_from_slice(&e.signal.to_le_bytes());
+            buf.extend_from_slice(&e.t_exit.to_le_bytes());
+        }
+        let mut off = 0;
+        while off < buf.len() {
+            // SAFETY: writes initialized bytes of a live buffer to an fd we own.
+            let n = unsafe {
+                libc::write(fd.as_raw_fd(), buf[off..].as_ptr().cast(), buf.len() - off)
+            };
+            if n <= 0 {
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break; // a full disk must not stop reaping: the journal is best effort here
+            }
+            off += n as usize;
+        }
     }
 
     pub fn notify_fd(&self) -> i32 {
@@ -51,6 +88,7 @@ impl Sink {
     }
 
     pub(super) fn deliver(&self, batch: Vec<Exit>) {
+        self.log_exits(&batch);
         let mut exits = lock(&self.exits);
         let was_empty = exits.is_empty();
         exits.extend(batch);

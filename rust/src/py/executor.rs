@@ -50,9 +50,11 @@ pub struct PyExecutor {
 #[pymethods]
 impl PyExecutor {
     /// base_env: "K=V" entries every child gets; None = this process's environment now.
+    /// exit_log: a file every exit is appended to as it is reaped (24-byte records: key i64,
+    /// exit code i32, signal i32, t_exit f64, little-endian), before reap() can return it.
     #[new]
-    #[pyo3(signature = (base_env=None))]
-    fn new(base_env: Option<Vec<OsString>>) -> PyResult<Self> {
+    #[pyo3(signature = (base_env=None, exit_log=None))]
+    fn new(base_env: Option<Vec<OsString>>, exit_log: Option<std::path::PathBuf>) -> PyResult<Self> {
         let base: Vec<Vec<u8>> = match base_env {
             Some(v) => v.into_iter().map(bytes).collect(),
             None => std::env::vars_os()
@@ -63,6 +65,11 @@ impl PyExecutor {
             std::io::ErrorKind::InvalidInput => PyValueError::new_err(e.to_string()),
             _ => PyOSError::new_err(e.to_string()),
         })?;
+        if let Some(path) = exit_log {
+            inner
+                .set_exit_log(&path)
+                .map_err(|e| PyOSError::new_err(format!("{}: {e}", path.display())))?;
+        }
         Ok(PyExecutor { inner })
     }
 
