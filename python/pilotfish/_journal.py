@@ -18,8 +18,12 @@ Record forms (lists, first item the kind):
   ["final", uid, state, exit_code, signal, reason, t]
   ["spawn", uid, [process keys], done_on_exit]              (agent, before the spawn)
 
+`keeper.journal` (same format, final records only): the tasks the agent's keeper saw end after
+the agent itself died (see agent/keeper.py).
+
 Beside the agent's journal, the Rust core appends every exit to `agent.exits` the moment it
-reaps it (24-byte records: key, exit code, signal, time): `agent_finals` reads both, so a task
+reaps it (24-byte records: key, exit code, signal, time; a spawn record, signal -1 and the pid
+in the code field, as each child starts): `agent_finals` reads both, so a task
 that ended just before its agent was killed is not run again.
   ["session", next_task_id, next_pilot_id]                   (counters, at close)
 """
@@ -120,12 +124,36 @@ def read_journal(path: str) -> Iterator[list]:
 
 
 _EXIT = struct.Struct("<qiid")
+SPAWN_MARK = -1  # an exit-log record with this in its signal field is a spawn: code = pid
 
 
-def agent_finals(sandbox: str) -> dict[str, list]:
-    """uid -> final record, from a pilot's agent journal; for tasks it has none for, from the
-    exit log: every process of the task's last spawn exited 0 (and nothing was left to do
-    after, like output staging) means DONE. Anything else is not final: it runs again."""
+def read_exit_log(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+    """({key: (exit code, signal, time)}, {key: pid}) from a pilot's `agent.exits`: the Rust
+    core writes a spawn record (pid) as each child starts and an exit record as it is reaped;
+    the agent's keeper appends the exits of what it inherited in the same format."""
+    try:
+        with open(os.path.join(sandbox, "agent.exits"), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}, {}
+    exits: dict[int, tuple[int, int, float]] = {}
+    pids: dict[int, int] = {}
+    for i in range(0, len(data) - len(data) % _EXIT.size, _EXIT.size):
+        key, code, sig, t = _EXIT.unpack_from(data, i)
+        if sig == SPAWN_MARK:
+            pids[key] = code
+        else:
+            exits[key] = (code, sig, t)
+    return exits, pids
+
+
+def exit_record(key: int, code: int, sig: int, t: float) -> bytes:
+    return _EXIT.pack(key, code, sig, t)
+
+
+def spawn_records(sandbox: str) -> tuple[dict[str, list], dict[str, tuple[list[int], bool]]]:
+    """(finals, spawns) of an agent journal: {uid: final record}, {uid: (keys of its last
+    spawn, done on exit)}."""
     out: dict[str, list] = {}
     spawned: dict[str, tuple[list[int], bool]] = {}
     for r in read_journal(os.path.join(sandbox, "agent.journal")):
@@ -133,18 +161,21 @@ def agent_finals(sandbox: str) -> dict[str, list]:
             out[r[1]] = r
         elif r and r[0] == "spawn":
             spawned[r[1]] = (r[2], r[3])
+    return out, spawned
+
+
+def agent_finals(sandbox: str) -> dict[str, list]:
+    """uid -> final record, from a pilot's agent journal and its keeper's (the tasks it saw
+    end after the agent died); for tasks neither has, from the exit log: every process of the
+    task's last spawn exited 0 (and nothing was left to do after, like output staging) means
+    DONE. Anything else is not final: it runs again."""
+    out, spawned = spawn_records(sandbox)
+    for uid, rec in finals(os.path.join(sandbox, "keeper.journal")).items():
+        out.setdefault(uid, rec)
     pending = {uid: s for uid, s in spawned.items() if uid not in out and s[1]}
     if not pending:
         return out
-    try:
-        with open(os.path.join(sandbox, "agent.exits"), "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return out
-    exits = {}
-    for i in range(0, len(data) - len(data) % _EXIT.size, _EXIT.size):
-        key, code, sig, t = _EXIT.unpack_from(data, i)
-        exits[key] = (code, sig, t)
+    exits, _ = read_exit_log(sandbox)
     for uid, (keys, _) in pending.items():
         ends = [exits.get(k) for k in keys]
         if keys and all(e is not None and e[0] == 0 and e[1] == 0 for e in ends):
@@ -152,6 +183,54 @@ def agent_finals(sandbox: str) -> dict[str, list]:
                         "recovered from the exit log (its agent ended before reporting it)",
                         max(e[2] for e in ends)]  # type: ignore[index]
     return out
+
+
+KEEPER_BEAT_S = 2.0  # a keeper that holds tasks rewrites keeper.json this often
+
+
+def keeper_state(sandbox: str) -> dict | None:
+    """What a pilot's keeper says after its agent died: {"pid", "host", "agent_status",
+    "adopted": [task uids], "done": bool, "t"}, or None (agent alive, ended cleanly, or never
+    kept)."""
+    import json
+
+    try:
+        with open(os.path.join(sandbox, "keeper.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def keeper_adopted(sandbox: str, timeout: float = 10.0) -> set[str]:
+    """The task uids a live keeper holds (it may still be working out which: wait for it, up
+    to timeout); empty when there is no keeper holding anything."""
+    end = time.monotonic() + timeout
+    while True:
+        state = keeper_state(sandbox)
+        if state is None or not keeper_alive(sandbox, state):
+            return set()
+        if state.get("adopted") is not None:
+            return set(state["adopted"])
+        if time.monotonic() > end:
+            return set()
+        time.sleep(0.02)
+
+
+def keeper_alive(sandbox: str, state: dict | None = None) -> bool:
+    """Whether the keeper still holds tasks: not done, and (on this host) its pid runs this
+    sandbox's keeper, (elsewhere) it beat recently."""
+    state = keeper_state(sandbox) if state is None else state
+    if not state or state.get("done"):
+        return False
+    from ._util import hostname
+
+    if state.get("host") == hostname():
+        try:
+            with open(f"/proc/{int(state['pid'])}/cmdline", "rb") as f:
+                return sandbox.encode() in f.read()
+        except (OSError, ValueError, KeyError):
+            return False
+    return time.time() - float(state.get("t", 0)) < 3 * KEEPER_BEAT_S
 
 
 def finals(path: str) -> dict[str, list]:

@@ -112,6 +112,91 @@ def test_killed_agent_resumes_on_a_new_pilot_without_rerunning_done_tasks(tmp_pa
     assert sum(_runs(side).values()) == sum(runs.values())
 
 
+KEPT_CLIENT = textwrap.dedent("""
+    import sys, pilotfish as pf
+    path, n, resume, side = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "resume", sys.argv[4]
+    s = pf.Session(path=path, resume=resume, heartbeat_s=0.5, client_timeout=60)
+    pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="10m", cores_per_node=4))
+    tm = pf.TaskManager(s)
+    tm.add_pilots(pilot)
+    tasks = tm.submit_tasks([pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", f"sleep 1.5; echo $PILOTFISH_TASK_UID >> {side}"],
+        stdout=False, stderr=False) for _ in range(n)])
+    print("submitted", pilot.uid, flush=True)
+    tm.wait_tasks()
+    for t in tasks:
+        print(t.uid, t.state, t.reason, flush=True)
+    s.close()
+""")
+
+
+def _spawns(sandbox) -> int:
+    from pilotfish._journal import read_exit_log
+
+    return len(read_exit_log(str(sandbox))[1])
+
+
+def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
+    """The agent is SIGKILLed while 4 tasks run (each sleeps, then leaves its side effect):
+    its keeper sees them to their end, the client reports them DONE (they are not failed with
+    the pilot), and the resume runs only the tasks that had not started."""
+    path, side, n = tmp_path / "session", tmp_path / "side", 8
+    cmd = [sys.executable, "-c", KEPT_CLIENT, str(path), str(n)]
+    first = subprocess.Popen(cmd + ["first", str(side)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert first.stdout.readline().startswith("submitted pilot.0000")
+    sandbox = path / "pilot.0000"
+    deadline = time.time() + 60
+    while _spawns(sandbox) < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(side)  # all 4 are still sleeping
+    agent_pid = json.load(open(sandbox / "pilot.json"))["agent_pid"]
+    os.kill(agent_pid, signal.SIGKILL)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    states = dict(line.split(" ", 2)[:2] for line in out.splitlines())
+    done = {u for u, st in states.items() if st == "DONE"}
+    assert len(done) == 4, out  # the 4 in flight, through the keeper
+    assert set(_runs(side)) == done
+    keeper = json.load(open(sandbox / "keeper.json"))
+    assert keeper["agent_status"] == "killed by signal 9" and keeper["done"]
+    assert sorted(keeper["adopted"]) == sorted(done)
+    second = subprocess.Popen(cmd + ["resume", str(side)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.splitlines()[0] == "submitted pilot.0001"
+    assert all(line.split()[1] == "DONE" for line in out.splitlines()[1:]), out
+    runs = _runs(side)
+    assert len(runs) == n and set(runs.values()) == {1}, runs  # each exactly once
+
+
+def test_agent_killed_while_the_client_is_away_its_running_tasks_are_adopted(tmp_path):
+    """Client SIGKILLed, then the agent, while tasks run: the resumed client neither fails
+    nor re-sends what the keeper runs; it learns their end from the keeper."""
+    path, side, n = tmp_path / "session", tmp_path / "side", 8
+    cmd = [sys.executable, "-c", KEPT_CLIENT, str(path), str(n)]
+    first = subprocess.Popen(cmd + ["first", str(side)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert first.stdout.readline().startswith("submitted pilot.0000")
+    sandbox = path / "pilot.0000"
+    deadline = time.time() + 60
+    while _spawns(sandbox) < 4 and time.time() < deadline:
+        time.sleep(0.05)
+    first.kill()
+    first.wait()
+    os.kill(json.load(open(sandbox / "pilot.json"))["agent_pid"], signal.SIGKILL)
+    second = subprocess.Popen(cmd + ["resume", str(side)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.splitlines()[0] == "submitted pilot.0001"
+    assert all(line.split()[1] == "DONE" for line in out.splitlines()[1:]), out
+    runs = _runs(side)
+    assert len(runs) == n and set(runs.values()) == {1}, runs
+    assert len(json.load(open(sandbox / "keeper.json"))["adopted"]) == 4
+
+
 def test_resume_refuses_a_different_workload(tmp_path):
     path = tmp_path / "session"
     with pf.Session(path=path) as s:

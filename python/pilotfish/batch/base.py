@@ -26,6 +26,18 @@ class BatchJob:
     def cancel(self) -> None:
         raise NotImplementedError
 
+    def agent_ended(self) -> str | None:
+        """Why the agent ended while its job still runs: its keeper (agent/keeper.py) outlives
+        it to see the tasks it was running end, and says so in keeper.json. None otherwise."""
+        from .._journal import keeper_state
+
+        state = keeper_state(self.sandbox)
+        if state is None:
+            return None
+        n = len(state.get("adopted") or ())
+        return (f"agent process ended with {state.get('agent_status')}"
+                + (f"; its keeper saw {n} running task(s) through to their end" if n else ""))
+
     def stderr_tail(self, nbytes: int = 2048) -> str:
         """The end of the agent's stderr, for failure messages."""
         return file_tail(os.path.join(self.sandbox, "agent.err"), nbytes)

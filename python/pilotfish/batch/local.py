@@ -42,6 +42,9 @@ class LocalJob(BatchJob):
             if time.monotonic() - self._started > self.description.runtime + self.kill_grace:
                 self._signal(signal.SIGKILL)  # past the walltime: what a batch system does
                 return "FAILED", "walltime exceeded: agent killed"
+            ended = self.agent_ended()
+            if ended is not None:
+                return "FAILED", ended
             return "RUNNING", None
         self._kill_leftovers()
         if self._canceled:

@@ -185,7 +185,8 @@ class PsijBatchJob(BatchJob):
         if state in (S.NEW, S.QUEUED):
             return "QUEUED", None
         if state == S.ACTIVE:
-            return "RUNNING", None
+            ended = self.agent_ended()
+            return ("RUNNING", None) if ended is None else ("FAILED", ended)
         if state == S.COMPLETED:
             return "DONE", None
         if state == S.CANCELED or self._canceled:  # (some systems report a killed job as failed)

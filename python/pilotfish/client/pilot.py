@@ -13,7 +13,9 @@ from typing import Callable, Iterable
 from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
+from .._journal import keeper_state
 from .._util import machine_shape, write_private
+from ..agent.keeper import argv as keeper_argv
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import PilotDescription, check_descriptions
 from .session import Session
@@ -78,19 +80,44 @@ def _local_agent(sandbox: str) -> tuple[int, bool]:
         return pid, False
 
 
-def _stop_stale_agent(pid: int, grace: float = 5.0) -> None:
-    """Kill an agent on this host that did not answer or died, with what is left of its
-    session (its tasks, as the local batch adapter does at job end), so that nothing runs on
-    it and on its replacement at once."""
+def _stop_stale_agent(pid: int, sandbox: str, grace: float = 5.0) -> None:
+    """Stop an agent on this host that did not answer or died, so that nothing runs on it
+    and on its replacement at once. Under a keeper (agent/keeper.py) only the agent is
+    killed: the tasks it was running are the keeper's now, which sees them to their end and
+    records it, so they are neither lost nor run twice. An agent without a keeper led its own
+    session: that whole session goes, as the local batch adapter does at job end."""
     import signal
 
+    from .._journal import keeper_state
     from ..batch.local import session_members
 
-    for member in session_members(pid):
+    members = session_members(pid)
+    if members:
+        for member in members:
+            try:
+                os.kill(member, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    else:
         try:
-            os.kill(member, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                ours = os.path.join(sandbox, "agent.json").encode() in f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{ppid}/cmdline", "rb") as f:
+                kept = b"keeper" in f.read()
+        except (OSError, ValueError, IndexError):
+            ours = kept = False
+        if ours:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if kept:  # its keeper says what it holds before we go on
+                deadline = time.monotonic() + grace
+                while keeper_state(sandbox) is None and os.path.exists(f"/proc/{ppid}") \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.02)
     deadline = time.monotonic() + grace
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -235,17 +262,20 @@ class PilotManager:
         except (OSError, ValueError, KeyError):
             return None, uid
         # what the agent journaled is known whatever happens next (it journals before it sends)
-        from .._journal import agent_finals
+        from .._journal import agent_finals, keeper_adopted
 
         def learn_finals() -> None:
             for t_uid, rec in agent_finals(sandbox).items():
                 r.finals.setdefault(t_uid, rec)
+            for t_uid in keeper_adopted(sandbox):  # still running under the agent's keeper
+                if t_uid not in r.finals:
+                    r.adopted[t_uid] = sandbox
 
         local_pid, may_live = _local_agent(sandbox)
         if not may_live:
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
             if local_pid:  # its orphaned tasks must not finish unseen beside a replacement
-                _stop_stale_agent(local_pid)
+                _stop_stale_agent(local_pid, sandbox)
             learn_finals()
             return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
@@ -260,7 +290,7 @@ class PilotManager:
             del self.pilots[uid]
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
             if local_pid:  # a replacement must not run what this one still runs
-                _stop_stale_agent(local_pid)
+                _stop_stale_agent(local_pid, sandbox)
             learn_finals()  # what it finished, up to now
             return None, uid
         self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
@@ -298,7 +328,7 @@ class PilotManager:
             os.chmod(pilot.sandbox, 0o700)
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
             write_private(cfg_path, json.dumps(config, indent=1).encode())  # holds its secret
-            agent_argv = [sys.executable, "-m", "pilotfish.agent", cfg_path]
+            agent_argv = keeper_argv(cfg_path)  # the agent, under a keeper that outlives it
             pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
             pilot._job.submit()
         except Exception as e:  # the pilot fails alone, with the reason
@@ -372,6 +402,11 @@ class PilotManager:
                 if pilot._job is None:  # re-attached: no batch job object, only its agent
                     if pilot._bye is not None:
                         self._finish(pilot, "DONE", None)
+                    else:
+                        kept = keeper_state(pilot.sandbox)  # the agent died under its keeper
+                        if kept is not None:
+                            self._finish(pilot, "FAILED",
+                                         f"agent process ended with {kept.get('agent_status')}")
                     continue
                 try:
                     job_state, message = pilot._job.poll()
@@ -397,7 +432,7 @@ class PilotManager:
         else:  # re-attached: no job object to end it; a local agent's leftovers go here
             pid, _ = _local_agent(pilot.sandbox)
             if pid:
-                _stop_stale_agent(pid)
+                _stop_stale_agent(pid, pilot.sandbox)
         self._advance(pilot, S.FAILED, reason)
         self.session._bridge.forget(pilot.uid)
 

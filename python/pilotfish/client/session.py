@@ -103,6 +103,9 @@ class Session:
         self._tmgrs: list[TaskManager] = []
         self._closed = False
         self._lock = threading.Lock()
+        from .adoption import Adopter
+
+        self._adopter = Adopter()  # tasks that outlive their agent (see agent/keeper.py)
 
     @property
     def address(self) -> str:
@@ -130,6 +133,7 @@ class Session:
             tmgr._close()
         for pmgr in self._pmgrs:
             pmgr._close(terminate=terminate)
+        self._adopter.close()
         self.events.record("session", "session_stop")
         self._write_task_records()
         self._bridge.close()
@@ -188,6 +192,7 @@ class Resumed:
         self.pilot_of: dict[str, str] = {}  # task uid -> the pilot it was last sent to
         self.finals: dict[str, list] = {}  # task uid -> ["final", uid, state, code, sig, reason, t]
         self.answers: dict[str, object] = {}  # task uid -> latest agent update (re-attach)
+        self.adopted: dict[str, str] = {}  # task uid -> sandbox whose agent's keeper runs it
         self.next_task = 0
         self.next_pilot = 0
         self.pilots_used = 0  # how many journaled pilots submit_pilots has matched
@@ -233,9 +238,12 @@ class Resumed:
                 r.next_pilot = max(r.next_pilot, int(rec[1].rsplit(".", 1)[1]) + 1)
         # every agent the session ever had journaled what it finished -- also those that a
         # resume replaced, which may have run on until they were stopped
-        from .._journal import agent_finals
+        from .._journal import agent_finals, keeper_adopted
 
         for sandbox in sandboxes:
             for uid, rec in agent_finals(sandbox).items():
                 r.finals.setdefault(uid, rec)
+            for uid in keeper_adopted(sandbox):  # its agent died; its keeper still runs these
+                if uid not in r.finals:
+                    r.adopted[uid] = sandbox
         return r

@@ -200,7 +200,7 @@ class TaskManager:
             r.tasks_used += 1
             pilot_uid = r.pilot_of.get(uid, pilot_uid)
             live = self._pilots.get(pilot_uid)
-            if uid in r.finals:
+            if uid in r.finals or uid in r.adopted:  # (adopted: its agent's keeper runs it)
                 out[i] = (uid, pilot_uid)
             elif live is not None and live.state not in S.FINAL and uid not in live._missing \
                     and live._resync is not None:
@@ -232,6 +232,12 @@ class TaskManager:
                     self.counts[S.STAGING_INPUT] += 1
         if pairs:
             self._apply(pairs, journal=False)
+        kept: dict[str, list[Task]] = {}
+        for i, (uid, pilot_uid) in resumed.items():
+            if pilot_uid is not None and uid in r.adopted and tasks[i].state not in S.FINAL:
+                kept.setdefault(r.adopted[uid], []).append(tasks[i])
+        for sandbox, ts in kept.items():
+            self.session._adopter.watch(sandbox, ts)
 
     def wait_tasks(self, uids: Iterable[str] | str | None = None,
                    state: str | Iterable[str] | None = None, timeout: float | None = None,
@@ -453,7 +459,11 @@ class TaskManager:
         if not left:
             return
         if pilot.state == S.FAILED:
-            self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
+            # what its dead agent's keeper still runs ends with the keeper's word, not here
+            kept = self.session._adopter.take(pilot.sandbox, left)
+            left = [t for t in left if t not in kept]
+            if left:
+                self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
         else:
             self._finish_locally(left, S.CANCELED, f"pilot {pilot.uid} ended ({pilot.state}) before the task finished")
 

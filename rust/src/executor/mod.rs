@@ -335,6 +335,7 @@ impl SpawnJob<'_> {
             match spawn::spawn(&p.path, &p.argv, envp, actions, self.attr) {
                 Ok(pid) => {
                     let t = now();
+                    sink.log_spawn(spec.key, pid, t); // before any exit record of it
                     let claimed = reg.lock().add_or_claim(pid, sink, spec.key);
                     match claimed {
                         Some(exit) => sink.deliver(vec![exit]), // it ended before we added it

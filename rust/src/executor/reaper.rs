@@ -59,7 +59,9 @@ impl Sink {
     }
 
     fn log_exits(&self, batch: &[Exit]) {
-        let Some(fd) = self.exit_log.get() else { return };
+        if self.exit_log.get().is_none() {
+            return;
+        }
         let mut buf = Vec::with_capacity(batch.len() * EXIT_RECORD);
         for e in batch.iter().filter(|e| e.key >= 0) {
             buf.extend_from_slice(&e.key.to_le_bytes());
@@ -67,6 +69,26 @@ impl Sink {
             buf.extend_from_slice(&e.signal.to_le_bytes());
             buf.extend_from_slice(&e.t_exit.to_le_bytes());
         }
+        self.append_log(&buf);
+    }
+
+    /// A spawn record (signal field -1, exit-code field = pid) the moment a child exists: if
+    /// this process is killed, whoever inherits the child (the agent's keeper) knows whose it
+    /// is, even when it is already a zombie whose environment can no longer be read.
+    pub(super) fn log_spawn(&self, key: i64, pid: i32, t: f64) {
+        if self.exit_log.get().is_none() || key < 0 {
+            return;
+        }
+        let mut buf = [0u8; EXIT_RECORD];
+        buf[0..8].copy_from_slice(&key.to_le_bytes());
+        buf[8..12].copy_from_slice(&pid.to_le_bytes());
+        buf[12..16].copy_from_slice(&(-1i32).to_le_bytes());
+        buf[16..24].copy_from_slice(&t.to_le_bytes());
+        self.append_log(&buf);
+    }
+
+    fn append_log(&self, buf: &[u8]) {
+        let Some(fd) = self.exit_log.get() else { return };
         let mut off = 0;
         while off < buf.len() {
             // SAFETY: writes initialized bytes of a live buffer to an fd we own.

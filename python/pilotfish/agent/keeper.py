@@ -1,0 +1,272 @@
+"""The agent's keeper: a small parent process that outlives the agent.
+
+A task has to run exactly once even when its agent is SIGKILLed while the task runs. The
+agent's own records (journal, exit log) cannot say how a task ended that was still running when
+the agent died, and nothing else would wait for the orphans: without a keeper they are killed
+(or end unseen) and a resume runs them again.
+
+So the batch job (or the local pilot) starts this keeper, not the agent. The keeper is a child
+subreaper and starts the agent as its only child. While the agent lives it only waits. If the
+agent ends by a signal or with an error, its task processes become the keeper's children (the
+kernel reparents them to the nearest subreaper), and the keeper
+
+- maps each of them to its task from the agent's journal (task -> spawn keys) and the exit log
+  (key -> pid: the Rust core writes that record the moment the child exists, so even a child
+  that is already a zombie is known);
+- writes `keeper.json` (pid, host, how the agent ended, the adopted task uids), rewritten every
+  KEEPER_BEAT_S as a heartbeat that a client on another host can read;
+- reaps them, appends their exits to `agent.exits` and, for a task all of whose processes ended
+  with 0 (and that needed nothing after exit, such as output staging), a DONE final to
+  `keeper.journal`; anything else is left without a final and runs again on resume;
+- keeps the agent's other children (a PRRTE DVM the adopted tasks run on, escaped
+  descendants) until the adopted tasks are done, then stops them;
+- on SIGTERM/SIGINT/SIGHUP (the pilot canceled, scancel) or at the pilot's walltime stops all.
+
+It then exits as the agent did (same code or signal), so the batch system sees the agent's end.
+The keeper imports only the standard library until the agent dies: it costs a process, not
+time (it is started by path, without importing the package).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOP_GRACE_S = 3.0
+
+
+def _subreaper() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _children() -> list[int]:
+    """Our children (zombies included), from /proc."""
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:  # field 4 (ppid)
+            out.append(int(entry))
+    return out
+
+
+def _describe(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _end_like(status: int) -> None:
+    """Exit as the agent did."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(1)
+        code = 128 - code
+    os._exit(code)
+
+
+def _signal_groups(pids, sig: int) -> None:
+    for pid in pids:
+        for kill in (os.killpg, os.kill):  # tasks lead their own process group
+            try:
+                kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class Keeper:
+    def __init__(self, cfg_path: str):
+        self.cfg_path = os.path.abspath(cfg_path)
+        self.sandbox = os.path.dirname(self.cfg_path)
+        self.started = time.time()
+        self.agent = 0
+        self.stop_signal = 0
+
+    # -- while the agent lives -------------------------------------------------------------
+    def run(self) -> None:
+        _subreaper()
+        argv = [sys.executable, "-m", "pilotfish.agent", self.cfg_path]
+        self.agent = os.posix_spawn(sys.executable, argv, os.environ)
+        for sig in FORWARDED:  # after the spawn: the agent starts with default handlers
+            signal.signal(sig, self._on_signal)
+        while True:
+            try:
+                _, status = os.waitpid(self.agent, 0)
+                break
+            except ChildProcessError:  # cannot happen for our own child; do not spin
+                status = 0
+                break
+        for sig in FORWARDED:
+            signal.signal(sig, self._on_stop)
+        code = os.waitstatus_to_exitcode(status)
+        left = _children()
+        if code != 0 and left and not self.stop_signal:
+            # at once, before any import: a client that looks now must know to wait for us
+            self._write_state({"pid": os.getpid(), "host": socket.gethostname(),
+                               "agent_pid": self.agent, "agent_status": _describe(status),
+                               "adopted": None, "done": False, "t": time.time()})
+            self.adopt(status, left)
+        else:
+            self.stop(left)
+        _end_like(status)
+
+    def _on_signal(self, sig, _frame) -> None:
+        self.stop_signal = sig
+        try:
+            os.kill(self.agent, sig)
+        except ProcessLookupError:
+            pass
+
+    def _on_stop(self, sig, _frame) -> None:
+        self.stop_signal = sig
+
+    # -- after the agent died --------------------------------------------------------------
+    def adopt(self, status: int, children: list[int]) -> None:
+        # the package only now: the agent's end is not a hot path
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+        from pilotfish._journal import (KEEPER_BEAT_S, Journal, exit_record, read_exit_log,
+                                        spawn_records)
+
+        finals, spawned = spawn_records(self.sandbox)
+        exits, pids = read_exit_log(self.sandbox)
+        key_of_pid = {pid: key for key, pid in pids.items()}  # file order: the latest wins
+        owner: dict[int, str] = {}
+        waiting: dict[str, set[int]] = {}  # uid -> keys of its processes not exited yet
+        done_on_exit: dict[str, bool] = {}
+        for uid, (keys, on_exit) in spawned.items():
+            if uid in finals:
+                continue
+            left = {k for k in keys if k not in exits}
+            if left:
+                waiting[uid] = left
+                done_on_exit[uid] = on_exit
+                for k in left:
+                    owner[k] = uid
+        held: dict[int, tuple[int, str]] = {}  # pid -> (key, uid)
+        for pid in children:
+            key = key_of_pid.get(pid)
+            if key in owner:
+                held[pid] = (key, owner[key])
+        held_keys = {k for k, _ in held.values()}
+        adopted = {uid for uid, keys in waiting.items() if keys <= held_keys}
+        lost = [pid for pid, (_, uid) in held.items() if uid not in adopted]
+        _signal_groups(lost, signal.SIGKILL)  # part of a task is gone: it runs again whole
+        held = {pid: ku for pid, ku in held.items() if ku[1] in adopted}
+        failed: set[str] = set()
+
+        runtime = self._runtime()
+        deadline = self.started + runtime if runtime else float("inf")
+        state = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "agent_pid": self.agent, "agent_status": _describe(status),
+                 "adopted": sorted(adopted), "done": False, "t": time.time()}
+        self._write_state(state)
+        journal = Journal(os.path.join(self.sandbox, "keeper.journal"), sync_s=0.0)
+        exit_fd = os.open(os.path.join(self.sandbox, "agent.exits"),
+                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        last_beat = time.monotonic()
+        try:
+            while held:
+                if self.stop_signal or time.time() > deadline:
+                    break  # what is still running runs again on resume
+                try:
+                    pid, st = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    time.sleep(0.01)
+                    if time.monotonic() - last_beat >= KEEPER_BEAT_S:
+                        state["t"] = time.time()
+                        self._write_state(state)
+                        last_beat = time.monotonic()
+                    continue
+                ku = held.pop(pid, None)
+                if ku is None:
+                    continue
+                key, uid = ku
+                code = os.waitstatus_to_exitcode(st)
+                sig = -code if code < 0 else 0
+                code = code if code >= 0 else -1
+                t = time.time()
+                os.write(exit_fd, exit_record(key, code, sig, t))
+                if code != 0 or sig:
+                    failed.add(uid)
+                keys = waiting[uid]
+                keys.discard(key)
+                if not keys and uid not in failed and done_on_exit[uid]:
+                    journal.write([["final", uid, "DONE", 0, None,
+                                    "ended after its agent died; seen by the pilot's keeper", t]])
+        finally:
+            journal.close()
+            os.close(exit_fd)
+            self.stop(_children())
+            state["done"], state["t"] = True, time.time()
+            self._write_state(state)
+
+    def _runtime(self) -> float:
+        try:
+            with open(self.cfg_path) as f:
+                return float(json.load(f)["description"]["runtime"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0.0
+
+    def _write_state(self, state: dict) -> None:
+        path = os.path.join(self.sandbox, "keeper.json")
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, path)
+
+    def stop(self, children: list[int]) -> None:
+        """Stop what is left (SIGTERM, then SIGKILL) and reap it."""
+        if not children:
+            return
+        _signal_groups(children, signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < end:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                time.sleep(0.02)
+        _signal_groups(_children(), signal.SIGKILL)
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+
+
+def argv(cfg_path: str) -> list[str]:
+    """The command that starts a pilot's agent under its keeper (-I: nothing from the
+    environment or the script's folder on the keeper's own path)."""
+    return [sys.executable, "-I", os.path.abspath(__file__), cfg_path]
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: keeper.py AGENT_JSON")
+    Keeper(sys.argv[1]).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Following the tasks a dead agent's keeper holds (agent/keeper.py) until they end.
+
+When an agent dies while tasks run, its keeper keeps those processes and writes a DONE final to
+`<sandbox>/keeper.journal` for each that ends well. The client does not fail such a task with
+its pilot (nor send it again on resume): it waits here for the keeper's word. A task the keeper
+ends without a final (it failed, needed output staging, or the keeper was stopped) is failed
+locally, not journaled -- so a resume runs it again -- exactly like a task its pilot took down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from .. import _wire
+from .. import states as S
+from .._journal import finals, keeper_adopted, keeper_alive
+
+if TYPE_CHECKING:
+    from .task import Task
+
+log = logging.getLogger(__name__)
+
+
+class Adopter:
+    poll_s = 0.05
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[str, dict[str, "Task"]] = {}  # sandbox -> {uid: task}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def take(self, sandbox: str, tasks: list["Task"]) -> set["Task"]:
+        """Of these tasks (of a pilot that failed), the ones its keeper holds: followed from
+        now on. The others are the caller's to finish."""
+        held = keeper_adopted(sandbox)
+        kept = [t for t in tasks if t.uid in held]
+        if kept:
+            self.watch(sandbox, kept)
+        return set(kept)
+
+    def watch(self, sandbox: str, tasks: list["Task"]) -> None:
+        with self._lock:
+            self._watched.setdefault(sandbox, {}).update((t.uid, t) for t in tasks)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="pilotfish-adopter",
+                                                daemon=True)
+                self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                if not self._watched:
+                    self._thread = None
+                    return
+                items = [(sb, dict(ts)) for sb, ts in self._watched.items()]
+            for sandbox, tasks in items:
+                try:
+                    self._check(sandbox, tasks)
+                except Exception:  # never let one bad sandbox stop the others
+                    log.exception("following the keeper of %s failed", sandbox)
+            self._stop.wait(self.poll_s)
+
+    def _check(self, sandbox: str, tasks: dict[str, "Task"]) -> None:
+        alive = keeper_alive(sandbox)  # first: a final it writes before it ends is read below
+        got = finals(os.path.join(sandbox, "keeper.journal"))
+        ended = {uid: rec for uid, rec in got.items() if uid in tasks}
+        left = [] if alive else [t for uid, t in tasks.items() if uid not in ended]
+        by_tmgr: dict = {}
+        for uid, (_, _, state, code, sig, reason, t) in ended.items():
+            task = tasks[uid]
+            by_tmgr.setdefault(task._tmgr, []).append(
+                (task, _wire.Update(uid, state, t, exit_code=code, signal=sig, reason=reason)))
+        for tmgr, pairs in by_tmgr.items():
+            tmgr._apply(pairs)  # journaled: this task is final for every later resume
+        by_tmgr = {}
+        for task in left:
+            by_tmgr.setdefault(task._tmgr, []).append(task)
+        for tmgr, lost in by_tmgr.items():
+            tmgr._finish_locally(lost, S.FAILED, "its agent died and the agent's keeper ended "
+                                                 "without seeing it succeed; it runs again on resume")
+        if ended or left:
+            with self._lock:
+                watched = self._watched.get(sandbox, {})
+                for uid in list(ended) + [t.uid for t in left]:
+                    watched.pop(uid, None)
+                if not watched:
+                    self._watched.pop(sandbox, None)
