@@ -125,12 +125,15 @@ def read_journal(path: str) -> Iterator[list]:
 
 _EXIT = struct.Struct("<qiid")
 SPAWN_MARK = -1  # an exit-log record with this in its signal field is a spawn: code = pid
+INTENT_MARK = -2  # ... with this: written just before the spawn of that key was tried
 
 
-def read_exit_log(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+def read_exit_log(sandbox: str, intents: set[int] | None = None
+                  ) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
     """({key: (exit code, signal, time)}, {key: pid}) from a pilot's `agent.exits`: the Rust
-    core writes a spawn record (pid) as each child starts and an exit record as it is reaped;
-    the agent's keeper appends the exits of what it inherited in the same format."""
+    core writes an intent record before each posix_spawn, a spawn record (pid) as the child
+    exists and an exit record as it is reaped; the agent's keeper appends the exits of what
+    it inherited in the same format. Keys with an intent record are added to `intents`."""
     try:
         with open(os.path.join(sandbox, "agent.exits"), "rb") as f:
             data = f.read()
@@ -140,10 +143,12 @@ def read_exit_log(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict
     pids: dict[int, int] = {}
     for i in range(0, len(data) - len(data) % _EXIT.size, _EXIT.size):
         key, code, sig, t = _EXIT.unpack_from(data, i)
-        if sig == SPAWN_MARK:
-            pids[key] = code
-        else:
+        if sig >= 0:
             exits[key] = (code, sig, t)
+        elif sig == SPAWN_MARK:
+            pids[key] = code
+        elif intents is not None:
+            intents.add(key)
     return exits, pids
 
 

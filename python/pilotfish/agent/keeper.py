@@ -75,7 +75,12 @@ def _end_like(status: int) -> None:
     """Exit as the agent did."""
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL/SIGSTOP: cannot be handled anyway
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
         os.kill(os.getpid(), -code)
         time.sleep(1)
         code = 128 - code
@@ -91,9 +96,23 @@ def _signal_groups(pids, sig: int) -> None:
                 pass
 
 
+def _environ(pid: int) -> dict[str, str] | None:
+    """A live process's environment; None for a zombie (whose is gone) or a vanished one."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    if not raw:
+        return None
+    return {k.decode(errors="replace"): v.decode(errors="replace")
+            for k, _, v in (item.partition(b"=") for item in raw.split(b"\0") if item)}
+
+
 class Keeper:
-    def __init__(self, cfg_path: str):
+    def __init__(self, cfg_path: str, agent_argv: list[str] | None = None):
         self.cfg_path = os.path.abspath(cfg_path)
+        self.agent_argv = agent_argv or [sys.executable, "-m", "pilotfish.agent", self.cfg_path]
         self.sandbox = os.path.dirname(self.cfg_path)
         self.started = time.time()
         self.agent = 0
@@ -102,8 +121,7 @@ class Keeper:
     # -- while the agent lives -------------------------------------------------------------
     def run(self) -> None:
         _subreaper()
-        argv = [sys.executable, "-m", "pilotfish.agent", self.cfg_path]
-        self.agent = os.posix_spawn(sys.executable, argv, os.environ)
+        self.agent = os.posix_spawn(self.agent_argv[0], self.agent_argv, os.environ)
         for sig in FORWARDED:  # after the spawn: the agent starts with default handlers
             signal.signal(sig, self._on_signal)
         while True:
@@ -146,11 +164,13 @@ class Keeper:
                                         spawn_records)
 
         finals, spawned = spawn_records(self.sandbox)
-        exits, pids = read_exit_log(self.sandbox)
+        intents: set[int] = set()
+        exits, pids = read_exit_log(self.sandbox, intents)
         key_of_pid = {pid: key for key, pid in pids.items()}  # file order: the latest wins
         owner: dict[int, str] = {}
         waiting: dict[str, set[int]] = {}  # uid -> keys of its processes not exited yet
         done_on_exit: dict[str, bool] = {}
+        order: dict[str, list[int]] = {}
         for uid, (keys, on_exit) in spawned.items():
             if uid in finals:
                 continue
@@ -158,18 +178,36 @@ class Keeper:
             if left:
                 waiting[uid] = left
                 done_on_exit[uid] = on_exit
+                order[uid] = keys
                 for k in left:
                     owner[k] = uid
         held: dict[int, tuple[int, str]] = {}  # pid -> (key, uid)
+        unknown = []
         for pid in children:
             key = key_of_pid.get(pid)
             if key in owner:
                 held[pid] = (key, owner[key])
+            elif key is None:
+                unknown.append(pid)
+        # keys whose spawn was under way when the agent died: a child may exist that no spawn
+        # record names. A live one says whose it is in its environment; zombies only count.
+        doubt = {k for k in intents if k in owner and k not in pids}
+        anonymous: list[int] = []
+        if doubt and unknown:
+            unknown, anonymous = self._name_children(unknown, doubt, owner, order, held)
         held_keys = {k for k, _ in held.values()}
+        if anonymous:
+            if len(anonymous) == len(doubt):
+                held_keys |= doubt  # as a group: all exit 0, or none of their tasks is final
+            else:
+                anonymous = []
         adopted = {uid for uid, keys in waiting.items() if keys <= held_keys}
         lost = [pid for pid, (_, uid) in held.items() if uid not in adopted]
         _signal_groups(lost, signal.SIGKILL)  # part of a task is gone: it runs again whole
         held = {pid: ku for pid, ku in held.items() if ku[1] in adopted}
+        group = {pid: (-1, "") for pid in anonymous}
+        group_keys = sorted(doubt) if anonymous else []
+        group_failed = False
         failed: set[str] = set()
 
         runtime = self._runtime()
@@ -183,6 +221,7 @@ class Keeper:
                           os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         last_beat = time.monotonic()
         try:
+            held.update(group)
             while held:
                 if self.stop_signal or time.time() > deadline:
                     break  # what is still running runs again on resume
@@ -205,20 +244,63 @@ class Keeper:
                 sig = -code if code < 0 else 0
                 code = code if code >= 0 else -1
                 t = time.time()
-                os.write(exit_fd, exit_record(key, code, sig, t))
-                if code != 0 or sig:
-                    failed.add(uid)
-                keys = waiting[uid]
-                keys.discard(key)
-                if not keys and uid not in failed and done_on_exit[uid]:
-                    journal.write([["final", uid, "DONE", 0, None,
-                                    "ended after its agent died; seen by the pilot's keeper", t]])
+                if key < 0:  # one of the anonymous group
+                    group_failed |= bool(code or sig)
+                    group.pop(pid)
+                    if group or group_failed:
+                        continue
+                    ended = [(k, owner[k]) for k in group_keys]  # all exited 0
+                    os.write(exit_fd, b"".join(exit_record(k, 0, 0, t) for k in group_keys))
+                else:
+                    os.write(exit_fd, exit_record(key, code, sig, t))
+                    if code != 0 or sig:
+                        failed.add(uid)
+                    ended = [(key, uid)]
+                for key, uid in ended:
+                    keys = waiting[uid]
+                    keys.discard(key)
+                    if not keys and uid not in failed and done_on_exit[uid]:
+                        journal.write([["final", uid, "DONE", 0, None,
+                                        "ended after its agent died; seen by the pilot's keeper",
+                                        t]])
         finally:
             journal.close()
             os.close(exit_fd)
             self.stop(_children())
             state["done"], state["t"] = True, time.time()
             self._write_state(state)
+
+    def _name_children(self, unknown: list[int], doubt: set[int], owner: dict[int, str],
+                       order: dict[str, list[int]], held: dict[int, tuple[int, str]]
+                       ) -> tuple[list[int], list[int]]:
+        """Name children that no spawn record names by their environment mark (one still
+        between fork and exec shows the agent's environment: look again shortly). Returns
+        (still unknown live children, zombies)."""
+        for attempt in range(4):
+            pending = []
+            for pid in unknown:
+                env = _environ(pid)
+                if env is None:
+                    pending.append(pid)  # a zombie, or gone: sorted out below
+                    continue
+                uid = env.get("PILOTFISH_TASK_UID")
+                if not uid or env.get("PILOTFISH_SANDBOX") != self.sandbox:
+                    pending.append(pid)
+                    continue
+                cands = [k for k in doubt if owner[k] == uid]
+                if len(cands) > 1:  # ranks of one task: its keys are in rank order
+                    rank = int(env.get("PILOTFISH_RANK") or 0)
+                    keys = order[uid]
+                    cands = [keys[rank]] if rank < len(keys) and keys[rank] in cands else []
+                if cands:
+                    held[pid] = (cands[0], uid)
+                    doubt.discard(cands[0])
+            unknown = pending
+            if not unknown or not doubt or all(_environ(p) is None for p in unknown):
+                break
+            time.sleep(0.05)
+        zombies = [pid for pid in unknown if _environ(pid) is None]
+        return [p for p in unknown if p not in zombies], zombies
 
     def _runtime(self) -> float:
         try:

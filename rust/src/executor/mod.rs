@@ -332,10 +332,12 @@ impl SpawnJob<'_> {
             };
             let envp = p.envp.as_deref().unwrap_or(self.base_envp);
             let actions = p.actions.as_ref().unwrap_or(self.default_actions);
+            sink.log_spawn_record(spec.key, 0, reaper::INTENT_MARK, 0.0);
             match spawn::spawn(&p.path, &p.argv, envp, actions, self.attr) {
                 Ok(pid) => {
                     let t = now();
-                    sink.log_spawn(spec.key, pid, t); // before any exit record of it
+                    // before any exit record of it
+                    sink.log_spawn_record(spec.key, pid, reaper::SPAWN_MARK, t);
                     let claimed = reg.lock().add_or_claim(pid, sink, spec.key);
                     match claimed {
                         Some(exit) => sink.deliver(vec![exit]), // it ended before we added it

@@ -19,6 +19,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 /// Bytes of one exit-log record: key i64, exit code i32, signal i32, t_exit f64 (little-endian).
 pub const EXIT_RECORD: usize = 24;
+/// Signal-field marks of the spawn-side records (see `Sink::log_spawn_record`).
+pub const SPAWN_MARK: i32 = -1;
+pub const INTENT_MARK: i32 = -2;
 use std::time::{Duration, Instant};
 
 use super::{now, Exit};
@@ -72,17 +75,19 @@ impl Sink {
         self.append_log(&buf);
     }
 
-    /// A spawn record (signal field -1, exit-code field = pid) the moment a child exists: if
-    /// this process is killed, whoever inherits the child (the agent's keeper) knows whose it
-    /// is, even when it is already a zombie whose environment can no longer be read.
-    pub(super) fn log_spawn(&self, key: i64, pid: i32, t: f64) {
+    /// Spawn-side records of the exit log (signal field < 0, never a real signal):
+    /// `INTENT_MARK` just before posix_spawn (code 0), `SPAWN_MARK` the moment the child
+    /// exists (code = pid). If this process is killed, whoever inherits the children (the
+    /// agent's keeper) knows whose each one is -- even one that is already a zombie, whose
+    /// environment can no longer be read -- and which keys may have a child it cannot name.
+    pub(super) fn log_spawn_record(&self, key: i64, code: i32, mark: i32, t: f64) {
         if self.exit_log.get().is_none() || key < 0 {
             return;
         }
         let mut buf = [0u8; EXIT_RECORD];
         buf[0..8].copy_from_slice(&key.to_le_bytes());
-        buf[8..12].copy_from_slice(&pid.to_le_bytes());
-        buf[12..16].copy_from_slice(&(-1i32).to_le_bytes());
+        buf[8..12].copy_from_slice(&code.to_le_bytes());
+        buf[12..16].copy_from_slice(&mark.to_le_bytes());
         buf[16..24].copy_from_slice(&t.to_le_bytes());
         self.append_log(&buf);
     }
