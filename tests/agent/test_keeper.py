@@ -44,6 +44,9 @@ FAKE_AGENT = textwrap.dedent("""
                                  setpgroup=0)
             if wrote == "spawn":
                 os.write(log, rec.pack(key, pid, -1, time.time()))
+            elif uid == "B":  # pids wrap: an earlier, finished task's process had B's pid
+                journal.write([["spawn", "Z", [99], True], ["final", "Z", "DONE", 0, None, "", 0.0]])
+                os.write(log, rec.pack(99, pid, -1, 0.0) + rec.pack(99, 0, 0, 0.0))
     time.sleep(0.3)  # B is a zombie by now
     os.kill(os.getpid(), signal.SIGKILL)
 """)
@@ -71,9 +74,9 @@ def test_keeper_adopts_named_unnamed_and_zombie_children(tmp_path):
     assert state["agent_status"] == "killed by signal 9" and state["done"]
     assert state["adopted"] == ["A", "B", "C", "D"]
     finals = agent_finals(str(sandbox))
-    assert {u: f[2] for u, f in finals.items()} == {u: "DONE" for u in "ABCD"}
+    assert {u: f[2] for u, f in finals.items()} == {u: "DONE" for u in "ABCDZ"}
     exits, _ = read_exit_log(str(sandbox))
-    assert sorted(exits) == [1, 2, 3, 4, 5] and all(e[:2] == (0, 0) for e in exits.values())
+    assert sorted(exits) == [1, 2, 3, 4, 5, 99] and all(e[:2] == (0, 0) for e in exits.values())
 
 
 def test_keeper_does_not_guess_when_zombies_and_doubts_do_not_match(tmp_path):
@@ -85,7 +88,7 @@ def test_keeper_does_not_guess_when_zombies_and_doubts_do_not_match(tmp_path):
     state = keeper_state(str(sandbox))
     assert state["adopted"] == ["A", "C", "D"]
     finals = agent_finals(str(sandbox))
-    assert sorted(finals) == ["A", "C", "D"]
+    assert sorted(finals) == ["A", "C", "D", "Z"]
 
 
 def test_agent_that_ends_cleanly_leaves_no_keeper_state(tmp_path):

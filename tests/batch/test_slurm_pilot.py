@@ -213,3 +213,88 @@ def test_walltime_drains_before_slurm_ends_the_job(slurm, tmp_path):
         job_id = pilot._job.native_id
     r = run(["scontrol", "show", "job", "-o", job_id], env=slurm.env)
     assert "JobState=COMPLETED" in r.out, r.out
+
+
+DEAD_CLIENT = """
+import sys, pilotfish as pf
+s = pf.Session(path=sys.argv[1], heartbeat_s=0.5, client_timeout=3)
+p = pf.PilotManager(s).submit_pilots(pf.PilotDescription(resource="slurm", nodes=1, runtime="10m"))
+t = pf.TaskManager(s); t.add_pilots(p)
+t.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["300"]))
+assert p.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, p.reason
+print(p._job.native_id, flush=True)
+import time; time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_agent_of_a_dead_client_drains_and_ends_its_slurm_job(slurm, tmp_path):
+    """The client is SIGKILLed: the agent misses its heartbeats for client_timeout (3 s),
+    drains, stops its task and ends -- the Slurm job completes long before its walltime."""
+    import os
+    import subprocess
+
+    from pilotfish._events import read_all_events
+
+    path = tmp_path / "s"
+    client = subprocess.Popen([sys.executable, "-c", DEAD_CLIENT, str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    job_id = client.stdout.readline().strip()
+    assert job_id, "the client did not get its pilot up"
+    client.kill()
+    client.wait()
+    t_kill = time.monotonic()
+    while time.monotonic() - t_kill < 120:
+        r = run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=slurm.env)
+        if not r.out.strip():
+            break
+        time.sleep(0.5)
+    assert time.monotonic() - t_kill < 120, "the job outlived its client"
+    r = run(["scontrol", "show", "job", "-o", job_id], env=slurm.env)
+    assert "JobState=COMPLETED" in r.out, r.out
+    events = [(e[2], e[3]) for e in read_all_events(path / "pilot.0000" / "agent.events")
+              if e[1] == "pilot.0000"]
+    assert any(n == "drain_start" and "client silent" in (d or "") for n, d in events), events
+    marked = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(path).encode() in open(f"/proc/{pid}/environ", "rb").read():
+                marked.append(pid)
+        except OSError:
+            pass
+    assert not marked, "the pilot's task outlived it"
+
+
+@pytest.mark.timeout(300)
+def test_killed_agent_of_a_slurm_pilot_its_keeper_finishes_the_running_tasks(slurm, tmp_path):
+    """SIGKILL to the agent of a Slurm pilot while two tasks run: the pilot fails at once with
+    the reason, its keeper sees both tasks to their end (DONE, each ran once), then the job
+    ends."""
+    import json
+    import os
+    import signal
+
+    side = tmp_path / "side"
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(
+            pf.PilotDescription(resource="slurm", nodes=1, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+        tasks = tmgr.submit_tasks([pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", f"sleep 2; echo $PILOTFISH_TASK_UID >> {side}"])
+            for _ in range(2)])
+        for t in tasks:
+            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
+        os.kill(agent_pid, signal.SIGKILL)
+        assert pilot.wait(timeout=30) == pf.FAILED
+        assert "killed by signal 9" in pilot.reason, pilot.reason
+        tmgr.wait_tasks(timeout=60)
+        assert [t.state for t in tasks] == [pf.DONE, pf.DONE], [(t.state, t.reason) for t in tasks]
+        assert sorted(side.read_text().split()) == sorted(t.uid for t in tasks)
+        job_id = pilot._job.native_id
+    deadline = time.monotonic() + 60
+    while run(["squeue", "-h", "-j", job_id], env=slurm.env).out.strip():
+        assert time.monotonic() < deadline, "the keeper did not end the job"
+        time.sleep(0.5)

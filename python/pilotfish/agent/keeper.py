@@ -187,7 +187,7 @@ class Keeper:
             key = key_of_pid.get(pid)
             if key in owner:
                 held[pid] = (key, owner[key])
-            elif key is None:
+            else:  # no record, or a record of an earlier process with this pid (pids wrap)
                 unknown.append(pid)
         # keys whose spawn was under way when the agent died: a child may exist that no spawn
         # record names. A live one says whose it is in its environment; zombies only count.
