@@ -206,30 +206,33 @@ def keeper_state(sandbox: str) -> dict | None:
         return None
 
 
-def keeper_adopted(sandbox: str, timeout: float = 10.0) -> set[str]:
+def keeper_adopted(sandbox: str, timeout: float = 10.0, live_only: bool = True) -> set[str]:
     """The task uids a live keeper holds (it may still be working out which: wait for it, up
-    to timeout); empty when there is no keeper holding anything."""
+    to timeout); empty when there is no keeper holding anything. live_only=False: also those
+    of a keeper that is done (their finals, if any, are in keeper.journal)."""
     end = time.monotonic() + timeout
     while True:
         state = keeper_state(sandbox)
-        if state is None or not keeper_alive(sandbox, state):
+        if state is None:
             return set()
-        if state.get("adopted") is not None:
+        if state.get("adopted") is not None and (not live_only or keeper_alive(sandbox, state)):
             return set(state["adopted"])
+        if not keeper_alive(sandbox, state):
+            return set()
         if time.monotonic() > end:
             return set()
         time.sleep(0.02)
 
 
 def keeper_alive(sandbox: str, state: dict | None = None) -> bool:
-    """Whether the keeper still holds tasks: not done, and (on this host) its pid runs this
-    sandbox's keeper, (elsewhere) it beat recently."""
+    """Whether the keeper still holds tasks: not done, and (same host and pid namespace) its
+    pid runs this sandbox's keeper, (elsewhere) it beat recently."""
     state = keeper_state(sandbox) if state is None else state
     if not state or state.get("done"):
         return False
-    from ._util import hostname
+    from ._util import pid_scope
 
-    if state.get("host") == hostname():
+    if state.get("scope") == pid_scope():  # its pid means something here
         try:
             with open(f"/proc/{int(state['pid'])}/cmdline", "rb") as f:
                 return sandbox.encode() in f.read()

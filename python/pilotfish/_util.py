@@ -66,6 +66,16 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def pid_scope() -> str:
+    """Where a pid means this process's pids: the host and its pid namespace (a batch
+    system's daemons may run jobs in a namespace of their own on the same host)."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return f"{socket.gethostname()}/{ns}"
+
+
 def raise_nofile_limit() -> int:
     """Raise RLIMIT_NOFILE to the hard limit (the seeds hit 4096 at ~967 tasks)."""
     import resource

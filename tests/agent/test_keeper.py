@@ -111,3 +111,15 @@ def test_agent_that_ends_cleanly_leaves_no_keeper_state(tmp_path):
          "/bin/true"], capture_output=True, text=True, timeout=60)
     assert keeper.returncode == 0
     assert not os.path.exists(sandbox / "keeper.json.tmp")
+
+
+def test_a_done_keepers_tasks_are_still_followed_live_but_run_again_on_resume(tmp_path):
+    """A pilot noticed dead only after its keeper finished: the live client still learns the
+    kept tasks' ends from keeper.journal (live_only=False); a resume asks only live keepers
+    (a kept task without a final runs again)."""
+    from pilotfish._journal import keeper_adopted
+
+    sandbox, keeper, lines = _run_keeper(tmp_path, "all")
+    assert keeper_state(str(sandbox))["done"]
+    assert keeper_adopted(str(sandbox), live_only=False) == {"A", "B", "C", "D"}
+    assert keeper_adopted(str(sandbox)) == set()

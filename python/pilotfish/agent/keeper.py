@@ -66,6 +66,14 @@ def _children() -> list[int]:
     return out
 
 
+def _pid_scope() -> str:  # = pilotfish._util.pid_scope (no package import here)
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return f"{socket.gethostname()}/{ns}"
+
+
 def _describe(status: int) -> str:
     code = os.waitstatus_to_exitcode(status)
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
@@ -138,7 +146,8 @@ class Keeper:
         if code != 0 and left and not self.stop_signal:
             # at once, before any import: a client that looks now must know to wait for us
             self._write_state({"pid": os.getpid(), "host": socket.gethostname(),
-                               "agent_pid": self.agent, "agent_status": _describe(status),
+                               "scope": _pid_scope(), "agent_pid": self.agent,
+                               "agent_status": _describe(status),
                                "adopted": None, "done": False, "t": time.time()})
             self.adopt(status, left)
         else:
@@ -212,7 +221,7 @@ class Keeper:
 
         runtime = self._runtime()
         deadline = self.started + runtime if runtime else float("inf")
-        state = {"pid": os.getpid(), "host": socket.gethostname(),
+        state = {"pid": os.getpid(), "host": socket.gethostname(), "scope": _pid_scope(),
                  "agent_pid": self.agent, "agent_status": _describe(status),
                  "adopted": sorted(adopted), "done": False, "t": time.time()}
         self._write_state(state)

@@ -36,7 +36,7 @@ class Adopter:
     def take(self, sandbox: str, tasks: list["Task"]) -> set["Task"]:
         """Of these tasks (of a pilot that failed), the ones its keeper holds: followed from
         now on. The others are the caller's to finish."""
-        held = keeper_adopted(sandbox)
+        held = keeper_adopted(sandbox, live_only=False)  # done already: its journal says
         kept = [t for t in tasks if t.uid in held]
         if kept:
             self.watch(sandbox, kept)
