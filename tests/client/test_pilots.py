@@ -9,7 +9,6 @@ import time
 import pytest
 
 import pilotfish as pf
-from pilotfish.batch.local import session_members
 from pilotfish._events import read_all_events
 
 
@@ -67,19 +66,35 @@ def _sleeping_task(session):
     return pilot, t
 
 
-def test_agent_death_fails_pilot_and_its_tasks(session):
-    pilot, t = _sleeping_task(session)
+def test_agent_death_fails_pilot_its_running_task_stays_with_the_keeper(tmp_path):
+    """SIGKILL to the agent: the pilot fails at once with the reason; the task it was
+    running is its keeper's now (agent/keeper.py), neither failed nor run again; closing the
+    session stops the keeper and the task, so nothing outlives the session."""
+    s = pf.Session(path=tmp_path / "s")
+    pilot, t = _sleeping_task(s)
     agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
     os.kill(agent_pid, 9)
     assert pilot.wait(timeout=30) == pf.FAILED
     assert "signal 9" in pilot.reason
-    assert t.wait(timeout=10) == pf.FAILED
-    assert pilot.uid in t.reason
-    # the agent's orphaned task does not outlive it (killed like a batch system would)
-    deadline = time.time() + 10
-    while time.time() < deadline and session_members(agent_pid):
+    time.sleep(1)
+    assert t.state == pf.EXECUTING  # kept: its end will come from the keeper
+    keeper = json.load(open(os.path.join(pilot.sandbox, "keeper.json")))
+    assert keeper["adopted"] == [t.uid] and not keeper["done"]
+    s.close()
+    deadline = time.time() + 15
+    while time.time() < deadline and (os.path.exists(f"/proc/{keeper['pid']}")
+                                      and "Z" not in open(f"/proc/{keeper['pid']}/stat").read().split()[2]):
         time.sleep(0.1)
-    assert session_members(agent_pid) == []
+    assert json.load(open(os.path.join(pilot.sandbox, "keeper.json")))["done"]
+    assert [p for p in os.listdir("/proc") if p.isdigit() and _marked(p, pilot.sandbox)] == []
+
+
+def _marked(pid: str, sandbox: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"PILOTFISH_SANDBOX={sandbox}".encode() in f.read()
+    except OSError:
+        return False
 
 
 def test_bad_agent_environment_fails_with_reason(session):

@@ -191,7 +191,8 @@ class PsijBatchJob(BatchJob):
             return "DONE", None
         if state == S.CANCELED or self._canceled:  # (some systems report a killed job as failed)
             return "CANCELED", status.message or None
-        return "FAILED", self._failure_message(status)
+        # the job ended as its agent did (the keeper passes the agent's status on): say how
+        return "FAILED", self.agent_ended() or self._failure_message(status)
 
     def cancel(self) -> None:
         self._canceled = True

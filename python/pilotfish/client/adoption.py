@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .. import _wire
 from .. import states as S
-from .._journal import finals, keeper_adopted, keeper_alive
+from .._journal import finals, keeper_adopted, keeper_alive, keeper_state
 
 if TYPE_CHECKING:
     from .task import Task
@@ -50,10 +50,30 @@ class Adopter:
                                                 daemon=True)
                 self._thread.start()
 
-    def close(self) -> None:
+    def close(self, terminate: bool = True) -> None:
+        """Stop following. terminate: also stop the keepers still running kept tasks (as a
+        session's close cancels what its pilots run); those tasks run again on resume. A
+        keeper in another host's (or pid namespace's) pids cannot be signalled from here: its
+        job ends when its tasks do."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2)
+        if not terminate:
+            return
+        import signal
+
+        from .._util import pid_scope
+
+        with self._lock:
+            sandboxes = list(self._watched)
+            self._watched.clear()
+        for sandbox in sandboxes:
+            state = keeper_state(sandbox)
+            if state and state.get("scope") == pid_scope() and keeper_alive(sandbox, state):
+                try:
+                    os.kill(int(state["pid"]), signal.SIGTERM)
+                except (ProcessLookupError, PermissionError, ValueError):
+                    pass
 
     def _run(self) -> None:
         while not self._stop.is_set():

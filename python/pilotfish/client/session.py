@@ -133,7 +133,7 @@ class Session:
             tmgr._close()
         for pmgr in self._pmgrs:
             pmgr._close(terminate=terminate)
-        self._adopter.close()
+        self._adopter.close(terminate)
         self.events.record("session", "session_stop")
         self._write_task_records()
         self._bridge.close()
