@@ -39,6 +39,7 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     colocate: str | None = None
     input_staging: tuple[dict[str, str], ...] = ()
     output_staging: tuple[dict[str, str], ...] = ()
+    duration: float | None = None  # expected run time: a scheduling hint
 
 
 class RankSlot(msgspec.Struct, array_like=True):

@@ -407,6 +407,8 @@ class TaskDescription(_Description):
     launcher     launch method for this task (default: the pilot's), e.g. "mpirun"
     stdout, stderr  True: captured into task.stdout/stderr (default); False: discarded; or a path
     timeout      seconds or "90s"/"30m": the task's process group is killed after it
+    duration     the expected run time (seconds or "90s"): a scheduling hint -- longer tasks
+                 start first among equals, and short ones backfill -- never enforced
     priority     higher runs first
     retries      run a FAILED task again up to this many times, after a backoff (0.5 s doubling,
                  at most 30 s); a task canceled or killed at the pilot's end is not retried
@@ -432,6 +434,7 @@ class TaskDescription(_Description):
         "stdout": (True, _output),
         "stderr": (True, _output),
         "timeout": (None, _opt(_duration)),
+        "duration": (None, _opt(_duration)),
         "priority": (0, _int(-(2**31), 2**31 - 1)),
         "retries": (0, _int(0, 100)),
         "tags": (dict, _tags),

@@ -43,6 +43,7 @@ PLAUSIBLE = {
     "priority": small_int, "retries": small_int,
     "colocate": st.one_of(st.none(), text),
     "input_staging": staging, "output_staging": staging,
+    "duration": st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
 }
 UNSAFE = {"executable", "pre_exec", "post_exec", "shell"}  # never garbage that is a string
 

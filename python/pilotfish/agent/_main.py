@@ -135,7 +135,9 @@ class Agent:
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
                 [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items])
-        self.scheduler = Scheduler(self.placer, capacity=self.shape)
+        # the policy across shapes (scheduler.py); "fifo" is kept for comparison runs
+        self.scheduler = Scheduler(self.placer, capacity=self.shape,
+                                   policy=os.environ.get("PILOTFISH_SCHEDULER", "utilization"))
         self.launchers: dict[str, object] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.core.notify_fd, zmq.POLLIN)
@@ -607,6 +609,8 @@ def check_spec(spec: _wire.TaskSpec, shape: list, tasks_dir: str, sandbox: str) 
         return f"launcher = {spec.launcher!r}: not a launch method"
     if spec.timeout is not None and not (0 < spec.timeout < 1e9):
         return f"timeout = {spec.timeout!r}: must be > 0 and finite"
+    if spec.duration is not None and not (0 < spec.duration < 1e9):
+        return f"duration = {spec.duration!r}: must be > 0 and finite"
     # (NUL bytes and text that is not UTF-8 in argv/env: the core refuses them per spec at
     # spawn, and the task fails alone there -- no per-task scan of every string here)
     if spec.sandbox is not None:

@@ -23,7 +23,7 @@ class AgentTask:
 
     __slots__ = ("spec", "seq", "key", "canceled", "taken", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch", "attempt")
+                 "lm", "launch", "attempt", "queued")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -45,6 +45,7 @@ class AgentTask:
         self.lm: Any = None  # its launch method, once built
         self.launch: LaunchRecord | None = None  # only for supervised launch methods
         self.attempt = 0  # retries done so far
+        self.queued = 0.0  # when it last joined the scheduler's queue (aging)
 
     def reset_for_retry(self) -> None:
         """Back to waiting, as if it just arrived (its key is free again in the placer)."""

@@ -1,11 +1,17 @@
 """The agent's scheduling policy on top of the Rust placer (mechanism in `_core.Placer`).
 
-Waiting tasks are grouped by request shape (ranks, cores, GPUs, memory, colocation group).
-Within a shape, order is (priority, arrival); across shapes, the best head goes first. A
-shape that did not fit is not retried until something is released, so a round costs
-O(shapes + placed), never O(waiting). Smaller shapes backfill past a large one that does not
-fit yet; a large one blocked longer than `starvation_s` gets a reservation: the placer keeps
-everyone else off the nodes it picked until the large task starts.
+Waiting tasks are grouped by request shape (ranks, cores, GPUs, memory, colocation group,
+duration class). Within a shape, order is (priority, arrival). Across shapes, policy
+"utilization" (the default) takes the heads in the order (priority, aged, hardest to place:
+GPUs then cores, longest expected duration, arrival): the big tasks that leave the fewest
+ways to fill a node start first and small ones backfill around them -- a list schedule that
+starts small tasks first fills every node with them and ends with a tail of big ones. A head
+that waited longer than `aging_s` goes before every non-aged one of its priority, so no small
+task waits forever behind a stream of big ones. Policy "fifo" is (priority, arrival) alone.
+
+A shape that did not fit is not retried until something is released, so a round costs
+O(shapes log shapes + placed), never O(waiting). A head blocked longer than `starvation_s`
+gets a reservation: the placer keeps everyone else off the nodes it picked until it starts.
 
 Nothing may stall the pilot for good: a task that can never be placed (a colocated task larger
 than its group's node) is handed back as unplaceable with the reason, at once; a reservation
@@ -16,11 +22,23 @@ reserved task itself (not whatever heads its shape) is what gets the reserved no
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate)
+ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
+POLICIES = ("utilization", "fifo")
+DURATION_STEPS = 8  # duration classes per doubling: ~9 % apart, as fine as users estimate
+
+
+def shape_key(spec) -> ShapeKey:
+    """A task's shape: what it asks for, and its expected duration by powers of two (-1: not
+    given) -- so that within a shape arrival order stays exact and across shapes the longer
+    ones can go first."""
+    d = spec.duration
+    return (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank,
+            spec.colocate, -1 if d is None else max(0, int(DURATION_STEPS * math.log2(d)) + 64))
 
 
 @dataclass
@@ -41,11 +59,16 @@ class Scheduler:
     """Decides which waiting tasks to place now; the placer decides where."""
 
     def __init__(self, placer: Any, starvation_s: float = 2.0,
-                 capacity: list[tuple[int, int, int]] | None = None):
+                 capacity: list[tuple[int, int, int]] | None = None,
+                 policy: str = "utilization", aging_s: float = 60.0):
         """capacity: per-node (cores, gpus, mem MiB; 0 = untracked), to tell a colocated task
         that can never fit its group's node (default: asked from the placer, all free)."""
+        if policy not in POLICIES:
+            raise ValueError(f"scheduler policy {policy!r}: one of {', '.join(POLICIES)}")
         self.placer = placer
         self.starvation_s = starvation_s
+        self.policy = policy
+        self.aging_s = aging_s
         if capacity is None:
             capacity = [tuple(placer.free(n)) for n in range(placer.n_nodes)]
         self.capacity = capacity
@@ -56,12 +79,15 @@ class Scheduler:
         self._reserved: Any = None  # the task holding the reservation
         self.waiting = 0
 
-    def add(self, tasks: list) -> None:
-        """tasks: agent tasks with .spec, .seq, .key, .canceled, .taken (both False)."""
+    def add(self, tasks: list, now: float | None = None) -> None:
+        """tasks: agent tasks with .spec, .seq, .key, .canceled, .taken (both False); now: the
+        clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
+        now = time.monotonic() if now is None else now
         for t in tasks:
             s = t.spec
-            k = (s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank, s.colocate)
+            t.queued = now
+            k = shape_key(s)
             shape = shapes.get(k)
             if shape is None:
                 shape = shapes[k] = _Shape(k)
@@ -122,15 +148,23 @@ class Scheduler:
                 skip = self._shape_of(t)  # others backfill, but only off its nodes
 
         heads = []
+        fifo = self.policy == "fifo"
+        aged_before = now - self.aging_s
         for shape in self._shapes.values():
             if shape is skip or shape.blocked_gen == self._gen:
                 continue  # nothing was released since it last failed to fit
             h = shape.head()
-            if h is not None:
-                heads.append((h[0], h[1], shape))
-        heads.sort(key=lambda x: (x[0], x[1]))
-        for _, _, shape in heads:
-            ranks, cpr, gpr, _, colocate = shape.key
+            if h is None:
+                continue
+            if fifo:
+                heads.append(((h[0], h[1]), shape))
+            else:
+                ranks, cpr, gpr, _, _, dur = shape.key
+                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -ranks * cpr,
+                               -dur, h[1]), shape))
+        heads.sort(key=lambda x: x[0])
+        for _, shape in heads:
+            ranks, cpr, gpr, _, colocate, _ = shape.key
             per_task_c, per_task_g = ranks * cpr, ranks * gpr
             room = free_cores // per_task_c
             if per_task_g:
@@ -148,8 +182,7 @@ class Scheduler:
 
     # -- internals --------------------------------------------------------------------------
     def _shape_of(self, t) -> _Shape:
-        s = t.spec
-        return self._shapes[(s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank, s.colocate)]
+        return self._shapes[shape_key(t.spec)]
 
     def _place_shape(self, shape: _Shape, room: int, placed: list) -> int:
         heap = shape.heap
@@ -160,7 +193,7 @@ class Scheduler:
                 batch.append(t)
         if not batch:
             return 0
-        ranks, cpr, gpr, mpr, colocate = shape.key
+        ranks, cpr, gpr, mpr, colocate, _ = shape.key
         n = len(batch)
         hint = self._colocated.get(colocate, -1) if colocate is not None else -1
         if hint >= 0 and not self._fits_node(shape.key, hint):
@@ -200,7 +233,7 @@ class Scheduler:
         return True
 
     def _fits_node(self, key: ShapeKey, node: int) -> bool:
-        ranks, cpr, gpr, mpr, _ = key
+        ranks, cpr, gpr, mpr = key[:4]
         cores, gpus, mem = self.capacity[node]
         return (ranks * cpr <= cores and ranks * gpr <= gpus
                 and (not mem or not mpr or ranks * mpr <= mem))
@@ -212,7 +245,7 @@ class Scheduler:
                 self._reject_shape(shape, [], node)
 
     def _reject_shape(self, shape: _Shape, batch: list, node: int) -> None:
-        ranks, cpr, gpr, mpr, colocate = shape.key
+        ranks, cpr, gpr, mpr, colocate, _ = shape.key
         cores, gpus, mem = self.capacity[node]
         why = (f"colocation group {colocate!r} is on node {node} ({cores} cores, {gpus} GPUs"
                f"{f', {mem} MiB' if mem else ''}), which can never hold {ranks} x "

@@ -501,7 +501,8 @@ def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
         stdout=v.get("stdout", True), stderr=v.get("stderr", True), timeout=v.get("timeout"),
         priority=v.get("priority", 0), retries=v.get("retries", 0), colocate=(v.get("tags") or {}).get("colocate"),
         input_staging=_outer_absolute(v.get("input_staging"), "source"),
-        output_staging=_outer_absolute(v.get("output_staging"), "target"))
+        output_staging=_outer_absolute(v.get("output_staging"), "target"),
+        duration=v.get("duration"))
 
 
 def _outer_absolute(directives: list | None, side: str) -> list:

@@ -1,0 +1,141 @@
+"""Heterogeneous utilization: the seed-000 mix on an emulated 16 x (168 cores, 6 GPUs) pilot.
+
+    python bench/bench_hetero.py [--seeds 3] [--tasks 550]
+
+The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
+10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
+Each task is a real `sleep` on an emulated local pilot. Per seed, in one run:
+
+    fifo             today's policy before this change: heads in arrival order
+    utilization      the new default: hardest to place first, backfill, aging
+    utilization+dur  the same with TaskDescription(duration=...) given
+
+and, as references computed here, the offline list schedule of the same list that starts the
+largest tasks first (first fit, any task that fits starts: the RU a plain greedy scheduler
+reaches) and the core-bound ideal (core-seconds / cores: RU 1.0).
+
+RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import pilotfish as pf  # noqa: E402
+
+NODES, CORES, GPUS = 16, 168, 6
+
+
+def mix(seed: int, n: int) -> list[tuple[int, int, float]]:
+    """[(cores, gpus, seconds)] in submission order."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.9:
+            out.append((rng.randint(1, 9), 0, rng.uniform(4.8, 6.0)))
+        else:
+            out.append((rng.randint(68, 84), 1, rng.uniform(9.6, 12.0)))
+    return out
+
+
+def offline_largest_first(tasks: list[tuple[int, int, float]]) -> dict:
+    """List schedule, largest first, first fit; at each end, every task that fits starts."""
+    order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2]))
+    free = [[CORES, GPUS] for _ in range(NODES)]
+    running: list[tuple[float, int, int]] = []  # (end, node, i)
+    waiting = list(order)
+    now = 0.0
+    busy = 0.0
+    while waiting or running:
+        still = []
+        for i in waiting:
+            c, g, d = tasks[i]
+            for node, f in enumerate(free):
+                if f[0] >= c and f[1] >= g:
+                    f[0] -= c
+                    f[1] -= g
+                    running.append((now + d, node, i))
+                    busy += c * d
+                    break
+            else:
+                still.append(i)
+        waiting = still
+        running.sort()
+        end, node, i = running.pop(0)
+        now = end
+        free[node][0] += tasks[i][0]
+        free[node][1] += tasks[i][1]
+        while running and running[0][0] <= now:
+            _, node, i = running.pop(0)
+            free[node][0] += tasks[i][0]
+            free[node][1] += tasks[i][1]
+    return {"ttx": round(now, 2), "ru": round(busy / (NODES * CORES * now), 3)}
+
+
+def ideal(tasks) -> dict:
+    work = sum(c * d for c, _, d in tasks)
+    return {"ttx": round(work / (NODES * CORES), 2), "ru": 1.0}
+
+
+def real(tasks, policy: str, with_duration: bool) -> dict:
+    os.environ["PILOTFISH_SCHEDULER"] = policy  # the agent reads it (scheduler.py)
+    with tempfile.TemporaryDirectory() as d:
+        with pf.Session(path=os.path.join(d, "s")) as s:
+            pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+                nodes=NODES, cores_per_node=CORES, gpus_per_node=GPUS, runtime="1h"))
+            tm = pf.TaskManager(s)
+            tm.add_pilots(pilot)
+            assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+            descs = [pf.TaskDescription(executable="/bin/sleep", arguments=[f"{sec:.3f}"],
+                                        cores_per_rank=c, gpus_per_rank=g, stdout=False,
+                                        stderr=False, duration=sec if with_duration else None)
+                     for c, g, sec in tasks]
+            t0 = time.time()
+            handles = tm.submit_tasks(descs)
+            tm.wait_tasks()
+            busy, end, waits = 0.0, t0, {"small": [], "large": []}
+            for h, (c, g, _) in zip(handles, tasks):
+                assert h.state == pf.DONE, (h.uid, h.state, h.reason)
+                hist = dict(zip(h._hist[::2], h._hist[1::2]))
+                start, stop = hist[pf.EXECUTING], hist[pf.DONE]
+                busy += c * (stop - start)
+                end = max(end, stop)
+                waits["large" if g else "small"].append(start - t0)
+    ttx = end - t0
+    return {"ttx": round(ttx, 2), "ru": round(busy / (NODES * CORES * ttx), 3),
+            "wait_small_max": round(max(waits["small"]), 1),
+            "wait_large_max": round(max(waits["large"]), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--tasks", type=int, default=550)
+    a = ap.parse_args()
+    rows = []
+    for seed in range(a.seeds):
+        tasks = mix(seed, a.tasks)
+        row = {"seed": seed, "tasks": len(tasks), "large": sum(1 for t in tasks if t[1]),
+               "ideal": ideal(tasks), "offline_largest_first": offline_largest_first(tasks)}
+        for name, policy, dur in (("fifo", "fifo", False), ("utilization", "utilization", False),
+                                  ("utilization+dur", "utilization", True)):
+            row[name] = real(tasks, policy, dur)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    summary = {k: round(statistics.mean(r[k]["ru"] for r in rows), 3)
+               for k in ("offline_largest_first", "fifo", "utilization", "utilization+dur")}
+    print(json.dumps({"mean_ru": summary}))
+
+
+if __name__ == "__main__":
+    main()
