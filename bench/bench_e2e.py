@@ -6,6 +6,8 @@ Cases (issue 5 "Measure" and issue 4 "profiling on vs off"):
   floor       bench/spawn_floor (C: posix_spawn + waitpid of /bin/true, 1 and 2 in flight)
   null        N /bin/true tasks through Session -> local pilot (emulated 256 cores) -> DONE,
               outputs discarded; tasks/s and the ratio to the floor
+  capture     (--capture-rounds R / --only-capture) the same with the default captured
+              stdout/stderr vs discarded, ABBA rounds in one run, each as a share of the floor
   profile     the same with profiling on and off, interleaved rounds; throughput ratio, and
               the profiler's own CPU per task (its event pattern replayed in one process)
               as a share of a task's CPU cost with profiling off
@@ -60,14 +62,16 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def null_tasks(n: int, profile: bool = True, base: str | None = None) -> dict:
+def null_tasks(n: int, profile: bool = True, base: str | None = None,
+               capture: bool = False) -> dict:
     import resource
 
     with tempfile.TemporaryDirectory(dir=base) as d:
         with pf.Session(path=os.path.join(d, "s"), profile=profile) as s:
             pilot, tmgr, ready = _pilot(s, nodes=4, cores_per_node=64)
             agent_pid = json.load(open(os.path.join(pilot.sandbox, "pilot.json")))["agent_pid"]
-            descs = [pf.TaskDescription(executable="/bin/true", stdout=False, stderr=False)
+            descs = [pf.TaskDescription(executable="/bin/true") if capture else
+                     pf.TaskDescription(executable="/bin/true", stdout=False, stderr=False)
                      for _ in range(n)]
             r0, a0 = resource.getrusage(resource.RUSAGE_SELF), _cpu_s(agent_pid)
             t0 = time.time()
@@ -79,7 +83,7 @@ def null_tasks(n: int, profile: bool = True, base: str | None = None) -> dict:
         events = _task_events(s.path) if profile else 0
     client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"tasks": n, "done": done, "seconds": dt, "rate": n / dt, "pilot_ready_s": ready,
-            "profile": profile, "agent_cpu_us_per_task": 1e6 * (a1 - a0) / n,
+            "profile": profile, "capture": capture, "agent_cpu_us_per_task": 1e6 * (a1 - a0) / n,
             "client_cpu_us_per_task": 1e6 * client / n, "events_per_task": events / n}
 
 
@@ -220,6 +224,9 @@ def main() -> None:
     ap.add_argument("--memory", type=int, default=0)
     ap.add_argument("--profile-rounds", type=int, default=0)
     ap.add_argument("--only-profile", action="store_true", help="floor, null and profile only")
+    ap.add_argument("--capture-rounds", type=int, default=0,
+                    help="null tasks with the default (captured) outputs vs discarded, ABBA")
+    ap.add_argument("--only-capture", action="store_true", help="floor and capture only")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     res: dict = {}
@@ -228,6 +235,21 @@ def main() -> None:
     if a.only_profile:
         a.big = a.memory = a.concurrent = 0
         a.peers = False
+    if a.capture_rounds or a.only_capture:
+        cap, dis = [], []
+        for i in range(a.capture_rounds or 2):  # ABBA: drift in machine load cancels out
+            for capture in ((True, False) if i % 2 == 0 else (False, True)):
+                (cap if capture else dis).append(null_tasks(a.tasks, capture=capture)["rate"])
+        med, fl = statistics.median, res["floor"]["tasks_per_s_2"]
+        res["capture"] = {"rate_captured": med(cap), "rate_discarded": med(dis),
+                          "captured_over_floor": med(cap) / fl, "discarded_over_floor": med(dis) / fl,
+                          "captured_over_discarded": med(cap) / med(dis),
+                          "runs_captured": [round(r) for r in cap],
+                          "runs_discarded": [round(r) for r in dis]}
+        print("capture", res["capture"], flush=True)
+        if a.only_capture:
+            print(json.dumps(res))
+            return
     res["null"] = null_tasks(a.tasks)
     res["null"]["ratio_to_floor_2"] = res["null"]["rate"] / res["floor"]["tasks_per_s_2"]
     res["null"]["ratio_to_floor_1"] = res["null"]["rate"] / res["floor"]["tasks_per_s_1"]
