@@ -17,6 +17,8 @@ Record forms (lists, first item the kind):
   ["task", uid, pilot_uid, description-values-dict]        (only fields away from defaults)
   ["final", uid, state, exit_code, signal, reason, t]
   ["spawn", uid, [process keys], done_on_exit]              (agent, before the spawn)
+  ["out", uid, stdout, stderr]                               (agent, with a final whose task
+                                                             printed something)
 
 `keeper.journal` (same format, final records only): the tasks the agent's keeper saw end after
 the agent itself died (see agent/keeper.py).

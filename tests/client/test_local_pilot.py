@@ -93,10 +93,11 @@ def test_timeout_kills_process_group(emulated):
 def test_cancel_running_and_queued(emulated):
     _, _, tmgr = emulated
     running = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"]))
+    # (running first: arriving together, the bigger task would start first)
+    assert tmgr.wait_tasks([running.uid], state=pf.EXECUTING, timeout=30) == [pf.EXECUTING]
     # a full-pilot task queued behind it cannot start while `running` holds a core
     queued = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"],
                                                   ranks=64))
-    tmgr.wait_tasks([running.uid], state=pf.EXECUTING, timeout=30)
     time.sleep(0.2)
     tmgr.cancel_tasks([running.uid, queued.uid])
     assert tmgr.wait_tasks([running.uid, queued.uid], timeout=30) == [pf.CANCELED, pf.CANCELED]
@@ -259,3 +260,31 @@ def test_live_progress_bar(emulated):
     assert states.count(pf.DONE) == 40 and states.count(pf.FAILED) == 1
     text = out.getvalue()
     assert "41/41" in text and "40 done" in text and "1 failed" in text and "/s" in text
+
+
+def test_captured_outputs_reuse_spool_files_and_never_mix(emulated):
+    """Captured outputs go to spool files that are reused (no new file per task): 300 tasks
+    leave far fewer spool files than 600, and each task gets its own output. A task that
+    leaves a process behind holding its stdout retires its spool file: what that process
+    keeps writing (for ~3 s) never lands in another task's output."""
+    _, pilot, tmgr = emulated
+    spool = os.path.join(pilot.sandbox, "spool")
+    before = set(os.listdir(spool))
+    leaky = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", "echo first; (for i in $(seq 100); do "
+                                              "echo LEAK; echo LEAK >&2; sleep 0.03; done) &"]))
+    assert leaky.wait(timeout=30) == pf.DONE and leaky.stdout == "first\n"
+    tasks = tmgr.submit_tasks([pf.TaskDescription(
+        executable="/bin/sh", arguments=["-c", f"echo out{i}; echo err{i} >&2; sleep 0.01"])
+        for i in range(300)])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+    time.sleep(1)
+    more = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/echo", arguments=[f"m{i}"])
+                              for i in range(100)])
+    tmgr.wait_tasks([t.uid for t in more], timeout=120)
+    for i, t in enumerate(tasks):
+        assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"out{i}\n", f"err{i}\n")
+    for i, t in enumerate(more):
+        assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"m{i}\n", "")
+    new = set(os.listdir(spool)) - before
+    assert len(new) < 300, len(new)  # reused: about 2 per task running at once, not 2 per task

@@ -22,12 +22,12 @@ import zmq
 from .. import _wire
 from .. import states as S
 from .._events import EventWriter
-from .._journal import Journal, finals
+from .._journal import Journal
 from .._paths import resolve
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import LAUNCHERS, misfit
 from .containment import become_subreaper, kill_marked
-from .executor import REASON_TAIL, AgentTask, TaskRunner, read_output, signal_name
+from .executor import REASON_TAIL, AgentTask, TaskRunner, signal_name
 from .scheduler import Scheduler
 from .stager import stage
 from .supervisor import Supervisor
@@ -294,7 +294,8 @@ class Agent:
         self.events.record(self.uid, "client_reattach", f"{len(uids)} tasks asked")
         self._flush()  # journal what is pending first
         self._hello(now)
-        done = finals(self.journal.path) if uids else {}
+        done, outputs = (_finals_and_outputs(self.journal.path, set(uids)) if uids
+                         else ({}, {}))
         ups, missing = [], []
         for uid in uids:
             t = self.tasks.get(uid)
@@ -307,8 +308,7 @@ class Agent:
                 missing.append(uid)
                 continue
             _, _, state, code, sig, reason, t_final = r
-            out = read_output(os.path.join(self.tasks_dir, f"{uid}.out"), keep_tail=False)
-            err = read_output(os.path.join(self.tasks_dir, f"{uid}.err"), keep_tail=True)
+            out, err = outputs.get(uid, ("", ""))
             ups.append(_wire.Update(uid, state, t_final, exit_code=code, signal=sig, reason=reason,
                                     stdout=out, stderr=err))
         for i in range(0, len(ups), 4096):
@@ -475,14 +475,17 @@ class Agent:
                           sandbox=self.sandbox)
                 except Exception as e:
                     state, t.reason = S.FAILED, f"output staging failed: {e}"
-            stdout = read_output(t.out_paths[0], keep_tail=False)
-            stderr = read_output(t.out_paths[1], keep_tail=True)
+            stdout, stderr = self.runner.read_outputs(t)
+            if stdout or stderr:  # journaled with the final: a re-attached client gets them
+                self._journal_buf.append(["out", spec.uid, stdout, stderr])
             if state == S.FAILED and t.reason is None:
                 t.reason = (f"killed by {signal_name(t.signal)}" if t.signal
                             else f"exit code {t.exit_code}")
                 if stderr:
                     t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
             now = time.time()
+        elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
+            self.runner.read_outputs(t)
         t.final_state = state
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)
@@ -595,6 +598,22 @@ class Agent:
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0
+
+
+def _finals_and_outputs(path: str, uids: set[str]) -> tuple[dict[str, list], dict[str, tuple]]:
+    """The final records, and the captured (stdout, stderr) journaled with them, of these
+    tasks in an agent journal."""
+    from .._journal import read_journal
+
+    done: dict[str, list] = {}
+    outputs: dict[str, tuple] = {}
+    for r in read_journal(path):
+        if r and len(r) > 1 and r[1] in uids:
+            if r[0] == "final":
+                done[r[1]] = r
+            elif r[0] == "out" and len(r) >= 4:
+                outputs[r[1]] = (r[2], r[3])
+    return done, outputs
 
 
 def check_spec(spec: _wire.TaskSpec, shape: list, tasks_dir: str, sandbox: str) -> str | None:
