@@ -300,3 +300,30 @@ def test_exit_log_has_every_exit_before_reap_returns_it(tmp_path):
     for i, (key, _, _) in spawns:  # preceded only by its intent record (just before spawn)
         assert [r for r in records[:i] if r[0] == key] == [(key, 0, -2)]
     assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_read_outputs_caps_skips_empty_and_tells_reusable(tmp_path):
+    """The core's batch reader of spool files: head of stdout, tail of stderr past the cap,
+    "" for an empty file, None for no path or no file, and a file another process still has
+    open is not reusable."""
+    import subprocess
+
+    from pilotfish._core import read_outputs
+
+    (tmp_path / "a.out").write_text("0123456789")
+    (tmp_path / "a.err").write_text("abcdefghij")
+    (tmp_path / "b.out").write_text("")
+    held = tmp_path / "c.out"
+    held.write_text("x")
+    child = subprocess.Popen(["sleep", "30"], stdout=open(held, "a"))
+    try:
+        rows = read_outputs([(str(tmp_path / "a.out"), str(tmp_path / "a.err")),
+                             (str(tmp_path / "b.out"), None),
+                             (str(tmp_path / "nothing"), None),
+                             (str(held), None)], 4)
+    finally:
+        child.kill()
+        child.wait()
+    assert rows == [("0123\n[...truncated...]", "[...truncated...]\nghij", True),
+                    ("", None, True), (None, None, True), ("x", None, False)]
+    assert read_outputs([(str(held), None)], 4) == [("x", None, True)]

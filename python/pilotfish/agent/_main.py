@@ -424,6 +424,8 @@ class Agent:
             kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
         self._release(done)
         now = time.time()
+        ran = [t for t in done if t.spool >= 0]  # their outputs, in one call to the core
+        outputs = dict(zip(ran, self.runner.read_outputs(ran))) if ran else {}
         for t in done:
             if t.kill_reason is not None:
                 state, t.reason = t.kill_reason
@@ -435,7 +437,7 @@ class Agent:
                     and (t.kill_reason is None or t.kill_reason[1].startswith("timed out")):
                 self._retry(t, now)
                 continue
-            self._final(t, state, now, ran=True)
+            self._final(t, state, now, ran=True, outputs=outputs.get(t, (None, None)))
 
     def _retry(self, t: AgentTask, now: float) -> None:
         """Run a failed task again after a backoff (0.5 s doubling, at most 30 s). The client
@@ -462,7 +464,8 @@ class Agent:
             now = time.time()
             self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
 
-    def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False) -> None:
+    def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False,
+               outputs: tuple[str | None, str | None] | None = None) -> None:
         """Report a task's end: output staging, captured output, exit code, signal, reason."""
         now = time.time() if now is None else now
         spec = t.spec
@@ -475,7 +478,9 @@ class Agent:
                           sandbox=self.sandbox)
                 except Exception as e:
                     state, t.reason = S.FAILED, f"output staging failed: {e}"
-            stdout, stderr = self.runner.read_outputs(t)
+            if outputs is None:
+                outputs = self.runner.read_outputs([t])[0] if t.spool >= 0 else (None, None)
+            stdout, stderr = outputs
             if stdout or stderr:  # journaled with the final: a re-attached client gets them
                 self._journal_buf.append(["out", spec.uid, stdout, stderr])
             if state == S.FAILED and t.reason is None:
@@ -485,7 +490,7 @@ class Agent:
                     t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
             now = time.time()
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
-            self.runner.read_outputs(t)
+            self.runner.read_outputs([t])
         t.final_state = state
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)

@@ -7,11 +7,11 @@ the launch methods, keeps the key -> (task, rank) map, and reads captured output
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal as _signal
 from typing import Any, Callable
 
+from .._core import read_outputs as _core_read_outputs
 from .._wire import RankSlot
 from .supervisor import LaunchRecord
 
@@ -186,17 +186,21 @@ class TaskRunner:
         self._spool_next += 1
         return self._spool_next
 
-    def read_outputs(self, t: AgentTask) -> tuple[str | None, str | None]:
-        """A task's captured (stdout, stderr), capped; its spool files go back to the pool
-        (or are retired, if something still has them open)."""
-        (out, out_free), (err, err_free) = (read_spool(t.out_paths[0], keep_tail=False),
-                                            read_spool(t.out_paths[1], keep_tail=True))
-        if t.spool >= 0:
-            if out_free and err_free:
-                self._spool_free.append(t.spool)
-            t.spool = -1
-            t.out_paths = (None, None)
-        return out, err
+    def read_outputs(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
+        """The captured (stdout, stderr) of finished tasks, capped, read by the core in one
+        call; their spool files go back to the pool (or are retired, if something still
+        has them open)."""
+        rows = _core_read_outputs([t.out_paths for t in tasks], OUTPUT_CAP)
+        free = self._spool_free
+        out = []
+        for t, (stdout, stderr, reusable) in zip(tasks, rows):
+            if t.spool >= 0:
+                if reusable:
+                    free.append(t.spool)
+                t.spool = -1
+                t.out_paths = (None, None)
+            out.append((stdout, stderr))
+        return out
 
     def _output_path(self, spool: int, mode: bool | str, ext: str, cwd: str) -> str | None:
         if mode is True:
@@ -271,35 +275,6 @@ class TaskRunner:
     @property
     def running(self) -> int:
         return len(self._procs)
-
-
-def read_spool(path: str | None, keep_tail: bool) -> tuple[str | None, bool]:
-    """(the captured output in a spool file, capped; whether nothing else has the file open
-    -- it may be reused). Reads nothing when the file is empty (the common case)."""
-    if path is None:
-        return None, True
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None, True
-    try:
-        size = os.fstat(fd).st_size
-        data = b""
-        if 0 < size <= OUTPUT_CAP:
-            data = os.pread(fd, size, 0)
-        elif size and keep_tail:
-            data = b"[...truncated...]\n" + os.pread(fd, OUTPUT_CAP, size - OUTPUT_CAP)
-        elif size:
-            data = os.pread(fd, OUTPUT_CAP, 0) + b"\n[...truncated...]"
-        try:  # a write lease is granted only while no other descriptor is open
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-            free = True
-        except OSError:
-            free = False
-    finally:
-        os.close(fd)
-    return (data.decode(errors="replace") if data else ""), free
 
 
 def signal_name(sig: int) -> str:

@@ -5,6 +5,7 @@
 //! process-wide reaper thread (see `reaper`).
 
 mod env;
+pub mod output;
 mod reaper;
 mod spawn;
 

@@ -141,3 +141,40 @@ impl PyExecutor {
         })
     }
 }
+
+
+/// Captured outputs of finished tasks, in one call (GIL released): for each (stdout path,
+/// stderr path) -- either None -- (stdout, stderr, reusable). A text is None when there is no
+/// path or the file cannot be opened, "" when it is empty; stdout keeps its first `cap`
+/// bytes, stderr its last. reusable: no other descriptor has either file open.
+#[pyfunction]
+pub fn read_outputs<'py>(
+    py: Python<'py>,
+    pairs: Vec<(Option<PathBuf>, Option<PathBuf>)>,
+    cap: u64,
+) -> PyResult<Bound<'py, PyList>> {
+    use crate::executor::output::read_capped;
+
+    let read = py.detach(|| {
+        pairs
+            .iter()
+            .map(|(o, e)| {
+                (
+                    o.as_deref().map(|p| read_capped(p, cap, false)),
+                    e.as_deref().map(|p| read_capped(p, cap, true)),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    let text = |r: &Option<Option<(Vec<u8>, bool)>>| -> (Option<String>, bool) {
+        match r {
+            Some(Some((data, free))) => (Some(String::from_utf8_lossy(data).into_owned()), *free),
+            _ => (None, true),
+        }
+    };
+    let rows = read.iter().map(|(o, e)| {
+        let ((out, f1), (err, f2)) = (text(o), text(e));
+        (out, err, f1 && f2)
+    });
+    PyList::new(py, rows)
+}

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<placer::PyPlacer>()?;
     m.add_class::<executor::PyExecutor>()?;
+    m.add_function(wrap_pyfunction!(executor::read_outputs, m)?)?;
     m.add("MAX_GPUS_PER_NODE", crate::placer::MAX_GPUS_PER_NODE)?;
     Ok(())
 }

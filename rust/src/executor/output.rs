@@ -1,0 +1,55 @@
+//! Reading a task's captured output from its spool file (see agent/executor.py): capped,
+//! nothing read when it is empty, and whether the file may be reused -- a write lease is
+//! granted only while no other descriptor has it open (a process the task left behind may
+//! still hold it).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+const TRUNCATED_HEAD: &[u8] = b"[...truncated...]\n";
+const TRUNCATED_TAIL: &[u8] = b"\n[...truncated...]";
+
+/// (the output -- its first `cap` bytes, or with `keep_tail` its last -- and whether nothing
+/// else has the file open); None if it cannot be opened.
+pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, bool)> {
+    let f = File::open(path).ok()?;
+    let size = f.metadata().ok()?.len();
+    let mut data = Vec::new();
+    if size > 0 {
+        let (off, len) = match (size <= cap, keep_tail) {
+            (true, _) => (0, size),
+            (false, true) => (size - cap, cap),
+            (false, false) => (0, cap),
+        };
+        let mut buf = vec![0u8; len as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], off + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        buf.truncate(got);
+        if size > cap && keep_tail {
+            data.extend_from_slice(TRUNCATED_HEAD);
+            data.extend_from_slice(&buf);
+        } else if size > cap {
+            data = buf;
+            data.extend_from_slice(TRUNCATED_TAIL);
+        } else {
+            data = buf;
+        }
+    }
+    let fd = f.as_raw_fd();
+    // SAFETY: plain fcntl calls on a descriptor we own.
+    let free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
+    if free {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
+    }
+    Some((data, free))
+}
