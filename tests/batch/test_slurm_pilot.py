@@ -202,6 +202,9 @@ def test_walltime_drains_before_slurm_ends_the_job(slurm, tmp_path):
         running = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["300"],
                                                         launcher=launcher)
                                      for launcher in ("direct", "srun")])
+        # (they start first: arriving together, the full-node task would go first)
+        for t in running:
+            assert t.wait(pf.EXECUTING, timeout=30) == pf.EXECUTING, (t.state, t.reason)
         waiting = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true",
                                                        cores_per_rank=cores))
         assert pilot.wait(timeout=120) == pf.DONE, (pilot.state, pilot.reason)
