@@ -136,19 +136,28 @@ def _spawns(sandbox) -> int:
     return len(read_exit_log(str(sandbox))[1])
 
 
-def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
-    """The agent is SIGKILLed while 4 tasks run (each sleeps, then leaves its side effect):
-    its keeper sees them to their end, the client reports them DONE (they are not failed with
-    the pilot), and the resume runs only the tasks that had not started."""
-    path, side, n = tmp_path / "session", tmp_path / "side", 8
-    cmd = [sys.executable, "-c", KEPT_CLIENT, str(path), str(n)]
-    first = subprocess.Popen(cmd + ["first", str(side)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+def _kept_client(path, n, mode, side):
+    return subprocess.Popen([sys.executable, "-c", KEPT_CLIENT, str(path), str(n), mode,
+                             str(side)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _four_running(path, side, n):
+    """A KEPT_CLIENT whose pilot has spawned its first 4 tasks: (client, pilot sandbox)."""
+    first = _kept_client(path, n, "first", side)
     assert first.stdout.readline().startswith("submitted pilot.0000")
     sandbox = path / "pilot.0000"
     deadline = time.time() + 60
     while _spawns(sandbox) < 4 and time.time() < deadline:
         time.sleep(0.05)
+    return first, sandbox
+
+
+def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
+    """The agent is SIGKILLed while 4 tasks run (each sleeps, then leaves its side effect):
+    its keeper sees them to their end, the client reports them DONE (they are not failed with
+    the pilot), and the resume runs only the tasks that had not started."""
+    path, side, n = tmp_path / "session", tmp_path / "side", 8
+    first, sandbox = _four_running(path, side, n)
     assert not os.path.exists(side)  # all 4 are still sleeping
     agent_pid = json.load(open(sandbox / "pilot.json"))["agent_pid"]
     os.kill(agent_pid, signal.SIGKILL)
@@ -161,8 +170,7 @@ def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
     keeper = json.load(open(sandbox / "keeper.json"))
     assert keeper["agent_status"] == "killed by signal 9" and keeper["done"]
     assert sorted(keeper["adopted"]) == sorted(done)
-    second = subprocess.Popen(cmd + ["resume", str(side)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    second = _kept_client(path, n, "resume", side)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert out.splitlines()[0] == "submitted pilot.0001"
@@ -175,19 +183,11 @@ def test_agent_killed_while_the_client_is_away_its_running_tasks_are_adopted(tmp
     """Client SIGKILLed, then the agent, while tasks run: the resumed client neither fails
     nor re-sends what the keeper runs; it learns their end from the keeper."""
     path, side, n = tmp_path / "session", tmp_path / "side", 8
-    cmd = [sys.executable, "-c", KEPT_CLIENT, str(path), str(n)]
-    first = subprocess.Popen(cmd + ["first", str(side)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert first.stdout.readline().startswith("submitted pilot.0000")
-    sandbox = path / "pilot.0000"
-    deadline = time.time() + 60
-    while _spawns(sandbox) < 4 and time.time() < deadline:
-        time.sleep(0.05)
+    first, sandbox = _four_running(path, side, n)
     first.kill()
     first.wait()
     os.kill(json.load(open(sandbox / "pilot.json"))["agent_pid"], signal.SIGKILL)
-    second = subprocess.Popen(cmd + ["resume", str(side)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    second = _kept_client(path, n, "resume", side)
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert out.splitlines()[0] == "submitted pilot.0001"
