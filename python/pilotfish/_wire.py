@@ -102,6 +102,7 @@ class Update(msgspec.Struct, array_like=True, omit_defaults=True):
     stdout: str | None = None
     stderr: str | None = None
     slots: list[RankSlot] | None = None
+    partition: int | None = None  # with EXECUTING: the partition it was placed in
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

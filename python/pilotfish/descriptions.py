@@ -302,6 +302,59 @@ def _launcher_options(kind: str, field: str, v: Any) -> dict[str, dict]:
     return {str.__str__(k): dict(o) for k, o in v.items()}
 
 
+def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
+    """P (equal partitions) or [{"nodes": n, "launcher": name}, ...]; the sizes are checked
+    against `nodes` in check_complete."""
+    if isinstance(v, bool):
+        raise _fail(kind, field, v, "must be a partition count or a list of partitions")
+    if isinstance(v, (int, float)):
+        return _int(1, MAX_NODES)(kind, field, v)
+    if isinstance(v, (str, bytes, bytearray, dict)) or not isinstance(v, Iterable):
+        raise _fail(kind, field, v, "must be a partition count or a list of "
+                    "{'nodes': N, 'launcher': NAME} dicts")
+    out = []
+    for i, item in enumerate(v):
+        if not isinstance(item, dict):
+            raise _fail(kind, field, v, f"item {i} must be a dict with 'nodes' (and 'launcher')")
+        unknown = [k for k in item if k not in ("nodes", "launcher")]
+        if unknown:
+            raise _fail(kind, field, v, f"item {i}: unknown key {show(unknown[0], 40)} "
+                        f"(expected 'nodes', 'launcher')")
+        if "nodes" not in item:
+            raise _fail(kind, field, v, f"item {i} has no 'nodes'")
+        n = item["nodes"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _fail(kind, field, v, f"item {i}: nodes = {show(n, 40)} must be an integer >= 1")
+        launcher = item.get("launcher")
+        if launcher is not None and (not isinstance(launcher, str) or launcher not in LAUNCHERS):
+            raise _fail(kind, field, v, f"item {i}: launcher = {show(launcher, 40)} is not a "
+                        f"launch method ({', '.join(LAUNCHERS)})")
+        out.append({"nodes": int(n), "launcher": None if launcher is None else str(launcher)})
+    if not out:
+        raise _fail(kind, field, v, "an empty list: give at least one partition")
+    return out
+
+
+def partition_layout(n_nodes: int, partitions: int | list[dict] | None,
+                     launcher: str | None = None) -> list[tuple[int, int, str | None]]:
+    """[(first node index, node count, launcher or None for the pilot's)] of each partition.
+    One contract for the client (which checks tasks against partitions at submit) and the
+    agent (which builds them): P equal partitions take consecutive nodes, the first
+    n_nodes % P of them one node more."""
+    if partitions is None or partitions == 1:
+        return [(0, n_nodes, launcher)]
+    if isinstance(partitions, int):
+        size, extra = divmod(n_nodes, partitions)
+        sizes = [(size + (i < extra), launcher) for i in range(partitions)]
+    else:
+        sizes = [(p["nodes"], p.get("launcher") or launcher) for p in partitions]
+    out, first = [], 0
+    for n, lm in sizes:
+        out.append((first, n, lm))
+        first += n
+    return out
+
+
 def _metadata(kind: str, field: str, v: Any) -> Any:
     # free for the user, but it is journaled: whatever msgpack cannot carry is refused now
     try:
@@ -480,6 +533,10 @@ class PilotDescription(_Description):
     queue, project, reservation   passed to the batch system
     launcher        default launch method ("direct" for local)
     launcher_options  per launcher, e.g. {"srun": {"mpi": "pmi2"}, "mpirun": {"prefix": ...}}
+    partitions      P: the nodes split into P equal partitions, each with its own launcher
+                    instance (its own PRRTE DVM), placer and queue; or a list
+                    [{"nodes": 12, "launcher": "prrte"}, {"nodes": 4, "launcher": "direct"}]
+                    whose sizes add up to `nodes`. Default 1. A task never spans partitions.
     environment     extra environment for the agent and its tasks
     """
 
@@ -497,6 +554,7 @@ class PilotDescription(_Description):
         "reservation": (None, _opt(_str)),
         "launcher": (None, _opt(_choice(LAUNCHERS))),
         "launcher_options": (dict, _launcher_options),
+        "partitions": (1, _partitions),
         "environment": (dict, _env),
         "name": (None, _opt(_str)),
     }
@@ -526,6 +584,15 @@ class PilotDescription(_Description):
             raise DescriptionError(self._kind, "nodes", nodes,
                                    f"nodes x cores_per_node = {nodes * cores} must be <= "
                                    f"{MAX_TOTAL_CORES} (the most cores a pilot can have)")
+        parts = values.get("partitions", 1)
+        if isinstance(parts, int) and parts > nodes:
+            raise DescriptionError(self._kind, "partitions", parts,
+                                   f"more partitions than nodes ({nodes}): a partition owns "
+                                   f"whole nodes")
+        if isinstance(parts, list) and sum(p["nodes"] for p in parts) != nodes:
+            raise DescriptionError(self._kind, "partitions", parts,
+                                   f"partition sizes add up to {sum(p['nodes'] for p in parts)} "
+                                   f"nodes, the pilot has {nodes}")
 
 
 _MISSING = object()
@@ -587,6 +654,26 @@ def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: in
     return "ranks", f"more ranks of this size than the pilot holds ({capacity})"
 
 
+def misfit_partitions(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
+                      shapes: list[list[tuple[int, int, int]]]) -> tuple[str, str] | None:
+    """misfit() against a pilot made of partitions (a task never spans two): None if some
+    partition can hold the request, else the reason the largest one cannot."""
+    if len(shapes) <= 1:
+        return misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank,
+                      shapes[0] if shapes else [])
+    first = None
+    for shape in shapes:
+        problem = misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank, shape)
+        if problem is None:
+            return None
+        first = first or problem
+    biggest = max(shapes, key=lambda s: sum(c for c, _, _ in s))
+    problem = misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank, biggest) or first
+    return problem[0], (f"{problem[1].replace('the pilot holds', 'a partition holds')} -- "
+                        f"larger than every one of the pilot's {len(shapes)} partitions "
+                        f"(a task never spans partitions)")
+
+
 def _unplaceable(ranks: Any, cores_per_rank: Any, gpus_per_rank: Any,
                  mem_per_rank: Any) -> tuple[str, str] | None:
     """(field, why) for a request outside what the placer's types hold (u32 counts, at most
@@ -605,6 +692,6 @@ def _unplaceable(ranks: Any, cores_per_rank: Any, gpus_per_rank: Any,
     return None
 
 
-__all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "RESOURCES",
+__all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "misfit_partitions", "partition_layout", "RESOURCES",
            "LAUNCHERS", "MAX_NODES", "MAX_CORES_PER_NODE", "MAX_GPUS_PER_NODE", "MAX_TOTAL_CORES",
            "MAX_MEM_MIB", "MAX_RANKS", "MAX_DURATION_S"]

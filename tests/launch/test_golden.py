@@ -301,6 +301,7 @@ def test_srun_needs_an_allocation(monkeypatch):
 
 def test_prrte_build():
     lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
+    lm.dvms[0].ready = True  # (as if started: build goes to a ready DVM only)
     head = ["/opt/ompi/bin/prterun", "--dvm", "uri:file:/run/dvm/1/dvm.uri"]  # DVM number 1
     tail = ["--map-by", "slot", "--bind-to", "none"]
 
@@ -329,17 +330,18 @@ def test_prrte_rank_notes_wrapper():
     note (rank_notes.py); the task's command is not exec'd, so its status can be reported."""
     from pilotfish.launch.rank_notes import RankNotes
     lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
+    lm.dvms[0].ready = True  # (as if started: build goes to a ready DVM only)
     lm.bash = "/bin/bash"
     lm.notes = RankNotes("127.0.0.1")
     try:
         (p,) = lm.build(ONE, ONE_SLOTS, SB)
-        assert p.handle.key == f"{UID}/1.1" and p.handle.dvm is lm.dvm
+        assert p.handle.key == f"{UID}/1.1" and p.handle.daemon is lm.dvm
         port = lm.notes.port
         assert p.argv[-3:-1] == ["/bin/bash", "-c"]
         assert p.argv[-1] == "\n".join([
             f'PILOTFISH_RANK="{OMPI_RANK}"', "export PILOTFISH_RANK",
             f"pf_note() {{ printf '%s\\n' \"$*\" >/dev/udp/127.0.0.1/{port}; }} 2>/dev/null",
-            f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME"',
+            f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME" "$EPOCHREALTIME"',
             "/bin/hostname",
             "pf_rc=$?",
             f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',

@@ -14,16 +14,19 @@ from pilotfish._wire import TaskSpec
 from pilotfish.agent.executor import AgentTask
 from pilotfish.agent.supervisor import LaunchRecord, Supervisor
 from pilotfish.launch import get_launcher
-from pilotfish.launch.prrte import Dvm, PrrteLaunch
+from pilotfish.launch.base import LaunchHandle
+from pilotfish.launch.prrte import Dvm
 from pilotfish.launch.rank_notes import Note, RankNotes, address_from_uri, parse, wrap_lines
 
 
 class Events:
     def __init__(self):
         self.seen = []
+        self.times = {}
 
     def record(self, uid, name, detail=None, t=None):
         self.seen.append((uid, name, detail))
+        self.times[name] = t
 
     def record_many(self, events):
         self.seen.extend((uid, name, detail) for _, uid, name, detail in events)
@@ -74,7 +77,11 @@ class Prrte:
     def alive(self, d):
         return d.state != "dead"
 
-    def dvm_of_pid(self, pid):
+    @property
+    def daemons(self):
+        return self.dvms
+
+    def daemon_of_pid(self, pid):
         return next((d for d in self.dvms if d.pid == pid), None)
 
     def signal_remote(self, host, pids, sig):
@@ -91,7 +98,7 @@ class Prrte:
     def retryable(self, code, stderr=None):
         return False
 
-    def reap_dvms(self):
+    def reap_daemons(self):
         pass
 
 
@@ -101,7 +108,7 @@ def launched_task(sup, lm, ranks=1, n=0):
     t.procs = [1000 + n]
     t.running = 1
     t.launch = LaunchRecord()
-    t.launch.new_attempt(PrrteLaunch(lm.dvms[-1], f"task.{n:06d}/1.{n}"))
+    t.launch.new_attempt(LaunchHandle(lm.dvms[-1], f"task.{n:06d}/1.{n}"))
     sup.launched([t])
     return t
 
@@ -136,7 +143,7 @@ def test_failure_before_any_rank_started_is_relaunched_then_given_up(setup):
     assert sup.exited([t]) == [] and agent.relaunched == [t]
     assert agent.events.seen[-1][1] == "launch_retry"
     assert "before any rank started" in agent.events.seen[-1][2]
-    t.launch.new_attempt(PrrteLaunch(lm.dvms[-1], "k2"))
+    t.launch.new_attempt(LaunchHandle(lm.dvms[-1], "k2"))
     t.launch.attempt = lm.launch_retries + 1  # out of retries
     ended(t, 1)
     assert sup.exited([t]) == [t]
@@ -219,10 +226,13 @@ def test_hung_launch_is_killed_after_the_grace(setup):
 
     class NotesIn:
         def read(self):
-            return [Note("S", key, 0, 11, "h"), Note("S", key, 1, 12, "h"),
+            return [Note("S", key, 0, 11, "h", 1700000000.5), Note("S", key, 1, 12, "h", 1.0),
                     Note("E", key, 0, 0, ""), Note("E", key, 1, 3, "")]
     lm.notes = NotesIn()
     sup.read_notes(lm)
+    # the payload runs from the first rank's start: launch_ok at the time its note carries
+    assert [e for e in agent.events.seen if e[1] == "launch_ok"] == [(t.spec.uid, "launch_ok", "h")]
+    assert agent.events.times["launch_ok"] == 1700000000.5
     sup.tick(sup._hang_checks[0][0] - 1)
     assert not t.launch.hung
     sup.tick(sup._hang_checks[0][0] + 0.1)
@@ -246,6 +256,9 @@ def test_note_format():
     assert parse("S task.000001/1.5 3 4242 n7") == Note("S", "task.000001/1.5", 3, 4242, "n7")
     assert parse("E task.000001/1.5 3 137") == Note("E", "task.000001/1.5", 3, 137, "")
     assert parse("E task 3 x") is None and parse("garbage") is None and parse("") is None
+    assert parse("S k/1.1 0 42 n7 1700000000.25").t == 1700000000.25  # bash's $EPOCHREALTIME
+    assert parse("S k/1.1 0 42 n7 1700000000,25").t == 1700000000.25  # (a comma locale)
+    assert parse("S k/1.1 0 42 n7 x").t == 0.0
     assert address_from_uri("prte-vm-1@0.0;tcp4://10.1.2.3,10.9.9.9:4567\n") == "10.1.2.3"
     assert address_from_uri("prte-vm-1@0.0;tcp6://[::1]:4567") is None
 

@@ -15,7 +15,6 @@ import os
 import signal as _signal
 import subprocess
 import sys
-import time
 
 import zmq
 
@@ -25,10 +24,11 @@ from .._events import EventWriter
 from .._journal import Journal
 from .._paths import resolve
 from .._util import hostname, raise_nofile_limit
-from ..descriptions import LAUNCHERS, misfit
+from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
+from .clock import REAL, Clock
 from .containment import become_subreaper, kill_marked
 from .executor import REASON_TAIL, AgentTask, TaskRunner, signal_name
-from .scheduler import Scheduler
+from .partition import DEGRADED, FAILED, READY, STARTING, Launchers, Partition, bind, task_work
 from .stager import stage
 from .supervisor import Supervisor
 
@@ -79,8 +79,9 @@ def parse_slurm_time(text: str) -> float | None:
 
 
 class Agent:
-    def __init__(self, config: dict):
-        self.t_start = time.time()
+    def __init__(self, config: dict, clock: Clock = REAL):
+        self.clock = clock
+        self.t_start = clock.now()
         self.cfg = config
         self.uid: str = config["pilot_uid"]
         self.sandbox: str = config["sandbox"]
@@ -99,7 +100,7 @@ class Agent:
         self.heartbeat_s = float(config.get("heartbeat_s", 5.0))
         self.client_timeout = float(config.get("client_timeout", 60.0))
 
-        from .resources import discover  # after the profiler: discovery is part of startup
+        from .resources import Resources, discover  # after the profiler: part of startup
 
         self.resources = discover(desc["resource"], desc["nodes"], desc.get("cores_per_node"),
                                   desc.get("gpus_per_node"), desc.get("mem_per_node"))
@@ -110,15 +111,26 @@ class Agent:
         self.default_launcher = desc.get("launcher") or default_launcher(desc["resource"],
                                                                          self.resources)
         nodes = self.resources.nodes
-        self.shape = [(n.cores, n.gpus, n.mem) for n in nodes]
         self.events.record(self.uid, "resources_ok",
                            f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
                            f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})")
+        # the partitions (one by default): each its nodes, placer, queue and launchers
+        policy = os.environ.get("PILOTFISH_SCHEDULER", "utilization")
+        self.partitions: list[Partition] = []
+        for i, (first, n, launcher) in enumerate(partition_layout(
+                len(nodes), desc.get("partitions"), self.default_launcher)):
+            part_nodes = nodes[first:first + n]
+            res = Resources(part_nodes, self.resources.source, self.resources.overrides)
+            self.partitions.append(Partition(i, part_nodes, first, res,
+                                             launcher or self.default_launcher, policy, clock))
+        self.shapes = [p.shape for p in self.partitions]
+        if len(self.partitions) > 1:
+            for p in self.partitions:
+                self.events.record(self.uid, "partition", json.dumps(
+                    {"index": p.index, "nodes": p.names, "launcher": p.default_launcher}))
 
         from .. import _core
 
-        self.placer = _core.Placer([n.cores for n in nodes], [n.gpus for n in nodes],
-                                   [n.mem for n in nodes])
         base_env = dict(os.environ)
         base_env.update(desc.get("environment") or {})
         base_env["PILOTFISH_PILOT_UID"] = self.uid
@@ -130,19 +142,18 @@ class Agent:
                                    if self.journal.enabled else None)
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
-        self.runner = TaskRunner(self.core, self._launcher_for, self.tasks_dir,
-                                 [n.name for n in nodes], profile=self.events.enabled)
+        self.runner = TaskRunner(self.core, self.tasks_dir, profile=self.events.enabled,
+                                 clock=clock)
+        self.runner.signal_ranks = self._signal_ranks
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
                 [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items])
-        # the policy across shapes (scheduler.py); "fifo" is kept for comparison runs
-        self.scheduler = Scheduler(self.placer, capacity=self.shape,
-                                   policy=os.environ.get("PILOTFISH_SCHEDULER", "utilization"))
-        self.launchers: dict[str, object] = {}
+        self.launchers = Launchers(self._make_launcher, self._spawn_aux, self.events, self.uid,
+                                   clock)
         self.poller = zmq.Poller()
         self.poller.register(self.core.notify_fd, zmq.POLLIN)
-        self.supervisor: Supervisor | None = None  # only once a launcher needs watching
-        self._notes: dict[int, object] = {}  # rank-notes fd -> its launcher
+        self.supervisors: list[Supervisor] = []  # of partitions whose launchers need watching
+        self._notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (its supervisor, launcher)
 
         self.tasks: dict[str, AgentTask] = {}  # live tasks (queued or running), by uid
         self._seq = 0
@@ -152,10 +163,17 @@ class Agent:
         self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
         self.deadline = self.t_start + float(desc["runtime"])
         if job_left is not None:
-            self.deadline = min(self.deadline, time.time() + job_left)
+            self.deadline = min(self.deadline, clock.now() + job_left)
         self.drain_at = self.deadline - drain_margin(float(desc["runtime"]))
 
-        self._launcher_for(None)  # start the default launcher before saying hello
+        # every partition's launcher starts now, all at once; none is waited for: tasks for a
+        # partition whose launcher is still starting wait for it (partition.py)
+        for p in self.partitions:
+            self.launchers.get(p, None)
+        changed = self.launchers.poll()
+        self._launchers_changed(changed + [lm for p in self.partitions
+                                           for lm in p.launchers.values()
+                                           if lm.state == FAILED and lm not in changed])
 
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -169,7 +187,7 @@ class Agent:
             self.sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["public"].encode())
             self.sock.setsockopt(zmq.CURVE_SECRETKEY, curve["secret"].encode())
         self.sock.connect(config["address"])
-        t = time.time()
+        t = clock.now()
         self.events.record(self.uid, S.ACTIVE, None, t)
         self._last_heard = self._last_sent = t
         self._hello(t)
@@ -181,47 +199,106 @@ class Agent:
                                                 hostname())))
 
     # -- launchers --------------------------------------------------------------------------
-    def _launcher_for(self, name: str | None):
-        name = name or self.default_launcher
-        lm = self.launchers.get(name)
-        if lm is None:
-            from ..launch import get_launcher
+    def _make_launcher(self, p: Partition, name: str):
+        """A launch method over partition p's nodes (called by Launchers, which starts it)."""
+        from ..launch import get_launcher
 
-            self.events.record(self.uid, "launcher_start", name)
-            options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
-            options.setdefault("dvm_dir", os.path.join(self.sandbox, name))
-            lm = get_launcher(name, self.resources, options)
-            out, err = (os.path.join(self.sandbox, f"{name}.{x}") for x in ("out", "err"))
-            lm.start(lambda argv, env, stdout=out, stderr=err, _n=name: self.runner.spawn_aux(
-                _n, argv, env, stdout, stderr))
-            self.launchers[name] = lm
-            if lm.launch_retries or lm.supervised:
-                self._supervise(lm)
-            self.events.record(self.uid, "launcher_ready", name)
+        options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
+        tag = name if len(self.partitions) == 1 else f"{name}.p{p.index}"
+        options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
+        lm = get_launcher(name, p.resources, options)
+        if lm.launch_retries or lm.supervised:
+            if p.supervisor is None:
+                p.supervisor = Supervisor(self, p)
+                self.supervisors.append(p.supervisor)
+            p.supervisor.watch(lm)
         return lm
 
-    def _supervise(self, lm) -> None:
-        if self.supervisor is None:
-            self.supervisor = Supervisor(self)
-            self.runner.signal_ranks = self.supervisor.signal_ranks
-        self.supervisor.watch(lm)
-        notes = getattr(lm, "notes", None)
-        if notes is not None:
-            self._notes[notes.fileno()] = lm
-            self.poller.register(notes.fileno(), zmq.POLLIN)
+    def _spawn_aux(self, detail: str, argv, env, stdout=None, stderr=None) -> int:
+        """Start a launcher's daemon through the core (its exit is reaped like any child)."""
+        tag = detail.replace(" ", ".")
+        stdout = stdout or os.path.join(self.sandbox, f"{tag}.out")
+        stderr = stderr or os.path.join(self.sandbox, f"{tag}.err")
+        return self.runner.spawn_aux(detail, argv, env, stdout, stderr)
+
+    def _launchers_changed(self, changed: list) -> None:
+        """Launcher instances that became ready (launch what waited for them) or failed
+        (close the partition, or fail the tasks that asked for that launcher)."""
+        for lm in changed:
+            held, lm.held = lm.held, []
+            for t in held:
+                t.held = None
+            if lm.state == READY:
+                sup = lm.partition.supervisor
+                notes = getattr(lm.method, "notes", None)
+                if sup is not None and notes is not None and notes.fileno() not in self._notes:
+                    self._notes[notes.fileno()] = (sup, lm.method)
+                    self.poller.register(notes.fileno(), zmq.POLLIN)
+                live = [t for t in held if t.final_state is None and t.kill_reason is None]
+                if live:
+                    self._launch(live, [])
+                for t in held:  # canceled or timed out while it waited: it never ran
+                    if t.final_state is None and t.kill_reason is not None:
+                        self._release([t])
+                        t.reason = t.kill_reason[1]
+                        self._final(t, t.kill_reason[0])
+                continue
+            p = lm.partition
+            if lm.name == p.default_launcher and p.open:
+                self._close_partition(p, f"launcher {lm.name} cannot be started: {lm.reason}",
+                                      held)
+            else:
+                self._release(held)
+                for t in held:
+                    if t.final_state is None:
+                        t.reason = (f"launch failed: launcher {lm.name} of partition "
+                                    f"{p.index} cannot be started: {lm.reason}")
+                        self._final(t, S.FAILED)
+
+    def _close_partition(self, p: Partition, why: str, held: list) -> None:
+        """Nothing can run on p any more: its nodes are reported, its waiting and held tasks
+        go to the other partitions (or fail with the reason if none can hold them)."""
+        p.open = False
+        p.closed_reason = why
+        self.events.record(self.uid, "partition_closed",
+                           f"p{p.index} ({', '.join(p.names[:8])}"
+                           f"{'...' if len(p.names) > 8 else ''}): {why}"[:500])
+        log.error("partition %d closed (%d nodes: %s): %s", p.index, len(p.names),
+                  ",".join(p.names), why)
+        self._release(held)
+        moved = p.scheduler.drain_waiting()
+        for t in held:
+            if t.final_state is None and t.kill_reason is None:
+                t.reset_for_retry()
+                moved.append(t)
+        if not any(q.open for q in self.partitions):
+            if self.stopping is None:
+                self.stopping = (S.FAILED, f"no partition can launch: {why}", "launchers")
+            for t in moved:
+                t.reason = f"partition {p.index} closed: {why}"
+                self._final(t, S.FAILED)
+            return
+        self._bind(moved, self.clock.mono(), why=f"partition {p.index} closed: {why}")
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
         poller = self.poller
         poller.register(self.sock, zmq.POLLIN)
         sock = self.sock
+        clock = self.clock
+        launchers = self.launchers
         while self.stopping is None:
             timeout = 1000
+            now = clock.now()
             if self._timers:
-                timeout = max(0, min(timeout, int((self._timers[0][0] - time.time()) * 1000) + 1))
-            sup = self.supervisor
-            if sup is not None:
-                timeout = max(0, min(timeout, int((sup.due - time.monotonic()) * 1000) + 1))
+                timeout = max(0, min(timeout, int((self._timers[0][0] - now) * 1000) + 1))
+            sups = self.supervisors
+            if sups:
+                mono = clock.mono()
+                due = min(s.due for s in sups)
+                timeout = max(0, min(timeout, int((due - mono) * 1000) + 1))
+            if launchers.starting:  # starting daemons are polled, never waited for
+                timeout = min(timeout, 10)
             ready = dict(poller.poll(timeout))
             if sock in ready:
                 while True:
@@ -231,18 +308,25 @@ class Agent:
                         break
                     self._on_frame(frame)
             if self._notes:
-                for fd, lm in self._notes.items():
+                for fd, (sup, lm) in self._notes.items():
                     if fd in ready:
-                        sup.read_notes(lm)  # type: ignore[union-attr]
+                        sup.read_notes(lm)
+            if launchers.starting:
+                changed = launchers.poll()
+                if changed:
+                    self._launchers_changed(changed)
             self._reap()
             if self.stopping is not None:
                 break
             self._schedule()
-            now = time.time()
+            now = clock.now()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)
-            if sup is not None and time.monotonic() >= sup.due:
-                sup.tick()
+            if sups:
+                mono = clock.mono()
+                for sup in sups:
+                    if mono >= sup.due:
+                        sup.tick(mono)
             self._flush()
             if now >= self.drain_at:
                 self.stopping = (S.DONE, "walltime reached", "walltime")
@@ -258,7 +342,7 @@ class Agent:
         """One frame from the client. Nothing in it may stop the agent: a frame that does not
         decode is salvaged task by task (the tasks that do decode run, the others fail with
         the reason); anything else is logged and dropped."""
-        self._last_heard = time.time()
+        self._last_heard = self.clock.now()
         try:
             msg = _wire.decode_to_agent(frame)
         except Exception as e:
@@ -268,7 +352,7 @@ class Agent:
                 self.events.record(self.uid, "bad_frame", str(e)[:200])
                 return
             specs, bad = salvaged
-            now = time.time()
+            now = self.clock.now()
             for uid, why in bad:
                 self.events.record(uid, S.FAILED, why, now)
                 self._updates.append(_wire.Update(uid, S.FAILED, now, reason=why))
@@ -290,7 +374,7 @@ class Agent:
 
     def _resync(self, uids: list[str]) -> None:
         """A resumed client re-attached: hello again, then what became of each task."""
-        now = time.time()
+        now = self.clock.now()
         self.events.record(self.uid, "client_reattach", f"{len(uids)} tasks asked")
         self._flush()  # journal what is pending first
         self._hello(now)
@@ -301,7 +385,8 @@ class Agent:
             t = self.tasks.get(uid)
             if t is not None:
                 state = S.EXECUTING if t.slots is not None else S.AGENT_SCHEDULING
-                ups.append(_wire.Update(uid, state, now, slots=t.slots))
+                ups.append(_wire.Update(uid, state, now, slots=t.slots,
+                                        partition=t.partition.index if t.slots else None))
                 continue
             r = done.get(uid)
             if r is None:
@@ -314,10 +399,10 @@ class Agent:
         for i in range(0, len(ups), 4096):
             self.sock.send(_wire.encode(_wire.Updates(ups[i:i + 4096])))
         self.sock.send(_wire.encode(_wire.Missing(missing)))
-        self._last_sent = time.time()
+        self._last_sent = self.clock.now()
 
     def _accept(self, specs: list[_wire.TaskSpec]) -> None:
-        now = time.time()
+        now = self.clock.now()
         events = self.events
         ready = []
         profile = events.enabled
@@ -330,7 +415,7 @@ class Agent:
                 events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
                 continue
             try:
-                problem = check_spec(spec, self.shape, self.tasks_dir, self.sandbox)
+                problem = check_spec(spec, self.shapes, self.tasks_dir, self.sandbox)
                 if problem is None and spec.input_staging:
                     try:
                         stage(spec.input_staging, self._cwd_of(spec), sandbox=self.sandbox)
@@ -345,7 +430,37 @@ class Agent:
             self.tasks[spec.uid] = t
             self._updates.append(_wire.Update(spec.uid, S.AGENT_SCHEDULING, now))
             ready.append(t)
-        self.scheduler.add(ready)
+        self._bind(ready, self.clock.mono())
+
+    def _bind(self, tasks: list[AgentTask], mono: float, why: str | None = None) -> None:
+        """Send each task to its partition's queue (partition.bind: where it can start
+        soonest). One partition: no choice to make."""
+        parts = self.partitions
+        if len(parts) == 1 and parts[0].open:
+            p = parts[0]
+            for t in tasks:
+                t.partition = p
+            p.scheduler.add(tasks, mono)
+            return
+        by_part: dict[Partition, list[AgentTask]] = {}
+        for t in tasks:
+            if t.partition is not None:
+                t.partition.bound_work -= t.work
+            work = task_work(t.spec)
+            p = bind(parts, t.spec, work)
+            if p is None:
+                t.partition = None
+                t.reason = ((f"{why}; " if why else "") + "no open partition can hold it: "
+                            + "; ".join(f"p{q.index}: {q.closed_reason or 'too small'}"
+                                        for q in parts))[:1000]
+                self._final(t, S.FAILED)
+                continue
+            t.partition = p
+            t.work = work
+            p.bound_work += work
+            by_part.setdefault(p, []).append(t)
+        for p, ts in by_part.items():
+            p.scheduler.add(ts, mono)
 
     def _cwd_of(self, spec) -> str:
         if not spec.sandbox:
@@ -353,31 +468,69 @@ class Agent:
         return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
 
     def _schedule(self) -> None:
-        placed = self.scheduler.schedule()
-        if self.scheduler.unplaceable:
-            now = time.time()
-            for t, why in self.scheduler.take_unplaceable():
-                t.reason = why
-                self._final(t, S.FAILED, now)
-        if not placed:
-            return
-        now = time.time()
+        launching = []
         events = []
         profile = self.events.enabled  # off: not even the event tuples are built
-        to_slots = self.runner.to_slots
         ups = self._updates
-        launching = []
-        for t, raw in placed:
-            t.slots = to_slots(raw)
-            uid = t.spec.uid
-            if profile:
-                events += ((now, uid, "schedule_ok", None), (now, uid, S.EXECUTING, None),
-                           (now, uid, "exec_start", None))
-            ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots))
-            launching.append(t)
-        self._spawn(launching, events)
-        for t in launching:
-            if t.spec.timeout and t.running:
+        mono = None
+        for p in self.partitions:
+            sched = p.scheduler
+            if not (sched.waiting or sched.unplaceable) or not p.open:
+                continue
+            if mono is None:
+                mono = self.clock.mono()
+            placed = sched.schedule(mono)
+            if sched.unplaceable:
+                now = self.clock.now()
+                for t, why in sched.take_unplaceable():
+                    t.reason = why
+                    self._final(t, S.FAILED, now)
+            if not placed:
+                continue
+            now = self.clock.now()
+            to_slots = p.to_slots
+            busy = 0
+            for t, raw in placed:
+                t.slots = to_slots(raw)
+                uid = t.spec.uid
+                busy += t.spec.ranks * t.spec.cores_per_rank
+                if profile:
+                    events += ((now, uid, "schedule_ok", None), (now, uid, S.EXECUTING, None),
+                               (now, uid, "exec_start", None))
+                ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=p.index))
+                launching.append(t)
+            p.busy_cores += busy
+            p.tasks += len(placed)
+        if launching:
+            self._launch(launching, events)
+        elif events:
+            self.events.record_many(events)
+
+    def _launch(self, tasks: list[AgentTask], events: list) -> None:
+        """Spawn placed tasks whose launcher is ready; the others wait for theirs (held, on
+        their slots); those that cannot be spawned fail alone."""
+        go = []
+        get = self.launchers.get
+        for t in tasks:
+            lm = get(t.partition, t.spec.launcher)
+            if lm.state == READY:
+                t.lm = lm.method
+                go.append(t)
+            elif lm.state in (STARTING, DEGRADED):
+                lm.held.append(t)
+                t.held = lm
+            else:  # failed: its partition is closed (default launcher) or the task fails
+                lm.held.append(t)
+                t.held = lm
+                self._launchers_changed([lm])
+        if not go:
+            self.events.record_many(events)
+            return
+        self._spawn(go, events)
+        now = self.clock.now()
+        for t in go:
+            if t.spec.timeout and t.running and not t.timed:
+                t.timed = True
                 self._timer(now + t.spec.timeout, "timeout", t)
 
     def _spawn(self, launching: list[AgentTask], events: list) -> None:
@@ -392,8 +545,10 @@ class Agent:
                     self._final(t, S.FAILED)
                 else:  # other ranks were killed; finalized when they are reaped
                     t.kill_reason = (S.FAILED, t.reason or "launch failed")
-        if self.supervisor is not None:
-            self.supervisor.launched(launching)
+        if self.supervisors:
+            for p, ts in _by_partition(launching).items():
+                if p.supervisor is not None:
+                    p.supervisor.launched(ts)
 
     def relaunch(self, tasks: list[AgentTask]) -> None:
         """Launch these tasks again on the slots they hold (the supervisor's retries)."""
@@ -403,27 +558,35 @@ class Agent:
             t.exit_code = None
             t.signal = None
             t.reason = None
-        now = time.time()
-        self._spawn(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks]
-                    if self.events.enabled else [])
+        now = self.clock.now()
+        self._launch(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks]
+                     if self.events.enabled else [])
+
+    def _signal_ranks(self, t: AgentTask, sig: int) -> None:
+        sup = t.partition.supervisor if t.partition is not None else None
+        if sup is not None:
+            sup.signal_ranks(t, sig)
 
     def _reap(self, block_s: float | None = None) -> None:
         finished, events, aux_exits = self.runner.reap(block_s)
         self.events.record_many(events)
         for name, pid, code, sig in aux_exits:
             log.info("%s (pid %s) exited (code %s, signal %s)", name, pid, code, sig)
-            if self.supervisor is not None:
-                self.supervisor.daemon_exited(pid, code, sig)
+            for sup in self.supervisors:
+                sup.daemon_exited(pid, code, sig)
         done = [t for t in finished if t.final_state is None]
-        if done and self.supervisor is not None:
-            done = self.supervisor.exited(done)
+        if done and self.supervisors:
+            kept = []
+            for p, ts in _by_partition(done).items():
+                kept += p.supervisor.exited(ts) if p.supervisor is not None else ts
+            done = kept
         if not done:
             return
         killed = {t.spec.uid for t in done if t.kill_reason is not None}
         if killed:  # stopped for good: so is whatever it started outside its group
             kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
         self._release(done)
-        now = time.time()
+        now = self.clock.now()
         ran = [t for t in done if t.spool >= 0]  # their outputs, in one call to the core
         outputs = dict(zip(ran, self.runner.read_outputs(ran))) if ran else {}
         for t in done:
@@ -449,25 +612,33 @@ class Agent:
         self.events.record(t.spec.uid, "retry", detail, now)
         self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=detail))
         t.reset_for_retry()
+        t.timed = False
         t.taken = True  # out of the queue until its backoff ends (a cancel finalizes it)
         self._timer(now + delay, "retry", t)
 
     def _release(self, tasks: list[AgentTask]) -> None:
-        """Give the tasks' slots back to the placer (once per task)."""
+        """Give the tasks' slots back to their partitions' placers (once per task)."""
         held = [t for t in tasks if t.slots is not None and not t.released]
         if not held:
             return
         for t in held:
             t.released = True
-        self.scheduler.release([t.key for t in held])
+        if len(self.partitions) == 1:
+            p = self.partitions[0]
+            p.scheduler.release([t.key for t in held])
+            p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in held)
+        else:
+            for p, ts in _by_partition(held).items():
+                p.scheduler.release([t.key for t in ts])
+                p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in ts)
         if self.events.enabled:
-            now = time.time()
+            now = self.clock.now()
             self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
 
     def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False,
                outputs: tuple[str | None, str | None] | None = None) -> None:
         """Report a task's end: output staging, captured output, exit code, signal, reason."""
-        now = time.time() if now is None else now
+        now = self.clock.now() if now is None else now
         spec = t.spec
         stdout = stderr = None
         if ran:
@@ -488,10 +659,13 @@ class Agent:
                             else f"exit code {t.exit_code}")
                 if stderr:
                     t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
-            now = time.time()
+            now = self.clock.now()
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
             self.runner.read_outputs([t])
         t.final_state = state
+        if t.work and t.partition is not None:
+            t.partition.bound_work -= t.work
+            t.work = 0.0
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)
         self._journal_buf.append(["final", spec.uid, state, t.exit_code if ran else None,
@@ -508,7 +682,14 @@ class Agent:
             if t is None or t.final_state is not None:
                 continue
             if t.slots is None:  # still waiting
-                self.scheduler.discard(t)
+                if t.partition is not None:
+                    t.partition.scheduler.discard(t)
+                t.reason = reason
+                self._final(t, waiting_state)
+            elif t.held is not None:  # placed, waiting for its launcher: it never ran
+                t.held.held.remove(t)
+                t.held = None
+                self._release([t])
                 t.reason = reason
                 self._final(t, waiting_state)
             elif t.kill_reason is None:
@@ -523,7 +704,7 @@ class Agent:
         # what left the task's process group (setsid) is signalled by its environment mark
         kill_marked(self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks},
                     _signal.SIGTERM)
-        when = time.time() + KILL_GRACE
+        when = self.clock.now() + KILL_GRACE
         for t in tasks:
             self._timer(when, "kill", t)
 
@@ -541,7 +722,10 @@ class Agent:
                     t.taken = False
                     t.seq = self._seq  # a new arrival: behind what waits already
                     self._seq += 1
-                    self.scheduler.add([t])
+                    if t.partition is not None and t.partition.open:
+                        t.partition.scheduler.add([t], self.clock.mono())
+                    else:
+                        self._bind([t], self.clock.mono())
                 continue
             if t.final_state is not None or not t.running:
                 continue
@@ -559,38 +743,35 @@ class Agent:
         if self._updates:
             self.sock.send(_wire.encode(_wire.Updates(self._updates)))
             self._updates = []
-            self._last_sent = time.time()
+            self._last_sent = self.clock.now()
         self.journal.maybe_sync()
         self.events.maybe_flush()
 
     # -- the end ----------------------------------------------------------------------------
     def _shutdown(self) -> int:
         pilot_state, reason, why = self.stopping  # type: ignore[misc]
+        clock = self.clock
         self.events.record(self.uid, "drain_start", reason)
-        for t in self.scheduler.drain_waiting():
-            t.reason = f"pilot stopped before the task started: {reason}"
-            self._final(t, S.CANCELED)
+        for p in self.partitions:
+            for t in p.scheduler.drain_waiting():
+                t.reason = f"pilot stopped before the task started: {reason}"
+                self._final(t, S.CANCELED)
         running = [t for t in self.tasks.values() if t.final_state is None]
         if why == "walltime":
             task_state, task_reason = S.FAILED, "killed: the pilot reached its walltime"
         else:
             task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
         self._cancel([t.spec.uid for t in running], task_reason, running_state=task_state)
-        deadline = time.time() + KILL_GRACE + 2.0
-        while self.runner.running and time.time() < deadline:
+        deadline = clock.now() + KILL_GRACE + 2.0
+        while self.runner.running and clock.now() < deadline:
             self._reap(block_s=0.1)
-            now = time.time()
+            now = clock.now()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)
             self._flush()
         self._flush()
         self.events.record(self.uid, "drain_stop")
-        for name, lm in self.launchers.items():
-            try:
-                lm.stop()
-            except Exception:
-                log.exception("stopping launcher %s", name)
-            self.events.record(self.uid, "launcher_stop", name)
+        self.launchers.stop_all(self.partitions)  # all at once
         # the pilot ends: nothing it started outlives it (setsid escapees included)
         left = kill_marked(self.sandbox)
         if left:
@@ -598,11 +779,18 @@ class Agent:
         self._flush()
         self.journal.close()
         self.events.record(self.uid, "agent_stop", reason)
-        self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, time.time())))
+        self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, clock.now())))
         self.events.close()
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0
+
+
+def _by_partition(tasks: list[AgentTask]) -> dict[Partition, list[AgentTask]]:
+    out: dict[Partition, list[AgentTask]] = {}
+    for t in tasks:
+        out.setdefault(t.partition, []).append(t)
+    return out
 
 
 def _finals_and_outputs(path: str, uids: set[str]) -> tuple[dict[str, list], dict[str, tuple]]:
@@ -621,10 +809,12 @@ def _finals_and_outputs(path: str, uids: set[str]) -> tuple[dict[str, list], dic
     return done, outputs
 
 
-def check_spec(spec: _wire.TaskSpec, shape: list, tasks_dir: str, sandbox: str) -> str | None:
+def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str) -> str | None:
     """Why the agent cannot run this task, or None. The client checked it already; the agent
-    checks again because the wire is an API too (a task must never kill the agent)."""
-    r = misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank, shape)
+    checks again because the wire is an API too (a task must never kill the agent).
+    shapes: per partition, its nodes' (cores, gpus, mem)."""
+    r = misfit_partitions(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
+                          spec.mem_per_rank, shapes)
     if r is not None:
         return f"{r[0]} = {getattr(spec, r[0])}: {r[1]}"
     if not spec.uid or not spec.executable:

@@ -24,7 +24,8 @@ class AgentTask:
 
     __slots__ = ("spec", "seq", "key", "canceled", "taken", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch", "attempt", "queued", "spool")
+                 "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
+                 "timed")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -48,6 +49,10 @@ class AgentTask:
         self.attempt = 0  # retries done so far
         self.queued = 0.0  # when it last joined the scheduler's queue (aging)
         self.spool = -1  # its captured-output files in the spool (TaskRunner), while it has them
+        self.partition: Any = None  # the Partition it is bound to (agent/partition.py)
+        self.work = 0.0  # what it adds to its partition's bound work (meta-scheduler)
+        self.held: Any = None  # the Launcher it waits for, placed, while that one starts
+        self.timed = False  # its timeout timer is set (once, at its first launch)
 
     def reset_for_retry(self) -> None:
         """Back to waiting, as if it just arrived (its key is free again in the placer)."""
@@ -62,12 +67,11 @@ class AgentTask:
 class TaskRunner:
     """Launch methods + the core executor: spawn placed tasks, collect finished ones."""
 
-    def __init__(self, core_executor: Any, launcher_for: Callable[[str | None], Any],
-                 tasks_dir: str, node_names: list[str], profile: bool = True,
-                 spool_dir: str | None = None):
+    def __init__(self, core_executor: Any, tasks_dir: str, profile: bool = True,
+                 spool_dir: str | None = None, clock: Any = None):
         self.core = core_executor
         self.profile = profile  # build exec_ok / exec_stop events (off: not even the tuples)
-        self.launcher_for = launcher_for
+        self.clock = clock
         self.tasks_dir = tasks_dir
         # Captured stdout/stderr go to spool files that are reused, not to new files per
         # task: creating a file costs 25 us of kernel time here, and now and then 500 us
@@ -78,7 +82,6 @@ class TaskRunner:
         os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
         self._spool_free: list[int] = []
         self._spool_next = 0
-        self.node_names = node_names
         self._procs: dict[int, tuple[AgentTask, int]] = {}  # spawn key -> (task, rank)
         self._next_key = 1 << 40  # process keys live apart from placement keys
         self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
@@ -88,10 +91,6 @@ class TaskRunner:
         self.on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None = None
 
     # -- spawning ---------------------------------------------------------------------------
-    def to_slots(self, raw: list) -> list[RankSlot]:
-        names = self.node_names
-        return [RankSlot(names[n], n, tuple(c), tuple(g)) for n, c, g in raw]
-
     def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
         """Spawn every process of these tasks in one batch.
 
@@ -153,18 +152,18 @@ class TaskRunner:
 
     def _build(self, t: AgentTask) -> list[tuple]:
         spec = t.spec
-        launcher = self.launcher_for(spec.launcher)
+        launcher = t.lm  # its partition's instance, ready (the agent checked)
         cwd = self.tasks_dir
         if spec.sandbox:
             cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
             os.makedirs(cwd, exist_ok=True)
         t.cwd = cwd
-        t.lm = launcher
         procs = launcher.build(spec, t.slots, cwd)
         if launcher.launch_retries or launcher.supervised:
             if t.launch is None:
                 t.launch = LaunchRecord()
-            t.launch.new_attempt(procs[0].handle if procs else None)
+            t.launch.new_attempt(procs[0].handle if procs else None,
+                                 self.clock.mono() if self.clock is not None else None)
         if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
             t.spool = self._spool_free.pop() if self._spool_free else self._new_spool()
         out = self._output_path(t.spool, spec.stdout, "out", cwd)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from .clock import REAL
 
 ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
 POLICIES = ("utilization", "fifo")
@@ -83,7 +84,7 @@ class Scheduler:
         """tasks: agent tasks with .spec, .seq, .key, .canceled, .taken (both False); now: the
         clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
-        now = time.monotonic() if now is None else now
+        now = REAL.mono() if now is None else now
         for t in tasks:
             s = t.spec
             t.queued = now
@@ -132,7 +133,7 @@ class Scheduler:
         """Place what fits now. Returns [(task, [(node, cores, gpus) per rank])]."""
         if not self.waiting:
             return []
-        now = time.monotonic() if now is None else now
+        now = REAL.mono() if now is None else now
         placed: list[tuple[Any, list]] = []
         free_cores, free_gpus = self.placer.total_free()
 

@@ -49,11 +49,11 @@ import logging
 import os
 import signal as _signal
 import socket
-import time
 from typing import Any
 
 from ..launch.base import LaunchError
 from ..launch.rank_notes import kill_group, process_matches
+from .clock import REAL
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -70,10 +70,10 @@ class LaunchRecord:
         self.new_attempt(None)
         self.attempt = 0
 
-    def new_attempt(self, handle: Any) -> None:
+    def new_attempt(self, handle: Any, now_mono: float | None = None) -> None:
         self.attempt += 1
-        self.handle = handle  # the launcher's handle (prrte: PrrteLaunch), or None
-        self.spawned = time.monotonic()
+        self.handle = handle  # the launcher's handle (a LaunchHandle), or None
+        self.spawned = REAL.mono() if now_mono is None else now_mono
         self.started: dict[int, tuple[str, int]] = {}  # rank -> (host, pid) from its note
         self.ended: dict[int, int] = {}  # rank -> exit code from its note
         self.hung = False  # we killed the launcher after all its ranks ended
@@ -89,8 +89,10 @@ class Supervisor:
     agent: the Agent (runner, events, relaunch(), _release(), _final()).
     """
 
-    def __init__(self, agent: Any):
+    def __init__(self, agent: Any, partition: Any = None):
         self.agent = agent
+        self.partition = partition  # the Partition whose launchers it watches
+        self.clock = getattr(agent, "clock", REAL)
         self.runner = agent.runner
         self.events = agent.events
         self.launchers: list[Any] = []  # supervised launch methods (those with daemons)
@@ -99,7 +101,7 @@ class Supervisor:
         self._hang_checks: list[tuple[float, int, str, Any]] = []
         self._seq = 0
         self.tick_every = 1.0
-        self.due = time.monotonic() + self.tick_every
+        self.due = self.clock.mono() + self.tick_every
         host = socket.gethostname()
         self.here = {host, host.split(".", 1)[0], "localhost"}
 
@@ -115,13 +117,13 @@ class Supervisor:
             if rec is None or rec.handle is None or not t.procs:
                 continue
             h = rec.handle
-            d = h.dvm
+            d = h.daemon
             d.running += 1
             d.launches += 1
             self.by_key[h.key] = t
             self.unstarted.setdefault(d, {})[h.key] = t
         for lm in self.launchers:
-            d = lm.dvms[-1] if lm.dvms else None
+            d = lm.daemons[-1] if lm.daemons else None
             if d is not None and d.state == "live" and d.launches >= lm.recycle_after:
                 self._replace(lm, d, retire=True,
                               why=f"recycled after {d.launches} launches")
@@ -130,15 +132,18 @@ class Supervisor:
         notes = lm.notes.read() if lm.notes is not None else ()
         if not notes:
             return
-        now = time.monotonic()
+        now = self.clock.mono()
         by_key = self.by_key
         for n in notes:
             t = by_key.get(n.key)
             if t is None:
                 continue  # a launch already judged (or of an earlier attempt)
             rec = t.launch
-            d = rec.handle.dvm
+            d = rec.handle.daemon
             if n.kind == "S":
+                if not rec.started:  # the payload runs: the end of the launcher's part
+                    self.events.record(t.spec.uid, "launch_ok", n.host,
+                                       n.t if n.t > 0 else self.clock.now())
                 rec.started[n.rank] = (n.host, n.value)
                 d.last_start = now
                 d.strikes = 0
@@ -178,7 +183,7 @@ class Supervisor:
         """None: the launch is over (t.exit_code/signal/reason set for the final report);
         else why the task is launched again."""
         h = rec.handle
-        d = h.dvm if h is not None else None
+        d = h.daemon if h is not None else None
         if h is not None:
             self.by_key.pop(h.key, None)
             d.running -= 1
@@ -230,14 +235,14 @@ class Supervisor:
         return why
 
     def _relaunch(self, again: list) -> None:
-        now = time.time()
+        now = self.clock.now()
         self.events.record_many([(now, t.spec.uid, "launch_retry",
                                   f"attempt {t.launch.attempt + 1}: {why}") for t, why in again])
         self.agent.relaunch([t for t, _ in again])
 
     # -- now and then --------------------------------------------------------------------------
     def tick(self, now_mono: float | None = None) -> None:
-        now = time.monotonic() if now_mono is None else now_mono
+        now = self.clock.mono() if now_mono is None else now_mono
         self.due = now + self.tick_every
         checks = self._hang_checks
         while checks and checks[0][0] <= now:
@@ -247,7 +252,7 @@ class Supervisor:
                     or t.kill_reason is not None):
                 continue
             rec.hung = True
-            d = rec.handle.dvm
+            d = rec.handle.daemon
             self.events.record(t.spec.uid, "launch_hung",
                                f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
                                f"killing the launcher (PRRTE DVM {d.number})")
@@ -257,8 +262,8 @@ class Supervisor:
             self.due = min(self.due, checks[0][0])
         for lm in self.launchers:
             self._check_stuck(lm, now)
-            lm.reap_dvms()
-            kept = set(lm.dvms)
+            lm.reap_daemons()
+            kept = set(lm.daemons)
             for d in [d for d, waiting in self.unstarted.items() if not waiting and d not in kept]:
                 del self.unstarted[d]  # a DVM that is gone
 
@@ -272,7 +277,7 @@ class Supervisor:
         rank and no rank of that DVM started since the oldest of them was made."""
         if lm.notes is None:
             return
-        for d in list(lm.dvms):
+        for d in list(lm.daemons):
             waiting = self.unstarted.get(d)
             if d.state == "dead" or not waiting:
                 continue
@@ -295,7 +300,7 @@ class Supervisor:
     def daemon_exited(self, pid: int, code: int, sig: int) -> None:
         """A launcher daemon (a DVM) ended: if it was not asked to, replace it."""
         for lm in self.launchers:
-            d = lm.dvm_of_pid(pid)
+            d = lm.daemon_of_pid(pid)
             if d is None:
                 continue
             if d.state != "dead":
@@ -311,13 +316,15 @@ class Supervisor:
         log.warning("%s: %s DVM %s: %s", name, lm.name, d.number, why)
         try:
             new = lm.replace(d, retire=retire)
-            self.events.record(self.agent.uid, "launcher_ready", f"{lm.name} DVM {new.number}")
+            launchers = getattr(self.agent, "launchers", None)
+            if launchers is not None and not new.ready:  # launches wait for the new one
+                launchers.degraded(lm)
         except LaunchError as e:  # launches then fail at build, each with this reason
             log.error("%s: no new DVM: %s", lm.name, e)
             self.events.record(self.agent.uid, "launcher_failed", str(e))
         if retire:
             return
-        doomed = [t for t in self.by_key.values() if t.launch.handle.dvm is d and t.running]
+        doomed = [t for t in self.by_key.values() if t.launch.handle.daemon is d and t.running]
         if doomed:  # SIGKILL to prterun and to the ranks it leaves; judged when reaped
             self.runner.kill(doomed, _signal.SIGKILL)
         self.unstarted.pop(d, None)

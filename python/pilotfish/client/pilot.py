@@ -17,7 +17,7 @@ from .._journal import keeper_state
 from .._util import machine_shape, write_private
 from ..agent.keeper import argv as keeper_argv
 from ..batch import BatchJob, make_batch_job
-from ..descriptions import PilotDescription, check_descriptions
+from ..descriptions import PilotDescription, check_descriptions, partition_layout
 from .session import Session
 
 log = logging.getLogger("pilotfish.client")
@@ -48,6 +48,17 @@ class Pilot:
     def shape(self) -> list[tuple[int, int, int]] | None:
         """Per-node (cores, gpus, mem MiB): declared, or as discovered once ACTIVE."""
         return self._shape
+
+    @property
+    def partition_shapes(self) -> list[list[tuple[int, int, int]]] | None:
+        """The shape of each partition (see PilotDescription.partitions): a task must fit
+        one of them."""
+        shape = self._shape
+        if shape is None:
+            return None
+        d = self.description
+        return [shape[first:first + n]
+                for first, n, _ in partition_layout(len(shape), d.partitions, d.launcher)]
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
         return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]

@@ -14,7 +14,7 @@ import msgspec
 from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
-from ..descriptions import TaskDescription, check_descriptions, misfit
+from ..descriptions import TaskDescription, check_descriptions, misfit_partitions
 from .pilot import Pilot
 from .session import Session
 
@@ -27,7 +27,7 @@ class Task:
     """A task as the client sees it. Fields are filled in as the agent reports."""
 
     __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
-                 "stderr", "reason", "slots", "_hist", "_tmgr")
+                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr")
 
     def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
         self.uid = uid
@@ -40,6 +40,7 @@ class Task:
         self.stderr: str | None = None
         self.reason: str | None = None  # why it failed or was canceled
         self.slots: list[_wire.RankSlot] | None = None  # per rank: node, cores, GPUs
+        self.partition: int | None = None  # index of the pilot partition it ran in
         self._hist: list = []  # state, t, state, t, ... (flat: no tuple per entry)
         self._tmgr = tmgr
 
@@ -345,11 +346,12 @@ class TaskManager:
         """The least loaded pilot that can hold the request; else a DescriptionError."""
         fitting, unknown, why = [], [], None
         for p in pilots:
-            shape = p.shape
-            if shape is None:
+            shapes = p.partition_shapes
+            if shapes is None:
                 unknown.append(p)
                 continue
-            problem = misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank, shape)
+            problem = misfit_partitions(d.ranks, d.cores_per_rank, d.gpus_per_rank,
+                                        d.mem_per_rank, shapes)
             if problem is None:
                 fitting.append(p)
             elif why is None:
@@ -398,6 +400,7 @@ class TaskManager:
                 counts[state] += 1
                 if u.slots is not None:
                     t.slots = u.slots
+                    t.partition = u.partition
                 if state in S.FINAL:
                     t.exit_code = u.exit_code
                     t.signal = u.signal

@@ -26,6 +26,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +85,24 @@ class LaunchMethod:
         self.launch_retries = int(self.options.get("launch_retries", self.launch_retries))
 
     def start(self, spawn: Spawn | None = None) -> None:
-        """Start daemons this method needs (e.g. a PRRTE DVM); spawn(argv, env) -> pid."""
+        """Start daemons this method needs (e.g. a PRRTE DVM) and wait until they are ready;
+        spawn(argv, env) -> pid. For standalone use: the agent calls begin() and polls."""
+        self.begin(spawn)
+        while not self.poll_ready():
+            time.sleep(0.005)
+
+    def begin(self, spawn: Spawn | None = None) -> None:
+        """Start what start() starts without waiting for it (the agent's loop must never
+        block: it polls poll_ready() while it serves everything else)."""
+
+    def poll_ready(self) -> bool:
+        """True once launches can be built; False while daemons start. Raises LaunchError
+        when they cannot be started (after the method's own retries)."""
+        return True
+
+    def stop_begin(self) -> None:
+        """Ask daemons to stop without waiting (stop() then waits): the agent stops every
+        partition's instances at once."""
 
     def stop(self) -> None:
         """Stop what start() started. Safe to call twice, or without start()."""
@@ -117,6 +135,73 @@ class LaunchMethod:
         if given:
             return str(given)
         return find_tool(names, is_right) or names[0]
+
+
+class Daemon:
+    """One daemon instance of a supervised launch method (a PRRTE DVM), with what the
+    supervisor counts on it. `state`: live (current), retiring (replaced: stops when its
+    launches are gone), dead (stopped, or died on its own). `ready`: it accepts launches."""
+
+    def __init__(self, number: int):
+        self.number = number
+        self.pid: int | None = None
+        self.state = "live"
+        self.ready = False
+        self.launches = 0  # launches made against it
+        self.running = 0  # of those, not yet reaped (kept by the supervisor)
+        self.strikes = 0  # launches in a row that failed before running or hung
+        self.last_start = 0.0  # monotonic: when a rank of it last started (or it did)
+
+
+class LaunchHandle:
+    """A supervised method's handle of one launch (ProcSpec.handle): the daemon it went to
+    and the key its rank notes carry."""
+
+    __slots__ = ("daemon", "key")
+
+    def __init__(self, daemon: Daemon, key: str):
+        self.daemon = daemon
+        self.key = key
+
+
+class SupervisedLaunchMethod(LaunchMethod):
+    """The supervision protocol (agent/supervisor.py): a method whose launches go through
+    daemons it runs, and whose ranks report their starts and ends (rank notes).
+
+    Subclasses set the attributes and implement the methods below; the supervisor uses
+    nothing else. Each ProcSpec of a launch carries a LaunchHandle."""
+
+    supervised = True
+    recycle_after = 500  # launches per daemon before a fresh one replaces it
+    hang_grace = 10.0  # s a launch may outlive all its ranks
+    launch_timeout = 30.0  # s a launch may wait for its first rank while its daemon starts none
+    max_strikes = 3  # launches in a row that failed before running before a daemon is wedged
+    notes: Any = None  # its RankNotes (launch/rank_notes.py), or None without notes
+
+    @property
+    def daemons(self) -> list[Daemon]:
+        """Every daemon not yet gone; the last one is current."""
+        raise NotImplementedError
+
+    def replace(self, old: Daemon, retire: bool) -> Daemon:
+        """Take `old` out of service and return the current daemon -- a new one that is
+        starting (poll_ready() says when it is ready) when old was current. retire: old
+        finishes its launches first; else it is stopped now."""
+        raise NotImplementedError
+
+    def alive(self, d: Daemon) -> bool:
+        raise NotImplementedError
+
+    def reap_daemons(self) -> None:
+        """Stop retiring daemons whose launches are gone, forget stopped ones (now and then)."""
+        raise NotImplementedError
+
+    def daemon_of_pid(self, pid: int) -> Daemon | None:
+        return next((d for d in self.daemons if d.pid == pid), None)
+
+    def signal_remote(self, host: str, pids: list[int], sig: int) -> bool:
+        """Signal rank process groups on another node; False where there is no way."""
+        return False
 
 
 # -- finding tools ------------------------------------------------------------------------------

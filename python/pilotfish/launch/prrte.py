@@ -70,9 +70,11 @@ import time
 
 from .._wire import RankSlot, TaskSpec
 from .base import (
+    Daemon,
     LaunchError,
-    LaunchMethod,
+    LaunchHandle,
     ProcSpec,
+    SupervisedLaunchMethod,
     Spawn,
     by_node,
     command_text,
@@ -115,44 +117,29 @@ class DiedBeforeReady(LaunchError):
     """prte exited before it was ready: nothing ran on it, starting it again is safe."""
 
 
-class Dvm:
-    """One PRRTE DVM. `state`: live (current), retiring (replaced; stops when its launches are
-    gone), dead (stopped, or died on its own)."""
+class Dvm(Daemon):
+    """One PRRTE DVM (see Daemon for state and counters): its directory D/N and files."""
 
     def __init__(self, number: int, directory: str):
-        self.number = number
+        super().__init__(number)
         self.dir = directory
         self.uri_file = os.path.join(directory, "dvm.uri")
         self.log = os.path.join(directory, "prte.log")  # stdout: says "DVM ready"
         self.err = os.path.join(directory, "prte.err")  # apart: the executor opens with O_TRUNC
-        self.pid: int | None = None
-        self.state = "live"
-        self.launches = 0  # prterun calls made against it
-        self.running = 0  # of those, not yet reaped (kept by the supervisor)
-        self.strikes = 0  # launches in a row that failed before running or hung
-        self.last_start = time.monotonic()  # when a rank of it last started (or it did)
+        self.last_start = time.monotonic()
         self.kill_at: float | None = None  # terminating: SIGKILL after this
+        self.attempt = 0  # starts made (one that dies before it is ready is started again)
+        self.start_deadline = 0.0  # monotonic: not ready by then -> it cannot be started
 
     def __repr__(self) -> str:
-        return f"<DVM {self.number} pid {self.pid} {self.state}>"
+        return f"<DVM {self.number} pid {self.pid} {self.state}{'' if self.ready else ' starting'}>"
 
 
-class PrrteLaunch:
-    """The launcher's handle of one prterun: the DVM it went to and the key its notes carry."""
-
-    __slots__ = ("dvm", "key")
-
-    def __init__(self, dvm: Dvm, key: str):
-        self.dvm = dvm
-        self.key = key
-
-
-class Prrte(LaunchMethod):
+class Prrte(SupervisedLaunchMethod):
     name = "prrte"
     # > max_strikes: a task whose launches failed on a DVM that went bad gets launches on the
     # fresh DVM that replaces it
     launch_retries = 5
-    supervised = True
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -178,9 +165,15 @@ class Prrte(LaunchMethod):
 
     # -- the current DVM ---------------------------------------------------------------------
     @property
+    def daemons(self) -> list[Dvm]:  # type: ignore[override]
+        return self.dvms
+
+    @property
     def dvm(self) -> Dvm:
         if not self.dvms or self.dvms[-1].state != "live":
             raise LaunchError("launcher 'prrte': the DVM was not started (call start())")
+        if not self.dvms[-1].ready:
+            raise LaunchError("launcher 'prrte': the DVM is still starting")
         return self.dvms[-1]
 
     @property
@@ -197,7 +190,8 @@ class Prrte(LaunchMethod):
         return "".join(f"{n.name} slots={n.cores}\n" for n in self.resources.nodes)
 
     # -- starting and stopping -----------------------------------------------------------------
-    def start(self, spawn: Spawn | None = None) -> None:
+    def begin(self, spawn: Spawn | None = None) -> None:
+        """Spawn the first DVM and return at once (poll_ready() says when it is ready)."""
         if spawn is None:
             raise LaunchError("launcher 'prrte' starts a DVM: start() needs the spawn callable")
         self._spawn = spawn
@@ -205,14 +199,52 @@ class Prrte(LaunchMethod):
             self.dvm_dir = tempfile.mkdtemp(prefix="pilotfish-dvm-")
         first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"))
         self.dvms = [first]
-        self._start_dvm(first)
-        if self.bash and self.notes is None:
-            address = "127.0.0.1" if self.emulated else address_from_uri(_read(first.uri_file))
-            if address:
-                self.notes = RankNotes(address)
+        self._spawn_dvm(first)
 
-    def replace(self, old: Dvm, retire: bool) -> Dvm:
-        """Take `old` out of service and return the current DVM -- a freshly started one when
+    def poll_ready(self) -> bool:
+        """Is the current DVM ready? A DVM that dies before it is ready is started again
+        (start_attempts); one that is not ready within start_timeout, or dies on its last
+        attempt, raises LaunchError."""
+        if not self.dvms:
+            raise LaunchError("launcher 'prrte': the DVM was not started (call start())")
+        d = self.dvms[-1]
+        if d.ready:
+            return True
+        if d.state == "dead":
+            raise LaunchError(f"launcher 'prrte': DVM {d.number} was stopped before it was ready")
+        uri = _read(d.uri_file)
+        # "DVM ready": every daemon is up (the URI file alone comes earlier, and a first
+        # launch then can fail to initialize); the URI file complete
+        if "://" in uri and uri.endswith("\n") and READY in _read(d.log):
+            d.ready = True
+            d.last_start = time.monotonic()
+            if self.bash and self.notes is None:
+                address = "127.0.0.1" if self.emulated else address_from_uri(uri)
+                if address:
+                    self.notes = RankNotes(address)
+            return True
+        if d.pid is not None and not process_alive(d.pid):
+            # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed
+            # to start"): nothing ran on such a DVM, so starting it again is safe.
+            attempts = max(1, int(self.options.get("start_attempts", 3)))
+            why = (f"launcher 'prrte': the DVM (pid {d.pid}) exited before it was ready: "
+                   f"{_read(d.err)[-500:]!r}")
+            if d.attempt >= attempts:
+                d.state = "dead"
+                raise DiedBeforeReady(why)
+            log.warning("%s; starting it again (attempt %d of %d)", why, d.attempt + 1, attempts)
+            self._spawn_dvm(d)
+            return False
+        if time.monotonic() > d.start_deadline:
+            d.state = "dead"
+            self._stop_now(d)
+            raise LaunchError(f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
+                              f"and {READY!r} in {d.log}) within "
+                              f"{float(self.options.get('start_timeout', 30.0)):g} s")
+        return False
+
+    def replace(self, old: Dvm, retire: bool) -> Dvm:  # type: ignore[override]
+        """Take `old` out of service and return the current DVM -- a new one, starting, when
         old was the current DVM. retire=True: old keeps its running launches and stops when
         they are gone (recycling); False: old is stopped now (it died or wedged; the
         supervisor deals with its launches)."""
@@ -226,13 +258,13 @@ class Prrte(LaunchMethod):
         number = old.number + 1
         new = Dvm(number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)))
         self.dvms.append(new)
-        self._start_dvm(new)
+        self._spawn_dvm(new)
         return new
 
-    def alive(self, d: Dvm) -> bool:
+    def alive(self, d: Dvm) -> bool:  # type: ignore[override]
         return d.pid is not None and process_alive(d.pid, self.comm)
 
-    def _start_dvm(self, d: Dvm) -> None:
+    def _spawn_dvm(self, d: Dvm) -> None:
         if self._spawn is None:
             raise LaunchError("launcher 'prrte': start() first")
         os.makedirs(d.dir, exist_ok=True)
@@ -246,43 +278,12 @@ class Prrte(LaunchMethod):
             f.write(self.hostfile_text())
         argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
                 "--report-pid", os.path.join(d.dir, "dvm.pid")]
-        # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed to
-        # start"): nothing ran on such a DVM, so starting it again is safe.
-        attempts = max(1, int(self.options.get("start_attempts", 3)))
-        for attempt in range(1, attempts + 1):
-            d.state = "live"
-            d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=d.err)
-            d.last_start = time.monotonic()
-            try:
-                self._wait_ready(d, float(self.options.get("start_timeout", 30.0)))
-                return
-            except DiedBeforeReady as e:
-                if attempt == attempts:
-                    raise
-                log.warning("%s; starting it again (attempt %d of %d)", e, attempt + 1,
-                             attempts)
-                self._stop_now(d)
-
-    def _wait_ready(self, d: Dvm, timeout: float) -> None:
-        """Until prte says "DVM ready" (every daemon is up; the URI file alone comes earlier,
-        and a first launch then can fail to initialize) and the URI file is complete."""
-        deadline = time.monotonic() + timeout
-        delay = 0.005
-        while True:
-            uri = _read(d.uri_file)
-            if "://" in uri and uri.endswith("\n") and READY in _read(d.log):
-                return
-            if d.pid is not None and not process_alive(d.pid):
-                d.state = "dead"
-                raise DiedBeforeReady(f"launcher 'prrte': the DVM (pid {d.pid}) exited before "
-                                      f"it was ready: {_read(d.err)[-500:]!r}")
-            if time.monotonic() > deadline:
-                d.state = "dead"
-                self._stop_now(d)
-                raise LaunchError(f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
-                                  f"and {READY!r} in {d.log}) within {timeout:g} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        d.state = "live"
+        d.ready = False
+        d.attempt += 1
+        d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=d.err)
+        d.last_start = time.monotonic()
+        d.start_deadline = d.last_start + float(self.options.get("start_timeout", 30.0))
 
     def terminate(self, d: Dvm) -> None:
         """Ask a DVM to stop (SIGTERM) without waiting; `reap_dvms` SIGKILLs it later."""
@@ -293,7 +294,7 @@ class Prrte(LaunchMethod):
         else:
             d.kill_at = 0.0
 
-    def reap_dvms(self) -> None:
+    def reap_daemons(self) -> None:
         """Stop retiring DVMs whose launches are gone; SIGKILL terminated ones past their grace;
         forget DVMs that are gone. Called by the supervisor now and then."""
         now = time.monotonic()
@@ -311,11 +312,10 @@ class Prrte(LaunchMethod):
             keep.append(d)
         self.dvms = keep
 
-    def dvm_of_pid(self, pid: int) -> Dvm | None:
+    def stop_begin(self) -> None:
         for d in self.dvms:
-            if d.pid == pid:
-                return d
-        return None
+            if d.pid is not None and process_alive(d.pid, self.comm):
+                os.kill(d.pid, signal.SIGTERM)
 
     def stop(self) -> None:
         for d in self.dvms:
@@ -356,7 +356,7 @@ class Prrte(LaunchMethod):
         argv = [self.prterun, "--dvm", f"uri:file:{d.uri_file}", "-n", str(len(slots)),
                 "--map-by", "slot", "--bind-to", "none",
                 "--host", host_list(ordered, self.emulated), *exports, *payload]
-        return [ProcSpec(argv, env, None, PrrteLaunch(d, key))]
+        return [ProcSpec(argv, env, None, LaunchHandle(d, key))]
 
     def signal_remote(self, host: str, pids: list[int], sig: int) -> bool:
         """Signal rank process groups on another node of the allocation: inside Slurm, a

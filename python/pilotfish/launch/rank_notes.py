@@ -6,8 +6,9 @@ started, and its exit code alone cannot tell "never ran" (safe to run again) fro
 failed". The ranks themselves can: a tiny bash wrapper around the task's command sends one
 UDP datagram before the command starts and one after it ends:
 
-    S <launch key> <rank> <pid> <host>      the rank's wrapper started (pid = its process
-                                            group: the launcher makes each rank a leader)
+    S <launch key> <rank> <pid> <host> <t>  the rank's wrapper started (pid = its process
+                                            group: the launcher makes each rank a leader;
+                                            t = bash's $EPOCHREALTIME: the agent's launch_ok)
     E <launch key> <rank> <exit code>       the command ended (bash's $?: 128+N for signal N)
 
 to a UDP socket of the agent bound on the address the launcher's daemons already use to reach
@@ -38,6 +39,7 @@ class Note(NamedTuple):
     rank: int
     value: int  # S: the rank's pid; E: its exit code
     host: str  # S only ("" for E)
+    t: float = 0.0  # S: when the rank started (seconds since the epoch; 0: not said)
 
 
 def address_from_uri(uri: str) -> str | None:
@@ -98,7 +100,7 @@ def wrap_lines(address: str, port: int, key: str, payload: str,
         # bash opens /dev/udp/HOST/PORT itself; errors (no route) are silenced: a note is help,
         # never a reason for the task to fail
         f"pf_note() {{ printf '%s\\n' \"$*\" >{dest}; }} 2>/dev/null",
-        f'pf_note S {k} {rank_expr} $$ "$HOSTNAME"',
+        f'pf_note S {k} {rank_expr} $$ "$HOSTNAME" "$EPOCHREALTIME"',
         payload,
         "pf_rc=$?",
         f"pf_note E {k} {rank_expr} $pf_rc",
@@ -110,7 +112,13 @@ def parse(line: str) -> Note | None:
     f = line.split()
     try:
         if len(f) >= 5 and f[0] == "S":
-            return Note("S", f[1], int(f[2]), int(f[3]), f[4])
+            t = 0.0
+            if len(f) >= 6:
+                try:
+                    t = float(f[5].replace(",", "."))  # (a locale may write a comma)
+                except ValueError:
+                    t = 0.0
+            return Note("S", f[1], int(f[2]), int(f[3]), f[4], t)
         if len(f) >= 4 and f[0] == "E":
             return Note("E", f[1], int(f[2]), int(f[3]), "")
     except ValueError:

@@ -1,0 +1,243 @@
+"""Partitions: a pilot's nodes split into disjoint parts, each with its own launcher instance.
+
+Seed 000: one launcher instance (a PRRTE DVM) cannot manage a large pilot, so its nodes are
+partitioned, each partition with its own DVM -- started and stopped *concurrently* (RP did it
+one after another: total overhead 52 s -> 830 s). A Partition owns its nodes, its placer
+(the Rust core's, over its nodes only), its scheduler queue, its launcher instances and their
+supervision. The agent's loop drives them; nothing here blocks.
+
+A launcher instance (`Launcher`) is a small state machine the loop polls:
+
+    starting --ready--> ready --daemon replaced--> degraded --ready--> ready ... --> stopped
+        \\--cannot start (after the method's retries)--> failed
+
+Tasks placed on a partition whose launcher is not ready wait for it, holding their slots
+(`held`); relaunches by the supervisor wait the same way. A partition whose default launcher
+fails is closed: its nodes are reported, its waiting tasks go to the other partitions.
+
+The meta-scheduler (`bind`) sends each arriving task to the open partition where it can start
+soonest: least bound work (running + queued, in core-seconds where `duration` is given) per
+core, with a partition whose launcher is still starting behind a ready one at equal load --
+never round robin. `rebalance` moves waiting tasks from a backed-up partition to one that has
+free cores and nothing queued, so a bad early guess does not leave cores idle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from .._wire import RankSlot
+from ..descriptions import misfit
+from ..launch.base import LaunchError, LaunchMethod
+from .scheduler import Scheduler
+
+log = logging.getLogger("pilotfish.agent")
+
+STARTING, READY, DEGRADED, STOPPED, FAILED = "starting", "ready", "degraded", "stopped", "failed"
+
+
+class Launcher:
+    """One launch-method instance of a partition and where it is in its life."""
+
+    __slots__ = ("name", "method", "partition", "state", "held", "reason", "t_start", "t_ready")
+
+    def __init__(self, name: str, method: LaunchMethod, partition: "Partition"):
+        self.name = name
+        self.method = method
+        self.partition = partition
+        self.state = STARTING
+        self.held: list = []  # tasks placed (or to relaunch) that wait for it to be ready
+        self.reason: str | None = None  # why it failed
+        self.t_start = 0.0
+        self.t_ready: float | None = None
+
+    @property
+    def detail(self) -> str:
+        """Event detail: "<launcher> p<partition>" (analytics splits it at the space)."""
+        return f"{self.name} p{self.partition.index}"
+
+    def __repr__(self) -> str:
+        return f"<Launcher {self.detail} {self.state}>"
+
+
+class Partition:
+    """Nodes, placer, scheduler, launchers and supervision of one part of the pilot.
+
+    nodes: NodeInfo of its nodes; first: the global index of its first node (the pilot's
+    node list is the concatenation of the partitions'); launcher: its default launch method.
+    """
+
+    def __init__(self, index: int, nodes: list, first: int, resources: Any, launcher: str,
+                 policy: str, clock: Any):
+        from .. import _core
+
+        self.index = index
+        self.nodes = nodes
+        self.names = [n.name for n in nodes]
+        self.first = first
+        self.resources = resources  # Resources over these nodes only (what launchers see)
+        self.default_launcher = launcher
+        self.shape = [(n.cores, n.gpus, n.mem) for n in nodes]
+        self.cores = sum(n.cores for n in nodes)
+        self.gpus = sum(n.gpus for n in nodes)
+        self.placer = _core.Placer([n.cores for n in nodes], [n.gpus for n in nodes],
+                                   [n.mem for n in nodes])
+        self.scheduler = Scheduler(self.placer, capacity=self.shape, policy=policy)
+        self.clock = clock
+        self.launchers: dict[str, Launcher] = {}
+        self.supervisor: Any = None  # a Supervisor once a launcher of it needs watching
+        self.open = True
+        self.closed_reason: str | None = None
+        # bound work, for the meta-scheduler: (cores, core-seconds) of tasks bound here and
+        # not final; busy: cores of its placed tasks
+        self.bound_cores = 0
+        self.bound_work = 0.0
+        self.busy_cores = 0
+        self.tasks = 0  # tasks placed here so far (each placement counts)
+
+    def __repr__(self) -> str:
+        return f"<Partition {self.index} {len(self.nodes)} nodes {self.default_launcher}>"
+
+    # -- placement ----------------------------------------------------------------------------
+    def to_slots(self, raw: list) -> list[RankSlot]:
+        names, first = self.names, self.first
+        return [RankSlot(names[n], first + n, tuple(c), tuple(g)) for n, c, g in raw]
+
+    def fits(self, spec) -> bool:
+        return misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank,
+                      self.shape) is None
+
+    @property
+    def ready(self) -> bool:
+        """Its default launcher can launch now."""
+        lm = self.launchers.get(self.default_launcher)
+        return lm is not None and lm.state == READY
+
+    def load(self, extra_cores: int = 0) -> float:
+        """Bound work per core: what the meta-scheduler compares."""
+        return (self.bound_work + extra_cores) / max(1, self.cores)
+
+
+def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
+    """The open partition where this task can start soonest (see the module docstring);
+    None when no open partition can ever hold it."""
+    best, best_key = None, None
+    for p in partitions:
+        if not p.open or not p.fits(spec):
+            continue
+        key = (p.load(), not p.ready, p.index)
+        if best_key is None or key < best_key:
+            best, best_key = p, key
+    return best
+
+
+def task_work(spec) -> float:
+    """Core-seconds a task will take, as far as known: cores x duration (1 s if not given)."""
+    return spec.ranks * spec.cores_per_rank * (spec.duration or 1.0)
+
+
+class Launchers:
+    """Starts, polls and stops the launcher instances of every partition -- concurrently:
+    `begin` spawns a daemon and returns, `poll` moves each instance along its states."""
+
+    def __init__(self, make: Callable[[Partition, str], LaunchMethod], spawn_aux: Callable,
+                 events: Any, pilot_uid: str, clock: Any):
+        self.make = make  # (partition, name) -> a LaunchMethod over the partition's nodes
+        self.spawn_aux = spawn_aux  # (launcher detail, argv, env, stdout, stderr) -> pid
+        self.events = events
+        self.uid = pilot_uid
+        self.clock = clock
+        self.starting: list[Launcher] = []  # instances to poll (starting or degraded)
+        self.by_method: dict[int, Launcher] = {}  # id(launch method) -> its instance
+
+    def get(self, p: Partition, name: str | None) -> Launcher:
+        """The partition's instance of this launch method, begun now if it is new."""
+        name = name or p.default_launcher
+        lm = p.launchers.get(name)
+        if lm is None:
+            lm = self._begin(p, name)
+        return lm
+
+    def _begin(self, p: Partition, name: str) -> Launcher:
+        now = self.clock.now()
+        self.events.record(self.uid, "launcher_start", f"{name} p{p.index}", now)
+        try:
+            method = self.make(p, name)
+            lm = Launcher(name, method, p)
+            lm.t_start = now
+            p.launchers[name] = lm
+            self.by_method[id(method)] = lm
+            detail = lm.detail
+            method.begin(lambda argv, env, stdout=None, stderr=None: self.spawn_aux(
+                detail, argv, env, stdout, stderr))
+        except (LaunchError, OSError) as e:
+            lm = p.launchers.get(name) or Launcher(name, None, p)  # type: ignore[arg-type]
+            p.launchers[name] = lm
+            self._failed(lm, str(e))
+            return lm
+        self.starting.append(lm)  # the loop polls it (a method without daemons: at once)
+        return lm
+
+    def degraded(self, method: LaunchMethod) -> None:
+        """A supervised instance's daemon is being replaced: launches wait until it is ready."""
+        lm = self.by_method.get(id(method))
+        if lm is not None and lm.state == READY:
+            lm.state = DEGRADED
+            self.starting.append(lm)
+
+    def poll(self, which: list[Launcher] | None = None) -> list[Launcher]:
+        """Move starting/degraded instances along; returns those that became ready or
+        failed now (their held tasks are the agent's to launch or to move)."""
+        changed = []
+        for lm in list(self.starting if which is None else which):
+            if lm.state not in (STARTING, DEGRADED):
+                continue
+            try:
+                ok = lm.method.poll_ready()
+            except (LaunchError, OSError) as e:
+                self._drop(lm)
+                self._failed(lm, str(e))
+                changed.append(lm)
+                continue
+            if ok:
+                self._drop(lm)
+                now = self.clock.now()
+                if lm.state == STARTING:
+                    lm.t_ready = now
+                    self.events.record(self.uid, "launcher_ready", lm.detail, now)
+                else:
+                    self.events.record(self.uid, "launcher_recovered", lm.detail, now)
+                lm.state = READY
+                changed.append(lm)
+        return changed
+
+    def _drop(self, lm: Launcher) -> None:
+        try:
+            self.starting.remove(lm)
+        except ValueError:
+            pass
+
+    def _failed(self, lm: Launcher, why: str) -> None:
+        lm.state = FAILED
+        lm.reason = why
+        log.error("launcher %s: %s", lm.detail, why)
+        self.events.record(self.uid, "launcher_failed", f"{lm.detail}: {why}"[:500])
+
+    def stop_all(self, partitions: list[Partition]) -> None:
+        """Stop every instance; daemons are asked to stop first, all at once, then waited
+        for (a DVM's stop is mostly waiting: P of them in about the time of one)."""
+        instances = [lm for p in partitions for lm in p.launchers.values()
+                     if lm.method is not None and lm.state != STOPPED]
+        for lm in instances:
+            try:
+                lm.method.stop_begin()
+            except Exception:
+                log.exception("stopping launcher %s", lm.detail)
+        for lm in instances:
+            try:
+                lm.method.stop()
+            except Exception:
+                log.exception("stopping launcher %s", lm.detail)
+            lm.state = STOPPED
+            self.events.record(self.uid, "launcher_stop", lm.detail)
