@@ -185,3 +185,30 @@ def test_killed_dvm_is_replaced_and_the_other_partitions_never_pause(session):
         assert window, p
         gaps = [b - a for a, b in zip([t_kill - 1.0] + window, window + [t_kill + 3.0])]
         assert max(gaps) < 1.5, (p, max(gaps))
+
+
+def test_report_has_a_row_per_partition(tmp_path):
+    from pilotfish.analytics import analyze
+    from pilotfish.analytics.report import write_report
+
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=4, cores_per_node=2,
+                                                       partitions=[{"nodes": 3}, {"nodes": 1}],
+                                                       runtime="5m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep",
+                                                      arguments=["0.3"]) for _ in range(24)])
+        tmgr.wait_tasks(timeout=60)
+    per = collections.Counter(t.partition for t in tasks)
+    a = analyze(tmp_path / "s")
+    parts = a.to_json()["partitions"]
+    assert [(p["index"], len(p["nodes"]), p["launcher"]) for p in parts] == [
+        (0, 3, "direct"), (1, 1, "direct")]
+    assert [p["tasks"] for p in parts] == [per[0], per[1]] and per[0] > per[1] > 0
+    for p in parts:
+        assert p["start"] is not None and p["ready"] >= p["start"] and p["stop"] >= p["ready"]
+        assert 0 < p["utilization"] <= 1 and p["busy_core_s"] >= 0.3 * p["tasks"]
+    html = open(write_report(a, str(tmp_path / "r"), as_json=False)["report"]).read()
+    assert 'id="partitions"' in html

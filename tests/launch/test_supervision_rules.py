@@ -287,3 +287,15 @@ def test_srun_retries_only_steps_that_were_never_created():
                                "already completing or completed")
     assert not lm.retryable(1, "Traceback: the task's own failure")
     assert not lm.retryable(1)
+
+
+def test_noted_exit_prefers_the_rank_that_failed_by_itself():
+    """One rank exits 1, PRRTE aborts the others (rank 0 dies of SIGPIPE: 141): the task's
+    exit code is the 1 (seen: 'PMIx_Spawn failed' after a rank exited early)."""
+    rec = LaunchRecord()
+    rec.ended = {0: 141, 1: 0, 2: 1}
+    assert rec.noted_exit() == 1
+    rec.ended = {0: 0, 1: 143}
+    assert rec.noted_exit() == 143
+    rec.ended = {0: 0, 1: 0}
+    assert rec.noted_exit() == 0

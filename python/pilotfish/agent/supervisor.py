@@ -79,8 +79,12 @@ class LaunchRecord:
         self.hung = False  # we killed the launcher after all its ranks ended
 
     def noted_exit(self) -> int:
-        """The task's exit code from its ranks' notes: the first non-zero one, else 0."""
-        return next((rc for _, rc in sorted(self.ended.items()) if rc), 0)
+        """The task's exit code from its ranks' notes: the first non-zero one that a rank
+        exited with itself (< 128), else the first non-zero one (a signal: 128 + N), else 0.
+        When one rank fails, PRRTE aborts the others (SIGPIPE, SIGTERM): the rank that
+        failed on its own is the task's cause, not the ones the abort killed."""
+        codes = [rc for _, rc in sorted(self.ended.items()) if rc]
+        return next((rc for rc in codes if rc < 128), codes[0] if codes else 0)
 
 
 class Supervisor:

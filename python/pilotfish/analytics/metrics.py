@@ -65,6 +65,14 @@ class Analysis:
         return out
 
     @cached_property
+    def partitions(self) -> list[dict]:
+        """Per partition of each pilot: nodes, launcher, start/ready/stop, tasks, utilization
+        (analytics/partitions.py)."""
+        from pilotfish.analytics.partitions import partitions
+
+        return partitions(self.data)
+
+    @cached_property
     def concurrency_peaks(self) -> dict[str, int]:
         return self.concurrency.peaks()
 
@@ -106,6 +114,7 @@ class Analysis:
                           for k, row in self.duration_stats.to_dict(orient="index").items()},
             "throughput": self.throughput,
             "concurrency_peak": self.concurrency_peaks,
+            "partitions": self.partitions,
             "warnings": d.warnings,
         })
 

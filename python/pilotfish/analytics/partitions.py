@@ -1,0 +1,109 @@
+"""Per-partition view of a session (seed 000's Tables 1 and 2, one row per launcher instance).
+
+For each pilot, its partitions as the agent built them (`descriptions.partition_layout` over
+the pilot's description and node list in pilot.json: the same contract the agent used), and
+per partition: nodes, launcher, its instance's start/ready/stop (the launcher_* events whose
+detail is "<launcher> p<index>"), tasks placed there (a task's partition is the partition of
+its first rank's node, from tasks.msgpack) and utilization: busy core-seconds (placed ->
+released, as utilization.py counts "busy") over the partition's cores x the pilot's lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import msgspec
+import numpy as np
+
+from pilotfish.analytics import utilization as ru
+from pilotfish.descriptions import partition_layout
+
+
+def _layout(path: str, uid: str) -> tuple[list, list[str]] | None:
+    try:
+        with open(os.path.join(path, uid, "pilot.json")) as f:
+            pj = json.load(f)
+    except (OSError, ValueError):
+        return None
+    nodes = [n[0] for n in pj.get("nodes") or []]
+    if not nodes:
+        return None
+    desc = pj.get("description") or {}
+    try:
+        layout = partition_layout(len(nodes), desc.get("partitions"), pj.get("launcher"))
+    except (TypeError, KeyError):
+        return None
+    return layout, nodes
+
+
+def _first_nodes(path: str) -> dict[str, int]:
+    """uid -> node index of its first rank, from tasks.msgpack (placed tasks only)."""
+    p = os.path.join(path, "tasks.msgpack")
+    if not os.path.exists(p):
+        return {}
+    with open(p, "rb") as f:
+        rows = msgspec.msgpack.decode(f.read(), type=list[tuple])
+    return {r[0]: r[8][0] for r in rows if len(r) > 8 and r[8]}
+
+
+def partitions(data) -> list[dict]:
+    """One dict per partition of every pilot: pilot, index, nodes (names), launcher, start,
+    ready, stop (s since the session began; None if not seen), tasks, busy_core_s,
+    utilization."""
+    out: list[dict] = []
+    pilots = data.pilots
+    if pilots is None or not len(pilots):
+        return out
+    windows = {w.uid: w for w in ru.pilot_windows(pilots)}
+    first_node = None
+    tasks = data.tasks
+    launchers = data.launchers
+    for uid in pilots.index:
+        found = _layout(data.path, uid)
+        if found is None:
+            continue
+        layout, names = found
+        if first_node is None:
+            first_node = _first_nodes(data.path)
+        mine = tasks[tasks["pilot"] == uid] if "pilot" in tasks else tasks.iloc[:0]
+        bounds = np.array([first for first, _, _ in layout] + [len(names)])
+        node_of = np.array([first_node.get(u, -1) for u in mine.index], dtype=np.int64)
+        part_of = np.searchsorted(bounds, node_of, side="right") - 1
+        part_of[node_of < 0] = -1
+        cores = mine["cores"].to_numpy(dtype=float) if "cores" in mine else np.zeros(len(mine))
+        busy_t = np.zeros(len(mine))
+        if "schedule_ok" in mine and "unschedule" in mine:
+            s = mine["schedule_ok"].to_numpy(dtype=float)
+            e = mine["unschedule"].to_numpy(dtype=float)
+            busy_t = np.where(np.isfinite(s) & np.isfinite(e), e - s, 0.0)
+        w = windows.get(uid)
+        life = (w.t_end - w.t_boot) if w is not None else float("nan")
+        node_cores = _node_cores(data.path, uid)
+        for i, (first, n, launcher) in enumerate(layout):
+            sel = part_of == i
+            busy = float((cores[sel] * busy_t[sel]).sum())
+            held = float(sum(node_cores[first:first + n])) if node_cores else float("nan")
+            row = {"pilot": uid, "index": i, "nodes": names[first:first + n],
+                   "launcher": launcher, "start": None, "ready": None, "stop": None,
+                   "tasks": int(sel.sum()), "busy_core_s": busy,
+                   "utilization": busy / (held * life) if held and life and life > 0 else None}
+            if launchers is not None and len(launchers):
+                lr = launchers[(launchers["pilot"] == uid)
+                               & (launchers["partition"] == f"p{i}")]
+                if launcher is not None:
+                    lr = lr[lr["launcher"] == launcher]
+                for name, key in (("launcher_start", "start"), ("launcher_ready", "ready"),
+                                  ("launcher_stop", "stop")):
+                    if len(lr) and name in lr and np.isfinite(lr[name].min()):
+                        row[key] = float(lr[name].min())
+            out.append(row)
+    return out
+
+
+def _node_cores(path: str, uid: str) -> list[int]:
+    try:
+        with open(os.path.join(path, uid, "pilot.json")) as f:
+            return [int(n[1]) for n in json.load(f).get("nodes") or []]
+    except (OSError, ValueError, TypeError, IndexError):
+        return []
