@@ -59,7 +59,7 @@ def _q(xs, q):
     return float(np.quantile(xs, q)) if len(xs) else float("nan")
 
 
-def seed000(partitions: int, tasks: list[tuple[int, int, float]]) -> dict:
+def seed000(partitions: int, tasks: list[tuple[int, int, float]], with_duration: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         with pf.Session(path=os.path.join(d, "s")) as s:
             pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
@@ -71,7 +71,8 @@ def seed000(partitions: int, tasks: list[tuple[int, int, float]]) -> dict:
             assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
             descs = [pf.TaskDescription(executable="/bin/sleep", arguments=[f"{sec:.3f}"],
                                         cores_per_rank=c, gpus_per_rank=g, stdout=False,
-                                        stderr=False) for c, g, sec in tasks]
+                                        stderr=False, duration=sec if with_duration else None)
+                     for c, g, sec in tasks]
             t0 = time.time()
             handles = tm.submit_tasks(descs)
             tm.wait_tasks()
@@ -109,7 +110,7 @@ def seed000(partitions: int, tasks: list[tuple[int, int, float]]) -> dict:
         busy[p] += cores_of[u] * (unsched[u] - sched[u])
     total_busy = sum(busy.values())
     return {
-        "partitions": partitions, "tasks": len(tasks),
+        "partitions": partitions, "tasks": len(tasks), "durations_given": with_duration,
         "dvm_startup_mean_s": round(statistics.mean(ups), 3),
         "dvm_startup_max_s": round(max(ups), 3),
         "startup_total_s": round(max(readies) - min(starts), 3),
@@ -123,6 +124,8 @@ def seed000(partitions: int, tasks: list[tuple[int, int, float]]) -> dict:
         "ru": round(total_busy / (NODES * CORES * ttx), 3),
         "tasks_max_over_min": round(max(count.values()) / max(1, min(count.values())), 3),
         "busy_max_over_min": round(max(busy.values()) / max(1e-9, min(busy.values())), 3),
+        "tasks_per_partition": [count[p] for p in range(partitions)],
+        "busy_per_partition": [round(busy[p]) for p in range(partitions)],
     }
 
 
@@ -203,7 +206,7 @@ def rate(n: int, partitions: int) -> dict:
                      for _ in range(n)]
             t0 = time.perf_counter()
             hs = tm.submit_tasks(descs)
-            tm.wait_tasks(hs)
+            tm.wait_tasks([h.uid for h in hs])
             dt = time.perf_counter() - t0
             assert all(h.state == pf.DONE for h in hs)
     return {"partitions": partitions, "tasks": n, "seconds": round(dt, 2),
@@ -217,11 +220,13 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, nargs="+")
     ap.add_argument("--tasks", type=int)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--duration", action="store_true",
+                    help="seed000: give each task its duration (TaskDescription.duration)")
     a = ap.parse_args()
     if a.what == "seed000":
         tasks = mix(a.seed, a.tasks or 550)
         for p in a.partitions or (1, 2, 4, 8, 16):
-            print(json.dumps(seed000(p, tasks)), flush=True)
+            print(json.dumps(seed000(p, tasks, a.duration)), flush=True)
     elif a.what == "startstop":
         for p in a.partitions or (1, 8, 16, 32):
             print(json.dumps(startstop(p)), flush=True)

@@ -144,3 +144,34 @@ def test_dict_descriptions_and_copy_on_submit(emulated):
     t2 = tmgr.submit_tasks({"executable": "/bin/echo", "arguments": ["b"]})
     tmgr.wait_tasks([t.uid, t2.uid], timeout=60)
     assert t.stdout == "a\n" and t2.stdout == "b\n"
+
+
+def test_wire_spec_is_derived_from_the_description():
+    """One source of truth for task fields: every TaskSpec field (but the derived ones) is a
+    TaskDescription field with the same default, and a description's values reach the
+    agent unchanged."""
+    import msgspec
+
+    from pilotfish import _wire
+    from pilotfish.client.task import _SPEC_COPIED, _spec
+    from pilotfish.descriptions import TaskDescription
+
+    fields = {f.name: f for f in msgspec.structs.fields(_wire.TaskSpec)}
+    for name in _SPEC_COPIED:
+        assert name in TaskDescription._fields, f"TaskSpec.{name} is no TaskDescription field"
+        default = TaskDescription._fields[name][0]
+        default = default() if callable(default) else default
+        f = fields[name]
+        wire = (f.default if f.default is not msgspec.NODEFAULT else
+                f.default_factory() if f.default_factory is not msgspec.NODEFAULT else None)
+        if isinstance(wire, tuple):
+            wire = list(wire)
+        assert wire == default or name == "executable", (name, wire, default)
+    d = TaskDescription(executable="x", arguments=["a"], ranks=2, cores_per_rank=3, timeout=5,
+                        duration="2m", priority=-1, retries=2, shell=True, stdout="o.txt",
+                        tags={"colocate": "g"}, launcher="direct", environment={"A": "1"})
+    s = _spec("task.000001", d)
+    assert (s.executable, tuple(s.arguments), s.ranks, s.cores_per_rank, s.timeout, s.duration,
+            s.priority, s.retries, s.shell, s.stdout, s.colocate, s.launcher, s.environment) == \
+        ("x", ("a",), 2, 3, 5.0, 120.0, -1, 2, True, "o.txt", "g", "direct", {"A": "1"})
+    assert _spec("u", TaskDescription(executable="y")) == _wire.TaskSpec(uid="u", executable="y")

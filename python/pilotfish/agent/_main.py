@@ -28,7 +28,8 @@ from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
 from .clock import REAL, Clock
 from .containment import become_subreaper, kill_marked
 from .executor import REASON_TAIL, AgentTask, TaskRunner, signal_name
-from .partition import DEGRADED, FAILED, READY, STARTING, Launchers, Partition, bind, task_work
+from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
+                        rebalance, remove_work, task_work)
 from .stager import stage
 from .supervisor import Supervisor
 
@@ -124,6 +125,7 @@ class Agent:
             self.partitions.append(Partition(i, part_nodes, first, res,
                                              launcher or self.default_launcher, policy, clock))
         self.shapes = [p.shape for p in self.partitions]
+        self._rebalance_on = len(self.partitions) > 1 and os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
         if len(self.partitions) > 1:
             for p in self.partitions:
                 self.events.record(self.uid, "partition", json.dumps(
@@ -319,6 +321,16 @@ class Agent:
             if self.stopping is not None:
                 break
             self._schedule()
+            if self._rebalance_on:
+                moves = rebalance(self.partitions)
+                for p, moved in moves:
+                    for t in moved:
+                        remove_work(t.partition, t.spec, t.work)
+                        t.partition, t.work = p, task_work(t.spec)
+                        add_work(p, t.spec, t.work)
+                    p.scheduler.add(moved, clock.mono())
+                if moves:
+                    self._schedule()
             now = clock.now()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)
@@ -444,8 +456,9 @@ class Agent:
             return
         by_part: dict[Partition, list[AgentTask]] = {}
         for t in tasks:
-            if t.partition is not None:
-                t.partition.bound_work -= t.work
+            if t.partition is not None and t.work:
+                remove_work(t.partition, t.spec, t.work)
+                t.work = 0.0
             work = task_work(t.spec)
             p = bind(parts, t.spec, work)
             if p is None:
@@ -457,7 +470,7 @@ class Agent:
                 continue
             t.partition = p
             t.work = work
-            p.bound_work += work
+            add_work(p, t.spec, work)
             by_part.setdefault(p, []).append(t)
         for p, ts in by_part.items():
             p.scheduler.add(ts, mono)
@@ -664,7 +677,7 @@ class Agent:
             self.runner.read_outputs([t])
         t.final_state = state
         if t.work and t.partition is not None:
-            t.partition.bound_work -= t.work
+            remove_work(t.partition, t.spec, t.work)
             t.work = 0.0
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)

@@ -91,8 +91,8 @@ class Partition:
         self.closed_reason: str | None = None
         # bound work, for the meta-scheduler: (cores, core-seconds) of tasks bound here and
         # not final; busy: cores of its placed tasks
-        self.bound_cores = 0
         self.bound_work = 0.0
+        self.class_work: dict[int, float] = {}  # the same per size class (size_class)
         self.busy_cores = 0
         self.tasks = 0  # tasks placed here so far (each placement counts)
 
@@ -121,20 +121,65 @@ class Partition:
 
 def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
     """The open partition where this task can start soonest (see the module docstring);
-    None when no open partition can ever hold it."""
+    None when no open partition can ever hold it.
+
+    Per core, least work of the task's size class bound there, then least work of any
+    class, then a ready launcher before a starting one. Balancing each size class on its
+    own spreads big and small tasks evenly (a partition that took a big task is not then
+    filled with small ones only), so tasks *and* core-seconds come out even."""
     best, best_key = None, None
+    c = size_class(spec)
     for p in partitions:
         if not p.open or not p.fits(spec):
             continue
-        key = (p.load(), not p.ready, p.index)
+        key = (p.load(), p.class_work.get(c, 0.0) / p.cores, not p.ready, p.index)
         if best_key is None or key < best_key:
             best, best_key = p, key
     return best
 
 
+def size_class(spec) -> int:
+    """Cores (and GPUs) per task by powers of two: tasks of one class are alike to place."""
+    return (spec.ranks * spec.cores_per_rank).bit_length() * 8 + min(
+        7, (spec.ranks * spec.gpus_per_rank).bit_length())
+
+
 def task_work(spec) -> float:
     """Core-seconds a task will take, as far as known: cores x duration (1 s if not given)."""
     return spec.ranks * spec.cores_per_rank * (spec.duration or 1.0)
+
+
+def add_work(p: Partition, spec, work: float) -> None:
+    p.bound_work += work
+    c = size_class(spec)
+    p.class_work[c] = p.class_work.get(c, 0.0) + work
+
+
+def remove_work(p: Partition, spec, work: float) -> None:
+    p.bound_work -= work
+    c = size_class(spec)
+    p.class_work[c] = p.class_work.get(c, 0.0) - work
+
+
+def rebalance(partitions: list[Partition]) -> list[tuple[Partition, list]]:
+    """Work stealing between partitions: an open, ready partition with free cores and an
+    empty queue takes from the longest other queue as many waiting tasks as fill its free
+    cores now (those that would start last there, of shapes it can hold). Returns
+    [(partition, tasks moved to it)]; the caller re-binds them. Runs only when some
+    partition idles, so it costs nothing while all are busy."""
+    moves = []
+    for p in partitions:
+        if not (p.open and not p.scheduler.waiting and p.busy_cores < p.cores and p.ready):
+            continue
+        victims = [q for q in partitions if q is not p and q.scheduler.waiting > 1]
+        if not victims:
+            break
+        q = max(victims, key=lambda q: q.scheduler.waiting)
+        taken = q.scheduler.take(p.cores - p.busy_cores, lambda key, shape=p.shape: misfit(
+            key[0], key[1], key[2], key[3], shape) is None)
+        if taken:
+            moves.append((p, taken))
+    return moves
 
 
 class Launchers:

@@ -117,6 +117,30 @@ class Scheduler:
             self.placer.release_batch(keys)
             self._gen += 1
 
+    def take(self, cores: int, fits) -> list:
+        """Remove and return waiting tasks of shapes that pass fits(shape key), up to `cores`
+        cores in all, the ones that would start last here first (lowest priority, newest);
+        never the reserved one. O(waiting of the shapes taken from): for moving work to
+        another partition (rare)."""
+        out: list = []
+        for shape in sorted(self._shapes.values(), key=lambda sh: -len(sh.heap)):
+            ranks, cpr = shape.key[:2]
+            size = ranks * cpr
+            if cores < size:
+                continue
+            if not shape.heap or not fits(shape.key):
+                continue
+            live = sorted(e for e in shape.heap
+                          if not (e[2].canceled or e[2].taken) and e[2] is not self._reserved)
+            kept = [e for e in shape.heap if e[2] is self._reserved]
+            k = min(cores // size, len(live))
+            cores -= k * size
+            out.extend(e[2] for e in live[len(live) - k:])
+            shape.heap = live[:len(live) - k] + kept
+            heapq.heapify(shape.heap)
+        self.waiting -= len(out)
+        return out
+
     def drain_waiting(self) -> list:
         """Remove and return every waiting task (pilot shutting down)."""
         out = []

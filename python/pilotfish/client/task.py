@@ -492,20 +492,24 @@ def apply_updates(session: Session, items: list[_wire.Update]) -> None:
         tmgr._apply(pairs)
 
 
+# The wire spec is derived from the description: every TaskSpec field but these is the
+# TaskDescription field of the same name (same default; tests/client/test_descriptions.py
+# checks it), copied only when set. These are computed from other fields.
+_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging")
+_SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
+
+
 def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
-    return _wire.TaskSpec(
-        uid=uid, executable=v["executable"], arguments=v.get("arguments", []),
-        environment=v.get("environment", {}), sandbox=v.get("sandbox"),
-        pre_exec=v.get("pre_exec", []), post_exec=v.get("post_exec", []),
-        shell=v.get("shell", False), ranks=v.get("ranks", 1),
-        cores_per_rank=v.get("cores_per_rank", 1), gpus_per_rank=v.get("gpus_per_rank", 0),
-        mem_per_rank=v.get("mem_per_rank", 0), launcher=v.get("launcher"),
-        stdout=v.get("stdout", True), stderr=v.get("stderr", True), timeout=v.get("timeout"),
-        priority=v.get("priority", 0), retries=v.get("retries", 0), colocate=(v.get("tags") or {}).get("colocate"),
-        input_staging=_outer_absolute(v.get("input_staging"), "source"),
-        output_staging=_outer_absolute(v.get("output_staging"), "target"),
-        duration=v.get("duration"))
+    kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
+    tags = v.get("tags")
+    if tags and "colocate" in tags:
+        kw["colocate"] = tags["colocate"]
+    if "input_staging" in v:
+        kw["input_staging"] = _outer_absolute(v["input_staging"], "source")
+    if "output_staging" in v:
+        kw["output_staging"] = _outer_absolute(v["output_staging"], "target")
+    return _wire.TaskSpec(uid=uid, **kw)
 
 
 def _outer_absolute(directives: list | None, side: str) -> list:
