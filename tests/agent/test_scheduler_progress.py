@@ -44,7 +44,7 @@ def test_adversarial_mix_always_progresses(seed):
             if pending:
                 sched.add([pending.pop(0)])
         if rng.random() < 0.05:  # the user cancels something still waiting
-            waiting = [t for t in tasks if not (t.taken or t.canceled) and t.seq not in done
+            waiting = [t for t in tasks if t.state in ("new", "waiting") and t.seq not in done
                        and t.key not in running and t not in pending]
             if waiting:
                 victim = rng.choice(waiting)

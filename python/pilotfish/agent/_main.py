@@ -27,7 +27,8 @@ from .._util import hostname, raise_nofile_limit
 from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
 from .clock import REAL, Clock
 from .containment import become_subreaper, kill_marked
-from .executor import REASON_TAIL, AgentTask, TaskRunner, signal_name
+from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
+                       signal_name)
 from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
                         rebalance, remove_work, task_work)
 from .stager import stage
@@ -528,13 +529,16 @@ class Agent:
             lm = get(t.partition, t.spec.launcher)
             if lm.state == READY:
                 t.lm = lm.method
+                t.state = RUNNING
                 go.append(t)
             elif lm.state in (STARTING, DEGRADED):
                 lm.held.append(t)
                 t.held = lm
+                t.state = HELD
             else:  # failed: its partition is closed (default launcher) or the task fails
                 lm.held.append(t)
                 t.held = lm
+                t.state = HELD
                 self._launchers_changed([lm])
         if not go:
             self.events.record_many(events)
@@ -626,7 +630,7 @@ class Agent:
         self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=detail))
         t.reset_for_retry()
         t.timed = False
-        t.taken = True  # out of the queue until its backoff ends (a cancel finalizes it)
+        t.state = BACKOFF  # out of the queue until its backoff ends (a cancel finalizes it)
         self._timer(now + delay, "retry", t)
 
     def _release(self, tasks: list[AgentTask]) -> None:
@@ -676,6 +680,7 @@ class Agent:
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
             self.runner.read_outputs([t])
         t.final_state = state
+        t.state = FINAL
         if t.work and t.partition is not None:
             remove_work(t.partition, t.spec, t.work)
             t.work = 0.0
@@ -732,7 +737,6 @@ class Agent:
             _, _, kind, t = heapq.heappop(timers)
             if kind == "retry":
                 if t.final_state is None and self.stopping is None:
-                    t.taken = False
                     t.seq = self._seq  # a new arrival: behind what waits already
                     self._seq += 1
                     if t.partition is not None and t.partition.open:

@@ -19,10 +19,22 @@ OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 
 
+# Where an agent task is (AgentTask.state). The scheduler's heaps skip every entry whose task
+# is no longer WAITING (lazy removal).
+NEW = "new"            # received, not queued yet
+WAITING = "waiting"    # in its partition's scheduler queue
+PLACED = "placed"      # the placer gave it slots (the agent launches it, or holds it)
+HELD = "held"          # placed, waiting for its launcher instance to be ready (task.held)
+RUNNING = "running"    # spawned: its processes run or are being judged (supervision)
+BACKOFF = "backoff"    # failed, waiting out its retry backoff (a timer re-queues it)
+DROPPED = "dropped"    # out of the queue without being placed (canceled, unplaceable, moved)
+FINAL = "final"        # reported DONE/FAILED/CANCELED (final_state says which)
+
+
 class AgentTask:
     """The agent's view of one task."""
 
-    __slots__ = ("spec", "seq", "key", "canceled", "taken", "slots", "procs", "running", "exit_code",
+    __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
                  "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
                  "timed")
@@ -31,8 +43,7 @@ class AgentTask:
         self.spec = spec
         self.seq = seq
         self.key = seq  # placement key in the Rust placer
-        self.canceled = False  # removed from the queue before it was placed
-        self.taken = False  # out of the queue: placed, or found unplaceable
+        self.state = NEW  # see the states above
         self.slots: list[RankSlot] | None = None
         self.procs: list[int] = []  # pids
         self.running = 0
@@ -56,7 +67,8 @@ class AgentTask:
 
     def reset_for_retry(self) -> None:
         """Back to waiting, as if it just arrived (its key is free again in the placer)."""
-        self.canceled = self.taken = self.released = False
+        self.state = NEW
+        self.released = False
         self.slots = None
         self.procs = []
         self.running = 0

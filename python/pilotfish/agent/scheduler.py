@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import REAL
+from .executor import DROPPED, PLACED, WAITING
 
 ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
 POLICIES = ("utilization", "fifo")
@@ -51,7 +52,7 @@ class _Shape:
 
     def head(self):
         heap = self.heap
-        while heap and (heap[0][2].canceled or heap[0][2].taken):
+        while heap and heap[0][2].state is not WAITING:
             heapq.heappop(heap)
         return heap[0] if heap else None
 
@@ -81,13 +82,14 @@ class Scheduler:
         self.waiting = 0
 
     def add(self, tasks: list, now: float | None = None) -> None:
-        """tasks: agent tasks with .spec, .seq, .key, .canceled, .taken (both False); now: the
+        """tasks: agent tasks with .spec, .seq, .key (state becomes WAITING); now: the
         clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
         now = REAL.mono() if now is None else now
         for t in tasks:
             s = t.spec
             t.queued = now
+            t.state = WAITING
             k = shape_key(s)
             shape = shapes.get(k)
             if shape is None:
@@ -100,9 +102,9 @@ class Scheduler:
 
     def discard(self, task) -> None:
         """A queued task was canceled (lazy removal: skipped when it reaches a head)."""
-        if task.canceled or task.taken:
+        if task.state is not WAITING:
             return
-        task.canceled = True
+        task.state = DROPPED
         self.waiting -= 1
         if self._reserved is task:
             self._unreserve()
@@ -131,7 +133,7 @@ class Scheduler:
             if not shape.heap or not fits(shape.key):
                 continue
             live = sorted(e for e in shape.heap
-                          if not (e[2].canceled or e[2].taken) and e[2] is not self._reserved)
+                          if e[2].state is WAITING and e[2] is not self._reserved)
             kept = [e for e in shape.heap if e[2] is self._reserved]
             k = min(cores // size, len(live))
             cores -= k * size
@@ -145,7 +147,7 @@ class Scheduler:
         """Remove and return every waiting task (pilot shutting down)."""
         out = []
         for shape in self._shapes.values():
-            out.extend(t for _, _, t in shape.heap if not (t.canceled or t.taken))
+            out.extend(t for _, _, t in shape.heap if t.state is WAITING)
             shape.heap.clear()
         self.waiting = 0
         if self._reserved is not None:
@@ -164,7 +166,7 @@ class Scheduler:
         skip = None
         if self._reserved is not None:  # the starving task goes first, on its reserved nodes
             t = self._reserved
-            if t.canceled or t.taken:
+            if t.state is not WAITING:
                 self._unreserve()
             elif self._place_reserved(t, placed):
                 self._unreserve()
@@ -214,7 +216,7 @@ class Scheduler:
         batch = []
         while heap and len(batch) < room:
             t = heapq.heappop(heap)[2]
-            if not (t.canceled or t.taken):
+            if t.state is WAITING:
                 batch.append(t)
         if not batch:
             return 0
@@ -232,7 +234,7 @@ class Scheduler:
                 heapq.heappush(heap, (-t.spec.priority, t.seq, t))
                 continue
             placed.append((t, slots))
-            t.taken = True
+            t.state = PLACED
             count += 1
             if colocate is not None and colocate not in self._colocated:
                 self._colocated[colocate] = slots[0][0]
@@ -250,7 +252,7 @@ class Scheduler:
         if slots is None:
             return False
         placed.append((t, slots))
-        t.taken = True
+        t.state = PLACED
         self.waiting -= 1
         if s.colocate is not None and s.colocate not in self._colocated:
             self._colocated[s.colocate] = slots[0][0]
@@ -275,11 +277,11 @@ class Scheduler:
         why = (f"colocation group {colocate!r} is on node {node} ({cores} cores, {gpus} GPUs"
                f"{f', {mem} MiB' if mem else ''}), which can never hold {ranks} x "
                f"({cpr} cores, {gpr} GPUs{f', {mpr} MiB' if mpr else ''})")
-        tasks = list(batch) + [e[2] for e in shape.heap if not (e[2].canceled or e[2].taken)]
+        tasks = list(batch) + [e[2] for e in shape.heap if e[2].state is WAITING]
         shape.heap.clear()
         self._shapes.pop(shape.key, None)
         for t in tasks:
-            t.taken = True  # out of the queue for good
+            t.state = DROPPED  # out of the queue for good
             if self._reserved is t:
                 self._unreserve()
             self.unplaceable.append((t, why))
