@@ -212,3 +212,68 @@ def test_report_has_a_row_per_partition(tmp_path):
         assert 0 < p["utilization"] <= 1 and p["busy_core_s"] >= 0.3 * p["tasks"]
     html = open(write_report(a, str(tmp_path / "r"), as_json=False)["report"]).read()
     assert 'id="partitions"' in html
+
+
+@needs_prrte
+def test_report_measures_the_launcher_phase_from_rank_starts(tmp_path):
+    """"Exec launcher" (exec_ok -> launch_ok) is non-zero on a PRRTE run and equals, task by
+    task, the time from the prterun spawn to its first rank's own start note."""
+    from pilotfish.analytics import analyze
+
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=4, cores_per_node=2, runtime="5m",
+                                                       launcher="prrte", partitions=2))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["0.2"])
+                                   for _ in range(16)])
+        tmgr.wait_tasks(timeout=120)
+        assert {t.state for t in tasks} == {pf.DONE}
+    a = analyze(tmp_path / "s")
+    share = a.utilization["cores"].shares["exec_launcher"]
+    assert share > 0, a.utilization["cores"].shares
+    ev = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+    spawn = {e[1]: e[0] for e in ev if e[2] == "exec_ok"}
+    running = {e[1]: e[0] for e in ev if e[2] == "launch_ok"}
+    assert set(running) == {t.uid for t in tasks}
+    for uid, t in running.items():
+        assert 0 < t - spawn[uid] < 30  # the rank started after prterun was spawned
+    expected = sum(running[u] - spawn[u] for u in running)  # 1 core each
+    got = a.utilization["cores"].phases["exec_launcher"]
+    assert abs(got - expected) <= 0.01 * expected + 1e-3, (got, expected)
+
+
+def test_partition_whose_launcher_cannot_start_is_closed_and_loses_nothing(session):
+    """Partition 0's PRRTE cannot start (prte is /bin/false: it dies at each of its start
+    attempts): it is closed with its nodes named, and every task -- those bound to it included
+    -- runs on partition 1."""
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(
+        nodes=4, cores_per_node=2, runtime="5m",
+        partitions=[{"nodes": 2, "launcher": "prrte"}, {"nodes": 2, "launcher": "direct"}],
+        launcher_options={"prrte": {"prte": "/bin/false", "prterun": "/bin/false"}}))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["0.1"])
+                               for _ in range(20)])
+    tmgr.wait_tasks(timeout=60)
+    assert {t.state for t in tasks} == {pf.DONE}, [t.reason for t in tasks]
+    assert {t.partition for t in tasks} == {1}
+    pilot.cancel()
+    pilot.wait(timeout=60)
+    closed = agent_events(pilot, "partition_closed")
+    names = [n.name for n in pilot.nodes]
+    assert len(closed) == 1 and closed[0][3].startswith(f"p0 ({names[0]}, {names[1]})")
+    assert "exited before it was ready" in closed[0][3]
+    failed = agent_events(pilot, "launcher_failed")
+    assert [e[3].split(":")[0] for e in failed] == ["prrte p0"]
+
+
+def test_pilot_fails_with_the_reason_when_no_partition_can_launch(session):
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(
+        nodes=2, cores_per_node=2, runtime="5m", launcher="prrte", partitions=2,
+        launcher_options={"prrte": {"prte": "/bin/false"}}))
+    assert pilot.wait(timeout=60) == pf.FAILED
+    assert "no partition can launch" in pilot.reason and "prrte" in pilot.reason

@@ -397,9 +397,11 @@ class Agent:
         for uid in uids:
             t = self.tasks.get(uid)
             if t is not None:
-                state = S.EXECUTING if t.slots is not None else S.AGENT_SCHEDULING
-                ups.append(_wire.Update(uid, state, now, slots=t.slots,
-                                        partition=t.partition.index if t.slots else None))
+                if t.state is RUNNING:
+                    ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
+                                            partition=t.partition.index))
+                else:  # waiting, held for its launcher, or in its retry backoff
+                    ups.append(_wire.Update(uid, S.AGENT_SCHEDULING, now))
                 continue
             r = done.get(uid)
             if r is None:
@@ -485,7 +487,6 @@ class Agent:
         launching = []
         events = []
         profile = self.events.enabled  # off: not even the event tuples are built
-        ups = self._updates
         mono = None
         for p in self.partitions:
             sched = p.scheduler
@@ -509,9 +510,7 @@ class Agent:
                 uid = t.spec.uid
                 busy += t.spec.ranks * t.spec.cores_per_rank
                 if profile:
-                    events += ((now, uid, "schedule_ok", None), (now, uid, S.EXECUTING, None),
-                               (now, uid, "exec_start", None))
-                ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=p.index))
+                    events.append((now, uid, "schedule_ok", None))
                 launching.append(t)
             p.busy_cores += busy
             p.tasks += len(placed)
@@ -520,17 +519,29 @@ class Agent:
         elif events:
             self.events.record_many(events)
 
-    def _launch(self, tasks: list[AgentTask], events: list) -> None:
+    def _launch(self, tasks: list[AgentTask], events: list, relaunch: bool = False) -> None:
         """Spawn placed tasks whose launcher is ready; the others wait for theirs (held, on
-        their slots); those that cannot be spawned fail alone."""
+        their slots); those that cannot be spawned fail alone. A task is EXECUTING (update
+        with its slots and partition) when it is launched, not while it is held: it may
+        still move to another partition then."""
         go = []
         get = self.launchers.get
+        profile = self.events.enabled
+        ups = self._updates
+        now = self.clock.now()
         for t in tasks:
             lm = get(t.partition, t.spec.launcher)
             if lm.state == READY:
                 t.lm = lm.method
                 t.state = RUNNING
                 go.append(t)
+                if relaunch or (t.launch is not None and t.launch.attempt):
+                    continue  # the client knows it runs; this is the supervisor's retry
+                uid = t.spec.uid
+                if profile:
+                    events += ((now, uid, S.EXECUTING, None), (now, uid, "exec_start", None))
+                ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
+                                        partition=t.partition.index))
             elif lm.state in (STARTING, DEGRADED):
                 lm.held.append(t)
                 t.held = lm
@@ -577,7 +588,7 @@ class Agent:
             t.reason = None
         now = self.clock.now()
         self._launch(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks]
-                     if self.events.enabled else [])
+                     if self.events.enabled else [], relaunch=True)
 
     def _signal_ranks(self, t: AgentTask, sig: int) -> None:
         sup = t.partition.supervisor if t.partition is not None else None
