@@ -23,7 +23,7 @@ try:
 except ImportError:  # the Rust core not built (docs, linters): its value
     MAX_GPUS_PER_NODE = 64
 
-RESOURCES = ("local", "slurm", "pbs", "lsf", "flux")
+RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
 LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun")
 STAGING_ACTIONS = ("copy", "link", "move")
 
@@ -335,6 +335,18 @@ def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
     return out
 
 
+def _launch_model(kind: str, field: str, v: Any) -> Any:
+    """A simulated pilot's launch costs: {method: {cost: seconds}} or a JSON file's path."""
+    if v is None:
+        return None
+    from .agent.simulation import check_model
+
+    why = check_model(v, tuple(LAUNCHERS))
+    if why is not None:
+        raise _fail(kind, field, v, why)
+    return os.path.abspath(v) if isinstance(v, str) else {str(k): dict(c) for k, c in v.items()}
+
+
 def partition_layout(n_nodes: int, partitions: int | list[dict] | None,
                      launcher: str | None = None) -> list[tuple[int, int, str | None]]:
     """[(first node index, node count, launcher or None for the pilot's)] of each partition.
@@ -522,7 +534,9 @@ class TaskDescription(_Description):
 class PilotDescription(_Description):
     """A placeholder job: nodes x (cores, GPUs, memory) for a walltime.
 
-    resource        "local" (default: an agent process on this machine), "slurm", "pbs", "lsf", "flux"
+    resource        "local" (default: an agent process on this machine), "slurm", "pbs", "lsf",
+                    "flux", "simulated" (nothing runs: each task takes its `duration` on a
+                    virtual clock; see pilotfish.agent.simulation)
     nodes           number of nodes
     cores_per_node, gpus_per_node, mem_per_node (MiB)
                     default: this machine's shape for "local", discovered for batch systems.
@@ -533,6 +547,8 @@ class PilotDescription(_Description):
     queue, project, reservation   passed to the batch system
     launcher        default launch method ("direct" for local)
     launcher_options  per launcher, e.g. {"srun": {"mpi": "pmi2"}, "mpirun": {"prefix": ...}}
+    launch_model    resource="simulated" only: launch costs per launch method (a dict or a JSON
+                    file; see pilotfish.agent.simulation), over the fitted defaults
     partitions      P: the nodes split into P equal partitions, each with its own launcher
                     instance (its own PRRTE DVM), placer and queue; or a list
                     [{"nodes": 12, "launcher": "prrte"}, {"nodes": 4, "launcher": "direct"}]
@@ -555,6 +571,7 @@ class PilotDescription(_Description):
         "launcher": (None, _opt(_choice(LAUNCHERS))),
         "launcher_options": (dict, _launcher_options),
         "partitions": (1, _partitions),
+        "launch_model": (None, _launch_model),
         "environment": (dict, _env),
         "name": (None, _opt(_str)),
     }
@@ -584,6 +601,10 @@ class PilotDescription(_Description):
             raise DescriptionError(self._kind, "nodes", nodes,
                                    f"nodes x cores_per_node = {nodes * cores} must be <= "
                                    f"{MAX_TOTAL_CORES} (the most cores a pilot can have)")
+        if values.get("launch_model") is not None and values.get("resource") != "simulated":
+            raise DescriptionError(self._kind, "launch_model", values["launch_model"],
+                                   "only a simulated pilot (resource='simulated') has a "
+                                   "launch model")
         parts = values.get("partitions", 1)
         if isinstance(parts, int) and parts > nodes:
             raise DescriptionError(self._kind, "partitions", parts,

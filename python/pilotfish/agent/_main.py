@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import math
 import os
 import signal as _signal
 import subprocess
@@ -25,10 +26,12 @@ from .._journal import Journal
 from .._paths import resolve
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
-from .clock import REAL, Clock
+from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
                        signal_name)
+from .simulation import AUTOJUMP_S
+from ..launch.base import LaunchError
 from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
                         rebalance, remove_work, task_work)
 from .stager import stage
@@ -81,7 +84,12 @@ def parse_slurm_time(text: str) -> float | None:
 
 
 class Agent:
-    def __init__(self, config: dict, clock: Clock = REAL):
+    def __init__(self, config: dict, clock: Clock | None = None):
+        desc = config["description"]
+        # a simulated pilot (simulation.py): the same agent on a virtual clock
+        self.sim = desc["resource"] == "simulated"
+        if clock is None:
+            clock = VirtualClock() if self.sim else REAL
         self.clock = clock
         self.t_start = clock.now()
         self.cfg = config
@@ -132,21 +140,28 @@ class Agent:
                 self.events.record(self.uid, "partition", json.dumps(
                     {"index": p.index, "nodes": p.names, "launcher": p.default_launcher}))
 
-        from .. import _core
-
         base_env = dict(os.environ)
         base_env.update(desc.get("environment") or {})
         base_env["PILOTFISH_PILOT_UID"] = self.uid
         base_env["PILOTFISH_SANDBOX"] = self.sandbox
         # the core writes every exit to agent.exits as it reaps it: with the spawn records of
         # the journal, what finished is known even if this process is killed a moment later
-        self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()],
-                                   exit_log=os.path.join(self.sandbox, "agent.exits")
-                                   if self.journal.enabled else None)
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
-        self.runner = TaskRunner(self.core, self.tasks_dir, profile=self.events.enabled,
-                                 clock=clock)
+        if self.sim:
+            from .simulation import SimRunner, load_model
+
+            self.core = None
+            self.model = load_model(desc.get("launch_model"))
+            self.runner = SimRunner(clock, profile=self.events.enabled)
+        else:
+            from .. import _core
+
+            self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()],
+                                       exit_log=os.path.join(self.sandbox, "agent.exits")
+                                       if self.journal.enabled else None)
+            self.runner = TaskRunner(self.core, self.tasks_dir, profile=self.events.enabled,
+                                     clock=clock)
         self.runner.signal_ranks = self._signal_ranks
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
@@ -154,7 +169,8 @@ class Agent:
         self.launchers = Launchers(self._make_launcher, self._spawn_aux, self.events, self.uid,
                                    clock)
         self.poller = zmq.Poller()
-        self.poller.register(self.core.notify_fd, zmq.POLLIN)
+        if self.core is not None:
+            self.poller.register(self.core.notify_fd, zmq.POLLIN)
         self.supervisors: list[Supervisor] = []  # of partitions whose launchers need watching
         self._notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (its supervisor, launcher)
 
@@ -192,7 +208,7 @@ class Agent:
         self.sock.connect(config["address"])
         t = clock.now()
         self.events.record(self.uid, S.ACTIVE, None, t)
-        self._last_heard = self._last_sent = t
+        self._last_heard = self._last_sent = clock.real_mono()  # liveness: real time
         self._hello(t)
         self.events.flush()
 
@@ -205,6 +221,13 @@ class Agent:
     def _make_launcher(self, p: Partition, name: str):
         """A launch method over partition p's nodes (called by Launchers, which starts it)."""
         from ..launch import get_launcher
+
+        if self.sim:
+            from .simulation import ModeledLauncher
+
+            if name not in self.model:
+                raise LaunchError(f"no launch model for {name!r}")
+            return ModeledLauncher(name, self.model[name], len(p.nodes), self.clock)
 
         options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
         tag = name if len(self.partitions) == 1 else f"{name}.p{p.index}"
@@ -290,17 +313,20 @@ class Agent:
         sock = self.sock
         clock = self.clock
         launchers = self.launchers
+        sim = self.sim
         while self.stopping is None:
             timeout = 1000
             now = clock.now()
-            if self._timers:
+            if sim:
+                timeout = self._sim_timeout()
+            elif self._timers:
                 timeout = max(0, min(timeout, int((self._timers[0][0] - now) * 1000) + 1))
             sups = self.supervisors
             if sups:
                 mono = clock.mono()
                 due = min(s.due for s in sups)
                 timeout = max(0, min(timeout, int((due - mono) * 1000) + 1))
-            if launchers.starting:  # starting daemons are polled, never waited for
+            if launchers.starting and not sim:  # starting daemons are polled, never waited for
                 timeout = min(timeout, 10)
             ready = dict(poller.poll(timeout))
             if sock in ready:
@@ -341,21 +367,50 @@ class Agent:
                     if mono >= sup.due:
                         sup.tick(mono)
             self._flush()
+            real = clock.real_mono()
             if now >= self.drain_at:
                 self.stopping = (S.DONE, "walltime reached", "walltime")
-            elif now - self._last_heard > self.client_timeout:
-                self.stopping = (S.CANCELED, f"client silent for {now - self._last_heard:.0f}s "
+            elif real - self._last_heard > self.client_timeout:
+                self.stopping = (S.CANCELED, f"client silent for {real - self._last_heard:.0f}s "
                                  f"(bound {self.client_timeout:g}s)", "client gone")
-            elif now - self._last_sent >= self.heartbeat_s:
+            elif real - self._last_sent >= self.heartbeat_s:
                 self.sock.send(_wire.encode(_wire.Heartbeat(now)))
-                self._last_sent = now
+                self._last_sent = real
+            if sim and real - self._last_heard >= AUTOJUMP_S:
+                self._sim_jump()
         return self._shutdown()
+
+    # -- simulated time ---------------------------------------------------------------------
+    def _next_event(self) -> float:
+        """Mono time of the next thing that will happen by itself (inf: nothing)."""
+        clock = self.clock
+        nxt = self.runner.next_event()
+        if self._timers:
+            nxt = min(nxt, self._timers[0][0] - (clock.now() - clock.mono()))
+        for lm in self.launchers.starting:
+            nxt = min(nxt, getattr(lm.method, "ready_at", math.inf))
+        if self.tasks and nxt == math.inf:  # work waits that nothing will unblock: walltime
+            nxt = self.drain_at - (clock.now() - clock.mono())
+        return nxt
+
+    def _sim_timeout(self) -> int:
+        """poll() timeout (ms) of a simulated pilot: none while the clock may jump to a next
+        event; else until the client has been quiet long enough, or a while."""
+        quiet = self.clock.real_mono() - self._last_heard
+        if quiet < AUTOJUMP_S:
+            return int((AUTOJUMP_S - quiet) * 1000) + 1
+        return 0 if self._next_event() < math.inf else 100
+
+    def _sim_jump(self) -> None:
+        nxt = self._next_event()
+        if nxt < math.inf:
+            self.clock.jump_to(nxt)
 
     def _on_frame(self, frame: bytes) -> None:
         """One frame from the client. Nothing in it may stop the agent: a frame that does not
         decode is salvaged task by task (the tasks that do decode run, the others fail with
         the reason); anything else is logged and dropped."""
-        self._last_heard = self.clock.now()
+        self._last_heard = self.clock.real_mono()
         try:
             msg = _wire.decode_to_agent(frame)
         except Exception as e:
@@ -414,7 +469,7 @@ class Agent:
         for i in range(0, len(ups), 4096):
             self.sock.send(_wire.encode(_wire.Updates(ups[i:i + 4096])))
         self.sock.send(_wire.encode(_wire.Missing(missing)))
-        self._last_sent = self.clock.now()
+        self._last_sent = self.clock.real_mono()
 
     def _accept(self, specs: list[_wire.TaskSpec]) -> None:
         now = self.clock.now()
@@ -431,6 +486,9 @@ class Agent:
                 continue
             try:
                 problem = check_spec(spec, self.shapes, self.tasks_dir, self.sandbox)
+                if problem is None and self.sim and spec.duration is None:
+                    problem = ("duration = None: required on a simulated pilot (a task runs "
+                               "for its duration)")
                 if problem is None and spec.input_staging:
                     try:
                         stage(spec.input_staging, self._cwd_of(spec), sandbox=self.sandbox)
@@ -611,7 +669,7 @@ class Agent:
         if not done:
             return
         killed = {t.spec.uid for t in done if t.kill_reason is not None}
-        if killed:  # stopped for good: so is whatever it started outside its group
+        if killed and not self.sim:  # stopped for good: so is what it started outside its group
             kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
         self._release(done)
         now = self.clock.now()
@@ -731,8 +789,9 @@ class Agent:
             return
         self.runner.kill(tasks, _signal.SIGTERM)
         # what left the task's process group (setsid) is signalled by its environment mark
-        kill_marked(self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks},
-                    _signal.SIGTERM)
+        if not self.sim:
+            kill_marked(self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks},
+                        _signal.SIGTERM)
         when = self.clock.now() + KILL_GRACE
         for t in tasks:
             self._timer(when, "kill", t)
@@ -771,7 +830,7 @@ class Agent:
         if self._updates:
             self.sock.send(_wire.encode(_wire.Updates(self._updates)))
             self._updates = []
-            self._last_sent = self.clock.now()
+            self._last_sent = self.clock.real_mono()
         self.journal.maybe_sync()
         self.events.maybe_flush()
 
@@ -790,8 +849,8 @@ class Agent:
         else:
             task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
         self._cancel([t.spec.uid for t in running], task_reason, running_state=task_state)
-        deadline = clock.now() + KILL_GRACE + 2.0
-        while self.runner.running and clock.now() < deadline:
+        deadline = clock.real_mono() + KILL_GRACE + 2.0
+        while self.runner.running and clock.real_mono() < deadline:
             self._reap(block_s=0.1)
             now = clock.now()
             if self._timers and self._timers[0][0] <= now:
@@ -801,7 +860,7 @@ class Agent:
         self.events.record(self.uid, "drain_stop")
         self.launchers.stop_all(self.partitions)  # all at once
         # the pilot ends: nothing it started outlives it (setsid escapees included)
-        left = kill_marked(self.sandbox)
+        left = kill_marked(self.sandbox) if not self.sim else 0
         if left:
             self.events.record(self.uid, "leftovers_killed", str(left))
         self._flush()

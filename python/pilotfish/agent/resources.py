@@ -60,6 +60,10 @@ def discover(resource: str, nodes: int | None = None, cores_per_node: int | None
     keeps the first `nodes` nodes found; finding fewer is an error.
     Raises ValueError naming the variable or file and the value that could not be read.
     """
+    if resource == "simulated":  # nothing runs: the declared shape, nothing found
+        r = _local(nodes, cores_per_node, gpus_per_node, mem_per_node)
+        return Resources([NodeInfo(f"node{i:04d}", n.cores, n.gpus, n.mem)
+                          for i, n in enumerate(r.nodes)], "simulated", r.overrides)
     if hostfile is None and resource == "local":
         return _local(nodes, cores_per_node, gpus_per_node, mem_per_node)
     if hostfile is not None:

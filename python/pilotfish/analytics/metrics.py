@@ -105,6 +105,7 @@ class Analysis:
             }
         return _clean({
             "session": {"uid": d.uid, "path": os.path.abspath(d.path), "t0": d.t0},
+            "simulated": d.simulated,
             "tasks": {"total": int(len(d.tasks)), "by_state": self.state_counts},
             "pilots": pilots,
             "ttx_s": self.ttx,

@@ -253,7 +253,7 @@ def render_html(a: Analysis, pngs: dict[str, bytes]) -> str:
 <style>{_CSS}</style></head>
 <body>
 <header><h1>pilotfish session report · {html.escape(d.uid)}</h1>
-<div class="sub">{html.escape(os.path.abspath(d.path))} · started {created} ·
+<div class="sub">{"<b>simulated</b> (virtual clock: pilotfish.agent.simulation) · " if d.simulated else ""}{html.escape(os.path.abspath(d.path))} · started {created} ·
 {len(d.tasks):,} tasks on {len(d.pilots):,} pilot(s)</div></header>
 <main>
 {warnings}

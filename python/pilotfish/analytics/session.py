@@ -49,6 +49,18 @@ class SessionData:
     warnings: list[str] = field(default_factory=list)
 
     @property
+    def simulated(self) -> bool:
+        """A session whose pilots were simulated (resource="simulated"): virtual times."""
+        for uid in (self.pilots.index if self.pilots is not None else ()):
+            try:
+                with open(os.path.join(self.path, uid, "pilot.json")) as f:
+                    if (json.load(f).get("description") or {}).get("resource") == "simulated":
+                        return True
+            except (OSError, ValueError):
+                continue
+        return False
+
+    @property
     def uid(self) -> str:
         return self.info.get("uid") or os.path.basename(os.path.normpath(self.path))
 

@@ -10,7 +10,7 @@ from .local import LocalJob
 
 
 def make_batch_job(pilot_uid: str, description, sandbox: str, agent_argv: list[str]) -> BatchJob:
-    if description.resource == "local":
+    if description.resource in ("local", "simulated"):  # an agent process here
         return LocalJob(pilot_uid, description, sandbox, agent_argv)
     from .psij_job import PsijBatchJob  # imported lazily: psij is only needed for batch systems
 

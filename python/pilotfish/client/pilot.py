@@ -135,7 +135,7 @@ def _stop_stale_agent(pid: int, sandbox: str, grace: float = 5.0) -> None:
 
 
 def _declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
-    if d.resource == "local":
+    if d.resource in ("local", "simulated"):
         cores, gpus, mem = machine_shape()
         return [(d.cores_per_node or cores,
                  gpus if d.gpus_per_node is None else d.gpus_per_node,

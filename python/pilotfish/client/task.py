@@ -361,9 +361,16 @@ class TaskManager:
             field, reason = why  # type: ignore[misc]
             raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
         if len(candidates) == 1:
-            return candidates[0]
-        load = self._load
-        return min(candidates, key=lambda p: load[p.uid] / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+            chosen = candidates[0]
+        else:
+            load = self._load
+            chosen = min(candidates, key=lambda p: load[p.uid] / max(1, sum(
+                c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+        if d.duration is None and chosen.description.resource == "simulated":
+            raise DescriptionError("TaskDescription", "duration", None,
+                                   f"required on a simulated pilot ({chosen.uid}): a simulated "
+                                   "task runs for its duration", index=index)
+        return chosen
 
     def _sent(self, batch: list[Task], now: float) -> None:  # IO thread: the frame left
 

@@ -46,7 +46,7 @@ def default_launcher(resource: str, resources: Any) -> str:
     """The pilot's launcher when its description names none: `direct` (the fastest) where every
     node is this machine -- a local or emulated pilot, or batch nodes that are this host (see
     direct.py) -- else the batch system's own launcher."""
-    if resource == "local" or not remote_nodes(resources):
+    if resource in ("local", "simulated") or not remote_nodes(resources):
         return "direct"
     return NATIVE.get(resource, "ssh")
 
