@@ -30,7 +30,7 @@ from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
                        signal_name)
-from .simulation import AUTOJUMP_S
+from .simulation import AUTOJUMP_S, SIM_POLL_S
 from ..launch.base import LaunchError
 from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
                         rebalance, remove_work, task_work)
@@ -134,6 +134,7 @@ class Agent:
             self.partitions.append(Partition(i, part_nodes, first, res,
                                              launcher or self.default_launcher, policy, clock))
         self.shapes = [p.shape for p in self.partitions]
+        self._misfits: dict[tuple, object] = {}  # request shape -> misfit (check_spec memo)
         self._rebalance_on = len(self.partitions) > 1 and os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
         if len(self.partitions) > 1:
             for p in self.partitions:
@@ -314,6 +315,7 @@ class Agent:
         clock = self.clock
         launchers = self.launchers
         sim = self.sim
+        last_poll = 0.0
         while self.stopping is None:
             timeout = 1000
             now = clock.now()
@@ -328,7 +330,11 @@ class Agent:
                 timeout = max(0, min(timeout, int((due - mono) * 1000) + 1))
             if launchers.starting and not sim:  # starting daemons are polled, never waited for
                 timeout = min(timeout, 10)
-            ready = dict(poller.poll(timeout))
+            if sim and timeout == 0 and clock.real_mono() - last_poll < SIM_POLL_S:
+                ready = {}  # running through virtual time: the socket is looked at now and then
+            else:
+                ready = dict(poller.poll(timeout))
+                last_poll = clock.real_mono()
             if sock in ready:
                 while True:
                     try:
@@ -444,7 +450,7 @@ class Agent:
         """A resumed client re-attached: hello again, then what became of each task."""
         now = self.clock.now()
         self.events.record(self.uid, "client_reattach", f"{len(uids)} tasks asked")
-        self._flush()  # journal what is pending first
+        self._flush(force=True)  # journal and send what is pending first
         self._hello(now)
         done, outputs = (_finals_and_outputs(self.journal.path, set(uids)) if uids
                          else ({}, {}))
@@ -485,7 +491,8 @@ class Agent:
                 events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
                 continue
             try:
-                problem = check_spec(spec, self.shapes, self.tasks_dir, self.sandbox)
+                problem = check_spec(spec, self.shapes, self.tasks_dir, self.sandbox,
+                                     self._misfits)
                 if problem is None and self.sim and spec.duration is None:
                     problem = ("duration = None: required on a simulated pilot (a task runs "
                                "for its duration)")
@@ -548,7 +555,7 @@ class Agent:
         mono = None
         for p in self.partitions:
             sched = p.scheduler
-            if not (sched.waiting or sched.unplaceable) or not p.open:
+            if not ((sched.waiting and sched._dirty) or sched.unplaceable) or not p.open:
                 continue
             if mono is None:
                 mono = self.clock.mono()
@@ -823,14 +830,19 @@ class Agent:
                 self.runner.kill([t], _signal.SIGKILL)
         self._kill(to_term)
 
-    def _flush(self) -> None:
+    def _flush(self, force: bool = False) -> None:
         if self._journal_buf:  # journaled before it is sent: never reported and then lost
             self.journal.write(self._journal_buf)
             self._journal_buf = []
         if self._updates:
-            self.sock.send(_wire.encode(_wire.Updates(self._updates)))
-            self._updates = []
-            self._last_sent = self.clock.real_mono()
+            real = self.clock.real_mono()
+            # running through virtual time, one frame per jump would be one per task end:
+            # a simulated pilot sends what gathered every SIM_POLL_S of real time instead
+            if force or not self.sim or real - self._last_sent >= SIM_POLL_S or \
+                    len(self._updates) >= 4096 or self._next_event() == math.inf:
+                self.sock.send(_wire.encode(_wire.Updates(self._updates)))
+                self._updates = []
+                self._last_sent = real
         self.journal.maybe_sync()
         self.events.maybe_flush()
 
@@ -855,15 +867,15 @@ class Agent:
             now = clock.now()
             if self._timers and self._timers[0][0] <= now:
                 self._fire_timers(now)
-            self._flush()
-        self._flush()
+            self._flush(force=True)
+        self._flush(force=True)
         self.events.record(self.uid, "drain_stop")
         self.launchers.stop_all(self.partitions)  # all at once
         # the pilot ends: nothing it started outlives it (setsid escapees included)
         left = kill_marked(self.sandbox) if not self.sim else 0
         if left:
             self.events.record(self.uid, "leftovers_killed", str(left))
-        self._flush()
+        self._flush(force=True)
         self.journal.close()
         self.events.record(self.uid, "agent_stop", reason)
         self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, clock.now())))
@@ -896,12 +908,18 @@ def _finals_and_outputs(path: str, uids: set[str]) -> tuple[dict[str, list], dic
     return done, outputs
 
 
-def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str) -> str | None:
+def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
+               memo: dict | None = None) -> str | None:
     """Why the agent cannot run this task, or None. The client checked it already; the agent
     checks again because the wire is an API too (a task must never kill the agent).
-    shapes: per partition, its nodes' (cores, gpus, mem)."""
-    r = misfit_partitions(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
-                          spec.mem_per_rank, shapes)
+    shapes: per partition, its nodes' (cores, gpus, mem); memo: misfit per request shape
+    (it is O(nodes); the request's numbers are checked by misfit itself the first time)."""
+    key = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
+    r = memo.get(key, memo) if memo is not None else memo
+    if r is memo:
+        r = misfit_partitions(*key, shapes)
+        if memo is not None and all(type(x) is int for x in key):
+            memo[key] = r
     if r is not None:
         return f"{r[0]} = {getattr(spec, r[0])}: {r[1]}"
     if not spec.uid or not spec.executable:

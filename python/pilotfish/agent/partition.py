@@ -95,6 +95,8 @@ class Partition:
         self.class_work: dict[int, float] = {}  # the same per size class (size_class)
         self.busy_cores = 0
         self.tasks = 0  # tasks placed here so far (each placement counts)
+        self._fits: dict[tuple, bool] = {}
+        self.is_ready = False
 
     def __repr__(self) -> str:
         return f"<Partition {self.index} {len(self.nodes)} nodes {self.default_launcher}>"
@@ -105,14 +107,18 @@ class Partition:
         return [RankSlot(names[n], first + n, tuple(c), tuple(g)) for n, c, g in raw]
 
     def fits(self, spec) -> bool:
-        return misfit(spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank,
-                      self.shape) is None
+        """Can this partition ever hold the request? (memoized per request shape: misfit is
+        O(nodes), asked for every arriving task)"""
+        key = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
+        ok = self._fits.get(key)
+        if ok is None:
+            ok = self._fits[key] = misfit(*key, self.shape) is None
+        return ok
 
     @property
     def ready(self) -> bool:
-        """Its default launcher can launch now."""
-        lm = self.launchers.get(self.default_launcher)
-        return lm is not None and lm.state == READY
+        """Its default launcher can launch now (kept by Launchers on every state change)."""
+        return self.is_ready
 
     def load(self, extra_cores: int = 0) -> float:
         """Bound work per core: what the meta-scheduler compares."""
@@ -129,10 +135,17 @@ def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
     filled with small ones only), so tasks *and* core-seconds come out even."""
     best, best_key = None, None
     c = size_class(spec)
-    for p in partitions:
-        if not p.open or not p.fits(spec):
+    shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
+    for p in partitions:  # (inlined: this runs partitions x tasks times)
+        if not p.open:
             continue
-        key = (p.load(), p.class_work.get(c, 0.0) / p.cores, not p.ready, p.index)
+        ok = p._fits.get(shape)
+        if ok is None:
+            ok = p.fits(spec)
+        if not ok:
+            continue
+        cores = p.cores
+        key = (p.bound_work / cores, p.class_work.get(c, 0.0) / cores, not p.is_ready, p.index)
         if best_key is None or key < best_key:
             best, best_key = p, key
     return best
@@ -228,8 +241,15 @@ class Launchers:
         """A supervised instance's daemon is being replaced: launches wait until it is ready."""
         lm = self.by_method.get(id(method))
         if lm is not None and lm.state == READY:
-            lm.state = DEGRADED
+            self._set(lm, DEGRADED)
             self.starting.append(lm)
+
+    @staticmethod
+    def _set(lm: Launcher, state: str) -> None:
+        lm.state = state
+        p = lm.partition
+        if lm.name == p.default_launcher:
+            p.is_ready = state == READY
 
     def poll(self, which: list[Launcher] | None = None) -> list[Launcher]:
         """Move starting/degraded instances along; returns those that became ready or
@@ -253,7 +273,7 @@ class Launchers:
                     self.events.record(self.uid, "launcher_ready", lm.detail, now)
                 else:
                     self.events.record(self.uid, "launcher_recovered", lm.detail, now)
-                lm.state = READY
+                self._set(lm, READY)
                 changed.append(lm)
         return changed
 
@@ -264,7 +284,7 @@ class Launchers:
             pass
 
     def _failed(self, lm: Launcher, why: str) -> None:
-        lm.state = FAILED
+        self._set(lm, FAILED)
         lm.reason = why
         log.error("launcher %s: %s", lm.detail, why)
         self.events.record(self.uid, "launcher_failed", f"{lm.detail}: {why}"[:500])
@@ -284,5 +304,5 @@ class Launchers:
                 lm.method.stop()
             except Exception:
                 log.exception("stopping launcher %s", lm.detail)
-            lm.state = STOPPED
+            self._set(lm, STOPPED)
             self.events.record(self.uid, "launcher_stop", lm.detail)

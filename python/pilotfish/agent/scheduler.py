@@ -80,11 +80,15 @@ class Scheduler:
         self._colocated: dict[str, int] = {}  # colocation group -> node index
         self._reserved: Any = None  # the task holding the reservation
         self.waiting = 0
+        # nothing added, released or removed since the last round: every head failed to fit
+        # then and would again (blocked shapes are skipped), so the round is skipped whole
+        self._dirty = True
 
     def add(self, tasks: list, now: float | None = None) -> None:
         """tasks: agent tasks with .spec, .seq, .key (state becomes WAITING); now: the
         clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
+        self._dirty = True
         now = REAL.mono() if now is None else now
         for t in tasks:
             s = t.spec
@@ -106,6 +110,7 @@ class Scheduler:
             return
         task.state = DROPPED
         self.waiting -= 1
+        self._dirty = True
         if self._reserved is task:
             self._unreserve()
 
@@ -118,6 +123,7 @@ class Scheduler:
         if keys:
             self.placer.release_batch(keys)
             self._gen += 1
+            self._dirty = True
 
     def take(self, cores: int, fits) -> list:
         """Remove and return waiting tasks of shapes that pass fits(shape key), up to `cores`
@@ -157,8 +163,9 @@ class Scheduler:
 
     def schedule(self, now: float | None = None) -> list[tuple[Any, list]]:
         """Place what fits now. Returns [(task, [(node, cores, gpus) per rank])]."""
-        if not self.waiting:
+        if not self.waiting or not self._dirty:
             return []
+        self._dirty = False
         now = REAL.mono() if now is None else now
         placed: list[tuple[Any, list]] = []
         free_cores, free_gpus = self.placer.total_free()
@@ -177,9 +184,23 @@ class Scheduler:
         heads = []
         fifo = self.policy == "fifo"
         aged_before = now - self.aging_s
+        gen = self._gen
+        may_reserve = self._reserved is None
+        starvation_before = now - self.starvation_s
         for shape in self._shapes.values():
-            if shape is skip or shape.blocked_gen == self._gen:
+            if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
+            key = shape.key
+            if key[0] * key[1] > free_cores or key[0] * key[2] > free_gpus:
+                # larger than all that is free: blocked (and starving) without being tried --
+                # unless it is due for a reservation, which goes by the heads' order below
+                since = shape.blocked_since
+                if not (may_reserve and since is not None and since <= starvation_before):
+                    if shape.head() is not None:
+                        shape.blocked_gen = gen
+                        if since is None:
+                            shape.blocked_since = now
+                    continue
             h = shape.head()
             if h is None:
                 continue
@@ -309,3 +330,5 @@ class Scheduler:
     def _unreserve(self) -> None:
         self.placer.unreserve(self._reserved.key)
         self._reserved = None
+        self._gen += 1  # its nodes are open to every shape again
+        self._dirty = True

@@ -39,6 +39,7 @@ import signal as _signal
 from typing import Any
 
 AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
+SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 
 MODEL_KEYS = ("startup_s", "startup_per_node_s", "latency_s", "latency_per_inflight_s",
               "fail_rate")
