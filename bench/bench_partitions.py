@@ -59,9 +59,11 @@ def _q(xs, q):
     return float(np.quantile(xs, q)) if len(xs) else float("nan")
 
 
-def seed000(partitions: int, tasks: list[tuple[int, int, float]], with_duration: bool = False) -> dict:
+def seed000(partitions: int, tasks: list[tuple[int, int, float]], with_duration: bool = False,
+            keep: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        with pf.Session(path=os.path.join(d, "s")) as s:
+        path = os.path.join(keep, f"p{partitions}") if keep else os.path.join(d, "s")
+        with pf.Session(path=path) as s:
             pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
                 nodes=NODES, cores_per_node=CORES, gpus_per_node=GPUS, runtime="1h",
                 launcher="prrte", partitions=partitions,
@@ -220,13 +222,16 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, nargs="+")
     ap.add_argument("--tasks", type=int)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", default=None,
+                    help="seed000: keep each session under this directory (pN), e.g. for "
+                         "bench_simulation.py reality")
     ap.add_argument("--duration", action="store_true",
                     help="seed000: give each task its duration (TaskDescription.duration)")
     a = ap.parse_args()
     if a.what == "seed000":
         tasks = mix(a.seed, a.tasks or 550)
         for p in a.partitions or (1, 2, 4, 8, 16):
-            print(json.dumps(seed000(p, tasks, a.duration)), flush=True)
+            print(json.dumps(seed000(p, tasks, a.duration, a.keep)), flush=True)
     elif a.what == "startstop":
         for p in a.partitions or (1, 8, 16, 32):
             print(json.dumps(startstop(p)), flush=True)

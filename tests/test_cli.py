@@ -73,3 +73,47 @@ def test_validate(tmp_path):
     wl.write_text("pilot: {nodes: 2, cores_per_node: 4}\ntasks: [{executable: /bin/true, count: 7}]")
     r = _run("validate", str(wl))
     assert r.returncode == 0 and "7 tasks: OK" in r.stdout
+
+
+def test_simulate_workload_fit_and_report(tmp_path):
+    """`pilotfish simulate`: the workload format of `run` plus duration, a virtual clock --
+    200 two-core tasks of 60 s and 8 full-node tasks of 5 min on 4 x 8 cores take 1,350 s of
+    core-bound work; the simulation predicts about that in well under a second of real time.
+    `--fit` turns a real session's events into a launch model the simulator takes."""
+    import json
+    import re
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text("""
+pilot: {nodes: 4, cores_per_node: 8, launcher: direct}
+tasks:
+  - {name: small, count: 200, executable: sim, cores_per_rank: 2, duration: 60}
+  - {name: big, count: 8, executable: sim, cores_per_rank: 8, duration: 5m}
+""")
+    r = _run("simulate", "--partitions", "2", "--sessions", str(tmp_path / "s"), "--report",
+             str(wl))
+    assert r.returncode == 0, r.stdout + r.stderr
+    ttx = float(re.search(r"predicted TTX ([0-9.]+)s", r.stdout).group(1))
+    assert 1350 <= ttx <= 1400, r.stdout
+    assert "208 DONE" in r.stdout and "(simulated)" in r.stdout
+    (session,) = (tmp_path / "s").iterdir()
+    assert (session / "report" / "report.html").exists()
+    nodur = tmp_path / "n.yaml"
+    nodur.write_text("pilot: {nodes: 1, cores_per_node: 2}\ntasks:\n  - {executable: sim}\n")
+    r = _run("simulate", "--sessions", str(tmp_path / "s2"), str(nodur))
+    assert r.returncode == 2 and "duration" in r.stderr
+    # a model fitted from a real session (here: a small run of real tasks)
+    real = tmp_path / "real.yaml"
+    real.write_text("pilot: {nodes: 1, cores_per_node: 4, runtime: 5m}\n"
+                    "tasks:\n  - {count: 20, executable: /bin/true}\n")
+    r = _run("run", "-q", "--sessions", str(tmp_path / "r"), str(real))
+    assert r.returncode == 0, r.stderr
+    (rs,) = (tmp_path / "r").iterdir()
+    model = tmp_path / "model.json"
+    r = _run("simulate", "--fit", str(rs), "--out", str(model))
+    assert r.returncode == 0, r.stderr
+    fitted = json.loads(model.read_text())
+    assert set(fitted) == {"direct"} and fitted["direct"]["fail_rate"] == 0
+    r = _run("simulate", "--launch-model", str(model), "--sessions", str(tmp_path / "s3"),
+             str(wl))
+    assert r.returncode == 0, r.stdout + r.stderr

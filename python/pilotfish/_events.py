@@ -26,8 +26,11 @@ class EventWriter:
     """Buffers events and writes them in frames. Thread-safe (one lock per append batch)."""
 
     def __init__(self, path: str | os.PathLike | None, enabled: bool = True,
-                 flush_every: int = 4096, flush_interval: float = 0.5):
+                 flush_every: int = 4096, flush_interval: float = 0.5, now=time.time):
+        """now: the clock of events recorded without a time (the agent passes its own: a
+        simulated pilot's is virtual)."""
         self.path = None if path is None else os.fspath(path)
+        self._now = now
         self.enabled = enabled and path is not None
         self._buf: list[Event] = []
         self._lock = threading.Lock()
@@ -39,7 +42,7 @@ class EventWriter:
     def record(self, uid: str, name: str, detail: str | None = None, t: float | None = None) -> None:
         if not self.enabled:
             return
-        self._buf.append((time.time() if t is None else t, uid, name, detail))
+        self._buf.append((self._now() if t is None else t, uid, name, detail))
         if len(self._buf) >= self._flush_every:
             self.flush()
 

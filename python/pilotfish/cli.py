@@ -148,6 +148,102 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
 
 
 @main.command()
+@click.argument("workload", type=click.Path(exists=True, dir_okay=False), required=False)
+@click.option("--nodes", type=int, default=None, help="Nodes of the simulated pilot.")
+@click.option("--cores-per-node", type=int, default=None)
+@click.option("--gpus-per-node", type=int, default=None)
+@click.option("--partitions", type=int, default=None, help="Partitions (launcher instances).")
+@click.option("--launcher", default=None, help="Default launch method (its model applies).")
+@click.option("--launch-model", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="JSON launch model (default: the one fitted on this machine).")
+@click.option("--runtime", default=None, help="Walltime of the simulated pilot (virtual).")
+@click.option("--sessions", type=click.Path(file_okay=False), default=None,
+              help="Where the session directory goes (default: ./pilotfish-sessions).")
+@click.option("--report", "make_report", is_flag=True, help="Write the HTML report after it.")
+@click.option("--fit", "fit_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Instead: fit a launch model from the events of a real session directory.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="With --fit: where the model goes (default: print it).")
+def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partitions, launcher,
+             launch_model, runtime, sessions, make_report, fit_dir, out_file) -> None:
+    """Simulate WORKLOAD (YAML, as for `run`; every task needs `duration:`) on a virtual clock:
+    the real agent's scheduler, partitions and launch model, no process started.
+
+    Prints the predicted TTX and utilization; the session directory is a normal one
+    (`pilotfish report` works on it). With --fit SESSION_DIR: write the launch model of a real
+    session instead.
+    """
+    import json
+
+    if fit_dir:
+        from .analytics.launch_model import fit_launch_model
+
+        model = fit_launch_model(fit_dir)
+        text = json.dumps(model, indent=1, sort_keys=True)
+        if out_file:
+            with open(out_file, "w") as f:
+                f.write(text + "\n")
+            click.echo(f"launch model of {fit_dir} -> {out_file}")
+        else:
+            click.echo(text)
+        return
+    if not workload:
+        raise BadInput("simulate: give a WORKLOAD file (or --fit SESSION_DIR)")
+    from .client import PilotManager, Session, TaskManager
+    from ._errors import DescriptionError, PilotfishError
+
+    w = _load_workload(workload)
+    pd = w.pilot.as_dict()
+    pd["resource"] = "simulated"
+    for key, value in (("nodes", nodes), ("cores_per_node", cores_per_node),
+                       ("gpus_per_node", gpus_per_node), ("partitions", partitions),
+                       ("launcher", launcher), ("launch_model", launch_model),
+                       ("runtime", runtime)):
+        if value is not None:
+            pd[key] = value
+    if pd.get("runtime") == 3600.0 and runtime is None:
+        pd["runtime"] = 1000 * 3600.0  # the default walltime is real-run sized: not a bound here
+    from .descriptions import PilotDescription
+
+    try:
+        pdesc = PilotDescription(pd)
+    except DescriptionError as e:
+        raise BadInput(f"pilot: {e}") from None
+    path = os.path.join(sessions, time.strftime("pf.sim.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}") \
+        if sessions else None
+    t0 = time.time()
+    with Session(path=path) as session:
+        pilot = PilotManager(session).submit_pilots(pdesc)
+        tmgr = TaskManager(session)
+        tmgr.add_pilots(pilot)
+        try:
+            tasks = tmgr.submit_tasks([d for _, g in w.groups for d in g])
+        except (ValueError, PilotfishError) as e:
+            raise BadInput(str(e)) from None
+        tmgr.wait_tasks()
+    wall = time.time() - t0
+    from .analytics import analyze
+
+    a = analyze(session.path)
+    states: dict[str, int] = {}
+    for t in tasks:
+        states[t.state] = states.get(t.state, 0) + 1
+    click.echo(f"session {session.uid}: {session.path} (simulated)")
+    click.echo(f"pilot: {pdesc.nodes} nodes x {pdesc.cores_per_node} cores / "
+               f"{pdesc.gpus_per_node or 0} GPUs, {pdesc.partitions} partition(s), "
+               f"launcher {pilot.launcher}")
+    click.echo(f"tasks: {len(tasks)} ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))})")
+    shares = a.utilization["cores"].shares
+    click.echo(f"predicted TTX {a.ttx:.1f}s, RU {shares.get('exec_cmd', 0):.3f} (payload share "
+               f"of the pilot's core-seconds), idle {shares.get('idle', 0):.3f}; "
+               f"simulated in {wall:.2f}s of wall time")
+    if make_report:
+        from .analytics.report import report_main
+
+        report_main(session.path, None, as_json=False)
+
+
+@main.command()
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Where to write report.html and the PNGs (default: SESSION_DIR/report).")

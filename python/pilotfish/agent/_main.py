@@ -98,7 +98,7 @@ class Agent:
         desc = config["description"]
         self.desc = desc
         self.events = EventWriter(os.path.join(self.sandbox, "agent.events"),
-                                  enabled=config.get("profile", True))
+                                  enabled=config.get("profile", True), now=clock.now)
         self.events.record(self.uid, "bootstrap_start", None, self.t_start)
         raise_nofile_limit()
         # task processes that leave their group or session (setsid) stay our descendants

@@ -166,6 +166,10 @@ def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
         t_end = t("t_final")
         if np.isnan(t_end):
             t_end = np.nanmax([t("agent_stop"), t("t_last_event"), -np.inf])
+        elif t("agent_stop") > t_end:
+            # a simulated pilot: its agent's events are on the virtual clock, the final state
+            # the client saw on the real one (a real agent always stops before its job ends)
+            t_end = t("agent_stop")
         t_boot = next((x for x in (t("bootstrap_start"), t("resources_ok"), t("ACTIVE"))
                        if not np.isnan(x)), np.nan)
         if np.isnan(t_boot) or not np.isfinite(t_end):

@@ -1,0 +1,170 @@
+"""Simulated pilots (issue 11): seed 000's Table 2 regenerated, and prediction vs reality.
+
+    python bench/bench_simulation.py table2 [--nodes 256 512 1024 2048] [--partitions 1 2 8 32]
+    python bench/bench_simulation.py reality --real DIR [--model FILE]
+
+table2   the seed-000 mix at the seed's own durations (90 % 1 rank x U[1,9] cores for
+         U[480,600] s, 10 % 1 rank x U[68,84] cores + 1 GPU for U[960,1200] s), 32.03 tasks
+         per node (8,200 / 16,400 / 32,800 / 65,600 tasks on 256 / 512 / 1,024 / 2,048 nodes of
+         168 cores and 6 GPUs), simulated with the PRRTE launch model for each partition
+         count: TTX, RU, setup time (placed -> payload running) mean / median / q3, and the
+         wall time each simulation took here.
+reality  the real 16-node PRRTE runs of `bench_partitions.py seed000 --keep DIR`, each
+         simulated with the launch model fitted from its own events (`pilotfish simulate
+         --fit`): TTX and RU real vs predicted, per partition count. --model FILE: simulate
+         them all with that one model instead (e.g. the defaults).
+
+Both sides are measured by the same function of the session's agent events: TTX = first
+AGENT_SCHEDULING -> last final state; RU = sum over tasks of cores x (placed -> released) /
+(pilot cores x TTX) -- the bench_partitions definition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import numpy as np  # noqa: E402
+
+import pilotfish as pf  # noqa: E402
+from pilotfish._events import read_all_events  # noqa: E402
+
+CORES, GPUS = 168, 6
+SEED_TABLE2 = {  # seed 000, Table 2 (Summit): nodes -> RU
+    256: 0.85, 2048: 0.52}
+
+
+def mix(seed: int, n: int, scale: float = 1.0) -> list[tuple[int, int, float]]:
+    """The seed-000 mix; scale 1: the seed's durations, 0.01: bench_partitions' real runs."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.9:
+            out.append((rng.randint(1, 9), 0, rng.uniform(480, 600) * scale))
+        else:
+            out.append((rng.randint(68, 84), 1, rng.uniform(960, 1200) * scale))
+    return out
+
+
+def measure(sandbox: str, cores_total: int) -> dict:
+    """TTX, RU and setup time from a pilot's agent events (same for real and simulated)."""
+    first: dict[tuple[str, str], float] = {}
+    for t, uid, name, _ in read_all_events(os.path.join(sandbox, "agent.events")):
+        first.setdefault((uid, name), t)
+    arrive = [t for (u, n), t in first.items() if n == "AGENT_SCHEDULING"]
+    final = [t for (u, n), t in first.items() if n in ("DONE", "FAILED", "CANCELED")
+             and u.startswith("task.")]
+    ttx = max(final) - min(arrive)
+    sched = {u: t for (u, n), t in first.items() if n == "schedule_ok"}
+    unsched = {u: t for (u, n), t in first.items() if n == "unschedule"}
+    launch = {u: t for (u, n), t in first.items() if n == "launch_ok"}
+    setup = np.array([launch[u] - sched[u] for u in sched if u in launch])
+    return {"ttx": ttx, "sched": sched, "unsched": unsched,
+            "setup_mean": float(setup.mean()) if len(setup) else float("nan"),
+            "setup_median": float(np.median(setup)) if len(setup) else float("nan"),
+            "setup_q3": float(np.quantile(setup, 0.75)) if len(setup) else float("nan")}
+
+
+def ru(m: dict, cores_of: dict[str, int], cores_total: int) -> float:
+    busy = sum(cores_of[u] * (m["unsched"][u] - m["sched"][u]) for u in m["sched"]
+               if u in m["unsched"] and u in cores_of)
+    return busy / (cores_total * m["ttx"])
+
+
+def simulate(nodes: int, partitions: int, tasks, model=None, gpus: int = GPUS,
+             cores: int = CORES, keep: str | None = None) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        path = keep or os.path.join(d, "s")
+        with pf.Session(path=path) as s:
+            pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+                resource="simulated", nodes=nodes, cores_per_node=cores, gpus_per_node=gpus,
+                runtime="10000h", launcher="prrte", partitions=partitions, launch_model=model))
+            tm = pf.TaskManager(s)
+            tm.add_pilots(pilot)
+            assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+            descs = [pf.TaskDescription(executable="payload", cores_per_rank=c,
+                                        gpus_per_rank=g, duration=sec) for c, g, sec in tasks]
+            t0 = time.perf_counter()
+            hs = tm.submit_tasks(descs)
+            tm.wait_tasks()
+            wall = time.perf_counter() - t0
+            bad = [h for h in hs if h.state != pf.DONE]
+            assert not bad, (bad[0].uid, bad[0].state, bad[0].reason)
+            cores_of = {h.uid: c for h, (c, _, _) in zip(hs, tasks)}
+            pilot.cancel()
+            pilot.wait(timeout=60)
+            m = measure(pilot.sandbox, nodes * cores)
+    return {"ttx_s": round(m["ttx"], 1), "ru": round(ru(m, cores_of, nodes * cores), 3),
+            "setup_mean_s": round(m["setup_mean"], 3), "setup_median_s": round(m["setup_median"], 3),
+            "setup_q3_s": round(m["setup_q3"], 3), "wall_s": round(wall, 2)}
+
+
+def table2(node_counts, partition_counts) -> None:
+    for nodes in node_counts:
+        n = round(8200 * nodes / 256)
+        tasks = mix(0, n)
+        for p in partition_counts:
+            if p > nodes:
+                continue
+            r = simulate(nodes, p, tasks)
+            print(json.dumps({"nodes": nodes, "tasks": n, "partitions": p, **r,
+                              "seed_ru": SEED_TABLE2.get(nodes)}), flush=True)
+
+
+def reality(real_dir: str, model_file: str | None) -> None:
+    from pilotfish.analytics.launch_model import fit_launch_model
+
+    for name in sorted(os.listdir(real_dir), key=lambda x: int(x.lstrip("p") or 0)):
+        sdir = os.path.join(real_dir, name)
+        pilots = [p for p in os.listdir(sdir) if p.startswith("pilot.")]
+        if not pilots:
+            continue
+        with open(os.path.join(sdir, pilots[0], "pilot.json")) as f:
+            pj = json.load(f)
+        desc = pj["description"]
+        nodes, cores, gpus = desc["nodes"], desc["cores_per_node"], desc["gpus_per_node"]
+        tasks = mix(0, 550, scale=0.01)
+        real = measure(os.path.join(sdir, pilots[0]), nodes * cores)
+        uids = sorted(real["sched"])
+        cores_of = {u: c for u, (c, _, _) in zip(uids, tasks)}
+        model = model_file or fit_launch_model(sdir)
+        sim = simulate(nodes, desc["partitions"], tasks, model=model, gpus=gpus, cores=cores)
+        r_ru = ru(real, cores_of, nodes * cores)
+        print(json.dumps({
+            "partitions": desc["partitions"], "model": model_file or "fitted from the run",
+            "real_ttx_s": round(real["ttx"], 2), "sim_ttx_s": sim["ttx_s"],
+            "ttx_error": round(sim["ttx_s"] / real["ttx"] - 1, 3),
+            "real_ru": round(r_ru, 3), "sim_ru": sim["ru"],
+            "ru_error": round(sim["ru"] / r_ru - 1, 3),
+            "real_setup_median_s": round(real["setup_median"], 3),
+            "sim_setup_median_s": sim["setup_median_s"],
+            "fitted": model if not model_file else None}), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("table2", "reality"))
+    ap.add_argument("--nodes", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    ap.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 8, 32])
+    ap.add_argument("--real", default=None)
+    ap.add_argument("--model", default=None)
+    a = ap.parse_args()
+    if a.what == "table2":
+        table2(a.nodes, a.partitions)
+    else:
+        if not a.real:
+            ap.error("reality needs --real DIR (from bench_partitions.py seed000 --keep DIR)")
+        reality(a.real, a.model)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Fit a simulation launch model from a real session's events (`pilotfish simulate --fit`).
+
+Per launch method (the default launcher of each partition of each pilot):
+    startup_s, startup_per_node_s   launcher_start -> launcher_ready of each instance, against
+                                    its partition's node count (least squares; a slope only
+                                    where node counts differ)
+    latency_s, latency_per_inflight_s
+                                    exec_ok -> launch_ok of each launch, against the launches of
+                                    the same instance still in their launch phase when it was
+                                    made (least squares, clipped at 0)
+    fail_rate                       launch_retry events / launches
+The result is the `launch_model` a simulated pilot takes (pilotfish.agent.simulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from pilotfish._events import read_all_events
+from pilotfish.analytics.partitions import _first_nodes, _layout
+
+
+def _lsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope >= 0) of y ~ a + b x; slope 0 when x does not vary."""
+    if len(y) == 0:
+        return 0.0, 0.0
+    if len(np.unique(x)) < 2:
+        return float(max(0.0, np.mean(y))), 0.0
+    b, a = np.polyfit(x, y, 1)
+    if b < 0:
+        return float(max(0.0, np.mean(y))), 0.0
+    if a < 0:
+        a = 0.0
+    return float(a), float(b)
+
+
+def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
+    """The launch model of the launch methods this session used (see the module docstring)."""
+    first_node = _first_nodes(session_dir)
+    startup: dict[str, list[tuple[int, float]]] = {}
+    latency: dict[str, list[tuple[float, float]]] = {}
+    launches: dict[str, int] = {}
+    retries: dict[str, int] = {}
+    for uid in sorted(os.listdir(session_dir)):
+        path = os.path.join(session_dir, uid, "agent.events")
+        found = _layout(session_dir, uid)
+        if not os.path.exists(path) or found is None:
+            continue
+        layout, names = found
+        ev = read_all_events(path)
+        inst: dict[str, dict[str, float]] = {}
+        exec_ok: dict[str, float] = {}
+        launch_ok: dict[str, float] = {}
+        for t, who, name, detail in ev:
+            if name in ("launcher_start", "launcher_ready") and detail:
+                inst.setdefault(detail, {}).setdefault(name, t)
+            elif name == "exec_ok":
+                exec_ok.setdefault(who, t)
+            elif name == "launch_ok":
+                launch_ok.setdefault(who, t)
+            elif name == "launch_retry":
+                part = _part_of(first_node.get(who, -1), layout)
+                if part is not None and layout[part][2]:
+                    retries[layout[part][2]] = retries.get(layout[part][2], 0) + 1
+        for detail, rec in inst.items():
+            method, _, p = detail.partition(" p")
+            if "launcher_ready" in rec and p.isdigit() and int(p) < len(layout):
+                startup.setdefault(method, []).append(
+                    (layout[int(p)][1], rec["launcher_ready"] - rec["launcher_start"]))
+        by_part: dict[int, list[tuple[float, float]]] = {}
+        for who, t0 in exec_ok.items():
+            part = _part_of(first_node.get(who, -1), layout)
+            if part is None:
+                continue
+            method = layout[part][2]
+            launches[method] = launches.get(method, 0) + 1
+            if who in launch_ok and launch_ok[who] >= t0:
+                by_part.setdefault(part, []).append((t0, launch_ok[who]))
+        for part, pairs in by_part.items():
+            starts = np.sort(np.array([a for a, _ in pairs]))
+            ends = np.sort(np.array([b for _, b in pairs]))
+            method = layout[part][2]
+            for a, b in pairs:
+                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
+                latency.setdefault(method, []).append((max(0, int(inflight)), b - a))
+    model: dict[str, dict[str, float]] = {}
+    for method in set(startup) | set(latency) | set(launches):
+        if not method:
+            continue
+        s = np.array(startup.get(method, []), dtype=float).reshape(-1, 2)
+        lat = np.array(latency.get(method, []), dtype=float).reshape(-1, 2)
+        a, b = _lsq(s[:, 0], s[:, 1])
+        c, d = _lsq(lat[:, 0], lat[:, 1])
+        n = launches.get(method, 0)
+        model[method] = {"startup_s": round(a, 6), "startup_per_node_s": round(b, 6),
+                         "latency_s": round(c, 6), "latency_per_inflight_s": round(d, 6),
+                         "fail_rate": round(min(0.99, retries.get(method, 0) / n), 6) if n else 0.0}
+    return model
+
+
+def _part_of(node: int, layout) -> int | None:
+    if node < 0:
+        return None
+    for i, (first, n, _) in enumerate(layout):
+        if first <= node < first + n:
+            return i
+    return None
+
+
+def write_launch_model(session_dir: str, out: str) -> dict:
+    model = fit_launch_model(session_dir)
+    with open(out, "w") as f:
+        json.dump(model, f, indent=1, sort_keys=True)
+    return model
