@@ -187,12 +187,17 @@ class Scheduler:
         gen = self._gen
         may_reserve = self._reserved is None
         starvation_before = now - self.starvation_s
+        # per GPU count, the most free cores on one node: a rank larger than that fits nowhere
+        mf = self.placer.max_free()
+        maxg = len(mf) - 1
         for shape in self._shapes.values():
             if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
             key = shape.key
-            if key[0] * key[1] > free_cores or key[0] * key[2] > free_gpus:
-                # larger than all that is free: blocked (and starving) without being tried --
+            if key[0] * key[1] > free_cores or key[0] * key[2] > free_gpus or key[2] > maxg \
+                    or mf[key[2]] < key[1]:
+                # larger than what is free (in all, or on any one node): blocked (and starving)
+                # without being tried --
                 # unless it is due for a reservation, which goes by the heads' order below
                 since = shape.blocked_since
                 if not (may_reserve and since is not None and since <= starvation_before):
@@ -219,7 +224,11 @@ class Scheduler:
                 room = min(room, free_gpus // per_task_g)
             if colocate is not None and colocate not in self._colocated:
                 room = min(room, 1)  # the first of a group fixes the node for the rest
+            if room and (gpr > maxg or mf[gpr] < cpr):
+                room = 0  # no node has a rank's worth free any more
             n = self._place_shape(shape, room, placed) if room else 0
+            if n:
+                mf = self.placer.max_free()
             free_cores -= n * per_task_c
             free_gpus -= n * per_task_g
             if n:

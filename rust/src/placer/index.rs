@@ -137,6 +137,14 @@ impl Index {
             .or_else(|| self.first_with_mem(2 * pos + 1, k, g, m))
     }
 
+    /// For each g in 0..=max_gpus: the most free cores on one findable node with at least g
+    /// free GPUs (-1: none). The root's values: O(max_gpus) after the flush.
+    pub fn max_free(&mut self) -> Vec<i32> {
+        self.flush();
+        let s = self.stride;
+        self.cores[s..2 * s].to_vec()
+    }
+
     /// Debug aid for tests: every internal position equals the combination of its children.
     #[cfg(test)]
     pub fn consistent(&mut self) -> bool {

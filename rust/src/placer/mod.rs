@@ -207,6 +207,11 @@ impl Placer {
         Some((self.free_cores[node], self.free_gpus[node], mem))
     }
 
+    /// Per GPU count g: the most free cores on one node (not reserved) with >= g free GPUs.
+    pub fn max_free(&mut self) -> Vec<i32> {
+        self.index.max_free()
+    }
+
     /// Free cores and GPUs over all nodes, reserved ones included.
     pub fn total_free(&self) -> (u64, u64) {
         (self.total_cores, self.total_gpus)

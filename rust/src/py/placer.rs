@@ -166,6 +166,13 @@ impl PyPlacer {
             .ok_or_else(|| PyIndexError::new_err(format!("node {node} out of range")))
     }
 
+    /// [most free cores on one unreserved node with >= g free GPUs, for g in 0..=max GPUs]
+    /// (-1: no such node): a request with a rank of c cores and g GPUs cannot be placed now
+    /// when max_free()[g] < c -- the scheduler skips it without trying.
+    fn max_free(&mut self) -> Vec<i32> {
+        self.inner.max_free()
+    }
+
     /// (cores, gpus) free over all nodes, reserved ones included.
     fn total_free(&self) -> (u64, u64) {
         self.inner.total_free()
