@@ -216,3 +216,17 @@ def test_random_never_oversubscribes():
         assert p.total_free() == (sum(c for c, _, _ in caps) - sum(map(len, used_c)),
                                   sum(g for _, g, _ in caps) - sum(map(len, used_g)))
         p._check()
+
+
+def test_max_free_is_the_most_free_cores_on_one_node_per_gpu_count():
+    from pilotfish import _core
+
+    p = _core.Placer([4, 8, 6], [0, 2, 1])
+    assert p.max_free() == [8, 8, 8]  # g = 0, 1, 2
+    p.place_batch([1], [1], [7], [1])  # node 1: 1 core, 1 GPU left
+    assert p.max_free() == [6, 6, -1]
+    p.reserve(2, 1, 6, 1)  # node 2 reserved for key 2: hidden from everyone else
+    assert p.max_free() == [4, 1, -1]
+    p.unreserve(2)
+    p.release_batch([1])
+    assert p.max_free() == [8, 8, 8]
