@@ -113,7 +113,7 @@ tasks:
     r = _run("simulate", "--fit", str(rs), "--out", str(model))
     assert r.returncode == 0, r.stderr
     fitted = json.loads(model.read_text())
-    assert set(fitted) == {"direct"} and fitted["direct"]["fail_rate"] == 0
+    assert set(fitted) == {"direct"} and fitted["direct"]["fail_rate"] == fitted["direct"]["hang_rate"] == 0
     r = _run("simulate", "--launch-model", str(model), "--sessions", str(tmp_path / "s3"),
              str(wl))
     assert r.returncode == 0, r.stdout + r.stderr

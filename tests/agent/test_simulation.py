@@ -145,3 +145,16 @@ def test_model_file_and_report_of_a_simulated_session(tmp_path):
     assert a.to_json()["simulated"] is True
     html = open(write_report(a, str(tmp_path / "r"))["report"]).read()
     assert "simulated" in html
+
+
+def test_failures_and_hangs_of_the_model_cost_time(session):
+    """fail_rate: the launch is made twice (latency twice); hang_rate: the slots stay held
+    hang_s longer. With both certain... almost (0.999), every task shows both."""
+    model = {"direct": {"latency_s": 1.0, "fail_rate": 0.999, "hang_rate": 0.999,
+                        "hang_s": 10.0}}
+    pilot, tmgr = simulated(session, nodes=1, cores_per_node=4, launch_model=model)
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="w", duration=5) for _ in range(4)])
+    tmgr.wait_tasks(timeout=60)
+    for t in tasks:
+        h = times(t)
+        assert h[pf.DONE] - h[pf.EXECUTING] == pytest.approx(2.0 + 5.0 + 10.0, abs=1e-6)

@@ -24,6 +24,9 @@ rejected at submit), per launch method:
     fail_rate                          share of launches that fail before the payload runs and
                                        are launched again (as the supervisor does), paying the
                                        latency twice
+    hang_rate, hang_s                  share of launches whose launcher outlives the payload (a
+                                       missed job end): the task's slots stay held hang_s more
+                                       (the supervisor's hang_grace) before it ends
 Defaults (DEFAULT_MODEL) were fitted on this machine from real PRRTE and direct runs
 (`pilotfish simulate --fit SESSION_DIR`; BENCHMARKS.md names the runs).
 """
@@ -42,18 +45,20 @@ AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 
 MODEL_KEYS = ("startup_s", "startup_per_node_s", "latency_s", "latency_per_inflight_s",
-              "fail_rate")
+              "fail_rate", "hang_rate", "hang_s")
 
 # Fitted here (BENCHMARKS.md, "Simulation"): PRRTE from the 16-node seed-000 runs of
 # bench_partitions.py, direct from the null-task runs.
 DEFAULT_MODEL: dict[str, dict[str, float]] = {
     "direct": {"startup_s": 0.0, "startup_per_node_s": 0.0, "latency_s": 0.0004,
-               "latency_per_inflight_s": 0.0, "fail_rate": 0.0},
+               "latency_per_inflight_s": 0.0, "fail_rate": 0.0, "hang_rate": 0.0,
+               "hang_s": 0.0},
     # median of the fits of the five runs of `bench_partitions.py seed000` (P = 1..16);
     # startup_per_node_s: not measurable on one host (0); fail_rate: 0 in those runs, 0.5 %
     # as shared/notes/substrates.md measured for prterun calls here
     "prrte": {"startup_s": 0.047, "startup_per_node_s": 0.0, "latency_s": 0.063,
-              "latency_per_inflight_s": 0.0117, "fail_rate": 0.005},
+              "latency_per_inflight_s": 0.0117, "fail_rate": 0.005, "hang_rate": 0.0,
+              "hang_s": 10.0},
 }
 for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
     DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
@@ -80,8 +85,8 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v < 0:
                 return f"{name}.{k} = {v!r}: must be a finite number >= 0"
-            if k == "fail_rate" and v >= 1:
-                return f"{name}.fail_rate = {v!r}: must be < 1"
+            if k in ("fail_rate", "hang_rate") and v >= 1:
+                return f"{name}.{k} = {v!r}: must be < 1"
     return None
 
 
@@ -162,8 +167,11 @@ class SimRunner:
         events = []
         profile = self.profile
         for t in tasks:
-            lat = t.lm.latency(mono, self.rng)
+            lm = t.lm
+            lat = lm.latency(mono, self.rng)
             end = mono + lat + (t.spec.duration or 0.0)
+            if lm.costs["hang_rate"] and self.rng.random() < lm.costs["hang_rate"]:
+                end += lm.costs["hang_s"]
             self._seq += 1
             t.procs = [-self._seq]
             t.running = 1

@@ -9,6 +9,8 @@ Per launch method (the default launcher of each partition of each pilot):
                                     the same instance still in their launch phase when it was
                                     made (least squares, clipped at 0)
     fail_rate                       launch_retry events / launches
+    hang_rate, hang_s               launch_hung events / launches; hang_s: the launcher's
+                                    hang_grace from the session's pilot description (10 s)
 The result is the `launch_model` a simulated pilot takes (pilotfish.agent.simulation).
 """
 
@@ -44,6 +46,8 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
     latency: dict[str, list[tuple[float, float]]] = {}
     launches: dict[str, int] = {}
     retries: dict[str, int] = {}
+    hangs: dict[str, int] = {}
+    grace: dict[str, float] = {}
     for uid in sorted(os.listdir(session_dir)):
         path = os.path.join(session_dir, uid, "agent.events")
         found = _layout(session_dir, uid)
@@ -51,6 +55,14 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             continue
         layout, names = found
         ev = read_all_events(path)
+        try:
+            with open(os.path.join(session_dir, uid, "pilot.json")) as f:
+                opts = (json.load(f).get("description") or {}).get("launcher_options") or {}
+            for method, o in opts.items():
+                if "hang_grace" in o:
+                    grace[method] = float(o["hang_grace"])
+        except (OSError, ValueError, TypeError):
+            pass
         inst: dict[str, dict[str, float]] = {}
         exec_ok: dict[str, float] = {}
         launch_ok: dict[str, float] = {}
@@ -61,10 +73,11 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
                 exec_ok.setdefault(who, t)
             elif name == "launch_ok":
                 launch_ok.setdefault(who, t)
-            elif name == "launch_retry":
+            elif name in ("launch_retry", "launch_hung"):
                 part = _part_of(first_node.get(who, -1), layout)
                 if part is not None and layout[part][2]:
-                    retries[layout[part][2]] = retries.get(layout[part][2], 0) + 1
+                    count = retries if name == "launch_retry" else hangs
+                    count[layout[part][2]] = count.get(layout[part][2], 0) + 1
         for detail, rec in inst.items():
             method, _, p = detail.partition(" p")
             if "launcher_ready" in rec and p.isdigit() and int(p) < len(layout):
@@ -97,7 +110,9 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
         n = launches.get(method, 0)
         model[method] = {"startup_s": round(a, 6), "startup_per_node_s": round(b, 6),
                          "latency_s": round(c, 6), "latency_per_inflight_s": round(d, 6),
-                         "fail_rate": round(min(0.99, retries.get(method, 0) / n), 6) if n else 0.0}
+                         "fail_rate": round(min(0.99, retries.get(method, 0) / n), 6) if n else 0.0,
+                         "hang_rate": round(min(0.99, hangs.get(method, 0) / n), 6) if n else 0.0,
+                         "hang_s": grace.get(method, 10.0 if method == "prrte" else 0.0)}
     return model
 
 
