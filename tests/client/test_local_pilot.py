@@ -288,3 +288,34 @@ def test_captured_outputs_reuse_spool_files_and_never_mix(emulated):
         assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"m{i}\n", "")
     new = set(os.listdir(spool)) - before
     assert len(new) < 300, len(new)  # reused: about 2 per task running at once, not 2 per task
+
+
+def test_callback_that_calls_sys_exit_never_stops_the_client(tmp_path, caplog):
+    """RADICAL-Pilot's examples call sys.exit() in callbacks: it killed the client's IO
+    thread (no more updates, wait hung, close took 30 s). Reported, and the client goes on."""
+    import sys
+
+    seen = []
+
+    def cb(task, state):
+        seen.append((task.uid, state))
+        if state == pf.FAILED:
+            sys.exit(1)
+        if state == pf.DONE and len(seen) % 2:
+            raise KeyboardInterrupt
+
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tmgr.register_callback(cb)
+        bad = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/false"))
+        assert bad.wait(timeout=30) == pf.FAILED
+        good = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true") for _ in range(10)])
+        tmgr.wait_tasks(timeout=30)
+        assert {t.state for t in good} == {pf.DONE}
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 15  # close is not held up by a dead IO thread
+    assert (bad.uid, pf.FAILED) in seen and all((t.uid, pf.DONE) in seen for t in good)
+    assert any("SystemExit" in r.getMessage() for r in caplog.records)

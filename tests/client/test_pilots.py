@@ -117,3 +117,28 @@ def test_submit_without_pilot_is_an_error(session):
     tmgr = pf.TaskManager(session)
     with pytest.raises(pf.PilotfishError, match="add_pilots"):
         tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+
+
+def test_bulk_submit_spreads_over_pilots_by_capacity(session):
+    """Pilots of 4, 32 and 128 cores, 256 one-core tasks in one call: each pilot gets work in
+    proportion to its cores (all went to the 4-core pilot: 64 waves of `sleep 1`), so no
+    pilot needs more than two waves."""
+    pmgr = pf.PilotManager(session)
+    pilots = pmgr.submit_pilots([pf.PilotDescription(nodes=1, cores_per_node=c, runtime="5m")
+                                 for c in (4, 32, 128)])
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilots)
+    for p in pilots:
+        assert p.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["1"],
+                                                  stdout=False, stderr=False)
+                               for _ in range(256)])
+    per = {p.uid: sum(t.pilot == p.uid for t in tasks) for p in pilots}
+    for p, cores in zip(pilots, (4, 32, 128)):
+        assert per[p.uid] <= 2 * cores, per
+    assert per[pilots[2].uid] > per[pilots[1].uid] > per[pilots[0].uid] > 0, per
+    tmgr.wait_tasks(timeout=120)
+    assert {t.state for t in tasks} == {pf.DONE}
+    start = min(dict(zip(t._hist[::2], t._hist[1::2]))[pf.EXECUTING] for t in tasks)
+    end = max(dict(zip(t._hist[::2], t._hist[1::2]))[pf.DONE] for t in tasks)
+    assert end - start < 20  # about 2 s of sleeping; 64 s before (a generous bound)

@@ -113,7 +113,11 @@ class TaskManager:
         if not pilots:
             raise PilotfishError("no live pilot: add one with TaskManager.add_pilots() first")
         resumed = self._match_journal(descs) if session._resume is not None else {}
-        routes = [None if i in resumed else self._route(d, i, pilots) for i, d in enumerate(descs)]
+        # routed one after another, each seeing the cores routed before it in this call: a bulk
+        # submit spreads over the pilots by their capacity (it all went to one pilot)
+        pending: dict[str, int] = collections.defaultdict(int)
+        routes = [None if i in resumed else self._route(d, i, pilots, pending)
+                  for i, d in enumerate(descs)]
 
         # All or nothing: every wire spec and journal record is encoded before a task is
         # registered, so a description that cannot cross the wire fails the call, naming it.
@@ -131,7 +135,7 @@ class TaskManager:
                     to_send.append(i)
         for i in to_send:
             if routes[i] is None:
-                routes[i] = self._route(descs[i], i, pilots)
+                routes[i] = self._route(descs[i], i, pilots, pending)
             _check_outer_paths(descs[i], i, routes[i])  # type: ignore[arg-type]
         by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
         for i in to_send:
@@ -342,8 +346,10 @@ class TaskManager:
                 raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
         return out
 
-    def _route(self, d: TaskDescription, index: int, pilots: list[Pilot]) -> Pilot:
-        """The least loaded pilot that can hold the request; else a DescriptionError."""
+    def _route(self, d: TaskDescription, index: int, pilots: list[Pilot],
+               pending: dict[str, int] | None = None) -> Pilot:
+        """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
+        earlier in the same call) that can hold the request; else a DescriptionError."""
         fitting, unknown, why = [], [], None
         for p in pilots:
             shapes = p.partition_shapes
@@ -364,8 +370,11 @@ class TaskManager:
             chosen = candidates[0]
         else:
             load = self._load
-            chosen = min(candidates, key=lambda p: load[p.uid] / max(1, sum(
-                c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+            extra = pending if pending is not None else {}
+            chosen = min(candidates, key=lambda p: (load[p.uid] + extra.get(p.uid, 0)) / max(
+                1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+        if pending is not None:
+            pending[chosen.uid] += d.ranks * d.cores_per_rank
         if d.duration is None and chosen.description.resource == "simulated":
             raise DescriptionError("TaskDescription", "duration", None,
                                    f"required on a simulated pilot ({chosen.uid}): a simulated "
@@ -461,8 +470,12 @@ class TaskManager:
             for t, state in changed:
                 try:
                     cb(t, state)
-                except Exception:
-                    log.exception("task callback failed")
+                except BaseException as e:  # noqa: BLE001 -- sys.exit() in a callback too:
+                    # it runs on the client's IO thread, which must live on (it would stop
+                    # every update, every wait); reported, never raised
+                    log.error("task callback %r failed on %s -> %s: %s: %s",
+                              getattr(cb, "__qualname__", cb), t.uid, state,
+                              type(e).__name__, e, exc_info=not isinstance(e, SystemExit))
 
     def _on_pilot_final(self, pilot: Pilot) -> None:
         left = [t for t in self._tasks if t.pilot == pilot.uid and t.state not in S.FINAL]
