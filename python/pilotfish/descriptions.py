@@ -385,6 +385,9 @@ class _Description:
 
     _kind = "Description"
     _fields: dict[str, tuple[Any, Callable[[str, str, Any], Any]]] = {}
+    # names people bring from other systems (RADICAL-Pilot, Slurm) -> what to use here: a
+    # closest spelling is often the wrong field ('cores' is not 'nodes', 'pilot' not 'priority')
+    _aliases: dict[str, str] = {}
     __slots__ = ("_values",)
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any):
@@ -413,8 +416,11 @@ class _Description:
         if type(name) is not str and str.__str__(name) in self._fields:
             return str.__str__(name)
         # (difflib is quadratic: no suggestion for a name far longer than any field's)
-        close = difflib.get_close_matches(name, self._fields, n=1) if len(name) <= 64 else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        alias = self._aliases.get(name) if isinstance(name, str) else None
+        close = difflib.get_close_matches(name, self._fields, n=1) \
+            if alias is None and len(name) <= 64 else []
+        hint = (f" (did you mean {alias}?)" if alias else
+                f" (did you mean {close[0]!r}?)" if close else "")
         raise DescriptionError(self._kind, name, value, f"unknown field{hint}")
 
     def __getattr__(self, name: str) -> Any:
@@ -475,6 +481,7 @@ class TaskDescription(_Description):
     duration     the expected run time (seconds or "90s"): a scheduling hint -- longer tasks
                  start first among equals, and short ones backfill -- never enforced
     priority     higher runs first
+    pilot        run on this pilot (its uid) instead of where the TaskManager routes it
     retries      run a FAILED task again up to this many times, after a backoff (0.5 s doubling,
                  at most 30 s); a task canceled or killed at the pilot's end is not retried
     tags         e.g. {"colocate": "group"}: tasks of one group share a node
@@ -483,6 +490,20 @@ class TaskDescription(_Description):
     """
 
     _kind = "TaskDescription"
+    _aliases = {
+        "cores": "'cores_per_rank' (cores of each rank; 'ranks' = processes)",
+        "cpu_processes": "'ranks'", "processes": "'ranks'", "ntasks": "'ranks'",
+        "cpu_threads": "'cores_per_rank'", "threads_per_process": "'cores_per_rank'",
+        "cpu_process_type": "'launcher' (e.g. 'mpiexec', 'prrte')",
+        "gpus": "'gpus_per_rank'", "gpu_processes": "'gpus_per_rank'",
+        "gpus_per_process": "'gpus_per_rank'",
+        "mem": "'mem_per_rank' (MiB)", "memory": "'mem_per_rank' (MiB)",
+        "mem_per_process": "'mem_per_rank' (MiB)",
+        "runtime": "'timeout' (a limit: seconds or '90s') or 'duration' (an estimate)",
+        "walltime": "'timeout' (a limit: seconds or '90s') or 'duration' (an estimate)",
+        "uid": "'name' (uids are given by the TaskManager)",
+        "input_files": "'input_staging'", "output_files": "'output_staging'",
+    }
     _fields = {
         "executable": (None, _opt(_nonempty_str)),
         "arguments": (list, _str_list),
@@ -502,6 +523,7 @@ class TaskDescription(_Description):
         "duration": (None, _opt(_duration)),
         "priority": (0, _int(-(2**31), 2**31 - 1)),
         "retries": (0, _int(0, 100)),
+        "pilot": (None, _opt(_nonempty_str)),
         "tags": (dict, _tags),
         "name": (None, _opt(_str)),
         "metadata": (None, _metadata),
@@ -557,6 +579,12 @@ class PilotDescription(_Description):
     """
 
     _kind = "PilotDescription"
+    _aliases = {
+        "cores": "'cores_per_node' (per node)", "gpus": "'gpus_per_node' (per node)",
+        "walltime": "'runtime'", "time": "'runtime'", "access_schema": "'launcher'",
+        "account": "'project'", "partition": "'queue' (the batch queue) or 'partitions' "
+        "(launcher partitions of the pilot)",
+    }
     _fields = {
         "resource": ("local", _choice(RESOURCES)),
         "nodes": (1, _int(1, MAX_NODES)),

@@ -175,3 +175,35 @@ def test_wire_spec_is_derived_from_the_description():
             s.priority, s.retries, s.shell, s.stdout, s.colocate, s.launcher, s.environment) == \
         ("x", ("a",), 2, 3, 5.0, 120.0, -1, 2, True, "o.txt", "g", "direct", {"A": "1"})
     assert _spec("u", TaskDescription(executable="y")) == _wire.TaskSpec(uid="u", executable="y")
+
+
+@pytest.mark.parametrize("kind, field, hint", [
+    ("TaskDescription", "cores", "'cores_per_rank'"),
+    ("TaskDescription", "cpu_processes", "'ranks'"),
+    ("TaskDescription", "gpus", "'gpus_per_rank'"),
+    ("TaskDescription", "runtime", "'timeout'"),
+    ("PilotDescription", "cores", "'cores_per_node'"),
+    ("PilotDescription", "walltime", "'runtime'"),
+])
+def test_names_from_other_systems_get_the_right_hint(kind, field, hint):
+    cls = getattr(pf, kind)
+    with pytest.raises(pf.DescriptionError) as e:
+        cls(**{field: 1})
+    assert e.value.field == field and f"did you mean {hint}" in str(e.value)
+    assert "'nodes'" not in str(e.value) and "'priority'" not in str(e.value)
+
+
+def test_task_pinned_to_a_pilot(session):
+    pmgr = pf.PilotManager(session)
+    a, b = pmgr.submit_pilots([pf.PilotDescription(nodes=1, cores_per_node=4, runtime="5m")
+                               for _ in range(2)])
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots([a, b])
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true", pilot=b.uid)
+                               for _ in range(6)])
+    assert {t.pilot for t in tasks} == {b.uid}
+    tmgr.wait_tasks(timeout=60)
+    assert {t.state for t in tasks} == {pf.DONE}
+    with pytest.raises(pf.DescriptionError) as e:
+        tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", pilot="pilot.9999"))
+    assert e.value.field == "pilot" and "not a live pilot" in str(e.value)

@@ -142,3 +142,12 @@ def test_bulk_submit_spreads_over_pilots_by_capacity(session):
     start = min(dict(zip(t._hist[::2], t._hist[1::2]))[pf.EXECUTING] for t in tasks)
     end = max(dict(zip(t._hist[::2], t._hist[1::2]))[pf.DONE] for t in tasks)
     assert end - start < 20  # about 2 s of sleeping; 64 s before (a generous bound)
+
+
+def test_canceled_then_closed_pilot_stays_canceled(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        pmgr.cancel_pilots()
+    assert (pilot.state, pilot.reason) == (pf.CANCELED, "canceled by the user")

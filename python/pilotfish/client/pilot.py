@@ -385,7 +385,8 @@ class PilotManager:
         """Ask the agent to stop; it cancels what runs and says bye. The monitor finishes up."""
         if pilot.state in S.FINAL:
             return
-        pilot._wanted = (final, reason)  # type: ignore[attr-defined]
+        if getattr(pilot, "_wanted", None) is None:  # the first request wins: a pilot canceled
+            pilot._wanted = (final, reason)  # type: ignore[attr-defined]  # then closed is CANCELED
         self._poke.set()
         if pilot.state == S.ACTIVE:
             self.session._bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))

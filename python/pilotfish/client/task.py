@@ -351,6 +351,14 @@ class TaskManager:
         """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
         earlier in the same call) that can hold the request; else a DescriptionError."""
         fitting, unknown, why = [], [], None
+        if d.pilot is not None:  # pinned: that pilot or an error
+            pinned = [p for p in pilots if p.uid == d.pilot]
+            if not pinned:
+                raise DescriptionError("TaskDescription", "pilot", d.pilot,
+                                       f"not a live pilot of this TaskManager (live: "
+                                       f"{', '.join(p.uid for p in pilots) or 'none'})",
+                                       index=index)
+            pilots = pinned
         for p in pilots:
             shapes = p.partition_shapes
             if shapes is None:
