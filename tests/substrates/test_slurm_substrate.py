@@ -103,7 +103,14 @@ def test_prte_dvm_mpi4py(dvm):
     assert r.rc == 0, r
     assert parse_hello(r.out) == [(i, 4, "Open") for i in range(4)], r
     # exit codes pass through; a job larger than the DVM's slots fails at once (no queueing)
-    r = dvm.job("-n", "1", "--map-by", "slot", "--bind-to", "none", "bash", "-c", "exit 7")
+    # (a rank that exits at once can lose the race with PMIx_Spawn's own reply: prterun then
+    # says "PMIx_Spawn failed" and exits 255 -- seen ~1 in 100 here, the "PMIx_Spawn failed
+    # after a rank exited early" of launch/prrte.py; the agent reads such exit codes from the
+    # rank notes. Here the pass-through itself is what is checked: it must show in 3 tries.)
+    for _ in range(3):
+        r = dvm.job("-n", "1", "--map-by", "slot", "--bind-to", "none", "bash", "-c", "exit 7")
+        if not (r.rc == 255 and "PMIx_Spawn failed" in r.err):
+            break
     assert r.rc == 7, r
     r = dvm.job("-n", "65", "--map-by", "slot", "--bind-to", "none", "true")
     assert r.rc == 77, r  # EXIT_DID_NOT_FIT
