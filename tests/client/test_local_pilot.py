@@ -319,3 +319,37 @@ def test_callback_that_calls_sys_exit_never_stops_the_client(tmp_path, caplog):
     assert time.monotonic() - t0 < 15  # close is not held up by a dead IO thread
     assert (bad.uid, pf.FAILED) in seen and all((t.uid, pf.DONE) in seen for t in good)
     assert any("SystemExit" in r.getMessage() for r in caplog.records)
+
+
+def test_tasks_with_colliding_relative_names_each_have_their_own_directory(tmp_path):
+    """Every task stages `input.dat` in, writes `output.dat` and stages it out: with one
+    shared directory 0-3 of 128 tasks failed at random ('File exists'). Each task has its own
+    directory now (task.sandbox): 128 tasks, 20 rounds in a row, all DONE, every output its
+    own."""
+    src = tmp_path / "in"
+    src.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=16,
+                                                       runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        for r in range(20):
+            descs = []
+            for i in range(128):
+                f = src / f"{r}.{i}"
+                f.write_text(f"{r} {i}\n")
+                descs.append(pf.TaskDescription(
+                    executable="/bin/sh", arguments=["-c", "cp input.dat output.dat"],
+                    input_staging=[{"source": str(f), "target": "input.dat"}],
+                    output_staging=[{"source": "output.dat", "target": str(out / f"{r}.{i}")}]))
+            tasks = tmgr.submit_tasks(descs)
+            tmgr.wait_tasks(timeout=120)
+            bad = [(t.uid, t.reason) for t in tasks if t.state != pf.DONE]
+            assert not bad, (r, bad[:3])
+            for i, t in enumerate(tasks):
+                assert (out / f"{r}.{i}").read_text() == f"{r} {i}\n"
+                assert t.sandbox == os.path.join(pilot.sandbox, "tasks", t.uid)
+                assert os.path.isdir(t.sandbox)

@@ -544,9 +544,7 @@ class Agent:
             p.scheduler.add(ts, mono)
 
     def _cwd_of(self, spec) -> str:
-        if not spec.sandbox:
-            return self.tasks_dir
-        return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
+        return task_cwd(spec, self.tasks_dir)
 
     def _schedule(self) -> None:
         launching = []
@@ -738,7 +736,7 @@ class Agent:
             self.events.record(spec.uid, S.STAGING_OUTPUT, None, now)
             if spec.output_staging:
                 try:
-                    stage(spec.output_staging, t.cwd or self.tasks_dir, outbound=True,
+                    stage(spec.output_staging, t.cwd or self._cwd_of(spec), outbound=True,
                           sandbox=self.sandbox)
                 except Exception as e:
                     state, t.reason = S.FAILED, f"output staging failed: {e}"
@@ -924,6 +922,8 @@ def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
         return f"{r[0]} = {getattr(spec, r[0])}: {r[1]}"
     if not spec.uid or not spec.executable:
         return "uid and executable must not be empty"
+    if "/" in spec.uid or spec.uid in (".", "..") or "\0" in spec.uid:
+        return f"uid = {spec.uid!r}: must be one path component (it names the task's directory)"
     if spec.launcher is not None and spec.launcher not in LAUNCHERS:
         return f"launcher = {spec.launcher!r}: not a launch method"
     if spec.timeout is not None and not (0 < spec.timeout < 1e9):
@@ -934,11 +934,20 @@ def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
     # spawn, and the task fails alone there -- no per-task scan of every string here)
     if spec.sandbox is not None:
         resolve(tasks_dir, spec.sandbox, sandbox)
+    cwd = task_cwd(spec, tasks_dir)
     for field in ("stdout", "stderr"):
         v = getattr(spec, field)
         if isinstance(v, str):
-            resolve(tasks_dir, v, sandbox)
+            resolve(cwd, v, sandbox)
     return None
+
+
+def task_cwd(spec, tasks_dir: str) -> str:
+    """A task's working directory: its `sandbox` (absolute, or relative to the pilot's tasks/
+    directory), else tasks/<uid>/ -- a directory of its own (made when it starts)."""
+    if not spec.sandbox:
+        return os.path.join(tasks_dir, spec.uid)
+    return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(tasks_dir, spec.sandbox)
 
 
 def main(argv: list[str] | None = None) -> int:

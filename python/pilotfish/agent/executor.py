@@ -165,10 +165,15 @@ class TaskRunner:
     def _build(self, t: AgentTask) -> list[tuple]:
         spec = t.spec
         launcher = t.lm  # its partition's instance, ready (the agent checked)
-        cwd = self.tasks_dir
         if spec.sandbox:
             cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
             os.makedirs(cwd, exist_ok=True)
+        else:  # a directory of its own: tasks writing the same relative names never collide
+            cwd = os.path.join(self.tasks_dir, spec.uid)
+            try:
+                os.mkdir(cwd)
+            except FileExistsError:  # a retry, a relaunch, or input staging made it
+                pass
         t.cwd = cwd
         procs = launcher.build(spec, t.slots, cwd)
         if launcher.launch_retries or launcher.supervised:

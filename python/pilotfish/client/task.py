@@ -45,6 +45,19 @@ class Task:
         self._tmgr = tmgr
 
     @property
+    def sandbox(self) -> str | None:
+        """The task's working directory on the pilot's side: its description's `sandbox`, else
+        <pilot sandbox>/tasks/<uid>/ (made when the task starts)."""
+        pilot = self._tmgr._pilots.get(self.pilot) if self.pilot else None
+        base = os.path.join(pilot.sandbox, "tasks") if pilot is not None else None
+        sb = self.description.sandbox
+        if sb and os.path.isabs(sb):
+            return sb
+        if base is None:
+            return None
+        return os.path.join(base, sb or self.uid)
+
+    @property
     def history(self) -> list[tuple[str, float]]:
         """[(state, time)] in the order the states were reached (or reported)."""
         h = self._hist
