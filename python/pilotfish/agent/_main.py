@@ -944,10 +944,23 @@ def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
 
 def task_cwd(spec, tasks_dir: str) -> str:
     """A task's working directory: its `sandbox` (absolute, or relative to the pilot's tasks/
-    directory), else tasks/<uid>/ -- a directory of its own (made when it starts)."""
-    if not spec.sandbox:
+    directory); else tasks/<uid>/, a directory of its own, for a task that declares files
+    (staging, output files, shell, pre/post_exec: made when it starts); else tasks/ itself.
+
+    Why not always a directory of its own: mkdir costs 130-240 us of kernel time on this
+    machine's ext4 (measured), more than a whole null task; a task that declares no file
+    runs in the shared tasks/ (give it `sandbox=` to have one anyway)."""
+    if spec.sandbox:
+        return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(tasks_dir, spec.sandbox)
+    if own_directory(spec):
         return os.path.join(tasks_dir, spec.uid)
-    return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(tasks_dir, spec.sandbox)
+    return tasks_dir
+
+
+def own_directory(spec) -> bool:
+    """Does a task without `sandbox` get a directory of its own (see task_cwd)?"""
+    return bool(spec.input_staging or spec.output_staging or spec.shell or spec.pre_exec
+                or spec.post_exec or isinstance(spec.stdout, str) or isinstance(spec.stderr, str))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,12 +168,17 @@ class TaskRunner:
         if spec.sandbox:
             cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
             os.makedirs(cwd, exist_ok=True)
-        else:  # a directory of its own: tasks writing the same relative names never collide
+        elif (spec.input_staging or spec.output_staging or spec.shell or spec.pre_exec
+              or spec.post_exec or isinstance(spec.stdout, str) or isinstance(spec.stderr, str)):
+            # a directory of its own (agent/_main.py task_cwd: the same rule): tasks that
+            # stage or write the same relative names never collide
             cwd = os.path.join(self.tasks_dir, spec.uid)
             try:
                 os.mkdir(cwd)
             except FileExistsError:  # a retry, a relaunch, or input staging made it
                 pass
+        else:
+            cwd = self.tasks_dir
         t.cwd = cwd
         procs = launcher.build(spec, t.slots, cwd)
         if launcher.launch_retries or launcher.supervised:

@@ -46,16 +46,22 @@ class Task:
 
     @property
     def sandbox(self) -> str | None:
-        """The task's working directory on the pilot's side: its description's `sandbox`, else
-        <pilot sandbox>/tasks/<uid>/ (made when the task starts)."""
+        """The task's working directory on the pilot's side: its description's `sandbox`;
+        else <pilot sandbox>/tasks/<uid>/ for a task that declares files (staging, output
+        files, shell, pre/post_exec); else the shared <pilot sandbox>/tasks/."""
         pilot = self._tmgr._pilots.get(self.pilot) if self.pilot else None
         base = os.path.join(pilot.sandbox, "tasks") if pilot is not None else None
-        sb = self.description.sandbox
+        d = self.description
+        sb = d.sandbox
         if sb and os.path.isabs(sb):
             return sb
         if base is None:
             return None
-        return os.path.join(base, sb or self.uid)
+        if sb:
+            return os.path.join(base, sb)
+        own = (d.input_staging or d.output_staging or d.shell or d.pre_exec or d.post_exec
+               or isinstance(d.stdout, str) or isinstance(d.stderr, str))
+        return os.path.join(base, self.uid) if own else base
 
     @property
     def history(self) -> list[tuple[str, float]]:
