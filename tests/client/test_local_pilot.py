@@ -353,3 +353,15 @@ def test_tasks_with_colliding_relative_names_each_have_their_own_directory(tmp_p
                 assert (out / f"{r}.{i}").read_text() == f"{r} {i}\n"
                 assert t.sandbox == os.path.join(pilot.sandbox, "tasks", t.uid)
                 assert os.path.isdir(t.sandbox)
+
+
+def test_every_ranks_output_is_captured_with_direct_launch(emulated):
+    """direct launch runs a process per rank: the task's stdout is all ranks' output, in rank
+    order (only rank 0's was returned)."""
+    _, pilot, tmgr = emulated
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", ranks=4, launcher="direct",
+        arguments=["-c", 'echo "rank $PILOTFISH_RANK"; echo "err $PILOTFISH_RANK" >&2']))
+    assert t.wait(timeout=60) == pf.DONE
+    assert t.stdout.split("\n")[:4] == [f"rank {r}" for r in range(4)]
+    assert t.stderr.split("\n")[:4] == [f"err {r}" for r in range(4)]

@@ -37,7 +37,7 @@ class AgentTask:
     __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
                  "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
-                 "timed")
+                 "timed", "extra_outs")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -64,6 +64,7 @@ class AgentTask:
         self.work = 0.0  # what it adds to its partition's bound work (meta-scheduler)
         self.held: Any = None  # the Launcher it waits for, placed, while that one starts
         self.timed = False  # its timeout timer is set (once, at its first launch)
+        self.extra_outs = 0  # processes beyond the first whose captured output is beside it
 
     def reset_for_retry(self) -> None:
         """Back to waiting, as if it just arrived (its key is free again in the placer)."""
@@ -191,6 +192,7 @@ class TaskRunner:
         out = self._output_path(t.spool, spec.stdout, "out", cwd)
         err = self._output_path(t.spool, spec.stderr, "err", cwd)
         t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
+        t.extra_outs = len(procs) - 1 if t.out_paths != (None, None) else 0
         built = []
         for i, p in enumerate(procs):
             rank = p.rank if p.rank is not None else 0
@@ -212,6 +214,8 @@ class TaskRunner:
         call; their spool files go back to the pool (or are retired, if something still
         has them open)."""
         rows = _core_read_outputs([t.out_paths for t in tasks], OUTPUT_CAP)
+        if any(t.extra_outs for t in tasks):
+            rows = self._with_other_ranks(tasks, rows)
         free = self._spool_free
         out = []
         for t, (stdout, stderr, reusable) in zip(tasks, rows):
@@ -222,6 +226,29 @@ class TaskRunner:
                 t.out_paths = (None, None)
             out.append((stdout, stderr))
         return out
+
+    def _with_other_ranks(self, tasks: list[AgentTask], rows: list) -> list:
+        """Append the captured output of every process of a task after its first (direct
+        launch runs a process per rank), in rank order: all ranks' output, merged, capped
+        (stdout keeps its head, stderr its tail)."""
+        pairs, owners = [], []
+        for k, t in enumerate(tasks):
+            o, e = t.out_paths
+            for i in range(1, t.extra_outs + 1):
+                pairs.append((f"{o}.{i}" if o else None, f"{e}.{i}" if e else None))
+                owners.append(k)
+        extra = _core_read_outputs(pairs, OUTPUT_CAP)
+        rows = [list(r) for r in rows]
+        for k, (so, se, ok) in zip(owners, extra):
+            r = rows[k]
+            if so:
+                r[0] = ((r[0] or "") + so)[:OUTPUT_CAP]
+            if se:
+                r[1] = ((r[1] or "") + se)[-OUTPUT_CAP:]
+            r[2] = r[2] and ok
+        for t in tasks:
+            t.extra_outs = 0
+        return [tuple(r) for r in rows]
 
     def _output_path(self, spool: int, mode: bool | str, ext: str, cwd: str) -> str | None:
         if mode is True:
