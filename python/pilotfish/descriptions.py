@@ -25,7 +25,45 @@ except ImportError:  # the Rust core not built (docs, linters): its value
 
 RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
 LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun")
-STAGING_ACTIONS = ("copy", "link", "move")
+STAGING_ACTIONS = ("copy", "link", "move", "transfer")  # transfer: a copy across the two sides
+# staging URL schemes (RADICAL-Pilot's): client:///p -- p on the client's side (relative: to
+# where the client runs); file:///abs -- that absolute path; pilot:///p -- the pilot's shared
+# directory (<pilot sandbox>/tasks/shared/p, see Pilot.stage_in); task:///p -- the task's own
+# directory (the sandbox side only). A plain path: a client-side path on the outer side, a path
+# in the task's directory on the sandbox side.
+STAGING_SCHEMES = ("client", "file", "pilot", "task")
+
+
+def _split_url(kind: str, field: str, whole: Any, path: str, sandbox_side: bool) -> str:
+    """A staging path with its URL scheme resolved as far as the description can: the
+    sandbox side becomes a relative path; the outer side keeps 'pilot://' (the pilot is
+    known at submit) and becomes a plain path otherwise. Unknown schemes: DescriptionError."""
+    if "://" not in path:
+        return path
+    scheme, _, rest = path.partition("://")
+    if scheme not in STAGING_SCHEMES:
+        raise _fail(kind, field, whole, f"{show(path, 60)}: URL scheme {scheme!r} is not "
+                    f"supported ({', '.join(s + '://' for s in STAGING_SCHEMES)} or a path)")
+    if rest.startswith("/") and scheme != "file":
+        rest = rest[1:]  # client:///a.dat: a.dat where the client runs (RADICAL-Pilot's form)
+    if sandbox_side:
+        if scheme != "task":
+            raise _fail(kind, field, whole, f"{show(path, 60)}: the task's side of staging is "
+                        f"its own directory: a relative path or task:///path")
+        return rest or "."
+    if scheme == "task":
+        raise _fail(kind, field, whole, f"{show(path, 60)}: task:// names the task's own "
+                    f"directory, which is the other side of this directive")
+    if scheme == "pilot":
+        norm = os.path.normpath(rest or ".")
+        if norm.startswith("..") or os.path.isabs(norm):
+            raise _fail(kind, field, whole, f"{show(path, 60)} leaves the pilot's shared "
+                        f"directory")
+        return "pilot://" + norm
+    if scheme == "file" and not rest.startswith("/"):
+        raise _fail(kind, field, whole, f"{show(path, 60)}: file:// needs an absolute path "
+                    f"(file:///abs/path)")
+    return rest
 
 # -- limits: what the agent and its Rust placer can represent (rust/src/placer) ------------
 # Far beyond any real machine; each keeps a number inside a type or a memory budget.
@@ -259,10 +297,14 @@ def _staging(kind: str, field: str, v: Any) -> list[dict[str, str]]:
         if not isinstance(action, str) or action not in STAGING_ACTIONS:
             raise _fail(kind, field, v,
                         f"action {show(action, 40)} must be one of {', '.join(STAGING_ACTIONS)}")
-        src = _text(kind, field, v, item["source"], "source ")
+        src = _split_url(kind, field, v, _text(kind, field, v, item["source"], "source "),
+                         sandbox_side=not inbound)
         target = item.get("target")
+        if isinstance(target, str):
+            target = _split_url(kind, field, v, _text(kind, field, v, target, "target "),
+                                sandbox_side=inbound)
         if target is None:
-            target = os.path.basename(os.path.normpath(src))
+            target = os.path.basename(os.path.normpath(src.replace("pilot://", "", 1)))
             if target in ("", ".", "..", "/"):
                 raise _fail(kind, field, v, f"source {show(src, 60)} has no name: give a 'target'")
         elif not isinstance(target, str):

@@ -365,3 +365,40 @@ def test_every_ranks_output_is_captured_with_direct_launch(emulated):
     assert t.wait(timeout=60) == pf.DONE
     assert t.stdout.split("\n")[:4] == [f"rank {r}" for r in range(4)]
     assert t.stderr.split("\n")[:4] == [f"err {r}" for r in range(4)]
+
+
+def test_staging_urls_and_the_pilots_shared_directory(tmp_path, monkeypatch):
+    """RADICAL-Pilot's staging URLs: client:/// (where the client runs), pilot:/// (the
+    pilot's shared directory, filled by pilot.stage_in), task:/// (the task's own directory),
+    file:///abs; unknown schemes and task:// on the wrong side are rejected at submit."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local.dat").write_text("from the client\n")
+    (tmp_path / "big.dat").write_text("shared input\n")
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=4, runtime="5m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        written = pilot.stage_in([{"source": "client:///big.dat", "target": "pilot:///big.dat"}])
+        assert written == [os.path.join(pilot.shared, "big.dat")]
+        tasks = tmgr.submit_tasks([pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", "cat local.dat big.dat > out.dat"],
+            input_staging=[{"source": "client:///local.dat", "target": "task:///local.dat"},
+                           {"source": "pilot:///big.dat", "target": "big.dat",
+                            "action": "link"}],
+            output_staging=[{"source": "task:///out.dat",
+                             "target": f"client:///out.{i}.dat", "action": "transfer"},
+                            {"source": "out.dat", "target": f"pilot:///out.{i}.dat"}])
+            for i in range(3)])
+        tmgr.wait_tasks(timeout=60)
+        assert {t.state for t in tasks} == {pf.DONE}, [t.reason for t in tasks]
+        for i in range(3):
+            assert (tmp_path / f"out.{i}.dat").read_text() == "from the client\nshared input\n"
+        pilot.stage_out([{"source": "pilot:///out.1.dat", "target": str(tmp_path / "back.dat")}])
+        assert (tmp_path / "back.dat").read_text() == "from the client\nshared input\n"
+        for bad, why in ((["srm:///x"], "URL scheme 'srm' is not supported"),
+                         ([{"source": "task:///x", "target": "y"}], "other side")):
+            with pytest.raises(pf.DescriptionError) as e:
+                tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", input_staging=bad))
+            assert e.value.field == "input_staging" and why in str(e.value)

@@ -41,7 +41,7 @@ def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
             os.symlink(os.path.abspath(src), dst)
         elif action == "move":
             shutil.move(src, dst)
-        elif action == "copy":
+        elif action in ("copy", "transfer"):  # transfer: a copy between the two sides
             if os.path.isdir(src):
                 shutil.copytree(src, dst, dirs_exist_ok=True)
             else:

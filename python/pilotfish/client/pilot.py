@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from typing import Callable, Iterable
@@ -59,6 +58,49 @@ class Pilot:
         d = self.description
         return [shape[first:first + n]
                 for first, n, _ in partition_layout(len(shape), d.partitions, d.launcher)]
+
+    @property
+    def shared(self) -> str:
+        """The pilot's shared data directory, <sandbox>/tasks/shared/: what pilot:///path in a
+        task's staging names."""
+        return os.path.join(self.sandbox, "tasks", "shared")
+
+    def stage_in(self, directives) -> list[str]:
+        """Copy (or link, move) client-side files into the pilot's shared directory, where
+        tasks stage them from with pilot:///name. directives: paths or {source, target,
+        action} dicts, as in TaskDescription.input_staging (target relative to the shared
+        directory, or pilot:///target). The pilot's sandbox must be on a file system the
+        client sees (local pilots; batch pilots on a shared file system). Returns the paths
+        written."""
+        return self._stage(directives, inbound=True)
+
+    def stage_out(self, directives) -> list[str]:
+        """Copy files from the pilot's shared directory to the client's side (sources:
+        relative to it or pilot:///name; targets: client paths). Returns the paths written."""
+        return self._stage(directives, inbound=False)
+
+    def _stage(self, directives, inbound: bool) -> list[str]:
+        from ..agent.stager import stage
+        from ..descriptions import TaskDescription
+
+        field = "input_staging" if inbound else "output_staging"
+        if not inbound:  # checked as a task's output staging: source on the shared side
+            directives = [{**d, "source": d["source"].replace("pilot://", "task://", 1)}
+                          if isinstance(d, dict) and isinstance(d.get("source"), str) else d
+                          for d in ([directives] if isinstance(directives, (str, dict))
+                                    else directives)]
+        else:
+            directives = [{**d, "target": d["target"].replace("pilot://", "task://", 1)}
+                          if isinstance(d, dict) and isinstance(d.get("target"), str) else d
+                          for d in ([directives] if isinstance(directives, (str, dict))
+                                    else directives)]
+        checked = getattr(TaskDescription(executable="-", **{field: directives}), field)
+        side = "source" if inbound else "target"
+        absolute = [{**d, side: os.path.abspath(d[side])} for d in checked]
+        os.makedirs(self.shared, exist_ok=True)
+        stage(absolute, self.shared, outbound=not inbound, sandbox=self.sandbox)
+        return [os.path.join(self.shared, d["target"]) if inbound else d["target"]
+                for d in absolute]
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
         return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]

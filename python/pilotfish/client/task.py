@@ -165,7 +165,9 @@ class TaskManager:
             for k in range(0, len(idx), SUBMIT_BATCH):
                 part = idx[k:k + SUBMIT_BATCH]
                 try:
-                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i]) for i in part]))
+                    shared = os.path.join(self._pilots[pilot_uid].sandbox, "tasks", "shared")
+                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared)
+                                                       for i in part]))
                     if session.journal.enabled:
                         journal.append(_journal_encode(
                             [["task", uids[i], pilot_uid, descs[i]._values] for i in part]))
@@ -546,20 +548,20 @@ _SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging")
 _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
 
 
-def _spec(uid: str, d: TaskDescription) -> _wire.TaskSpec:
+def _spec(uid: str, d: TaskDescription, shared: str | None = None) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     tags = v.get("tags")
     if tags and "colocate" in tags:
         kw["colocate"] = tags["colocate"]
     if "input_staging" in v:
-        kw["input_staging"] = _outer_absolute(v["input_staging"], "source")
+        kw["input_staging"] = _outer_absolute(v["input_staging"], "source", shared)
     if "output_staging" in v:
-        kw["output_staging"] = _outer_absolute(v["output_staging"], "target")
+        kw["output_staging"] = _outer_absolute(v["output_staging"], "target", shared)
     return _wire.TaskSpec(uid=uid, **kw)
 
 
-def _outer_absolute(directives: list | None, side: str) -> list:
+def _outer_absolute(directives: list | None, side: str, shared: str | None = None) -> list:
     """Staging paths on the user's side (input sources, output targets) that are relative are
     relative to where the user is: made absolute here, at submit."""
     if not directives:
@@ -567,6 +569,12 @@ def _outer_absolute(directives: list | None, side: str) -> list:
     out = []
     for d in directives:
         p = d[side]
+        if p.startswith("pilot://"):  # the pilot's shared directory (Pilot.stage_in)
+            if shared is None:
+                raise ValueError(f"{p}: pilot:// needs the pilot the task goes to")
+            p = os.path.join(shared, p[len("pilot://"):])
+            out.append({**d, side: os.path.normpath(p)})
+            continue
         out.append(d if os.path.isabs(p) else {**d, side: os.path.abspath(p)})
     return out
 
@@ -604,6 +612,8 @@ def _check_outer_paths(d: TaskDescription, index: int, pilot: Pilot) -> None:
     checks += [("output_staging", x["target"]) for x in v.get("output_staging", ())]
     checks += [(f, v[f]) for f in ("stdout", "stderr", "sandbox") if isinstance(v.get(f), str)]
     for field, path in checks:
+        if path.startswith("pilot://"):  # below the pilot's tasks/ by construction
+            continue
         full = os.path.abspath(path)
         if protected(full, pilot.sandbox):
             raise DescriptionError("TaskDescription", field, path,
