@@ -402,3 +402,28 @@ def test_staging_urls_and_the_pilots_shared_directory(tmp_path, monkeypatch):
             with pytest.raises(pf.DescriptionError) as e:
                 tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", input_staging=bad))
             assert e.value.field == "input_staging" and why in str(e.value)
+
+
+def test_callbacks_get_every_state_in_order_and_per_task(tmp_path):
+    """NEW, SCHEDULING and STAGING_INPUT are reported too (they never were), each task's
+    states in their order; task.register_callback sees only its task."""
+    from pilotfish import states as S
+
+    seen: dict[str, list[str]] = {}
+    mine = []
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tmgr.register_callback(lambda t, state: seen.setdefault(t.uid, []).append(state))
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true") for _ in range(5)])
+        tasks[2].register_callback(lambda t, state: mine.append((t.uid, state)))
+        tmgr.wait_tasks(timeout=60)
+    for t in tasks:
+        states = seen[t.uid]
+        assert states[:3] == [S.NEW, S.SCHEDULING, S.STAGING_INPUT], states
+        assert states[-1] == S.DONE and S.EXECUTING in states
+        ranks = [S.TASK_RANK[x] for x in states]
+        assert ranks == sorted(ranks), states
+    assert mine and {u for u, _ in mine} == {tasks[2].uid} and mine[-1][1] == S.DONE

@@ -27,7 +27,7 @@ class Task:
     """A task as the client sees it. Fields are filled in as the agent reports."""
 
     __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
-                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr")
+                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr", "_cbs")
 
     def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
         self.uid = uid
@@ -43,6 +43,14 @@ class Task:
         self.partition: int | None = None  # index of the pilot partition it ran in
         self._hist: list = []  # state, t, state, t, ... (flat: no tuple per entry)
         self._tmgr = tmgr
+        self._cbs: list | None = None  # this task's own callbacks (register_callback)
+
+    def register_callback(self, cb: Callable[["Task", str], None]) -> None:
+        """cb(task, state) on each of this task's state changes from now on (after the
+        TaskManager's callbacks)."""
+        if self._cbs is None:
+            self._cbs = []
+        self._cbs.append(cb)
 
     @property
     def sandbox(self) -> str | None:
@@ -205,6 +213,8 @@ class TaskManager:
         del journal
         if resumed:
             self._restore(tasks, resumed)
+        if self._callbacks:  # the states before the agent's, in order, before any frame leaves
+            self._run_callbacks([(t, S.NEW) for t in tasks] + [(t, S.SCHEDULING) for t in tasks])
         for pilot_uid, frame, part in frames:
             batch = [tasks[i] for i in part]
             session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
@@ -424,6 +434,8 @@ class TaskManager:
             self._notify(0)
         if self.session.events.enabled:
             self.session.events.record_many([(now, t.uid, S.STAGING_INPUT, None) for t in batch])
+        if self._callbacks:
+            self._run_callbacks([(t, S.STAGING_INPUT) for t in batch])
 
     def _apply(self, pairs: list[tuple[Task, _wire.Update]], journal: bool = True) -> None:  # IO thread
         changed = []
@@ -495,16 +507,17 @@ class TaskManager:
                 self._notify(ended)
 
     def _run_callbacks(self, changed: list[tuple[Task, str]]) -> None:
-        for cb in self._callbacks:
-            for t, state in changed:
-                try:
-                    cb(t, state)
-                except BaseException as e:  # noqa: BLE001 -- sys.exit() in a callback too:
-                    # it runs on the client's IO thread, which must live on (it would stop
-                    # every update, every wait); reported, never raised
-                    log.error("task callback %r failed on %s -> %s: %s: %s",
-                              getattr(cb, "__qualname__", cb), t.uid, state,
-                              type(e).__name__, e, exc_info=not isinstance(e, SystemExit))
+        own = [(cb, t, state) for t, state in changed if t._cbs for cb in t._cbs]
+        calls = [(cb, t, state) for cb in self._callbacks for t, state in changed] + own
+        for cb, t, state in calls:
+            try:
+                cb(t, state)
+            except BaseException as e:  # noqa: BLE001 -- sys.exit() in a callback too:
+                # it runs on the client's IO thread, which must live on (it would stop
+                # every update, every wait); reported, never raised
+                log.error("task callback %r failed on %s -> %s: %s: %s",
+                          getattr(cb, "__qualname__", cb), t.uid, state,
+                          type(e).__name__, e, exc_info=not isinstance(e, SystemExit))
 
     def _on_pilot_final(self, pilot: Pilot) -> None:
         left = [t for t in self._tasks if t.pilot == pilot.uid and t.state not in S.FINAL]
