@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -41,18 +40,8 @@ import numpy as np  # noqa: E402
 import pilotfish as pf  # noqa: E402
 from pilotfish._events import read_all_events  # noqa: E402
 
-NODES, CORES, GPUS = 16, 168, 6
-
-
-def mix(seed: int, n: int) -> list[tuple[int, int, float]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        if rng.random() < 0.9:
-            out.append((rng.randint(1, 9), 0, rng.uniform(4.8, 6.0)))
-        else:
-            out.append((rng.randint(68, 84), 1, rng.uniform(9.6, 12.0)))
-    return out
+sys.path.insert(0, HERE)
+from bench_hetero import CORES, GPUS, NODES, mix  # noqa: E402  (the seed-000 mix, one place)
 
 
 def _q(xs, q):

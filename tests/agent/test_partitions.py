@@ -56,13 +56,17 @@ def test_bad_partitions_are_rejected_with_field_value_and_why(partitions, why):
     assert e.value.field == "partitions" and why in str(e.value)
 
 
-def test_task_larger_than_every_partition_is_rejected_at_submit(session):
-    """8 ranks of 4 cores fit the pilot (4 nodes x 8 cores) but no partition of 1 node."""
+def partitioned(session, **desc):
     pmgr = pf.PilotManager(session)
-    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=4, cores_per_node=8, partitions=4,
-                                                   runtime="5m"))
+    pilot = pmgr.submit_pilots(pf.PilotDescription(runtime="5m", **desc))
     tmgr = pf.TaskManager(session)
     tmgr.add_pilots(pilot)
+    return pilot, tmgr
+
+
+def test_task_larger_than_every_partition_is_rejected_at_submit(session):
+    """8 ranks of 4 cores fit the pilot (4 nodes x 8 cores) but no partition of 1 node."""
+    pilot, tmgr = partitioned(session, nodes=4, cores_per_node=8, partitions=4)
     with pytest.raises(pf.DescriptionError) as e:
         tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", ranks=4, cores_per_rank=4))
     assert e.value.field == "ranks" and "every one of the pilot's 4 partitions" in str(e.value)
@@ -73,11 +77,7 @@ def test_task_larger_than_every_partition_is_rejected_at_submit(session):
 # -- direct partitions: binding and balance ------------------------------------------------------
 
 def test_tasks_spread_over_partitions_and_run_on_their_nodes(session):
-    pmgr = pf.PilotManager(session)
-    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=6, cores_per_node=4, partitions=3,
-                                                   runtime="5m"))
-    tmgr = pf.TaskManager(session)
-    tmgr.add_pilots(pilot)
+    pilot, tmgr = partitioned(session, nodes=6, cores_per_node=4, partitions=3)
     tasks = tmgr.submit_tasks([pf.TaskDescription(
         executable="/bin/sh", arguments=["-c", 'echo "$PILOTFISH_NODE"; sleep 0.2'],
         ranks=1, cores_per_rank=1 + i % 2) for i in range(90)])
