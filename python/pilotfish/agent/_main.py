@@ -23,7 +23,7 @@ from .. import _wire
 from .. import states as S
 from .._events import EventWriter
 from .._journal import Journal
-from .._paths import resolve
+from .._paths import resolve, task_cwd
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
 from .clock import REAL, Clock, VirtualClock
@@ -95,7 +95,6 @@ class Agent:
         self.cfg = config
         self.uid: str = config["pilot_uid"]
         self.sandbox: str = config["sandbox"]
-        desc = config["description"]
         self.desc = desc
         self.events = EventWriter(os.path.join(self.sandbox, "agent.events"),
                                   enabled=config.get("profile", True), now=clock.now)
@@ -544,7 +543,7 @@ class Agent:
             p.scheduler.add(ts, mono)
 
     def _cwd_of(self, spec) -> str:
-        return task_cwd(spec, self.tasks_dir)
+        return task_cwd(spec, spec.uid, self.tasks_dir)
 
     def _schedule(self) -> None:
         launching = []
@@ -576,7 +575,6 @@ class Agent:
                     events.append((now, uid, "schedule_ok", None))
                 launching.append(t)
             p.busy_cores += busy
-            p.tasks += len(placed)
         if launching:
             self._launch(launching, events)
         elif events:
@@ -934,33 +932,11 @@ def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
     # spawn, and the task fails alone there -- no per-task scan of every string here)
     if spec.sandbox is not None:
         resolve(tasks_dir, spec.sandbox, sandbox)
-    cwd = task_cwd(spec, tasks_dir)
     for field in ("stdout", "stderr"):
         v = getattr(spec, field)
-        if isinstance(v, str):
-            resolve(cwd, v, sandbox)
+        if isinstance(v, str):  # (the common case, captured or discarded, needs no path)
+            resolve(task_cwd(spec, spec.uid, tasks_dir), v, sandbox)
     return None
-
-
-def task_cwd(spec, tasks_dir: str) -> str:
-    """A task's working directory: its `sandbox` (absolute, or relative to the pilot's tasks/
-    directory); else tasks/<uid>/, a directory of its own, for a task that declares files
-    (staging, output files, shell, pre/post_exec: made when it starts); else tasks/ itself.
-
-    Why not always a directory of its own: mkdir costs 130-240 us of kernel time on this
-    machine's ext4 (measured), more than a whole null task; a task that declares no file
-    runs in the shared tasks/ (give it `sandbox=` to have one anyway)."""
-    if spec.sandbox:
-        return spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(tasks_dir, spec.sandbox)
-    if own_directory(spec):
-        return os.path.join(tasks_dir, spec.uid)
-    return tasks_dir
-
-
-def own_directory(spec) -> bool:
-    """Does a task without `sandbox` get a directory of its own (see task_cwd)?"""
-    return bool(spec.input_staging or spec.output_staging or spec.shell or spec.pre_exec
-                or spec.post_exec or isinstance(spec.stdout, str) or isinstance(spec.stderr, str))
 
 
 def main(argv: list[str] | None = None) -> int:

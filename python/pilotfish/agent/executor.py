@@ -12,6 +12,7 @@ import signal as _signal
 from typing import Any, Callable
 
 from .._core import read_outputs as _core_read_outputs
+from .._paths import task_cwd
 from .._wire import RankSlot
 from .supervisor import LaunchRecord
 
@@ -166,20 +167,14 @@ class TaskRunner:
     def _build(self, t: AgentTask) -> list[tuple]:
         spec = t.spec
         launcher = t.lm  # its partition's instance, ready (the agent checked)
+        cwd = task_cwd(spec, spec.uid, self.tasks_dir)
         if spec.sandbox:
-            cwd = spec.sandbox if os.path.isabs(spec.sandbox) else os.path.join(self.tasks_dir, spec.sandbox)
             os.makedirs(cwd, exist_ok=True)
-        elif (spec.input_staging or spec.output_staging or spec.shell or spec.pre_exec
-              or spec.post_exec or isinstance(spec.stdout, str) or isinstance(spec.stderr, str)):
-            # a directory of its own (agent/_main.py task_cwd: the same rule): tasks that
-            # stage or write the same relative names never collide
-            cwd = os.path.join(self.tasks_dir, spec.uid)
+        elif cwd != self.tasks_dir:  # a directory of its own: same names never collide
             try:
                 os.mkdir(cwd)
             except FileExistsError:  # a retry, a relaunch, or input staging made it
                 pass
-        else:
-            cwd = self.tasks_dir
         t.cwd = cwd
         procs = launcher.build(spec, t.slots, cwd)
         if launcher.launch_retries or launcher.supervised:

@@ -40,7 +40,7 @@ STARTING, READY, DEGRADED, STOPPED, FAILED = "starting", "ready", "degraded", "s
 class Launcher:
     """One launch-method instance of a partition and where it is in its life."""
 
-    __slots__ = ("name", "method", "partition", "state", "held", "reason", "t_start", "t_ready")
+    __slots__ = ("name", "method", "partition", "state", "held", "reason")
 
     def __init__(self, name: str, method: LaunchMethod, partition: "Partition"):
         self.name = name
@@ -49,8 +49,6 @@ class Launcher:
         self.state = STARTING
         self.held: list = []  # tasks placed (or to relaunch) that wait for it to be ready
         self.reason: str | None = None  # why it failed
-        self.t_start = 0.0
-        self.t_ready: float | None = None
 
     @property
     def detail(self) -> str:
@@ -94,9 +92,8 @@ class Partition:
         self.bound_work = 0.0
         self.class_work: dict[int, float] = {}  # the same per size class (size_class)
         self.busy_cores = 0
-        self.tasks = 0  # tasks placed here so far (each placement counts)
         self._fits: dict[tuple, bool] = {}
-        self.is_ready = False
+        self.is_ready = False  # its default launcher can launch now (kept by Launchers)
 
     def __repr__(self) -> str:
         return f"<Partition {self.index} {len(self.nodes)} nodes {self.default_launcher}>"
@@ -115,14 +112,6 @@ class Partition:
             ok = self._fits[key] = misfit(*key, self.shape) is None
         return ok
 
-    @property
-    def ready(self) -> bool:
-        """Its default launcher can launch now (kept by Launchers on every state change)."""
-        return self.is_ready
-
-    def load(self, extra_cores: int = 0) -> float:
-        """Bound work per core: what the meta-scheduler compares."""
-        return (self.bound_work + extra_cores) / max(1, self.cores)
 
 
 def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
@@ -182,7 +171,7 @@ def rebalance(partitions: list[Partition]) -> list[tuple[Partition, list]]:
     partition idles, so it costs nothing while all are busy."""
     moves = []
     for p in partitions:
-        if not (p.open and not p.scheduler.waiting and p.busy_cores < p.cores and p.ready):
+        if not (p.open and not p.scheduler.waiting and p.busy_cores < p.cores and p.is_ready):
             continue
         victims = [q for q in partitions if q is not p and q.scheduler.waiting > 1]
         if not victims:
@@ -223,7 +212,6 @@ class Launchers:
         try:
             method = self.make(p, name)
             lm = Launcher(name, method, p)
-            lm.t_start = now
             p.launchers[name] = lm
             self.by_method[id(method)] = lm
             detail = lm.detail
@@ -269,7 +257,6 @@ class Launchers:
                 self._drop(lm)
                 now = self.clock.now()
                 if lm.state == STARTING:
-                    lm.t_ready = now
                     self.events.record(self.uid, "launcher_ready", lm.detail, now)
                 else:
                     self.events.record(self.uid, "launcher_recovered", lm.detail, now)

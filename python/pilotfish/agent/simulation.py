@@ -36,7 +36,6 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import os
 import random
 import signal as _signal
 from typing import Any
@@ -231,10 +230,3 @@ class SimRunner:
     @property
     def running(self) -> int:
         return len(self._running)
-
-
-def model_path_or_dict(desc: dict) -> Any:
-    m = desc.get("launch_model")
-    if isinstance(m, str) and not os.path.isabs(m):
-        return os.path.abspath(m)
-    return m

@@ -53,7 +53,7 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
         found = _layout(session_dir, uid)
         if not os.path.exists(path) or found is None:
             continue
-        layout, names = found
+        layout, names, _ = found
         ev = read_all_events(path)
         try:
             with open(os.path.join(session_dir, uid, "pilot.json")) as f:

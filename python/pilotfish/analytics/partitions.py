@@ -20,21 +20,27 @@ from pilotfish.analytics import utilization as ru
 from pilotfish.descriptions import partition_layout
 
 
-def _layout(path: str, uid: str) -> tuple[list, list[str]] | None:
+def _layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | None:
+    """(partition layout, node names, cores per node) of a pilot, from its pilot.json."""
     try:
         with open(os.path.join(path, uid, "pilot.json")) as f:
             pj = json.load(f)
     except (OSError, ValueError):
         return None
-    nodes = [n[0] for n in pj.get("nodes") or []]
+    rows = pj.get("nodes") or []
+    nodes = [n[0] for n in rows]
     if not nodes:
         return None
+    try:
+        cores = [int(n[1]) for n in rows]
+    except (TypeError, ValueError, IndexError):
+        cores = []
     desc = pj.get("description") or {}
     try:
         layout = partition_layout(len(nodes), desc.get("partitions"), pj.get("launcher"))
     except (TypeError, KeyError):
         return None
-    return layout, nodes
+    return layout, nodes, cores
 
 
 def _first_nodes(path: str) -> dict[str, int]:
@@ -63,7 +69,7 @@ def partitions(data) -> list[dict]:
         found = _layout(data.path, uid)
         if found is None:
             continue
-        layout, names = found
+        layout, names, node_cores = found
         if first_node is None:
             first_node = _first_nodes(data.path)
         mine = tasks[tasks["pilot"] == uid] if "pilot" in tasks else tasks.iloc[:0]
@@ -79,7 +85,6 @@ def partitions(data) -> list[dict]:
             busy_t = np.where(np.isfinite(s) & np.isfinite(e), e - s, 0.0)
         w = windows.get(uid)
         life = (w.t_end - w.t_boot) if w is not None else float("nan")
-        node_cores = _node_cores(data.path, uid)
         for i, (first, n, launcher) in enumerate(layout):
             sel = part_of == i
             busy = float((cores[sel] * busy_t[sel]).sum())
@@ -99,11 +104,3 @@ def partitions(data) -> list[dict]:
                         row[key] = float(lr[name].min())
             out.append(row)
     return out
-
-
-def _node_cores(path: str, uid: str) -> list[int]:
-    try:
-        with open(os.path.join(path, uid, "pilot.json")) as f:
-            return [int(n[1]) for n in json.load(f).get("nodes") or []]
-    except (OSError, ValueError, TypeError, IndexError):
-        return []

@@ -16,7 +16,8 @@ from .._journal import keeper_state
 from .._util import machine_shape, write_private
 from ..agent.keeper import argv as keeper_argv
 from ..batch import BatchJob, make_batch_job
-from ..descriptions import PilotDescription, check_descriptions, partition_layout
+from ..descriptions import (PilotDescription, check_descriptions, misfit_partitions,
+                            partition_layout)
 from .session import Session
 
 log = logging.getLogger("pilotfish.client")
@@ -38,6 +39,8 @@ class Pilot:
         self._job: BatchJob | None = None
         self._bye: _wire.Bye | None = None
         self._shape = _declared_shape(description)  # per-node (cores, gpus, mem) or None
+        self._parts: tuple | None = None  # (the _shape they were cut from, partition shapes)
+        self._misfits: dict[tuple, tuple[str, str] | None] = {}  # request shape -> misfit
         self._resync: list[str] | None = None  # re-attaching: the tasks to ask the agent about
         self._resynced = threading.Event()  # the agent answered (Missing came)
         self._resync_asked = float("-inf")  # when we last asked (monotonic)
@@ -55,9 +58,27 @@ class Pilot:
         shape = self._shape
         if shape is None:
             return None
-        d = self.description
-        return [shape[first:first + n]
-                for first, n, _ in partition_layout(len(shape), d.partitions, d.launcher)]
+        if self._parts is None or self._parts[0] is not shape:  # cut once per shape
+            d = self.description
+            self._parts = (shape, [shape[first:first + n] for first, n, _ in
+                                   partition_layout(len(shape), d.partitions, d.launcher)])
+            self._misfits = {}
+        return self._parts[1]
+
+    def misfit(self, ranks: int, cores_per_rank: int, gpus_per_rank: int,
+               mem_per_rank: int) -> tuple[str, str] | None:
+        """(field, why) if no partition of this pilot can ever hold the request, else None
+        (None also while its shape is unknown). Memoized per request shape: misfit is
+        O(nodes), and a bulk submit asks for every task."""
+        shapes = self.partition_shapes
+        if shapes is None:
+            return None
+        key = (ranks, cores_per_rank, gpus_per_rank, mem_per_rank)
+        try:
+            return self._misfits[key]
+        except KeyError:
+            r = self._misfits[key] = misfit_partitions(*key, shapes)
+            return r
 
     @property
     def shared(self) -> str:

@@ -14,7 +14,7 @@ import msgspec
 from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
-from ..descriptions import TaskDescription, check_descriptions, misfit_partitions
+from ..descriptions import TaskDescription, check_descriptions
 from .pilot import Pilot
 from .session import Session
 
@@ -57,19 +57,13 @@ class Task:
         """The task's working directory on the pilot's side: its description's `sandbox`;
         else <pilot sandbox>/tasks/<uid>/ for a task that declares files (staging, output
         files, shell, pre/post_exec); else the shared <pilot sandbox>/tasks/."""
+        from .._paths import TASKS_DIR, task_cwd
+
         pilot = self._tmgr._pilots.get(self.pilot) if self.pilot else None
-        base = os.path.join(pilot.sandbox, "tasks") if pilot is not None else None
-        d = self.description
-        sb = d.sandbox
-        if sb and os.path.isabs(sb):
-            return sb
-        if base is None:
-            return None
-        if sb:
-            return os.path.join(base, sb)
-        own = (d.input_staging or d.output_staging or d.shell or d.pre_exec or d.post_exec
-               or isinstance(d.stdout, str) or isinstance(d.stderr, str))
-        return os.path.join(base, self.uid) if own else base
+        if pilot is None:
+            return self.description.sandbox if os.path.isabs(self.description.sandbox or "") \
+                else None
+        return task_cwd(self.description, self.uid, os.path.join(pilot.sandbox, TASKS_DIR))
 
     @property
     def history(self) -> list[tuple[str, float]]:
@@ -391,12 +385,10 @@ class TaskManager:
                                        index=index)
             pilots = pinned
         for p in pilots:
-            shapes = p.partition_shapes
-            if shapes is None:
+            if p.partition_shapes is None:
                 unknown.append(p)
                 continue
-            problem = misfit_partitions(d.ranks, d.cores_per_rank, d.gpus_per_rank,
-                                        d.mem_per_rank, shapes)
+            problem = p.misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank)
             if problem is None:
                 fitting.append(p)
             elif why is None:
