@@ -40,6 +40,7 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     input_staging: tuple[dict[str, str], ...] = ()
     output_staging: tuple[dict[str, str], ...] = ()
     duration: float | None = None  # expected run time: a scheduling hint
+    stage_on_error: bool = False  # output staging for a FAILED task too
 
 
 class RankSlot(msgspec.Struct, array_like=True):

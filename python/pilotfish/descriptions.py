@@ -25,7 +25,9 @@ except ImportError:  # the Rust core not built (docs, linters): its value
 
 RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
 LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun")
-STAGING_ACTIONS = ("copy", "link", "move", "transfer")  # transfer: a copy across the two sides
+# transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
+# archive, carried across, and unpacked at the target (one file to move instead of many)
+STAGING_ACTIONS = ("copy", "link", "move", "transfer", "tarball")
 # staging URL schemes (RADICAL-Pilot's): client:///p -- p on the client's side (relative: to
 # where the client runs); file:///abs -- that absolute path; pilot:///p -- the pilot's shared
 # directory (<pilot sandbox>/tasks/shared/p, see Pilot.stage_in); task:///p -- the task's own
@@ -528,7 +530,9 @@ class TaskDescription(_Description):
                  at most 30 s); a task canceled or killed at the pilot's end is not retried
     tags         e.g. {"colocate": "group"}: tasks of one group share a node
     name, metadata  free for the user
-    input_staging, output_staging  [{source, target, action: copy|link|move}]
+    input_staging, output_staging  [{source, target, action: copy|link|move|transfer|tarball}]
+    stage_on_error  stage the outputs of a task that FAILED too (default: only of DONE tasks)
+    named_env    run in an environment the pilot prepared (Pilot.prepare_env)
     """
 
     _kind = "TaskDescription"
@@ -571,6 +575,8 @@ class TaskDescription(_Description):
         "metadata": (None, _metadata),
         "input_staging": (list, _staging),
         "output_staging": (list, _staging),
+        "stage_on_error": (False, _bool),
+        "named_env": (None, _opt(_nonempty_str)),
     }
     __slots__ = ()
 

@@ -17,6 +17,7 @@ import signal as _signal
 import subprocess
 import sys
 
+import msgspec
 import zmq
 
 from .. import _wire
@@ -119,6 +120,11 @@ class Agent:
 
         self.default_launcher = desc.get("launcher") or default_launcher(desc["resource"],
                                                                          self.resources)
+        # a multi-rank task on a local pilot that names no launcher anywhere gets an installed
+        # MPI launcher (MPI rank variables, one launch per task); looked up on first need
+        self._mpi_launcher: str | None | bool = (
+            False if desc.get("launcher") or desc["resource"] != "local"
+            or self.default_launcher != "direct" else None)
         nodes = self.resources.nodes
         self.events.record(self.uid, "resources_ok",
                            f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
@@ -218,6 +224,16 @@ class Agent:
                                                 hostname())))
 
     # -- launchers --------------------------------------------------------------------------
+    def _with_mpi_launcher(self, spec: _wire.TaskSpec) -> _wire.TaskSpec:
+        if self._mpi_launcher is None:
+            from ..launch import installed_mpi_launcher
+
+            self._mpi_launcher = installed_mpi_launcher() or False
+            self.events.record(self.uid, "mpi_launcher", self._mpi_launcher or "none")
+        if not self._mpi_launcher:
+            return spec
+        return msgspec.structs.replace(spec, launcher=self._mpi_launcher)
+
     def _make_launcher(self, p: Partition, name: str):
         """A launch method over partition p's nodes (called by Launchers, which starts it)."""
         from ..launch import get_launcher
@@ -490,6 +506,8 @@ class Agent:
                 events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
                 continue
             try:
+                if spec.ranks > 1 and spec.launcher is None and self._mpi_launcher is not False:
+                    spec = t.spec = self._with_mpi_launcher(spec)
                 problem = check_spec(spec, self.shapes, self.tasks_dir, self.sandbox,
                                      self._misfits)
                 if problem is None and self.sim and spec.duration is None:
@@ -730,14 +748,20 @@ class Agent:
         now = self.clock.now() if now is None else now
         spec = t.spec
         stdout = stderr = None
+        also = None  # a failed task's output staging that failed as well
         if ran:
             self.events.record(spec.uid, S.STAGING_OUTPUT, None, now)
-            if spec.output_staging:
+            # a failed task's outputs are staged only when asked (stage_on_error): they are
+            # often missing, and the task's own failure is the reason to report
+            if spec.output_staging and (state != S.FAILED or spec.stage_on_error):
                 try:
                     stage(spec.output_staging, t.cwd or self._cwd_of(spec), outbound=True,
                           sandbox=self.sandbox)
                 except Exception as e:
-                    state, t.reason = S.FAILED, f"output staging failed: {e}"
+                    if state == S.FAILED:
+                        also = f"output staging failed too: {e}"
+                    else:
+                        state, t.reason = S.FAILED, f"output staging failed: {e}"
             if outputs is None:
                 outputs = self.runner.read_outputs([t])[0] if t.spool >= 0 else (None, None)
             stdout, stderr = outputs
@@ -748,6 +772,8 @@ class Agent:
                             else f"exit code {t.exit_code}")
                 if stderr:
                     t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
+            if also:
+                t.reason = f"{t.reason}; {also}" if t.reason else also
             now = self.clock.now()
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
             self.runner.read_outputs([t])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
+import tempfile
 
 
 def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
@@ -46,5 +48,23 @@ def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
                 shutil.copytree(src, dst, dirs_exist_ok=True)
             else:
                 shutil.copy2(src, dst)
+        elif action == "tarball":
+            _tarball(src, dst)
         else:
             raise ValueError(f"unknown staging action {action!r}")
+
+
+def _tarball(src: str, dst: str) -> None:
+    """src (a file or a tree) packed into one archive next to dst, and unpacked as dst: what
+    crosses between the two sides is one file. Unpacking uses tarfile's 'data' filter: no
+    member may leave dst, be a device, or be a link that points out of it."""
+    fd, archive = tempfile.mkstemp(prefix=".stage.", suffix=".tar",
+                                   dir=os.path.dirname(dst) or ".")
+    os.close(fd)
+    try:
+        with tarfile.open(archive, "w") as tar:
+            tar.add(src, arcname=os.path.basename(dst))
+        with tarfile.open(archive) as tar:
+            tar.extractall(os.path.dirname(dst) or ".", filter="data")
+    finally:
+        os.unlink(archive)

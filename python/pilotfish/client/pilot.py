@@ -45,6 +45,7 @@ class Pilot:
         self._resynced = threading.Event()  # the agent answered (Missing came)
         self._resync_asked = float("-inf")  # when we last asked (monotonic)
         self._missing: set[str] = set()
+        self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None:
@@ -122,6 +123,66 @@ class Pilot:
         stage(absolute, self.shared, outbound=not inbound, sandbox=self.sandbox)
         return [os.path.join(self.shared, d["target"]) if inbound else d["target"]
                 for d in absolute]
+
+    ENV_KEYS = ("type", "pre_exec", "packages", "python", "system_site_packages", "timeout")
+
+    def prepare_env(self, name: str, spec: dict | None = None) -> dict:
+        """Prepare a named environment on the pilot's nodes, for tasks that say
+        TaskDescription(named_env=name). Blocks until it is ready; returns its record.
+
+        spec: {"type": "venv" (default) | "shell", "pre_exec": [shell lines run before every
+        task in it], "packages": [pip requirements, installed into the venv], "python": the
+        interpreter the venv is made from (default: this client's), "system_site_packages":
+        bool (default False), "timeout": seconds (default 600)}. A venv is made by a task on
+        this pilot (so on its nodes, under <sandbox>/env/<name>) and activated before each
+        task's pre_exec. Raises ValueError for a bad name or spec, PilotfishError (with the
+        setup task's stderr) when the setup fails."""
+        import shlex
+        import sys
+
+        from ..descriptions import TaskDescription
+
+        spec = dict(spec or {})
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"prepare_env: name {name!r} must be a non-empty name without '/'")
+        unknown = sorted(set(spec) - set(self.ENV_KEYS))
+        if unknown:
+            raise ValueError(f"prepare_env {name!r}: unknown keys {unknown} (known: "
+                             f"{', '.join(self.ENV_KEYS)})")
+        kind = spec.get("type", "venv")
+        if kind not in ("venv", "shell"):
+            raise ValueError(f"prepare_env {name!r}: type {kind!r} is not supported ('venv' or "
+                             f"'shell'; conda is not installed on this kind of machine)")
+        pre_exec = TaskDescription(executable="-", pre_exec=spec.get("pre_exec", [])).pre_exec
+        packages = TaskDescription(executable="-", arguments=spec.get("packages", [])).arguments
+        record = {"type": kind, "path": None, "pre_exec": pre_exec}
+        if kind == "venv":
+            path = os.path.join(self.sandbox, "env", name)
+            python = spec.get("python") or sys.executable
+            make = [python, "-m", "venv", path]
+            if spec.get("system_site_packages"):
+                make.insert(3, "--system-site-packages")
+            if not packages:
+                make.insert(3, "--without-pip")  # seconds faster; nothing to install
+            lines = ["set -e", shlex.join(make)]
+            if packages:
+                lines.append(shlex.join([os.path.join(path, "bin", "python"), "-m", "pip",
+                                         "install", "-q", "--disable-pip-version-check",
+                                         *packages]))
+            from .task import TaskManager  # (task.py imports this module)
+
+            tmgr = TaskManager(self._pmgr.session)
+            tmgr.add_pilots(self)
+            t = tmgr.submit_tasks(TaskDescription(
+                executable="/bin/sh", arguments=["-c", "\n".join(lines)], pilot=self.uid,
+                name=f"prepare_env:{name}", stdout=True, stderr=True))
+            state = t.wait(timeout=float(spec.get("timeout", 600)))
+            if state != S.DONE:
+                raise PilotfishError(f"prepare_env {name!r} on {self.uid}: {state}: "
+                                     f"{t.reason or (t.stderr or '')[-2000:]}")
+            record["path"] = path
+        self.envs[name] = record
+        return record
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
         return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import shlex
 import threading
 import time
 from typing import Callable, Iterable
@@ -98,8 +99,24 @@ class TaskManager:
     can hold is rejected at submit, naming the field.
     """
 
-    def __init__(self, session: Session):
+    SCHEDULERS = ("backfilling", "round_robin")
+
+    def __init__(self, session: Session, scheduler: str = "backfilling"):
+        """scheduler: how tasks are routed over the manager's pilots --
+        "backfilling" (default): to the pilot with the least outstanding work per core that
+        can hold the task (work routed earlier in the same submit counts; work leaves as
+        tasks end), so bulk submits spread by capacity and later ones fill pilots that ran
+        dry; "round_robin": to the pilots in turn, skipping those that cannot hold it.
+        A task that names its `pilot` goes there."""
         session._check_open()
+        if scheduler not in self.SCHEDULERS:
+            raise ValueError(f"TaskManager scheduler {scheduler!r} is unknown: use one of "
+                             f"{', '.join(map(repr, self.SCHEDULERS))}")
+        self.scheduler = scheduler
+        self._turn = 0  # round_robin: the next pilot's turn
+        # (uid, description, pilot's shared dir) -> variables for the task's environment; a
+        # compatibility layer's hook (pilotfish.rp sets RP_TASK_ID and friends), else None
+        self._extra_env = None
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
@@ -167,8 +184,10 @@ class TaskManager:
             for k in range(0, len(idx), SUBMIT_BATCH):
                 part = idx[k:k + SUBMIT_BATCH]
                 try:
-                    shared = os.path.join(self._pilots[pilot_uid].sandbox, "tasks", "shared")
-                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared)
+                    pilot = self._pilots[pilot_uid]
+                    shared = os.path.join(pilot.sandbox, "tasks", "shared")
+                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared,
+                                                             pilot.envs, self._extra_env)
                                                        for i in part]))
                     if session.journal.enabled:
                         journal.append(_journal_encode(
@@ -384,6 +403,14 @@ class TaskManager:
                                        f"{', '.join(p.uid for p in pilots) or 'none'})",
                                        index=index)
             pilots = pinned
+        if d.named_env is not None:
+            having = [p for p in pilots if d.named_env in p.envs]
+            if not having:
+                raise DescriptionError("TaskDescription", "named_env", d.named_env,
+                                       "no environment of that name was prepared on "
+                                       f"{'pilot ' + d.pilot if d.pilot else 'any live pilot'}"
+                                       " (Pilot.prepare_env)", index=index)
+            pilots = having
         for p in pilots:
             if p.partition_shapes is None:
                 unknown.append(p)
@@ -399,6 +426,10 @@ class TaskManager:
             raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
         if len(candidates) == 1:
             chosen = candidates[0]
+        elif self.scheduler == "round_robin":
+            order = list(self._pilots)
+            chosen = min(candidates, key=lambda p: (order.index(p.uid) - self._turn) % len(order))
+            self._turn = (order.index(chosen.uid) + 1) % len(order)
         else:
             load = self._load
             extra = pending if pending is not None else {}
@@ -553,9 +584,17 @@ _SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging")
 _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
 
 
-def _spec(uid: str, d: TaskDescription, shared: str | None = None) -> _wire.TaskSpec:
+def _spec(uid: str, d: TaskDescription, shared: str | None = None,
+          envs: dict | None = None, extra_env=None) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
+    if "named_env" in v:  # (the route checked that the pilot has it)
+        env = envs[v["named_env"]]  # type: ignore[index]
+        activate = [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"] \
+            if env["path"] else []
+        kw["pre_exec"] = activate + list(env["pre_exec"]) + list(kw.get("pre_exec", ()))
+    if extra_env is not None:
+        kw["environment"] = {**extra_env(uid, d, shared), **kw.get("environment", {})}
     tags = v.get("tags")
     if tags and "colocate" in tags:
         kw["colocate"] = tags["colocate"]

@@ -51,7 +51,26 @@ def default_launcher(resource: str, resources: Any) -> str:
     return NATIVE.get(resource, "ssh")
 
 
+def installed_mpi_launcher() -> str | None:
+    """The MPI launcher a multi-rank task gets on a local pilot that names none: MPICH's
+    mpiexec (hydra) if installed, else Open MPI's mpirun, else PRRTE's (through `prrte`), else
+    None (`direct` stays: ranks are plain processes then). Looked up by running each
+    candidate's --version: call once, lazily."""
+    from .base import find_tool
+    from .mpiexec import is_hydra
+    from .mpirun import is_openmpi_launcher
+
+    if find_tool(("mpiexec.hydra", "mpiexec"), is_hydra):
+        return "mpiexec"
+    if find_tool(("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher):
+        return "mpirun"
+    if find_tool(("prte",), None) and find_tool(("prun", "prterun"), None):
+        return "prrte"
+    return None
+
+
 __all__ = [
+    "installed_mpi_launcher",
     "LAUNCHERS",
     "default_launcher",
     "LaunchError",
