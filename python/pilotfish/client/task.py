@@ -114,9 +114,10 @@ class TaskManager:
                              f"{', '.join(map(repr, self.SCHEDULERS))}")
         self.scheduler = scheduler
         self._turn = 0  # round_robin: the next pilot's turn
-        # (uid, description, pilot's shared dir) -> variables for the task's environment; a
-        # compatibility layer's hook (pilotfish.rp sets RP_TASK_ID and friends), else None
-        self._extra_env = None
+        # (uid, description, pilot) -> TaskSpec fields to add ("environment" is merged under
+        # the task's own): a compatibility layer's hook (pilotfish.rp: RP_TASK_ID and
+        # friends, a sandbox per task), else None
+        self._spec_extra = None
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
@@ -186,8 +187,10 @@ class TaskManager:
                 try:
                     pilot = self._pilots[pilot_uid]
                     shared = os.path.join(pilot.sandbox, "tasks", "shared")
+                    extra = None if self._spec_extra is None else \
+                        (lambda u, d, p=pilot: self._spec_extra(u, d, p))  # type: ignore[misc]
                     frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared,
-                                                             pilot.envs, self._extra_env)
+                                                             pilot.envs, extra)
                                                        for i in part]))
                     if session.journal.enabled:
                         journal.append(_journal_encode(
@@ -585,7 +588,7 @@ _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DER
 
 
 def _spec(uid: str, d: TaskDescription, shared: str | None = None,
-          envs: dict | None = None, extra_env=None) -> _wire.TaskSpec:
+          envs: dict | None = None, extra=None) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     if "named_env" in v:  # (the route checked that the pilot has it)
@@ -593,8 +596,12 @@ def _spec(uid: str, d: TaskDescription, shared: str | None = None,
         activate = [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"] \
             if env["path"] else []
         kw["pre_exec"] = activate + list(env["pre_exec"]) + list(kw.get("pre_exec", ()))
-    if extra_env is not None:
-        kw["environment"] = {**extra_env(uid, d, shared), **kw.get("environment", {})}
+    if extra is not None:
+        more = extra(uid, d)
+        env = more.pop("environment", None)
+        if env:
+            kw["environment"] = {**env, **kw.get("environment", {})}
+        kw.update(more)
     tags = v.get("tags")
     if tags and "colocate" in tags:
         kw["colocate"] = tags["colocate"]

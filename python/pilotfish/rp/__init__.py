@@ -1,0 +1,39 @@
+"""RADICAL-Pilot's API on pilotfish: change `import radical.pilot as rp` into
+`import pilotfish.rp as rp` and an RP script runs on pilotfish.
+
+    session = rp.Session()
+    pmgr = rp.PilotManager(session)
+    tmgr = rp.TaskManager(session)
+    pilot = pmgr.submit_pilots(rp.PilotDescription({"resource": "local.localhost",
+                                                    "cores": 8, "runtime": 15}))
+    tmgr.add_pilots(pilot)
+    tmgr.submit_tasks([rp.TaskDescription({"executable": "/bin/date"}) for _ in range(10)])
+    tmgr.wait_tasks()
+    session.close(download=True)
+
+What differs from RP, and why, is in docs/rp.md: no function/RAPTOR tasks (pilotfish runs
+executables), `runtime` in minutes as in RP, staging defaults as in RP (TRANSFER), a sandbox
+per task, resource labels from a small table (rp.add_resource for sites).
+"""
+
+from ._api import (PILOT_STATE, SCHEDULER_BACKFILLING, SCHEDULER_DEFAULT,
+                   SCHEDULER_ROUND_ROBIN, TASK_STATE, Pilot, PilotManager, Session, Task,
+                   TaskManager)
+from ._describe import (COPY, CREATE_PARENTS, CUDA, DEFAULT_FLAGS, LINK, MOVE, MPI, POSIX,
+                        RECURSIVE, SKIP_FAILED, TARBALL, TASK_EVAL, TASK_EXEC,
+                        TASK_EXECUTABLE, TASK_FUNCTION, TASK_METHOD, TASK_PROC, TASK_SERVICE,
+                        TASK_SHELL, TRANSFER, OpenMP, PilotDescription, TaskDescription)
+from ._resources import RESOURCES, add_resource
+from ._states import (AGENT_EXECUTING, AGENT_EXECUTING_PENDING, AGENT_SCHEDULING,
+                      AGENT_SCHEDULING_PENDING, AGENT_STAGING_INPUT,
+                      AGENT_STAGING_INPUT_PENDING, AGENT_STAGING_OUTPUT,
+                      AGENT_STAGING_OUTPUT_PENDING, CANCELED, DONE, FAILED, FINAL, INITIAL, NEW,
+                      PILOT_STATES, PMGR_ACTIVE, PMGR_ACTIVE_PENDING, PMGR_LAUNCHING,
+                      PMGR_LAUNCHING_PENDING, TASK_STATES, TMGR_SCHEDULING,
+                      TMGR_SCHEDULING_PENDING, TMGR_STAGING_INPUT, TMGR_STAGING_INPUT_PENDING,
+                      TMGR_STAGING_OUTPUT, TMGR_STAGING_OUTPUT_PENDING)
+from .._errors import DescriptionError, PilotfishError
+
+version = "pilotfish.rp (RADICAL-Pilot API subset)"
+
+__all__ = [name for name in dir() if not name.startswith("_")]

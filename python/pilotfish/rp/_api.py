@@ -1,0 +1,519 @@
+"""RP's Session, PilotManager, TaskManager, Pilot and Task over pilotfish's.
+
+Each RP object wraps its pilotfish twin: states are mapped (_states.py), descriptions are
+translated at submit (_describe.py), callbacks get the wrapper objects and RP's states. What a
+pilot needs before its first task -- its prepared environments, its services -- is set up by
+one thread per pilot once it is active; a submit to a pilot waits for that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import Any, Callable
+
+from .. import client as _pf
+from .. import states as S
+from .._errors import PilotfishError
+from .._paths import TASKS_DIR
+from . import _states as RS
+from ._describe import PilotDescription, TaskDescription, staging
+
+log = logging.getLogger("pilotfish.rp")
+
+TASK_STATE = "TASK_STATE"    # callback metrics
+PILOT_STATE = "PILOT_STATE"
+SCHEDULER_ROUND_ROBIN = "round_robin"
+SCHEDULER_BACKFILLING = "backfilling"
+SCHEDULER_DEFAULT = SCHEDULER_ROUND_ROBIN  # RP's default (pilotfish's own: backfilling)
+SERVICE_READY_TIMEOUT = 120.0  # s: a pilot's services must be up by then (RP's bound)
+
+
+def _listify(x):
+    return (x, True) if isinstance(x, (list, tuple)) else ([x], False)
+
+
+def _callback(cb: Callable, cb_data: Any) -> Callable:
+    if not cb_data:  # RP passes cb_data only when it is truthy
+        return cb
+    return lambda obj, state: cb(obj, state, cb_data)
+
+
+class Session:
+    """rp.Session(uid=None, cfg=None, ...): a pilotfish session in ./pilotfish-sessions/<uid>
+    (or $PILOTFISH_SESSIONS). `close(download=True)` gathers every pilot's logs and events
+    into the session directory."""
+
+    def __init__(self, proxy_url: str | None = None, uid: str | None = None,
+                 cfg: dict | None = None, _primary: bool = True, **kwargs: Any):
+        path = kwargs.pop("path", None)
+        kwargs.pop("cfg_file", None)
+        if kwargs:
+            raise TypeError(f"rp.Session: unknown arguments {sorted(kwargs)}")
+        self._pf = _pf.Session(path=path, uid=uid)
+        self.uid = self._pf.uid
+        self.path = self._pf.path
+        self.cfg = dict(cfg or {})
+        self._pmgrs: list[PilotManager] = []
+
+    def close(self, download: bool = False, cleanup: bool | None = None,
+              terminate: bool = True) -> None:
+        self._pf.close(terminate=terminate)
+        if download:
+            for pmgr in self._pmgrs:
+                for p in pmgr._pilots.values():
+                    _download(p._pf.sandbox, os.path.join(self.path, p.uid))
+
+    def get_pilot_managers(self):
+        return list(self._pmgrs)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _download(sandbox: str, into: str) -> None:
+    """A pilot's own files (logs, events, its configuration), not its tasks' directories, into
+    the session directory -- unless the sandbox is there already (local pilots)."""
+    if not os.path.isdir(sandbox) or os.path.realpath(sandbox) == os.path.realpath(into):
+        return
+    os.makedirs(into, exist_ok=True)
+    for name in os.listdir(sandbox):
+        src = os.path.join(sandbox, name)
+        if name != TASKS_DIR and os.path.isfile(src):
+            shutil.copy2(src, os.path.join(into, name))
+
+
+class Pilot:
+    """An RP pilot: uid, state (RP's names), description, resource, pilot_sandbox."""
+
+    def __init__(self, pmgr: "PilotManager", pf_pilot, description: PilotDescription):
+        self._pf = pf_pilot
+        self.pmgr = pmgr
+        self.description = description
+        self.uid = pf_pilot.uid
+        self.resource = description.get("resource")
+        self._ready = threading.Event()  # environments prepared and services running
+        self._problem: str | None = None
+        self._services: list = []
+        self._setup = bool(description.get("prepare_env") or description.get("services"))
+        if not self._setup:
+            self._ready.set()
+        else:
+            threading.Thread(target=self._set_up, name=f"rp-setup-{self.uid}",
+                             daemon=True).start()
+
+    @property
+    def state(self) -> str:
+        return RS.PILOT_STATE[self._pf.state]
+
+    @property
+    def pilot_sandbox(self) -> str:
+        return f"file://localhost{self._pf.sandbox}/"
+
+    @property
+    def client_sandbox(self) -> str:
+        return os.getcwd()
+
+    @property
+    def stdout(self) -> str | None:
+        return self._pf.reason
+
+    @property
+    def log(self) -> list:
+        return list(self._pf.history)
+
+    def as_dict(self) -> dict:
+        return {"uid": self.uid, "state": self.state, "resource": self.resource,
+                "pilot_sandbox": self.pilot_sandbox, "description": dict(self.description)}
+
+    def wait(self, state=None, timeout: float | None = None) -> str:
+        pf_states = None if state is None else RS.pilot_states_to_pf(state)
+        self._pf.wait(pf_states, timeout=timeout)
+        return self.state
+
+    def cancel(self) -> None:
+        self._pf.cancel()
+
+    def stage_in(self, directives) -> list[str]:
+        """RP's pilot.stage_in: client files into the pilot's shared space (pilot:///)."""
+        return self._pf.stage_in(self._directives(directives, inbound=True))
+
+    def stage_out(self, directives) -> list[str]:
+        return self._pf.stage_out(self._directives(directives, inbound=False))
+
+    def _directives(self, directives, inbound: bool) -> list[dict]:
+        def fail(field, why):
+            return ValueError(f"pilot.stage_{'in' if inbound else 'out'}: {why}")
+        out = staging(directives, "staging", inbound, fail)
+        for d in out:  # a plain target of stage_in, a plain source of stage_out: pilot://
+            side = "target" if inbound else "source"
+            path = d.get(side) or os.path.basename(d["source"].rstrip("/"))
+            if "://" not in path:
+                d[side] = "pilot:///" + path
+        return out
+
+    def prepare_env(self, env_name: str, env_spec: dict | None = None) -> dict:
+        """RP's prepare_env: {'type': 'venv'|'shell', 'setup'|'packages': [...],
+        'pre_exec': [...], 'version': ignored (the client's Python is used), 'path':
+        not supported}. Blocks until the environment is ready."""
+        spec = dict(env_spec or {})
+        if spec.get("path"):
+            raise ValueError(f"prepare_env {env_name!r}: 'path' (an existing environment "
+                             "elsewhere) is not supported: name the packages instead")
+        spec.pop("path", None)
+        spec.pop("version", None)  # the venv is made from the client's interpreter
+        if spec.get("type") == "virtualenv":
+            spec["type"] = "venv"
+        if spec.get("type") in ("conda", "anaconda"):
+            raise ValueError(f"prepare_env {env_name!r}: conda environments are not supported "
+                             "(no conda on this kind of machine): use type 'venv'")
+        if "setup" in spec:
+            spec["packages"] = list(spec.pop("setup") or []) + list(spec.get("packages", []))
+        if self._pf.state not in (S.ACTIVE,) + tuple(S.FINAL):
+            self._pf.wait(S.ACTIVE)
+        return self._pf.prepare_env(env_name, spec)
+
+    def _set_up(self) -> None:
+        try:
+            if self._pf.wait(S.ACTIVE) != S.ACTIVE:
+                self._problem = f"pilot {self.uid} is {self._pf.state}: {self._pf.reason}"
+                return
+            for name, spec in (self.description.get("prepare_env") or {}).items():
+                self.prepare_env(name, spec)
+            services = self.description.get("services") or []
+            if services:
+                self._start_services(services)
+        except BaseException as e:  # reported at the next submit to this pilot
+            self._problem = f"setting up {self.uid} failed: {type(e).__name__}: {e}"
+        finally:
+            self._ready.set()
+
+    def _start_services(self, services: list) -> None:
+        """RP 1.60's agent services: tasks started before any other task of the pilot, each
+        up once it runs -- or, with metadata {'startup_file': path}, once that file exists
+        (relative to the service's sandbox); all within SERVICE_READY_TIMEOUT."""
+        tm = TaskManager(self.pmgr.session)
+        tm._during_setup = True  # (its submit must not wait for this very setup)
+        tm.add_pilots(self)
+        descs, files = [], []
+        for i, sd in enumerate(services):
+            sd = TaskDescription(sd)
+            sd["uid"] = sd.get("uid") or f"service.{i:04d}"
+            sd["sandbox"] = sd.get("sandbox") or sd["uid"]  # RP: <pilot sandbox>/<uid>/
+            sd["pilot"] = self.uid
+            descs.append(sd)
+            meta = sd.get("metadata") if isinstance(sd.get("metadata"), dict) else {}
+            f = meta.get("startup_file")
+            files.append(None if not f else f if os.path.isabs(f) else
+                         os.path.join(self._pf.sandbox, TASKS_DIR, sd["sandbox"], f))
+        self._services = tm.submit_tasks(descs)
+        deadline = time.monotonic() + SERVICE_READY_TIMEOUT
+        tm.wait_tasks(state=RS.AGENT_EXECUTING, timeout=SERVICE_READY_TIMEOUT)
+        while True:
+            bad = [(t.uid, t.state, t.exception_detail) for t in self._services
+                   if t.state != RS.AGENT_EXECUTING]
+            if bad:
+                self._problem = f"services of {self.uid} did not start: {bad}"
+                return
+            if all(f is None or os.path.exists(f) for f in files):
+                return
+            if time.monotonic() > deadline:
+                self._problem = (f"services of {self.uid} not up within "
+                                 f"{SERVICE_READY_TIMEOUT:.0f} s (no startup_file: "
+                                 f"{[f for f in files if f and not os.path.exists(f)]})")
+                return
+            time.sleep(0.05)
+
+    @property
+    def services(self) -> list:
+        return list(self._services)
+
+    def __repr__(self) -> str:
+        return f"<rp.Pilot {self.uid} {self.state}>"
+
+
+class PilotManager:
+    def __init__(self, session: Session, uid: str | None = None, cfg: dict | None = None):
+        self.session = session
+        self._pf = _pf.PilotManager(session._pf)
+        self._pilots: dict[str, Pilot] = {}
+        self.uid = uid or "pmgr.0000"
+        session._pmgrs.append(self)
+        self._pf.register_callback(self._on_state)
+
+    def _on_state(self, p, state: str) -> None:
+        """RP's exit_on_error (default True): a pilot that FAILS interrupts the main thread
+        (KeyboardInterrupt there), which RP scripts catch to close their session."""
+        pilot = self._pilots.get(p.uid)
+        if state == S.FAILED and pilot is not None and \
+                pilot.description.get("exit_on_error", True):
+            log.error("pilot %s failed (%s): interrupting the main thread (exit_on_error)",
+                      p.uid, p.reason)
+            import _thread
+
+            _thread.interrupt_main()
+
+    def submit_pilots(self, descriptions):
+        descs, many = _listify(descriptions)
+        rp_descs = [d if isinstance(d, PilotDescription) else PilotDescription(d)
+                    for d in descs]
+        pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]  # all checked first
+        pilots = [Pilot(self, p, d) for p, d in
+                  zip(self._pf.submit_pilots(pf_descs), rp_descs)]
+        for p in pilots:
+            self._pilots[p.uid] = p
+        return pilots if many else pilots[0]
+
+    def get_pilots(self, uids=None):
+        if uids is None:
+            return list(self._pilots.values())
+        sel, many = _listify(uids)
+        out = [self._pilots[u] for u in sel]
+        return out if many else out[0]
+
+    def list_pilots(self) -> list[str]:
+        return list(self._pilots)
+
+    def wait_pilots(self, uids=None, state=None, timeout: float | None = None):
+        sel, many = _listify(uids if uids is not None else list(self._pilots))
+        pf_states = None if state is None else RS.pilot_states_to_pf(state)
+        self._pf.wait_pilots(sel, state=pf_states, timeout=timeout)
+        out = [self._pilots[u].state for u in sel]
+        return out if many or uids is None else out[0]
+
+    def cancel_pilots(self, uids=None, _timeout=None) -> None:
+        self._pf.cancel_pilots(uids)
+
+    def register_callback(self, cb: Callable, cb_data=None, metric: str = PILOT_STATE) -> None:
+        """cb(pilot, state) -- cb(pilot, state, cb_data) when cb_data is given -- on every
+        pilot state change."""
+        if metric != PILOT_STATE:
+            raise ValueError(f"callback metric {metric!r}: only rp.PILOT_STATE exists here")
+        f = _callback(cb, cb_data)
+        self._pf.register_callback(
+            lambda p, state: f(self._pilots.get(p.uid) or p, RS.PILOT_STATE[state]))
+
+    def close(self, terminate: bool = True) -> None:
+        pass  # the session closes the pilots
+
+
+class Task:
+    """An RP task: uid, name, state (RP's names), exit_code, stdout, stderr, pilot, sandbox,
+    description, return_value (None: no function tasks), exception, exception_detail."""
+
+    __slots__ = ("_pf", "uid", "description", "tmgr")
+
+    def __init__(self, tmgr: "TaskManager", pf_task, description: TaskDescription, uid: str):
+        self._pf = pf_task
+        self.uid = uid
+        self.description = description
+        self.tmgr = tmgr
+
+    name = property(lambda self: self.description.get("name") or self._pf.name)
+    state = property(lambda self: RS.TASK_STATE[self._pf.state])
+    exit_code = property(lambda self: self._pf.exit_code)
+    pilot = property(lambda self: self._pf.pilot)
+    return_value = property(lambda self: None)
+
+    @property
+    def sandbox(self) -> str | None:
+        p = self.tmgr._pf._pilots.get(self._pf.pilot)
+        if p is None:
+            return None
+        sb = self.description.get("sandbox")
+        base = os.path.join(p.sandbox, TASKS_DIR)
+        return sb if sb and os.path.isabs(sb) else os.path.join(base, sb or self._pf.uid)
+
+    @property
+    def task_sandbox(self) -> str | None:
+        sb = self.sandbox
+        return None if sb is None else f"file://localhost{sb}/"
+
+    def _output(self, which: str) -> str | None:
+        captured = getattr(self._pf, which)
+        if captured is not None:
+            return captured
+        name = self.description.get(which)  # a file name in the sandbox (RP's form)
+        if name and self.sandbox:
+            path = name if os.path.isabs(name) else os.path.join(self.sandbox, name)
+            try:
+                with open(path, errors="replace") as f:
+                    return f.read(1 << 20)
+            except OSError:
+                return None
+        return None
+
+    stdout = property(lambda self: self._output("stdout"))
+    stderr = property(lambda self: self._output("stderr"))
+
+    @property
+    def exception(self) -> str | None:
+        return 'RuntimeError("task failed")' if self._pf.state == S.FAILED else None
+
+    @property
+    def exception_detail(self) -> str | None:
+        """Why it failed (pilotfish's reason: exit code, signal, staging, launch)."""
+        return self._pf.reason if self._pf.state == S.FAILED else None
+
+    def wait(self, state=None, timeout: float | None = None) -> str:
+        return self.tmgr.wait_tasks(self.uid, state=state, timeout=timeout)
+
+    def cancel(self) -> None:
+        self.tmgr.cancel_tasks(self.uid)
+
+    def as_dict(self) -> dict:
+        return {"uid": self.uid, "name": self.name, "state": self.state,
+                "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+                "pilot": self.pilot, "sandbox": self.sandbox,
+                "description": dict(self.description)}
+
+    def __repr__(self) -> str:
+        return f"<rp.Task {self.uid} {self.state}>"
+
+
+class TaskManager:
+    def __init__(self, session: Session, cfg: dict | None = None,
+                 scheduler: str | None = None, uid: str | None = None):
+        self.session = session
+        self._pf = _pf.TaskManager(session._pf, scheduler=scheduler or SCHEDULER_DEFAULT)
+        self._pf._spec_extra = self._spec_extra
+        self._pilots: dict[str, Pilot] = {}
+        self._tasks: dict[str, Task] = {}   # rp uid -> task
+        self._by_pf: dict[str, Task] = {}   # pilotfish uid -> task
+        self._user_uid: dict[int, str] = {}  # id(pf description) -> the user's uid, in submit
+        # id(pf description) -> its RP description, while a submit is under way: the IO
+        # thread may report a task before submit_tasks returns (_wrap makes it then)
+        self._rp_desc: dict[int, TaskDescription] = {}
+        self._lock = threading.Lock()
+        self._during_setup = False
+        self.uid = uid or "tmgr.0000"
+
+    def _wrap(self, t) -> Task:
+        with self._lock:
+            task = self._by_pf.get(t.uid)
+            if task is None:
+                key = id(t.description)
+                task = Task(self, t, self._rp_desc[key], self._user_uid.get(key, t.uid))
+                self._tasks[task.uid] = task
+                self._by_pf[t.uid] = task
+            return task
+
+    # RP's per-task variables, and a sandbox of its own for every task (as in RP)
+    def _spec_extra(self, uid: str, d, pilot) -> dict:
+        rp_uid = self._user_uid.get(id(d), uid)
+        sandbox = d.sandbox or uid
+        full = sandbox if os.path.isabs(sandbox) else os.path.join(pilot.sandbox, TASKS_DIR,
+                                                                   sandbox)
+        out: dict = {"environment": {
+            "RP_TASK_ID": rp_uid, "RP_TASK_NAME": d.name or rp_uid, "RP_PILOT_ID": pilot.uid,
+            "RP_SESSION_ID": self.session.uid, "RP_TASK_SANDBOX": full,
+            "RP_PILOT_SANDBOX": pilot.sandbox, "RP_RANKS": str(d.ranks),
+            "RP_CORES_PER_RANK": str(d.cores_per_rank), "RP_GPUS_PER_RANK": str(d.gpus_per_rank),
+            "RP_RESOURCE": getattr(self._pilots.get(pilot.uid), "resource", None) or "local"}}
+        if d.ranks == 1:  # (several ranks: each exports its own, see _describe)
+            out["environment"]["RP_RANK"] = "0"
+        if d.sandbox is None:
+            out["sandbox"] = uid
+        return out
+
+    def add_pilots(self, pilots) -> None:
+        sel, _ = _listify(pilots)
+        for p in sel:
+            if p.uid in self._pilots:
+                raise ValueError(f"pilot {p.uid} was added already")
+            self._pilots[p.uid] = p
+        self._pf.add_pilots([p._pf for p in sel])
+
+    def list_pilots(self) -> list[str]:
+        return list(self._pilots)
+
+    def get_pilots(self) -> list[Pilot]:
+        return list(self._pilots.values())
+
+    def submit_tasks(self, descriptions):
+        descs, many = _listify(descriptions)
+        rp_descs = [d if isinstance(d, TaskDescription) else TaskDescription(d) for d in descs]
+        pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]
+        for i, d in enumerate(rp_descs):
+            uid = d.get("uid")
+            if uid is not None and (uid in self._tasks or uid in self._user_uid.values()):
+                raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
+            if uid is not None:
+                self._user_uid[id(pf_descs[i])] = uid
+        for p in self._pilots.values():
+            if self._during_setup:
+                break
+            if not p._ready.is_set() and p._pf.state not in S.FINAL:
+                p._ready.wait()
+            if p._problem:
+                raise PilotfishError(p._problem)
+        for pd, d in zip(pf_descs, rp_descs):
+            self._rp_desc[id(pd)] = d
+        try:
+            out = [self._wrap(t) for t in self._pf.submit_tasks(pf_descs)]
+        finally:
+            for pd in pf_descs:
+                self._rp_desc.pop(id(pd), None)
+                self._user_uid.pop(id(pd), None)
+        return out if many else out[0]
+
+    def _pf_uids(self, uids) -> tuple[list[str], bool]:
+        if uids is None:
+            return [t._pf.uid for t in self._tasks.values()], True
+        sel, many = _listify(uids)
+        try:
+            return [self._tasks[u]._pf.uid for u in sel], many
+        except KeyError as e:
+            raise ValueError(f"no task {e.args[0]!r} in this TaskManager") from None
+
+    def wait_tasks(self, uids=None, state=None, timeout: float | None = None):
+        pf_uids, many = self._pf_uids(uids)
+        pf_states = None if state is None else RS.task_states_to_pf(state)
+        self._pf.wait_tasks(pf_uids, state=pf_states, timeout=timeout)
+        out = [self._by_pf[u].state for u in pf_uids]
+        return out if many else out[0]
+
+    def cancel_tasks(self, uids=None) -> None:
+        self._pf.cancel_tasks(self._pf_uids(uids)[0])
+
+    def get_tasks(self, uids=None):
+        if uids is None:
+            return list(self._tasks.values())
+        sel, many = _listify(uids)
+        missing = [u for u in sel if u not in self._tasks]
+        if missing:
+            raise ValueError(f"no task {missing[0]!r} in this TaskManager")
+        out = [self._tasks[u] for u in sel]
+        return out if many else out[0]
+
+    def list_tasks(self) -> list[str]:
+        return list(self._tasks)
+
+    def register_callback(self, cb: Callable, cb_data=None, metric: str | None = None,
+                          uid: str | None = None) -> None:
+        """cb(task, state) -- or cb(task, state, cb_data) -- on every state change (of task
+        `uid` only, if given), in order, from pilotfish's IO thread. An exception there
+        (sys.exit() too) is logged and never stops the client."""
+        metrics = [TASK_STATE] if metric is None else _listify(metric)[0]
+        if set(metrics) - {TASK_STATE, "WAIT_QUEUE_SIZE"}:
+            raise ValueError(f"callback metric {metric!r}: rp.TASK_STATE (or "
+                             f"rp.WAIT_QUEUE_SIZE, never fired, as in RP) only")
+        if TASK_STATE not in metrics:
+            return
+        f = _callback(cb, cb_data)
+
+        def relay(t, state: str) -> None:
+            task = self._by_pf.get(t.uid) or self._wrap(t)
+            if uid is None or task.uid == uid:
+                f(task, RS.TASK_STATE[state])
+
+        self._pf.register_callback(relay)
+
+    def close(self) -> None:
+        pass  # the session closes the manager

@@ -1,0 +1,369 @@
+"""RADICAL-Pilot's descriptions, and their translation into pilotfish's.
+
+An RP description is a dict with attribute access (`td.executable = ...` or
+`rp.TaskDescription({...})`), with RP's field names and units (runtime in minutes, cores over
+the whole pilot, staging directives as strings, dicts or lists). `to_pf()` gives the pilotfish
+description; every field pilotfish cannot honour is rejected there, at submit, with the field,
+the value and why -- never accepted and then ignored -- except the ones listed in `IGNORED`,
+which change nothing here (said once in the docs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from .._errors import DescriptionError, show
+from ..descriptions import PilotDescription as _PfPilot
+from ..descriptions import TaskDescription as _PfTask
+from ._resources import resource_config
+
+# staging actions (RP's values) and flags
+COPY, LINK, MOVE, TRANSFER, TARBALL = "Copy", "Link", "Move", "Transfer", "Tarball"
+CREATE_PARENTS, RECURSIVE, SKIP_FAILED = 1, 2, 4
+DEFAULT_FLAGS = CREATE_PARENTS
+_ACTIONS = {COPY: "copy", LINK: "link", MOVE: "move", TRANSFER: "transfer", TARBALL: "tarball"}
+
+# task modes
+TASK_EXECUTABLE = "task.executable"
+TASK_FUNCTION = "task.function"
+TASK_METHOD = "task.method"
+TASK_EVAL = "task.eval"
+TASK_EXEC = "task.exec"
+TASK_PROC = "task.proc"
+TASK_SHELL = "task.shell"
+TASK_SERVICE = "task.service"
+
+# process types (RP's legacy cpu_process_type / gpu_process_type)
+POSIX, MPI, OpenMP, CUDA = "POSIX", "MPI", "OpenMP", "CUDA"
+
+
+class _Description(dict):
+    """A dict whose keys are also attributes (RP's description objects behave so)."""
+
+    _defaults: dict[str, Any] = {}
+
+    def __init__(self, from_dict: dict | None = None, **kwargs: Any):
+        super().__init__()
+        for k, v in {**(from_dict or {}), **kwargs}.items():
+            self[k] = v
+
+    def __missing__(self, key: str) -> Any:
+        """d['services'].append(...) on a fresh description works, as in RP: a field's
+        default, stored on first use."""
+        if key not in self._defaults:
+            raise KeyError(key)
+        d = self._defaults[key]
+        value = self[key] = d() if callable(d) else d
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self:
+            return self[name]
+        if name in self._defaults:
+            return self[name]  # (__missing__: a list or dict default is kept, to be filled)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def as_dict(self) -> dict:
+        return dict(self)
+
+    def verify(self) -> None:
+        self.to_pf()
+
+
+# -- tasks ----------------------------------------------------------------------------------
+
+# RP fields that change nothing on pilotfish (no effect on where or how a task runs here)
+TASK_IGNORED = frozenset(("gpu_type", "gpu_process_type", "cpu_thread_type", "gpu_threads",
+                          "lfs_per_rank", "lfs_per_process", "cpu_process_type_opts",
+                          "scheduler", "restartable", "slots", "partition", "use_mpi",
+                          "gpu_thread_type", "cleanup", "pre_exec_sync", "ranks_per_node",
+                          "origin"))
+TASK_UNSUPPORTED = {
+    "raptor_id": "RAPTOR masters/workers do not exist in pilotfish",
+    "function": "function tasks are not supported yet",
+    "method": "function tasks are not supported yet",
+    "code": "function tasks are not supported yet",
+    "command": "use executable (with shell=True semantics: pre_exec or '/bin/sh -c')",
+    "args": "function tasks are not supported yet",
+    "kwargs": "function tasks are not supported yet",
+    "info_pattern": "readiness by output pattern is not supported: give metadata="
+                    "{'startup_file': path} (RP 1.60's form)",
+    "services": "tasks naming services (RP 1.90) are not supported: pilot services are",
+    "raptor_file": "RAPTOR masters/workers do not exist in pilotfish",
+    "raptor_class": "RAPTOR masters/workers do not exist in pilotfish",
+}
+
+
+class TaskDescription(_Description):
+    """RP's TaskDescription: executable, arguments, environment, named_env, ranks,
+    cores_per_rank, gpus_per_rank, mem_per_rank (or the legacy cpu_processes, cpu_threads,
+    gpu_processes, mem_per_process), threading_type, pre_exec, post_exec, pre_launch,
+    post_launch, stdout, stderr (file names in the task sandbox), input_staging,
+    output_staging, stage_on_error, sandbox, pilot, uid, name, tags, metadata, priority,
+    timeout (seconds), mode."""
+
+    _defaults = {"executable": None, "arguments": list, "environment": dict, "named_env": None,
+                 "ranks": 1, "cores_per_rank": 1, "gpus_per_rank": 0, "mem_per_rank": 0,
+                 "pre_exec": list, "post_exec": list, "pre_launch": list, "post_launch": list,
+                 "stdout": None, "stderr": None, "input_staging": list, "output_staging": list,
+                 "stage_on_error": False, "sandbox": None, "uid": None, "name": None,
+                 "tags": dict, "metadata": None, "priority": 0, "timeout": 0.0,
+                 "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None}
+
+    def to_pf(self, index: int = 0) -> _PfTask:
+        """The pilotfish TaskDescription, or DescriptionError (RP field name, value, why)."""
+        v = dict(self)
+
+        def fail(field: str, why: str) -> DescriptionError:
+            return DescriptionError("rp.TaskDescription", field, v.get(field), why, index=index)
+
+        out: dict[str, Any] = {}
+        mode = v.get("mode") or TASK_EXECUTABLE
+        if mode not in (TASK_EXECUTABLE, TASK_SERVICE, "agent.service"):
+            raise fail("mode", "only executables run on pilotfish (function, method, eval, "
+                               "exec, shell and raptor modes do not exist here yet)")
+        for k in list(v):
+            if k in TASK_UNSUPPORTED and v[k] not in (None, "", [], {}, ()):
+                raise fail(k, TASK_UNSUPPORTED[k])
+        # legacy names (RP 1.x before ranks/cores_per_rank)
+        # (RP zeroes a legacy name it has copied over: 0 there means "not given")
+        ranks = v["cpu_processes"] if v.get("cpu_processes") else v.get("ranks", 1)
+        cores = v["cpu_threads"] if v.get("cpu_threads") else v.get("cores_per_rank", 1)
+        gpus = v["gpu_processes"] if v.get("gpu_processes") else v.get("gpus_per_rank", 0)
+        if isinstance(gpus, float) and gpus.is_integer():
+            gpus = int(gpus)
+        out.update(ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus)
+        mem = v["mem_per_process"] if v.get("mem_per_process") else v.get("mem_per_rank")
+        if mem:
+            out["mem_per_rank"] = mem
+        ptype = v.get("cpu_process_type")
+        if ptype not in (None, "", MPI, POSIX):
+            raise fail("cpu_process_type", "must be rp.MPI or rp.POSIX")
+        if (ptype == POSIX or v.get("use_mpi") is False) and ranks != 1:
+            out["launcher"] = "direct"  # plain processes, no MPI launcher
+        if v.get("launcher") is not None:
+            out["launcher"] = v["launcher"]
+        out["executable"] = v.get("executable")
+        for k in ("named_env", "sandbox", "name", "tags", "metadata", "priority",
+                  "stage_on_error", "pilot"):
+            if v.get(k) not in (None, "", [], {}):
+                out[k] = v[k]
+        if v.get("uid") and not v.get("name"):
+            out["name"] = v["uid"]
+        args = _as_list(v.get("arguments"))
+        args = [a if isinstance(a, str) else str(a) for a in args]
+        env = {str(k): e if isinstance(e, str) else str(e)
+               for k, e in (v.get("environment") or {}).items()} \
+            if isinstance(v.get("environment"), dict) else v.get("environment")
+        pre: list[str] = []
+        if isinstance(env, dict):  # RP exports values in double quotes: "$X" expands
+            expand = {k: e for k, e in env.items() if _expands(e)}
+            pre += [f'export {k}={_dq(e)}' for k, e in expand.items()]
+            env = {k: e for k, e in env.items() if k not in expand}
+        if env:
+            out["environment"] = env
+        if v.get("threading_type") == OpenMP:
+            out.setdefault("environment", {})["OMP_NUM_THREADS"] = str(cores)
+        if ranks != 1:  # RP_RANK per rank (a single rank gets RP_RANK=0 with the others)
+            pre.append('export RP_RANK="$PILOTFISH_RANK"')
+        if out.get("named_env") == "rp":  # RP's own environment: the one pilotfish runs in
+            del out["named_env"]
+            pre.insert(0, f'export PATH={_dq(os.path.dirname(sys.executable))}:"$PATH"')
+        pre += _per_rank(_as_list(v.get("pre_launch")), fail, "pre_launch")
+        pre += _per_rank(_as_list(v.get("pre_exec")), fail, "pre_exec")
+        post = _per_rank(_as_list(v.get("post_exec")), fail, "post_exec") + \
+            _per_rank(_as_list(v.get("post_launch")), fail, "post_launch")
+        if pre:
+            out["pre_exec"] = pre
+        if post:
+            out["post_exec"] = post
+        if any(_expands(a) for a in args):  # RP double-quotes each argument: "$X" expands
+            out["shell"] = True
+            args = [_dq(a) for a in args]
+        if args:
+            out["arguments"] = args
+        if v.get("timeout"):
+            out["timeout"] = v["timeout"]  # seconds, as in RP
+        for k in ("stdout", "stderr"):  # RP: a file name in the sandbox
+            if v.get(k):
+                out[k] = v[k]
+        for field in ("input_staging", "output_staging"):
+            if v.get(field):
+                out[field] = staging(v[field], field, inbound=field == "input_staging",
+                                     fail=fail)
+        unknown = sorted(set(v) - set(self._defaults) - TASK_IGNORED - set(TASK_UNSUPPORTED)
+                         - {"cpu_processes", "cpu_threads", "gpu_processes", "cpu_process_type",
+                            "mem_per_process", "launcher"})
+        if unknown:
+            raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
+                                   "pilotfish.rp knows")
+        try:
+            return _PfTask(out)
+        except DescriptionError as e:
+            raise DescriptionError("rp.TaskDescription", e.field, e.value, e.why,
+                                   index=index) from None
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _expands(s: str) -> bool:
+    return "$" in s or "`" in s
+
+
+def _dq(s: str) -> str:
+    """s in double quotes, as RP writes arguments and exports: $VAR and `cmd` still work."""
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _per_rank(lines: list, fail, field: str) -> list[str]:
+    """pre/post_exec items: shell lines, or {rank: line(s)} run only by that rank."""
+    out = []
+    for item in lines:
+        if isinstance(item, dict):
+            arms = []
+            for rank, cmds in item.items():
+                body = "; ".join(str(c) for c in _as_list(cmds)) or ":"
+                arms.append(f"{int(rank)}) {body} ;;")
+            out.append('case "$PILOTFISH_RANK" in ' + " ".join(arms) + " esac")
+        elif isinstance(item, str):
+            out.append(item)
+        else:
+            raise fail(field, f"item {show(item, 40)} must be a shell line or {{rank: line}}")
+    return out
+
+
+def staging(directives: Any, field: str, inbound: bool, fail) -> list[dict]:
+    """RP's directive forms as pilotfish's: a string "src > tgt" (or "tgt < src"), a plain
+    path (same name on both sides), a dict {source, target, action, flags}, or a list of
+    them; RP actions (rp.TRANSFER, rp.COPY, ...) and the default action (TRANSFER)."""
+    if isinstance(directives, (str, dict)):
+        directives = [directives]
+    out = []
+    for d in directives:
+        if isinstance(d, str):
+            if ">" in d:
+                src, _, tgt = d.partition(">")
+                tgt = tgt.lstrip(">")
+            elif "<" in d:
+                tgt, _, src = d.partition("<")
+                src = src.lstrip("<")
+            else:
+                src, tgt = d, None
+            item: dict[str, Any] = {"source": src.strip()}
+            if tgt is not None and tgt.strip():
+                item["target"] = tgt.strip()
+            out.append({**item, "action": "transfer"})
+            continue
+        if not isinstance(d, dict):
+            raise fail(field, f"directive {show(d, 60)} must be a string or a dict")
+        unknown = sorted(set(d) - {"source", "target", "action", "flags", "priority", "uid",
+                                   "prof_id"})
+        if unknown:
+            raise fail(field, f"directive {show(d, 60)} has unknown keys {unknown}")
+        action = d.get("action", TRANSFER)
+        if action not in _ACTIONS:
+            raise fail(field, f"action {show(action, 30)} must be one of rp.COPY, rp.LINK, "
+                              f"rp.MOVE, rp.TRANSFER, rp.TARBALL")
+        item = {"source": d.get("source"), "action": _ACTIONS[action]}
+        if d.get("target"):
+            item["target"] = d["target"]
+        out.append(item)
+    return out
+
+
+# -- pilots ---------------------------------------------------------------------------------
+
+PILOT_IGNORED = frozenset(("access_schema", "exit_on_error", "cleanup", "candidate_hosts",
+                           "app_comm", "enable_ep", "job_name", "layout", "uid"))
+
+
+class PilotDescription(_Description):
+    """RP's PilotDescription: resource (a label: 'local.localhost', or one added with
+    rp.add_resource), runtime (minutes), nodes, cores, gpus, memory, queue, project/account,
+    sandbox, services (task descriptions started first), prepare_env ({name: spec})."""
+
+    _defaults = {"resource": None, "runtime": 10, "nodes": None, "cores": None, "gpus": 0,
+                 "memory": None, "queue": None, "project": None, "account": None,
+                 "sandbox": None, "services": list, "prepare_env": dict, "reservation": None,
+                 "exit_on_error": True, "access_schema": None}
+
+    def to_pf(self, index: int = 0) -> _PfPilot:
+        v = dict(self)
+
+        def fail(field: str, why: str) -> DescriptionError:
+            return DescriptionError("rp.PilotDescription", field, v.get(field), why,
+                                    index=index)
+
+        label = v.get("resource")
+        if not isinstance(label, str):
+            raise fail("resource", "is required: a resource label such as 'local.localhost'")
+        try:
+            cfg = resource_config(label)
+        except KeyError as e:
+            raise fail("resource", str(e.args[0])) from None
+        runtime = v.get("runtime", 10)
+        if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or runtime <= 0:
+            raise fail("runtime", "must be a positive number of minutes")
+        out: dict[str, Any] = {"resource": cfg["resource"], "runtime": f"{runtime}m"}
+        for k in ("launcher", "launcher_options", "partitions"):
+            if k in cfg:
+                out[k] = cfg[k]
+        cores, gpus, nodes = v.get("cores"), v.get("gpus") or 0, v.get("nodes")
+        cpn, gpn = cfg.get("cores_per_node"), cfg.get("gpus_per_node", 0)
+        if cfg.get("fake_resources"):  # local.localhost: one node of what was asked for
+            out["nodes"] = nodes or 1
+            per = (cores or os.cpu_count() or 1) / out["nodes"]
+            out["cores_per_node"] = max(1, math.ceil(per))
+            out["gpus_per_node"] = math.ceil(gpus / out["nodes"])
+        else:
+            if nodes is None:
+                if cores is None:
+                    raise fail("cores", "give cores or nodes")
+                if not cpn:
+                    raise fail("nodes", f"{label} has no cores_per_node in its resource "
+                                        "config: give nodes")
+                need = max(math.ceil(cores / cpn), math.ceil(gpus / gpn) if gpn else 0)
+                nodes = max(1, need)
+            out["nodes"] = nodes
+            if cpn:
+                out["cores_per_node"] = cpn
+            if gpn:
+                out["gpus_per_node"] = gpn
+        if v.get("memory"):
+            out["mem_per_node"] = v["memory"]
+        if v.get("queue"):
+            out["queue"] = v["queue"]
+        if v.get("project") or v.get("account"):
+            out["project"] = v.get("project") or v.get("account")
+        if v.get("reservation"):
+            out["reservation"] = v["reservation"]
+        if v.get("sandbox"):
+            out["sandbox"] = v["sandbox"]
+        unknown = sorted(set(v) - set(self._defaults) - PILOT_IGNORED)
+        if unknown:
+            raise fail(unknown[0], "is not a RADICAL-Pilot PilotDescription field that "
+                                   "pilotfish.rp knows")
+        services = v.get("services") or []
+        for i, s in enumerate(services):
+            if not isinstance(s, dict):
+                raise fail("services", f"item {i} must be a TaskDescription")
+        envs = v.get("prepare_env") or {}
+        if not isinstance(envs, dict):
+            raise fail("prepare_env", "must be {name: environment spec}")
+        try:
+            return _PfPilot(out)
+        except DescriptionError as e:
+            raise DescriptionError("rp.PilotDescription", e.field, e.value, e.why,
+                                   index=index) from None
