@@ -203,6 +203,8 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
             pd[key] = value
     if pd.get("runtime") == 3600.0 and runtime is None:
         pd["runtime"] = 1000 * 3600.0  # the default walltime is real-run sized: not a bound here
+    if isinstance(pd.get("runtime"), float):  # checked seconds already: keep the unit
+        pd["runtime"] = f"{pd['runtime']!r}s"
     from .descriptions import PilotDescription
 
     try:

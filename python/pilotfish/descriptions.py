@@ -215,6 +215,18 @@ def _duration(kind: str, field: str, v: Any) -> float:
     return seconds
 
 
+def _pilot_runtime(kind: str, field: str, v: Any) -> float:
+    """A walltime. A bare number is seconds; one under a minute is refused: it is almost
+    always minutes meant (RADICAL-Pilot's runtime=15 is 15 minutes) -- write '15m', or '15s'
+    for a pilot that short."""
+    seconds = _duration(kind, field, v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and seconds < 60:
+        raise _fail(kind, field, v, f"a bare number is seconds, and a {v:g} s pilot is most "
+                    f"likely minutes meant (as in RADICAL-Pilot): write '{v:g}m', or "
+                    f"'{v:g}s' for seconds")
+    return seconds
+
+
 def _output(kind: str, field: str, v: Any) -> bool | str:
     # True: captured (task.stdout); False: discarded; str: written to that path (a relative
     # one in the task sandbox, which it may not leave)
@@ -639,7 +651,7 @@ class PilotDescription(_Description):
         "cores_per_node": (None, _opt(_int(1, MAX_CORES_PER_NODE))),
         "gpus_per_node": (None, _opt(_int(0, MAX_GPUS_PER_NODE, " (the most GPUs a node can have)"))),
         "mem_per_node": (None, _opt(_int(0, MAX_MEM_MIB, " MiB"))),
-        "runtime": (3600.0, _duration),
+        "runtime": (3600.0, _pilot_runtime),
         "sandbox": (None, _opt(_nonempty_str)),
         "queue": (None, _opt(_str)),
         "project": (None, _opt(_str)),

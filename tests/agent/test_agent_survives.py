@@ -45,8 +45,8 @@ def test_bad_wire_specs_fail_alone(pilot_env, monkeypatch):
     s, pilot, tmgr = pilot_env
     real_spec = client_task._spec
 
-    def forged(uid, d, shared=None):  # what a broken or hostile client could send
-        spec = real_spec(uid, d, shared)
+    def forged(uid, d, *args):  # what a broken or hostile client could send
+        spec = real_spec(uid, d, *args)
         bad = BAD_SPECS.get(d.name)
         if bad is None:
             return spec

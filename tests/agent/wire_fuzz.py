@@ -44,6 +44,7 @@ PLAUSIBLE = {
     "colocate": st.one_of(st.none(), text),
     "input_staging": staging, "output_staging": staging,
     "duration": st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    "stage_on_error": st.one_of(st.booleans(), garbage),
 }
 UNSAFE = {"executable", "pre_exec", "post_exec", "shell"}  # never garbage that is a string
 

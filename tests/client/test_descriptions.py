@@ -61,6 +61,7 @@ def test_task_description_rejects(kwargs, field, why):
     ({"mem_per_node": 2**32}, "mem_per_node", "<= 4294967295"),
     ({"nodes": 100_000, "cores_per_node": 65_536}, "nodes", "<= 1073741824"),
     ({"runtime": 1e12}, "runtime", "at most 10 years"),
+    ({"runtime": 15}, "runtime", "write '15m', or '15s'"),  # RP's runtime is minutes
     ({"launcher_options": {"srun": {"mpi": "\0"}}}, "launcher_options", "NUL"),
     ({"queue": "\ud800"}, "queue", "UTF-8"),
 ])
