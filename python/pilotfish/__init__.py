@@ -12,7 +12,8 @@
 
 __version__ = "0.1.0"
 
-from ._errors import DescriptionError, PilotfishError, SessionClosed, TimeoutExpired
+from ._errors import (DescriptionError, PilotfishError, RemoteError, SessionClosed,
+                      TimeoutExpired)
 from .client import Pilot, PilotManager, Session, Task, TaskManager
 from .descriptions import PilotDescription, TaskDescription
 from .states import (ACTIVE, AGENT_SCHEDULING, CANCELED, DONE, EXECUTING, FAILED, FINAL,
@@ -21,7 +22,7 @@ from .states import (ACTIVE, AGENT_SCHEDULING, CANCELED, DONE, EXECUTING, FAILED
 __all__ = [
     "Session", "PilotManager", "TaskManager", "Pilot", "Task",
     "PilotDescription", "TaskDescription",
-    "PilotfishError", "DescriptionError", "SessionClosed", "TimeoutExpired",
+    "PilotfishError", "DescriptionError", "RemoteError", "SessionClosed", "TimeoutExpired",
     "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",
     "EXECUTING", "STAGING_OUTPUT", "DONE", "FAILED", "CANCELED", "FINAL",
 ]

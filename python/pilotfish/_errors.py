@@ -89,3 +89,14 @@ class TimeoutExpired(PilotfishError, TimeoutError):
 
 class SessionClosed(PilotfishError, RuntimeError):
     """The session was closed; nothing more can be submitted."""
+
+
+class RemoteError(PilotfishError):
+    """A function task's failure that cannot be given as the exception it raised (its class
+    is not importable here, or it did not raise: its worker died, it was canceled)."""
+
+    def __init__(self, type_name: str, message: str, traceback: str = ""):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback

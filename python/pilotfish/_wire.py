@@ -41,6 +41,8 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     output_staging: tuple[dict[str, str], ...] = ()
     duration: float | None = None  # expected run time: a scheduling hint
     stage_on_error: bool = False  # output staging for a FAILED task too
+    function: bytes | None = None  # a function task: the callable, pickled (cloudpickle)
+    call: bytes | None = None  # ... and its (args, kwargs), pickled
 
 
 class RankSlot(msgspec.Struct, array_like=True):
@@ -104,6 +106,8 @@ class Update(msgspec.Struct, array_like=True, omit_defaults=True):
     stderr: str | None = None
     slots: list[RankSlot] | None = None
     partition: int | None = None  # with EXECUTING: the partition it was placed in
+    result: bytes | None = None  # a function task's final: tag + payload (agent/worker.py)
+    started: float | None = None  # a function task's final: when its call started
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

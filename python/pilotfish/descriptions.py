@@ -215,6 +215,39 @@ def _duration(kind: str, field: str, v: Any) -> float:
     return seconds
 
 
+def _callable(kind: str, field: str, v: Any) -> Any:
+    if v is not None and not callable(v):
+        raise _fail(kind, field, v, "must be a callable (a function to run in the pilot)")
+    return v
+
+
+def _args(kind: str, field: str, v: Any) -> tuple:
+    if not isinstance(v, (tuple, list)):
+        raise _fail(kind, field, v, "must be a tuple or list of positional arguments")
+    return tuple(v)
+
+
+def _kwargs(kind: str, field: str, v: Any) -> dict:
+    if not isinstance(v, dict) or not all(type(k) is str for k in v):
+        raise _fail(kind, field, v, "must be a dict of keyword arguments (str keys)")
+    return v
+
+
+# what a function task cannot have: it runs in a persistent worker process, not a command
+_NOT_FOR_FUNCTIONS = {
+    "arguments": "give the function's arguments as args=(...), kwargs={...}",
+    "shell": "a function runs in a Python worker, not a shell",
+    "pre_exec": "a function runs in a persistent worker: no per-call shell lines",
+    "post_exec": "a function runs in a persistent worker: no per-call shell lines",
+    "sandbox": "function workers share their pilot's directory",
+    "input_staging": "not for function tasks: stage into pilot:/// with Pilot.stage_in",
+    "output_staging": "not for function tasks: return the data, or write it to a shared path",
+    "launcher": "a function's workers are launched by the pilot",
+    "retries": "a function task that fails is not run again: retry in your code",
+    "named_env": "function workers run in the pilot's own environment",
+}
+
+
 def _pilot_runtime(kind: str, field: str, v: Any) -> float:
     """A walltime. A bare number is seconds; one under a minute is refused: it is almost
     always minutes meant (RADICAL-Pilot's runtime=15 is 15 minutes) -- write '15m', or '15s'
@@ -525,6 +558,9 @@ class TaskDescription(_Description):
     """A unit of work and its resource request: ranks x (cores, GPUs, memory) per rank.
 
     executable   program to run (searched in PATH when it has no '/'); no shell unless shell=True
+    function, args, kwargs  instead of executable: a Python callable run as function(*args,
+                 **kwargs) on a persistent worker in the pilot (task.result, task.exception);
+                 ranks > 1: on that many ranks, with comm= (an mpi4py communicator)
     arguments    list of arguments
     environment  extra environment variables
     sandbox      working directory (default: the pilot's task directory)
@@ -589,6 +625,9 @@ class TaskDescription(_Description):
         "output_staging": (list, _staging),
         "stage_on_error": (False, _bool),
         "named_env": (None, _opt(_nonempty_str)),
+        "function": (None, _callable),
+        "args": ((), _args),
+        "kwargs": (dict, _kwargs),
     }
     __slots__ = ()
 
@@ -597,8 +636,26 @@ class TaskDescription(_Description):
         fields that are containers: they may have been edited in place since they were set,
         and what is submitted must still be valid (and normalised) when it is sent."""
         values = self._values
-        if values.get("executable") is None:
-            raise DescriptionError(self._kind, "executable", None, "is required")
+        if values.get("function") is not None:
+            if values.get("executable") is not None:
+                raise DescriptionError(self._kind, "function", values["function"],
+                                       "give either executable or function, not both "
+                                       f"(executable = {show(values['executable'], 40)})")
+            for name, why in _NOT_FOR_FUNCTIONS.items():
+                if name in values and values[name] not in ((), [], {}, False, None):
+                    raise DescriptionError(self._kind, name, values[name],
+                                           f"not for a function task: {why}")
+            if isinstance(values.get("stdout"), str) or isinstance(values.get("stderr"), str):
+                field = "stdout" if isinstance(values.get("stdout"), str) else "stderr"
+                raise DescriptionError(self._kind, field, values[field],
+                                       "not for a function task: its output is captured")
+        elif values.get("executable") is None:
+            raise DescriptionError(self._kind, "executable", None,
+                                   "is required (or function=, for a Python function)")
+        elif "args" in values or "kwargs" in values:
+            field = "args" if "args" in values else "kwargs"
+            raise DescriptionError(self._kind, field, values[field],
+                                   "is for function tasks: an executable takes 'arguments'")
         fields = self._fields
         for name, value in values.items():
             if name in _CONTAINER_FIELDS:  # (replacing a value keeps the dict's size: safe)

@@ -181,6 +181,7 @@ class Agent:
         self._notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (its supervisor, launcher)
 
         self.tasks: dict[str, AgentTask] = {}  # live tasks (queued or running), by uid
+        self.pool = None  # function tasks' workers and queues (functions.py), made on first use
         self._seq = 0
         self._updates: list[_wire.Update] = []
         self._timers: list[tuple[float, int, str, AgentTask]] = []  # (when, seq, kind, task)
@@ -357,6 +358,12 @@ class Agent:
                     except zmq.Again:
                         break
                     self._on_frame(frame)
+            pool = self.pool
+            if pool is not None:
+                if pool.sock in ready:
+                    pool.on_readable()
+                elif pool.workers:
+                    pool.dispatch()  # (and idle workers stop)
             if self._notes:
                 for fd, (sup, lm) in self._notes.items():
                     if fd in ready:
@@ -492,12 +499,41 @@ class Agent:
         self.sock.send(_wire.encode(_wire.Missing(missing)))
         self._last_sent = self.clock.real_mono()
 
+    def _functions(self):
+        if self.pool is None:
+            from .functions import FunctionPool
+
+            self.pool = FunctionPool(self)
+            self.poller.register(self.pool.sock, zmq.POLLIN)
+        return self.pool
+
+    def _call_final(self, uid: str, state: str, started: float | None, ended: float,
+                    result: bytes | None, reason: str | None) -> None:
+        """A function call's end (functions.py): its events, journal record and update."""
+        if started is not None:
+            self.events.record_many([(started, uid, S.EXECUTING, None),
+                                     (ended, uid, state, reason)])
+        else:
+            self.events.record(uid, state, reason, ended)
+        self._journal_buf.append(["final", uid, state, None, None, reason, ended])
+        self._updates.append(_wire.Update(uid, state, ended, reason=reason, result=result,
+                                          started=started))
+
     def _accept(self, specs: list[_wire.TaskSpec]) -> None:
         now = self.clock.now()
         events = self.events
         ready = []
         profile = events.enabled
+        calls = []
+        pool = self.pool
         for spec in specs:
+            if spec.function is not None:  # a function call: queued for a worker, no task
+                if spec.uid in self.tasks or (pool is not None and spec.uid in pool.calls):
+                    events.record(spec.uid, S.FAILED, "a task with this uid is already live",
+                                  now)
+                    continue
+                calls.append(spec)
+                continue
             t = AgentTask(spec, self._seq)
             self._seq += 1
             if profile:
@@ -528,6 +564,13 @@ class Agent:
             self._updates.append(_wire.Update(spec.uid, S.AGENT_SCHEDULING, now))
             ready.append(t)
         self._bind(ready, self.clock.mono())
+        if calls:
+            if self.sim:
+                for spec in calls:
+                    self._call_final(spec.uid, S.FAILED, None, now, None,
+                                     "function tasks do not run on a simulated pilot")
+            else:
+                self._functions().accept(calls, now)
 
     def _bind(self, tasks: list[AgentTask], mono: float, why: str | None = None) -> None:
         """Send each task to its partition's queue (partition.bind: where it can start
@@ -789,9 +832,13 @@ class Agent:
         self._updates.append(_wire.Update(
             spec.uid, state, now, exit_code=t.exit_code if ran else None,
             signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
+        if self.pool is not None and spec.uid in self.pool.workers:
+            self.pool.worker_exited(t)
 
     def _cancel(self, uids: list[str], reason: str = "canceled by the user",
                 running_state: str = S.CANCELED, waiting_state: str = S.CANCELED) -> None:
+        if self.pool is not None and self.pool.calls:
+            uids = self.pool.cancel(uids, running_state, reason)
         to_kill = []
         for uid in uids:
             t = self.tasks.get(uid)
@@ -873,6 +920,10 @@ class Agent:
         pilot_state, reason, why = self.stopping  # type: ignore[misc]
         clock = self.clock
         self.events.record(self.uid, "drain_start", reason)
+        if self.pool is not None:
+            self.pool.drain(S.FAILED if why == "walltime" else S.CANCELED,
+                            "killed: the pilot reached its walltime" if why == "walltime"
+                            else f"pilot stopped: {reason}")
         for p in self.partitions:
             for t in p.scheduler.drain_waiting():
                 t.reason = f"pilot stopped before the task started: {reason}"
@@ -902,6 +953,8 @@ class Agent:
         self.events.record(self.uid, "agent_stop", reason)
         self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, clock.now())))
         self.events.close()
+        if self.pool is not None:
+            self.pool.close()
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0

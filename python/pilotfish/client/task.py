@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import pickle
 import shlex
 import threading
 import time
@@ -28,7 +29,8 @@ class Task:
     """A task as the client sees it. Fields are filled in as the agent reports."""
 
     __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
-                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr", "_cbs")
+                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr", "_cbs", "_result",
+                 "_decoded")
 
     def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
         self.uid = uid
@@ -45,6 +47,8 @@ class Task:
         self._hist: list = []  # state, t, state, t, ... (flat: no tuple per entry)
         self._tmgr = tmgr
         self._cbs: list | None = None  # this task's own callbacks (register_callback)
+        self._result: bytes | None = None  # a function task's outcome, as the worker sent it
+        self._decoded: tuple | None = None  # (value, exception) once looked at
 
     def register_callback(self, cb: Callable[["Task", str], None]) -> None:
         """cb(task, state) on each of this task's state changes from now on (after the
@@ -65,6 +69,28 @@ class Task:
             return self.description.sandbox if os.path.isabs(self.description.sandbox or "") \
                 else None
         return task_cwd(self.description, self.uid, os.path.join(pilot.sandbox, TASKS_DIR))
+
+    @property
+    def result(self):
+        """A function task's return value (None until it is DONE, and for executables);
+        with ranks > 1, the list of the ranks' return values."""
+        return self._outcome()[0]
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The exception a FAILED function task raised -- its own type where it could be
+        pickled, else pf.RemoteError -- with the remote traceback as its __cause__; for a
+        call that failed otherwise (its worker died, it was canceled), a RemoteError with
+        the reason. None for a task that did not fail, and for executables."""
+        return self._outcome()[1]
+
+    def _outcome(self) -> tuple:
+        if self._decoded is None:
+            if self.description._values.get("function") is None or \
+                    self.state not in S.FINAL:
+                return (None, None)
+            self._decoded = decode_result(self._result, self.state, self.reason)
+        return self._decoded
 
     @property
     def history(self) -> list[tuple[str, float]]:
@@ -179,6 +205,7 @@ class TaskManager:
         by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
+        calls = _pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
         frames = []  # (pilot uid, frame, indices)
         journal = []
         for pilot_uid, idx in by_pilot_idx.items():
@@ -190,11 +217,12 @@ class TaskManager:
                     extra = None if self._spec_extra is None else \
                         (lambda u, d, p=pilot: self._spec_extra(u, d, p))  # type: ignore[misc]
                     frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared,
-                                                             pilot.envs, extra)
+                                                             pilot.envs, extra, calls.get(i))
                                                        for i in part]))
                     if session.journal.enabled:
                         journal.append(_journal_encode(
-                            [["task", uids[i], pilot_uid, descs[i]._values] for i in part]))
+                            [["task", uids[i], pilot_uid, _journal_values(descs[i])]
+                             for i in part]))
                 except Exception:
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
@@ -245,7 +273,7 @@ class TaskManager:
             if r.tasks_used >= len(r.tasks):
                 break
             uid, pilot_uid, values = r.tasks[r.tasks_used]
-            if _normalized(values) != _normalized(d._values):
+            if _normalized(values) != _normalized(_journal_values(d)):
                 raise PilotfishError(
                     f"resume: task {i} of this submit differs from {uid} in the journal; "
                     f"submit the same tasks in the same order (then add new ones)")
@@ -474,6 +502,9 @@ class TaskManager:
                 if old in S.FINAL:
                     continue
                 state = u.state
+                if u.started is not None:  # a function call: its start comes with its end
+                    t._hist += (S.EXECUTING, u.started)
+                    t._result = u.result
                 t._hist += (state, u.t)
                 rank = S.TASK_RANK.get(state)
                 if rank is None or rank <= S.TASK_RANK[old]:
@@ -562,6 +593,43 @@ class TaskManager:
         pass
 
 
+def decode_result(payload: bytes | None, state: str, reason: str | None) -> tuple:
+    """(value, exception) from a function call's payload (agent/worker.py's tags)."""
+    from .._errors import RemoteError
+
+    if payload and payload[:1] == b"R":
+        return (pickle.loads(payload[1:]), None)
+    if payload and payload[:1] == b"F":  # a large result, in a file next to the pilot's
+        with open(payload[1:].decode(), "rb") as f:
+            return (pickle.load(f), None)
+    if payload and payload[:1] == b"E":
+        name, message, tb, exc = pickle.loads(payload[1:])
+        e = None
+        if exc is not None:
+            try:
+                e = pickle.loads(exc)
+            except Exception:  # noqa: BLE001 -- its class is not importable here
+                e = None
+        if not isinstance(e, BaseException):
+            e = RemoteError(name, message, tb)
+        e.__cause__ = RemoteTraceback(tb)
+        return (None, e)
+    if state == S.DONE:
+        return (None, None)
+    return (None, RemoteError("TaskFailed", reason or state, ""))
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a function task (shown as its cause)."""
+
+    def __init__(self, tb: str):
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
 def apply_updates(session: Session, items: list[_wire.Update]) -> None:
     """Route a batch of agent updates to the tasks' managers (IO thread)."""
     registry = session.tasks
@@ -583,13 +651,16 @@ def apply_updates(session: Session, items: list[_wire.Update]) -> None:
 # The wire spec is derived from the description: every TaskSpec field but these is the
 # TaskDescription field of the same name (same default; tests/client/test_descriptions.py
 # checks it), copied only when set. These are computed from other fields.
-_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging")
+_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call")
 _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
 
 
 def _spec(uid: str, d: TaskDescription, shared: str | None = None,
-          envs: dict | None = None, extra=None) -> _wire.TaskSpec:
+          envs: dict | None = None, extra=None, call: tuple | None = None) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
+    if call is not None:  # a function task: its pickled callable and arguments
+        kw = {k: v[k] for k in _CALL_COPIED.intersection(v)}
+        return _wire.TaskSpec(uid=uid, executable="", function=call[0], call=call[1], **kw)
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     if "named_env" in v:  # (the route checked that the pilot has it)
         env = envs[v["named_env"]]  # type: ignore[index]
@@ -610,6 +681,68 @@ def _spec(uid: str, d: TaskDescription, shared: str | None = None,
     if "output_staging" in v:
         kw["output_staging"] = _outer_absolute(v["output_staging"], "target", shared)
     return _wire.TaskSpec(uid=uid, **kw)
+
+
+# what of a function task's description the agent needs (its worker's shape, mainly)
+_CALL_COPIED = frozenset(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank",
+                          "priority", "timeout", "duration"))
+
+
+def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, bytes]]:
+    """{index: (pickled function, pickled (args, kwargs))} for the function tasks among
+    descs[indices]. A callable is pickled once per submit. Arguments go through the standard
+    pickler (fast) unless they refer to __main__ (a script's own classes and functions, which
+    a worker cannot import): cloudpickle carries those by value. DescriptionError names the
+    task and the field that cannot be pickled."""
+    out: dict[int, tuple[bytes, bytes]] = {}
+    fns: dict[int, bytes] = {}
+    for i in indices:
+        d = descs[i]
+        v = d._values
+        fn = v.get("function")
+        if fn is None:
+            continue
+        fb = fns.get(id(fn))
+        if fb is None:
+            try:
+                fb = fns[id(fn)] = _cloudpickle().dumps(fn, protocol=5)
+            except Exception as e:  # noqa: BLE001
+                raise DescriptionError("TaskDescription", "function", fn,
+                                       f"cannot be pickled: {type(e).__name__}: {e}",
+                                       index=i) from None
+        payload = (v.get("args", ()), v.get("kwargs") or {})
+        try:
+            cb = pickle.dumps(payload, protocol=5)
+            if b"__main__" in cb:
+                raise pickle.PicklingError("refers to __main__")
+        except Exception:  # noqa: BLE001
+            try:
+                cb = _cloudpickle().dumps(payload, protocol=5)
+            except Exception as e:  # noqa: BLE001
+                field = "args" if v.get("args") else "kwargs"
+                raise DescriptionError("TaskDescription", field, v.get(field),
+                                       f"cannot be pickled: {type(e).__name__}: {e}",
+                                       index=i) from None
+        out[i] = (fb, cb)
+    return out
+
+
+def _cloudpickle():
+    import cloudpickle
+
+    return cloudpickle
+
+
+def _journal_values(d: TaskDescription) -> dict:
+    """A description's values as journaled: a function task's callable by its name (the
+    journal is msgpack; resume matches by name; the arguments are not kept)."""
+    v = d._values
+    if "function" not in v:
+        return v
+    fn = v["function"]
+    out = {k: x for k, x in v.items() if k not in ("function", "args", "kwargs")}
+    out["function"] = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+    return out
 
 
 def _outer_absolute(directives: list | None, side: str, shared: str | None = None) -> list:

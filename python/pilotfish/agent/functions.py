@@ -1,0 +1,425 @@
+"""Function tasks: calls queued per shape, run in batches on persistent workers.
+
+A function task (TaskDescription(function=...)) is never placed or spawned by itself. Its
+call waits in the queue of its shape (ranks, cores, GPUs, memory per rank); the pool starts
+workers of that shape as ordinary agent tasks -- placed, launched and supervised like any
+task, so they hold their cores and show up in the accounting -- and feeds each ready worker
+batches sized to about BATCH_S of work (two in flight, so a worker never waits for the next).
+Results come back through each worker's shared-memory result log (worker.py); the socket
+only carries "written up to here".
+
+Failure isolation: a worker that dies fails the one call it was running (the first of its
+calls without a result) with the signal or exit code, and its other calls go back to the
+front of the queue; a replacement starts. A shape whose workers keep dying before finishing
+anything (MAX_STARTS_WITHOUT_PROGRESS) fails its waiting calls with the last worker's reason
+instead of restarting forever. Workers idle for IDLE_S stop, and their cores go back to the
+pilot. Calls of a shape start in submit order (priority does not reorder calls).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import pickle
+import sys
+
+import msgspec
+import zmq
+
+from .. import _wire
+from .. import states as S
+from ..descriptions import misfit_partitions
+from .worker import ERROR, ResultLog
+
+log = logging.getLogger("pilotfish.agent")
+
+BATCH_S = 0.005          # about this much work per batch (from the measured call time)
+MAX_BATCH = 1024         # calls per batch at most
+IDLE_S = 5.0             # a worker with nothing to do this long stops
+MAX_CALLS = 100_000      # a worker is recycled after this many calls
+MAX_RSS_MIB = 4096.0     # ... or above this resident memory
+MAX_STARTS_WITHOUT_PROGRESS = 3
+
+_encode = msgspec.msgpack.encode
+_decode = msgspec.msgpack.decode
+
+
+class Call:
+    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker")
+
+    def __init__(self, uid: str, fn_id: int, call: bytes, shape: tuple):
+        self.uid = uid
+        self.fn_id = fn_id
+        self.call = call
+        self.shape = shape
+        self.canceled: tuple[str, str] | None = None  # (state, reason) once canceled
+        self.worker: Worker | None = None
+
+
+class Worker:
+    __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
+                 "read_off", "idle_since", "leaving")
+
+    def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
+        self.uid = uid
+        self.shape = shape
+        self.ident: bytes | None = None
+        self.state = "starting"  # -> ready -> (gone)
+        self.inflight: collections.deque[Call] = collections.deque()  # in the order sent
+        self.fns: set[int] = set()  # functions it has been sent
+        self.log: ResultLog | None = None
+        self.log_path = log_path
+        self.read_off = 0
+        self.idle_since = now
+        self.leaving = False  # asked to stop, or said bye: nothing more is sent to it
+
+
+class FunctionPool:
+    def __init__(self, agent):
+        self.agent = agent
+        self.clock = agent.clock
+        self.dir = os.path.join(agent.sandbox, "functions")
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = agent.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
+        # Only our workers may connect: CURVE, with the server key handed to them in their
+        # environment (which other users cannot read), never on a command line. An abstract
+        # socket has no file permissions, and a TCP port is open to the whole cluster.
+        self.server_key, secret = zmq.curve_keypair()
+        self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+        self.sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        from ..launch import remote_nodes
+
+        if remote_nodes(agent.resources):  # workers on other hosts: TCP on this one's name
+            from .._util import hostname
+
+            import socket
+
+            self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
+        else:  # an abstract socket: no file, no path-length limit
+            self.sock.bind(f"ipc://@pilotfish-functions-{os.getpid()}-{id(self):x}")
+        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.queues: dict[tuple, collections.deque[Call]] = {}
+        self.calls: dict[str, Call] = {}  # live: queued or in flight
+        self.workers: dict[str, Worker] = {}
+        self.by_ident: dict[bytes, Worker] = {}
+        self.fn_ids: dict[bytes, int] = {}
+        self.fn_bytes: list[bytes] = []
+        self.n_started = 0
+        self.call_s = 0.0005  # moving mean of a call's run time
+        self.caps: dict[tuple, int] = {}
+        self.failed_starts: dict[tuple, int] = collections.defaultdict(int)
+        self.stopping: tuple[str, str] | None = None  # (state for what is left, reason)
+
+    # -- calls in -----------------------------------------------------------------------
+    def accept(self, specs: list[_wire.TaskSpec], now: float) -> None:
+        agent = self.agent
+        profile = agent.events.enabled
+        events = []
+        touched = set()
+        for spec in specs:
+            shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
+            problem = self._misfit(shape)
+            if problem is None and (spec.call is None or not spec.uid):
+                problem = "a function task needs its call and a uid"
+            if problem is not None:
+                agent._call_final(spec.uid, S.FAILED, now, now, None, problem)
+                continue
+            fn_id = self.fn_ids.get(spec.function)  # type: ignore[arg-type]
+            if fn_id is None:
+                fn_id = self.fn_ids[spec.function] = len(self.fn_bytes)  # type: ignore[index]
+                self.fn_bytes.append(spec.function)  # type: ignore[arg-type]
+            call = Call(spec.uid, fn_id, spec.call, shape)  # type: ignore[arg-type]
+            self.calls[spec.uid] = call
+            q = self.queues.get(shape)
+            if q is None:
+                q = self.queues[shape] = collections.deque()
+            q.append(call)
+            touched.add(shape)
+            if profile:
+                events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
+        agent.events.record_many(events)
+        for shape in touched:
+            self._ensure_workers(shape)
+        self.dispatch()
+
+    def _misfit(self, shape: tuple) -> str | None:
+        agent = self.agent
+        memo = agent._misfits
+        r = memo.get(shape, memo)
+        if r is memo:
+            r = misfit_partitions(*shape, agent.shapes)
+            if all(type(x) is int for x in shape):
+                memo[shape] = r
+        if r is None:
+            return None
+        fields = dict(zip(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank"), shape))
+        return f"{r[0]} = {fields.get(r[0])}: {r[1]}"
+
+    def _cap(self, shape: tuple) -> int:
+        """How many workers of this shape the pilot holds at once."""
+        cap = self.caps.get(shape)
+        if cap is None:
+            ranks, cores, gpus, mem = shape
+            fit = 0
+            for part in self.agent.shapes:
+                for c, g, m in part:
+                    k = c // cores
+                    if gpus:
+                        k = min(k, g // gpus)
+                    if mem and m:
+                        k = min(k, m // mem)
+                    fit += k
+            cap = self.caps[shape] = max(1, fit // ranks)
+        return cap
+
+    def _ensure_workers(self, shape: tuple) -> None:
+        if self.stopping is not None:
+            return
+        q = self.queues.get(shape)
+        pending = len(q) if q else 0
+        if not pending:
+            return
+        live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
+        busy = sum(len(w.inflight) for w in live)
+        want = min(self._cap(shape), pending + busy)
+        for _ in range(want - len(live)):
+            self._start_worker(shape)
+
+    def _start_worker(self, shape: tuple) -> None:
+        uid = f"worker.{self.n_started:04d}"
+        self.n_started += 1
+        log_path = os.path.join(self.dir, uid + ".log")
+        ranks, cores, gpus, mem = shape
+        spec = _wire.TaskSpec(
+            uid=uid, executable=sys.executable,
+            arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
+                       str(MAX_CALLS), str(MAX_RSS_MIB)),
+            ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
+            environment={"PILOTFISH_FN_SERVERKEY": self.server_key.decode()},
+            stdout=False, stderr=True)
+        self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
+        self.agent._accept([spec])
+
+    # -- messages from workers ------------------------------------------------------------
+    def on_readable(self) -> None:
+        sock = self.sock
+        while True:
+            try:
+                ident, payload = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                msg = _decode(payload)
+                kind = msg[0]
+                if kind == "ready":
+                    w = self.workers.get(msg[1])
+                    if w is None:  # a worker we gave up on: tell it to go
+                        sock.send_multipart([ident, _encode(["stop"])])
+                        continue
+                    w.ident = ident
+                    w.state = "ready"
+                    w.log = ResultLog(w.log_path, create=False)
+                    self.by_ident[ident] = w
+                    self.failed_starts[w.shape] = 0
+                elif kind == "done":
+                    w = self.by_ident.get(ident)
+                    if w is not None:
+                        self._collect(w, msg[1])
+                elif kind == "bye":
+                    w = self.by_ident.get(ident)
+                    if w is not None:
+                        self._collect(w, msg[2])
+                        w.leaving = True
+                        self._ensure_workers(w.shape)
+            except Exception:  # a worker's garbage must not stop the agent
+                log.exception("bad message from a function worker")
+        self.dispatch()
+
+    def _collect(self, w: Worker, stop: int | None) -> None:
+        if w.log is None:
+            return
+        w.read_off, records = w.log.read(w.read_off, stop)
+        if not records:
+            return
+        agent = self.agent
+        n = 0
+        spent = 0.0
+        for rec in records:
+            uid, started, ended, payload = _decode(rec)
+            call = w.inflight.popleft() if w.inflight else None
+            if call is None or call.uid != uid:  # (never expected: order is kept)
+                call = self.calls.get(uid)
+                if call is not None and call in w.inflight:
+                    w.inflight.remove(call)
+            if call is None:
+                continue
+            self.calls.pop(uid, None)
+            spent += ended - started
+            n += 1
+            if payload[:1] == ERROR:
+                state = S.FAILED
+                name, message = pickle.loads(payload[1:])[:2]
+                reason = f"raised {name}: {message}"[:1000]
+            else:
+                state, reason = S.DONE, None
+            if call.canceled is not None:  # canceled after it was sent: its result is dropped
+                agent._call_final(uid, call.canceled[0], started, ended, None,
+                                  call.canceled[1])
+                continue
+            agent._call_final(uid, state, started, ended, payload, reason)
+        if n:
+            self.call_s = 0.8 * self.call_s + 0.2 * (spent / n)
+            if not w.inflight:
+                w.idle_since = self.clock.mono()
+
+    # -- calls out ---------------------------------------------------------------------
+    def dispatch(self) -> None:
+        per_batch = max(1, min(MAX_BATCH, int(BATCH_S / max(self.call_s, 1e-7))))
+        sock = self.sock
+        for w in self.workers.values():
+            if w.state != "ready" or w.leaving:
+                continue
+            q = self.queues.get(w.shape)
+            if not q:
+                continue
+            room = 2 * per_batch - len(w.inflight)
+            if room < per_batch and w.inflight:
+                continue
+            ready = sum(1 for x in self.workers.values()
+                        if x.shape == w.shape and x.state == "ready" and not x.leaving)
+            n = min(room, max(1, math.ceil(len(q) / ready)))
+            batch = []
+            fns = w.fns
+            fn_bytes = self.fn_bytes
+            while q and len(batch) < n:
+                c = q.popleft()
+                if c.canceled is not None:
+                    continue
+                fid = c.fn_id
+                if fid in fns:
+                    batch.append([c.uid, fid, None, c.call])
+                else:
+                    fns.add(fid)
+                    batch.append([c.uid, fid, fn_bytes[fid], c.call])
+                c.worker = w
+                w.inflight.append(c)
+            if batch:
+                try:
+                    sock.send_multipart([w.ident, _encode(["calls", batch])])
+                except zmq.ZMQError:  # it is gone: its exit puts the calls back
+                    w.leaving = True
+        if self.stopping is None:
+            now = self.clock.mono()
+            for w in self.workers.values():
+                if w.state == "ready" and not w.leaving and not w.inflight \
+                        and not self.queues.get(w.shape) and now - w.idle_since > IDLE_S:
+                    w.leaving = True
+                    try:
+                        sock.send_multipart([w.ident, _encode(["stop"])])
+                    except zmq.ZMQError:
+                        pass
+
+    # -- workers that end -------------------------------------------------------------
+    def worker_exited(self, t) -> None:
+        """A worker task reached its final state: take what its log holds, fail the call it
+        was running if it died, put its other calls back, start another if work waits."""
+        w = self.workers.pop(t.spec.uid, None)
+        if w is None:
+            return
+        if w.ident is not None:
+            self.by_ident.pop(w.ident, None)
+        try:
+            if w.log is None and os.path.exists(w.log_path):
+                w.log = ResultLog(w.log_path, create=False)
+            self._collect(w, None)
+        finally:
+            if w.log is not None:
+                w.log.close()
+            try:
+                os.unlink(w.log_path)
+            except OSError:
+                pass
+        agent = self.agent
+        died = t.final_state != S.DONE and not (w.leaving and t.exit_code == 0)
+        why = t.reason or (f"exit code {t.exit_code}" if t.exit_code is not None else
+                           "it never started")
+        if w.state != "ready" and not w.inflight:  # never came up
+            self.failed_starts[w.shape] += 1
+        back = []
+        now = self.clock.now()
+        first = True
+        for c in w.inflight:
+            c.worker = None
+            if c.canceled is not None:
+                self.calls.pop(c.uid, None)
+                agent._call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
+            elif self.stopping is not None:
+                self.calls.pop(c.uid, None)
+                agent._call_final(c.uid, self.stopping[0], None, now, None, self.stopping[1])
+            elif died and first:  # the call it was running when it died
+                self.calls.pop(c.uid, None)
+                agent._call_final(c.uid, S.FAILED, None, now, None,
+                                  f"its worker {w.uid} died: {why}"[:1000])
+            else:
+                back.append(c)
+            first = False
+        w.inflight.clear()
+        if back:
+            q = self.queues.setdefault(w.shape, collections.deque())
+            q.extendleft(reversed(back))
+        q = self.queues.get(w.shape)
+        if q and self.failed_starts[w.shape] >= MAX_STARTS_WITHOUT_PROGRESS:
+            reason = f"no worker of this shape could start ({w.uid}: {why})"[:1000]
+            while q:
+                c = q.popleft()
+                self.calls.pop(c.uid, None)
+                if c.canceled is None:
+                    agent._call_final(c.uid, S.FAILED, None, now, None, reason)
+            return
+        self._ensure_workers(w.shape)
+        self.dispatch()
+
+    # -- cancel, drain --------------------------------------------------------------------
+    def cancel(self, uids: list[str], state: str, reason: str) -> list[str]:
+        """Cancel the calls among uids; returns the uids that are not calls. A queued call
+        ends at once; a running one ends with its worker, which is stopped (its other calls
+        go back to the queue)."""
+        rest, kill = [], {}
+        now = self.clock.now()
+        for uid in uids:
+            c = self.calls.get(uid)
+            if c is None:
+                rest.append(uid)
+                continue
+            if c.canceled is not None:
+                continue
+            c.canceled = (state, reason)
+            if c.worker is None:
+                self.calls.pop(uid, None)
+                self.agent._call_final(uid, state, None, now, None, reason)
+            elif c.worker.inflight and c.worker.inflight[0] is c:  # running: stop its worker
+                kill[c.worker.uid] = c.worker
+            # else: sent, not started yet: it ends CANCELED when its turn comes (its result,
+            # if it gets to run, is dropped)
+        if kill:
+            self.agent._cancel(list(kill), "stopped to cancel the call it was running")
+        return rest
+
+    def drain(self, state: str, reason: str) -> None:
+        """The pilot stops: queued calls end now; running ones when their workers do."""
+        self.stopping = (state, reason)
+        now = self.clock.now()
+        for q in self.queues.values():
+            while q:
+                c = q.popleft()
+                self.calls.pop(c.uid, None)
+                if c.canceled is None:
+                    self.agent._call_final(c.uid, S.CANCELED, None, now, None,
+                                           f"pilot stopped before the call started: {reason}")
+
+    def close(self) -> None:
+        self.sock.close()

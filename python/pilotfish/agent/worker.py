@@ -1,0 +1,234 @@
+"""A persistent function worker: runs batches of Python calls for the agent's FunctionPool.
+
+    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB
+
+The agent places and launches a worker like any task (its cores, GPUs, ranks), then feeds it
+batches of calls over ZeroMQ. Results do not travel back on the socket: each is appended to
+the worker's result log, a file mapped shared (`ResultLog`), and the socket only says how far
+the log is written. A result in the log survives the worker dying right after (the pages are
+the kernel's), so a crash costs the call that crashed -- the first one without a result --
+and nothing that finished before it.
+
+Recycling: after MAX_CALLS calls, or when its resident memory passes MAX_RSS_MIB, a worker
+finishes its batch, says bye and exits; the agent starts another if work is waiting.
+
+With several ranks (an MPI worker), rank 0 talks to the agent and broadcasts each batch;
+every rank runs each call as fn(*args, comm=<the ranks' communicator>, **kwargs), and the
+result is the list of the ranks' return values (rank order).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import struct
+import sys
+import time
+import traceback
+
+LOG_BYTES = 1 << 30          # the result log's size (sparse: only what is written costs)
+BIG_RESULT = 1 << 20         # larger results go to a file of their own, named in the log
+FLUSH_S = 0.002              # tell the agent how far the log is at least this often
+_LEN = struct.Struct("<I")
+
+# result tags (first byte of a result payload)
+OK, ERROR, IN_FILE = b"R", b"E", b"F"
+
+
+class ResultLog:
+    """Append-only records [u32 length][msgpack (uid, started, ended, payload)], committed by
+    writing the length last: a reader stops at the first zero length."""
+
+    def __init__(self, path: str, create: bool):
+        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, LOG_BYTES)
+            self.map = mmap.mmap(fd, LOG_BYTES, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | (mmap.PROT_WRITE if create else 0))
+        finally:
+            os.close(fd)
+        self.path = path
+        self.offset = 0
+
+    def room(self, n: int) -> bool:
+        return self.offset + _LEN.size + n + _LEN.size <= LOG_BYTES
+
+    def append(self, record: bytes) -> None:
+        off = self.offset
+        end = off + _LEN.size + len(record)
+        self.map[off + _LEN.size:end] = record
+        _LEN.pack_into(self.map, off, len(record))  # the commit
+        self.offset = end
+
+    def read(self, start: int, stop: int | None = None):
+        """(offset after, [records]) from `start` up to `stop` (None: every committed one)."""
+        m, off, out = self.map, start, []
+        limit = LOG_BYTES - _LEN.size if stop is None else stop
+        while off < limit:
+            n = _LEN.unpack_from(m, off)[0]
+            if n == 0:
+                break
+            out.append(m[off + _LEN.size:off + _LEN.size + n])
+            off += _LEN.size + n
+        return off, out
+
+    def close(self) -> None:
+        self.map.close()
+
+
+def error_payload(e: BaseException) -> bytes:
+    """The exception itself where it pickles, with its traceback text; else its type and
+    message (the client raises a RemoteError then)."""
+    import cloudpickle
+
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        exc = cloudpickle.dumps(e)
+        pickle.loads(exc)  # (one that pickles but cannot be rebuilt is no use either)
+    except Exception:  # noqa: BLE001
+        exc = None
+    return ERROR + pickle.dumps((type(e).__qualname__, str(e), tb, exc))
+
+
+def _rss_mib() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
+
+
+def _comm():
+    """The ranks' communicator, or None for a single-rank worker (mpi4py only when needed)."""
+    ranks = int(os.environ.get("PILOTFISH_RANKS", "1"))
+    if ranks <= 1:
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
+    """One call: its payload (OK + pickled value, IN_FILE + path, or ERROR + info). With
+    ranks, every rank runs it and rank 0 gathers (an exception on one rank does not skip the
+    gather, so the others are not left waiting); only rank 0's payload counts."""
+    import cloudpickle
+
+    try:
+        args, kwargs = pickle.loads(call)
+        if comm is not None:
+            kwargs = dict(kwargs, comm=comm)
+        part = (True, fn(*args, **kwargs))
+    except BaseException as e:  # noqa: BLE001 -- SystemExit from a call fails that call only
+        part = (False, error_payload(e))
+    if comm is not None:
+        parts = comm.gather(part, root=0)
+        if comm.rank != 0:
+            return b""
+        failed = [(r, p[1]) for r, p in enumerate(parts) if not p[0]]
+        if failed:
+            return failed[0][1]
+        part = (True, [p[1] for p in parts])
+    if not part[0]:
+        return part[1]
+    try:
+        data = cloudpickle.dumps(part[1], protocol=5)
+    except Exception as e:  # noqa: BLE001 -- the result cannot travel: say so
+        return error_payload(TypeError(f"the result ({type(part[1]).__qualname__}) cannot be "
+                                       f"pickled: {e}"))
+    if len(data) > BIG_RESULT:
+        path = os.path.join(result_dir, uid + ".result")
+        with open(path, "wb") as f:
+            f.write(data)
+        return IN_FILE + path.encode()
+    return OK + data
+
+
+def main(argv: list[str]) -> int:
+    address, uid, log_path, max_calls, max_rss = argv
+    max_calls, max_rss = int(max_calls), float(max_rss)
+    import cloudpickle
+    import msgspec
+
+    comm = _comm()
+    rank = 0 if comm is None else comm.rank
+    encode, decode = msgspec.msgpack.encode, msgspec.msgpack.decode
+    result_dir = os.path.dirname(log_path)
+    fns: dict[int, object] = {}
+    if rank != 0:  # followers: run what rank 0 broadcasts until it says stop
+        while True:
+            batch = comm.bcast(None, root=0)
+            if batch is None:
+                return 0
+            for call_uid, fn_id, fn_bytes, call in batch:
+                if fn_bytes is not None:
+                    fns[fn_id] = cloudpickle.loads(fn_bytes)
+                run_call(fns[fn_id], call, comm, result_dir, call_uid)
+
+    import zmq
+
+    ctx = zmq.Context(1)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 2000)
+    public, secret = zmq.curve_keypair()
+    sock.setsockopt(zmq.CURVE_SERVERKEY, os.environ.pop("PILOTFISH_FN_SERVERKEY").encode())
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+    sock.connect(address)
+    log = ResultLog(log_path, create=True)
+    parent = os.getppid()
+    sock.send(encode(["ready", uid, os.getpid()]))
+    done = 0
+    bye = None
+    try:
+        while bye is None:
+            if not sock.poll(1000):
+                if os.getppid() != parent:  # whoever started us is gone: so is the agent
+                    return 0
+                continue
+            msg = decode(sock.recv())
+            if msg[0] == "stop":
+                bye = "asked to stop"
+                break
+            batch = msg[1]
+            if comm is not None:
+                comm.bcast(batch, root=0)
+            last_flush = time.monotonic()
+            for call_uid, fn_id, fn_bytes, call in batch:
+                started = time.time()
+                try:
+                    if fn_bytes is not None:
+                        fns[fn_id] = cloudpickle.loads(fn_bytes)
+                    payload = run_call(fns[fn_id], call, comm, result_dir, call_uid)
+                except BaseException as e:  # noqa: BLE001 -- a function that cannot load
+                    payload = error_payload(e)
+                record = encode([call_uid, started, time.time(), payload])
+                if not log.room(len(record)):  # (a 1 GiB log: recycle long before)
+                    bye = "result log full"
+                    break
+                log.append(record)
+                done += 1
+                now = time.monotonic()
+                if now - last_flush >= FLUSH_S:
+                    sock.send(encode(["done", log.offset]))
+                    last_flush = now
+            sock.send(encode(["done", log.offset]))
+            if done >= max_calls:
+                bye = f"recycled after {done} calls"
+            elif max_rss and _rss_mib() > max_rss:
+                bye = f"recycled at {_rss_mib():.0f} MiB resident"
+        sock.send(encode(["bye", bye, log.offset]))
+    finally:
+        if comm is not None:
+            comm.bcast(None, root=0)
+        log.close()
+        sock.close()
+        ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
