@@ -14,13 +14,13 @@ __version__ = "0.1.0"
 
 from ._errors import (DescriptionError, PilotfishError, RemoteError, SessionClosed,
                       TimeoutExpired)
-from .client import Pilot, PilotManager, Session, Task, TaskManager
+from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
 from .descriptions import PilotDescription, TaskDescription
 from .states import (ACTIVE, AGENT_SCHEDULING, CANCELED, DONE, EXECUTING, FAILED, FINAL,
                      LAUNCHING, NEW, SCHEDULING, STAGING_INPUT, STAGING_OUTPUT)
 
 __all__ = [
-    "Session", "PilotManager", "TaskManager", "Pilot", "Task",
+    "Session", "PilotManager", "TaskManager", "Pilot", "Task", "Executor",
     "PilotDescription", "TaskDescription",
     "PilotfishError", "DescriptionError", "RemoteError", "SessionClosed", "TimeoutExpired",
     "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",

@@ -248,6 +248,25 @@ _NOT_FOR_FUNCTIONS = {
 }
 
 
+WORKER_OPTIONS = {"max_calls": (1, 10**9), "max_mem_mib": (0, MAX_MEM_MIB),
+                  "idle_s": (0, MAX_DURATION_S)}
+
+
+def _workers(kind: str, field: str, v: Any) -> dict:
+    """Function workers' settings: {max_calls, max_mem_mib, idle_s} (agent/functions.py)."""
+    if not isinstance(v, dict):
+        raise _fail(kind, field, v, f"must be a dict with keys among {', '.join(WORKER_OPTIONS)}")
+    for k, x in v.items():
+        if k not in WORKER_OPTIONS:
+            raise _fail(kind, field, v, f"unknown key {show(k, 30)} (known: "
+                        f"{', '.join(WORKER_OPTIONS)})")
+        lo, hi = WORKER_OPTIONS[k]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi \
+                or x != x:
+            raise _fail(kind, field, v, f"{k} = {show(x, 30)}: must be a number in [{lo}, {hi}]")
+    return dict(v)
+
+
 def _pilot_runtime(kind: str, field: str, v: Any) -> float:
     """A walltime. A bare number is seconds; one under a minute is refused: it is almost
     always minutes meant (RADICAL-Pilot's runtime=15 is 15 minutes) -- write '15m', or '15s'
@@ -709,6 +728,7 @@ class PilotDescription(_Description):
         "gpus_per_node": (None, _opt(_int(0, MAX_GPUS_PER_NODE, " (the most GPUs a node can have)"))),
         "mem_per_node": (None, _opt(_int(0, MAX_MEM_MIB, " MiB"))),
         "runtime": (3600.0, _pilot_runtime),
+        "workers": (dict, _workers),
         "sandbox": (None, _opt(_nonempty_str)),
         "queue": (None, _opt(_str)),
         "project": (None, _opt(_str)),

@@ -31,13 +31,16 @@ import zmq
 from .. import _wire
 from .. import states as S
 from ..descriptions import misfit_partitions
-from .worker import ERROR, ResultLog
+from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
 
 BATCH_S = 0.005          # about this much work per batch (from the measured call time)
 MAX_BATCH = 1024         # calls per batch at most
 IDLE_S = 5.0             # a worker with nothing to do this long stops
+STUCK_S = 0.05           # a worker without a result for this long is in a long call: no
+                         # more calls for it, and the ones it holds but has not started are
+                         # taken back for the other workers
 MAX_CALLS = 100_000      # a worker is recycled after this many calls
 MAX_RSS_MIB = 4096.0     # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
@@ -47,10 +50,11 @@ _decode = msgspec.msgpack.decode
 
 
 class Call:
-    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker")
+    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker", "timeout")
 
-    def __init__(self, uid: str, fn_id: int, call: bytes, shape: tuple):
+    def __init__(self, uid: str, fn_id: int, call: bytes, shape: tuple, timeout: float | None):
         self.uid = uid
+        self.timeout = timeout
         self.fn_id = fn_id
         self.call = call
         self.shape = shape
@@ -60,7 +64,7 @@ class Call:
 
 class Worker:
     __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
-                 "read_off", "idle_since", "leaving")
+                 "read_off", "idle_since", "leaving", "progress_at", "reclaiming")
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
         self.uid = uid
@@ -74,6 +78,8 @@ class Worker:
         self.read_off = 0
         self.idle_since = now
         self.leaving = False  # asked to stop, or said bye: nothing more is sent to it
+        self.progress_at = now  # when it last returned a result (or got work while idle)
+        self.reclaiming = False  # its unstarted calls were asked back
 
 
 class FunctionPool:
@@ -109,10 +115,14 @@ class FunctionPool:
         self.fn_ids: dict[bytes, int] = {}
         self.fn_bytes: list[bytes] = []
         self.n_started = 0
-        self.call_s = 0.0005  # moving mean of a call's run time
+        self.call_s: float | None = None  # moving mean of a call's run time (once measured)
         self.caps: dict[tuple, int] = {}
         self.failed_starts: dict[tuple, int] = collections.defaultdict(int)
         self.stopping: tuple[str, str] | None = None  # (state for what is left, reason)
+        opts = agent.desc.get("workers") or {}
+        self.max_calls = int(opts.get("max_calls", MAX_CALLS))
+        self.max_mem = float(opts.get("max_mem_mib", MAX_RSS_MIB))
+        self.idle_s = float(opts.get("idle_s", IDLE_S))
 
     # -- calls in -----------------------------------------------------------------------
     def accept(self, specs: list[_wire.TaskSpec], now: float) -> None:
@@ -132,7 +142,7 @@ class FunctionPool:
             if fn_id is None:
                 fn_id = self.fn_ids[spec.function] = len(self.fn_bytes)  # type: ignore[index]
                 self.fn_bytes.append(spec.function)  # type: ignore[arg-type]
-            call = Call(spec.uid, fn_id, spec.call, shape)  # type: ignore[arg-type]
+            call = Call(spec.uid, fn_id, spec.call, shape, spec.timeout)  # type: ignore[arg-type]
             self.calls[spec.uid] = call
             q = self.queues.get(shape)
             if q is None:
@@ -197,7 +207,7 @@ class FunctionPool:
         spec = _wire.TaskSpec(
             uid=uid, executable=sys.executable,
             arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
-                       str(MAX_CALLS), str(MAX_RSS_MIB)),
+                       str(self.max_calls), str(self.max_mem)),
             ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
             environment={"PILOTFISH_FN_SERVERKEY": self.server_key.decode()},
             stdout=False, stderr=True)
@@ -248,6 +258,9 @@ class FunctionPool:
         agent = self.agent
         n = 0
         spent = 0.0
+        returned: list[Call] = []
+        w.progress_at = self.clock.mono()
+        w.reclaiming = False
         for rec in records:
             uid, started, ended, payload = _decode(rec)
             call = w.inflight.popleft() if w.inflight else None
@@ -257,9 +270,20 @@ class FunctionPool:
                     w.inflight.remove(call)
             if call is None:
                 continue
+            if payload[:1] == RETURNED:  # taken back unstarted: to the front of the queue
+                call.worker = None
+                if call.canceled is None:
+                    returned.append(call)
+                else:
+                    self.calls.pop(uid, None)
+                    agent._call_final(uid, call.canceled[0], None, ended, None,
+                                      call.canceled[1])
+                continue
             self.calls.pop(uid, None)
             spent += ended - started
             n += 1
+            if call.canceled is None and payload[:1] == CANCELED:
+                call.canceled = (S.CANCELED, "canceled")
             if payload[:1] == ERROR:
                 state = S.FAILED
                 name, message = pickle.loads(payload[1:])[:2]
@@ -271,27 +295,48 @@ class FunctionPool:
                                   call.canceled[1])
                 continue
             agent._call_final(uid, state, started, ended, payload, reason)
+        if returned:
+            self.queues.setdefault(w.shape, collections.deque()).extendleft(reversed(returned))
         if n:
-            self.call_s = 0.8 * self.call_s + 0.2 * (spent / n)
+            mean = spent / n
+            self.call_s = mean if self.call_s is None else 0.8 * self.call_s + 0.2 * mean
             if not w.inflight:
                 w.idle_since = self.clock.mono()
 
     # -- calls out ---------------------------------------------------------------------
     def dispatch(self) -> None:
-        per_batch = max(1, min(MAX_BATCH, int(BATCH_S / max(self.call_s, 1e-7))))
+        # Until a call time is measured, one call per worker (the calls may be long: a batch
+        # would hold them behind each other while other workers idle); then batches of about
+        # BATCH_S of work, two in flight while calls are short (the worker never waits).
+        if self.call_s is None:
+            per_batch, depth = 1, 1
+        else:
+            per_batch = max(1, min(MAX_BATCH, int(BATCH_S / max(self.call_s, 1e-7))))
+            depth = 2 if self.call_s < BATCH_S else 1
         sock = self.sock
+        now = self.clock.mono()
         for w in self.workers.values():
             if w.state != "ready" or w.leaving:
+                continue
+            if w.inflight and now - w.progress_at > STUCK_S:  # in a long call
+                if len(w.inflight) > 1 and not w.reclaiming:
+                    w.reclaiming = True
+                    try:
+                        sock.send_multipart([w.ident, _encode(
+                            ["reclaim", [c.uid for c in list(w.inflight)[1:]]])])
+                    except zmq.ZMQError:
+                        pass
                 continue
             q = self.queues.get(w.shape)
             if not q:
                 continue
-            room = 2 * per_batch - len(w.inflight)
-            if room < per_batch and w.inflight:
+            if not w.inflight:
+                w.progress_at = now
+            room = depth * per_batch - len(w.inflight)
+            if room <= 0 or (room < per_batch and w.inflight):
                 continue
-            ready = sum(1 for x in self.workers.values()
-                        if x.shape == w.shape and x.state == "ready" and not x.leaving)
-            n = min(room, max(1, math.ceil(len(q) / ready)))
+            share = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
+            n = min(room, max(1, math.ceil(len(q) / max(1, share))))
             batch = []
             fns = w.fns
             fn_bytes = self.fn_bytes
@@ -301,10 +346,10 @@ class FunctionPool:
                     continue
                 fid = c.fn_id
                 if fid in fns:
-                    batch.append([c.uid, fid, None, c.call])
+                    batch.append([c.uid, fid, None, c.call, c.timeout])
                 else:
                     fns.add(fid)
-                    batch.append([c.uid, fid, fn_bytes[fid], c.call])
+                    batch.append([c.uid, fid, fn_bytes[fid], c.call, c.timeout])
                 c.worker = w
                 w.inflight.append(c)
             if batch:
@@ -313,10 +358,9 @@ class FunctionPool:
                 except zmq.ZMQError:  # it is gone: its exit puts the calls back
                     w.leaving = True
         if self.stopping is None:
-            now = self.clock.mono()
             for w in self.workers.values():
                 if w.state == "ready" and not w.leaving and not w.inflight \
-                        and not self.queues.get(w.shape) and now - w.idle_since > IDLE_S:
+                        and not self.queues.get(w.shape) and now - w.idle_since > self.idle_s:
                     w.leaving = True
                     try:
                         sock.send_multipart([w.ident, _encode(["stop"])])
@@ -388,7 +432,7 @@ class FunctionPool:
         """Cancel the calls among uids; returns the uids that are not calls. A queued call
         ends at once; a running one ends with its worker, which is stopped (its other calls
         go back to the queue)."""
-        rest, kill = [], {}
+        rest, kill, skip = [], {}, {}
         now = self.clock.now()
         for uid in uids:
             c = self.calls.get(uid)
@@ -403,8 +447,15 @@ class FunctionPool:
                 self.agent._call_final(uid, state, None, now, None, reason)
             elif c.worker.inflight and c.worker.inflight[0] is c:  # running: stop its worker
                 kill[c.worker.uid] = c.worker
-            # else: sent, not started yet: it ends CANCELED when its turn comes (its result,
-            # if it gets to run, is dropped)
+            else:  # sent, not started: the worker skips it (if it starts first after all,
+                # it is stopped with the worker, or its result is dropped)
+                skip.setdefault(c.worker, []).append(uid)
+        for w, skipped in skip.items():
+            if w.uid not in kill and w.ident is not None:
+                try:
+                    self.sock.send_multipart([w.ident, _encode(["cancel", skipped])])
+                except zmq.ZMQError:
+                    pass
         if kill:
             self.agent._cancel(list(kill), "stopped to cancel the call it was running")
         return rest

@@ -19,9 +19,11 @@ result is the list of the ranks' return values (rank order).
 
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import pickle
+import signal
 import struct
 import sys
 import time
@@ -32,8 +34,11 @@ BIG_RESULT = 1 << 20         # larger results go to a file of their own, named i
 FLUSH_S = 0.002              # tell the agent how far the log is at least this often
 _LEN = struct.Struct("<I")
 
-# result tags (first byte of a result payload)
-OK, ERROR, IN_FILE = b"R", b"E", b"F"
+CHECK_S = 0.001              # look for cancels and new batches between calls this often
+
+# result tags (first byte of a result payload); CANCELED: skipped, canceled before it started
+# RETURNED: not run, handed back (the agent gives it to a worker that is free)
+OK, ERROR, IN_FILE, CANCELED, RETURNED = b"R", b"E", b"F", b"C", b"B"
 
 
 class ResultLog:
@@ -147,6 +152,14 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
     return OK + data
 
 
+class CallTimeout(TimeoutError):
+    """A function task ran past its timeout (raised inside it, by SIGALRM)."""
+
+
+def _timed_out(signum, frame):
+    raise CallTimeout("the call ran past its timeout")
+
+
 def main(argv: list[str]) -> int:
     address, uid, log_path, max_calls, max_rss = argv
     max_calls, max_rss = int(max_calls), float(max_rss)
@@ -155,6 +168,7 @@ def main(argv: list[str]) -> int:
 
     comm = _comm()
     rank = 0 if comm is None else comm.rank
+    signal.signal(signal.SIGALRM, _timed_out)
     encode, decode = msgspec.msgpack.encode, msgspec.msgpack.decode
     result_dir = os.path.dirname(log_path)
     fns: dict[int, object] = {}
@@ -163,7 +177,7 @@ def main(argv: list[str]) -> int:
             batch = comm.bcast(None, root=0)
             if batch is None:
                 return 0
-            for call_uid, fn_id, fn_bytes, call in batch:
+            for call_uid, fn_id, fn_bytes, call, _ in batch:
                 if fn_bytes is not None:
                     fns[fn_id] = cloudpickle.loads(fn_bytes)
                 run_call(fns[fn_id], call, comm, result_dir, call_uid)
@@ -183,26 +197,59 @@ def main(argv: list[str]) -> int:
     sock.send(encode(["ready", uid, os.getpid()]))
     done = 0
     bye = None
+    pending: collections.deque = collections.deque()  # batches received, not run yet
+    skip: set[str] = set()  # calls canceled before they started
+    back: set[str] = set()  # calls the agent takes back (this worker is busy with a long one)
+
+    def take(msg) -> str | None:  # one message from the agent; a reason to leave, or None
+        if msg[0] == "calls":
+            pending.append(msg[1])
+        elif msg[0] == "cancel":
+            skip.update(msg[1])
+        elif msg[0] == "reclaim":
+            back.update(msg[1])
+        elif msg[0] == "stop":
+            return "asked to stop"
+        return None
+
     try:
         while bye is None:
-            if not sock.poll(1000):
-                if os.getppid() != parent:  # whoever started us is gone: so is the agent
-                    return 0
+            if not pending:
+                if not sock.poll(1000):
+                    if os.getppid() != parent:  # whoever started us is gone: so is the agent
+                        return 0
+                    continue
+                bye = take(decode(sock.recv()))
                 continue
-            msg = decode(sock.recv())
-            if msg[0] == "stop":
-                bye = "asked to stop"
-                break
-            batch = msg[1]
-            if comm is not None:
+            batch = pending.popleft()
+            if comm is not None:  # (all ranks run the same calls: skip before the broadcast)
+                batch = [item for item in batch if item[0] not in skip and item[0] not in back]
                 comm.bcast(batch, root=0)
-            last_flush = time.monotonic()
-            for call_uid, fn_id, fn_bytes, call in batch:
+            last_flush = last_check = time.monotonic()
+            for call_uid, fn_id, fn_bytes, call, timeout in batch:
+                now = time.monotonic()
+                if comm is None and now - last_check >= CHECK_S:  # cancels, more batches
+                    last_check = now
+                    while sock.poll(0):
+                        bye = take(decode(sock.recv())) or bye
                 started = time.time()
                 try:
                     if fn_bytes is not None:
                         fns[fn_id] = cloudpickle.loads(fn_bytes)
-                    payload = run_call(fns[fn_id], call, comm, result_dir, call_uid)
+                    if call_uid in skip:
+                        skip.discard(call_uid)
+                        payload = CANCELED
+                    elif call_uid in back:
+                        back.discard(call_uid)
+                        payload = RETURNED
+                    else:
+                        if timeout and comm is None:  # (Python code only: C code runs on)
+                            signal.setitimer(signal.ITIMER_REAL, timeout)
+                        try:
+                            payload = run_call(fns[fn_id], call, comm, result_dir, call_uid)
+                        finally:
+                            if timeout and comm is None:
+                                signal.setitimer(signal.ITIMER_REAL, 0)
                 except BaseException as e:  # noqa: BLE001 -- a function that cannot load
                     payload = error_payload(e)
                 record = encode([call_uid, started, time.time(), payload])
@@ -211,14 +258,15 @@ def main(argv: list[str]) -> int:
                     break
                 log.append(record)
                 done += 1
+                if done >= max_calls:  # the rest of the batch goes back to the agent's queue
+                    bye = f"recycled after {done} calls"
+                    break
                 now = time.monotonic()
                 if now - last_flush >= FLUSH_S:
                     sock.send(encode(["done", log.offset]))
                     last_flush = now
             sock.send(encode(["done", log.offset]))
-            if done >= max_calls:
-                bye = f"recycled after {done} calls"
-            elif max_rss and _rss_mib() > max_rss:
+            if bye is None and max_rss and _rss_mib() > max_rss:
                 bye = f"recycled at {_rss_mib():.0f} MiB resident"
         sock.send(encode(["bye", bye, log.offset]))
     finally:

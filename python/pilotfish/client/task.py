@@ -7,6 +7,7 @@ import logging
 import os
 import pickle
 import shlex
+import sys
 import threading
 import time
 from typing import Callable, Iterable
@@ -705,6 +706,7 @@ def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byt
         fb = fns.get(id(fn))
         if fb is None:
             try:
+                _by_value(fn)
                 fb = fns[id(fn)] = _cloudpickle().dumps(fn, protocol=5)
             except Exception as e:  # noqa: BLE001
                 raise DescriptionError("TaskDescription", "function", fn,
@@ -713,8 +715,8 @@ def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byt
         payload = (v.get("args", ()), v.get("kwargs") or {})
         try:
             cb = pickle.dumps(payload, protocol=5)
-            if b"__main__" in cb:
-                raise pickle.PicklingError("refers to __main__")
+            if any(name in cb for name in _BY_VALUE):
+                raise pickle.PicklingError("refers to a module workers cannot import")
         except Exception:  # noqa: BLE001
             try:
                 cb = _cloudpickle().dumps(payload, protocol=5)
@@ -725,6 +727,27 @@ def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byt
                                        index=i) from None
         out[i] = (fb, cb)
     return out
+
+
+_BY_VALUE: set[bytes] = {b"__main__"}  # modules whose objects travel by value
+_INSTALLED = tuple({os.path.realpath(p) + os.sep for p in
+                    (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
+def _by_value(fn) -> None:
+    """A function from the user's own module (a script's neighbour, a test file: a module
+    not installed in this Python) goes by value, with that module's other objects: a worker
+    cannot import it. Installed packages go by reference (workers run the same Python)."""
+    name = getattr(fn, "__module__", None)
+    if not name or name == "__main__" or name.encode() in _BY_VALUE:
+        return
+    mod = sys.modules.get(name)
+    path = getattr(mod, "__file__", None)
+    if mod is None or not path or os.path.realpath(path).startswith(_INSTALLED) \
+            or name.split(".")[0] == "pilotfish":
+        return
+    _cloudpickle().register_pickle_by_value(mod)
+    _BY_VALUE.add(name.encode())
 
 
 def _cloudpickle():

@@ -1,0 +1,175 @@
+"""pf.Executor: concurrent.futures over a pilot's function workers.
+
+    with pf.Executor() as ex:                      # its own local pilot, this machine's cores
+        futures = [ex.submit(f, x) for x in xs]
+        results = list(ex.map(g, xs))
+
+    ex = pf.Executor(tmgr)                          # or over an existing TaskManager
+
+Each submit becomes a function task. Submits are gathered and sent in batches by one thread
+(a submit costs microseconds, not a round trip); a future resolves when its task's final
+state arrives. cancel() on a future whose call has not ended cancels the task (a running
+call is stopped with its worker, which is replaced).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import os
+import threading
+from typing import Any, Callable
+
+from .. import states as S
+from .._errors import PilotfishError
+from ..descriptions import PilotDescription, TaskDescription
+
+
+class _TaskFuture(cf.Future):
+    __slots__ = ("_executor", "uid")
+
+    def __init__(self, executor: "Executor"):
+        super().__init__()
+        self._executor = executor
+        self.uid: str | None = None  # its task's, once sent
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        self._executor._cancel(self)
+        return True
+
+
+class Executor(cf.Executor):
+    """A concurrent.futures.Executor whose calls run as function tasks of a pilot.
+
+    tmgr      run on this TaskManager's pilots (default: start a session and a local pilot
+              of `pilot` -- default one node of this machine's cores -- and stop them at
+              shutdown)
+    ranks, cores_per_rank, gpus_per_rank, mem_per_rank
+              the shape of each call's worker (default: one core)
+    """
+
+    def __init__(self, tmgr=None, *, pilot: PilotDescription | dict | None = None,
+                 session_path: str | None = None, ranks: int = 1, cores_per_rank: int = 1,
+                 gpus_per_rank: int = 0, mem_per_rank: int = 0):
+        from .pilot import PilotManager
+        from .session import Session
+        from .task import TaskManager
+
+        self._shape = {k: v for k, v, default in (
+            ("ranks", ranks, 1), ("cores_per_rank", cores_per_rank, 1),
+            ("gpus_per_rank", gpus_per_rank, 0), ("mem_per_rank", mem_per_rank, 0))
+            if v != default}
+        TaskDescription(function=print, **self._shape)  # bad shapes fail here, naming the field
+        self._own = None
+        if tmgr is None:
+            session = Session(path=session_path)
+            try:
+                pd = pilot if pilot is not None else PilotDescription(
+                    nodes=1, cores_per_node=os.cpu_count() or 1, runtime="24h")
+                p = PilotManager(session).submit_pilots(pd)
+                tmgr = TaskManager(session)
+                tmgr.add_pilots(p)
+            except BaseException:
+                session.close()
+                raise
+            self._own = session
+        self.tmgr = tmgr
+        self._lock = threading.Condition()
+        self._queue: collections.deque = collections.deque()  # (description, future) to send
+        self._by_desc: dict[int, _TaskFuture] = {}  # id(description) -> future, while sending
+        self._futures: dict[str, _TaskFuture] = {}  # task uid -> future, until it resolves
+        self._shutdown = False
+        tmgr.register_callback(self._on_state)
+        self._sender = threading.Thread(target=self._send_loop, name="pilotfish-executor",
+                                        daemon=True)
+        self._sender.start()
+
+    # -- concurrent.futures API -------------------------------------------------------------
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:
+        d = TaskDescription(function=fn, args=args, kwargs=kwargs, **self._shape)
+        f = _TaskFuture(self)
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._queue.append((d, f))
+            if len(self._queue) == 1:
+                self._lock.notify()
+        return f
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                for _, f in self._queue:
+                    cf.Future.cancel(f)
+                self._queue.clear()
+            self._lock.notify()
+        if cancel_futures:
+            for f in list(self._futures.values()):
+                f.cancel()
+        if wait:
+            self._sender.join()
+            cf.wait(list(self._futures.values()))
+        if self._own is not None and wait:
+            self._own.close()
+            self._own = None
+
+    # -- internals ------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        """Send what was submitted meanwhile, in one batch (submits gather while a batch is
+        being sent: no timer, no per-call round trip)."""
+        while True:
+            with self._lock:
+                while not self._queue and not self._shutdown:
+                    self._lock.wait()
+                if not self._queue:
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+            live = [(d, f) for d, f in batch if not f.cancelled()]
+            for d, f in live:
+                self._by_desc[id(d)] = f
+            try:
+                self.tmgr.submit_tasks([d for d, _ in live])
+            except BaseException as e:  # noqa: BLE001 -- each future learns why
+                for d, f in live:
+                    self._by_desc.pop(id(d), None)
+                    if not f.done():
+                        f.set_exception(e)
+
+    def _on_state(self, task, state: str) -> None:  # submitting thread (NEW) or IO thread
+        if state == S.NEW:
+            f = self._by_desc.pop(id(task.description), None)
+            if f is not None:
+                f.uid = task.uid
+                self._futures[task.uid] = f
+            return
+        if state not in S.FINAL:
+            return
+        f = self._futures.pop(task.uid, None)
+        if f is None or f.done():
+            return
+        try:
+            if state == S.DONE:
+                try:
+                    value = task.result
+                except BaseException as e:  # noqa: BLE001 -- a result that does not unpickle
+                    f.set_exception(e)
+                else:
+                    f.set_result(value)
+            elif state == S.CANCELED:
+                cf.Future.cancel(f)
+            else:
+                f.set_exception(task.exception or PilotfishError(task.reason or state))
+        except cf.InvalidStateError:  # canceled by the user meanwhile
+            pass
+
+    def _cancel(self, f: _TaskFuture) -> None:
+        if f.uid is not None:
+            self._futures.pop(f.uid, None)
+            try:
+                self.tmgr.cancel_tasks([f.uid])
+            except PilotfishError:
+                pass

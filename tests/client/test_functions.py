@@ -1,0 +1,241 @@
+"""Function tasks end to end on real local pilots: persistent workers the agent places and
+feeds, results through their result logs, failures isolated, pf.Executor's futures."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import pilotfish as pf
+from pilotfish._events import read_all_events
+
+
+def square(x):
+    return x * x
+
+
+def pid_of(_):
+    return os.getpid()
+
+
+def fail(x):
+    raise ValueError(f"bad input {x}")
+
+
+def crash(_):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def nap(s):
+    time.sleep(s)
+    return s
+
+
+def unpicklable_result():
+    return threading.Lock()
+
+
+class LocalOnlyError(Exception):  # pickles by reference to this test module: importable
+    pass
+
+
+def raise_local():
+    raise LocalOnlyError("mine")
+
+
+def on_ranks(x, comm):
+    return (comm.rank, comm.size, comm.allreduce(x))
+
+
+@pytest.fixture(scope="module")
+def fpilot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("functions") / "session"
+    with pf.Session(path=path) as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2,
+                                                       runtime="30m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+        yield s, pilot, tmgr
+
+
+def _worker_starts(pilot) -> int:
+    return len({e[1] for e in read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+                if e[1].startswith("worker.") and e[2] == pf.EXECUTING})
+
+
+def _eventually(pred, timeout: float = 10.0) -> bool:
+    """(the agent writes its events out about once a second)"""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_ten_thousand_function_tasks_all_correct(fpilot):
+    s, pilot, tmgr = fpilot
+    tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
+                               for i in range(10_000)])
+    assert tmgr.wait_tasks([t.uid for t in tasks], timeout=300) == [pf.DONE] * 10_000
+    assert [t.result for t in tasks] == [i * i for i in range(10_000)]
+    assert all(t.exception is None for t in tasks)
+    h = dict(tasks[5].history)
+    assert h[pf.NEW] <= h[pf.EXECUTING] <= h[pf.DONE]
+    # their runs are in the agent's events like any task's (the report reads these)
+    want = {t.uid for t in tasks}
+    assert _eventually(lambda: want <= {
+        e[1] for e in read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+        if e[2] == pf.EXECUTING})
+
+
+def test_bad_input_is_refused_at_submit_naming_the_field(fpilot):
+    _, _, tmgr = fpilot
+    lock = threading.Lock()
+    cases = [
+        (dict(function=lambda: lock), "function", "cannot be pickled"),
+        (dict(function=square, args=(lock,)), "args", "cannot be pickled"),
+        (dict(function=square, kwargs={"x": lock}), "kwargs", "cannot be pickled"),
+        (dict(function=square, executable="/bin/true"), "function", "not both"),
+        (dict(function=square, arguments=["1"]), "arguments", "args=(...)"),
+        (dict(function=square, input_staging=["a"]), "input_staging", "not for function"),
+        (dict(executable="/bin/true", args=(1,)), "args", "function tasks"),
+        (dict(function="square"), "function", "callable"),
+    ]
+    before = len(tmgr)
+    for kwargs, field, why in cases:
+        with pytest.raises(pf.DescriptionError) as e:
+            tmgr.submit_tasks([pf.TaskDescription(function=square, args=(1,)),
+                               pf.TaskDescription(**kwargs)])
+        assert e.value.field == field and why in str(e.value), (kwargs, e.value)
+    assert len(tmgr) == before  # all or nothing: not even the good one was sent
+
+
+def test_failures_are_isolated_with_their_reasons(fpilot):
+    """A raising call fails alone with its exception and remote traceback; one that kills
+    its worker (SIGSEGV) fails alone with the signal and the worker is replaced; a result
+    that cannot be pickled fails its call; every other call of the same batch is DONE."""
+    _, pilot, tmgr = fpilot
+    starts = _worker_starts(pilot)
+    descs = [pf.TaskDescription(function=square, args=(i,)) for i in range(300)]
+    descs[10] = pf.TaskDescription(function=fail, args=(10,))
+    descs[150] = pf.TaskDescription(function=crash, args=(0,))
+    descs[200] = pf.TaskDescription(function=unpicklable_result)
+    descs[250] = pf.TaskDescription(function=raise_local)
+    tasks = tmgr.submit_tasks(descs)
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+    bad = {10, 150, 200, 250}
+    for i, t in enumerate(tasks):
+        if i not in bad:
+            assert t.state == pf.DONE and t.result == i * i, (i, t.state, t.reason)
+    e = tasks[10].exception
+    assert tasks[10].state == pf.FAILED and isinstance(e, ValueError)
+    assert str(e) == "bad input 10" and "in fail" in str(e.__cause__)
+    assert tasks[10].reason == "raised ValueError: bad input 10"
+    assert tasks[150].state == pf.FAILED and "SIGSEGV" in tasks[150].reason, tasks[150].reason
+    assert isinstance(tasks[150].exception, pf.RemoteError)
+    assert tasks[200].state == pf.FAILED and "cannot be pickled" in tasks[200].reason
+    assert isinstance(tasks[250].exception, LocalOnlyError)
+    assert _eventually(lambda: _worker_starts(pilot) > starts)  # the crashed one was replaced
+    again = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(7,)))
+    assert again.wait(timeout=60) == pf.DONE and again.result == 49
+
+
+def test_timeout_and_cancel(fpilot):
+    _, _, tmgr = fpilot
+    slow = tmgr.submit_tasks(pf.TaskDescription(function=nap, args=(30,), timeout=0.5))
+    assert slow.wait(timeout=30) == pf.FAILED
+    assert "timeout" in slow.reason and isinstance(slow.exception, TimeoutError)
+    running, queued = tmgr.submit_tasks([pf.TaskDescription(function=nap, args=(30,))
+                                         for _ in range(2)] +
+                                        [pf.TaskDescription(function=nap, args=(30,))])[1:]
+    time.sleep(1.0)
+    tmgr.cancel_tasks([running.uid, queued.uid])
+    assert tmgr.wait_tasks([running.uid, queued.uid], timeout=30) == [pf.CANCELED] * 2
+    after = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(3,)))
+    assert after.wait(timeout=60) == pf.DONE and after.result == 9
+
+
+def test_large_results_travel_by_file(fpilot):
+    _, pilot, tmgr = fpilot
+    t = tmgr.submit_tasks(pf.TaskDescription(function=bytes, args=(3 << 20,)))
+    assert t.wait(timeout=60) == pf.DONE
+    assert t._result[:1] == b"F" and len(t._result) < 1000  # a path, not 3 MiB
+    assert t.result == bytes(3 << 20)
+
+
+def test_workers_are_recycled(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=1, runtime="10m", workers={"max_calls": 10}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
+                                   for i in range(60)])
+        assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 60
+        pids = [t.result for t in tasks]
+        assert len(set(pids)) >= 6, pids  # at most 10 calls each
+        assert max(pids.count(p) for p in set(pids)) <= 10
+    with pytest.raises(pf.DescriptionError, match="max_calls"):
+        pf.PilotDescription(workers={"max_calls": 0})
+    with pytest.raises(pf.DescriptionError, match="unknown key"):
+        pf.PilotDescription(workers={"max_call": 3})
+
+
+@pytest.mark.mpi
+def test_mpi_function_on_two_ranks(tmp_path):
+    """ranks=2: the function runs on both ranks of an MPI worker with comm= passed in; the
+    result is the ranks' return values, in rank order."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=on_ranks, args=(i,), ranks=2)
+                                   for i in range(1, 4)])
+        assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 3, [t.reason for t in tasks]
+        for i, t in enumerate(tasks, 1):
+            assert t.result == [(0, 2, 2 * i), (1, 2, 2 * i)]
+
+
+def test_executor_follows_the_futures_api(fpilot):
+    _, _, tmgr = fpilot
+    ex = pf.Executor(tmgr)
+    assert list(ex.map(square, range(50))) == [i * i for i in range(50)]  # in order
+    assert list(ex.map(nap, [0.3, 0.0, 0.1])) == [0.3, 0.0, 0.1]
+    f = ex.submit(fail, 3)
+    assert isinstance(f.exception(timeout=30), ValueError)
+    with pytest.raises(ValueError, match="bad input 3"):
+        f.result()
+    fs = [ex.submit(square, i) for i in range(20)]
+    assert sorted(x.result() for x in cf.as_completed(fs, timeout=60)) == \
+        sorted(i * i for i in range(20))
+    long = ex.submit(nap, 30)
+    time.sleep(0.5)
+    assert long.cancel() and long.cancelled()
+    with pytest.raises(cf.CancelledError):
+        long.result()
+    with pytest.raises(TimeoutError):
+        list(ex.map(nap, [5.0], timeout=0.2))
+    pending = [ex.submit(nap, 0.2) for _ in range(4)]
+    ex.shutdown(wait=True)
+    assert all(p.done() and p.result() == 0.2 for p in pending)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(square, 1)
+
+
+def test_executor_with_its_own_pilot(tmp_path):
+    with pf.Executor(session_path=str(tmp_path / "s")) as ex:
+        assert ex.submit(square, 12).result(timeout=60) == 144
+        t0 = time.monotonic()
+        for _ in range(20):
+            ex.submit(square, 2).result(timeout=10)
+        assert (time.monotonic() - t0) / 20 < 1.0  # (a bound, not a benchmark)
+    assert ex._own is None
