@@ -26,12 +26,13 @@ from ..descriptions import PilotDescription, TaskDescription
 
 
 class _TaskFuture(cf.Future):
-    __slots__ = ("_executor", "uid")
+    __slots__ = ("_executor", "uid", "finish")
 
     def __init__(self, executor: "Executor"):
         super().__init__()
         self._executor = executor
         self.uid: str | None = None  # its task's, once sent
+        self.finish: Callable | None = None
 
     def cancel(self) -> bool:
         if not super().cancel():
@@ -88,8 +89,15 @@ class Executor(cf.Executor):
 
     # -- concurrent.futures API -------------------------------------------------------------
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:
-        d = TaskDescription(function=fn, args=args, kwargs=kwargs, **self._shape)
+        return self._submit(TaskDescription(function=fn, args=args, kwargs=kwargs,
+                                            **self._shape))
+
+    def _submit(self, d: TaskDescription, finish: Callable | None = None) -> cf.Future:
+        """A future for any task (adapters: pilotfish.parsl). finish(task) -> (value,
+        exception) decides the outcome of a task that ended DONE or FAILED (default: the
+        function's result or exception)."""
         f = _TaskFuture(self)
+        f.finish = finish
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
@@ -152,7 +160,16 @@ class Executor(cf.Executor):
         if f is None or f.done():
             return
         try:
-            if state == S.DONE:
+            if f.finish is not None and state != S.CANCELED:
+                try:
+                    value, exc = f.finish(task)
+                except BaseException as e:  # noqa: BLE001
+                    value, exc = None, e
+                if exc is None:
+                    f.set_result(value)
+                else:
+                    f.set_exception(exc)
+            elif state == S.DONE:
                 try:
                     value = task.result
                 except BaseException as e:  # noqa: BLE001 -- a result that does not unpickle
