@@ -228,6 +228,8 @@ def _args(kind: str, field: str, v: Any) -> tuple:
 
 
 def _kwargs(kind: str, field: str, v: Any) -> dict:
+    if type(v) is dict and not v:
+        return v
     if not isinstance(v, dict) or not all(type(k) is str for k in v):
         raise _fail(kind, field, v, "must be a dict of keyword arguments (str keys)")
     return v

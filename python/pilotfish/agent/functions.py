@@ -307,12 +307,13 @@ class FunctionPool:
     def dispatch(self) -> None:
         # Until a call time is measured, one call per worker (the calls may be long: a batch
         # would hold them behind each other while other workers idle); then batches of about
-        # BATCH_S of work, two in flight while calls are short (the worker never waits).
+        # BATCH_S of work, two in flight while calls are short (the worker never waits; a
+        # worker stuck in a long call gives back what it holds, STUCK_S).
         if self.call_s is None:
             per_batch, depth = 1, 1
         else:
             per_batch = max(1, min(MAX_BATCH, int(BATCH_S / max(self.call_s, 1e-7))))
-            depth = 2 if self.call_s < BATCH_S else 1
+            depth = 2 if self.call_s < STUCK_S else 1  # (longer: a worker may get stuck)
         sock = self.sock
         now = self.clock.mono()
         for w in self.workers.values():

@@ -46,6 +46,7 @@ class Pilot:
         self._resync_asked = float("-inf")  # when we last asked (monotonic)
         self._missing: set[str] = set()
         self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
+        self._simulated = description.resource == "simulated"
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None:

@@ -242,7 +242,8 @@ class TaskManager:
             t._hist = [S.NEW, now, S.SCHEDULING, now]
             registry[uid] = t
             tasks.append(t)
-            load[pilot_uid] += d.ranks * d.cores_per_rank
+            v = d._values
+            load[pilot_uid] += v.get("ranks", 1) * v.get("cores_per_rank", 1)
             if not profile or r is not None:
                 continue
             events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot_uid))
@@ -425,29 +426,55 @@ class TaskManager:
     def _route(self, d: TaskDescription, index: int, pilots: list[Pilot],
                pending: dict[str, int] | None = None) -> Pilot:
         """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
-        earlier in the same call) that can hold the request; else a DescriptionError."""
-        fitting, unknown, why = [], [], None
-        if d.pilot is not None:  # pinned: that pilot or an error
-            pinned = [p for p in pilots if p.uid == d.pilot]
+        earlier in the same call) that can hold the request; else a DescriptionError.
+        (Per task of every bulk submit: the description's values are read directly.)"""
+        v = d._values
+        pin = v.get("pilot")
+        if pin is not None:  # pinned: that pilot or an error
+            pinned = [p for p in pilots if p.uid == pin]
             if not pinned:
-                raise DescriptionError("TaskDescription", "pilot", d.pilot,
+                raise DescriptionError("TaskDescription", "pilot", pin,
                                        f"not a live pilot of this TaskManager (live: "
                                        f"{', '.join(p.uid for p in pilots) or 'none'})",
                                        index=index)
             pilots = pinned
-        if d.named_env is not None:
-            having = [p for p in pilots if d.named_env in p.envs]
+        env = v.get("named_env")
+        if env is not None:
+            having = [p for p in pilots if env in p.envs]
             if not having:
-                raise DescriptionError("TaskDescription", "named_env", d.named_env,
+                raise DescriptionError("TaskDescription", "named_env", env,
                                        "no environment of that name was prepared on "
-                                       f"{'pilot ' + d.pilot if d.pilot else 'any live pilot'}"
+                                       f"{'pilot ' + pin if pin else 'any live pilot'}"
                                        " (Pilot.prepare_env)", index=index)
             pilots = having
+        ranks = v.get("ranks", 1)
+        cores = v.get("cores_per_rank", 1)
+        if len(pilots) == 1:  # the common case: one pilot, a shape it fits (memoized)
+            p = pilots[0]
+            problem = p.misfit(ranks, cores, v.get("gpus_per_rank", 0), v.get("mem_per_rank", 0))
+            if problem is not None:
+                raise DescriptionError("TaskDescription", problem[0], getattr(d, problem[0]),
+                                       problem[1] + f" of {p.uid}", index=index)
+            chosen = p
+        else:
+            chosen = self._choose(d, index, pilots, pending, ranks, cores)
+        if pending is not None:
+            pending[chosen.uid] += ranks * cores
+        if chosen._simulated and v.get("duration") is None:
+            raise DescriptionError("TaskDescription", "duration", None,
+                                   f"required on a simulated pilot ({chosen.uid}): a simulated "
+                                   "task runs for its duration", index=index)
+        return chosen
+
+    def _choose(self, d: TaskDescription, index: int, pilots: list[Pilot],
+                pending: dict[str, int] | None, ranks: int, cores: int) -> Pilot:
+        fitting, unknown, why = [], [], None
+        v = d._values
         for p in pilots:
             if p.partition_shapes is None:
                 unknown.append(p)
                 continue
-            problem = p.misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank)
+            problem = p.misfit(ranks, cores, v.get("gpus_per_rank", 0), v.get("mem_per_rank", 0))
             if problem is None:
                 fitting.append(p)
             elif why is None:
@@ -457,23 +484,16 @@ class TaskManager:
             field, reason = why  # type: ignore[misc]
             raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
         if len(candidates) == 1:
-            chosen = candidates[0]
-        elif self.scheduler == "round_robin":
+            return candidates[0]
+        if self.scheduler == "round_robin":
             order = list(self._pilots)
             chosen = min(candidates, key=lambda p: (order.index(p.uid) - self._turn) % len(order))
             self._turn = (order.index(chosen.uid) + 1) % len(order)
-        else:
-            load = self._load
-            extra = pending if pending is not None else {}
-            chosen = min(candidates, key=lambda p: (load[p.uid] + extra.get(p.uid, 0)) / max(
-                1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
-        if pending is not None:
-            pending[chosen.uid] += d.ranks * d.cores_per_rank
-        if d.duration is None and chosen.description.resource == "simulated":
-            raise DescriptionError("TaskDescription", "duration", None,
-                                   f"required on a simulated pilot ({chosen.uid}): a simulated "
-                                   "task runs for its duration", index=index)
-        return chosen
+            return chosen
+        load = self._load
+        extra = pending if pending is not None else {}
+        return min(candidates, key=lambda p: (load[p.uid] + extra.get(p.uid, 0)) / max(
+            1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
 
     def _sent(self, batch: list[Task], now: float) -> None:  # IO thread: the frame left
 
@@ -523,7 +543,8 @@ class TaskManager:
                     t.stderr = u.stderr
                     t.reason = u.reason
                     d = t.description
-                    self._load[t.pilot] -= d.ranks * d.cores_per_rank
+                    v = d._values
+                    self._load[t.pilot] -= v.get("ranks", 1) * v.get("cores_per_rank", 1)
                     ended += 1
                     finals.append(["final", t.uid, state, u.exit_code, u.signal, u.reason, u.t])
                 changed.append((t, state))
@@ -545,7 +566,8 @@ class TaskManager:
                 t.reason = reason
                 t._hist += (state, now)
                 d = t.description
-                self._load[t.pilot] -= d.ranks * d.cores_per_rank
+                v = d._values
+                self._load[t.pilot] -= v.get("ranks", 1) * v.get("cores_per_rank", 1)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
         self._acknowledge(changed, len(changed), [["final", t.uid, state, None, None, reason, now]
