@@ -33,7 +33,10 @@ def test_rp_arguments_and_environment_expand_as_in_rp():
 
 
 @pytest.mark.parametrize("fields, field, why", [
-    ({"mode": rp.TASK_FUNCTION, "function": "f"}, "mode", "only executables"),
+    ({"mode": rp.TASK_FUNCTION, "function": "f"}, "function", "RAPTOR worker"),
+    ({"mode": rp.TASK_EVAL, "code": "1"}, "mode", "method, eval"),
+    ({"mode": rp.TASK_FUNCTION, "function": print}, "executable",  # (both given)
+     "not for a function task"),
     ({"raptor_id": "master.0"}, "raptor_id", "RAPTOR"),
     ({"no_such_field": 1}, "no_such_field", "not a RADICAL-Pilot TaskDescription field"),
     ({"input_staging": [{"source": "a", "action": "Teleport"}]}, "input_staging",

@@ -11,8 +11,8 @@
     tmgr.wait_tasks()
     session.close(download=True)
 
-What differs from RP, and why, is in docs/rp.md: no function/RAPTOR tasks (pilotfish runs
-executables), `runtime` in minutes as in RP, staging defaults as in RP (TRANSFER), a sandbox
+What differs from RP, and why, is in docs/rp.md: functions run as pilotfish function tasks
+(no RAPTOR masters), `runtime` in minutes as in RP, staging defaults as in RP (TRANSFER), a sandbox
 per task, resource labels from a small table (rp.add_resource for sites).
 """
 
@@ -22,7 +22,8 @@ from ._api import (PILOT_STATE, SCHEDULER_BACKFILLING, SCHEDULER_DEFAULT,
 from ._describe import (COPY, CREATE_PARENTS, CUDA, DEFAULT_FLAGS, LINK, MOVE, MPI, POSIX,
                         RECURSIVE, SKIP_FAILED, TARBALL, TASK_EVAL, TASK_EXEC,
                         TASK_EXECUTABLE, TASK_FUNCTION, TASK_METHOD, TASK_PROC, TASK_SERVICE,
-                        TASK_SHELL, TRANSFER, OpenMP, PilotDescription, TaskDescription)
+                        TASK_SHELL, TRANSFER, OpenMP, PilotDescription, PythonTask,
+                        TaskDescription)
 from ._resources import RESOURCES, add_resource
 from ._states import (AGENT_EXECUTING, AGENT_EXECUTING_PENDING, AGENT_SCHEDULING,
                       AGENT_SCHEDULING_PENDING, AGENT_STAGING_INPUT,

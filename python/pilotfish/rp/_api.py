@@ -319,7 +319,7 @@ class Task:
     state = property(lambda self: RS.TASK_STATE[self._pf.state])
     exit_code = property(lambda self: self._pf.exit_code)
     pilot = property(lambda self: self._pf.pilot)
-    return_value = property(lambda self: None)
+    return_value = property(lambda self: self._pf.result)
 
     @property
     def sandbox(self) -> str | None:
@@ -353,8 +353,12 @@ class Task:
     stderr = property(lambda self: self._output("stderr"))
 
     @property
-    def exception(self) -> str | None:
-        return 'RuntimeError("task failed")' if self._pf.state == S.FAILED else None
+    def exception(self):
+        """A function task's exception (the exception itself); for executables RP's
+        text, 'RuntimeError("task failed")'."""
+        if self._pf.state != S.FAILED:
+            return None
+        return self._pf.exception or 'RuntimeError("task failed")'
 
     @property
     def exception_detail(self) -> str | None:

@@ -88,12 +88,10 @@ TASK_IGNORED = frozenset(("gpu_type", "gpu_process_type", "cpu_thread_type", "gp
                           "origin"))
 TASK_UNSUPPORTED = {
     "raptor_id": "RAPTOR masters/workers do not exist in pilotfish",
-    "function": "function tasks are not supported yet",
-    "method": "function tasks are not supported yet",
-    "code": "function tasks are not supported yet",
+    "method": "methods of a RAPTOR worker class do not exist here: pass a callable as "
+              "function",
+    "code": "eval/exec modes are not supported: pass a callable as function",
     "command": "use executable (with shell=True semantics: pre_exec or '/bin/sh -c')",
-    "args": "function tasks are not supported yet",
-    "kwargs": "function tasks are not supported yet",
     "info_pattern": "readiness by output pattern is not supported: give metadata="
                     "{'startup_file': path} (RP 1.60's form)",
     "services": "tasks naming services (RP 1.90) are not supported: pilot services are",
@@ -116,7 +114,8 @@ class TaskDescription(_Description):
                  "stdout": None, "stderr": None, "input_staging": list, "output_staging": list,
                  "stage_on_error": False, "sandbox": None, "uid": None, "name": None,
                  "tags": dict, "metadata": None, "priority": 0, "timeout": 0.0,
-                 "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None}
+                 "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None,
+                 "function": None, "args": tuple, "kwargs": dict}
 
     def to_pf(self, index: int = 0) -> _PfTask:
         """The pilotfish TaskDescription, or DescriptionError (RP field name, value, why)."""
@@ -127,9 +126,14 @@ class TaskDescription(_Description):
 
         out: dict[str, Any] = {}
         mode = v.get("mode") or TASK_EXECUTABLE
+        if mode == TASK_FUNCTION:
+            return self._function_to_pf(v, fail, index)
         if mode not in (TASK_EXECUTABLE, TASK_SERVICE, "agent.service"):
-            raise fail("mode", "only executables run on pilotfish (function, method, eval, "
-                               "exec, shell and raptor modes do not exist here yet)")
+            raise fail("mode", "executables and functions (rp.TASK_FUNCTION) run on "
+                               "pilotfish; method, eval, exec, shell and raptor modes do not")
+        for k in ("function", "args", "kwargs"):
+            if v.get(k) not in (None, "", [], {}, ()):
+                raise fail(k, "is for mode=rp.TASK_FUNCTION")
         for k in list(v):
             if k in TASK_UNSUPPORTED and v[k] not in (None, "", [], {}, ()):
                 raise fail(k, TASK_UNSUPPORTED[k])
@@ -210,6 +214,53 @@ class TaskDescription(_Description):
         except DescriptionError as e:
             raise DescriptionError("rp.TaskDescription", e.field, e.value, e.why,
                                    index=index) from None
+
+
+    def _function_to_pf(self, v: dict, fail, index: int) -> _PfTask:
+        """mode=rp.TASK_FUNCTION: function (a callable, or rp.PythonTask(f, *args,
+        **kwargs)), args, kwargs, ranks (an MPI function gets comm=)."""
+        fn, args, kwargs = v.get("function"), v.get("args") or (), v.get("kwargs") or {}
+        if isinstance(fn, PythonTask):
+            fn, args, kwargs = fn.function, fn.args, fn.kwargs
+        if isinstance(fn, str):
+            raise fail("function", "a function's name needs a RAPTOR worker that defines it; "
+                                   "pass the callable (or rp.PythonTask(f, *args))")
+        out: dict[str, Any] = {"function": fn, "args": tuple(args), "kwargs": dict(kwargs)}
+        for k, pf in (("ranks", "ranks"), ("cpu_processes", "ranks"),
+                      ("cores_per_rank", "cores_per_rank"), ("cpu_threads", "cores_per_rank"),
+                      ("gpus_per_rank", "gpus_per_rank"), ("gpu_processes", "gpus_per_rank"),
+                      ("mem_per_rank", "mem_per_rank"), ("name", "name"), ("tags", "tags"),
+                      ("metadata", "metadata"), ("priority", "priority"),
+                      ("timeout", "timeout"), ("pilot", "pilot")):
+            if v.get(k) not in (None, "", 0, {}, 0.0) or (k == "priority" and v.get(k)):
+                out[pf] = v[k]
+        if isinstance(out.get("gpus_per_rank"), float) and out["gpus_per_rank"].is_integer():
+            out["gpus_per_rank"] = int(out["gpus_per_rank"])
+        if v.get("uid") and not v.get("name"):
+            out["name"] = v["uid"]
+        allowed = set(out) | {"mode", "uid", "function", "args", "kwargs", "cpu_processes",
+                              "cpu_threads", "gpu_processes"} | TASK_IGNORED
+        unknown = sorted(k for k in v if k not in self._defaults and k not in allowed)
+        if unknown:
+            raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
+                                   "pilotfish.rp knows")
+        extra = sorted(k for k in v if k not in allowed and v[k] not in
+                       (None, "", [], {}, (), 0, 0.0, False, 1))
+        if extra:
+            raise fail(extra[0], "not for a function task (it runs in a persistent worker)")
+        try:
+            return _PfTask(out)
+        except DescriptionError as e:
+            raise DescriptionError("rp.TaskDescription", e.field, e.value, e.why,
+                                   index=index) from None
+
+
+class PythonTask:
+    """rp.PythonTask(f, *args, **kwargs): a function and its arguments, for
+    TaskDescription(mode=rp.TASK_FUNCTION, function=rp.PythonTask(...))."""
+
+    def __init__(self, function, *args, **kwargs):
+        self.function, self.args, self.kwargs = function, args, kwargs
 
 
 def _as_list(x: Any) -> list:
