@@ -19,6 +19,13 @@ def square(x):
     return x * x
 
 
+def chatty(x):
+    import sys
+    print(f"out {x}")
+    print(f"err {x}", file=sys.stderr)
+    return x
+
+
 def pid_of(_):
     return os.getpid()
 
@@ -94,6 +101,17 @@ def test_ten_thousand_function_tasks_all_correct(fpilot):
     assert _eventually(lambda: want <= {
         e[1] for e in read_all_events(os.path.join(pilot.sandbox, "agent.events"))
         if e[2] == pf.EXECUTING})
+
+
+def test_what_a_call_prints_is_its_own_output(fpilot):
+    _, _, tmgr = fpilot
+    tasks = tmgr.submit_tasks([pf.TaskDescription(function=chatty, args=(i,))
+                               for i in range(20)] + [pf.TaskDescription(function=square,
+                                                                         args=(2,))])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=60)
+    for i, t in enumerate(tasks[:20]):
+        assert (t.stdout, t.stderr, t.result) == (f"out {i}\n", f"err {i}\n", i)
+    assert tasks[20].stdout is None and tasks[20].stderr is None
 
 
 def test_bad_input_is_refused_at_submit_naming_the_field(fpilot):

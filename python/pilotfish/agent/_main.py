@@ -508,16 +508,19 @@ class Agent:
         return self.pool
 
     def _call_final(self, uid: str, state: str, started: float | None, ended: float,
-                    result: bytes | None, reason: str | None) -> None:
+                    result: bytes | None, reason: str | None, stdout: str | None = None,
+                    stderr: str | None = None) -> None:
         """A function call's end (functions.py): its events, journal record and update."""
         if started is not None:
             self.events.record_many([(started, uid, S.EXECUTING, None),
                                      (ended, uid, state, reason)])
         else:
             self.events.record(uid, state, reason, ended)
+        if stdout or stderr:  # journaled with the final, as a task's outputs are
+            self._journal_buf.append(["out", uid, stdout, stderr])
         self._journal_buf.append(["final", uid, state, None, None, reason, ended])
         self._updates.append(_wire.Update(uid, state, ended, reason=reason, result=result,
-                                          started=started))
+                                          started=started, stdout=stdout, stderr=stderr))
 
     def _accept(self, specs: list[_wire.TaskSpec]) -> None:
         now = self.clock.now()

@@ -262,7 +262,7 @@ class FunctionPool:
         w.progress_at = self.clock.mono()
         w.reclaiming = False
         for rec in records:
-            uid, started, ended, payload = _decode(rec)
+            uid, started, ended, payload, out, err = _decode(rec)
             call = w.inflight.popleft() if w.inflight else None
             if call is None or call.uid != uid:  # (never expected: order is kept)
                 call = self.calls.get(uid)
@@ -294,7 +294,7 @@ class FunctionPool:
                 agent._call_final(uid, call.canceled[0], started, ended, None,
                                   call.canceled[1])
                 continue
-            agent._call_final(uid, state, started, ended, payload, reason)
+            agent._call_final(uid, state, started, ended, payload, reason, out, err)
         if returned:
             self.queues.setdefault(w.shape, collections.deque()).extendleft(reversed(returned))
         if n:

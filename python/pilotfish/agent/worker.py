@@ -20,6 +20,7 @@ result is the list of the ranks' return values (rank order).
 from __future__ import annotations
 
 import collections
+import io
 import mmap
 import os
 import pickle
@@ -31,6 +32,7 @@ import traceback
 
 LOG_BYTES = 1 << 30          # the result log's size (sparse: only what is written costs)
 BIG_RESULT = 1 << 20         # larger results go to a file of their own, named in the log
+MAX_OUTPUT = 1 << 20         # a call's captured stdout/stderr, as a task's (1 MiB each)
 FLUSH_S = 0.002              # tell the agent how far the log is at least this often
 _LEN = struct.Struct("<I")
 
@@ -96,6 +98,16 @@ def error_payload(e: BaseException) -> bytes:
     except Exception:  # noqa: BLE001
         exc = None
     return ERROR + pickle.dumps((type(e).__qualname__, str(e), tb, exc))
+
+
+def _taken(buf) -> str | None:
+    """What a call printed (capped like a task's output: MAX_OUTPUT), and the buffer empty."""
+    if not buf.tell():
+        return None
+    text = buf.getvalue()
+    buf.seek(0)
+    buf.truncate()
+    return text if len(text) <= MAX_OUTPUT else text[:MAX_OUTPUT]
 
 
 def _rss_mib() -> float:
@@ -195,6 +207,8 @@ def main(argv: list[str]) -> int:
     log = ResultLog(log_path, create=True)
     parent = os.getppid()
     sock.send(encode(["ready", uid, os.getpid()]))
+    real_out, real_err = sys.stdout, sys.stderr
+    out, err = io.StringIO(), io.StringIO()
     done = 0
     bye = None
     pending: collections.deque = collections.deque()  # batches received, not run yet
@@ -245,14 +259,17 @@ def main(argv: list[str]) -> int:
                     else:
                         if timeout and comm is None:  # (Python code only: C code runs on)
                             signal.setitimer(signal.ITIMER_REAL, timeout)
+                        sys.stdout, sys.stderr = out, err  # what the call prints is its own
                         try:
                             payload = run_call(fns[fn_id], call, comm, result_dir, call_uid)
                         finally:
+                            sys.stdout, sys.stderr = real_out, real_err
                             if timeout and comm is None:
                                 signal.setitimer(signal.ITIMER_REAL, 0)
                 except BaseException as e:  # noqa: BLE001 -- a function that cannot load
                     payload = error_payload(e)
-                record = encode([call_uid, started, time.time(), payload])
+                printed = _taken(out), _taken(err)
+                record = encode([call_uid, started, time.time(), payload, *printed])
                 if not log.room(len(record)):  # (a 1 GiB log: recycle long before)
                     bye = "result log full"
                     break
