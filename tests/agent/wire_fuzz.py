@@ -45,6 +45,9 @@ PLAUSIBLE = {
     "input_staging": staging, "output_staging": staging,
     "duration": st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
     "stage_on_error": st.one_of(st.booleans(), garbage),
+    # a function task: bytes that are no pickle at all (a worker fails the call), or nothing
+    "function": st.one_of(st.none(), st.none(), st.binary(max_size=16)),
+    "call": st.one_of(st.none(), st.binary(max_size=16)),
 }
 UNSAFE = {"executable", "pre_exec", "post_exec", "shell"}  # never garbage that is a string
 

@@ -201,6 +201,15 @@ def test_workers_are_recycled(tmp_path):
         pids = [t.result for t in tasks]
         assert len(set(pids)) >= 6, pids  # at most 10 calls each
         assert max(pids.count(p) for p in set(pids)) <= 10
+    with pf.Session(path=tmp_path / "m") as s:  # above a memory bound (a worker is ~20 MiB)
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=1, runtime="10m", workers={"max_mem_mib": 1}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
+                                   for i in range(5)])
+        assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 5
+        assert len({t.result for t in tasks}) >= 2
     with pytest.raises(pf.DescriptionError, match="max_calls"):
         pf.PilotDescription(workers={"max_calls": 0})
     with pytest.raises(pf.DescriptionError, match="unknown key"):
