@@ -237,7 +237,10 @@ def outcome(cls, mode: str, kw: dict, shape: list) -> tuple[str, str]:
     values = d.as_dict()
     repr(d)
     if cls is pf.TaskDescription:
-        msgspec.msgpack.encode(values)  # the wire and the journal
+        # the wire and the journal (a function task's callable and arguments go by pickle,
+        # checked at submit; the journal keeps the callable's name: client/task.py)
+        msgspec.msgpack.encode({k: v for k, v in values.items()
+                                if k not in ("function", "args", "kwargs")})
         if mode == "check_descriptions":
             assert d.executable is not None
         check_placeable(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank, shape)

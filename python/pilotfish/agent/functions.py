@@ -44,6 +44,8 @@ STUCK_S = 0.05           # a worker without a result for this long is in a long 
 MAX_CALLS = 100_000      # a worker is recycled after this many calls
 MAX_RSS_MIB = 4096.0     # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
+INITIAL_WORKERS = 8      # per shape, before any call time is known
+DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -194,8 +196,16 @@ class FunctionPool:
         if not pending:
             return
         live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
-        busy = sum(len(w.inflight) for w in live)
-        want = min(self._cap(shape), pending + busy)
+        total = pending + sum(len(w.inflight) for w in live)
+        # As many workers as the pilot holds for long calls, few for a burst of short ones
+        # (an emulated 256-core pilot on a laptop would otherwise start 256 workers for
+        # calls one worker runs in milliseconds): sized by the measured call time; a worker
+        # stuck in a call raises the estimate (dispatch), so long calls ramp up fast.
+        if self.call_s is None:
+            want = min(self._cap(shape), total, max(len(live), INITIAL_WORKERS))
+        else:
+            want = min(self._cap(shape), total,
+                       max(1, math.ceil(total * self.call_s / DRAIN_S)))
         for _ in range(want - len(live)):
             self._start_worker(shape)
 
@@ -316,10 +326,14 @@ class FunctionPool:
             depth = 2 if self.call_s < STUCK_S else 1  # (longer: a worker may get stuck)
         sock = self.sock
         now = self.clock.mono()
-        for w in self.workers.values():
+        for w in list(self.workers.values()):  # (a stuck worker may start others)
             if w.state != "ready" or w.leaving:
                 continue
             if w.inflight and now - w.progress_at > STUCK_S:  # in a long call
+                stuck = now - w.progress_at
+                if self.call_s is None or stuck > self.call_s:
+                    self.call_s = stuck  # calls take at least this long: more workers
+                    self._ensure_workers(w.shape)
                 if len(w.inflight) > 1 and not w.reclaiming:
                     w.reclaiming = True
                     try:
@@ -425,6 +439,10 @@ class FunctionPool:
                 if c.canceled is None:
                     agent._call_final(c.uid, S.FAILED, None, now, None, reason)
             return
+        live = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
+        if died and w.state == "ready" and self.stopping is None and \
+                live < self._cap(w.shape):
+            self._start_worker(w.shape)  # replaced (it stops again if it finds nothing to do)
         self._ensure_workers(w.shape)
         self.dispatch()
 
