@@ -216,6 +216,26 @@ def test_workers_are_recycled(tmp_path):
         pf.PilotDescription(workers={"max_call": 3})
 
 
+def test_workers_on_another_node_send_their_results(tmp_path, monkeypatch):
+    """A worker on another node than the agent sends its results with its messages (the
+    agent cannot map its log); forced here (PILOTFISH_FN_INLINE): all results right, a crash
+    still fails only its call."""
+    monkeypatch.setenv("PILOTFISH_FN_INLINE", "1")
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        descs = [pf.TaskDescription(function=square, args=(i,)) for i in range(2000)]
+        descs[700] = pf.TaskDescription(function=crash, args=(0,))
+        tasks = tmgr.submit_tasks(descs)
+        tmgr.wait_tasks(timeout=120)
+        assert tasks[700].state == pf.FAILED and "SIGSEGV" in tasks[700].reason
+        assert all(t.state == pf.DONE and t.result == i * i
+                   for i, t in enumerate(tasks) if i != 700)
+        assert not os.listdir(os.path.join(pilot.sandbox, "functions"))  # no logs made
+
+
 @pytest.mark.mpi
 def test_mpi_function_on_two_ranks(tmp_path):
     """ranks=2: the function runs on both ranks of an MPI worker with comm= passed in; the

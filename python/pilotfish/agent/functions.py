@@ -30,6 +30,7 @@ import zmq
 
 from .. import _wire
 from .. import states as S
+from .._util import hostname
 from ..descriptions import misfit_partitions
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
@@ -52,7 +53,8 @@ _decode = msgspec.msgpack.decode
 
 
 class Call:
-    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker", "timeout")
+    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker", "timeout", "batch",
+                 "suspect")
 
     def __init__(self, uid: str, fn_id: int, call: bytes, shape: tuple, timeout: float | None):
         self.uid = uid
@@ -62,11 +64,14 @@ class Call:
         self.shape = shape
         self.canceled: tuple[str, str] | None = None  # (state, reason) once canceled
         self.worker: Worker | None = None
+        self.batch = 0  # which of its worker's batches it went in
+        self.suspect = False  # in a batch whose worker died: runs alone (see worker_exited)
 
 
 class Worker:
     __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
-                 "read_off", "idle_since", "leaving", "progress_at", "reclaiming")
+                 "read_off", "idle_since", "leaving", "progress_at", "reclaiming", "inline",
+                 "batches")
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
         self.uid = uid
@@ -82,6 +87,8 @@ class Worker:
         self.leaving = False  # asked to stop, or said bye: nothing more is sent to it
         self.progress_at = now  # when it last returned a result (or got work while idle)
         self.reclaiming = False  # its unstarted calls were asked back
+        self.inline = False  # on another node: results come with its messages, not a log
+        self.batches = 0  # batches sent to it
 
 
 class FunctionPool:
@@ -102,8 +109,6 @@ class FunctionPool:
         from ..launch import remote_nodes
 
         if remote_nodes(agent.resources):  # workers on other hosts: TCP on this one's name
-            from .._util import hostname
-
             import socket
 
             self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
@@ -217,7 +222,7 @@ class FunctionPool:
         spec = _wire.TaskSpec(
             uid=uid, executable=sys.executable,
             arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
-                       str(self.max_calls), str(self.max_mem)),
+                       str(self.max_calls), str(self.max_mem), hostname()),
             ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
             environment={"PILOTFISH_FN_SERVERKEY": self.server_key.decode()},
             stdout=False, stderr=True)
@@ -242,13 +247,15 @@ class FunctionPool:
                         continue
                     w.ident = ident
                     w.state = "ready"
-                    w.log = ResultLog(w.log_path, create=False)
+                    w.inline = bool(len(msg) > 3 and msg[3])
+                    if not w.inline:
+                        w.log = ResultLog(w.log_path, create=False)
                     self.by_ident[ident] = w
                     self.failed_starts[w.shape] = 0
                 elif kind == "done":
                     w = self.by_ident.get(ident)
                     if w is not None:
-                        self._collect(w, msg[1])
+                        self._collect(w, msg[1], msg[2] if len(msg) > 2 else None)
                 elif kind == "bye":
                     w = self.by_ident.get(ident)
                     if w is not None:
@@ -259,10 +266,13 @@ class FunctionPool:
                 log.exception("bad message from a function worker")
         self.dispatch()
 
-    def _collect(self, w: Worker, stop: int | None) -> None:
-        if w.log is None:
-            return
-        w.read_off, records = w.log.read(w.read_off, stop)
+    def _collect(self, w: Worker, stop: int | None, records: list | None = None) -> None:
+        """Results from the worker's log up to `stop` (None: all it holds), or the records
+        a worker on another node sent."""
+        if records is None:
+            if w.log is None:
+                return
+            w.read_off, records = w.log.read(w.read_off, stop)
         if not records:
             return
         agent = self.agent
@@ -355,10 +365,15 @@ class FunctionPool:
             batch = []
             fns = w.fns
             fn_bytes = self.fn_bytes
+            w.batches += 1
             while q and len(batch) < n:
                 c = q.popleft()
                 if c.canceled is not None:
                     continue
+                if c.suspect and batch:  # a suspect runs in a batch of its own
+                    q.appendleft(c)
+                    break
+                c.batch = w.batches
                 fid = c.fn_id
                 if fid in fns:
                     batch.append([c.uid, fid, None, c.call, c.timeout])
@@ -367,6 +382,8 @@ class FunctionPool:
                     batch.append([c.uid, fid, fn_bytes[fid], c.call, c.timeout])
                 c.worker = w
                 w.inflight.append(c)
+                if c.suspect:
+                    break
             if batch:
                 try:
                     sock.send_multipart([w.ident, _encode(["calls", batch])])
@@ -392,7 +409,7 @@ class FunctionPool:
         if w.ident is not None:
             self.by_ident.pop(w.ident, None)
         try:
-            if w.log is None and os.path.exists(w.log_path):
+            if w.log is None and w.state != "ready" and os.path.exists(w.log_path):
                 w.log = ResultLog(w.log_path, create=False)
             self._collect(w, None)
         finally:
@@ -411,6 +428,17 @@ class FunctionPool:
         back = []
         now = self.clock.now()
         first = True
+        if died and w.inline and w.inflight:
+            # A worker on another node sends its results at the end of each batch (and every
+            # few ms): the first call without a result is not necessarily the one that killed
+            # it, only its batch is known. A batch of one names the culprit; a larger one is
+            # run again, each of its calls alone.
+            lead = w.inflight[0]
+            same = [c for c in w.inflight if c.batch == lead.batch]
+            if len(same) > 1:
+                for c in same:
+                    c.suspect = True
+                first = False  # nobody is failed this time
         for c in w.inflight:
             c.worker = None
             if c.canceled is not None:

@@ -1,6 +1,6 @@
 """A persistent function worker: runs batches of Python calls for the agent's FunctionPool.
 
-    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB
+    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB AGENT_HOST
 
 The agent places and launches a worker like any task (its cores, GPUs, ranks), then feeds it
 batches of calls over ZeroMQ. Results do not travel back on the socket: each is appended to
@@ -25,6 +25,7 @@ import mmap
 import os
 import pickle
 import signal
+import socket
 import struct
 import sys
 import time
@@ -173,7 +174,7 @@ def _timed_out(signum, frame):
 
 
 def main(argv: list[str]) -> int:
-    address, uid, log_path, max_calls, max_rss = argv
+    address, uid, log_path, max_calls, max_rss, agent_host = argv
     max_calls, max_rss = int(max_calls), float(max_rss)
     import cloudpickle
     import msgspec
@@ -204,9 +205,24 @@ def main(argv: list[str]) -> int:
     sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
     sock.connect(address)
-    log = ResultLog(log_path, create=True)
+    # On the agent's host the results go through the shared result log (a crash loses
+    # nothing written). On another node the agent cannot map our pages: the records travel
+    # with the "done" messages instead, and a crash loses the results of the last few ms,
+    # whose calls the agent then runs again.
+    # (PILOTFISH_FN_INLINE=1: the other-node path on one machine, for tests)
+    inline = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
+    log = None if inline else ResultLog(log_path, create=True)
+    unsent: list[bytes] = []
     parent = os.getppid()
-    sock.send(encode(["ready", uid, os.getpid()]))
+    sock.send(encode(["ready", uid, os.getpid(), inline]))
+
+    def flush():
+        if inline:
+            sock.send(encode(["done", 0, unsent]))
+            unsent.clear()
+        else:
+            sock.send(encode(["done", log.offset]))
+
     real_out, real_err = sys.stdout, sys.stderr
     out, err = io.StringIO(), io.StringIO()
     done = 0
@@ -270,26 +286,32 @@ def main(argv: list[str]) -> int:
                     payload = error_payload(e)
                 printed = _taken(out), _taken(err)
                 record = encode([call_uid, started, time.time(), payload, *printed])
-                if not log.room(len(record)):  # (a 1 GiB log: recycle long before)
+                if inline:
+                    unsent.append(record)
+                elif not log.room(len(record)):  # (a 1 GiB log: recycle long before)
                     bye = "result log full"
                     break
-                log.append(record)
+                else:
+                    log.append(record)
                 done += 1
                 if done >= max_calls:  # the rest of the batch goes back to the agent's queue
                     bye = f"recycled after {done} calls"
                     break
                 now = time.monotonic()
                 if now - last_flush >= FLUSH_S:
-                    sock.send(encode(["done", log.offset]))
+                    flush()
                     last_flush = now
-            sock.send(encode(["done", log.offset]))
+            flush()
             if bye is None and max_rss and _rss_mib() > max_rss:
                 bye = f"recycled at {_rss_mib():.0f} MiB resident"
-        sock.send(encode(["bye", bye, log.offset]))
+        if inline and unsent:
+            flush()
+        sock.send(encode(["bye", bye, 0 if inline else log.offset]))
     finally:
         if comm is not None:
             comm.bcast(None, root=0)
-        log.close()
+        if log is not None:
+            log.close()
         sock.close()
         ctx.term()
     return 0
