@@ -666,6 +666,10 @@ class TaskDescription(_Description):
                 if name in values and values[name] not in ((), [], {}, False, None):
                     raise DescriptionError(self._kind, name, values[name],
                                            f"not for a function task: {why}")
+            if values.get("timeout") is not None and values.get("ranks", 1) > 1:
+                raise DescriptionError(self._kind, "timeout", values["timeout"],
+                                       "not for a function on several ranks (it is raised "
+                                       "inside the call, which all ranks would have to see)")
             if isinstance(values.get("stdout"), str) or isinstance(values.get("stderr"), str):
                 field = "stdout" if isinstance(values.get("stdout"), str) else "stderr"
                 raise DescriptionError(self._kind, field, values[field],

@@ -233,7 +233,8 @@ def test_workers_on_another_node_send_their_results(tmp_path, monkeypatch):
         assert tasks[700].state == pf.FAILED and "SIGSEGV" in tasks[700].reason
         assert all(t.state == pf.DONE and t.result == i * i
                    for i, t in enumerate(tasks) if i != 700)
-        assert not os.listdir(os.path.join(pilot.sandbox, "functions"))  # no logs made
+        assert not [f for f in os.listdir(os.path.join(pilot.sandbox, "functions"))
+                    if f.endswith(".log")]  # no logs made
 
 
 @pytest.mark.mpi
@@ -286,3 +287,25 @@ def test_executor_with_its_own_pilot(tmp_path):
             ex.submit(square, 2).result(timeout=10)
         assert (time.monotonic() - t0) / 20 < 1.0  # (a bound, not a benchmark)
     assert ex._own is None
+
+
+def exit_quietly(_):
+    os._exit(0)
+
+
+def test_a_call_that_ends_its_worker_fails_alone_and_one_bad_argument_fails_one_future(fpilot):
+    """os._exit(0) in a call is its worker's death (not a recycle: it would be run again and
+    again); an argument that cannot be pickled fails its own future, not its batch's."""
+    _, _, tmgr = fpilot
+    tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,)) for i in range(50)]
+                              + [pf.TaskDescription(function=exit_quietly, args=(0,))])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=60)
+    assert all(t.state == pf.DONE for t in tasks[:50])
+    assert tasks[50].state == pf.FAILED and "died" in tasks[50].reason
+    ex = pf.Executor(tmgr)
+    lock = threading.Lock()
+    fs = [ex.submit(square, i) for i in range(20)] + [ex.submit(square, lock)] + \
+        [ex.submit(square, i) for i in range(20)]
+    assert [f.result(timeout=60) for f in fs[:20] + fs[21:]] == [i * i for i in range(20)] * 2
+    assert isinstance(fs[20].exception(timeout=60), pf.DescriptionError)
+    ex.shutdown()

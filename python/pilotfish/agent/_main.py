@@ -486,6 +486,9 @@ class Agent:
                 else:  # waiting, held for its launcher, or in its retry backoff
                     ups.append(_wire.Update(uid, S.AGENT_SCHEDULING, now))
                 continue
+            if self.pool is not None and uid in self.pool.calls:  # a function call, live
+                ups.append(_wire.Update(uid, S.AGENT_SCHEDULING, now))
+                continue
             r = done.get(uid)
             if r is None:
                 missing.append(uid)
@@ -573,7 +576,15 @@ class Agent:
                     self._call_final(spec.uid, S.FAILED, None, now, None,
                                      "function tasks do not run on a simulated pilot")
             else:
-                self._functions().accept(calls, now)
+                try:
+                    pool = self._functions()
+                except Exception as e:  # noqa: BLE001 -- the calls fail, with why
+                    log.exception("cannot start the function pool")
+                    for spec in calls:
+                        self._call_final(spec.uid, S.FAILED, None, now, None,
+                                         f"cannot start function workers: {e}"[:1000])
+                else:
+                    pool.accept(calls, now)
 
     def _bind(self, tasks: list[AgentTask], mono: float, why: str | None = None) -> None:
         """Send each task to its partition's queue (partition.bind: where it can start

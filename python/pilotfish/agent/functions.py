@@ -22,7 +22,6 @@ import collections
 import logging
 import math
 import os
-import pickle
 import sys
 
 import msgspec
@@ -32,6 +31,7 @@ from .. import _wire
 from .. import states as S
 from .._util import hostname
 from ..descriptions import misfit_partitions
+from .executor import RUNNING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
@@ -45,6 +45,7 @@ STUCK_S = 0.05           # a worker without a result for this long is in a long 
 MAX_CALLS = 100_000      # a worker is recycled after this many calls
 MAX_RSS_MIB = 4096.0     # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
+READY_TIMEOUT_S = 60.0   # a worker running this long without connecting is stopped
 INITIAL_WORKERS = 8      # per shape, before any call time is known
 DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
 
@@ -71,7 +72,7 @@ class Call:
 class Worker:
     __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
                  "read_off", "idle_since", "leaving", "progress_at", "reclaiming", "inline",
-                 "batches")
+                 "batches", "said_bye", "killed_for_cancel", "created", "running_since")
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
         self.uid = uid
@@ -89,6 +90,10 @@ class Worker:
         self.reclaiming = False  # its unstarted calls were asked back
         self.inline = False  # on another node: results come with its messages, not a log
         self.batches = 0  # batches sent to it
+        self.said_bye = False  # it left on its own (recycled), or was told to stop
+        self.killed_for_cancel = False
+        self.created = now
+        self.running_since: float | None = None  # when the agent first saw it running
 
 
 class FunctionPool:
@@ -103,9 +108,14 @@ class FunctionPool:
         # Only our workers may connect: CURVE, with the server key handed to them in their
         # environment (which other users cannot read), never on a command line. An abstract
         # socket has no file permissions, and a TCP port is open to the whole cluster.
-        self.server_key, secret = zmq.curve_keypair()
+        server_key, secret = zmq.curve_keypair()
         self.sock.setsockopt(zmq.CURVE_SERVER, 1)
         self.sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting worker keeps its id
+        self.key_file = os.path.join(self.dir, "server.key")
+        from .._util import write_private
+
+        write_private(self.key_file, server_key)  # 0600; its path goes to the workers
         from ..launch import remote_nodes
 
         if remote_nodes(agent.resources):  # workers on other hosts: TCP on this one's name
@@ -224,7 +234,7 @@ class FunctionPool:
             arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
                        str(self.max_calls), str(self.max_mem), hostname()),
             ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
-            environment={"PILOTFISH_FN_SERVERKEY": self.server_key.decode()},
+            environment={"PILOTFISH_FN_KEYFILE": self.key_file},
             stdout=False, stderr=True)
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
         self.agent._accept([spec])
@@ -261,6 +271,20 @@ class FunctionPool:
                     if w is not None:
                         self._collect(w, msg[2])
                         w.leaving = True
+                        w.said_bye = True
+                        if w.inflight:  # what it will not run goes to another worker now
+                            for c in w.inflight:
+                                c.worker = None
+                            q = self.queues.setdefault(w.shape, collections.deque())
+                            q.extendleft(reversed([c for c in w.inflight
+                                                   if c.canceled is None]))
+                            for c in w.inflight:
+                                if c.canceled is not None:
+                                    self.calls.pop(c.uid, None)
+                                    self.agent._call_final(c.uid, c.canceled[0], None,
+                                                           self.clock.now(), None,
+                                                           c.canceled[1])
+                            w.inflight.clear()
                         self._ensure_workers(w.shape)
             except Exception:  # a worker's garbage must not stop the agent
                 log.exception("bad message from a function worker")
@@ -284,12 +308,13 @@ class FunctionPool:
         for rec in records:
             uid, started, ended, payload, out, err = _decode(rec)
             call = w.inflight.popleft() if w.inflight else None
-            if call is None or call.uid != uid:  # (never expected: order is kept)
+            if call is None or call.uid != uid:  # out of order: find it, keep the other
+                if call is not None:
+                    w.inflight.appendleft(call)
                 call = self.calls.get(uid)
-                if call is not None and call in w.inflight:
-                    w.inflight.remove(call)
-            if call is None:
-                continue
+                if call is None or call not in w.inflight:
+                    continue
+                w.inflight.remove(call)
             if payload[:1] == RETURNED:  # taken back unstarted: to the front of the queue
                 call.worker = None
                 if call.canceled is None:
@@ -306,8 +331,11 @@ class FunctionPool:
                 call.canceled = (S.CANCELED, "canceled")
             if payload[:1] == ERROR:
                 state = S.FAILED
-                name, message = pickle.loads(payload[1:])[:2]
-                reason = f"raised {name}: {message}"[:1000]
+                try:
+                    name, message = _decode(payload[1:])[:2]
+                    reason = f"raised {name}: {message}"[:1000]
+                except Exception:  # noqa: BLE001
+                    reason = "raised an exception (unreadable)"
             else:
                 state, reason = S.DONE, None
             if call.canceled is not None:  # canceled after it was sent: its result is dropped
@@ -390,6 +418,19 @@ class FunctionPool:
                 except zmq.ZMQError:  # it is gone: its exit puts the calls back
                     w.leaving = True
         if self.stopping is None:
+            late = []
+            for w in self.workers.values():
+                if w.state == "starting" and not w.leaving:  # connected yet?
+                    t = self.agent.tasks.get(w.uid)
+                    if t is not None and t.state is RUNNING:
+                        if w.running_since is None:
+                            w.running_since = now
+                        elif now - w.running_since > READY_TIMEOUT_S:
+                            w.leaving = True
+                            late.append(w.uid)
+            if late:
+                self.agent._cancel(late, f"never connected to the agent within "
+                                         f"{READY_TIMEOUT_S:.0f} s of starting")
             for w in self.workers.values():
                 if w.state == "ready" and not w.leaving and not w.inflight \
                         and not self.queues.get(w.shape) and now - w.idle_since > self.idle_s:
@@ -409,9 +450,9 @@ class FunctionPool:
         if w.ident is not None:
             self.by_ident.pop(w.ident, None)
         try:
-            if w.log is None and w.state != "ready" and os.path.exists(w.log_path):
-                w.log = ResultLog(w.log_path, create=False)
-            self._collect(w, None)
+            self._collect(w, None)  # (a worker that never got ready has no log and no calls)
+        except Exception:  # a torn log must not cost the agent
+            log.exception("reading the result log of %s", w.uid)
         finally:
             if w.log is not None:
                 w.log.close()
@@ -420,7 +461,8 @@ class FunctionPool:
             except OSError:
                 pass
         agent = self.agent
-        died = t.final_state != S.DONE and not (w.leaving and t.exit_code == 0)
+        # dead unless it left as asked or announced (a call's os._exit(0) is a death too)
+        died = not ((w.said_bye or w.leaving) and t.exit_code == 0)
         why = t.reason or (f"exit code {t.exit_code}" if t.exit_code is not None else
                            "it never started")
         if w.state != "ready" and not w.inflight:  # never came up
@@ -447,7 +489,7 @@ class FunctionPool:
             elif self.stopping is not None:
                 self.calls.pop(c.uid, None)
                 agent._call_final(c.uid, self.stopping[0], None, now, None, self.stopping[1])
-            elif died and first:  # the call it was running when it died
+            elif died and first and not w.killed_for_cancel:  # the call it died in
                 self.calls.pop(c.uid, None)
                 agent._call_final(c.uid, S.FAILED, None, now, None,
                                   f"its worker {w.uid} died: {why}"[:1000])
@@ -489,11 +531,20 @@ class FunctionPool:
             if c.canceled is not None:
                 continue
             c.canceled = (state, reason)
+            if c.worker is not None and c.worker.log is not None:
+                try:  # what it finished meanwhile: so the first call left is the running one
+                    self._collect(c.worker, None)
+                except Exception:  # noqa: BLE001
+                    log.exception("reading the result log of %s", c.worker.uid)
+                if uid not in self.calls:  # it had ended (its end is reported)
+                    continue
             if c.worker is None:
                 self.calls.pop(uid, None)
                 self.agent._call_final(uid, state, None, now, None, reason)
             elif c.worker.inflight and c.worker.inflight[0] is c:  # running: stop its worker
                 kill[c.worker.uid] = c.worker
+                c.worker.leaving = True  # (nothing more is sent to it)
+                c.worker.killed_for_cancel = True
             else:  # sent, not started: the worker skips it (if it starts first after all,
                 # it is stopped with the worker, or its result is dropped)
                 skip.setdefault(c.worker, []).append(uid)
@@ -521,3 +572,7 @@ class FunctionPool:
 
     def close(self) -> None:
         self.sock.close()
+        try:
+            os.unlink(self.key_file)
+        except OSError:
+            pass

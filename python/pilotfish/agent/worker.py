@@ -32,8 +32,9 @@ import time
 import traceback
 
 LOG_BYTES = 1 << 30          # the result log's size (sparse: only what is written costs)
-BIG_RESULT = 1 << 20         # larger results go to a file of their own, named in the log
+BIG_RESULT = 64 << 10        # larger results go to a file of their own, named in the log
 MAX_OUTPUT = 1 << 20         # a call's captured stdout/stderr, as a task's (1 MiB each)
+MAX_RECORD = BIG_RESULT + 2 * 4 * MAX_OUTPUT + 4096  # the most one result record can take
 FLUSH_S = 0.002              # tell the agent how far the log is at least this often
 _LEN = struct.Struct("<I")
 
@@ -98,7 +99,10 @@ def error_payload(e: BaseException) -> bytes:
         pickle.loads(exc)  # (one that pickles but cannot be rebuilt is no use either)
     except Exception:  # noqa: BLE001
         exc = None
-    return ERROR + pickle.dumps((type(e).__qualname__, str(e), tb, exc))
+    import msgspec
+
+    # msgpack, not pickle: the agent reads the name and message without unpickling anything
+    return ERROR + msgspec.msgpack.encode([type(e).__qualname__, str(e), tb, exc])
 
 
 def _taken(buf) -> str | None:
@@ -165,6 +169,16 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
     return OK + data
 
 
+class _Unloadable:
+    """A function that did not unpickle here: each of its calls fails with that error."""
+
+    def __init__(self, e: BaseException):
+        self.e = e
+
+    def __call__(self, *args, **kwargs):
+        raise self.e
+
+
 class CallTimeout(TimeoutError):
     """A function task ran past its timeout (raised inside it, by SIGALRM)."""
 
@@ -201,7 +215,9 @@ def main(argv: list[str]) -> int:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
     public, secret = zmq.curve_keypair()
-    sock.setsockopt(zmq.CURVE_SERVERKEY, os.environ.pop("PILOTFISH_FN_SERVERKEY").encode())
+    with open(os.environ.pop("PILOTFISH_FN_KEYFILE"), "rb") as f:  # (0600: never on a
+        sock.setsockopt(zmq.CURVE_SERVERKEY, f.read().strip())       # command line)
+    sock.setsockopt(zmq.ROUTING_ID, uid.encode())  # the same identity after a reconnect
     sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
     sock.connect(address)
@@ -253,10 +269,26 @@ def main(argv: list[str]) -> int:
                 continue
             batch = pending.popleft()
             if comm is not None:  # (all ranks run the same calls: skip before the broadcast)
-                batch = [item for item in batch if item[0] not in skip and item[0] not in back]
+                kept = []
+                for item in batch:
+                    tag = CANCELED if item[0] in skip else RETURNED if item[0] in back else None
+                    if tag is None:
+                        kept.append(item)
+                        continue
+                    skip.discard(item[0])
+                    back.discard(item[0])
+                    record = encode([item[0], time.time(), time.time(), tag, None, None])
+                    if inline:
+                        unsent.append(record)
+                    else:
+                        log.append(record)
+                batch = kept
                 comm.bcast(batch, root=0)
             last_flush = last_check = time.monotonic()
             for call_uid, fn_id, fn_bytes, call, timeout in batch:
+                if log is not None and not log.room(MAX_RECORD):  # recycle before a result
+                    bye = "result log full"                      # could not be kept
+                    break
                 now = time.monotonic()
                 if comm is None and now - last_check >= CHECK_S:  # cancels, more batches
                     last_check = now
@@ -265,7 +297,10 @@ def main(argv: list[str]) -> int:
                 started = time.time()
                 try:
                     if fn_bytes is not None:
-                        fns[fn_id] = cloudpickle.loads(fn_bytes)
+                        try:
+                            fns[fn_id] = cloudpickle.loads(fn_bytes)
+                        except BaseException as e:  # noqa: BLE001 -- its later calls too
+                            fns[fn_id] = _Unloadable(e)
                     if call_uid in skip:
                         skip.discard(call_uid)
                         payload = CANCELED
@@ -288,9 +323,6 @@ def main(argv: list[str]) -> int:
                 record = encode([call_uid, started, time.time(), payload, *printed])
                 if inline:
                     unsent.append(record)
-                elif not log.room(len(record)):  # (a 1 GiB log: recycle long before)
-                    bye = "result log full"
-                    break
                 else:
                     log.append(record)
                 done += 1
@@ -314,7 +346,10 @@ def main(argv: list[str]) -> int:
             log.close()
         sock.close()
         ctx.term()
-    return 0
+    if comm is not None:
+        return 0  # (MPI ranks finalize on a normal exit)
+    sys.stdout.flush()
+    os._exit(0)  # (a thread a call left behind must not keep the worker, and its cores)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import threading
 from typing import Any, Callable
 
 from .. import states as S
-from .._errors import PilotfishError
+from .._errors import DescriptionError, PilotfishError
 from ..descriptions import PilotDescription, TaskDescription
 
 
@@ -131,9 +131,18 @@ class Executor(cf.Executor):
         if wait:
             self._sender.join()
             cf.wait(list(self._futures.values()))
-        if self._own is not None and wait:
-            self._own.close()
-            self._own = None
+        if self._own is not None:
+            own, self._own = self._own, None
+            if wait:
+                own.close()
+            else:  # its pilot ends when what was sent has ended, without blocking here
+                def close() -> None:
+                    self._sender.join()
+                    cf.wait(list(self._futures.values()))
+                    own.close()
+
+                threading.Thread(target=close, name="pilotfish-executor-close",
+                                 daemon=True).start()
 
     # -- internals ------------------------------------------------------------------------
     def _send_loop(self) -> None:
@@ -148,15 +157,41 @@ class Executor(cf.Executor):
                 batch = list(self._queue)
                 self._queue.clear()
             live = [(d, f) for d, f in batch if not f.cancelled()]
-            for d, f in live:
-                self._by_desc[id(d)] = f
-            try:
-                self.tmgr.submit_tasks([d for d, _ in live])
-            except BaseException as e:  # noqa: BLE001 -- each future learns why
+            while live:
                 for d, f in live:
-                    self._by_desc.pop(id(d), None)
-                    if not f.done():
-                        f.set_exception(e)
+                    self._by_desc[id(d)] = f
+                try:
+                    self.tmgr.submit_tasks([d for d, _ in live])
+                except DescriptionError as e:  # (all or nothing) that call alone fails
+                    for d, _ in live:
+                        self._by_desc.pop(id(d), None)
+                    if e.index is None:
+                        self._fail(live, e)
+                        break
+                    self._fail([live.pop(e.index)], e)
+                    continue
+                except BaseException as e:  # noqa: BLE001 -- each future learns why
+                    for d, _ in live:
+                        self._by_desc.pop(id(d), None)
+                    self._fail(live, e)
+                    break
+                # canceled while being sent: their tasks exist now, cancel those
+                late = [f.uid for _, f in live if f.cancelled() and f.uid is not None]
+                if late:
+                    try:
+                        self.tmgr.cancel_tasks(late)
+                    except PilotfishError:
+                        pass
+                break
+
+    @staticmethod
+    def _fail(items, e: BaseException) -> None:
+        for _, f in items:
+            if not f.done():
+                try:
+                    f.set_exception(e)
+                except cf.InvalidStateError:
+                    pass
 
     def _on_state(self, task, state: str) -> None:  # submitting thread (NEW) or IO thread
         if state == S.NEW:

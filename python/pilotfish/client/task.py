@@ -90,6 +90,9 @@ class Task:
             if self.description._values.get("function") is None or \
                     self.state not in S.FINAL:
                 return (None, None)
+            if self.state == S.DONE and self._result is None:  # (known from a journal)
+                raise PilotfishError(f"{self.uid}: the result of this call was not kept "
+                                     "(it ended before the session was resumed)")
             self._decoded = decode_result(self._result, self.state, self.reason)
         return self._decoded
 
@@ -626,7 +629,7 @@ def decode_result(payload: bytes | None, state: str, reason: str | None) -> tupl
         with open(payload[1:].decode(), "rb") as f:
             return (pickle.load(f), None)
     if payload and payload[:1] == b"E":
-        name, message, tb, exc = pickle.loads(payload[1:])
+        name, message, tb, exc = msgspec.msgpack.decode(payload[1:])
         e = None
         if exc is not None:
             try:
