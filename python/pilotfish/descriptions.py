@@ -259,7 +259,7 @@ def _workers(kind: str, field: str, v: Any) -> dict:
     if not isinstance(v, dict):
         raise _fail(kind, field, v, f"must be a dict with keys among {', '.join(WORKER_OPTIONS)}")
     for k, x in v.items():
-        if k not in WORKER_OPTIONS:
+        if type(k) is not str or k not in WORKER_OPTIONS:  # (type first: a key's own __eq__)
             raise _fail(kind, field, v, f"unknown key {show(k, 30)} (known: "
                         f"{', '.join(WORKER_OPTIONS)})")
         lo, hi = WORKER_OPTIONS[k]
@@ -426,7 +426,8 @@ def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
     for i, item in enumerate(v):
         if not isinstance(item, dict):
             raise _fail(kind, field, v, f"item {i} must be a dict with 'nodes' (and 'launcher')")
-        unknown = [k for k in item if k not in ("nodes", "launcher")]
+        # (type first: `in` would call a key's own __eq__)
+        unknown = [k for k in item if not (type(k) is str and k in ("nodes", "launcher"))]
         if unknown:
             raise _fail(kind, field, v, f"item {i}: unknown key {show(unknown[0], 40)} "
                         f"(expected 'nodes', 'launcher')")
@@ -812,6 +813,23 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
     return out
 
 
+def rank_capacity(shape: list, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
+                  enough: int | None = None) -> int:
+    """How many ranks of this size nodes of these (cores, gpus, mem) hold at once (counting
+    stops at `enough`: node lists can be long)."""
+    capacity = 0
+    for c, g, m in shape:
+        fit = c // cores_per_rank
+        if gpus_per_rank:
+            fit = min(fit, g // gpus_per_rank)
+        if mem_per_rank and m:
+            fit = min(fit, m // mem_per_rank)
+        capacity += fit
+        if enough is not None and capacity >= enough:
+            break
+    return capacity
+
+
 def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
            shape: list[tuple[int, int, int]]) -> tuple[str, str] | None:
     """None if nodes of this shape [(cores, gpus, mem MiB; 0 = not tracked)] can ever hold
@@ -833,16 +851,9 @@ def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: in
         mems = [m for _, _, m in shape]
         if all(mems) and mem_per_rank > max(mems):  # (a node with 0 does not track memory)
             return "mem_per_rank", f"larger than the largest node ({max(mems)} MiB)"
-    capacity = 0
-    for c, g, m in shape:
-        fit = c // cores_per_rank
-        if gpus_per_rank:
-            fit = min(fit, g // gpus_per_rank)
-        if mem_per_rank and m:
-            fit = min(fit, m // mem_per_rank)
-        capacity += fit
-        if capacity >= ranks:
-            return None
+    capacity = rank_capacity(shape, cores_per_rank, gpus_per_rank, mem_per_rank, enough=ranks)
+    if capacity >= ranks:
+        return None
     return "ranks", f"more ranks of this size than the pilot holds ({capacity})"
 
 

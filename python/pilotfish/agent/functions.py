@@ -30,7 +30,7 @@ import zmq
 from .. import _wire
 from .. import states as S
 from .._util import hostname
-from ..descriptions import misfit_partitions
+from ..descriptions import misfit_partitions, rank_capacity
 from .executor import RUNNING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
@@ -191,15 +191,7 @@ class FunctionPool:
         cap = self.caps.get(shape)
         if cap is None:
             ranks, cores, gpus, mem = shape
-            fit = 0
-            for part in self.agent.shapes:
-                for c, g, m in part:
-                    k = c // cores
-                    if gpus:
-                        k = min(k, g // gpus)
-                    if mem and m:
-                        k = min(k, m // mem)
-                    fit += k
+            fit = sum(rank_capacity(part, cores, gpus, mem) for part in self.agent.shapes)
             cap = self.caps[shape] = max(1, fit // ranks)
         return cap
 
