@@ -309,3 +309,23 @@ def test_a_call_that_ends_its_worker_fails_alone_and_one_bad_argument_fails_one_
     assert [f.result(timeout=60) for f in fs[:20] + fs[21:]] == [i * i for i in range(20)] * 2
     assert isinstance(fs[20].exception(timeout=60), pf.DescriptionError)
     ex.shutdown()
+
+
+def stubborn(_):
+    while True:  # swallows the TimeoutError raised inside it
+        try:
+            time.sleep(10)
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def test_a_call_that_ignores_its_timeout_is_stopped(fpilot):
+    _, _, tmgr = fpilot
+    t0 = time.monotonic()
+    t, ok = tmgr.submit_tasks([pf.TaskDescription(function=stubborn, args=(0,), timeout=0.5),
+                               pf.TaskDescription(function=square, args=(5,))])
+    assert t.wait(timeout=30) == pf.FAILED and "timed out after 0.5s" in t.reason, t.reason
+    assert time.monotonic() - t0 < 10
+    assert ok.wait(timeout=30) == pf.DONE and ok.result == 25
+    again = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(6,)))
+    assert again.wait(timeout=30) == pf.DONE and again.result == 36

@@ -46,6 +46,7 @@ MAX_CALLS = 100_000      # a worker is recycled after this many calls
 MAX_RSS_MIB = 4096.0     # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
 READY_TIMEOUT_S = 60.0   # a worker running this long without connecting is stopped
+TIMEOUT_GRACE_S = 1.0    # a call past its timeout by this much has its worker stopped
 INITIAL_WORKERS = 8      # per shape, before any call time is known
 DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
 
@@ -361,6 +362,15 @@ class FunctionPool:
                 continue
             if w.inflight and now - w.progress_at > STUCK_S:  # in a long call
                 stuck = now - w.progress_at
+                c = w.inflight[0]
+                if c.timeout and stuck > c.timeout + TIMEOUT_GRACE_S and c.canceled is None:
+                    # past its timeout and the SIGALRM inside did not end it (C code, or a
+                    # handler that swallowed the TimeoutError): its worker is stopped
+                    c.canceled = (S.FAILED, f"timed out after {c.timeout:g}s (its worker "
+                                            f"was stopped)")
+                    w.leaving = w.killed_for_cancel = True
+                    self.agent._cancel([w.uid], f"stopped: call {c.uid} ran past its timeout")
+                    continue
                 if self.call_s is None or stuck > self.call_s:
                     self.call_s = stuck  # calls take at least this long: more workers
                     self._ensure_workers(w.shape)
