@@ -1,11 +1,17 @@
-"""pilotfish quickstart: a pilot on an emulated 4-node machine, 1,000 heterogeneous tasks.
+"""pilotfish quickstart: a pilot on an emulated 4-node machine, 1,000 heterogeneous tasks,
+then 10,000 Python function calls on persistent workers in the same pilot.
 
     python examples/quickstart.py
 """
 
 import collections
+import time
 
 import pilotfish as pf
+
+
+def square(x: int) -> int:
+    return x * x
 
 
 def main() -> int:
@@ -37,7 +43,16 @@ def main() -> int:
         print(f"{t.uid}: {t.state} exit={t.exit_code} stdout={t.stdout!r} slots={t.slots}")
         gpu = tasks[-1]
         print(f"{gpu.uid}: {gpu.stdout.strip()} on {gpu.slots[0].node} gpus={gpu.slots[0].gpus}")
-        return 0 if states[pf.DONE] == len(tasks) else 1
+
+        # Python functions: run on persistent workers the pilot starts by itself
+        t0 = time.monotonic()
+        calls = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
+                                   for i in range(10_000)])
+        tmgr.wait_tasks([c.uid for c in calls])
+        took = time.monotonic() - t0
+        right = sum(c.state == pf.DONE and c.result == i * i for i, c in enumerate(calls))
+        print(f"functions: {right}/{len(calls)} right, {len(calls) / took:,.0f} calls/s")
+        return 0 if states[pf.DONE] == len(tasks) and right == len(calls) else 1
 
 
 if __name__ == "__main__":
