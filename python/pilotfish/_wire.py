@@ -45,6 +45,14 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     call: bytes | None = None  # ... and its (args, kwargs), pickled
 
 
+# A function call's outcome, as Update.result carries it: the first byte says what follows
+# (agent/worker.py makes it, client/task.py reads it). R: pickle of the value; F: the path of
+# a file holding that pickle (a large value); E: msgpack [type name, message, traceback text,
+# pickle of the exception or None]; C: canceled before it started; B: handed back unrun.
+RESULT_OK, RESULT_ERROR, RESULT_IN_FILE, RESULT_CANCELED, RESULT_RETURNED = \
+    b"R", b"E", b"F", b"C", b"B"
+
+
 class RankSlot(msgspec.Struct, array_like=True):
     """Where one rank of a task runs."""
 

@@ -55,15 +55,13 @@ _decode = msgspec.msgpack.decode
 
 
 class Call:
-    __slots__ = ("uid", "fn_id", "call", "shape", "canceled", "worker", "timeout", "batch",
-                 "suspect")
+    __slots__ = ("uid", "fn_id", "call", "canceled", "worker", "timeout", "batch", "suspect")
 
-    def __init__(self, uid: str, fn_id: int, call: bytes, shape: tuple, timeout: float | None):
+    def __init__(self, uid: str, fn_id: int, call: bytes, timeout: float | None):
         self.uid = uid
         self.timeout = timeout
         self.fn_id = fn_id
         self.call = call
-        self.shape = shape
         self.canceled: tuple[str, str] | None = None  # (state, reason) once canceled
         self.worker: Worker | None = None
         self.batch = 0  # which of its worker's batches it went in
@@ -73,7 +71,7 @@ class Call:
 class Worker:
     __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
                  "read_off", "idle_since", "leaving", "progress_at", "reclaiming", "inline",
-                 "batches", "said_bye", "killed_for_cancel", "created", "running_since")
+                 "batches", "killed_for_cancel", "running_since")
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
         self.uid = uid
@@ -86,14 +84,12 @@ class Worker:
         self.log_path = log_path
         self.read_off = 0
         self.idle_since = now
-        self.leaving = False  # asked to stop, or said bye: nothing more is sent to it
+        self.leaving = False  # said bye, or asked to stop: nothing more is sent to it
         self.progress_at = now  # when it last returned a result (or got work while idle)
         self.reclaiming = False  # its unstarted calls were asked back
         self.inline = False  # on another node: results come with its messages, not a log
         self.batches = 0  # batches sent to it
-        self.said_bye = False  # it left on its own (recycled), or was told to stop
         self.killed_for_cancel = False
-        self.created = now
         self.running_since: float | None = None  # when the agent first saw it running
 
 
@@ -160,7 +156,7 @@ class FunctionPool:
             if fn_id is None:
                 fn_id = self.fn_ids[spec.function] = len(self.fn_bytes)  # type: ignore[index]
                 self.fn_bytes.append(spec.function)  # type: ignore[arg-type]
-            call = Call(spec.uid, fn_id, spec.call, shape, spec.timeout)  # type: ignore[arg-type]
+            call = Call(spec.uid, fn_id, spec.call, spec.timeout)  # type: ignore[arg-type]
             self.calls[spec.uid] = call
             q = self.queues.get(shape)
             if q is None:
@@ -264,20 +260,8 @@ class FunctionPool:
                     if w is not None:
                         self._collect(w, msg[2])
                         w.leaving = True
-                        w.said_bye = True
-                        if w.inflight:  # what it will not run goes to another worker now
-                            for c in w.inflight:
-                                c.worker = None
-                            q = self.queues.setdefault(w.shape, collections.deque())
-                            q.extendleft(reversed([c for c in w.inflight
-                                                   if c.canceled is None]))
-                            for c in w.inflight:
-                                if c.canceled is not None:
-                                    self.calls.pop(c.uid, None)
-                                    self.agent._call_final(c.uid, c.canceled[0], None,
-                                                           self.clock.now(), None,
-                                                           c.canceled[1])
-                            w.inflight.clear()
+                        self._give_back(w.shape, w.inflight)  # what it will not run, now
+                        w.inflight.clear()
                         self._ensure_workers(w.shape)
             except Exception:  # a worker's garbage must not stop the agent
                 log.exception("bad message from a function worker")
@@ -309,13 +293,7 @@ class FunctionPool:
                     continue
                 w.inflight.remove(call)
             if payload[:1] == RETURNED:  # taken back unstarted: to the front of the queue
-                call.worker = None
-                if call.canceled is None:
-                    returned.append(call)
-                else:
-                    self.calls.pop(uid, None)
-                    agent._call_final(uid, call.canceled[0], None, ended, None,
-                                      call.canceled[1])
+                returned.append(call)
                 continue
             self.calls.pop(uid, None)
             spent += ended - started
@@ -336,13 +314,29 @@ class FunctionPool:
                                   call.canceled[1])
                 continue
             agent._call_final(uid, state, started, ended, payload, reason, out, err)
-        if returned:
-            self.queues.setdefault(w.shape, collections.deque()).extendleft(reversed(returned))
+        self._give_back(w.shape, returned)
         if n:
             mean = spent / n
             self.call_s = mean if self.call_s is None else 0.8 * self.call_s + 0.2 * mean
             if not w.inflight:
                 w.idle_since = self.clock.mono()
+
+    def _give_back(self, shape: tuple, calls) -> None:
+        """Calls a worker holds but will not run: to the front of their queue, in order; the
+        canceled ones end instead."""
+        if not calls:
+            return
+        now = self.clock.now()
+        keep = []
+        for c in calls:
+            c.worker = None
+            if c.canceled is None:
+                keep.append(c)
+            else:
+                self.calls.pop(c.uid, None)
+                self.agent._call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
+        if keep:
+            self.queues.setdefault(shape, collections.deque()).extendleft(reversed(keep))
 
     # -- calls out ---------------------------------------------------------------------
     def dispatch(self) -> None:
@@ -357,6 +351,8 @@ class FunctionPool:
             depth = 2 if self.call_s < STUCK_S else 1  # (longer: a worker may get stuck)
         sock = self.sock
         now = self.clock.mono()
+        share: dict[tuple, int] = collections.Counter(
+            w.shape for w in self.workers.values() if not w.leaving)  # workers per shape
         for w in list(self.workers.values()):  # (a stuck worker may start others)
             if w.state != "ready" or w.leaving:
                 continue
@@ -390,8 +386,7 @@ class FunctionPool:
             room = depth * per_batch - len(w.inflight)
             if room <= 0 or (room < per_batch and w.inflight):
                 continue
-            share = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
-            n = min(room, max(1, math.ceil(len(q) / max(1, share))))
+            n = min(room, max(1, math.ceil(len(q) / max(1, share[w.shape]))))
             batch = []
             fns = w.fns
             fn_bytes = self.fn_bytes
@@ -464,7 +459,7 @@ class FunctionPool:
                 pass
         agent = self.agent
         # dead unless it left as asked or announced (a call's os._exit(0) is a death too)
-        died = not ((w.said_bye or w.leaving) and t.exit_code == 0)
+        died = not (w.leaving and t.exit_code == 0)
         why = t.reason or (f"exit code {t.exit_code}" if t.exit_code is not None else
                            "it never started")
         if w.state != "ready" and not w.inflight:  # never came up
@@ -484,14 +479,14 @@ class FunctionPool:
                     c.suspect = True
                 first = False  # nobody is failed this time
         for c in w.inflight:
-            c.worker = None
             if c.canceled is not None:
-                self.calls.pop(c.uid, None)
-                agent._call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
+                back.append(c)  # (ends, canceled, in _give_back)
             elif self.stopping is not None:
+                c.worker = None
                 self.calls.pop(c.uid, None)
                 agent._call_final(c.uid, self.stopping[0], None, now, None, self.stopping[1])
             elif died and first and not w.killed_for_cancel:  # the call it died in
+                c.worker = None
                 self.calls.pop(c.uid, None)
                 agent._call_final(c.uid, S.FAILED, None, now, None,
                                   f"its worker {w.uid} died: {why}"[:1000])
@@ -499,9 +494,7 @@ class FunctionPool:
                 back.append(c)
             first = False
         w.inflight.clear()
-        if back:
-            q = self.queues.setdefault(w.shape, collections.deque())
-            q.extendleft(reversed(back))
+        self._give_back(w.shape, back)
         q = self.queues.get(w.shape)
         if q and self.failed_starts[w.shape] >= MAX_STARTS_WITHOUT_PROGRESS:
             reason = f"no worker of this shape could start ({w.uid}: {why})"[:1000]

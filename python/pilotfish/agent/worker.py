@@ -31,6 +31,12 @@ import sys
 import time
 import traceback
 
+import cloudpickle
+import msgspec
+
+from .._wire import (RESULT_CANCELED, RESULT_ERROR, RESULT_IN_FILE, RESULT_OK,
+                     RESULT_RETURNED)
+
 LOG_BYTES = 1 << 30          # the result log's size (sparse: only what is written costs)
 BIG_RESULT = 64 << 10        # larger results go to a file of their own, named in the log
 MAX_OUTPUT = 1 << 20         # a call's captured stdout/stderr, as a task's (1 MiB each)
@@ -40,9 +46,9 @@ _LEN = struct.Struct("<I")
 
 CHECK_S = 0.001              # look for cancels and new batches between calls this often
 
-# result tags (first byte of a result payload); CANCELED: skipped, canceled before it started
-# RETURNED: not run, handed back (the agent gives it to a worker that is free)
-OK, ERROR, IN_FILE, CANCELED, RETURNED = b"R", b"E", b"F", b"C", b"B"
+# the first byte of a result payload (_wire says what follows each)
+OK, ERROR, IN_FILE, CANCELED, RETURNED = (RESULT_OK, RESULT_ERROR, RESULT_IN_FILE,
+                                          RESULT_CANCELED, RESULT_RETURNED)
 
 
 class ResultLog:
@@ -91,16 +97,12 @@ class ResultLog:
 def error_payload(e: BaseException) -> bytes:
     """The exception itself where it pickles, with its traceback text; else its type and
     message (the client raises a RemoteError then)."""
-    import cloudpickle
-
     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
     try:
         exc = cloudpickle.dumps(e)
         pickle.loads(exc)  # (one that pickles but cannot be rebuilt is no use either)
     except Exception:  # noqa: BLE001
         exc = None
-    import msgspec
-
     # msgpack, not pickle: the agent reads the name and message without unpickling anything
     return ERROR + msgspec.msgpack.encode([type(e).__qualname__, str(e), tb, exc])
 
@@ -137,8 +139,6 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
     """One call: its payload (OK + pickled value, IN_FILE + path, or ERROR + info). With
     ranks, every rank runs it and rank 0 gathers (an exception on one rank does not skip the
     gather, so the others are not left waiting); only rank 0's payload counts."""
-    import cloudpickle
-
     try:
         args, kwargs = pickle.loads(call)
         if comm is not None:
@@ -190,9 +190,6 @@ def _timed_out(signum, frame):
 def main(argv: list[str]) -> int:
     address, uid, log_path, max_calls, max_rss, agent_host = argv
     max_calls, max_rss = int(max_calls), float(max_rss)
-    import cloudpickle
-    import msgspec
-
     comm = _comm()
     rank = 0 if comm is None else comm.rank
     signal.signal(signal.SIGALRM, _timed_out)
@@ -229,6 +226,7 @@ def main(argv: list[str]) -> int:
     inline = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
     log = None if inline else ResultLog(log_path, create=True)
     unsent: list[bytes] = []
+    keep = unsent.append if inline else log.append  # type: ignore[union-attr]
     parent = os.getppid()
     sock.send(encode(["ready", uid, os.getpid(), inline]))
 
@@ -277,11 +275,7 @@ def main(argv: list[str]) -> int:
                         continue
                     skip.discard(item[0])
                     back.discard(item[0])
-                    record = encode([item[0], time.time(), time.time(), tag, None, None])
-                    if inline:
-                        unsent.append(record)
-                    else:
-                        log.append(record)
+                    keep(encode([item[0], time.time(), time.time(), tag, None, None]))
                 batch = kept
                 comm.bcast(batch, root=0)
             last_flush = last_check = time.monotonic()
@@ -320,11 +314,7 @@ def main(argv: list[str]) -> int:
                 except BaseException as e:  # noqa: BLE001 -- a function that cannot load
                     payload = error_payload(e)
                 printed = _taken(out), _taken(err)
-                record = encode([call_uid, started, time.time(), payload, *printed])
-                if inline:
-                    unsent.append(record)
-                else:
-                    log.append(record)
+                keep(encode([call_uid, started, time.time(), payload, *printed]))
                 done += 1
                 if done >= max_calls:  # the rest of the batch goes back to the agent's queue
                     bye = f"recycled after {done} calls"
@@ -336,8 +326,6 @@ def main(argv: list[str]) -> int:
             flush()
             if bye is None and max_rss and _rss_mib() > max_rss:
                 bye = f"recycled at {_rss_mib():.0f} MiB resident"
-        if inline and unsent:
-            flush()
         sock.send(encode(["bye", bye, 0 if inline else log.offset]))
     finally:
         if comm is not None:

@@ -623,13 +623,14 @@ def decode_result(payload: bytes | None, state: str, reason: str | None) -> tupl
     """(value, exception) from a function call's payload (agent/worker.py's tags)."""
     from .._errors import RemoteError
 
-    if payload and payload[:1] == b"R":
-        return (pickle.loads(payload[1:]), None)
-    if payload and payload[:1] == b"F":  # a large result, in a file next to the pilot's
-        with open(payload[1:].decode(), "rb") as f:
+    tag = payload[:1] if payload else None
+    if tag == _wire.RESULT_OK:
+        return (pickle.loads(payload[1:]), None)  # type: ignore[index]
+    if tag == _wire.RESULT_IN_FILE:  # a large result, in a file next to the pilot's
+        with open(payload[1:].decode(), "rb") as f:  # type: ignore[index]
             return (pickle.load(f), None)
-    if payload and payload[:1] == b"E":
-        name, message, tb, exc = msgspec.msgpack.decode(payload[1:])
+    if tag == _wire.RESULT_ERROR:
+        name, message, tb, exc = msgspec.msgpack.decode(payload[1:])  # type: ignore[index]
         e = None
         if exc is not None:
             try:
