@@ -520,6 +520,15 @@ class _Description:
                 spec = fields[name]
             values[name] = spec[1](kind, name, value)
 
+    @classmethod
+    def _checked(cls, values: dict[str, Any]):
+        """A description from values already checked field by field (no copy, no re-check):
+        for a caller that builds many from parts it validated once (pf.Executor). What a
+        whole description must satisfy is still checked at submit (check_complete)."""
+        d = object.__new__(cls)
+        object.__setattr__(d, "_values", values)
+        return d
+
     def _unknown(self, name: Any, value: Any) -> str:
         """The field a str subclass names; else DescriptionError (with a suggestion)."""
         if not isinstance(name, str):

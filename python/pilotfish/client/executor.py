@@ -91,17 +91,15 @@ class Executor(cf.Executor):
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
-        # (built without re-checking each field: args is a tuple and kwargs a dict of str
-        # keys by construction, the shape was checked once in __init__; a few microseconds
-        # per call at tens of thousands of calls a second)
-        d = object.__new__(TaskDescription)
+        # (not re-checked field by field: args is a tuple and kwargs a dict of str keys by
+        # construction, the shape was checked once in __init__; a few microseconds per call
+        # at tens of thousands of calls a second)
         values = dict(self._shape, function=fn)
         if args:
             values["args"] = args
         if kwargs:
             values["kwargs"] = kwargs
-        object.__setattr__(d, "_values", values)
-        return self._submit(d)
+        return self._submit(TaskDescription._checked(values))
 
     def _submit(self, d: TaskDescription, finish: Callable | None = None) -> cf.Future:
         """A future for any task (adapters: pilotfish.parsl). finish(task) -> (value,

@@ -245,8 +245,7 @@ class TaskManager:
             t._hist = [S.NEW, now, S.SCHEDULING, now]
             registry[uid] = t
             tasks.append(t)
-            v = d._values
-            load[pilot_uid] += v.get("ranks", 1) * v.get("cores_per_rank", 1)
+            load[pilot_uid] += _cores(d)
             if not profile or r is not None:
                 continue
             events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot_uid))
@@ -545,9 +544,7 @@ class TaskManager:
                     t.stdout = u.stdout
                     t.stderr = u.stderr
                     t.reason = u.reason
-                    d = t.description
-                    v = d._values
-                    self._load[t.pilot] -= v.get("ranks", 1) * v.get("cores_per_rank", 1)
+                    self._load[t.pilot] -= _cores(t.description)
                     ended += 1
                     finals.append(["final", t.uid, state, u.exit_code, u.signal, u.reason, u.t])
                 changed.append((t, state))
@@ -568,9 +565,7 @@ class TaskManager:
                 t.state = state
                 t.reason = reason
                 t._hist += (state, now)
-                d = t.description
-                v = d._values
-                self._load[t.pilot] -= v.get("ranks", 1) * v.get("cores_per_rank", 1)
+                self._load[t.pilot] -= _cores(t.description)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
         self._acknowledge(changed, len(changed), [["final", t.uid, state, None, None, reason, now]
@@ -617,6 +612,13 @@ class TaskManager:
 
     def _close(self) -> None:
         pass
+
+
+def _cores(d: TaskDescription) -> int:
+    """A description's cores (ranks x cores per rank), read without attribute lookups: the
+    manager's load counts it for every task at submit and at its end."""
+    v = d._values
+    return v.get("ranks", 1) * v.get("cores_per_rank", 1)
 
 
 def decode_result(payload: bytes | None, state: str, reason: str | None) -> tuple:

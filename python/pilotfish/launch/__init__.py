@@ -57,12 +57,12 @@ def installed_mpi_launcher() -> str | None:
     None (`direct` stays: ranks are plain processes then). Looked up by running each
     candidate's --version: call once, lazily."""
     from .base import find_tool
-    from .mpiexec import is_hydra
-    from .mpirun import is_openmpi_launcher
+    from .mpiexec import HYDRA_TOOLS, is_hydra
+    from .mpirun import OPENMPI_TOOLS, is_openmpi_launcher
 
-    if find_tool(("mpiexec.hydra", "mpiexec"), is_hydra):
+    if find_tool(HYDRA_TOOLS, is_hydra):
         return "mpiexec"
-    if find_tool(("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher):
+    if find_tool(OPENMPI_TOOLS, is_openmpi_launcher):
         return "mpirun"
     if find_tool(("prte",), None) and find_tool(("prun", "prterun"), None):
         return "prrte"

@@ -35,6 +35,7 @@ IGNORE_SIGPIPE = ["env", "--ignore-signal=PIPE"]
 from .mpirun import host_list
 
 MPICH_RANK = "${PMI_RANK:-${PMIX_RANK:-}}"
+HYDRA_TOOLS = ("mpiexec.hydra", "mpiexec")  # in order of preference
 
 
 def is_hydra(path: str) -> bool:
@@ -50,7 +51,7 @@ class Mpiexec(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.exe = self._find_tool("mpiexec", ("mpiexec.hydra", "mpiexec"), is_hydra)
+        self.exe = self._find_tool("mpiexec", HYDRA_TOOLS, is_hydra)
         in_slurm = getattr(resources, "source", None) == "slurm"
         self.own_env = {"SLURM_OVERLAP": "1"} if in_slurm else {}
         self.prefix = IGNORE_SIGPIPE if self.options.get("ignore_sigpipe", True) and \

@@ -83,8 +83,11 @@ def is_openmpi_launcher(path: str) -> bool:
     return "Open MPI" in text or "PRRTE" in text
 
 
+OPENMPI_TOOLS = ("mpirun", "ompirun_wrapper", "prterun")  # in order of preference
+
+
 def find_openmpi_launcher(lm: LaunchMethod) -> str:
-    return lm._find_tool("mpirun", ("mpirun", "ompirun_wrapper", "prterun"), is_openmpi_launcher)
+    return lm._find_tool("mpirun", OPENMPI_TOOLS, is_openmpi_launcher)
 
 
 def host_list(slots: list[RankSlot], emulated: bool) -> str:
