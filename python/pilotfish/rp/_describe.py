@@ -137,17 +137,8 @@ class TaskDescription(_Description):
         for k in list(v):
             if k in TASK_UNSUPPORTED and v[k] not in (None, "", [], {}, ()):
                 raise fail(k, TASK_UNSUPPORTED[k])
-        # legacy names (RP 1.x before ranks/cores_per_rank)
-        # (RP zeroes a legacy name it has copied over: 0 there means "not given")
-        ranks = v["cpu_processes"] if v.get("cpu_processes") else v.get("ranks", 1)
-        cores = v["cpu_threads"] if v.get("cpu_threads") else v.get("cores_per_rank", 1)
-        gpus = v["gpu_processes"] if v.get("gpu_processes") else v.get("gpus_per_rank", 0)
-        if isinstance(gpus, float) and gpus.is_integer():
-            gpus = int(gpus)
-        out.update(ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus)
-        mem = v["mem_per_process"] if v.get("mem_per_process") else v.get("mem_per_rank")
-        if mem:
-            out["mem_per_rank"] = mem
+        out.update(_shape(v))
+        ranks, cores = out["ranks"], out["cores_per_rank"]
         ptype = v.get("cpu_process_type")
         if ptype not in (None, "", MPI, POSIX):
             raise fail("cpu_process_type", "must be rp.MPI or rp.POSIX")
@@ -209,11 +200,7 @@ class TaskDescription(_Description):
         if unknown:
             raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
                                    "pilotfish.rp knows")
-        try:
-            return _PfTask(out)
-        except DescriptionError as e:
-            raise DescriptionError("rp.TaskDescription", e.field, e.value, e.why,
-                                   index=index) from None
+        return _translated(_PfTask, "rp.TaskDescription", out, index)
 
 
     def _function_to_pf(self, v: dict, fail, index: int) -> _PfTask:
@@ -225,21 +212,15 @@ class TaskDescription(_Description):
         if isinstance(fn, str):
             raise fail("function", "a function's name needs a RAPTOR worker that defines it; "
                                    "pass the callable (or rp.PythonTask(f, *args))")
-        out: dict[str, Any] = {"function": fn, "args": tuple(args), "kwargs": dict(kwargs)}
-        for k, pf in (("ranks", "ranks"), ("cpu_processes", "ranks"),
-                      ("cores_per_rank", "cores_per_rank"), ("cpu_threads", "cores_per_rank"),
-                      ("gpus_per_rank", "gpus_per_rank"), ("gpu_processes", "gpus_per_rank"),
-                      ("mem_per_rank", "mem_per_rank"), ("name", "name"), ("tags", "tags"),
-                      ("metadata", "metadata"), ("priority", "priority"),
-                      ("timeout", "timeout"), ("pilot", "pilot")):
-            if v.get(k) not in (None, "", 0, {}, 0.0) or (k == "priority" and v.get(k)):
-                out[pf] = v[k]
-        if isinstance(out.get("gpus_per_rank"), float) and out["gpus_per_rank"].is_integer():
-            out["gpus_per_rank"] = int(out["gpus_per_rank"])
+        out: dict[str, Any] = {"function": fn, "args": tuple(args), "kwargs": dict(kwargs),
+                               **_shape(v)}
+        for k in ("name", "tags", "metadata", "priority", "timeout", "pilot"):
+            if v.get(k) not in (None, "", 0, {}, 0.0):
+                out[k] = v[k]
         if v.get("uid") and not v.get("name"):
             out["name"] = v["uid"]
         allowed = set(out) | {"mode", "uid", "function", "args", "kwargs", "cpu_processes",
-                              "cpu_threads", "gpu_processes"} | TASK_IGNORED
+                              "cpu_threads", "gpu_processes", "mem_per_process"} | TASK_IGNORED
         unknown = sorted(k for k in v if k not in self._defaults and k not in allowed)
         if unknown:
             raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
@@ -248,11 +229,7 @@ class TaskDescription(_Description):
                        (None, "", [], {}, (), 0, 0.0, False, 1))
         if extra:
             raise fail(extra[0], "not for a function task (it runs in a persistent worker)")
-        try:
-            return _PfTask(out)
-        except DescriptionError as e:
-            raise DescriptionError("rp.TaskDescription", e.field, e.value, e.why,
-                                   index=index) from None
+        return _translated(_PfTask, "rp.TaskDescription", out, index)
 
 
 class PythonTask:
@@ -261,6 +238,30 @@ class PythonTask:
 
     def __init__(self, function, *args, **kwargs):
         self.function, self.args, self.kwargs = function, args, kwargs
+
+
+def _translated(cls, kind: str, values: dict, index: int):
+    """The pilotfish description, its DescriptionError told in the RP description's name."""
+    try:
+        return cls(values)
+    except DescriptionError as e:
+        raise DescriptionError(kind, e.field, e.value, e.why, index=index) from None
+
+
+def _shape(v: dict) -> dict[str, Any]:
+    """ranks, cores_per_rank, gpus_per_rank, mem_per_rank from RP's names, the legacy ones
+    (cpu_processes, cpu_threads, gpu_processes, mem_per_process) first: RP zeroes a legacy
+    name it has copied over, so 0 there means "not given". Whole GPU counts as ints."""
+    ranks = v["cpu_processes"] if v.get("cpu_processes") else v.get("ranks", 1)
+    cores = v["cpu_threads"] if v.get("cpu_threads") else v.get("cores_per_rank", 1)
+    gpus = v["gpu_processes"] if v.get("gpu_processes") else v.get("gpus_per_rank", 0)
+    if isinstance(gpus, float) and gpus.is_integer():
+        gpus = int(gpus)
+    out = {"ranks": ranks, "cores_per_rank": cores, "gpus_per_rank": gpus}
+    mem = v["mem_per_process"] if v.get("mem_per_process") else v.get("mem_per_rank")
+    if mem:
+        out["mem_per_rank"] = mem
+    return out
 
 
 def _as_list(x: Any) -> list:
@@ -413,8 +414,4 @@ class PilotDescription(_Description):
         envs = v.get("prepare_env") or {}
         if not isinstance(envs, dict):
             raise fail("prepare_env", "must be {name: environment spec}")
-        try:
-            return _PfPilot(out)
-        except DescriptionError as e:
-            raise DescriptionError("rp.PilotDescription", e.field, e.value, e.why,
-                                   index=index) from None
+        return _translated(_PfPilot, "rp.PilotDescription", out, index)
