@@ -77,6 +77,13 @@ class Session:
         self.close()
 
 
+def _task_dir(pilot, sandbox: str | None, uid: str) -> str:
+    """An RP task's sandbox: its own `sandbox` (absolute, or under the pilot's tasks/), else
+    tasks/<uid>/ -- every RP task has one (native pilotfish tasks only when they declare
+    files)."""
+    return os.path.join(pilot.sandbox, TASKS_DIR, sandbox or uid)  # (an absolute one wins)
+
+
 def _download(sandbox: str, into: str) -> None:
     """A pilot's own files (logs, events, its configuration), not its tasks' directories, into
     the session directory -- unless the sandbox is there already (local pilots)."""
@@ -326,9 +333,7 @@ class Task:
         p = self.tmgr._pf._pilots.get(self._pf.pilot)
         if p is None:
             return None
-        sb = self.description.get("sandbox")
-        base = os.path.join(p.sandbox, TASKS_DIR)
-        return sb if sb and os.path.isabs(sb) else os.path.join(base, sb or self._pf.uid)
+        return _task_dir(p, self.description.get("sandbox"), self._pf.uid)
 
     @property
     def task_sandbox(self) -> str | None:
@@ -411,9 +416,7 @@ class TaskManager:
     # RP's per-task variables, and a sandbox of its own for every task (as in RP)
     def _spec_extra(self, uid: str, d, pilot) -> dict:
         rp_uid = self._user_uid.get(id(d), uid)
-        sandbox = d.sandbox or uid
-        full = sandbox if os.path.isabs(sandbox) else os.path.join(pilot.sandbox, TASKS_DIR,
-                                                                   sandbox)
+        full = _task_dir(pilot, d.sandbox, uid)
         out: dict = {"environment": {
             "RP_TASK_ID": rp_uid, "RP_TASK_NAME": d.name or rp_uid, "RP_PILOT_ID": pilot.uid,
             "RP_SESSION_ID": self.session.uid, "RP_TASK_SANDBOX": full,
