@@ -15,13 +15,15 @@ __version__ = "0.1.0"
 from ._errors import (DescriptionError, PilotfishError, RemoteError, SessionClosed,
                       TimeoutExpired)
 from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
-from .descriptions import PilotDescription, TaskDescription
+from .client.services import ServiceGroup
+from .descriptions import PilotDescription, ServiceDescription, TaskDescription
+from .service import ServiceError
 from .states import (ACTIVE, AGENT_SCHEDULING, CANCELED, DONE, EXECUTING, FAILED, FINAL,
                      LAUNCHING, NEW, SCHEDULING, STAGING_INPUT, STAGING_OUTPUT)
 
 __all__ = [
     "Session", "PilotManager", "TaskManager", "Pilot", "Task", "Executor",
-    "PilotDescription", "TaskDescription",
+    "PilotDescription", "TaskDescription", "ServiceDescription", "ServiceGroup", "ServiceError",
     "PilotfishError", "DescriptionError", "RemoteError", "SessionClosed", "TimeoutExpired",
     "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",
     "EXECUTING", "STAGING_OUTPUT", "DONE", "FAILED", "CANCELED", "FINAL",

@@ -21,6 +21,20 @@ _decode_batch = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str
 
 Event = tuple  # (t, uid, name, detail)
 
+# Service groups and elastic pilots (agent/services.py, agent/_main.py; analytics reads them).
+# A member's events carry its uid; a group's its name; the pilot's its uid.
+MEMBER_START = "member_start"      # detail: group name
+MEMBER_READY = "member_ready"      # detail: endpoint
+MEMBER_LEAVE = "member_leave"      # asked to leave; detail: why
+MEMBER_LEFT = "member_left"        # it is gone after a leave
+MEMBER_FAIL = "member_fail"        # detail: why
+MEMBER_RESTART = "member_restart"  # detail: the member it replaces
+GROUP_EPOCH = "group_epoch"        # detail: "<epoch> <members>"
+GROUP_RESIZE = "group_resize"      # detail: the target
+PILOT_GROW = "pilot_grow"          # detail: "<unit> <nodes added> <nodes now>"
+PILOT_DRAIN = "pilot_drain"        # detail: "<unit> <nodes>"
+PILOT_SHRINK = "pilot_shrink"      # detail: "<unit> <nodes removed> <nodes now>"
+
 
 class EventWriter:
     """Buffers events and writes them in frames. Thread-safe (one lock per append batch)."""

@@ -43,6 +43,7 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     stage_on_error: bool = False  # output staging for a FAILED task too
     function: bytes | None = None  # a function task: the callable, pickled (cloudpickle)
     call: bytes | None = None  # ... and its (args, kwargs), pickled
+    restartable: bool = False  # stopped and queued again when its node is drained
 
 
 # A function call's outcome, as Update.result carries it: the first byte says what follows
@@ -96,7 +97,58 @@ class Resync(msgspec.Struct, tag="resync", array_like=True):
     uids: list[str]
 
 
-ToAgent = Union[Submit, Cancel, Shutdown, Heartbeat, Resync]
+class ServiceSpec(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A service group as the agent needs it: its members' task (uid set per member) and
+    policy (from a ServiceDescription; agent/services.py)."""
+
+    name: str
+    template: TaskSpec
+    replicas: int
+    restart: str = "on-failure"
+    max_restarts: int = 3
+    ready_timeout: float = 60.0
+    health_interval: float | None = None
+    leave_timeout: float = 30.0
+
+
+class GroupStart(msgspec.Struct, tag="group_start", array_like=True):
+    spec: ServiceSpec
+
+
+class GroupResize(msgspec.Struct, tag="group_resize", array_like=True):
+    name: str
+    replicas: int
+
+
+class GroupHold(msgspec.Struct, tag="group_hold", array_like=True):
+    """Pin the group's view: no join or leave takes effect until the hold is released."""
+
+    name: str
+    token: str
+
+
+class GroupRelease(msgspec.Struct, tag="group_release", array_like=True):
+    name: str
+    token: str
+
+
+class Grow(msgspec.Struct, tag="grow", array_like=True):
+    """Nodes join the pilot as a partition of their own (unit: its name, e.g. a batch job)."""
+
+    unit: str
+    nodes: list[NodeInfo]
+    launcher: str | None = None
+    options: dict[str, dict] = {}
+
+
+class Shrink(msgspec.Struct, tag="shrink", array_like=True):
+    """Drain these grown units' nodes, then let them go (Resized tells when)."""
+
+    units: list[str]
+
+
+ToAgent = Union[Submit, Cancel, Shutdown, Heartbeat, Resync, GroupStart, GroupResize,
+                GroupHold, GroupRelease, Grow, Shrink]
 
 
 # -- agent -> client ---------------------------------------------------------------------
@@ -148,7 +200,55 @@ class Missing(msgspec.Struct, tag="missing", array_like=True):
     uids: list[str]
 
 
-ToClient = Union[Hello, Updates, Bye, Heartbeat, Missing]
+class MemberInfo(msgspec.Struct, array_like=True):
+    uid: str
+    endpoint: str
+    node: str
+    info: dict[str, Any] = {}
+
+
+class GroupView(msgspec.Struct, tag="group_view", array_like=True):
+    """A service group's membership: its epoch grows by one per join or leave."""
+
+    name: str
+    epoch: int
+    members: list[MemberInfo]
+    t: float
+    target: int = 0  # replicas asked for
+
+
+class MemberNews(msgspec.Struct, tag="member", array_like=True, omit_defaults=True):
+    """A member's life: starting, ready, leaving, left, failed, restarting; or the group's
+    own "failed" (uid = the group's name) when it cannot reach its size."""
+
+    name: str
+    uid: str
+    state: str
+    t: float
+    reason: str | None = None
+    node: str | None = None
+
+
+class GroupAck(msgspec.Struct, tag="group_ack", array_like=True):
+    """Answer to GroupHold/GroupStart/GroupResize (token), with the epoch then, or why not."""
+
+    name: str
+    token: str
+    epoch: int
+    error: str | None = None
+
+
+class Resized(msgspec.Struct, tag="resized", array_like=True):
+    """The pilot's nodes after a grow or shrink of `unit` (error: why it did not happen)."""
+
+    unit: str
+    nodes: list[NodeInfo]
+    t: float
+    error: str | None = None
+
+
+ToClient = Union[Hello, Updates, Bye, Heartbeat, Missing, GroupView, MemberNews, GroupAck,
+                 Resized]
 
 _enc = msgspec.msgpack.Encoder()
 encode = _enc.encode

@@ -611,6 +611,8 @@ class TaskDescription(_Description):
     name, metadata  free for the user
     input_staging, output_staging  [{source, target, action: copy|link|move|transfer|tarball}]
     stage_on_error  stage the outputs of a task that FAILED too (default: only of DONE tasks)
+    restartable  when its node is drained (Pilot.shrink) the task is stopped and queued again
+                 elsewhere instead of being waited for
     named_env    run in an environment the pilot prepared (Pilot.prepare_env)
     """
 
@@ -655,6 +657,7 @@ class TaskDescription(_Description):
         "input_staging": (list, _staging),
         "output_staging": (list, _staging),
         "stage_on_error": (False, _bool),
+        "restartable": (False, _bool),
         "named_env": (None, _opt(_nonempty_str)),
         "function": (None, _callable),
         "args": ((), _args),
@@ -798,6 +801,83 @@ class PilotDescription(_Description):
 
 
 _MISSING = object()
+
+RESTART_POLICIES = ("on-failure", "never")
+
+
+def _service_name(kind: str, field: str, v: Any) -> str:
+    if not isinstance(v, str) or not v or len(v) > 64 or \
+            not all(c.isalnum() or c in "_-" for c in v):
+        raise _fail(kind, field, v, "must be 1-64 letters, digits, '_' or '-' (it names the "
+                                    "group and its members' uids)")
+    return v
+
+
+class ServiceDescription(_Description):
+    """A long-running service: each member of a group (TaskManager.submit_service_group) is
+    one of these, kept up by the pilot until the group shrinks or stops.
+
+    name         the group's name (unique in the pilot): members are <name>.<k>
+    executable, arguments  a program; or function, args, kwargs: a Python callable run as
+                 function(*args, **kwargs) in its own process for the member's life
+    environment, ranks, cores_per_rank, gpus_per_rank, mem_per_rank, launcher, pre_exec
+                 as for TaskDescription
+    ready_timeout  seconds a member may run before it announces its endpoint (default 60):
+                 then it is stopped and FAILED, with its stderr tail
+    restart      "on-failure" (default): a member that fails is replaced, up to
+                 max_restarts (default 3) times per member slot; "never"
+    health_interval  seconds between health checks of members that announced through
+                 pilotfish.service.announce (it answers, running its probe if it has one);
+                 a member silent for 3 intervals, or whose probe fails, has failed
+    leave_timeout  seconds a member asked to leave may take to finish (default 30): then
+                 it is stopped
+    pilot        the pilot to run on (default: the TaskManager's first live pilot)
+    """
+
+    _kind = "ServiceDescription"
+    _aliases = {"replicas": "submit_service_group(desc, replicas=N)",
+                "cores": "'cores_per_rank'", "gpus": "'gpus_per_rank'"}
+    _fields = {
+        "name": (None, _opt(_service_name)),
+        "executable": (None, _opt(_nonempty_str)),
+        "arguments": (list, _str_list),
+        "function": (None, _callable),
+        "args": ((), _args),
+        "kwargs": (dict, _kwargs),
+        "environment": (dict, _env),
+        "pre_exec": (list, _str_list),
+        "ranks": (1, _int(1, MAX_RANKS)),
+        "cores_per_rank": (1, _int(1, MAX_CORES_PER_NODE, " (a rank runs on one node)")),
+        "gpus_per_rank": (0, _int(0, MAX_GPUS_PER_NODE, " (a rank runs on one node)")),
+        "mem_per_rank": (0, _int(0, MAX_MEM_MIB, " MiB")),
+        "launcher": (None, _opt(_choice(LAUNCHERS))),
+        "ready_timeout": (60.0, _duration),
+        "restart": ("on-failure", _choice(RESTART_POLICIES)),
+        "max_restarts": (3, _int(0, 1000)),
+        "health_interval": (None, _opt(_duration)),
+        "leave_timeout": (30.0, _duration),
+        "pilot": (None, _opt(_nonempty_str)),
+    }
+    __slots__ = ()
+
+    def check_complete(self) -> None:
+        values = self._values
+        if values.get("name") is None:
+            raise DescriptionError(self._kind, "name", None, "is required (it names the group)")
+        if (values.get("function") is None) == (values.get("executable") is None):
+            field = "function" if values.get("function") is not None else "executable"
+            raise DescriptionError(self._kind, field, values.get(field),
+                                   "give either executable or function (one of them)")
+        if values.get("function") is not None and values.get("arguments"):
+            raise DescriptionError(self._kind, "arguments", values["arguments"],
+                                   "a function service takes args=(...), kwargs={...}")
+        if values.get("function") is None and ("args" in values or "kwargs" in values):
+            field = "args" if "args" in values else "kwargs"
+            raise DescriptionError(self._kind, field, values[field],
+                                   "is for function services: an executable takes 'arguments'")
+        for name in ("arguments", "environment", "pre_exec"):
+            if name in values:
+                values[name] = self._fields[name][1](self._kind, name, values[name])
 
 
 def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[Any]:

@@ -20,6 +20,7 @@ import sys
 import msgspec
 import zmq
 
+from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._events import EventWriter
@@ -40,6 +41,7 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("pilotfish.agent")
 
+REQUEUE = "requeue"  # kill_reason state of a restartable task stopped for a drain: queued again
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for timeouts, cancels, shutdown
 
 
@@ -150,6 +152,13 @@ class Agent:
         base_env.update(desc.get("environment") or {})
         base_env["PILOTFISH_PILOT_UID"] = self.uid
         base_env["PILOTFISH_SANDBOX"] = self.sandbox
+        self.ctx = zmq.Context()
+        self.services = None  # service groups (services.py); every task learns where they are
+        if not self.sim:
+            from .services import ServiceRegistry
+
+            self.services = ServiceRegistry(self, self.ctx)
+            base_env.update(self.services.env)
         # the core writes every exit to agent.exits as it reaps it: with the spawn records of
         # the journal, what finished is known even if this process is killed a moment later
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
@@ -177,6 +186,8 @@ class Agent:
         self.poller = zmq.Poller()
         if self.core is not None:
             self.poller.register(self.core.notify_fd, zmq.POLLIN)
+        if self.services is not None:
+            self.poller.register(self.services.sock, zmq.POLLIN)
         self.supervisors: list[Supervisor] = []  # of partitions whose launchers need watching
         self._notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (its supervisor, launcher)
 
@@ -187,6 +198,9 @@ class Agent:
         self._timers: list[tuple[float, int, str, AgentTask]] = []  # (when, seq, kind, task)
         self._timer_seq = 0
         self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
+        self._draining: list[Partition] = []  # grown units being shrunk (Pilot.shrink)
+        self._policy = policy
+        self._next_node = len(nodes)  # node indices are never reused (events name them)
         self.deadline = self.t_start + float(desc["runtime"])
         if job_left is not None:
             self.deadline = min(self.deadline, clock.now() + job_left)
@@ -201,7 +215,6 @@ class Agent:
                                            for lm in p.launchers.values()
                                            if lm.state == FAILED and lm not in changed])
 
-        self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.ROUTING_ID, self.uid.encode())
         self.sock.setsockopt(zmq.SNDHWM, 0)
@@ -218,6 +231,11 @@ class Agent:
         self._last_heard = self._last_sent = clock.real_mono()  # liveness: real time
         self._hello(t)
         self.events.flush()
+
+    def send(self, msg) -> None:
+        """One message to the client now (service news; task updates go in batches)."""
+        self.sock.send(_wire.encode(msg))
+        self._last_sent = self.clock.real_mono()
 
     def _hello(self, t: float) -> None:
         self.sock.send(_wire.encode(_wire.Hello(self.uid, self.resources.nodes,
@@ -247,6 +265,7 @@ class Agent:
             return ModeledLauncher(name, self.model[name], len(p.nodes), self.clock)
 
         options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
+        options.update(p.options.get(name, {}))  # a grown unit's own (its batch job)
         tag = name if len(self.partitions) == 1 else f"{name}.p{p.index}"
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)
@@ -346,6 +365,9 @@ class Agent:
                 timeout = max(0, min(timeout, int((due - mono) * 1000) + 1))
             if launchers.starting and not sim:  # starting daemons are polled, never waited for
                 timeout = min(timeout, 10)
+            services = self.services
+            if services is not None and services.due < math.inf:
+                timeout = max(0, min(timeout, int((services.due - clock.mono()) * 1000) + 1))
             if sim and timeout == 0 and clock.real_mono() - last_poll < SIM_POLL_S:
                 ready = {}  # running through virtual time: the socket is looked at now and then
             else:
@@ -364,6 +386,11 @@ class Agent:
                     pool.on_readable()
                 elif pool.workers:
                     pool.dispatch()  # (and idle workers stop)
+            if services is not None:
+                if services.sock in ready:
+                    services.on_readable()
+                if clock.mono() >= services.due:
+                    services.tick()
             if self._notes:
                 for fd, (sup, lm) in self._notes.items():
                     if fd in ready:
@@ -394,6 +421,10 @@ class Agent:
                 for sup in sups:
                     if mono >= sup.due:
                         sup.tick(mono)
+            if self._draining:
+                self._check_drained()
+            if services is not None:
+                services.flush()
             self._flush()
             real = clock.real_mono()
             if now >= self.drain_at:
@@ -467,6 +498,29 @@ class Agent:
             self.stopping = (S.DONE, msg.reason, "shutdown")
         elif isinstance(msg, _wire.Resync):
             self._resync(msg.uids)
+        elif isinstance(msg, (_wire.GroupStart, _wire.GroupResize, _wire.GroupHold,
+                              _wire.GroupRelease)):
+            self._on_group(msg)
+        elif isinstance(msg, _wire.Grow):
+            self._grow(msg)
+        elif isinstance(msg, _wire.Shrink):
+            self._shrink(msg)
+
+    def _on_group(self, msg) -> None:
+        services = self.services
+        name = msg.spec.name if isinstance(msg, _wire.GroupStart) else msg.name
+        if services is None:
+            self.send(_wire.GroupAck(name, getattr(msg, "token", "start"), -1,
+                                     "service groups do not run on a simulated pilot"))
+        elif isinstance(msg, _wire.GroupStart):
+            services.start(msg.spec)
+        elif isinstance(msg, _wire.GroupResize):
+            services.resize(msg.name, msg.replicas)
+        elif isinstance(msg, _wire.GroupHold):
+            epoch, why = services.hold(msg.name, msg.token, None)
+            self.send(_wire.GroupAck(msg.name, msg.token, epoch, why))
+        else:
+            services.release(msg.name, msg.token)
 
     def _resync(self, uids: list[str]) -> None:
         """A resumed client re-attached: hello again, then what became of each task."""
@@ -754,6 +808,11 @@ class Agent:
         ran = [t for t in done if t.spool >= 0]  # their outputs, in one call to the core
         outputs = dict(zip(ran, self.runner.read_outputs(ran))) if ran else {}
         for t in done:
+            if t.kill_reason is not None and t.kill_reason[0] == REQUEUE:
+                if self.stopping is None:
+                    self._requeue(t, now)
+                    continue
+                t.kill_reason = (S.CANCELED, f"pilot stopped: {self.stopping[1]}")
             if t.kill_reason is not None:
                 state, t.reason = t.kill_reason
             elif t.exit_code == 0:
@@ -765,6 +824,131 @@ class Agent:
                 self._retry(t, now)
                 continue
             self._final(t, state, now, ran=True, outputs=outputs.get(t, (None, None)))
+
+    # -- elastic pilots ----------------------------------------------------------------------
+    def _grow(self, msg: _wire.Grow) -> None:
+        """New nodes join as a partition of their own, with its own launcher instance;
+        placement sees them at once (waiting tasks move there by rebalance)."""
+        from .resources import Resources
+
+        now = self.clock.now()
+        names = {n.name for p in self.partitions for n in p.nodes}
+        problem = None
+        if not msg.nodes:
+            problem = "no nodes"
+        elif any(p.unit == msg.unit for p in self.partitions):
+            problem = f"unit {msg.unit!r} joined already"
+        elif names & {n.name for n in msg.nodes}:
+            problem = f"nodes {sorted(names & {n.name for n in msg.nodes})} are in the pilot already"
+        elif msg.launcher is not None and msg.launcher not in LAUNCHERS:
+            problem = f"launcher {msg.launcher!r} is not a launch method"
+        if problem is not None:
+            self.send(_wire.Resized(msg.unit, self._nodes(), now, problem))
+            return
+        res = Resources(list(msg.nodes), self.resources.source, self.resources.overrides)
+        p = Partition(max(q.index for q in self.partitions) + 1, list(msg.nodes),
+                      self._next_node, res, msg.launcher or self.default_launcher,
+                      self._policy, self.clock)
+        self._next_node += len(msg.nodes)
+        p.unit = msg.unit
+        p.options = dict(msg.options)
+        self.partitions.append(p)
+        self.shapes.append(p.shape)
+        self._misfits.clear()
+        self._rebalance_on = os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
+        self.events.record(self.uid, E.PILOT_GROW,
+                           f"{msg.unit} {len(msg.nodes)} {len(self._nodes())}", now)
+        self.events.record(self.uid, "partition", json.dumps(
+            {"index": p.index, "nodes": p.names, "launcher": p.default_launcher,
+             "unit": p.unit}))
+        lm = self.launchers.get(p, None)
+        self._launchers_changed(self.launchers.poll([lm]))
+        self.send(_wire.Resized(msg.unit, self._nodes(), self.clock.now()))
+        # what waits elsewhere and fits here now may start here now
+        moves = rebalance(self.partitions) if self._rebalance_on else []
+        for q, moved in moves:
+            for t in moved:
+                remove_work(t.partition, t.spec, t.work)
+                t.partition, t.work = q, task_work(t.spec)
+                add_work(q, t.spec, t.work)
+            q.scheduler.add(moved, self.clock.mono())
+
+    def _nodes(self) -> list:
+        return [n for p in self.partitions for n in p.nodes]
+
+    def _shrink(self, msg: _wire.Shrink) -> None:
+        """Drain grown units: no new placements; waiting tasks move; restartable running
+        tasks are stopped and queued again elsewhere, service members leave (and are
+        replaced elsewhere), the others finish. Resized tells when a unit is gone."""
+        now = self.clock.now()
+        for unit in msg.units:
+            p = next((q for q in self.partitions if q.unit == unit), None)
+            if p is None or p.draining:
+                self.send(_wire.Resized(unit, self._nodes(), now,
+                                        f"no grown unit {unit!r} in this pilot" if p is None
+                                        else f"unit {unit!r} is being drained already"))
+                continue
+            p.draining = True
+            p.open = False
+            p.closed_reason = f"draining ({unit} leaves the pilot)"
+            self.events.record(self.uid, E.PILOT_DRAIN, f"{unit} {len(p.nodes)}", now)
+            self._draining.append(p)
+            held = [t for lm in p.launchers.values() for t in lm.held]
+            for lm in p.launchers.values():
+                lm.held = []
+            self._release(held)
+            moved = p.scheduler.drain_waiting()
+            for t in held:
+                t.held = None
+                if t.final_state is None and t.kill_reason is None:
+                    t.reset_for_retry()
+                    moved.append(t)
+            self._bind(moved, self.clock.mono(), why=f"partition {p.index} drained")
+            running = [t for t in self.tasks.values() if t.partition is p and t.running
+                       and t.final_state is None and t.kill_reason is None]
+            members = set()
+            requeue = []
+            for t in running:
+                if self.services is not None and t.spec.uid in self.services.members:
+                    members.add(t.spec.uid)
+                elif t.spec.restartable:
+                    t.kill_reason = (REQUEUE, f"its node left the pilot ({unit})")
+                    requeue.append(t)
+            if members:
+                self.services.drain_node_members(members, f"its node leaves the pilot ({unit})")
+            self._kill(requeue)
+        self._check_drained()
+
+    def _requeue(self, t: AgentTask, now: float) -> None:
+        """A restartable task stopped by a drain: queued again, as a new arrival."""
+        why = t.kill_reason[1]  # type: ignore[index]
+        self.events.record(t.spec.uid, "requeue", why, now)
+        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=f"requeued: {why}"))
+        if t.spool >= 0:
+            self.runner.read_outputs([t])
+        t.reset_for_retry()
+        t.timed = False
+        t.seq = self._seq
+        self._seq += 1
+        self._bind([t], self.clock.mono(), why=why)
+
+    def _check_drained(self) -> None:
+        """Let go of draining units that nothing runs on any more."""
+        for p in list(self._draining):
+            if any(t.partition is p and t.final_state is None for t in self.tasks.values()):
+                continue
+            self._draining.remove(p)
+            self.launchers.stop_all([p])
+            self.partitions.remove(p)
+            self.shapes = [q.shape for q in self.partitions]
+            self._misfits.clear()
+            if len(self.partitions) == 1:
+                self._rebalance_on = False
+            now = self.clock.now()
+            nodes = self._nodes()
+            self.events.record(self.uid, E.PILOT_SHRINK, f"{p.unit} {len(p.nodes)} {len(nodes)}",
+                               now)
+            self.send(_wire.Resized(p.unit, nodes, now))  # type: ignore[arg-type]
 
     def _retry(self, t: AgentTask, now: float) -> None:
         """Run a failed task again after a backoff (0.5 s doubling, at most 30 s). The client
@@ -848,6 +1032,12 @@ class Agent:
             signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
         if self.pool is not None and spec.uid in self.pool.workers:
             self.pool.worker_exited(t)
+        services = self.services
+        if services is not None:
+            if spec.uid in services.members:
+                services.member_exited(t, state, stderr)
+            if spec.uid in services.hold_owners:
+                services.task_ended(spec.uid)
 
     def _cancel(self, uids: list[str], reason: str = "canceled by the user",
                 running_state: str = S.CANCELED, waiting_state: str = S.CANCELED) -> None:
@@ -969,6 +1159,8 @@ class Agent:
         self.events.close()
         if self.pool is not None:
             self.pool.close()
+        if self.services is not None:
+            self.services.close()
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0

@@ -94,6 +94,11 @@ class Partition:
         self.busy_cores = 0
         self._fits: dict[tuple, bool] = {}
         self.is_ready = False  # its default launcher can launch now (kept by Launchers)
+        # grown at run time (Pilot.grow): its unit's name and launcher options; draining: no
+        # new placements, its tasks finish (or move) before its nodes go
+        self.unit: str | None = None
+        self.options: dict[str, dict] = {}
+        self.draining = False
 
     def __repr__(self) -> str:
         return f"<Partition {self.index} {len(self.nodes)} nodes {self.default_launcher}>"

@@ -47,6 +47,12 @@ class Pilot:
         self._missing: set[str] = set()
         self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
         self._simulated = description.resource == "simulated"
+        self._groups: dict[str, object] = {}  # service groups on this pilot, by name
+        # grown units (grow): name -> [their nodes, their batch job or None]; in order
+        self._grown: dict[str, list] = {}
+        self._n_grown = 0
+        self._resized: dict[str, _wire.Resized] = {}
+        self._resize_cond = threading.Condition()
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None:
@@ -62,8 +68,13 @@ class Pilot:
             return None
         if self._parts is None or self._parts[0] is not shape:  # cut once per shape
             d = self.description
-            self._parts = (shape, [shape[first:first + n] for first, n, _ in
-                                   partition_layout(len(shape), d.partitions, d.launcher)])
+            grown = sum(len(nodes) for nodes, _ in self._grown.values())
+            own = shape[:len(shape) - grown]  # the pilot's own nodes, then each grown unit's
+            parts = [own[first:first + n] for first, n, _ in
+                     partition_layout(len(own), d.partitions, d.launcher)]
+            parts += [[(n.cores, n.gpus, n.mem) for n in nodes]
+                      for nodes, _ in self._grown.values()]
+            self._parts = (shape, parts)
             self._misfits = {}
         return self._parts[1]
 
@@ -187,6 +198,150 @@ class Pilot:
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
         return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]
+
+    # -- elasticity --------------------------------------------------------------------------
+    def grow(self, nodes: int = 1, timeout: float | None = 600.0) -> list[str]:
+        """Add `nodes` nodes to the running pilot; returns their names once the agent can
+        place tasks on them. A local (or emulated) pilot adds nodes of its declared shape; a
+        Slurm pilot submits a batch job of that many nodes (PSI/J) whose nodes join this
+        pilot's agent as a partition of their own, launched into with srun. Each grow is a
+        unit that shrink() gives back whole."""
+        from .._errors import DescriptionError
+
+        if type(nodes) is not int or nodes < 1:
+            raise DescriptionError("Pilot.grow", "nodes", nodes, "must be an integer >= 1")
+        if self.state != S.ACTIVE:
+            raise PilotfishError(f"grow: {self.uid} is {self.state}, not ACTIVE")
+        d = self.description
+        if d.resource == "simulated":
+            raise PilotfishError("grow: a simulated pilot does not grow")
+        unit = f"grow{self._n_grown}"
+        self._n_grown += 1
+        job = None
+        launcher, options = None, {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if d.resource == "local":
+            cores, gpus, mem = self._shape[0] if self._shape else machine_shape()
+            infos = [_wire.NodeInfo(f"{self.uid}.{unit}.n{i}", cores, gpus, mem)
+                     for i in range(nodes)]
+        elif d.resource == "slurm":
+            from ..batch.holder import submit_holder
+
+            job, infos = submit_holder(self, unit, nodes, deadline)
+            launcher, options = "srun", {"srun": {"jobid": job.native_id}}
+        else:
+            raise PilotfishError(f"grow: a {d.resource} pilot does not grow (local and slurm do)")
+        self._grown[unit] = [infos, job]
+        try:
+            r = self._resize(_wire.Grow(unit, infos, launcher, options), unit, deadline)
+        except BaseException:
+            self._grown.pop(unit, None)
+            if job is not None:
+                job.cancel()
+            raise
+        if r.error:
+            self._grown.pop(unit, None)
+            if job is not None:
+                job.cancel()
+            raise PilotfishError(f"grow of {self.uid}: {r.error}")
+        return [n.name for n in infos]
+
+    def shrink(self, nodes: int | list[str] = 1, timeout: float | None = 600.0) -> list[str]:
+        """Give back grown nodes: `nodes` is a count (the newest grown units that add up to
+        it) or their names (whole units). Their nodes are drained first -- nothing new is
+        placed there; restartable tasks (TaskDescription(restartable=True)) are stopped and
+        queued again elsewhere, service members leave and are replaced elsewhere, other
+        tasks finish -- then released (a Slurm unit's job ends). Returns the names given
+        back. A pilot's own nodes are its batch job's and are not shrunk."""
+        from .._errors import DescriptionError
+
+        units = self._units_for(nodes)
+        if self.state != S.ACTIVE:
+            raise PilotfishError(f"shrink: {self.uid} is {self.state}, not ACTIVE")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._resize_cond:
+            for u in units:
+                self._resized.pop(u, None)
+        self._send(_wire.Shrink(units))
+        names = []
+        for u in units:
+            r = self._wait_resized(u, deadline)
+            if r.error:
+                raise DescriptionError("Pilot.shrink", "nodes", nodes, r.error)
+            infos, job = self._grown.pop(u)
+            if job is not None:
+                job.cancel()
+            names += [n.name for n in infos]
+        return names
+
+    def _units_for(self, nodes) -> list[str]:
+        from .._errors import DescriptionError
+
+        units = list(self._grown)
+        if isinstance(nodes, int) and not isinstance(nodes, bool):
+            if nodes < 1:
+                raise DescriptionError("Pilot.shrink", "nodes", nodes, "must be >= 1")
+            out, n = [], 0
+            for u in reversed(units):
+                if n >= nodes:
+                    break
+                out.append(u)
+                n += len(self._grown[u][0])
+            if n != nodes:
+                sizes = [len(self._grown[u][0]) for u in reversed(units)]
+                raise DescriptionError(
+                    "Pilot.shrink", "nodes", nodes,
+                    f"{self.uid} has {sum(sizes)} grown node(s), in units of {sizes} (newest "
+                    "first): shrink gives back whole units" if sizes else
+                    f"{self.uid} has no grown nodes (its own nodes are its batch job's)")
+            return out
+        if isinstance(nodes, str) or not all(isinstance(x, str) for x in nodes):
+            raise DescriptionError("Pilot.shrink", "nodes", nodes,
+                                   "must be a node count or a list of node names")
+        wanted = set(nodes)
+        out = [u for u in units if {n.name for n in self._grown[u][0]} & wanted]
+        covered = {n.name for u in out for n in self._grown[u][0]}
+        unknown = sorted(wanted - covered)
+        if unknown:
+            own = {n.name for n in self.nodes}
+            raise DescriptionError("Pilot.shrink", "nodes", unknown,
+                                   "are the pilot's own nodes (its batch job's): only grown "
+                                   "nodes are given back" if set(unknown) <= own else
+                                   f"no such node in {self.uid}")
+        if covered != wanted:
+            raise DescriptionError("Pilot.shrink", "nodes", sorted(wanted),
+                                   f"grown units are given back whole: also name "
+                                   f"{sorted(covered - wanted)}")
+        return out
+
+    def _send(self, msg) -> None:
+        self._pmgr.session._bridge.send(self.uid, _wire.encode(msg))
+
+    def _resize(self, msg, unit: str, deadline: float | None) -> _wire.Resized:
+        with self._resize_cond:
+            self._resized.pop(unit, None)
+        self._send(msg)
+        return self._wait_resized(unit, deadline)
+
+    def _wait_resized(self, unit: str, deadline: float | None) -> _wire.Resized:
+        with self._resize_cond:
+            while unit not in self._resized:
+                if self.state in S.FINAL:
+                    raise PilotfishError(f"{self.uid} ended ({self.state}) during a resize")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise PilotfishError(f"{self.uid}: resize of {unit} not done in time")
+                self._resize_cond.wait(1.0 if left is None else min(left, 1.0))
+            return self._resized.pop(unit)
+
+    def _on_resized(self, msg: _wire.Resized) -> None:  # IO thread
+        if msg.error is None:
+            self.nodes = list(msg.nodes)
+            self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
+            self._pmgr.session.events.record(self.uid, "pilot_nodes", str(len(msg.nodes)), msg.t)
+        with self._resize_cond:
+            self._resized[msg.unit] = msg
+            self._resize_cond.notify_all()
 
     def cancel(self) -> None:
         self._pmgr.cancel_pilots([self.uid])
@@ -371,6 +526,10 @@ class PilotManager:
         if state in S.FINAL:
             for listener in self._task_listeners:
                 listener(pilot)
+            for group in pilot._groups.values():
+                group._pilot_final()  # type: ignore[attr-defined]
+            with pilot._resize_cond:
+                pilot._resize_cond.notify_all()
         for cb in self._callbacks:
             try:
                 cb(pilot, state)
@@ -502,6 +661,12 @@ class PilotManager:
             from .task import apply_updates  # (task.py imports this module)
 
             apply_updates(self.session, msg.items)
+        elif isinstance(msg, (_wire.GroupView, _wire.MemberNews, _wire.GroupAck)):
+            group = pilot._groups.get(msg.name)
+            if group is not None:
+                group._on(msg)  # type: ignore[attr-defined]
+        elif isinstance(msg, _wire.Resized):
+            pilot._on_resized(msg)
         elif isinstance(msg, _wire.Bye):
             pilot._bye = msg
             self._poke.set()

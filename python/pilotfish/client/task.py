@@ -268,6 +268,17 @@ class TaskManager:
             session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
         return tasks[0] if single else tasks
 
+    def submit_service_group(self, description, replicas: int = 1):
+        """Start a group of `replicas` long-running members (a ServiceDescription or dict) on
+        one of this manager's pilots (description.pilot, else the first live one); returns
+        its ServiceGroup at once (group.wait_ready() for the endpoints). Raises
+        DescriptionError (field, value, why) for a bad description or replicas < 1, or
+        more members than the pilot holds."""
+        from .services import submit_group
+
+        self.session._check_open()
+        return submit_group(self, description, replicas)
+
     def _match_journal(self, descs: list[TaskDescription]) -> dict[int, tuple[str, str | None]]:
         """Resumed session: {index: (uid, pilot uid that still has it, or None to send it
         again)} for the descriptions that match the journal's tasks, in submit order."""

@@ -1,0 +1,547 @@
+"""Service groups: members that stay up, announce an endpoint, and share one view.
+
+A member is an agent task (placed, launched, supervised and accounted like any task) whose uid
+is <group>.<k>. It is READY once it announces its endpoint: through pilotfish.service.announce
+(a connection to this registry's socket, which then also carries leave requests and health
+pings) or, for a plain executable, a line "PILOTFISH_ANNOUNCE <endpoint> [json]" on its
+stdout (scanned every SCAN_S while it starts).
+
+The view of a group is its READY members and an epoch that grows by one per join or leave.
+Holds pin it: while a group has a hold (from the client, or from a task through the same
+socket), joins and leaves wait in order and take effect at the last release -- Colza's
+"membership changes only between iterations". A member removed by a resize leaves the view
+first and only then is told to leave: no client is left with a view naming a member that
+already went. A member that fails leaves the view (at once, or at the release) and is
+replaced per the group's restart policy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import msgspec
+import zmq
+
+from .. import _events as E
+from .. import _wire
+from .. import states as S
+from .._util import hostname, write_private
+
+log = logging.getLogger("pilotfish.agent")
+
+ANNOUNCE_PREFIX = b"PILOTFISH_ANNOUNCE "
+SCAN_S = 0.01          # stdout scan (and ready-timeout check) interval while members start
+HEALTH_MISSES = 3      # health intervals without an answer before a member has failed
+MAX_ENDPOINT = 1024
+MAX_INFO = 65536       # bytes of a member's info, encoded
+
+STARTING, READY, LEAVING, GONE = "starting", "ready", "leaving", "gone"
+
+_encode = msgspec.msgpack.encode
+_decode = msgspec.msgpack.decode
+
+
+class Member:
+    __slots__ = ("uid", "group", "slot", "restarts", "state", "endpoint", "info", "node",
+                 "ident", "run_since", "offset", "last_pong", "ping_due", "leave_at", "why")
+
+    def __init__(self, uid: str, group: "Group", slot: int, restarts: int):
+        self.uid = uid
+        self.group = group
+        self.slot = slot  # members replace one another in a slot (restart counts per slot)
+        self.restarts = restarts
+        self.state = STARTING
+        self.endpoint: str | None = None
+        self.info: dict = {}
+        self.node = ""
+        self.ident: bytes | None = None  # its helper's connection, once it announced through it
+        self.run_since: float | None = None  # when its task was first seen running (mono)
+        self.offset = 0  # how far its stdout was scanned
+        self.last_pong = 0.0
+        self.ping_due = 0.0
+        self.leave_at: float | None = None  # asked to leave: stopped at this time (mono)
+        self.why: str | None = None  # why we stopped it
+
+
+class Group:
+    def __init__(self, spec: _wire.ServiceSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.target = spec.replicas
+        self.members: dict[str, Member] = {}  # live (not gone), by uid
+        self.view: dict[str, Member] = {}  # in join order
+        self.epoch = 0
+        self.holds: dict[str, str | None] = {}  # token -> the task that holds it (None: client)
+        self.pending: list[tuple[str, Member]] = []  # ("join" | "leave", member) while held
+        self.subscribers: set[bytes] = set()
+        self.next_k = 0
+        self.next_slot = 0
+        self.dirty = False
+        self.fn_path: str | None = None
+
+    def live(self) -> list[Member]:
+        return [m for m in self.members.values() if m.state in (STARTING, READY)]
+
+    def view_msg(self, t: float) -> _wire.GroupView:
+        return _wire.GroupView(self.name, self.epoch,
+                               [_wire.MemberInfo(m.uid, m.endpoint or "", m.node, m.info)
+                                for m in self.view.values()], t, self.target)
+
+
+class ServiceRegistry:
+    """The agent's service groups, and the socket their members and clients talk to."""
+
+    def __init__(self, agent, ctx: zmq.Context):
+        self.agent = agent
+        self.clock = agent.clock
+        self.dir = os.path.join(agent.sandbox, "services")
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # only the pilot's own tasks may speak here: CURVE, the server key in a 0600 file
+        # whose path every task gets (as the function workers' socket)
+        server_key, secret = zmq.curve_keypair()
+        self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+        self.sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        self.key_file = os.path.join(self.dir, "server.key")
+        write_private(self.key_file, server_key)
+        from ..launch import remote_nodes
+
+        if remote_nodes(agent.resources):
+            import socket
+
+            self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
+        else:
+            self.sock.bind(f"ipc://@pilotfish-services-{os.getpid()}-{id(self):x}")
+        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.groups: dict[str, Group] = {}
+        self.members: dict[str, Member] = {}  # live members of every group, by uid
+        self.by_ident: dict[bytes, Member] = {}
+        self.endpoints: dict[str, str] = {}  # endpoint -> the member that announced it
+        self.waiting_subs: dict[str, set[bytes]] = {}  # subscribers of groups not started yet
+        self.hold_owners: dict[str, set[tuple[str, str]]] = {}  # task uid -> (group, token)
+        self.due = float("inf")  # mono time tick() wants to run next
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What every task of the pilot gets: where the registry is, and its key file."""
+        return {"PILOTFISH_SERVICES": self.address, "PILOTFISH_SERVICES_KEYFILE": self.key_file}
+
+    # -- from the client ---------------------------------------------------------------------
+    def start(self, spec: _wire.ServiceSpec) -> None:
+        now = self.clock.now()
+        if spec.name in self.groups:
+            self._ack(spec.name, "start", -1, f"a service group named {spec.name!r} exists "
+                                              f"in this pilot already")
+            return
+        g = self.groups[spec.name] = Group(spec)
+        if spec.template.function is not None:  # run by `python -m pilotfish.service PATH`
+            g.fn_path = os.path.join(self.dir, f"{spec.name}.call")
+            write_private(g.fn_path, _encode([spec.template.function, spec.template.call]))
+        g.subscribers |= self.waiting_subs.pop(spec.name, set())
+        self.agent.events.record(spec.name, E.GROUP_RESIZE, str(spec.replicas), now)
+        self._ack(spec.name, "start", 0, None)
+        for _ in range(spec.replicas):
+            self._start_member(g, g.next_slot, 0)
+            g.next_slot += 1
+        g.dirty = True  # (epoch 0, empty: subscribers learn the group exists)
+
+    def resize(self, name: str, n: int) -> None:
+        g = self.groups.get(name)
+        if g is None:
+            self._ack(name, "resize", -1, f"no service group named {name!r}")
+            return
+        if n < 0:
+            self._ack(name, "resize", g.epoch, f"replicas = {n}: must be >= 0")
+            return
+        now = self.clock.now()
+        self.agent.events.record(name, E.GROUP_RESIZE, str(n), now)
+        g.target = n
+        live = g.live()
+        if n > len(live):
+            for _ in range(n - len(live)):
+                self._start_member(g, g.next_slot, 0)
+                g.next_slot += 1
+        elif n < len(live):
+            # the ones that are not serving yet first, then the newest
+            order = sorted(live, key=lambda m: (m.state == READY, -int(m.uid.rsplit(".", 1)[1])))
+            for m in order[:len(live) - n]:
+                self._ask_leave(m, f"group {name} resized to {n}")
+        g.dirty = True  # (the target changed)
+        self._ack(name, "resize", g.epoch, None)
+
+    def hold(self, name: str, token: str, owner: str | None) -> tuple[int, str | None]:
+        """(epoch now, None) -- the view is pinned until release -- or (-1, why not)."""
+        g = self.groups.get(name)
+        if g is None:
+            return -1, f"no service group named {name!r}"
+        if token in g.holds:
+            return -1, f"hold {token!r} is held already"
+        g.holds[token] = owner
+        if owner is not None:
+            self.hold_owners.setdefault(owner, set()).add((name, token))
+        self._send_view(g)  # the view this hold pins goes out before the answer
+        return g.epoch, None
+
+    def release(self, name: str, token: str) -> None:
+        g = self.groups.get(name)
+        if g is None or token not in g.holds:
+            return
+        owner = g.holds.pop(token)
+        if owner is not None:
+            held = self.hold_owners.get(owner)
+            if held is not None:
+                held.discard((name, token))
+                if not held:
+                    del self.hold_owners[owner]
+        if not g.holds:
+            pending, g.pending = g.pending, []
+            for kind, m in pending:
+                self._apply(g, kind, m)
+
+    # -- members -----------------------------------------------------------------------------
+    def _start_member(self, g: Group, slot: int, restarts: int, replaces: str | None = None) -> None:
+        uid = f"{g.name}.{g.next_k:04d}"
+        g.next_k += 1
+        m = Member(uid, g, slot, restarts)
+        g.members[uid] = m
+        self.members[uid] = m
+        tpl = g.spec.template
+        env = dict(tpl.environment)
+        env.update(self.env)
+        env["PILOTFISH_SERVICE_GROUP"] = g.name
+        env["PILOTFISH_MEMBER_UID"] = uid
+        extra = {}
+        if g.fn_path is not None:
+            extra = {"executable": sys.executable,
+                     "arguments": ("-m", "pilotfish.service", g.fn_path),
+                     "function": None, "call": None}
+        spec = msgspec.structs.replace(tpl, uid=uid, environment=env, stdout=True, stderr=True,
+                                       **extra)
+        now = self.clock.now()
+        events = self.agent.events
+        if replaces:
+            events.record(uid, E.MEMBER_RESTART, replaces, now)
+        events.record(uid, E.MEMBER_START, g.name, now)
+        self._news(g, uid, "restarting" if replaces else "starting", reason=replaces)
+        self.due = min(self.due, self.clock.mono())
+        self.agent._accept([spec])  # (a spec it refuses comes back through member_exited)
+
+    def _ask_leave(self, m: Member, why: str) -> None:
+        """Take m out of the group: out of the view first (now, or when the holds go), then
+        told to leave (it finishes what it has and exits)."""
+        g = m.group
+        was = m.state
+        m.state = LEAVING
+        self.agent.events.record(m.uid, E.MEMBER_LEAVE, why)
+        self._news(g, m.uid, "leaving", reason=why)
+        if was == STARTING:  # not serving anyone yet: stopped now
+            self._stop(m, why, S.CANCELED)
+            return
+        self._change(g, "leave", m)
+
+    def _tell_leave(self, m: Member) -> None:
+        if m.ident is not None:
+            try:
+                self.sock.send_multipart([m.ident, _encode(["leave", m.uid])], zmq.NOBLOCK)
+                m.leave_at = self.clock.mono() + m.group.spec.leave_timeout
+                self.due = min(self.due, m.leave_at)
+                return
+            except zmq.ZMQError:
+                pass
+        self._stop(m, "left the group", S.DONE)  # a plain executable: SIGTERM, then SIGKILL
+
+    def _stop(self, m: Member, why: str, state: str) -> None:
+        m.why = m.why or why
+        self.agent._cancel([m.uid], why, running_state=state, waiting_state=state)
+
+    def member_exited(self, t, state: str, stderr: str | None) -> None:
+        """Its task ended (agent._final)."""
+        m = self.members.pop(t.spec.uid, None)
+        if m is None:
+            return
+        g = m.group
+        g.members.pop(m.uid, None)
+        if m.ident is not None:
+            self.by_ident.pop(m.ident, None)
+        if m.endpoint is not None and self.endpoints.get(m.endpoint) == m.uid:
+            del self.endpoints[m.endpoint]
+        was, m.state = m.state, GONE
+        now = self.clock.now()
+        if was == LEAVING:
+            self.agent.events.record(m.uid, E.MEMBER_LEFT, None, now)
+            self._news(g, m.uid, "left", node=m.node or None)
+            self._change(g, "leave", m)  # (if a failure overtook the leave)
+            return
+        why = m.why or t.reason or f"ended ({state}, exit code {t.exit_code})"
+        if m.why and stderr and "stderr:" not in why:
+            why += f"; stderr: {stderr[-300:].strip()}"
+        self.agent.events.record(m.uid, E.MEMBER_FAIL, why[:500], now)
+        self._news(g, m.uid, "failed", reason=why[:1000], node=m.node or None)
+        self._change(g, "leave", m)
+        if self.agent.stopping is not None:
+            return
+        failed = state != S.DONE or m.why is not None
+        if failed and g.spec.restart == "on-failure" and m.restarts < g.spec.max_restarts \
+                and len(g.live()) < g.target:
+            self._start_member(g, m.slot, m.restarts + 1, replaces=m.uid)
+        elif len(g.live()) < g.target:
+            more = (f"restarted {m.restarts} times already (max_restarts = "
+                    f"{g.spec.max_restarts})" if failed and g.spec.restart == "on-failure"
+                    else "restart = 'never'" if failed else "it exited by itself")
+            self._news(g, g.name, "short", reason=f"member {m.uid} is not replaced ({more}): "
+                                                  f"{why}"[:1000])
+
+    def drain_node_members(self, uids: set[str], why: str) -> None:
+        """Members on nodes that go away: they leave, and others start in their slots."""
+        for uid in uids:
+            m = self.members.get(uid)
+            if m is None or m.state not in (STARTING, READY):
+                continue
+            g = m.group
+            self._ask_leave(m, why)
+            if len(g.live()) < g.target:
+                self._start_member(g, m.slot, m.restarts, replaces=m.uid)
+
+    def task_ended(self, uid: str) -> None:
+        """A task that held views ended: its holds go with it."""
+        for name, token in list(self.hold_owners.get(uid, ())):
+            self.release(name, token)
+
+    def _ready(self, m: Member, endpoint: str, info: dict) -> None:
+        g = m.group
+        m.state = READY
+        m.endpoint = endpoint
+        m.info = info
+        self.endpoints[endpoint] = m.uid
+        t = self.agent.tasks.get(m.uid)
+        m.node = t.slots[0].node if t is not None and t.slots else hostname()
+        mono = self.clock.mono()
+        m.last_pong = mono
+        if g.spec.health_interval and m.ident is not None:
+            m.ping_due = mono + g.spec.health_interval
+            self.due = min(self.due, m.ping_due)
+        self.agent.events.record(m.uid, E.MEMBER_READY, endpoint)
+        self._news(g, m.uid, "ready", node=m.node)
+        self._change(g, "join", m)
+
+    def _endpoint_problem(self, m: Member | None, uid: str, endpoint) -> str | None:
+        if m is None:
+            return f"{uid} is not a live member of a service group"
+        if m.endpoint is not None:
+            return f"{uid} announced its endpoint already ({m.endpoint!r})"
+        if m.state != STARTING:
+            return f"{uid} is {m.state}"
+        if not isinstance(endpoint, str) or not endpoint or len(endpoint) > MAX_ENDPOINT \
+                or any(c.isspace() for c in endpoint):
+            return (f"endpoint {str(endpoint)[:80]!r}: must be a non-empty string without "
+                    f"spaces, at most {MAX_ENDPOINT} characters")
+        other = self.endpoints.get(endpoint)
+        if other is not None:
+            return f"endpoint {endpoint!r} is announced by {other} already"
+        return None
+
+    # -- the view ----------------------------------------------------------------------------
+    def _change(self, g: Group, kind: str, m: Member) -> None:
+        if g.holds:
+            g.pending.append((kind, m))
+        else:
+            self._apply(g, kind, m)
+
+    def _apply(self, g: Group, kind: str, m: Member) -> None:
+        if kind == "join":
+            if m.state != READY or m.uid in g.view:
+                return
+            g.view[m.uid] = m
+        else:
+            if g.view.pop(m.uid, None) is None:
+                return
+        g.epoch += 1
+        g.dirty = True
+        self.agent.events.record(g.name, E.GROUP_EPOCH, f"{g.epoch} {len(g.view)}")
+        if kind == "leave" and m.state == LEAVING:
+            self._tell_leave(m)
+
+    def _send_view(self, g: Group) -> None:
+        g.dirty = False
+        msg = g.view_msg(self.clock.now())
+        self.agent.send(msg)
+        if g.subscribers:
+            frame = _encode(["view", g.name, g.epoch,
+                             [[x.uid, x.endpoint, x.node, x.info] for x in msg.members],
+                             g.target])
+            for ident in list(g.subscribers):
+                try:
+                    self.sock.send_multipart([ident, frame], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    g.subscribers.discard(ident)
+
+    def flush(self) -> None:
+        for g in self.groups.values():
+            if g.dirty:
+                self._send_view(g)
+
+    def _news(self, g: Group, uid: str, state: str, reason: str | None = None,
+              node: str | None = None) -> None:
+        self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node))
+
+    def _ack(self, name: str, token: str, epoch: int, error: str | None) -> None:
+        self.agent.send(_wire.GroupAck(name, token, epoch, error))
+
+    # -- the socket --------------------------------------------------------------------------
+    def on_readable(self) -> None:
+        sock = self.sock
+        while True:
+            try:
+                ident, payload = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except ValueError:  # not two frames: not ours
+                continue
+            try:
+                msg = _decode(payload)
+                self._on_peer(ident, msg[0], msg)
+            except Exception:  # noqa: BLE001 -- a peer's bad message costs nothing
+                log.exception("service registry: bad message")
+
+    def _reply(self, ident: bytes, msg: list) -> None:
+        try:
+            self.sock.send_multipart([ident, _encode(msg)], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _on_peer(self, ident: bytes, kind: str, msg: list) -> None:
+        if kind == "announce":
+            _, uid, endpoint, info = msg[:4]
+            m = self.members.get(uid)
+            why = self._endpoint_problem(m, uid, endpoint)
+            if why is None:
+                try:
+                    if not isinstance(info, dict) or len(_encode(info)) > MAX_INFO:
+                        why = f"info must be a dict of at most {MAX_INFO} bytes (msgpack)"
+                except Exception as e:  # noqa: BLE001
+                    why = f"info cannot be encoded: {e}"
+            if why is not None:
+                self.agent.events.record(uid, "announce_refused", why[:300])
+                self._reply(ident, ["refused", uid, why])
+                return
+            m.ident = ident
+            self.by_ident[ident] = m
+            self._ready(m, endpoint, info)
+            self._reply(ident, ["announced", uid])
+        elif kind == "pong":
+            m = self.members.get(msg[1])
+            if m is None or m.state != READY:
+                return
+            if msg[2]:
+                m.last_pong = self.clock.mono()
+            else:
+                self._fail(m, f"health check failed: {msg[3] if len(msg) > 3 else ''}"[:500])
+        elif kind == "subscribe":
+            name = msg[1]
+            g = self.groups.get(name)
+            if g is None:
+                self.waiting_subs.setdefault(name, set()).add(ident)
+                return
+            g.subscribers.add(ident)
+            self._send_view(g)
+        elif kind == "hold":
+            _, name, token, owner = msg[:4]
+            epoch, why = self.hold(name, token, owner or None)
+            self._reply(ident, ["held", name, token, epoch, why])
+        elif kind == "release":
+            self.release(msg[1], msg[2])
+            self._reply(ident, ["released", msg[1], msg[2]])
+
+    def _fail(self, m: Member, why: str) -> None:
+        if m.why is None:
+            self._stop(m, why, S.FAILED)
+
+    # -- time --------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Stdout announcements, ready timeouts, health checks, leave deadlines."""
+        mono = self.clock.mono()
+        due = float("inf")
+        tasks = self.agent.tasks
+        for m in list(self.members.values()):
+            g = m.group
+            if m.state == STARTING:
+                t = tasks.get(m.uid)
+                if t is None or not t.running:
+                    due = min(due, mono + 0.1)  # queued: looked at now and then
+                    continue
+                if m.run_since is None:
+                    m.run_since = mono
+                if self._scan(m, t):
+                    continue
+                if mono - m.run_since > g.spec.ready_timeout:
+                    self._fail(m, f"did not announce its endpoint within "
+                                  f"{g.spec.ready_timeout:g}s (ready_timeout)")
+                    continue
+                due = min(due, mono + SCAN_S)
+            elif m.state == READY and g.spec.health_interval and m.ident is not None:
+                interval = g.spec.health_interval
+                if mono - m.last_pong > HEALTH_MISSES * interval:
+                    self._fail(m, f"health check: no answer for {mono - m.last_pong:.1f}s")
+                    continue
+                if mono >= m.ping_due:
+                    self._reply(m.ident, ["ping", m.uid])
+                    m.ping_due = mono + interval
+                due = min(due, m.ping_due)
+            elif m.state == LEAVING and m.leave_at is not None:
+                if mono >= m.leave_at:
+                    m.leave_at = None
+                    self._stop(m, f"did not leave within {g.spec.leave_timeout:g}s "
+                                  f"(leave_timeout)", S.DONE)
+                else:
+                    due = min(due, m.leave_at)
+        self.due = due
+
+    def _scan(self, m: Member, t) -> bool:
+        """Look for the announcement line in a starting member's stdout; True once found."""
+        path = t.out_paths[0] if t.out_paths else None
+        if not path:
+            return False
+        try:
+            with open(path, "rb") as f:
+                f.seek(m.offset)
+                data = f.read(1 << 16)
+        except OSError:
+            return False
+        end = data.rfind(b"\n")
+        if end < 0:
+            return False
+        m.offset += end + 1
+        for line in data[:end].split(b"\n"):
+            if not line.startswith(ANNOUNCE_PREFIX):
+                continue
+            parts = line[len(ANNOUNCE_PREFIX):].decode(errors="replace").strip().split(None, 1)
+            endpoint = parts[0] if parts else ""
+            info: dict = {}
+            why = self._endpoint_problem(m, m.uid, endpoint)
+            if why is None and len(parts) > 1:
+                try:
+                    info = json.loads(parts[1])
+                    if not isinstance(info, dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as e:
+                    why = f"announcement info is not a JSON object: {e}"
+            if why is not None:
+                self.agent.events.record(m.uid, "announce_refused", why[:300])
+                self._fail(m, f"bad announcement: {why}")
+                return True
+            self._ready(m, endpoint, info)
+            return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close(0)
+        for path in [self.key_file] + [g.fn_path for g in self.groups.values() if g.fn_path]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -1,0 +1,282 @@
+"""Service groups as the client sees them (TaskManager.submit_service_group).
+
+The agent owns the membership (agent/services.py); this object mirrors it from the agent's
+GroupView and MemberNews messages, on the client's IO thread. A hold is a round trip: when
+hold() returns, the agent has pinned the view, and the view it pinned has arrived here
+(it is sent before the answer on the same connection).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from .. import _wire
+from .. import states as S
+from .._errors import DescriptionError
+from ..descriptions import ServiceDescription, check_descriptions, rank_capacity
+from ..service import Member, ServiceError, View
+
+MemberNews = _wire.MemberNews
+
+
+class ServiceGroup:
+    """A group of long-running members on one pilot, and its current view."""
+
+    def __init__(self, tmgr: Any, description: ServiceDescription, pilot: Any, replicas: int):
+        self.name: str = description.name
+        self.description = description
+        self.pilot = pilot
+        self.target = replicas
+        self._tmgr = tmgr
+        self._view = View(0, [], replicas)
+        self._cond = threading.Condition()
+        self._cbs: list[Callable[["ServiceGroup", View], Any]] = []
+        self._holds: list[str] = []
+        self._acks: dict[str, _wire.GroupAck] = {}
+        self._short: str | None = None  # why the group cannot reach its target
+        self._resize_lock = threading.Lock()
+        self.history: list[tuple[float, int, int]] = []  # (t, epoch, members) per view
+        self.news: list[MemberNews] = []  # every member's life, as the agent told it
+
+    # -- the view ----------------------------------------------------------------------------
+    @property
+    def view(self) -> View:
+        return self._view
+
+    @property
+    def members(self) -> list[Member]:
+        """The members in the current view (READY ones), in join order."""
+        return list(self._view.members)
+
+    @property
+    def epoch(self) -> int:
+        return self._view.epoch
+
+    @property
+    def view_hash(self) -> str:
+        return self._view.hash
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self._view.endpoints
+
+    def on_change(self, cb: Callable[["ServiceGroup", View], Any]) -> None:
+        """cb(group, view) on every new view, on the client's IO thread (keep it short)."""
+        self._cbs.append(cb)
+
+    def wait(self, until: Callable[[View], bool], timeout: float | None = None) -> View:
+        """Block until the view satisfies `until`; ServiceError if the group cannot get there
+        (a member failed for good, the pilot ended) or on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not until(self._view):
+                if self._short is not None and not until(self._view):
+                    raise ServiceError(f"service group {self.name!r}: {self._short}")
+                if self.pilot.state in S.FINAL:
+                    raise ServiceError(f"service group {self.name!r}: pilot {self.pilot.uid} "
+                                       f"ended ({self.pilot.state}: {self.pilot.reason})")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ServiceError(f"service group {self.name!r}: not there within "
+                                       f"{timeout:g}s (view: {len(self._view.members)} of "
+                                       f"{self.target} members, epoch {self._view.epoch})")
+                self._cond.wait(1.0 if left is None else min(left, 1.0))
+            return self._view
+
+    def wait_ready(self, timeout: float | None = None) -> list[str]:
+        """Block until the view holds as many members as asked for; their endpoints."""
+        return self.wait(lambda v: len(v.members) >= self.target, timeout).endpoints
+
+    def wait_epoch(self, epoch: int, timeout: float | None = None) -> View:
+        return self.wait(lambda v: v.epoch >= epoch, timeout)
+
+    # -- changes -----------------------------------------------------------------------------
+    def resize(self, replicas: int, grow: bool = False, timeout: float = 60.0) -> None:
+        """Ask for `replicas` members: new ones start (and join when ready), extra ones leave
+        gracefully (out of the view first). Returns once the agent took the request; watch the
+        view (wait_ready, on_change) for the change. grow=True grows the pilot (Pilot.grow)
+        when it cannot hold that many members; else that is a DescriptionError."""
+        replicas = _check_replicas(replicas, "resize")
+        need = _capacity_problem(self.description, self.pilot, replicas)
+        if need is not None and grow:
+            self.pilot.grow(nodes=need[1], timeout=timeout)
+            need = _capacity_problem(self.description, self.pilot, replicas)
+        if need is not None:
+            raise DescriptionError("ServiceGroup.resize", "replicas", replicas, need[0])
+        with self._resize_lock:
+            self._short = None
+            self.target = replicas
+            ack = self._ask(_wire.GroupResize(self.name, replicas), "resize", timeout)
+        if ack.error:
+            raise ServiceError(f"resize of {self.name!r}: {ack.error}")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Every member leaves (resize to 0)."""
+        self.resize(0, timeout=timeout)
+
+    def hold(self, timeout: float = 30.0) -> "_Hold":
+        """Pin the view until release (a context manager whose value is the pinned View):
+        joins and leaves wait until the group's last hold is released."""
+        token = uuid.uuid4().hex[:12]
+        ack = self._ask(_wire.GroupHold(self.name, token), token, timeout)
+        if ack.error:
+            raise ServiceError(f"hold of {self.name!r}: {ack.error}")
+        self._holds.append(token)
+        return _Hold(self, token, self.wait_epoch(ack.epoch, timeout))
+
+    def release(self, token: str | None = None) -> None:
+        """Release a hold (default: the latest)."""
+        if token is None:
+            if not self._holds:
+                return
+            token = self._holds[-1]
+        if token in self._holds:
+            self._holds.remove(token)
+        self.pilot._send(_wire.GroupRelease(self.name, token))
+
+    def _ask(self, msg: Any, token: str, timeout: float) -> _wire.GroupAck:
+        with self._cond:
+            self._acks.pop(token, None)
+        self.pilot._send(msg)
+        with self._cond:
+            if not self._cond.wait_for(lambda: token in self._acks
+                                       or self.pilot.state in S.FINAL, timeout):
+                raise ServiceError(f"service group {self.name!r}: the pilot did not answer "
+                                   f"within {timeout:g}s")
+            if token not in self._acks:
+                raise ServiceError(f"service group {self.name!r}: pilot {self.pilot.uid} ended")
+            return self._acks.pop(token)
+
+    # -- from the agent (IO thread) --------------------------------------------------------
+    def _on(self, msg: Any) -> None:
+        cbs = []
+        with self._cond:
+            if isinstance(msg, _wire.GroupView):
+                if msg.epoch < self._view.epoch:
+                    return
+                changed = msg.epoch != self._view.epoch or not self.history
+                self._view = View(msg.epoch, [Member(m.uid, m.endpoint, m.node, dict(m.info))
+                                              for m in msg.members], msg.target)
+                if changed:
+                    self.history.append((msg.t, msg.epoch, len(msg.members)))
+                    cbs = list(self._cbs)
+            elif isinstance(msg, _wire.MemberNews):
+                self.news.append(msg)
+                if msg.uid == self.name and msg.state == "short":
+                    self._short = msg.reason
+            elif isinstance(msg, _wire.GroupAck):
+                self._acks[msg.token] = msg
+            self._cond.notify_all()
+        view = self._view
+        for cb in cbs:
+            try:
+                cb(self, view)
+            except Exception:  # noqa: BLE001 -- a callback must not stop the IO thread
+                import logging
+
+                logging.getLogger("pilotfish.client").exception("on_change callback failed")
+
+    def _pilot_final(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return (f"<ServiceGroup {self.name} {len(self._view.members)}/{self.target} members "
+                f"epoch {self._view.epoch}>")
+
+
+class _Hold:
+    def __init__(self, group: ServiceGroup, token: str, view: View):
+        self.group = group
+        self.token = token
+        self.view = view
+
+    def release(self) -> None:
+        self.group.release(self.token)
+
+    def __enter__(self) -> View:
+        return self.view
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _check_replicas(replicas: Any, where: str) -> int:
+    if type(replicas) is not int or replicas < (1 if where == "submit" else 0):
+        raise DescriptionError("ServiceGroup" if where == "submit" else "ServiceGroup.resize",
+                               "replicas", replicas,
+                               "must be an integer >= 1" if where == "submit"
+                               else "must be an integer >= 0 (0 stops every member)")
+    return replicas
+
+
+def _capacity_problem(d: ServiceDescription, pilot: Any, replicas: int) -> tuple[str, int] | None:
+    """(why, nodes a grow would need) if the pilot cannot hold `replicas` members at once."""
+    shapes = pilot.partition_shapes
+    if shapes is None or replicas == 0:
+        return None
+    cores, gpus, mem, ranks = d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank, d.ranks
+    cap = sum(rank_capacity(shape, cores, gpus, mem) for shape in shapes) // ranks
+    if replicas <= cap:
+        return None
+    node = shapes[0][0] if shapes and shapes[0] else (1, 0, 0)
+    per_node = max(1, rank_capacity([node], cores, gpus, mem)) / ranks
+    nodes = max(1, math.ceil((replicas - cap) / per_node)) if per_node > 0 else 1
+    return (f"{replicas} members of {ranks} rank(s) x {cores} core(s) do not fit {pilot.uid} "
+            f"at once (it holds {cap}); resize(..., grow=True) or Pilot.grow() adds nodes",
+            nodes)
+
+
+def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
+    from .task import _pickle_calls
+    from ..descriptions import TaskDescription
+
+    (d,) = check_descriptions([description], ServiceDescription)
+    replicas = _check_replicas(replicas, "submit")
+    pilots = [p for p in tmgr._pilots.values() if p.state not in S.FINAL]
+    if d.pilot is not None:
+        pilots = [p for p in pilots if p.uid == d.pilot]
+        if not pilots:
+            raise DescriptionError("ServiceDescription", "pilot", d.pilot,
+                                   "not a live pilot of this TaskManager")
+    if not pilots:
+        raise ServiceError("no live pilot: add one with TaskManager.add_pilots() first")
+    pilot = pilots[0]
+    if pilot._simulated:
+        raise DescriptionError("ServiceDescription", "pilot", pilot.uid,
+                               "service groups do not run on a simulated pilot")
+    if d.name in pilot._groups:
+        raise DescriptionError("ServiceDescription", "name", d.name,
+                               f"a service group of that name runs on {pilot.uid} already")
+    problem = pilot.misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank)
+    if problem is not None:
+        raise DescriptionError("ServiceDescription", problem[0], getattr(d, problem[0]),
+                               problem[1] + f" of {pilot.uid}")
+    need = _capacity_problem(d, pilot, replicas)
+    if need is not None:
+        raise DescriptionError("ServiceGroup", "replicas", replicas, need[0])
+    shape = dict(ranks=d.ranks, cores_per_rank=d.cores_per_rank, gpus_per_rank=d.gpus_per_rank,
+                 mem_per_rank=d.mem_per_rank)
+    if d.function is not None:
+        fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
+        fn, call = _pickle_calls([fd], [0])[0]
+        template = _wire.TaskSpec(uid="-", executable="", function=fn, call=call,
+                                  environment=dict(d.environment), pre_exec=tuple(d.pre_exec),
+                                  launcher=d.launcher, **shape)
+    else:
+        template = _wire.TaskSpec(uid="-", executable=d.executable,
+                                  arguments=tuple(d.arguments), environment=dict(d.environment),
+                                  pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape)
+    spec = _wire.ServiceSpec(d.name, template, replicas, d.restart, d.max_restarts,
+                             d.ready_timeout, d.health_interval, d.leave_timeout)
+    group = ServiceGroup(tmgr, d, pilot, replicas)
+    pilot._groups[d.name] = group
+    ack = group._ask(_wire.GroupStart(spec), "start", 60.0)
+    if ack.error:
+        del pilot._groups[d.name]
+        raise ServiceError(f"service group {d.name!r}: {ack.error}")
+    return group
