@@ -27,7 +27,7 @@ from .._events import EventWriter
 from .._journal import Journal
 from .._paths import resolve, task_cwd
 from .._util import hostname, raise_nofile_limit
-from ..descriptions import LAUNCHERS, misfit_partitions, partition_layout
+from ..descriptions import LAUNCHERS, misfit, misfit_partitions, partition_layout
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
@@ -233,7 +233,10 @@ class Agent:
         self.events.flush()
 
     def send(self, msg) -> None:
-        """One message to the client now (service news; task updates go in batches)."""
+        """One message to the client now (service news, resizes), after the task updates
+        gathered so far: the client sees what happened in the order it happened."""
+        if self._updates:
+            self._flush(force=True)
         self.sock.send(_wire.encode(msg))
         self._last_sent = self.clock.real_mono()
 
@@ -845,6 +848,11 @@ class Agent:
         if problem is not None:
             self.send(_wire.Resized(msg.unit, self._nodes(), now, problem))
             return
+        if len(self.partitions) == 1:  # one partition binds without counting work: count it
+            for t in self.tasks.values():
+                if t.partition is not None and not t.work and t.final_state is None:
+                    t.work = task_work(t.spec)
+                    add_work(t.partition, t.spec, t.work)
         res = Resources(list(msg.nodes), self.resources.source, self.resources.overrides)
         p = Partition(max(q.index for q in self.partitions) + 1, list(msg.nodes),
                       self._next_node, res, msg.launcher or self.default_launcher,
@@ -864,14 +872,21 @@ class Agent:
         lm = self.launchers.get(p, None)
         self._launchers_changed(self.launchers.poll([lm]))
         self.send(_wire.Resized(msg.unit, self._nodes(), self.clock.now()))
-        # what waits elsewhere and fits here now may start here now
-        moves = rebalance(self.partitions) if self._rebalance_on else []
-        for q, moved in moves:
+        # what waits elsewhere and fits here starts here now (as many as fill its cores;
+        # rebalance steals only from longer queues)
+        room = p.cores
+        for q in self.partitions:
+            if q is p or not q.scheduler.waiting or room <= 0:
+                continue
+            moved = q.scheduler.take(room, lambda key, shape=p.shape: misfit(
+                key[0], key[1], key[2], key[3], shape) is None)
             for t in moved:
+                room -= t.spec.ranks * t.spec.cores_per_rank
                 remove_work(t.partition, t.spec, t.work)
-                t.partition, t.work = q, task_work(t.spec)
-                add_work(q, t.spec, t.work)
-            q.scheduler.add(moved, self.clock.mono())
+                t.partition, t.work = p, task_work(t.spec)
+                add_work(p, t.spec, t.work)
+            if moved:
+                p.scheduler.add(moved, self.clock.mono())
 
     def _nodes(self) -> list:
         return [n for p in self.partitions for n in p.nodes]

@@ -542,6 +542,9 @@ class TaskManager:
                 t._hist += (state, u.t)
                 rank = S.TASK_RANK.get(state)
                 if rank is None or rank <= S.TASK_RANK[old]:
+                    if u.slots is not None and state == old:  # launched again (requeued)
+                        t.slots = u.slots
+                        t.partition = u.partition
                     continue  # a sub-event (e.g. launch_retry) or late news: history only
                 t.state = state
                 counts[old] -= 1

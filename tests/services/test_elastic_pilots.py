@@ -1,0 +1,140 @@
+"""Elastic pilots: grow and shrink at run time, on a local pilot and on the project's Slurm
+(an extra batch job whose node joins the pilot's agent, launched into with srun)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import pilotfish as pf
+
+pytestmark = pytest.mark.timeout(300)
+
+ECHO = str(Path(__file__).with_name("echo_service.py"))
+
+
+def test_local_pilot_grows_runs_there_and_shrinks_back(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        own = pilot.nodes[0].name
+        # the pilot is full: the second task waits ...
+        busy = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
+                                                    cores_per_rank=2, restartable=True))
+        busy.wait(pf.EXECUTING, timeout=30)
+        waiting = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/echo",
+                                                       arguments=["hi"], cores_per_rank=2))
+        time.sleep(0.5)
+        assert waiting.state != pf.DONE
+        # ... until a node joins: it runs there at once
+        names = pilot.grow(nodes=1)
+        assert len(pilot.nodes) == 2 and names == [pilot.nodes[1].name]
+        assert waiting.wait(timeout=30) == pf.DONE
+        assert waiting.slots[0].node == names[0]
+        # a restartable task on the grown node is queued again when it is drained; one that
+        # is not restartable is waited for
+        late = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["1"],
+                                                    cores_per_rank=1, pilot=pilot.uid))
+        mover = tmgr.submit_tasks(pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", "echo $PILOTFISH_NODE; sleep 2"],
+            cores_per_rank=1, restartable=True))
+        mover.wait(pf.EXECUTING, timeout=30)
+        late.wait(pf.EXECUTING, timeout=30)
+        assert {mover.slots[0].node, late.slots[0].node} == {names[0]}
+        busy.cancel()
+        t0 = time.monotonic()
+        assert pilot.shrink(nodes=1) == names
+        assert late.state == pf.DONE  # finished before its node went
+        assert len(pilot.nodes) == 1 and pilot.nodes[0].name == own
+        assert mover.wait(timeout=30) == pf.DONE, mover.reason
+        assert mover.slots[0].node == own and mover.stdout.strip() == own
+        assert any(h == "retry" for h, _ in mover.history) or mover.stdout.strip() == own
+        assert time.monotonic() - t0 < 20
+        # bad input: nothing is shrunk, nothing lost
+        with pytest.raises(pf.DescriptionError) as e:
+            pilot.shrink(nodes=1)
+        assert e.value.field == "nodes" and "no grown nodes" in str(e.value)
+        with pytest.raises(pf.DescriptionError) as e:
+            pilot.shrink(nodes=[own])
+        assert "own nodes" in str(e.value)
+        with pytest.raises(pf.DescriptionError) as e:
+            pilot.shrink(nodes=["nowhere"])
+        assert "no such node" in str(e.value)
+        for bad in (0, -2, "1"):
+            with pytest.raises(pf.DescriptionError):
+                pilot.grow(nodes=bad)
+        ok = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        assert ok.wait(timeout=30) == pf.DONE
+
+
+def test_service_group_resized_onto_grown_nodes_and_drained_off_them(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        group = tmgr.submit_service_group(pf.ServiceDescription(
+            name="echo", executable=sys.executable, arguments=[ECHO]), replicas=2)
+        group.wait_ready(timeout=60)
+        with pytest.raises(pf.DescriptionError):
+            group.resize(4)  # 2 cores: no grow allowed
+        group.resize(4, grow=True)
+        group.wait_ready(timeout=60)
+        grown = pilot.nodes[1].name
+        assert sorted(m.node for m in group.members).count(grown) == 2
+        # shrinking the pilot: members on the grown node leave; the group is short of room
+        group.resize(2)
+        group.wait(lambda v: len(v.members) == 2, timeout=60)
+        pilot.shrink(nodes=1)
+        assert len(pilot.nodes) == 1
+        view = group.wait(lambda v: len(v.members) == 2 and all(m.node == pilot.nodes[0].name
+                                                                 for m in v.members), timeout=60)
+        assert view.epoch == group.epoch
+
+
+@pytest.mark.slurm
+def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path):
+    from substrate_helpers import slurm_job_state
+
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            resource="slurm", nodes=1, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+        t0 = time.monotonic()
+        names = pilot.grow(nodes=1, timeout=120)
+        job = pilot._grown["grow0"][1].native_id
+        assert len(names) == 1 and names[0] != pilot.nodes[0].name
+        t = tmgr.submit_tasks(pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", 'echo "$SLURM_JOB_ID $SLURMD_NODENAME"'],
+            cores_per_rank=slurm.cpus))  # the pilot's own node is busy below
+        hold = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["20"],
+                                                    cores_per_rank=slurm.cpus))
+        assert t.wait(timeout=120) == pf.DONE, (t.reason, t.stderr)
+        first = time.monotonic() - t0
+        job_of_step, node = t.stdout.split()
+        if t.slots[0].node == names[0]:  # srun into the grown unit's job
+            assert (job_of_step, node) == (job, names[0])
+        hold.cancel()
+        ran = tmgr.submit_tasks([pf.TaskDescription(
+            executable="/bin/sh", arguments=["-c", "echo $SLURMD_NODENAME"],
+            cores_per_rank=slurm.cpus) for _ in range(2)])
+        tmgr.wait_tasks([x.uid for x in ran], timeout=120)
+        assert {x.slots[0].node for x in ran + [t]} >= {names[0]}
+        grown_runs = [x for x in ran + [t] if x.slots[0].node == names[0]]
+        assert all(x.stdout.split()[-1] == names[0] for x in grown_runs)
+        assert pilot.shrink(nodes=1, timeout=120) == names
+        assert [n.name for n in pilot.nodes] != names and len(pilot.nodes) == 1
+        deadline = time.monotonic() + 60
+        while slurm_job_state(job, slurm.env) not in ("CANCELLED", "COMPLETED", "UNKNOWN") \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert slurm_job_state(job, slurm.env) in ("CANCELLED", "COMPLETED", "UNKNOWN")
+        print(f"grow to first task on the new node: {first:.1f}s")
