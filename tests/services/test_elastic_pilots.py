@@ -96,6 +96,16 @@ def test_service_group_resized_onto_grown_nodes_and_drained_off_them(tmp_path):
         view = group.wait(lambda v: len(v.members) == 2 and all(m.node == pilot.nodes[0].name
                                                                  for m in v.members), timeout=60)
         assert view.epoch == group.epoch
+    # the report's elasticity series: the pilot went 1 -> 2 -> 1 nodes, the group 2 -> 4 -> 2
+    from pilotfish.analytics import load_session
+    from pilotfish.analytics.elastic import elastic_series
+
+    nodes, members = elastic_series(load_session(str(tmp_path / "s")))
+    assert [n for _, n in nodes[pilot.uid]] == [1, 2, 1]
+    counts = [n for _, n in members["echo"]]
+    assert counts[:4] == [1, 2, 3, 4] and 2 in counts[4:] and max(counts) == 4
+    times = [t for t, _ in members["echo"]]
+    assert times == sorted(times)
 
 
 @pytest.mark.slurm

@@ -301,9 +301,35 @@ def durations_figure(analysis) -> Figure:
     return fig
 
 
+def elastic_figure(nodes: dict, members: dict) -> Figure:
+    """Nodes per pilot and members per service group over time (steps)."""
+    rows = 2 if nodes and members else 1
+    fig, axes = _new(rows, height=2.8)
+    with plt.rc_context(STYLE):
+        panels = ([("nodes", nodes)] if nodes else []) + ([("members", members)] if members else [])
+        for ax, (what, series) in zip(axes, panels):
+            end = max(t for v in list(nodes.values()) + list(members.values()) for t, _ in v)
+            for label, points in series.items():
+                ts = [t for t, _ in points] + [end]
+                ys = [n for _, n in points] + [points[-1][1]]
+                ax.step(ts, ys, where="post", lw=1.6, label=label)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(bottom=0)
+            ax.set_ylabel(what)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0))
+        axes[-1].xaxis.set_major_formatter(FuncFormatter(_seconds))
+        axes[-1].set_xlabel("time since session start")
+        axes[0].set_title("Elasticity: pilot nodes and service-group members over time")
+    return fig
+
+
 def all_figures(analysis, series) -> dict[str, Figure]:
-    """name -> Figure, in report order."""
-    return {
+    """name -> Figure, in report order (elasticity only where something grew or served)."""
+    from .elastic import elastic_series
+
+    nodes, members = elastic_series(analysis.data)
+    extra = {"elastic": elastic_figure(nodes, members)} if nodes or members else {}
+    figures = {
         "utilization": utilization_figure(analysis, series),
         "ru_breakdown": ru_breakdown_figure(analysis),
         "concurrency": concurrency_figure(analysis, series),
@@ -311,3 +337,5 @@ def all_figures(analysis, series) -> dict[str, Figure]:
         "setup_histogram": setup_histogram_figure(analysis),
         "durations": durations_figure(analysis),
     }
+    figures.update(extra)
+    return figures

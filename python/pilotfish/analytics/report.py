@@ -35,6 +35,8 @@ CAPTIONS = {
     "setup_histogram": "Per-task setup time: resources held before the payload runs "
                        "(prepare, spawn, launcher). Log-spaced bins.",
     "durations": "Cumulative distribution of each per-task step.",
+    "elastic": "Nodes held by each pilot (grow, shrink) and members in each service group's "
+               "view (one step per epoch) over time.",
 }
 TITLES = {
     "utilization": "Utilization over time",
@@ -43,6 +45,7 @@ TITLES = {
     "throughput": "Throughput",
     "setup_histogram": "Setup-time histogram",
     "durations": "Per-task durations",
+    "elastic": "Elasticity over time",
 }
 _CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'")

@@ -191,7 +191,9 @@ def _load_session(path: str) -> SessionData:
     if records is None:
         warnings.append("no tasks.msgpack: task shapes from schedule_ok details")
 
-    detail_names = set(LAUNCHER_EVENTS) | {"resources_ok"}
+    from .elastic import DETAIL_EVENTS
+
+    detail_names = set(LAUNCHER_EVENTS) | set(DETAIL_EVENTS)
     if records is None:
         detail_names.add("schedule_ok")
     paths = [os.path.join(path, "client.events")]
