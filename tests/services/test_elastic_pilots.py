@@ -143,3 +143,28 @@ def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path
             time.sleep(0.5)
         assert slurm_job_state(job, slurm.env) in ("CANCELLED", "COMPLETED", "UNKNOWN")
         print(f"grow to first task on the new node: {first:.1f}s")
+
+
+def nap(i):
+    import time
+
+    time.sleep(0.05)
+    return i
+
+
+def test_function_workers_on_a_drained_node_finish_their_calls(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=1, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        pilot.grow(nodes=1)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=nap, args=(i,))
+                                   for i in range(60)])
+        time.sleep(0.5)
+        pilot.shrink(nodes=1, timeout=60)
+        tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+        assert [t.state for t in tasks] == [pf.DONE] * 60, [t.reason for t in tasks
+                                                            if t.state != pf.DONE][:3]
+        assert [t.result for t in tasks] == list(range(60))

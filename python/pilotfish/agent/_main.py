@@ -926,11 +926,17 @@ class Agent:
             for t in running:
                 if self.services is not None and t.spec.uid in self.services.members:
                     members.add(t.spec.uid)
+                elif self.pool is not None and t.spec.uid in self.pool.workers:
+                    continue
                 elif t.spec.restartable:
                     t.kill_reason = (REQUEUE, f"its node left the pilot ({unit})")
                     requeue.append(t)
             if members:
                 self.services.drain_node_members(members, f"its node leaves the pilot ({unit})")
+            workers = {t.spec.uid for t in running if self.pool is not None
+                       and t.spec.uid in self.pool.workers}
+            if workers:
+                self.pool.retire(workers)
             self._kill(requeue)
         self._check_drained()
 

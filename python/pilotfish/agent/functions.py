@@ -437,6 +437,28 @@ class FunctionPool:
                     except zmq.ZMQError:
                         pass
 
+    def retire(self, uids: set[str]) -> None:
+        """These workers' nodes leave the pilot (a drain): they get no more calls, finish
+        what they hold and stop; a worker still starting is stopped now. Replacements start
+        elsewhere as the queues need them."""
+        unstarted = []
+        for uid in uids:
+            w = self.workers.get(uid)
+            if w is None or w.leaving:
+                continue
+            w.leaving = True
+            if w.ident is None:
+                unstarted.append(uid)
+                continue
+            try:
+                self.sock.send_multipart([w.ident, _encode(["stop"])])
+            except zmq.ZMQError:
+                pass
+        if unstarted:
+            self.agent._cancel(unstarted, "its node leaves the pilot")
+        for shape in {w.shape for w in self.workers.values()}:
+            self._ensure_workers(shape)
+
     # -- workers that end -------------------------------------------------------------
     def worker_exited(self, t) -> None:
         """A worker task reached its final state: take what its log holds, fail the call it
