@@ -48,6 +48,7 @@ PLAUSIBLE = {
     # a function task: bytes that are no pickle at all (a worker fails the call), or nothing
     "function": st.one_of(st.none(), st.none(), st.binary(max_size=16)),
     "call": st.one_of(st.none(), st.binary(max_size=16)),
+    "restartable": st.one_of(st.booleans(), garbage),
 }
 UNSAFE = {"executable", "pre_exec", "post_exec", "shell"}  # never garbage that is a string
 
@@ -70,8 +71,22 @@ def spec_item(draw):
     return item
 
 
+node = st.one_of(st.tuples(text, small_int, small_int, small_int).map(list), garbage)
+group_name = st.one_of(st.sampled_from(["g", "h", ""]), garbage)
 frame = st.one_of(
     st.tuples(st.just("submit"), st.lists(spec_item(), max_size=12)).map(list),
+    # service groups (members from the same harmless executables) and elastic pilots
+    st.tuples(st.just("group_start"), st.tuples(group_name, spec_item(), small_int,
+                                                st.one_of(st.sampled_from(["never", "x"]),
+                                                          garbage),
+                                                small_int, st.floats(0.1, 5)).map(list)
+              ).map(list),
+    st.tuples(st.just("group_resize"), group_name, small_int).map(list),
+    st.tuples(st.just("group_hold"), group_name, st.one_of(text, garbage)).map(list),
+    st.tuples(st.just("group_release"), group_name, st.one_of(text, garbage)).map(list),
+    st.tuples(st.just("grow"), st.one_of(text, garbage), st.lists(node, max_size=2),
+              st.one_of(st.none(), st.sampled_from(["direct", "teleport"]))).map(list),
+    st.tuples(st.just("shrink"), st.lists(st.one_of(text, garbage), max_size=2)).map(list),
     st.tuples(st.just("cancel"), st.lists(text, max_size=4)).map(list),
     st.tuples(st.just("resync"), st.lists(text, max_size=4)).map(list),
     st.tuples(st.just("beat"), garbage).map(list),

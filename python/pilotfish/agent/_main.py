@@ -27,7 +27,8 @@ from .._events import EventWriter
 from .._journal import Journal
 from .._paths import resolve, task_cwd
 from .._util import hostname, raise_nofile_limit
-from ..descriptions import LAUNCHERS, misfit, misfit_partitions, partition_layout
+from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, misfit,
+                            misfit_partitions, partition_layout)
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
@@ -843,6 +844,13 @@ class Agent:
             problem = f"unit {msg.unit!r} joined already"
         elif names & {n.name for n in msg.nodes}:
             problem = f"nodes {sorted(names & {n.name for n in msg.nodes})} are in the pilot already"
+        elif any(not n.name or not 1 <= n.cores <= MAX_CORES_PER_NODE
+                 or not 0 <= n.gpus <= MAX_GPUS_PER_NODE
+                 or not 0 <= n.mem < 2**32 for n in msg.nodes):
+            problem = (f"nodes: each needs a name, 1..{MAX_CORES_PER_NODE} cores, "
+                       f"0..{MAX_GPUS_PER_NODE} GPUs, mem >= 0")
+        elif len({n.name for n in msg.nodes}) != len(msg.nodes):
+            problem = "nodes: names repeat"
         elif msg.launcher is not None and msg.launcher not in LAUNCHERS:
             problem = f"launcher {msg.launcher!r} is not a launch method"
         if problem is not None:

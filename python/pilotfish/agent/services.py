@@ -37,6 +37,7 @@ SCAN_S = 0.01          # stdout scan (and ready-timeout check) interval while me
 HEALTH_MISSES = 3      # health intervals without an answer before a member has failed
 MAX_ENDPOINT = 1024
 MAX_INFO = 65536       # bytes of a member's info, encoded
+MAX_REPLICAS = 100_000  # members of one group (the wire is an API: a bound on one message)
 
 STARTING, READY, LEAVING, GONE = "starting", "ready", "leaving", "gone"
 
@@ -134,9 +135,9 @@ class ServiceRegistry:
     # -- from the client ---------------------------------------------------------------------
     def start(self, spec: _wire.ServiceSpec) -> None:
         now = self.clock.now()
-        if spec.name in self.groups:
-            self._ack(spec.name, "start", -1, f"a service group named {spec.name!r} exists "
-                                              f"in this pilot already")
+        why = self._spec_problem(spec)
+        if why is not None:
+            self._ack(spec.name, "start", -1, why)
             return
         g = self.groups[spec.name] = Group(spec)
         if spec.template.function is not None:  # run by `python -m pilotfish.service PATH`
@@ -150,13 +151,46 @@ class ServiceRegistry:
             g.next_slot += 1
         g.dirty = True  # (epoch 0, empty: subscribers learn the group exists)
 
+    def _spec_problem(self, spec: _wire.ServiceSpec) -> str | None:
+        """Why the agent will not start this group (the client checked; the wire is an API)."""
+        import math
+
+        from ..descriptions import RESTART_POLICIES
+
+        name = spec.name
+        if not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
+            return f"name = {name[:80]!r}: 1-64 letters, digits, '_' or '-'"
+        if name in self.groups:
+            return f"a service group named {name!r} exists in this pilot already"
+        if not 0 <= spec.replicas <= MAX_REPLICAS:
+            return f"replicas = {spec.replicas}: must be 0..{MAX_REPLICAS}"
+        if spec.restart not in RESTART_POLICIES:
+            return f"restart = {spec.restart!r}: one of {', '.join(RESTART_POLICIES)}"
+        if not 0 <= spec.max_restarts <= 1000:
+            return f"max_restarts = {spec.max_restarts}: must be 0..1000"
+        for field in ("ready_timeout", "leave_timeout", "health_interval"):
+            v = getattr(spec, field)
+            if (v is not None or field != "health_interval") and \
+                    not (isinstance(v, (int, float)) and 0 < v < 1e9 and math.isfinite(v)):
+                return f"{field} = {v!r}: must be > 0 and finite"
+        from ._main import check_spec
+
+        a = self.agent
+        probe = msgspec.structs.replace(spec.template, uid=f"{name}.0000",
+                                        executable=spec.template.executable or sys.executable,
+                                        function=None, call=None)
+        try:
+            return check_spec(probe, a.shapes, a.tasks_dir, a.sandbox, a._misfits)
+        except Exception as e:  # noqa: BLE001 -- whatever the template holds
+            return f"cannot run its members: {type(e).__name__}: {e}"
+
     def resize(self, name: str, n: int) -> None:
         g = self.groups.get(name)
         if g is None:
             self._ack(name, "resize", -1, f"no service group named {name!r}")
             return
-        if n < 0:
-            self._ack(name, "resize", g.epoch, f"replicas = {n}: must be >= 0")
+        if not 0 <= n <= MAX_REPLICAS:
+            self._ack(name, "resize", g.epoch, f"replicas = {n}: must be 0..{MAX_REPLICAS}")
             return
         now = self.clock.now()
         self.agent.events.record(name, E.GROUP_RESIZE, str(n), now)
