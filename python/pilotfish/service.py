@@ -323,8 +323,13 @@ class Group:
         """Pin the view: returns a context manager whose value is the pinned View; joins and
         leaves wait until the last hold of the group is released."""
         token = uuid.uuid4().hex[:12]
-        reply = self._peer.ask(["hold", self.name, token, os.environ.get("PILOTFISH_TASK_UID")
-                                or ""], ("held", self.name, token), timeout)
+        try:
+            reply = self._peer.ask(["hold", self.name, token,
+                                    os.environ.get("PILOTFISH_TASK_UID") or ""],
+                                   ("held", self.name, token), timeout)
+        except ServiceError:  # it may be in place: never leave a hold nobody will release
+            self._peer.send(["release", self.name, token])
+            raise
         if reply[4] is not None:
             raise ServiceError(f"hold of {self.name!r}: {reply[4]}")
         self._holds.append(token)

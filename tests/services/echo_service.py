@@ -2,7 +2,8 @@
 answers every request with "<member uid>:<request>"; asked to leave, it answers what is still
 coming for QUIET_S and exits 0. Options: --stdout (announce with the stdout line instead),
 --fixed ENDPOINT (announce that, whatever it binds), --twice (announce again: must be refused),
---unhealthy-after N (its probe fails after N health checks)."""
+--unhealthy-after N (its probe fails after N health checks; with --sick UID only in that
+member)."""
 
 import os
 import sys
@@ -26,6 +27,8 @@ checks = [0]
 
 def probe():
     checks[0] += 1
+    if "--sick" in args and args[args.index("--sick") + 1] != uid:
+        return True
     return checks[0] <= int(args[args.index("--unhealthy-after") + 1])
 
 

@@ -42,7 +42,7 @@ def test_local_pilot_grows_runs_there_and_shrinks_back(tmp_path):
         late = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["1"],
                                                     cores_per_rank=1, pilot=pilot.uid))
         mover = tmgr.submit_tasks(pf.TaskDescription(
-            executable="/bin/sh", arguments=["-c", "echo $PILOTFISH_NODE; sleep 2"],
+            executable="/bin/sh", arguments=["-c", "echo $PILOTFISH_NODE; sleep 5"],
             cores_per_rank=1, restartable=True))
         mover.wait(pf.EXECUTING, timeout=30)
         late.wait(pf.EXECUTING, timeout=30)

@@ -115,9 +115,11 @@ def test_echo_group_resized_while_a_client_sends(local):
     assert epochs == sorted(set(epochs)), epochs
     assert len({e for e in seen}) >= 3  # it saw the group at 2, 4 and 1 members (at least)
     # the members asked to leave left (exit 0), oldest ones stayed
-    left = [n for n in group.news if n.state == "left"]
-    assert len(left) == 3
-    assert group.members[0].uid == "echo.0000"
+    deadline = time.monotonic() + 30
+    while len([n for n in group.news if n.state == "left"]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len([n for n in group.news if n.state == "left"]) == 3
+    assert group.members[0].uid == "echo.m0000"
     group.stop()
     group.wait(lambda v: not v.members, timeout=30)
 
@@ -165,7 +167,7 @@ def test_endpoint_announced_twice_is_refused(local):
     # two members announcing one endpoint (stdout lines): one serves, the other fails
     group = tmgr.submit_service_group(
         echo("same", "--stdout", "--fixed", "tcp://127.0.0.1:1", restart="never"), replicas=2)
-    with pytest.raises(pf.ServiceError, match="is announced by same.000"):
+    with pytest.raises(pf.ServiceError, match="is announced by same.m000"):
         group.wait_ready(timeout=30)
     assert len(group.members) == 1 and group.members[0].endpoint == "tcp://127.0.0.1:1"
     group.stop()
@@ -201,7 +203,7 @@ def test_function_service_and_unhealthy_member(local):
     group.stop()
     group.wait(lambda v: not v.members, timeout=30)
     # a probe that fails: the member fails its health check and is replaced
-    sick = tmgr.submit_service_group(echo("sick", "--unhealthy-after", "2",
+    sick = tmgr.submit_service_group(echo("sick", "--unhealthy-after", "2", "--sick", "sick.m0000",
                                           health_interval=0.2, max_restarts=1), replicas=1)
     sick.wait_ready(timeout=60)
     first = sick.members[0].uid
@@ -268,4 +270,33 @@ def test_bad_input_is_refused_naming_the_field(local):
     assert len(group.members) == 1  # nothing was lost by the refusals
     with pytest.raises(service.ServiceError, match="not a member"):
         service.announce("tcp://127.0.0.1:1")
+    group.stop()
+
+
+def test_holds_defer_changes_and_go_with_their_task(local):
+    _, _, tmgr = local
+    group = tmgr.submit_service_group(echo("held"), replicas=2)
+    group.wait_ready(timeout=60)
+    with group.hold() as view:
+        group.resize(3)  # the new member gets ready, its join waits for the release
+        deadline = time.monotonic() + 30
+        while not any(n.state == "ready" and n.uid == "held.m0002" for n in group.news) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        group.resize(2)  # ... and it is the one that leaves: no view ever names it
+        deadline = time.monotonic() + 30
+        while not any(n.state == "left" and n.uid == "held.m0002" for n in group.news) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(n.state == "left" and n.uid == "held.m0002" for n in group.news)
+        assert group.epoch == view.epoch
+    assert all(h[2] <= 2 for h in group.history)
+    assert "held.m0002" not in {m.uid for m in group.members}
+    # a task that holds the view and exits without releasing: its hold goes with it
+    code = ("from pilotfish import service\n"
+            "g = service.Group('held'); h = g.hold(); print(h.view.epoch)\n")
+    t = tmgr.submit_tasks(pf.TaskDescription(executable=sys.executable, arguments=["-c", code]))
+    assert t.wait(timeout=60) == pf.DONE, (t.reason, t.stderr)
+    group.resize(1)
+    group.wait(lambda v: len(v.members) == 1, timeout=30)
     group.stop()

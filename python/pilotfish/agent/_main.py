@@ -196,12 +196,14 @@ class Agent:
         self.pool = None  # function tasks' workers and queues (functions.py), made on first use
         self._seq = 0
         self._updates: list[_wire.Update] = []
-        self._timers: list[tuple[float, int, str, AgentTask]] = []  # (when, seq, kind, task)
+        # (when, seq, kind, task, its gen then): a timer set for an earlier run is skipped
+        self._timers: list[tuple[float, int, str, AgentTask, int]] = []
         self._timer_seq = 0
         self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
         self._draining: list[Partition] = []  # grown units being shrunk (Pilot.shrink)
         self._policy = policy
-        self._next_node = len(nodes)  # node indices are never reused (events name them)
+        self._next_node = len(nodes)  # node and partition indices are never reused (events
+        self._next_part = 0  # name them)
         self.deadline = self.t_start + float(desc["runtime"])
         if job_left is not None:
             self.deadline = min(self.deadline, clock.now() + job_left)
@@ -862,10 +864,12 @@ class Agent:
                     t.work = task_work(t.spec)
                     add_work(t.partition, t.spec, t.work)
         res = Resources(list(msg.nodes), self.resources.source, self.resources.overrides)
-        p = Partition(max(q.index for q in self.partitions) + 1, list(msg.nodes),
+        self._next_part = max(self._next_part, max(q.index for q in self.partitions) + 1)
+        p = Partition(self._next_part, list(msg.nodes),
                       self._next_node, res, msg.launcher or self.default_launcher,
                       self._policy, self.clock)
         self._next_node += len(msg.nodes)
+        self._next_part += 1
         p.unit = msg.unit
         p.options = dict(msg.options)
         self.partitions.append(p)
@@ -967,6 +971,16 @@ class Agent:
             if any(t.partition is p and t.final_state is None for t in self.tasks.values()):
                 continue
             self._draining.remove(p)
+            for lm in p.launchers.values():
+                if lm in self.launchers.starting:
+                    self.launchers.starting.remove(lm)
+                notes = getattr(lm.method, "notes", None)
+                fd = notes.fileno() if notes is not None and not notes.closed else None
+                if fd is not None and fd in self._notes:
+                    del self._notes[fd]
+                    self.poller.unregister(fd)
+            if p.supervisor is not None and p.supervisor in self.supervisors:
+                self.supervisors.remove(p.supervisor)
             self.launchers.stop_all([p])
             self.partitions.remove(p)
             self.shapes = [q.shape for q in self.partitions]
@@ -1088,7 +1102,7 @@ class Agent:
                 self._release([t])
                 t.reason = reason
                 self._final(t, waiting_state)
-            elif t.kill_reason is None:
+            elif t.kill_reason is None or t.kill_reason[0] == REQUEUE:
                 t.kill_reason = (running_state, reason)
                 to_kill.append(t)
         self._kill(to_kill)
@@ -1107,13 +1121,13 @@ class Agent:
 
     def _timer(self, when: float, kind: str, t: AgentTask) -> None:
         self._timer_seq += 1
-        heapq.heappush(self._timers, (when, self._timer_seq, kind, t))
+        heapq.heappush(self._timers, (when, self._timer_seq, kind, t, t.gen))
 
     def _fire_timers(self, now: float) -> None:
         timers = self._timers
         to_term = []
         while timers and timers[0][0] <= now:
-            _, _, kind, t = heapq.heappop(timers)
+            _, _, kind, t, gen = heapq.heappop(timers)
             if kind == "retry":
                 if t.final_state is None and self.stopping is None:
                     t.seq = self._seq  # a new arrival: behind what waits already
@@ -1123,7 +1137,7 @@ class Agent:
                     else:
                         self._bind([t], self.clock.mono())
                 continue
-            if t.final_state is not None or not t.running:
+            if t.final_state is not None or not t.running or gen != t.gen:
                 continue
             if kind == "timeout" and t.kill_reason is None:
                 t.kill_reason = (S.FAILED, f"timed out after {t.spec.timeout:g}s")

@@ -38,7 +38,7 @@ class AgentTask:
     __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
                  "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
-                 "timed", "extra_outs")
+                 "timed", "extra_outs", "gen")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -66,10 +66,12 @@ class AgentTask:
         self.held: Any = None  # the Launcher it waits for, placed, while that one starts
         self.timed = False  # its timeout timer is set (once, at its first launch)
         self.extra_outs = 0  # processes beyond the first whose captured output is beside it
+        self.gen = 0  # bumped when it goes back to waiting: older timers are not for it
 
     def reset_for_retry(self) -> None:
         """Back to waiting, as if it just arrived (its key is free again in the placer)."""
         self.state = NEW
+        self.gen += 1
         self.released = False
         self.slots = None
         self.procs = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 
 import msgspec
@@ -46,11 +47,14 @@ _decode = msgspec.msgpack.decode
 
 
 class Member:
-    __slots__ = ("uid", "group", "slot", "restarts", "state", "endpoint", "info", "node",
-                 "ident", "run_since", "offset", "last_pong", "ping_due", "leave_at", "why")
+    __slots__ = ("uid", "k", "group", "slot", "restarts", "state", "endpoint", "info", "node",
+                 "ident", "run_since", "offset", "last_pong", "ping_due", "leave_at", "why",
+                 "told")
 
-    def __init__(self, uid: str, group: "Group", slot: int, restarts: int):
+    def __init__(self, uid: str, k: int, group: "Group", slot: int, restarts: int):
         self.uid = uid
+        self.k = k  # its number in the group (newer members have higher ones)
+        self.told = False  # asked to leave (message or SIGTERM)
         self.group = group
         self.slot = slot  # members replace one another in a slot (restart counts per slot)
         self.restarts = restarts
@@ -112,13 +116,17 @@ class ServiceRegistry:
         write_private(self.key_file, server_key)
         from ..launch import remote_nodes
 
-        if remote_nodes(agent.resources):
+        self.sock.bind(f"ipc://@pilotfish-services-{os.getpid()}-{id(self):x}")
+        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if agent.desc["resource"] not in ("local", "simulated") or remote_nodes(agent.resources):
+            # members on other hosts, now or once the pilot grows: TCP on this host's name
             import socket
 
-            self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
-        else:
-            self.sock.bind(f"ipc://@pilotfish-services-{os.getpid()}-{id(self):x}")
-        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            try:
+                self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
+                self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            except (OSError, zmq.ZMQError) as e:
+                log.warning("service registry: no TCP endpoint (%s): this host only", e)
         self.groups: dict[str, Group] = {}
         self.members: dict[str, Member] = {}  # live members of every group, by uid
         self.by_ident: dict[bytes, Member] = {}
@@ -126,6 +134,7 @@ class ServiceRegistry:
         self.waiting_subs: dict[str, set[bytes]] = {}  # subscribers of groups not started yet
         self.hold_owners: dict[str, set[tuple[str, str]]] = {}  # task uid -> (group, token)
         self.due = float("inf")  # mono time tick() wants to run next
+        self.restarts: list[tuple[Group, int, int, str]] = []  # (group, slot, restarts, replaces)
 
     @property
     def env(self) -> dict[str, str]:
@@ -202,7 +211,7 @@ class ServiceRegistry:
                 g.next_slot += 1
         elif n < len(live):
             # the ones that are not serving yet first, then the newest
-            order = sorted(live, key=lambda m: (m.state == READY, -int(m.uid.rsplit(".", 1)[1])))
+            order = sorted(live, key=lambda m: (m.state == READY, -m.k))
             for m in order[:len(live) - n]:
                 self._ask_leave(m, f"group {name} resized to {n}")
         g.dirty = True  # (the target changed)
@@ -239,9 +248,10 @@ class ServiceRegistry:
 
     # -- members -----------------------------------------------------------------------------
     def _start_member(self, g: Group, slot: int, restarts: int, replaces: str | None = None) -> None:
-        uid = f"{g.name}.{g.next_k:04d}"
+        # ".m" keeps members apart from other agent tasks (task.*, worker.*) whatever the name
+        uid = f"{g.name}.m{g.next_k:04d}"
+        m = Member(uid, g.next_k, g, slot, restarts)
         g.next_k += 1
-        m = Member(uid, g, slot, restarts)
         g.members[uid] = m
         self.members[uid] = m
         tpl = g.spec.template
@@ -276,18 +286,31 @@ class ServiceRegistry:
         if was == STARTING:  # not serving anyone yet: stopped now
             self._stop(m, why, S.CANCELED)
             return
+        if m.uid not in g.view:  # its join waits for a release: no view names it, so it goes
+            g.pending = [(kind, x) for kind, x in g.pending if x is not m]
+            self._tell_leave(m)
+            return
         self._change(g, "leave", m)
 
     def _tell_leave(self, m: Member) -> None:
+        """Ask m to leave: a message to its helper, else SIGTERM (a plain executable); then
+        it has leave_timeout to finish before it is stopped."""
+        if m.told:
+            return
+        m.told = True
+        sent = False
         if m.ident is not None:
             try:
                 self.sock.send_multipart([m.ident, _encode(["leave", m.uid])], zmq.NOBLOCK)
-                m.leave_at = self.clock.mono() + m.group.spec.leave_timeout
-                self.due = min(self.due, m.leave_at)
-                return
+                sent = True
             except zmq.ZMQError:
                 pass
-        self._stop(m, "left the group", S.DONE)  # a plain executable: SIGTERM, then SIGKILL
+        if not sent:
+            t = self.agent.tasks.get(m.uid)
+            if t is not None and t.running:
+                self.agent.runner.kill([t], signal.SIGTERM)
+        m.leave_at = self.clock.mono() + m.group.spec.leave_timeout
+        self.due = min(self.due, m.leave_at)
 
     def _stop(self, m: Member, why: str, state: str) -> None:
         m.why = m.why or why
@@ -321,14 +344,19 @@ class ServiceRegistry:
             return
         failed = state != S.DONE or m.why is not None
         if failed and g.spec.restart == "on-failure" and m.restarts < g.spec.max_restarts \
-                and len(g.live()) < g.target:
-            self._start_member(g, m.slot, m.restarts + 1, replaces=m.uid)
-        elif len(g.live()) < g.target:
+                and len(g.live()) + self._restarts_for(g) < g.target:
+            # started from tick(): a replacement refused at once must not recurse back here
+            self.restarts.append((g, m.slot, m.restarts + 1, m.uid))
+            self.due = self.clock.mono()
+        elif len(g.live()) + self._restarts_for(g) < g.target:
             more = (f"restarted {m.restarts} times already (max_restarts = "
                     f"{g.spec.max_restarts})" if failed and g.spec.restart == "on-failure"
                     else "restart = 'never'" if failed else "it exited by itself")
             self._news(g, g.name, "short", reason=f"member {m.uid} is not replaced ({more}): "
                                                   f"{why}"[:1000])
+
+    def _restarts_for(self, g: Group) -> int:
+        return sum(1 for x in self.restarts if x[0] is g)
 
     def drain_node_members(self, uids: set[str], why: str) -> None:
         """Members on nodes that go away: they leave, and others start in their slots."""
@@ -364,7 +392,7 @@ class ServiceRegistry:
         self._change(g, "join", m)
 
     def _endpoint_problem(self, m: Member | None, uid: str, endpoint) -> str | None:
-        if m is None:
+        if m is None or not isinstance(uid, str):
             return f"{uid} is not a live member of a service group"
         if m.endpoint is not None:
             return f"{uid} announced its endpoint already ({m.endpoint!r})"
@@ -451,7 +479,7 @@ class ServiceRegistry:
     def _on_peer(self, ident: bytes, kind: str, msg: list) -> None:
         if kind == "announce":
             _, uid, endpoint, info = msg[:4]
-            m = self.members.get(uid)
+            m = self.members.get(uid) if isinstance(uid, str) else None
             why = self._endpoint_problem(m, uid, endpoint)
             if why is None:
                 try:
@@ -460,7 +488,7 @@ class ServiceRegistry:
                 except Exception as e:  # noqa: BLE001
                     why = f"info cannot be encoded: {e}"
             if why is not None:
-                self.agent.events.record(uid, "announce_refused", why[:300])
+                self.agent.events.record(str(uid)[:200], "announce_refused", why[:300])
                 self._reply(ident, ["refused", uid, why])
                 return
             m.ident = ident
@@ -498,6 +526,11 @@ class ServiceRegistry:
     # -- time --------------------------------------------------------------------------------
     def tick(self) -> None:
         """Stdout announcements, ready timeouts, health checks, leave deadlines."""
+        if self.restarts and self.agent.stopping is None:
+            restarts, self.restarts = self.restarts, []
+            for g, slot, n, replaces in restarts:
+                if len(g.live()) < g.target:
+                    self._start_member(g, slot, n, replaces=replaces)
         mono = self.clock.mono()
         due = float("inf")
         tasks = self.agent.tasks

@@ -36,6 +36,8 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
     job.submit()
     try:
         while not os.path.exists(path):
+            if pilot.state in ("DONE", "FAILED", "CANCELED"):
+                raise PilotfishError(f"grow: {pilot.uid} ended ({pilot.state})")
             state, message = job.poll()
             if state not in ("QUEUED", "RUNNING"):
                 raise PilotfishError(f"grow: the batch job of {unit} ended ({state}) before "

@@ -264,14 +264,16 @@ class Pilot:
                 self._resized.pop(u, None)
         self._send(_wire.Shrink(units))
         names = []
-        for u in units:
+        errors = []
+        for u in units:  # (each unit's job ends as its Resized arrives: _on_resized)
+            infos = self._grown.get(u, [[]])[0]
             r = self._wait_resized(u, deadline)
             if r.error:
-                raise DescriptionError("Pilot.shrink", "nodes", nodes, r.error)
-            infos, job = self._grown.pop(u)
-            if job is not None:
-                job.cancel()
-            names += [n.name for n in infos]
+                errors.append(r.error)
+            else:
+                names += [n.name for n in infos]
+        if errors:
+            raise DescriptionError("Pilot.shrink", "nodes", nodes, "; ".join(errors))
         return names
 
     def _units_for(self, nodes) -> list[str]:
@@ -336,6 +338,12 @@ class Pilot:
 
     def _on_resized(self, msg: _wire.Resized) -> None:  # IO thread
         if msg.error is None:
+            unit = self._grown.get(msg.unit)
+            now = {n.name for n in msg.nodes}
+            if unit is not None and not {n.name for n in unit[0]} & now:  # it left: its job ends
+                del self._grown[msg.unit]
+                if unit[1] is not None:
+                    _cancel_quietly(unit[1])
             self.nodes = list(msg.nodes)
             self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             self._pmgr.session.events.record(self.uid, "pilot_nodes", str(len(msg.nodes)), msg.t)
@@ -348,6 +356,13 @@ class Pilot:
 
     def __repr__(self) -> str:
         return f"<Pilot {self.uid} {self.state}>"
+
+
+def _cancel_quietly(job) -> None:
+    try:
+        job.cancel()
+    except Exception as e:  # noqa: BLE001 -- its walltime ends it anyway
+        log.warning("cancel of a grown unit's job failed: %s", e)
 
 
 def _local_agent(sandbox: str) -> tuple[int, bool]:
@@ -528,6 +543,10 @@ class PilotManager:
                 listener(pilot)
             for group in pilot._groups.values():
                 group._pilot_final()  # type: ignore[attr-defined]
+            for unit, (_, job) in list(pilot._grown.items()):  # grown units go with the pilot
+                if job is not None:
+                    _cancel_quietly(job)
+                pilot._grown.pop(unit, None)
             with pilot._resize_cond:
                 pilot._resize_cond.notify_all()
         for cb in self._callbacks:

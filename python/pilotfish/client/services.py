@@ -122,7 +122,11 @@ class ServiceGroup:
         """Pin the view until release (a context manager whose value is the pinned View):
         joins and leaves wait until the group's last hold is released."""
         token = uuid.uuid4().hex[:12]
-        ack = self._ask(_wire.GroupHold(self.name, token), token, timeout)
+        try:
+            ack = self._ask(_wire.GroupHold(self.name, token), token, timeout)
+        except ServiceError:  # it may be in place: never leave a hold nobody will release
+            self.pilot._send(_wire.GroupRelease(self.name, token))
+            raise
         if ack.error:
             raise ServiceError(f"hold of {self.name!r}: {ack.error}")
         self._holds.append(token)
