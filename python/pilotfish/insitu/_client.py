@@ -1,0 +1,416 @@
+"""Clients of a staging area: the user program (StagingArea) and tasks in the pilot
+(connect), each driving pipelines through a PipelineHandle.
+
+Per iteration: activate (holds the group's view: membership cannot change until
+deactivate; a stale view is refreshed and retried) -> stage (blocks go to servers by a
+placement over the view; arrays travel as ZeroMQ frames, not copied) -> execute (every
+server runs the pipeline; rank 0's result comes back) -> deactivate (releases the view).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import sys
+import time
+import uuid
+import zlib
+from typing import Any, Callable
+
+import msgspec
+import zmq
+
+from ._pipeline import InsituError
+
+REPLY_TIMEOUT_S = 120.0
+STALE_RETRIES = 3
+_enc = msgspec.msgpack.encode
+_dec = msgspec.msgpack.decode
+
+
+def hash_placement(block_id: Any, n: int) -> int:
+    """Default placement: a stable hash of the block id modulo the view's size."""
+    return zlib.crc32(repr(block_id).encode()) % n
+
+
+class _Channel:
+    """Request/reply with the servers: a DEALER per server endpoint (not thread-safe)."""
+
+    def __init__(self):
+        self.ctx = zmq.Context()
+        self.socks: dict[str, zmq.Socket] = {}
+        self.ids = itertools.count()
+        self.outstanding: dict[str, list[int]] = {}  # endpoint -> request ids not answered
+
+    def sock(self, endpoint: str) -> zmq.Socket:
+        s = self.socks.get(endpoint)
+        if s is None:
+            s = self.socks[endpoint] = self.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDHWM, 0)
+            s.connect(endpoint)
+        return s
+
+    def send(self, endpoint: str, hdr: dict, data: list | None = None) -> int:
+        rid = next(self.ids)
+        hdr["id"] = rid
+        self.sock(endpoint).send_multipart([b"req", _enc(hdr)] + (data or []), copy=False)
+        self.outstanding.setdefault(endpoint, []).append(rid)
+        return rid
+
+    def collect(self, endpoints: list[str] | None = None) -> dict[int, tuple]:
+        """Every outstanding reply of these servers: {request id: (ok, error, result)}."""
+        out = {}
+        for ep in list(self.outstanding) if endpoints is None else endpoints:
+            waiting = self.outstanding.get(ep) or []
+            s = self.sock(ep)
+            deadline = time.monotonic() + REPLY_TIMEOUT_S
+            while waiting:
+                left = deadline - time.monotonic()
+                if left <= 0 or not s.poll(left * 1000):
+                    raise InsituError(f"server {ep} did not answer within {REPLY_TIMEOUT_S:g}s")
+                frames = s.recv_multipart()
+                rid, ok, err = _dec(frames[1])
+                result = None
+                if ok and len(frames) > 2:
+                    import pickle
+
+                    result = pickle.loads(frames[2])
+                out[rid] = (ok, err, result)
+                if rid in waiting:
+                    waiting.remove(rid)
+            self.outstanding.pop(ep, None)
+        return out
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close(0)
+        self.ctx.term()
+
+
+class PipelineHandle:
+    """One pipeline of an area, driven by this client. With comm (an mpi4py communicator of
+    the client's ranks): every rank stages its own blocks; rank 0 holds the view and drives
+    activate/execute/deactivate (all ranks call them: they are collective)."""
+
+    def __init__(self, area: "_AreaBase", name: str, comm: Any = None,
+                 placement: Callable[[Any, int], int] = hash_placement):
+        self.area = area
+        self.name = name
+        self.comm = comm
+        self.placement = placement
+        self.ch = _Channel()
+        self.iteration: int | None = None
+        self.members: list = []  # [(uid, endpoint)] of the held view
+        self.epoch: int | None = None
+        self._hold = None
+        self._root = comm is None or comm.Get_rank() == 0
+        self.times: list[dict] = []  # per iteration: activate/stage/execute/deactivate seconds
+        self._t: dict = {}
+
+    # -- the iteration -----------------------------------------------------------------------
+    def activate(self, iteration: int) -> None:
+        if self.iteration is not None:
+            raise InsituError(f"pipeline {self.name!r}: iteration {self.iteration} is active")
+        t0 = time.perf_counter()
+        err = None
+        view = None
+        if self._root:
+            try:
+                view = self._activate_root(iteration)
+            except InsituError as e:
+                err = str(e)
+        if self.comm is not None:
+            view, err = self.comm.bcast((view, err), root=0)
+        if err is not None:
+            raise InsituError(err)
+        self.epoch, self.members = view
+        self.iteration = iteration
+        self._t = {"iteration": iteration, "servers": len(self.members),
+                   "activate": time.perf_counter() - t0, "stage": 0.0}
+
+    def _activate_root(self, iteration: int):
+        why = None
+        for attempt in range(STALE_RETRIES + 1):
+            hold = self.area._views.hold()
+            view = hold.view
+            members = [(m.uid, m.endpoint) for m in view.members]
+            if not members:
+                hold.release()
+                raise InsituError(f"staging area {self.area.name!r} has no servers")
+            try:
+                self.area._ensure_pipelines(self.ch, members)
+                for uid, ep in members:
+                    self.ch.send(ep, {"op": "activate", "pipeline": self.name,
+                                      "iteration": iteration, "epoch": view.epoch,
+                                      "members": [list(m) for m in members]})
+                errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+            except InsituError as e:
+                errors = [str(e)]
+            if not errors:
+                self._hold = hold
+                return view.epoch, members
+            # undo on the servers that activated, then refresh and retry if stale
+            for uid, ep in members:
+                self.ch.send(ep, {"op": "deactivate", "pipeline": self.name,
+                                  "iteration": iteration})
+            self.ch.collect()
+            hold.release()
+            why = errors[0]
+            if not why.startswith("stale view"):
+                raise InsituError(f"activate {iteration}: {why}")
+            time.sleep(0.05 * (attempt + 1))
+        raise InsituError(f"activate {iteration}: the view stayed stale after "
+                          f"{STALE_RETRIES} refreshes: {why}")
+
+    def stage(self, block_id: Any, array: Any, meta: dict | None = None) -> None:
+        """Send one block (a numpy array, sent from its own buffer) to its server."""
+        import numpy as np
+
+        if self.iteration is None:
+            raise InsituError(f"pipeline {self.name!r}: stage before activate")
+        t0 = time.perf_counter()
+        a = np.ascontiguousarray(array)
+        try:
+            json.dumps(block_id)
+            if meta is not None:
+                json.dumps(meta)
+        except (TypeError, ValueError) as e:
+            raise InsituError(f"block {block_id!r}: block_id and meta must be JSON-able: "
+                              f"{e}") from None
+        _, ep = self.members[self.placement(block_id, len(self.members))]
+        self.ch.send(ep, {"op": "stage", "pipeline": self.name, "iteration": self.iteration,
+                          "block": block_id, "dtype": a.dtype.str, "shape": list(a.shape),
+                          "meta": meta or {}}, [memoryview(a).cast("B") if a.size else b""])
+        self._t["stage"] += time.perf_counter() - t0
+
+    def _flush_stages(self) -> None:
+        t0 = time.perf_counter()
+        errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+        self._t["stage"] += time.perf_counter() - t0
+        if errors:
+            raise InsituError(errors[0])
+
+    def execute(self, iteration: int) -> Any:
+        """Run the pipeline on every server of the view; rank 0's result (None on client
+        ranks other than 0)."""
+        self._check(iteration, "execute")
+        t0 = time.perf_counter()
+        err = None
+        try:
+            self._flush_stages()
+        except InsituError as e:
+            err = str(e)
+        if self.comm is not None:  # every rank's blocks are in before anyone executes
+            errs = self.comm.allgather(err)
+            err = next((e for e in errs if e), None)
+        if err is not None:
+            raise InsituError(err)
+        result = None
+        if self._root:
+            rids = [self.ch.send(ep, {"op": "execute", "pipeline": self.name,
+                                      "iteration": iteration}) for _, ep in self.members]
+            replies = self.ch.collect()
+            errors = [replies[r][1] for r in rids if not replies[r][0]]
+            if errors:
+                err = errors[0]
+            else:
+                result = replies[rids[0]][2]
+        if self.comm is not None:
+            err = self.comm.bcast(err, root=0)
+        if err is not None:
+            raise InsituError(f"execute {iteration}: {err}")
+        self._t["execute"] = time.perf_counter() - t0
+        return result
+
+    def execute_async(self, iteration: int) -> concurrent.futures.Future:
+        """execute() in a thread: the simulation computes on while the area analyses (stage
+        nothing for this pipeline until the future is done)."""
+        pool = self.area._pool()
+        return pool.submit(self.execute, iteration)
+
+    def deactivate(self, iteration: int) -> None:
+        self._check(iteration, "deactivate")
+        t0 = time.perf_counter()
+        err = None
+        try:
+            self._flush_stages()
+        except InsituError as e:
+            err = str(e)
+        if self.comm is not None:
+            self.comm.Barrier()
+        if self._root:
+            for _, ep in self.members:
+                self.ch.send(ep, {"op": "deactivate", "pipeline": self.name,
+                                  "iteration": iteration})
+            errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+            err = err or (errors[0] if errors else None)
+            hold, self._hold = self._hold, None
+            if hold is not None:
+                hold.release()
+        self.iteration = None
+        self._t["deactivate"] = time.perf_counter() - t0
+        self.times.append(self._t)
+        if err is not None:
+            raise InsituError(f"deactivate {iteration}: {err}")
+
+    def _check(self, iteration: int, what: str) -> None:
+        if self.iteration is None or self.iteration != iteration:
+            raise InsituError(f"pipeline {self.name!r}: {what} of iteration {iteration}, "
+                              f"which is not active" + (f" (iteration {self.iteration} is)"
+                                                        if self.iteration is not None else
+                                                        " (activate it first)"))
+
+    def close(self) -> None:
+        if self.iteration is not None:
+            try:
+                self.deactivate(self.iteration)
+            except InsituError:
+                pass
+        self.ch.close()
+
+
+class _AreaBase:
+    name: str
+    _views: Any
+
+    def __init__(self):
+        self._pipelines: dict[str, dict] = {}  # name -> create request
+        self._created: dict[str, set[str]] = {}  # member uid -> pipelines made there
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(4, "pilotfish-insitu")
+        return self._executor
+
+    def _ensure_pipelines(self, ch: _Channel, members: list) -> None:
+        """Make every known pipeline on members that joined since (they start bare)."""
+        sent = []
+        for uid, ep in members:
+            have = self._created.setdefault(uid, set())
+            for name, req in self._pipelines.items():
+                if name not in have:
+                    ch.send(ep, dict(req))
+                    sent.append((uid, name))
+        if not sent:
+            return
+        errors = [e for ok, e, _ in ch.collect().values() if not ok]
+        if errors:
+            raise InsituError(errors[0])
+        for uid, name in sent:
+            self._created[uid].add(name)
+
+    def create_pipeline(self, name: str, config: dict | None = None, module: str | None = None,
+                        type: str | None = None) -> None:
+        """Create pipeline `name` (of registered type `type`, default `name`) with a JSON-able
+        config on every server, now and on servers that join later. InsituError with the
+        servers' reason if it cannot be made (nothing is left half-made)."""
+        try:
+            config = json.loads(json.dumps(config or {}))
+        except (TypeError, ValueError) as e:
+            raise InsituError(f"pipeline {name!r}: config must be JSON-able: {e}") from None
+        if name in self._pipelines:
+            raise InsituError(f"pipeline {name!r} exists in this area")
+        req = {"op": "create", "pipeline": name, "config": config, "module": module,
+               "type": type}
+        ch = _Channel()
+        with self._views.hold() as view:
+            members = [(m.uid, m.endpoint) for m in view.members]
+            for uid, ep in members:
+                ch.send(ep, dict(req))
+            errors = [e for ok, e, _ in ch.collect().values() if not ok]
+            if errors:
+                for uid, ep in members:
+                    ch.send(ep, {"op": "destroy", "pipeline": name})
+                ch.collect()
+                ch.close()
+                raise InsituError(f"pipeline {name!r}: {errors[0]}")
+        ch.close()
+        self._pipelines[name] = req
+        for uid, _ in members:
+            self._created.setdefault(uid, set()).add(name)
+
+    def destroy_pipeline(self, name: str) -> None:
+        if self._pipelines.pop(name, None) is None:
+            raise InsituError(f"no pipeline {name!r} in this area")
+        ch = _Channel()
+        with self._views.hold() as view:
+            for m in view.members:
+                ch.send(m.endpoint, {"op": "destroy", "pipeline": name})
+                self._created.get(m.uid, set()).discard(name)
+            ch.collect()
+        ch.close()
+
+    def pipeline(self, name: str, comm: Any = None,
+                 placement: Callable[[Any, int], int] = hash_placement) -> PipelineHandle:
+        """A client handle of pipeline `name` (see PipelineHandle)."""
+        if comm is None or comm.Get_rank() == 0:
+            if name not in self._pipelines:
+                raise InsituError(f"unknown pipeline {name!r} in this area "
+                                  f"(create_pipeline first; known: {sorted(self._pipelines)})")
+        return PipelineHandle(self, name, comm, placement)
+
+
+class StagingArea(_AreaBase):
+    """A staging area: a service group of staging servers on a pilot (the user program's
+    side). servers: how many; member_resources: ServiceDescription fields for each
+    (cores_per_rank, mem_per_rank, ...)."""
+
+    def __init__(self, tmgr: Any, servers: int = 1, name: str | None = None,
+                 ready_timeout: float = 120.0, **member_resources: Any):
+        super().__init__()
+        import pilotfish as pf
+
+        self.name = name or f"staging-{uuid.uuid4().hex[:6]}"
+        desc = pf.ServiceDescription(name=self.name, executable=sys.executable,
+                                     arguments=["-m", "pilotfish.insitu._server"],
+                                     **member_resources)
+        self.group = tmgr.submit_service_group(desc, replicas=servers)
+        self._views = self.group
+        self.group.wait_ready(timeout=ready_timeout)
+
+    @property
+    def members(self) -> list:
+        return self.group.members
+
+    @property
+    def epoch(self) -> int:
+        return self.group.epoch
+
+    def resize(self, n: int, wait: bool = True, timeout: float = 120.0) -> None:
+        """n servers. Joins and leaves take effect between iterations (an active iteration
+        holds the view); with wait, returns once the view has n servers."""
+        self.group.resize(n)
+        if wait:
+            self.group.wait(lambda v: len(v.members) == n, timeout)
+
+    def close(self) -> None:
+        self.group.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+
+class _TaskArea(_AreaBase):
+    def __init__(self, name: str, timeout: float):
+        super().__init__()
+        from .. import service
+
+        self.name = name
+        self._views = service.Group(name)
+        self._views.wait(lambda v: len(v.members) > 0, timeout)
+
+    @property
+    def members(self) -> list:
+        return self._views.view.members
+
+    @property
+    def epoch(self) -> int:
+        return self._views.view.epoch
+
+
+def connect(name: str, timeout: float = 120.0) -> _TaskArea:
+    """The staging area `name` as a task of the pilot sees it (a simulation's side): the
+    same create_pipeline / pipeline(...) API as StagingArea."""
+    return _TaskArea(name, timeout)

@@ -1,0 +1,74 @@
+"""Collectives among the servers of one view, over the servers' own ZeroMQ sockets.
+
+Rebuilt for every epoch (rank = position in the view). Used inside a pipeline's calls:
+    total = self.comm.allreduce(local, op=operator.add)
+Objects travel pickled (protocol 5: numpy arrays as buffers). MPI-style signatures, so
+pipeline code reads as mpi4py's lower-case API.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import msgspec
+
+
+class Collectives:
+    def __init__(self, server: Any, rank: int, endpoints: list[str], tag: str):
+        self.server = server  # sends to peers, receives what peers sent (buffering the rest)
+        self.rank = rank
+        self.size = len(endpoints)
+        self.endpoints = endpoints
+        self.tag = tag  # (pipeline, iteration, epoch): messages of other rounds never mix
+        self._seq = 0
+
+    def _send(self, to: int, obj: Any, seq: int) -> None:
+        buffers: list = []
+        payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        hdr = msgspec.msgpack.encode([self.tag, seq, self.rank, len(buffers)])
+        self.server.peer_send(self.endpoints[to], [b"coll", hdr, payload]
+                              + [b.raw() for b in buffers])
+
+    def _recv(self, seq: int, frm: int) -> Any:
+        frames = self.server.peer_recv(self.tag, seq, frm)
+        return pickle.loads(frames[0], buffers=frames[1:])
+
+    def gather(self, obj: Any, root: int = 0) -> list | None:
+        self._seq += 1
+        seq = self._seq
+        if self.rank != root:
+            self._send(root, obj, seq)
+            return None
+        out = []
+        for r in range(self.size):
+            out.append(obj if r == root else self._recv(seq, r))
+        return out
+
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        self._seq += 1
+        seq = self._seq
+        if self.rank == root:
+            for r in range(self.size):
+                if r != root:
+                    self._send(r, obj, seq)
+            return obj
+        return self._recv(seq, root)
+
+    def reduce(self, obj: Any, op: Callable[[Any, Any], Any], root: int = 0) -> Any:
+        parts = self.gather(obj, root)
+        if parts is None:
+            return None
+        acc = parts[0]
+        for p in parts[1:]:
+            acc = op(acc, p)
+        return acc
+
+    def allreduce(self, obj: Any, op: Callable[[Any, Any], Any]) -> Any:
+        return self.bcast(self.reduce(obj, op, 0), 0)
+
+    def allgather(self, obj: Any) -> list:
+        return self.bcast(self.gather(obj, 0), 0)
+
+    def barrier(self) -> None:
+        self.allreduce(0, lambda a, b: 0)

@@ -1,0 +1,1 @@
+"""Shipped pipelines: statistics (count, min, max, mean, histogram) and isosurface."""
