@@ -302,6 +302,27 @@ class _AreaBase:
         for uid, name in sent:
             self._created[uid].add(name)
 
+    def wait_for_servers(self, n: int, timeout: float | None = 120.0) -> None:
+        """Block until the area's view has n servers."""
+        self._views.wait(lambda v: len(v.members) == n, timeout)
+
+    def _learn(self) -> None:
+        """Adopt the pipelines another client created (a server says what it runs)."""
+        view = self._views.view
+        if view is None or not view.members:
+            return
+        ch = _Channel()
+        try:
+            m = view.members[0]
+            ch.send(m.endpoint, {"op": "ping"})
+            (ok, _, result), = ch.collect().values()
+        finally:
+            ch.close()
+        if ok and result:
+            for name, req in result["pipelines"].items():
+                self._pipelines.setdefault(name, req)
+                self._created.setdefault(m.uid, set()).add(name)
+
     def create_pipeline(self, name: str, config: dict | None = None, module: str | None = None,
                         type: str | None = None) -> None:
         """Create pipeline `name` (of registered type `type`, default `name`) with a JSON-able
@@ -347,6 +368,8 @@ class _AreaBase:
                  placement: Callable[[Any, int], int] = hash_placement) -> PipelineHandle:
         """A client handle of pipeline `name` (see PipelineHandle)."""
         if comm is None or comm.Get_rank() == 0:
+            if name not in self._pipelines:
+                self._learn()
             if name not in self._pipelines:
                 raise InsituError(f"unknown pipeline {name!r} in this area "
                                   f"(create_pipeline first; known: {sorted(self._pipelines)})")

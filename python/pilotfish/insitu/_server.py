@@ -143,6 +143,7 @@ class Server:
                 return None
             cls = lookup(hdr.get("type") or name, module)
             self.pipelines[name] = cls(config)
+            self.pipelines[name]._type = hdr.get("type")
             self.configs[name] = (config, module)
             return None
         if op == "destroy":
@@ -152,8 +153,11 @@ class Server:
             if p is not None:
                 p.destroy()
             return None
-        if op == "ping":
-            return {"uid": self.uid, "pipelines": sorted(self.pipelines)}
+        if op == "ping":  # what this server runs, as the requests that made it
+            return {"uid": self.uid, "pipelines": {
+                n: {"op": "create", "pipeline": n, "config": c, "module": m,
+                    "type": getattr(self.pipelines[n], "_type", None)}
+                for n, (c, m) in self.configs.items()}}
         p = self._pipeline(name)
         it = hdr.get("iteration")
         a = self.active.get(name)

@@ -1,0 +1,96 @@
+"""In situ staging areas end to end: real staging servers (service-group members), real MPI
+clients (mpi4py under the pilot's MPI launcher), resizes between iterations."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pilotfish as pf
+from pilotfish import insitu
+
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("insitu") / "session"
+    with pf.Session(path=path) as s:
+        p = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=8, runtime="20m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(p)
+        assert p.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, p.reason
+        yield s, p, tmgr
+
+
+@pytest.mark.mpi
+def test_grayscott_two_ranks_through_a_2_3_2_area_exact(pilot):
+    _, p, tmgr = pilot
+    area = insitu.StagingArea(tmgr, servers=2)
+    area.create_pipeline("statistics", {"bins": 8})
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable=sys.executable, ranks=2,
+        arguments=[str(ROOT / "examples" / "insitu_grayscott.py"), "--area", area.name,
+                   "--iterations", "10", "--n", "16", "--steps", "5", "--check",
+                   "--wait-at", "3:3", "--wait-at", "7:2"]))
+    t.wait(pf.EXECUTING, timeout=60)
+    cwd = Path(t.sandbox)
+    deadline = time.monotonic() + 120
+    while not (cwd / "at-3").exists() and t.state not in pf.FINAL and time.monotonic() < deadline:
+        time.sleep(0.05)
+    area.resize(3)
+    while not (cwd / "at-7").exists() and t.state not in pf.FINAL and time.monotonic() < deadline:
+        time.sleep(0.05)
+    area.resize(2)
+    assert t.wait(timeout=120) == pf.DONE, (t.reason, t.stderr)
+    rows = [json.loads(line) for line in t.stdout.splitlines() if line.startswith("{")]
+    assert [r["iteration"] for r in rows] == list(range(10))
+    assert all(r["ok"] for r in rows), rows
+    assert [r["servers"] for r in rows] == [2, 2, 2, 3, 3, 3, 3, 2, 2, 2]
+    area.close()
+
+
+def test_user_program_client_and_bad_input(pilot):
+    _, _, tmgr = pilot
+    area = insitu.StagingArea(tmgr, servers=2)
+    with pytest.raises(insitu.InsituError, match="unknown pipeline 'nope'"):
+        area.create_pipeline("nope")
+    with pytest.raises(insitu.InsituError, match="bins"):
+        area.create_pipeline("statistics", {"bins": 0})
+    with pytest.raises(insitu.InsituError, match="unknown pipeline"):
+        area.pipeline("statistics")  # the failed create left nothing
+    area.create_pipeline("statistics", {"bins": 5, "range": [0, 1]})
+    h = area.pipeline("statistics")
+    with pytest.raises(insitu.InsituError, match="stage before activate"):
+        h.stage(0, np.zeros(4))
+    with pytest.raises(insitu.InsituError, match="not active"):
+        h.execute(0)
+    rng = np.random.default_rng(1)
+    for it in range(3):
+        h.activate(it)
+        blocks = [rng.random(100) for _ in range(5)]
+        for b, a in enumerate(blocks):
+            h.stage(b, a)
+        if it == 1:
+            h.stage(0, blocks[0])  # a block staged twice: refused, the area keeps serving
+            with pytest.raises(insitu.InsituError, match="staged twice"):
+                h.execute(it)
+            h.deactivate(it)
+            continue
+        fut = h.execute_async(it)
+        stats = fut.result(timeout=60)
+        h.deactivate(it)
+        full = np.concatenate(blocks)
+        assert stats["count"] == 500 and stats["min"] == full.min() and stats["max"] == full.max()
+        assert stats["histogram"] == np.histogram(full, 5, (0, 1))[0].tolist()
+    assert [t["servers"] for t in h.times] == [2, 2, 2]
+    area.close()
