@@ -94,3 +94,46 @@ def test_user_program_client_and_bad_input(pilot):
         assert stats["histogram"] == np.histogram(full, 5, (0, 1))[0].tolist()
     assert [t["servers"] for t in h.times] == [2, 2, 2]
     area.close()
+
+
+def _field(n):
+    z, y, x = np.mgrid[0:n, 0:n, 0:n] / (n - 1) * 2 - 1
+    return np.sqrt(x ** 2 + 1.5 * y ** 2 + 0.7 * z ** 2) + 0.15 * np.sin(5 * x)
+
+
+def test_isosurface_composite_matches_a_single_process_rendering(pilot, tmp_path):
+    from matplotlib import image
+
+    from pilotfish.insitu.pipelines.isosurface import (block_bounds, camera_for, render,
+                                                       write_png)
+
+    _, _, tmgr = pilot
+    area = insitu.StagingArea(tmgr, servers=3)
+    out = tmp_path / "images"
+    with pytest.raises(insitu.InsituError, match="isovalue"):
+        area.create_pipeline("isosurface", {"image_size": [64, 64], "output": str(out)})
+    area.create_pipeline("isosurface", {"isovalue": 0.7, "image_size": [200, 160],
+                                        "output": str(out)})
+    h = area.pipeline("isosurface")
+    n = 40
+    f = _field(n)
+    cuts = [0, 10, 20, 30, n - 1]  # neighbouring blocks share one plane
+    paths = []
+    for it in range(2):
+        h.activate(it)
+        for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            h.stage(k, f[a:b + 1], {"origin": [0.0, 0.0, float(a)], "spacing": [1.0, 1.0, 1.0]})
+        paths.append(h.execute(it))
+        h.deactivate(it)
+    assert paths == [str(out / "isosurface.00000.png"), str(out / "isosurface.00001.png")]
+    meta = {"origin": [0.0, 0.0, 0.0], "spacing": [1.0, 1.0, 1.0]}
+    whole, depth = render([(f, meta)], 0.7, (200, 160), camera_for(block_bounds(f, meta)))
+    write_png(str(tmp_path / "whole.png"), whole)
+    ref = image.imread(str(tmp_path / "whole.png"))
+    for p in paths:
+        img = image.imread(p)  # a valid PNG of the asked size
+        assert img.shape[:2] == (160, 200)
+        differ = np.any(np.abs(img[..., :3] - ref[..., :3]) > 8 / 255, axis=2).mean()
+        assert differ <= 0.01, differ
+        assert (depth < 1).mean() > 0.05  # the surface is in the picture
+    area.close()
