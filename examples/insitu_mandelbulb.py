@@ -1,7 +1,7 @@
 """Mandelbulb in situ: an MPI mini-app renders an isosurface of its field every iteration
 through a pilotfish staging area that grows while it runs (Colza's Figure 9; seed 002).
 
-    .venv/bin/python examples/insitu_mandelbulb.py [--iterations 12] [--n 48] [--out DIR]
+    .venv/bin/python examples/insitu_mandelbulb.py [--iterations 12] [--n 48] [--out DIR] [--warm]
 
 Run like this, it is the driver: it starts a local pilot and a staging area of 1 server,
 creates the "isosurface" pipeline, runs itself as a 2-rank MPI task (--area NAME), grows the
@@ -95,15 +95,18 @@ def driver(a) -> int:
         task.wait(pf.EXECUTING, timeout=120)
         for servers in (2, 3, 4):  # grown while it runs: joins land between iterations
             time.sleep(a.grow_every)
-            area.resize(servers, wait=False)
+            area.resize(servers, wait=a.warm, warm=a.warm)
         state = task.wait(timeout=600)
         if state != pf.DONE:
             print(f"the mini-app {state}: {task.reason}\n{task.stderr}", file=sys.stderr)
             return 1
         print("iteration servers activate   stage      execute    deactivate")
-        for line in task.stdout.splitlines():
-            if line.startswith("{"):
-                r = json.loads(line)
+        rows = [json.loads(line) for line in task.stdout.splitlines() if line.startswith("{")]
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f)
+        for r in rows:
+            if True:
                 print(f"{r['iteration']:9d} {r['servers']:7d} {r['activate'] * 1000:7.1f} ms "
                       f"{r['stage'] * 1000:7.1f} ms {r['execute'] * 1000:7.1f} ms "
                       f"{r['deactivate'] * 1000:7.1f} ms")
@@ -119,6 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=48)
     ap.add_argument("--out", default="mandelbulb-images")
     ap.add_argument("--grow-every", type=float, default=1.0)
+    ap.add_argument("--warm", action="store_true", help="grow with warm spares")
+    ap.add_argument("--json", help="write the per-iteration rows here")
     a = ap.parse_args(argv)
     return client(a) if a.area else driver(a)
 

@@ -227,6 +227,7 @@ class MemberNews(msgspec.Struct, tag="member", array_like=True, omit_defaults=Tr
     t: float
     reason: str | None = None
     node: str | None = None
+    endpoint: str | None = None  # with "ready": where it serves (before it joins the view)
 
 
 class GroupAck(msgspec.Struct, tag="group_ack", array_like=True):

@@ -388,7 +388,7 @@ class ServiceRegistry:
             m.ping_due = mono + g.spec.health_interval
             self.due = min(self.due, m.ping_due)
         self.agent.events.record(m.uid, E.MEMBER_READY, endpoint)
-        self._news(g, m.uid, "ready", node=m.node)
+        self._news(g, m.uid, "ready", node=m.node, endpoint=endpoint)
         self._change(g, "join", m)
 
     def _endpoint_problem(self, m: Member | None, uid: str, endpoint) -> str | None:
@@ -448,8 +448,9 @@ class ServiceRegistry:
                 self._send_view(g)
 
     def _news(self, g: Group, uid: str, state: str, reason: str | None = None,
-              node: str | None = None) -> None:
-        self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node))
+              node: str | None = None, endpoint: str | None = None) -> None:
+        self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node,
+                                         endpoint))
 
     def _ack(self, name: str, token: str, epoch: int, error: str | None) -> None:
         self.agent.send(_wire.GroupAck(name, token, epoch, error))

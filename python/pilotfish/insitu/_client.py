@@ -402,12 +402,42 @@ class StagingArea(_AreaBase):
     def epoch(self) -> int:
         return self.group.epoch
 
-    def resize(self, n: int, wait: bool = True, timeout: float = 120.0) -> None:
+    def resize(self, n: int, wait: bool = True, warm: bool = False,
+               timeout: float = 120.0) -> None:
         """n servers. Joins and leaves take effect between iterations (an active iteration
-        holds the view); with wait, returns once the view has n servers."""
-        self.group.resize(n)
-        if wait:
-            self.group.wait(lambda v: len(v.members) == n, timeout)
+        holds the view); with wait, returns once the view has n servers. warm: new servers
+        create every pipeline and warm it up (VTK's first render...) before they join, so
+        the iteration after a join is no slower than its neighbours (implies wait)."""
+        if not warm:
+            self.group.resize(n)
+            if wait:
+                self.group.wait(lambda v: len(v.members) == n, timeout)
+            return
+        seen = {x.uid for x in self.group.news}
+        grow = n - len(self.group.members)
+        with self.group.hold():  # the spares may not join before they are warm
+            self.group.resize(n)
+            deadline = time.monotonic() + timeout
+            while True:
+                fresh = [x for x in self.group.news if x.state == "ready" and x.uid not in seen]
+                if len(fresh) >= grow:
+                    break
+                if time.monotonic() > deadline:
+                    raise InsituError(f"resize to {n}: {len(fresh)} of {grow} new servers "
+                                      f"ready within {timeout:g}s")
+                time.sleep(0.01)
+            ch = _Channel()
+            try:
+                members = [(x.uid, x.endpoint) for x in fresh]
+                self._ensure_pipelines(ch, members)
+                for _, ep in members:
+                    ch.send(ep, {"op": "warm"})
+                errors = [e for ok, e, _ in ch.collect().values() if not ok]
+            finally:
+                ch.close()
+            if errors:
+                raise InsituError(f"warming new servers: {errors[0]}")
+        self.group.wait(lambda v: len(v.members) == n, timeout)
 
     def close(self) -> None:
         self.group.stop()

@@ -49,6 +49,10 @@ class Pipeline:
     def destroy(self) -> None:
         pass
 
+    def warm(self) -> None:
+        """Pay one-time costs now (a spare server, before it joins: StagingArea.resize(n,
+        warm=True)) rather than in its first iteration."""
+
 
 def pipeline(name: str) -> Callable[[type], type]:
     """Class decorator: register a pipeline under `name`."""

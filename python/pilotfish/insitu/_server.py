@@ -153,6 +153,11 @@ class Server:
             if p is not None:
                 p.destroy()
             return None
+        if op == "warm":
+            t0 = time.perf_counter()
+            for p in self.pipelines.values():
+                p.warm()
+            return time.perf_counter() - t0
         if op == "ping":  # what this server runs, as the requests that made it
             return {"uid": self.uid, "pipelines": {
                 n: {"op": "create", "pipeline": n, "config": c, "module": m,

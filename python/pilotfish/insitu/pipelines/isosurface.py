@@ -149,6 +149,13 @@ class Isosurface(Pipeline):
     def activate(self, iteration: int) -> None:
         self.blocks = []
 
+    def warm(self) -> None:
+        """Import VTK, make a GL context and render once (the first render costs ~1 s)."""
+        z, y, x = np.mgrid[0:8, 0:8, 0:8] - 3.5
+        ball = np.sqrt(x * x + y * y + z * z)
+        meta = {"origin": [0.0, 0.0, 0.0], "spacing": [1.0, 1.0, 1.0]}
+        render([(ball, meta)], 2.0, self.size, camera_for(block_bounds(ball, meta)))
+
     def stage(self, block_id, array, meta) -> None:
         self.blocks.append((np.asarray(array), dict(meta)))
 
