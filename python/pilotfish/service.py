@@ -319,7 +319,7 @@ class Group:
         """cb(view) on every new view (on the connection's thread: keep it short)."""
         self._cbs.append(cb)
 
-    def hold(self, timeout: float = 30.0) -> "_Hold":
+    def hold(self, timeout: float = 30.0) -> "Hold":
         """Pin the view: returns a context manager whose value is the pinned View; joins and
         leaves wait until the last hold of the group is released."""
         token = uuid.uuid4().hex[:12]
@@ -334,7 +334,7 @@ class Group:
             raise ServiceError(f"hold of {self.name!r}: {reply[4]}")
         self._holds.append(token)
         view = self.wait(lambda v: v.epoch >= reply[3], timeout)
-        return _Hold(self, token, view)
+        return Hold(self, token, view)
 
     def release(self, token: str | None = None, timeout: float = 30.0) -> None:
         if token is None:
@@ -357,8 +357,11 @@ class Group:
                 cb(view)
 
 
-class _Hold:
-    def __init__(self, group: Group, token: str, view: View):
+class Hold:
+    """A pinned view (`.view`), released by release() or at the end of a with block. The
+    group is anything with release(token): a task's Group, the client's ServiceGroup."""
+
+    def __init__(self, group: Any, token: str, view: View):
         self.group = group
         self.token = token
         self.view = view

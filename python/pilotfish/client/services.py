@@ -18,7 +18,7 @@ from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError
 from ..descriptions import ServiceDescription, check_descriptions, rank_capacity
-from ..service import Member, ServiceError, View
+from ..service import Hold, Member, ServiceError, View
 
 MemberNews = _wire.MemberNews
 
@@ -118,7 +118,7 @@ class ServiceGroup:
         """Every member leaves (resize to 0)."""
         self.resize(0, timeout=timeout)
 
-    def hold(self, timeout: float = 30.0) -> "_Hold":
+    def hold(self, timeout: float = 30.0) -> Hold:
         """Pin the view until release (a context manager whose value is the pinned View):
         joins and leaves wait until the group's last hold is released."""
         token = uuid.uuid4().hex[:12]
@@ -130,7 +130,7 @@ class ServiceGroup:
         if ack.error:
             raise ServiceError(f"hold of {self.name!r}: {ack.error}")
         self._holds.append(token)
-        return _Hold(self, token, self.wait_epoch(ack.epoch, timeout))
+        return Hold(self, token, self.wait_epoch(ack.epoch, timeout))
 
     def release(self, token: str | None = None) -> None:
         """Release a hold (default: the latest)."""
@@ -191,22 +191,6 @@ class ServiceGroup:
     def __repr__(self) -> str:
         return (f"<ServiceGroup {self.name} {len(self._view.members)}/{self.target} members "
                 f"epoch {self._view.epoch}>")
-
-
-class _Hold:
-    def __init__(self, group: ServiceGroup, token: str, view: View):
-        self.group = group
-        self.token = token
-        self.view = view
-
-    def release(self) -> None:
-        self.group.release(self.token)
-
-    def __enter__(self) -> View:
-        return self.view
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 def _check_replicas(replicas: Any, where: str) -> int:

@@ -185,23 +185,22 @@ class PipelineHandle:
                           "meta": meta or {}}, [memoryview(a).cast("B") if a.size else b""])
         self._t["stage"] += time.perf_counter() - t0
 
-    def _flush_stages(self) -> None:
+    def _flush_stages(self) -> str | None:
+        """Wait for every stage acknowledgement; the first refusal, or None."""
         t0 = time.perf_counter()
-        errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+        try:
+            errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+        except InsituError as e:
+            errors = [str(e)]
         self._t["stage"] += time.perf_counter() - t0
-        if errors:
-            raise InsituError(errors[0])
+        return errors[0] if errors else None
 
     def execute(self, iteration: int) -> Any:
         """Run the pipeline on every server of the view; rank 0's result (None on client
         ranks other than 0)."""
         self._check(iteration, "execute")
         t0 = time.perf_counter()
-        err = None
-        try:
-            self._flush_stages()
-        except InsituError as e:
-            err = str(e)
+        err = self._flush_stages()
         if self.comm is not None:  # every rank's blocks are in before anyone executes
             errs = self.comm.allgather(err)
             err = next((e for e in errs if e), None)
@@ -233,11 +232,7 @@ class PipelineHandle:
     def deactivate(self, iteration: int) -> None:
         self._check(iteration, "deactivate")
         t0 = time.perf_counter()
-        err = None
-        try:
-            self._flush_stages()
-        except InsituError as e:
-            err = str(e)
+        err = self._flush_stages()
         if self.comm is not None:
             self.comm.Barrier()
         if self._root:
