@@ -18,6 +18,9 @@ from pilotfish import insitu
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # mpi_sums, for the servers too
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(Path(__file__).resolve().parent)] + os.environ.get("PYTHONPATH", "").split(os.pathsep))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,7 @@ def pilot(tmp_path_factory):
 @pytest.mark.mpi
 def test_grayscott_two_ranks_through_a_2_3_2_area_exact(pilot):
     _, p, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2)
+    area = insitu.StagingArea(tmgr, servers=2, mpi=True)
     area.create_pipeline("statistics", {"bins": 8})
     t = tmgr.submit_tasks(pf.TaskDescription(
         executable=sys.executable, ranks=2,
@@ -61,7 +64,7 @@ def test_grayscott_two_ranks_through_a_2_3_2_area_exact(pilot):
 
 def test_user_program_client_and_bad_input(pilot):
     _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2)
+    area = insitu.StagingArea(tmgr, servers=2, mpi=False)  # the ZeroMQ collectives
     with pytest.raises(insitu.InsituError, match="unknown pipeline 'nope'"):
         area.create_pipeline("nope")
     with pytest.raises(insitu.InsituError, match="bins"):
@@ -108,7 +111,7 @@ def test_isosurface_composite_matches_a_single_process_rendering(pilot, tmp_path
                                                        write_png)
 
     _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=3)
+    area = insitu.StagingArea(tmgr, servers=3, mpi=False)
     out = tmp_path / "images"
     with pytest.raises(insitu.InsituError, match="isovalue"):
         area.create_pipeline("isosurface", {"image_size": [64, 64], "output": str(out)})
@@ -136,4 +139,28 @@ def test_isosurface_composite_matches_a_single_process_rendering(pilot, tmp_path
         differ = np.any(np.abs(img[..., :3] - ref[..., :3]) > 8 / 255, axis=2).mean()
         assert differ <= 0.01, differ
         assert (depth < 1).mean() > 0.05  # the surface is in the picture
+    area.close()
+
+
+@pytest.mark.mpi
+def test_mpi_style_pipeline_code_runs_on_the_servers_communicator(pilot):
+    """On MPI, self.comm.mpi is an Intracomm of the view's servers in view order, rebuilt
+    when the view changes: buffer collectives (Allreduce) run unchanged."""
+    _, _, tmgr = pilot
+    area = insitu.StagingArea(tmgr, servers=2, mpi=True)
+    area.create_pipeline("sums", module="mpi_sums", type="mpi_sums")
+    h = area.pipeline("sums")
+    seen = []
+    for it in range(4):
+        if it == 2:
+            area.resize(3)
+        h.activate(it)
+        for b in range(6):
+            h.stage(b, np.full(5, float(b + it)))
+        seen.append(h.execute(it))
+        h.deactivate(it)
+    expect = [float(sum(5 * (b + it) for b in range(6))) for it in range(4)]
+    assert [r["total"] for r in seen] == expect
+    assert [r["size"] for r in seen] == [2, 2, 3, 3]
+    assert all(r["ranks"] == list(range(r["size"])) for r in seen)
     area.close()

@@ -377,11 +377,24 @@ class StagingArea(_AreaBase):
     (cores_per_rank, mem_per_rank, ...)."""
 
     def __init__(self, tmgr: Any, servers: int = 1, name: str | None = None,
-                 ready_timeout: float = 120.0, **member_resources: Any):
+                 ready_timeout: float = 120.0, mpi: bool | None = None,
+                 **member_resources: Any):
+        """mpi: the servers' collectives over MPI (each server its own `mpiexec -n 1` job,
+        connected per view with MPI_Comm_accept/connect + merge; pipelines get the
+        communicator as self.comm.mpi); None (default): where MPICH's mpiexec and mpi4py
+        are installed; False: ZeroMQ only."""
         super().__init__()
         import pilotfish as pf
 
+        if mpi is None:
+            mpi = mpi_available()
+        self.mpi = bool(mpi)
         self.name = name or f"staging-{uuid.uuid4().hex[:6]}"
+        if self.mpi:
+            env = dict(member_resources.pop("environment", {}) or {})
+            env["PILOTFISH_INSITU_MPI"] = "1"
+            member_resources["environment"] = env
+            member_resources.setdefault("launcher", "mpiexec")
         desc = pf.ServiceDescription(name=self.name, executable=sys.executable,
                                      arguments=["-m", "pilotfish.insitu._server"],
                                      **member_resources)
@@ -438,6 +451,17 @@ class StagingArea(_AreaBase):
         self.group.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+
+
+def mpi_available() -> bool:
+    """MPICH's mpiexec (hydra: separately launched jobs can connect) and mpi4py here."""
+    import importlib.util
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return False
+    from ..launch import installed_mpi_launcher
+
+    return installed_mpi_launcher() == "mpiexec"
 
 
 class _TaskArea(_AreaBase):

@@ -22,7 +22,7 @@ import msgspec
 import zmq
 
 from .. import service
-from ._collectives import Collectives
+from ._collectives import Collectives, MPICollectives, build_mpi_comm
 from ._pipeline import InsituError, lookup
 
 PEER_TIMEOUT_S = 60.0
@@ -57,6 +57,13 @@ class Server:
         self.pipelines: dict[str, object] = {}
         self.configs: dict[str, tuple] = {}
         self.active: dict[str, Active] = {}
+        # an area on MPI: each server is an MPI job of its own (mpiexec -n 1); per view, the
+        # servers connect into one Intracomm (kept while the view stays the same)
+        self.use_mpi = os.environ.get("PILOTFISH_INSITU_MPI") == "1"
+        self.mpi_key: tuple | None = None
+        self.mpi_comm = None
+        if self.use_mpi:
+            from mpi4py import MPI  # noqa: F401  (MPI_Init now, not in the first iteration)
         self.group = service.Group(os.environ["PILOTFISH_SERVICE_GROUP"])
         self.me = service.announce(self.endpoint, role="staging")
 
@@ -178,6 +185,8 @@ class Server:
                                   f"(epoch {epoch})")
             comm = Collectives(self, uids.index(self.uid), [m[1] for m in members],
                                f"{name}/{it}/{epoch}")
+            if self.use_mpi:
+                comm = self._mpi_for(tuple(uids), comm)
             p.comm = comm
             p.activate(it)
             self.active[name] = Active(it, epoch, comm)
@@ -206,6 +215,15 @@ class Server:
             del self.active[name]
             return None
         raise InsituError(f"unknown request {op!r}")
+
+    def _mpi_for(self, key: tuple, zmq_comm: Collectives) -> MPICollectives:
+        if self.mpi_key != key:
+            old, self.mpi_comm = self.mpi_comm, None
+            if old is not None:
+                old.Free()
+            self.mpi_comm = build_mpi_comm(zmq_comm)
+            self.mpi_key = key
+        return MPICollectives(self.mpi_comm)
 
     def _check_view(self, epoch: int) -> None:
         """The client's view must be the group's current one (Colza: a stale view fails
