@@ -97,20 +97,23 @@ class MPICollectives(Collectives):
 
 def build_mpi_comm(zmq_comm: Collectives) -> Any:
     """An Intracomm of the view's servers, each started as its own MPI job (mpiexec -n 1):
-    rank 0 opens a port (sent to the others over ZeroMQ); servers 1..n-1 connect in view
-    order, the group accepting each and merging (MPICH: measured 8-56 ms a step here)."""
+    servers 1..n-1 connect in view order to a port rank 0 opens, the group accepting each
+    and merging (MPICH: measured 8-56 ms a step here). Server k gets the port name (over
+    ZeroMQ) only when its turn comes: two servers connecting at once could be accepted in
+    the wrong step."""
     from mpi4py import MPI
 
     rank, size = zmq_comm.rank, zmq_comm.size
     port = MPI.Open_port() if rank == 0 else None
-    port = zmq_comm.bcast(port, root=0)
     comm = MPI.COMM_SELF.Dup() if rank == 0 else None
     for k in range(1, size):
         if rank < k:
+            if rank == 0:
+                zmq_comm._send(k, port, _TURN + k)
             inter = comm.Accept(port, root=0)
             merged = inter.Merge(high=False)
         elif rank == k:
-            inter = MPI.COMM_SELF.Connect(port, root=0)
+            inter = MPI.COMM_SELF.Connect(zmq_comm._recv(_TURN + k, 0), root=0)
             merged = inter.Merge(high=True)
         else:
             continue
@@ -121,3 +124,6 @@ def build_mpi_comm(zmq_comm: Collectives) -> Any:
     if rank == 0:
         MPI.Close_port(port)
     return comm
+
+
+_TURN = 1 << 20  # message numbers of the connect turns (apart from the collectives' own)
