@@ -96,6 +96,22 @@ def test_user_program_client_and_bad_input(pilot):
         assert stats["count"] == 500 and stats["min"] == full.min() and stats["max"] == full.max()
         assert stats["histogram"] == np.histogram(full, 5, (0, 1))[0].tolist()
     assert [t["servers"] for t in h.times] == [2, 2, 2]
+    # a client whose view is stale is refused at activate, naming it (the handle refreshes
+    # its view and retries; here a request with an old epoch goes straight to a server)
+    from pilotfish.insitu._client import _Channel
+
+    ch = _Channel()
+    m = area.members[0]
+    ch.send(m.endpoint, {"op": "activate", "pipeline": "statistics", "iteration": 9,
+                         "epoch": area.epoch - 1,
+                         "members": [[x.uid, x.endpoint] for x in area.members]})
+    ((ok, why, _),) = ch.collect().values()
+    ch.close()
+    assert not ok and why.startswith("stale view") and str(area.epoch) in why
+    h.activate(3)  # the area keeps serving
+    h.stage(0, np.zeros(3))
+    assert h.execute(3)["count"] == 3
+    h.deactivate(3)
     area.close()
 
 
