@@ -805,11 +805,18 @@ _MISSING = object()
 RESTART_POLICIES = ("on-failure", "never")
 
 
-def _service_name(kind: str, field: str, v: Any) -> str:
+def service_name_problem(v: Any) -> str | None:
+    """Why v cannot name a service group (it names its members' uids too), or None."""
     if not isinstance(v, str) or not v or len(v) > 64 or \
             not all(c.isalnum() or c in "_-" for c in v):
-        raise _fail(kind, field, v, "must be 1-64 letters, digits, '_' or '-' (it names the "
-                                    "group and its members' uids)")
+        return "must be 1-64 letters, digits, '_' or '-' (it names the group and its members)"
+    return None
+
+
+def _service_name(kind: str, field: str, v: Any) -> str:
+    why = service_name_problem(v)
+    if why is not None:
+        raise _fail(kind, field, v, why)
     return v
 
 
@@ -844,13 +851,10 @@ class ServiceDescription(_Description):
         "function": (None, _callable),
         "args": ((), _args),
         "kwargs": (dict, _kwargs),
-        "environment": (dict, _env),
-        "pre_exec": (list, _str_list),
-        "ranks": (1, _int(1, MAX_RANKS)),
-        "cores_per_rank": (1, _int(1, MAX_CORES_PER_NODE, " (a rank runs on one node)")),
-        "gpus_per_rank": (0, _int(0, MAX_GPUS_PER_NODE, " (a rank runs on one node)")),
-        "mem_per_rank": (0, _int(0, MAX_MEM_MIB, " MiB")),
-        "launcher": (None, _opt(_choice(LAUNCHERS))),
+        # as a task's (one definition, one check)
+        **{k: TaskDescription._fields[k] for k in (
+            "environment", "pre_exec", "ranks", "cores_per_rank", "gpus_per_rank",
+            "mem_per_rank", "launcher")},
         "ready_timeout": (60.0, _duration),
         "restart": ("on-failure", _choice(RESTART_POLICIES)),
         "max_restarts": (3, _int(0, 1000)),

@@ -34,19 +34,10 @@ import uuid
 from typing import Any, Callable
 
 ANNOUNCE_PREFIX = "PILOTFISH_ANNOUNCE"
-_RANK_VARS = ("PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 class ServiceError(Exception):
     """A refusal by the pilot (endpoint announced twice, no such group), or no pilot here."""
-
-
-def _rank() -> int:
-    for var in _RANK_VARS:
-        v = os.environ.get(var)
-        if v is not None and v.isdigit():
-            return int(v)
-    return 0
 
 
 class _Peer:
@@ -71,16 +62,10 @@ class _Peer:
             raise ServiceError("not in a pilotfish task: PILOTFISH_SERVICES is not set (service "
                                "groups are reached from tasks of the pilot that runs them)")
         self._pid = os.getpid()
+        from ._sockets import curve_dealer
+
         self._ctx = zmq.Context()
-        sock = self._ctx.socket(zmq.DEALER)
-        with open(key_file, "rb") as f:
-            sock.setsockopt(zmq.CURVE_SERVERKEY, f.read().strip())
-        public, secret = zmq.curve_keypair()
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-        sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.connect(address)
-        self._sock = sock
+        self._sock = curve_dealer(self._ctx, key_file, address)
         self._wake_addr = f"inproc://pilotfish-peer-{id(self):x}"
         self._wake_recv = self._ctx.socket(zmq.PAIR)
         self._wake_recv.bind(self._wake_addr)
@@ -214,7 +199,7 @@ def announce(endpoint: str, *, probe: Callable[[], bool] | None = None,
         raise ServiceError("announce: this process is not a member of a service group "
                            "(PILOTFISH_MEMBER_UID is not set)")
     m = Membership(uid, group, endpoint, probe)
-    if _rank() != 0:
+    if os.environ.get("PILOTFISH_RANK", "0") != "0":  # (every launch method sets it)
         return m
     peer = _Peer.get()
     if uid in peer.members:

@@ -27,7 +27,7 @@ from .._events import EventWriter
 from .._journal import Journal
 from .._paths import resolve, task_cwd
 from .._util import hostname, raise_nofile_limit
-from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, misfit,
+from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit,
                             misfit_partitions, partition_layout)
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
@@ -143,7 +143,8 @@ class Agent:
                                              launcher or self.default_launcher, policy, clock))
         self.shapes = [p.shape for p in self.partitions]
         self._misfits: dict[tuple, object] = {}  # request shape -> misfit (check_spec memo)
-        self._rebalance_on = len(self.partitions) > 1 and os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
+        self._may_rebalance = os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
+        self._rebalance_on = len(self.partitions) > 1 and self._may_rebalance
         if len(self.partitions) > 1:
             for p in self.partitions:
                 self.events.record(self.uid, "partition", json.dumps(
@@ -201,9 +202,11 @@ class Agent:
         self._timer_seq = 0
         self.stopping: tuple[str, str, str] | None = None  # (pilot state, reason, task state)
         self._draining: list[Partition] = []  # grown units being shrunk (Pilot.shrink)
+        self._drain_check = False  # something of a draining unit ended: is it empty now?
+        self._outbox: list = []  # messages for the client, in order, sent by _flush
         self._policy = policy
         self._next_node = len(nodes)  # node and partition indices are never reused (events
-        self._next_part = 0  # name them)
+        self._next_part = len(self.partitions)  # name them)
         self.deadline = self.t_start + float(desc["runtime"])
         if job_left is not None:
             self.deadline = min(self.deadline, clock.now() + job_left)
@@ -236,12 +239,13 @@ class Agent:
         self.events.flush()
 
     def send(self, msg) -> None:
-        """One message to the client now (service news, resizes), after the task updates
-        gathered so far: the client sees what happened in the order it happened."""
+        """A message for the client (service news, resizes), sent by this round's _flush
+        after the task updates gathered before it: the client sees what happened in the
+        order it happened, and the finals in them are journaled first."""
         if self._updates:
-            self._flush(force=True)
-        self.sock.send(_wire.encode(msg))
-        self._last_sent = self.clock.real_mono()
+            self._outbox.append(_wire.Updates(self._updates))
+            self._updates = []
+        self._outbox.append(msg)
 
     def _hello(self, t: float) -> None:
         self.sock.send(_wire.encode(_wire.Hello(self.uid, self.resources.nodes,
@@ -326,19 +330,12 @@ class Agent:
     def _close_partition(self, p: Partition, why: str, held: list) -> None:
         """Nothing can run on p any more: its nodes are reported, its waiting and held tasks
         go to the other partitions (or fail with the reason if none can hold them)."""
-        p.open = False
-        p.closed_reason = why
         self.events.record(self.uid, "partition_closed",
                            f"p{p.index} ({', '.join(p.names[:8])}"
                            f"{'...' if len(p.names) > 8 else ''}): {why}"[:500])
         log.error("partition %d closed (%d nodes: %s): %s", p.index, len(p.names),
                   ",".join(p.names), why)
-        self._release(held)
-        moved = p.scheduler.drain_waiting()
-        for t in held:
-            if t.final_state is None and t.kill_reason is None:
-                t.reset_for_retry()
-                moved.append(t)
+        moved = self._evacuate(p, held, why)
         if not any(q.open for q in self.partitions):
             if self.stopping is None:
                 self.stopping = (S.FAILED, f"no partition can launch: {why}", "launchers")
@@ -347,6 +344,27 @@ class Agent:
                 self._final(t, S.FAILED)
             return
         self._bind(moved, self.clock.mono(), why=f"partition {p.index} closed: {why}")
+
+    def _evacuate(self, p: Partition, held: list, why: str) -> list:
+        """p takes nothing new (closed, or drained): its waiting tasks and those held for its
+        launcher (their slots given back) come out, to be bound elsewhere."""
+        p.open = False
+        p.closed_reason = why
+        self._release(held)
+        moved = p.scheduler.drain_waiting()
+        for t in held:
+            if t.final_state is None and t.kill_reason is None:
+                t.reset_for_retry()
+                moved.append(t)
+        return moved
+
+    def _move_to(self, p: Partition, tasks: list) -> None:
+        """Waiting tasks taken from other partitions' queues join p's."""
+        for t in tasks:
+            remove_work(t.partition, t.spec, t.work)
+            t.partition, t.work = p, task_work(t.spec)
+            add_work(p, t.spec, t.work)
+        p.scheduler.add(tasks, self.clock.mono())
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -412,11 +430,7 @@ class Agent:
             if self._rebalance_on:
                 moves = rebalance(self.partitions)
                 for p, moved in moves:
-                    for t in moved:
-                        remove_work(t.partition, t.spec, t.work)
-                        t.partition, t.work = p, task_work(t.spec)
-                        add_work(p, t.spec, t.work)
-                    p.scheduler.add(moved, clock.mono())
+                    self._move_to(p, moved)
                 if moves:
                     self._schedule()
             now = clock.now()
@@ -427,7 +441,8 @@ class Agent:
                 for sup in sups:
                     if mono >= sup.due:
                         sup.tick(mono)
-            if self._draining:
+            if self._drain_check:
+                self._drain_check = False
                 self._check_drained()
             if services is not None:
                 services.flush()
@@ -848,7 +863,7 @@ class Agent:
             problem = f"nodes {sorted(names & {n.name for n in msg.nodes})} are in the pilot already"
         elif any(not n.name or not 1 <= n.cores <= MAX_CORES_PER_NODE
                  or not 0 <= n.gpus <= MAX_GPUS_PER_NODE
-                 or not 0 <= n.mem < 2**32 for n in msg.nodes):
+                 or not 0 <= n.mem <= MAX_MEM_MIB for n in msg.nodes):
             problem = (f"nodes: each needs a name, 1..{MAX_CORES_PER_NODE} cores, "
                        f"0..{MAX_GPUS_PER_NODE} GPUs, mem >= 0")
         elif len({n.name for n in msg.nodes}) != len(msg.nodes):
@@ -864,7 +879,6 @@ class Agent:
                     t.work = task_work(t.spec)
                     add_work(t.partition, t.spec, t.work)
         res = Resources(list(msg.nodes), self.resources.source, self.resources.overrides)
-        self._next_part = max(self._next_part, max(q.index for q in self.partitions) + 1)
         p = Partition(self._next_part, list(msg.nodes),
                       self._next_node, res, msg.launcher or self.default_launcher,
                       self._policy, self.clock)
@@ -875,7 +889,7 @@ class Agent:
         self.partitions.append(p)
         self.shapes.append(p.shape)
         self._misfits.clear()
-        self._rebalance_on = os.environ.get("PILOTFISH_REBALANCE", "1") != "0"
+        self._rebalance_on = self._may_rebalance
         self.events.record(self.uid, E.PILOT_GROW,
                            f"{msg.unit} {len(msg.nodes)} {len(self._nodes())}", now)
         self.events.record(self.uid, "partition", json.dumps(
@@ -892,13 +906,9 @@ class Agent:
                 continue
             moved = q.scheduler.take(room, lambda key, shape=p.shape: misfit(
                 key[0], key[1], key[2], key[3], shape) is None)
-            for t in moved:
-                room -= t.spec.ranks * t.spec.cores_per_rank
-                remove_work(t.partition, t.spec, t.work)
-                t.partition, t.work = p, task_work(t.spec)
-                add_work(p, t.spec, t.work)
             if moved:
-                p.scheduler.add(moved, self.clock.mono())
+                room -= sum(t.spec.ranks * t.spec.cores_per_rank for t in moved)
+                self._move_to(p, moved)
 
     def _nodes(self) -> list:
         return [n for p in self.partitions for n in p.nodes]
@@ -916,37 +926,29 @@ class Agent:
                                         else f"unit {unit!r} is being drained already"))
                 continue
             p.draining = True
-            p.open = False
-            p.closed_reason = f"draining ({unit} leaves the pilot)"
             self.events.record(self.uid, E.PILOT_DRAIN, f"{unit} {len(p.nodes)}", now)
             self._draining.append(p)
             held = [t for lm in p.launchers.values() for t in lm.held]
             for lm in p.launchers.values():
                 lm.held = []
-            self._release(held)
-            moved = p.scheduler.drain_waiting()
             for t in held:
                 t.held = None
-                if t.final_state is None and t.kill_reason is None:
-                    t.reset_for_retry()
-                    moved.append(t)
+            moved = self._evacuate(p, held, f"draining ({unit} leaves the pilot)")
             self._bind(moved, self.clock.mono(), why=f"partition {p.index} drained")
-            running = [t for t in self.tasks.values() if t.partition is p and t.running
-                       and t.final_state is None and t.kill_reason is None]
-            members = set()
-            requeue = []
-            for t in running:
+            members, workers, requeue = set(), set(), []
+            for t in self.tasks.values():
+                if t.partition is not p or not t.running or t.final_state is not None \
+                        or t.kill_reason is not None:
+                    continue
                 if self.services is not None and t.spec.uid in self.services.members:
                     members.add(t.spec.uid)
                 elif self.pool is not None and t.spec.uid in self.pool.workers:
-                    continue
+                    workers.add(t.spec.uid)
                 elif t.spec.restartable:
                     t.kill_reason = (REQUEUE, f"its node left the pilot ({unit})")
                     requeue.append(t)
             if members:
                 self.services.drain_node_members(members, f"its node leaves the pilot ({unit})")
-            workers = {t.spec.uid for t in running if self.pool is not None
-                       and t.spec.uid in self.pool.workers}
             if workers:
                 self.pool.retire(workers)
             self._kill(requeue)
@@ -955,15 +957,21 @@ class Agent:
     def _requeue(self, t: AgentTask, now: float) -> None:
         """A restartable task stopped by a drain: queued again, as a new arrival."""
         why = t.kill_reason[1]  # type: ignore[index]
-        self.events.record(t.spec.uid, "requeue", why, now)
-        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=f"requeued: {why}"))
         if t.spool >= 0:
             self.runner.read_outputs([t])
-        t.reset_for_retry()
-        t.timed = False
+        self._again(t, now, "requeue", why, f"requeued: {why}")
         t.seq = self._seq
         self._seq += 1
+        self._drain_check = True  # (it may have been the last thing on its unit)
         self._bind([t], self.clock.mono(), why=why)
+
+    def _again(self, t: AgentTask, now: float, event: str, detail: str, reason: str) -> None:
+        """t goes back to waiting (a retry, a requeue): its event, the client's `retry`
+        sub-event -- never a final it would have to take back."""
+        self.events.record(t.spec.uid, event, detail, now)
+        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=reason))
+        t.reset_for_retry()
+        t.timed = False
 
     def _check_drained(self) -> None:
         """Let go of draining units that nothing runs on any more."""
@@ -1000,10 +1008,7 @@ class Agent:
         t.attempt += 1
         delay = min(30.0, 0.5 * 2 ** (t.attempt - 1))
         detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
-        self.events.record(t.spec.uid, "retry", detail, now)
-        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=detail))
-        t.reset_for_retry()
-        t.timed = False
+        self._again(t, now, "retry", detail, detail)
         t.state = BACKOFF  # out of the queue until its backoff ends (a cancel finalizes it)
         self._timer(now + delay, "retry", t)
 
@@ -1073,6 +1078,8 @@ class Agent:
         self._updates.append(_wire.Update(
             spec.uid, state, now, exit_code=t.exit_code if ran else None,
             signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
+        if t.partition is not None and t.partition.draining:
+            self._drain_check = True
         if self.pool is not None and spec.uid in self.pool.workers:
             self.pool.worker_exited(t)
         services = self.services
@@ -1150,6 +1157,11 @@ class Agent:
         if self._journal_buf:  # journaled before it is sent: never reported and then lost
             self.journal.write(self._journal_buf)
             self._journal_buf = []
+        if self._outbox:
+            outbox, self._outbox = self._outbox, []
+            for msg in outbox:
+                self.sock.send(_wire.encode(msg))
+            self._last_sent = self.clock.real_mono()
         if self._updates:
             real = self.clock.real_mono()
             # running through virtual time, one frame per jump would be one per task end:

@@ -29,6 +29,7 @@ import zmq
 
 from .. import _wire
 from .. import states as S
+from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import misfit_partitions, rank_capacity
 from .executor import RUNNING
@@ -99,29 +100,14 @@ class FunctionPool:
         self.clock = agent.clock
         self.dir = os.path.join(agent.sandbox, "functions")
         os.makedirs(self.dir, exist_ok=True)
-        self.sock = agent.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
-        # Only our workers may connect: CURVE, with the server key handed to them in their
-        # environment (which other users cannot read), never on a command line. An abstract
-        # socket has no file permissions, and a TCP port is open to the whole cluster.
-        server_key, secret = zmq.curve_keypair()
-        self.sock.setsockopt(zmq.CURVE_SERVER, 1)
-        self.sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
-        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting worker keeps its id
+        # only our workers may connect (CURVE; the key file's path goes to them)
         self.key_file = os.path.join(self.dir, "server.key")
-        from .._util import write_private
-
-        write_private(self.key_file, server_key)  # 0600; its path goes to the workers
+        self.sock, self.address = curve_router(agent.ctx, self.key_file, "functions")
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
         from ..launch import remote_nodes
 
         if remote_nodes(agent.resources):  # workers on other hosts: TCP on this one's name
-            import socket
-
-            self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
-        else:  # an abstract socket: no file, no path-length limit
-            self.sock.bind(f"ipc://@pilotfish-functions-{os.getpid()}-{id(self):x}")
-        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+            self.address = bind_tcp(self.sock)
         self.queues: dict[tuple, collections.deque[Call]] = {}
         self.calls: dict[str, Call] = {}  # live: queued or in flight
         self.workers: dict[str, Worker] = {}

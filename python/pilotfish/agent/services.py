@@ -27,13 +27,14 @@ import msgspec
 import zmq
 
 from .. import _events as E
-from .. import _wire
+from .. import _wire, service
 from .. import states as S
+from .._sockets import bind_tcp, curve_router
 from .._util import hostname, write_private
 
 log = logging.getLogger("pilotfish.agent")
 
-ANNOUNCE_PREFIX = b"PILOTFISH_ANNOUNCE "
+ANNOUNCE_PREFIX = f"{service.ANNOUNCE_PREFIX} ".encode()  # a plain executable's stdout line
 SCAN_S = 0.01          # stdout scan (and ready-timeout check) interval while members start
 HEALTH_MISSES = 3      # health intervals without an answer before a member has failed
 MAX_ENDPOINT = 1024
@@ -96,6 +97,12 @@ class Group:
                                 for m in self.view.values()], t, self.target)
 
 
+def _peer_view(msg: _wire.GroupView) -> list:
+    """A view as peers get it (pilotfish.service reads it)."""
+    return ["view", msg.name, msg.epoch,
+            [[x.uid, x.endpoint, x.node, x.info] for x in msg.members], msg.target]
+
+
 class ServiceRegistry:
     """The agent's service groups, and the socket their members and clients talk to."""
 
@@ -104,32 +111,19 @@ class ServiceRegistry:
         self.clock = agent.clock
         self.dir = os.path.join(agent.sandbox, "services")
         os.makedirs(self.dir, exist_ok=True)
-        self.sock = ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        # only the pilot's own tasks may speak here: CURVE, the server key in a 0600 file
-        # whose path every task gets (as the function workers' socket)
-        server_key, secret = zmq.curve_keypair()
-        self.sock.setsockopt(zmq.CURVE_SERVER, 1)
-        self.sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        # only the pilot's own tasks may speak here (every task gets the key file's path)
         self.key_file = os.path.join(self.dir, "server.key")
-        write_private(self.key_file, server_key)
+        self.sock, self.address = curve_router(ctx, self.key_file, "services")
         from ..launch import remote_nodes
 
-        self.sock.bind(f"ipc://@pilotfish-services-{os.getpid()}-{id(self):x}")
-        self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         if agent.desc["resource"] not in ("local", "simulated") or remote_nodes(agent.resources):
             # members on other hosts, now or once the pilot grows: TCP on this host's name
-            import socket
-
             try:
-                self.sock.bind(f"tcp://{socket.gethostbyname(hostname())}:*")
-                self.address = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+                self.address = bind_tcp(self.sock)
             except (OSError, zmq.ZMQError) as e:
                 log.warning("service registry: no TCP endpoint (%s): this host only", e)
         self.groups: dict[str, Group] = {}
         self.members: dict[str, Member] = {}  # live members of every group, by uid
-        self.by_ident: dict[bytes, Member] = {}
         self.endpoints: dict[str, str] = {}  # endpoint -> the member that announced it
         self.waiting_subs: dict[str, set[bytes]] = {}  # subscribers of groups not started yet
         self.hold_owners: dict[str, set[tuple[str, str]]] = {}  # task uid -> (group, token)
@@ -155,20 +149,19 @@ class ServiceRegistry:
         g.subscribers |= self.waiting_subs.pop(spec.name, set())
         self.agent.events.record(spec.name, E.GROUP_RESIZE, str(spec.replicas), now)
         self._ack(spec.name, "start", 0, None)
-        for _ in range(spec.replicas):
-            self._start_member(g, g.next_slot, 0)
-            g.next_slot += 1
+        self._start_members(g, spec.replicas)
         g.dirty = True  # (epoch 0, empty: subscribers learn the group exists)
 
     def _spec_problem(self, spec: _wire.ServiceSpec) -> str | None:
         """Why the agent will not start this group (the client checked; the wire is an API)."""
         import math
 
-        from ..descriptions import RESTART_POLICIES
+        from ..descriptions import RESTART_POLICIES, service_name_problem
 
         name = spec.name
-        if not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
-            return f"name = {name[:80]!r}: 1-64 letters, digits, '_' or '-'"
+        why = service_name_problem(name)
+        if why is not None:
+            return f"name = {name[:80]!r}: {why}"
         if name in self.groups:
             return f"a service group named {name!r} exists in this pilot already"
         if not 0 <= spec.replicas <= MAX_REPLICAS:
@@ -206,9 +199,7 @@ class ServiceRegistry:
         g.target = n
         live = g.live()
         if n > len(live):
-            for _ in range(n - len(live)):
-                self._start_member(g, g.next_slot, 0)
-                g.next_slot += 1
+            self._start_members(g, n - len(live))
         elif n < len(live):
             # the ones that are not serving yet first, then the newest
             order = sorted(live, key=lambda m: (m.state == READY, -m.k))
@@ -227,7 +218,8 @@ class ServiceRegistry:
         g.holds[token] = owner
         if owner is not None:
             self.hold_owners.setdefault(owner, set()).add((name, token))
-        self._send_view(g)  # the view this hold pins goes out before the answer
+        if g.dirty:  # the view this hold pins goes out before the answer
+            self._send_view(g)
         return g.epoch, None
 
     def release(self, name: str, token: str) -> None:
@@ -247,7 +239,17 @@ class ServiceRegistry:
                 self._apply(g, kind, m)
 
     # -- members -----------------------------------------------------------------------------
-    def _start_member(self, g: Group, slot: int, restarts: int, replaces: str | None = None) -> None:
+    def _start_members(self, g: Group, n: int) -> None:
+        specs = []
+        for _ in range(n):
+            specs.append(self._member_spec(g, g.next_slot, 0))
+            g.next_slot += 1
+        self.agent._accept(specs)
+
+    def _member_spec(self, g: Group, slot: int, restarts: int,
+                     replaces: str | None = None) -> _wire.TaskSpec:
+        """A new member of g in `slot`, as the task to accept (callers accept a batch: a
+        spec the agent refuses comes back through member_exited)."""
         # ".m" keeps members apart from other agent tasks (task.*, worker.*) whatever the name
         uid = f"{g.name}.m{g.next_k:04d}"
         m = Member(uid, g.next_k, g, slot, restarts)
@@ -273,7 +275,7 @@ class ServiceRegistry:
         events.record(uid, E.MEMBER_START, g.name, now)
         self._news(g, uid, "restarting" if replaces else "starting", reason=replaces)
         self.due = min(self.due, self.clock.mono())
-        self.agent._accept([spec])  # (a spec it refuses comes back through member_exited)
+        return spec
 
     def _ask_leave(self, m: Member, why: str) -> None:
         """Take m out of the group: out of the view first (now, or when the holds go), then
@@ -323,8 +325,6 @@ class ServiceRegistry:
             return
         g = m.group
         g.members.pop(m.uid, None)
-        if m.ident is not None:
-            self.by_ident.pop(m.ident, None)
         if m.endpoint is not None and self.endpoints.get(m.endpoint) == m.uid:
             del self.endpoints[m.endpoint]
         was, m.state = m.state, GONE
@@ -360,6 +360,7 @@ class ServiceRegistry:
 
     def drain_node_members(self, uids: set[str], why: str) -> None:
         """Members on nodes that go away: they leave, and others start in their slots."""
+        specs = []
         for uid in uids:
             m = self.members.get(uid)
             if m is None or m.state not in (STARTING, READY):
@@ -367,7 +368,8 @@ class ServiceRegistry:
             g = m.group
             self._ask_leave(m, why)
             if len(g.live()) < g.target:
-                self._start_member(g, m.slot, m.restarts, replaces=m.uid)
+                specs.append(self._member_spec(g, m.slot, m.restarts, replaces=m.uid))
+        self.agent._accept(specs)
 
     def task_ended(self, uid: str) -> None:
         """A task that held views ended: its holds go with it."""
@@ -433,14 +435,9 @@ class ServiceRegistry:
         msg = g.view_msg(self.clock.now())
         self.agent.send(msg)
         if g.subscribers:
-            frame = _encode(["view", g.name, g.epoch,
-                             [[x.uid, x.endpoint, x.node, x.info] for x in msg.members],
-                             g.target])
-            for ident in list(g.subscribers):
-                try:
-                    self.sock.send_multipart([ident, frame], zmq.NOBLOCK)
-                except zmq.ZMQError:
-                    g.subscribers.discard(ident)
+            frame = _encode(_peer_view(msg))
+            for ident in g.subscribers:
+                self._reply(ident, frame)
 
     def flush(self) -> None:
         for g in self.groups.values():
@@ -471,10 +468,12 @@ class ServiceRegistry:
             except Exception:  # noqa: BLE001 -- a peer's bad message costs nothing
                 log.exception("service registry: bad message")
 
-    def _reply(self, ident: bytes, msg: list) -> None:
+    def _reply(self, ident: bytes, msg: list | bytes) -> None:
+        """To one peer; one that is gone is dropped by the ROUTER (no error to handle)."""
         try:
-            self.sock.send_multipart([ident, _encode(msg)], zmq.NOBLOCK)
-        except zmq.ZMQError:
+            self.sock.send_multipart([ident, msg if isinstance(msg, bytes) else _encode(msg)],
+                                     zmq.NOBLOCK)
+        except zmq.ZMQError:  # (its queue is full: it is not reading)
             pass
 
     def _on_peer(self, ident: bytes, kind: str, msg: list) -> None:
@@ -493,7 +492,6 @@ class ServiceRegistry:
                 self._reply(ident, ["refused", uid, why])
                 return
             m.ident = ident
-            self.by_ident[ident] = m
             self._ready(m, endpoint, info)
             self._reply(ident, ["announced", uid])
         elif kind == "pong":
@@ -511,7 +509,7 @@ class ServiceRegistry:
                 self.waiting_subs.setdefault(name, set()).add(ident)
                 return
             g.subscribers.add(ident)
-            self._send_view(g)
+            self._reply(ident, _peer_view(g.view_msg(self.clock.now())))  # it alone needs it
         elif kind == "hold":
             _, name, token, owner = msg[:4]
             epoch, why = self.hold(name, token, owner or None)
@@ -529,9 +527,9 @@ class ServiceRegistry:
         """Stdout announcements, ready timeouts, health checks, leave deadlines."""
         if self.restarts and self.agent.stopping is None:
             restarts, self.restarts = self.restarts, []
-            for g, slot, n, replaces in restarts:
-                if len(g.live()) < g.target:
-                    self._start_member(g, slot, n, replaces=replaces)
+            self.agent._accept([self._member_spec(g, slot, n, replaces=replaces)
+                                for g, slot, n, replaces in restarts
+                                if len(g.live()) < g.target])
         mono = self.clock.mono()
         due = float("inf")
         tasks = self.agent.tasks

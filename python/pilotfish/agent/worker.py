@@ -208,16 +208,12 @@ def main(argv: list[str]) -> int:
 
     import zmq
 
+    from .._sockets import curve_dealer
+
     ctx = zmq.Context(1)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 2000)
-    public, secret = zmq.curve_keypair()
-    with open(os.environ.pop("PILOTFISH_FN_KEYFILE"), "rb") as f:  # (0600: never on a
-        sock.setsockopt(zmq.CURVE_SERVERKEY, f.read().strip())       # command line)
-    sock.setsockopt(zmq.ROUTING_ID, uid.encode())  # the same identity after a reconnect
-    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
-    sock.connect(address)
+    # (the same identity after a reconnect)
+    sock = curve_dealer(ctx, os.environ.pop("PILOTFISH_FN_KEYFILE"), address,
+                        identity=uid.encode(), linger=2000)
     # On the agent's host the results go through the shared result log (a crash loses
     # nothing written). On another node the agent cannot map our pages: the records travel
     # with the "done" messages instead, and a crash loses the results of the last few ms,

@@ -38,6 +38,6 @@ def elastic_series(data) -> tuple[dict[str, list], dict[str, list]]:
                 members.setdefault(uid, []).append((t, int(d.split()[1])))
         except (ValueError, IndexError):
             continue
-    if not any(len(v) > 1 for v in nodes.values()):
-        nodes = {k: v for k, v in nodes.items() if members}  # flat lines only beside groups
+    if not members and not any(len(v) > 1 for v in nodes.values()):
+        nodes = {}  # flat lines only beside groups
     return nodes, members

@@ -18,6 +18,7 @@ import time
 def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
     """Submit the holder job of `unit` and wait until it runs: (job, [NodeInfo])."""
     from .. import _wire
+    from .. import states as S
     from .._errors import PilotfishError
     from ..descriptions import PilotDescription
     from .psij_job import PsijBatchJob
@@ -36,7 +37,7 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
     job.submit()
     try:
         while not os.path.exists(path):
-            if pilot.state in ("DONE", "FAILED", "CANCELED"):
+            if pilot.state in S.FINAL:
                 raise PilotfishError(f"grow: {pilot.uid} ended ({pilot.state})")
             state, message = job.poll()
             if state not in ("QUEUED", "RUNNING"):

@@ -74,7 +74,7 @@ class ServiceGroup:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not until(self._view):
-                if self._short is not None and not until(self._view):
+                if self._short is not None:
                     raise ServiceError(f"service group {self.name!r}: {self._short}")
                 if self.pilot.state in S.FINAL:
                     raise ServiceError(f"service group {self.name!r}: pilot {self.pilot.uid} "
@@ -249,16 +249,14 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
         raise DescriptionError("ServiceGroup", "replicas", replicas, need[0])
     shape = dict(ranks=d.ranks, cores_per_rank=d.cores_per_rank, gpus_per_rank=d.gpus_per_rank,
                  mem_per_rank=d.mem_per_rank)
-    if d.function is not None:
+    if d.function is not None:  # (the agent runs it with python -m pilotfish.service)
         fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
         fn, call = _pickle_calls([fd], [0])[0]
-        template = _wire.TaskSpec(uid="-", executable="", function=fn, call=call,
-                                  environment=dict(d.environment), pre_exec=tuple(d.pre_exec),
-                                  launcher=d.launcher, **shape)
+        what = dict(executable="", function=fn, call=call)
     else:
-        template = _wire.TaskSpec(uid="-", executable=d.executable,
-                                  arguments=tuple(d.arguments), environment=dict(d.environment),
-                                  pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape)
+        what = dict(executable=d.executable, arguments=tuple(d.arguments))
+    template = _wire.TaskSpec(uid="-", environment=dict(d.environment),
+                              pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape, **what)
     spec = _wire.ServiceSpec(d.name, template, replicas, d.restart, d.max_restarts,
                              d.ready_timeout, d.health_interval, d.leave_timeout)
     group = ServiceGroup(tmgr, d, pilot, replicas)

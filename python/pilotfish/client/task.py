@@ -540,18 +540,15 @@ class TaskManager:
                     t._hist += (S.EXECUTING, u.started)
                     t._result = u.result
                 t._hist += (state, u.t)
+                if u.slots is not None:  # (EXECUTING: the first launch, or again after a requeue)
+                    t.slots = u.slots
+                    t.partition = u.partition
                 rank = S.TASK_RANK.get(state)
                 if rank is None or rank <= S.TASK_RANK[old]:
-                    if u.slots is not None and state == old:  # launched again (requeued)
-                        t.slots = u.slots
-                        t.partition = u.partition
                     continue  # a sub-event (e.g. launch_retry) or late news: history only
                 t.state = state
                 counts[old] -= 1
                 counts[state] += 1
-                if u.slots is not None:
-                    t.slots = u.slots
-                    t.partition = u.partition
                 if state in S.FINAL:
                     t.exit_code = u.exit_code
                     t.signal = u.signal

@@ -83,10 +83,20 @@ class _Channel:
             self.outstanding.pop(ep, None)
         return out
 
+    def broadcast(self, endpoints, hdr: dict) -> str | None:
+        """The same request to each server; every answer waited for; the first refusal."""
+        for ep in endpoints:
+            self.send(ep, dict(hdr))
+        return first_error(self.collect())
+
     def close(self) -> None:
         for s in self.socks.values():
             s.close(0)
         self.ctx.term()
+
+
+def first_error(replies: dict) -> str | None:
+    return next((e for ok, e, _ in replies.values() if not ok), None)
 
 
 class PipelineHandle:
@@ -139,25 +149,21 @@ class PipelineHandle:
             if not members:
                 hold.release()
                 raise InsituError(f"staging area {self.area.name!r} has no servers")
+            endpoints = [ep for _, ep in members]
             try:
                 self.area._ensure_pipelines(self.ch, members)
-                for uid, ep in members:
-                    self.ch.send(ep, {"op": "activate", "pipeline": self.name,
-                                      "iteration": iteration, "epoch": view.epoch,
-                                      "members": [list(m) for m in members]})
-                errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+                why = self.ch.broadcast(endpoints, {
+                    "op": "activate", "pipeline": self.name, "iteration": iteration,
+                    "epoch": view.epoch, "members": [list(m) for m in members]})
             except InsituError as e:
-                errors = [str(e)]
-            if not errors:
+                why = str(e)
+            if why is None:
                 self._hold = hold
                 return view.epoch, members
             # undo on the servers that activated, then refresh and retry if stale
-            for uid, ep in members:
-                self.ch.send(ep, {"op": "deactivate", "pipeline": self.name,
-                                  "iteration": iteration})
-            self.ch.collect()
+            self.ch.broadcast(endpoints, {"op": "deactivate", "pipeline": self.name,
+                                          "iteration": iteration})
             hold.release()
-            why = errors[0]
             if not why.startswith("stale view"):
                 raise InsituError(f"activate {iteration}: {why}")
             time.sleep(0.05 * (attempt + 1))
@@ -189,11 +195,11 @@ class PipelineHandle:
         """Wait for every stage acknowledgement; the first refusal, or None."""
         t0 = time.perf_counter()
         try:
-            errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
+            why = first_error(self.ch.collect())
         except InsituError as e:
-            errors = [str(e)]
+            why = str(e)
         self._t["stage"] += time.perf_counter() - t0
-        return errors[0] if errors else None
+        return why
 
     def execute(self, iteration: int) -> Any:
         """Run the pipeline on every server of the view; rank 0's result (None on client
@@ -236,11 +242,8 @@ class PipelineHandle:
         if self.comm is not None:
             self.comm.Barrier()
         if self._root:
-            for _, ep in self.members:
-                self.ch.send(ep, {"op": "deactivate", "pipeline": self.name,
-                                  "iteration": iteration})
-            errors = [e for ok, e, _ in self.ch.collect().values() if not ok]
-            err = err or (errors[0] if errors else None)
+            err = err or self.ch.broadcast([ep for _, ep in self.members], {
+                "op": "deactivate", "pipeline": self.name, "iteration": iteration})
             hold, self._hold = self._hold, None
             if hold is not None:
                 hold.release()
@@ -291,11 +294,20 @@ class _AreaBase:
                     sent.append((uid, name))
         if not sent:
             return
-        errors = [e for ok, e, _ in ch.collect().values() if not ok]
-        if errors:
-            raise InsituError(errors[0])
+        why = first_error(ch.collect())
+        if why is not None:
+            raise InsituError(why)
         for uid, name in sent:
             self._created[uid].add(name)
+
+    @property
+    def members(self) -> list:
+        """The servers of the current view."""
+        return self._views.view.members
+
+    @property
+    def epoch(self) -> int:
+        return self._views.view.epoch
 
     def wait_for_servers(self, n: int, timeout: float | None = 120.0) -> None:
         """Block until the area's view has n servers."""
@@ -334,15 +346,12 @@ class _AreaBase:
         ch = _Channel()
         with self._views.hold() as view:
             members = [(m.uid, m.endpoint) for m in view.members]
-            for uid, ep in members:
-                ch.send(ep, dict(req))
-            errors = [e for ok, e, _ in ch.collect().values() if not ok]
-            if errors:
-                for uid, ep in members:
-                    ch.send(ep, {"op": "destroy", "pipeline": name})
-                ch.collect()
+            endpoints = [ep for _, ep in members]
+            why = ch.broadcast(endpoints, req)
+            if why is not None:
+                ch.broadcast(endpoints, {"op": "destroy", "pipeline": name})
                 ch.close()
-                raise InsituError(f"pipeline {name!r}: {errors[0]}")
+                raise InsituError(f"pipeline {name!r}: {why}")
         ch.close()
         self._pipelines[name] = req
         for uid, _ in members:
@@ -353,10 +362,9 @@ class _AreaBase:
             raise InsituError(f"no pipeline {name!r} in this area")
         ch = _Channel()
         with self._views.hold() as view:
+            ch.broadcast([m.endpoint for m in view.members], {"op": "destroy", "pipeline": name})
             for m in view.members:
-                ch.send(m.endpoint, {"op": "destroy", "pipeline": name})
                 self._created.get(m.uid, set()).discard(name)
-            ch.collect()
         ch.close()
 
     def pipeline(self, name: str, comm: Any = None,
@@ -402,14 +410,6 @@ class StagingArea(_AreaBase):
         self._views = self.group
         self.group.wait_ready(timeout=ready_timeout)
 
-    @property
-    def members(self) -> list:
-        return self.group.members
-
-    @property
-    def epoch(self) -> int:
-        return self.group.epoch
-
     def resize(self, n: int, wait: bool = True, warm: bool = False,
                timeout: float = 120.0) -> None:
         """n servers. Joins and leaves take effect between iterations (an active iteration
@@ -438,13 +438,11 @@ class StagingArea(_AreaBase):
             try:
                 members = [(x.uid, x.endpoint) for x in fresh]
                 self._ensure_pipelines(ch, members)
-                for _, ep in members:
-                    ch.send(ep, {"op": "warm"})
-                errors = [e for ok, e, _ in ch.collect().values() if not ok]
+                why = ch.broadcast([ep for _, ep in members], {"op": "warm"})
             finally:
                 ch.close()
-            if errors:
-                raise InsituError(f"warming new servers: {errors[0]}")
+            if why is not None:
+                raise InsituError(f"warming new servers: {why}")
         self.group.wait(lambda v: len(v.members) == n, timeout)
 
     def close(self) -> None:
@@ -472,14 +470,6 @@ class _TaskArea(_AreaBase):
         self.name = name
         self._views = service.Group(name)
         self._views.wait(lambda v: len(v.members) > 0, timeout)
-
-    @property
-    def members(self) -> list:
-        return self._views.view.members
-
-    @property
-    def epoch(self) -> int:
-        return self._views.view.epoch
 
 
 def connect(name: str, timeout: float = 120.0) -> _TaskArea:

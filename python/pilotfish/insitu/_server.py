@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import os
 import pickle
-import socket
 import sys
 import time
 import traceback
@@ -22,6 +21,7 @@ import msgspec
 import zmq
 
 from .. import service
+from .._sockets import host_address
 from ._collectives import Collectives, MPICollectives, build_mpi_comm
 from ._pipeline import InsituError, lookup
 
@@ -33,11 +33,10 @@ _dec = msgspec.msgpack.decode
 
 
 class Active:
-    __slots__ = ("iteration", "epoch", "blocks", "comm")
+    __slots__ = ("iteration", "blocks", "comm")
 
-    def __init__(self, iteration: int, epoch: int, comm: Collectives):
+    def __init__(self, iteration: int, comm: Collectives):
         self.iteration = iteration
-        self.epoch = epoch
         self.blocks: set = set()
         self.comm = comm
 
@@ -48,7 +47,7 @@ class Server:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
-        host = _address()
+        host = host_address()
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
         self.peers: dict[str, zmq.Socket] = {}
@@ -189,11 +188,10 @@ class Server:
                 comm = self._mpi_for(tuple(uids), comm)
             p.comm = comm
             p.activate(it)
-            self.active[name] = Active(it, epoch, comm)
+            self.active[name] = Active(it, comm)
             return None
         if a is None or a.iteration != it:
-            what = {"stage": "stage", "execute": "execute", "deactivate": "deactivate"}.get(op, op)
-            raise InsituError(f"pipeline {name!r}: {what} of iteration {it}, which is not "
+            raise InsituError(f"pipeline {name!r}: {op} of iteration {it}, which is not "
                               f"active" + (f" (iteration {a.iteration} is)" if a else
                                            " (activate it first)"))
         p.comm = a.comm
@@ -234,13 +232,6 @@ class Server:
             raise InsituError(f"stale view: the server never saw epoch {epoch}") from None
         if view.epoch != epoch:
             raise InsituError(f"stale view: epoch {epoch}, the group is at {view.epoch}")
-
-
-def _address() -> str:
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 def main() -> int:

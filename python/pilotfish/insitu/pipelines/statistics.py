@@ -38,13 +38,11 @@ class Statistics(Pipeline):
     def execute(self, iteration: int):
         comm = self.comm
         values = [np.asarray(b, dtype=np.float64).ravel() for b in self.blocks]
-        count = sum(v.size for v in values)
-        lo = min((v.min() for v in values if v.size), default=np.inf)
-        hi = max((v.max() for v in values if v.size), default=-np.inf)
-        total = sum(float(v.sum()) for v in values)
-        count, total = comm.allreduce((count, total), lambda a, b: (a[0] + b[0], a[1] + b[1]))
-        lo = comm.allreduce(lo, min)
-        hi = comm.allreduce(hi, max)
+        local = (sum(v.size for v in values), sum(float(v.sum()) for v in values),
+                 min((v.min() for v in values if v.size), default=np.inf),
+                 max((v.max() for v in values if v.size), default=-np.inf))
+        count, total, lo, hi = comm.allreduce(local, lambda a, b: (
+            a[0] + b[0], a[1] + b[1], min(a[2], b[2]), max(a[3], b[3])))
         rng = self.range or ([lo, hi] if count else [0.0, 1.0])
         if rng[0] == rng[1]:
             rng = [rng[0] - 0.5, rng[1] + 0.5]

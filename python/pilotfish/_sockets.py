@@ -1,0 +1,62 @@
+"""CURVE sockets between the agent and the processes it starts (function workers, service
+members and their clients): the agent's ROUTER holds a fresh key pair whose public key goes
+into a 0600 file whose path its tasks get -- never a command line, which other users can
+read; an abstract ipc socket has no file permissions and a TCP port is open to the cluster,
+so only a process that could read that file can speak."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ._util import hostname, write_private
+
+
+def host_address() -> str:
+    """The address this host's name resolves to (what processes on other nodes reach)."""
+    try:
+        return socket.gethostbyname(hostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def curve_router(ctx, key_file: str, name: str):
+    """A CURVE-server ROUTER bound to an abstract ipc socket (this host), its public key
+    written to key_file: (socket, address). bind_tcp() adds a TCP endpoint."""
+    import zmq
+
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting peer keeps its identity
+    public, secret = zmq.curve_keypair()
+    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+    write_private(key_file, public)
+    sock.bind(f"ipc://@pilotfish-{name}-{os.getpid()}-{id(sock):x}")
+    return sock, sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+def bind_tcp(sock) -> str:
+    """Bind sock to TCP on this host's address too; the new address (ZMQError, OSError)."""
+    import zmq
+
+    sock.bind(f"tcp://{host_address()}:*")
+    return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+
+def curve_dealer(ctx, key_file: str, address: str, identity: bytes | None = None,
+                 linger: int = 1000):
+    """A DEALER that proves itself with the server key in key_file, connected to address."""
+    import zmq
+
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, linger)
+    with open(key_file, "rb") as f:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, f.read().strip())
+    public, secret = zmq.curve_keypair()
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+    if identity is not None:
+        sock.setsockopt(zmq.ROUTING_ID, identity)
+    sock.connect(address)
+    return sock
