@@ -59,7 +59,7 @@ def test_staging_directive_forms():
     assert rp._describe.staging(["a.dat", "b.dat > c.dat", "d.dat < e.dat", "f >> g",
                                  {"source": "client:///h", "target": "task:///i",
                                   "action": rp.TARBALL, "flags": rp.CREATE_PARENTS}],
-                                "input_staging", True, fail) == [
+                                "input_staging", fail) == [
         {"source": "a.dat", "action": "transfer"},
         {"source": "b.dat", "target": "c.dat", "action": "transfer"},
         {"source": "e.dat", "target": "d.dat", "action": "transfer"},

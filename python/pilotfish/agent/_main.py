@@ -1244,20 +1244,32 @@ def _finals_and_outputs(path: str, uids: set[str]) -> tuple[dict[str, list], dic
     return done, outputs
 
 
+_SHAPE_FIELDS = ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank")
+
+
+def misfit_reason(key: tuple, shapes: list, memo: dict | None = None) -> str | None:
+    """"field = value: why" when no partition can ever hold a request of this shape (ranks,
+    cores, GPUs, memory per rank), else None; memoized per shape (misfit is O(nodes))."""
+    r = memo.get(key, memo) if memo is not None else memo
+    if r is memo:
+        r = misfit_partitions(*key, shapes)
+        if memo is not None and all(type(x) is int for x in key):
+            memo[key] = r
+    if r is None:
+        return None
+    return f"{r[0]} = {key[_SHAPE_FIELDS.index(r[0])]}: {r[1]}"
+
+
 def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
                memo: dict | None = None) -> str | None:
     """Why the agent cannot run this task, or None. The client checked it already; the agent
     checks again because the wire is an API too (a task must never kill the agent).
     shapes: per partition, its nodes' (cores, gpus, mem); memo: misfit per request shape
     (it is O(nodes); the request's numbers are checked by misfit itself the first time)."""
-    key = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
-    r = memo.get(key, memo) if memo is not None else memo
-    if r is memo:
-        r = misfit_partitions(*key, shapes)
-        if memo is not None and all(type(x) is int for x in key):
-            memo[key] = r
-    if r is not None:
-        return f"{r[0]} = {getattr(spec, r[0])}: {r[1]}"
+    why = misfit_reason((spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank),
+                        shapes, memo)
+    if why is not None:
+        return why
     if not spec.uid or not spec.executable:
         return "uid and executable must not be empty"
     if "/" in spec.uid or spec.uid in (".", "..") or "\0" in spec.uid:

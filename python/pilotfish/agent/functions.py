@@ -31,7 +31,7 @@ from .. import _wire
 from .. import states as S
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname
-from ..descriptions import misfit_partitions, rank_capacity
+from ..descriptions import rank_capacity
 from .executor import RUNNING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
@@ -157,17 +157,9 @@ class FunctionPool:
         self.dispatch()
 
     def _misfit(self, shape: tuple) -> str | None:
-        agent = self.agent
-        memo = agent._misfits
-        r = memo.get(shape, memo)
-        if r is memo:
-            r = misfit_partitions(*shape, agent.shapes)
-            if all(type(x) is int for x in shape):
-                memo[shape] = r
-        if r is None:
-            return None
-        fields = dict(zip(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank"), shape))
-        return f"{r[0]} = {fields.get(r[0])}: {r[1]}"
+        from ._main import misfit_reason
+
+        return misfit_reason(shape, self.agent.shapes, self.agent._misfits)
 
     def _cap(self, shape: tuple) -> int:
         """How many workers of this shape the pilot holds at once."""

@@ -65,7 +65,6 @@ class ResultLog:
                                  mmap.PROT_READ | (mmap.PROT_WRITE if create else 0))
         finally:
             os.close(fd)
-        self.path = path
         self.offset = 0
 
     def room(self, n: int) -> bool:
@@ -130,8 +129,10 @@ def _comm():
     ranks = int(os.environ.get("PILOTFISH_RANKS", "1"))
     if ranks <= 1:
         return None
-    from mpi4py import MPI
+    from .._mpi import check_world, mpi
 
+    MPI = mpi()  # the launcher's libmpi (both MPICH and Open MPI may be installed)
+    check_world(MPI)
     return MPI.COMM_WORLD
 
 

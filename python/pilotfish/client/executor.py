@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import os
 import threading
 from typing import Any, Callable
 
@@ -68,7 +67,7 @@ class Executor(cf.Executor):
             session = Session(path=session_path)
             try:
                 pd = pilot if pilot is not None else PilotDescription(
-                    nodes=1, cores_per_node=os.cpu_count() or 1, runtime="24h")
+                    nodes=1, runtime="24h")  # (a local pilot: this machine's shape)
                 p = PilotManager(session).submit_pilots(pd)
                 tmgr = TaskManager(session)
                 tmgr.add_pilots(p)

@@ -62,7 +62,9 @@ class Server:
         self.mpi_key: tuple | None = None
         self.mpi_comm = None
         if self.use_mpi:
-            from mpi4py import MPI  # noqa: F401  (MPI_Init now, not in the first iteration)
+            from .._mpi import mpi
+
+            mpi()  # MPI_Init now (not in the first iteration), on the launcher's libmpi
         self.group = service.Group(os.environ["PILOTFISH_SERVICE_GROUP"])
         self.me = service.announce(self.endpoint, role="staging")
 

@@ -157,7 +157,7 @@ class Pilot:
     def _directives(self, directives, inbound: bool) -> list[dict]:
         def fail(field, why):
             return ValueError(f"pilot.stage_{'in' if inbound else 'out'}: {why}")
-        out = staging(directives, "staging", inbound, fail)
+        out = staging(directives, "staging", fail)
         for d in out:  # a plain target of stage_in, a plain source of stage_out: pilot://
             side = "target" if inbound else "source"
             path = d.get(side) or os.path.basename(d["source"].rstrip("/"))
@@ -395,7 +395,6 @@ class TaskManager:
         self._pilots: dict[str, Pilot] = {}
         self._tasks: dict[str, Task] = {}   # rp uid -> task
         self._by_pf: dict[str, Task] = {}   # pilotfish uid -> task
-        self._user_uid: dict[int, str] = {}  # id(pf description) -> the user's uid, in submit
         # id(pf description) -> its RP description, while a submit is under way: the IO
         # thread may report a task before submit_tasks returns (_wrap makes it then)
         self._rp_desc: dict[int, TaskDescription] = {}
@@ -403,19 +402,24 @@ class TaskManager:
         self._during_setup = False
         self.uid = uid or "tmgr.0000"
 
+    def _user_uid(self, key: int, uid: str) -> str:
+        """The uid the user gave the RP description of pf description `key`, else uid."""
+        d = self._rp_desc.get(key)
+        return (d.get("uid") if d is not None else None) or uid
+
     def _wrap(self, t) -> Task:
         with self._lock:
             task = self._by_pf.get(t.uid)
             if task is None:
                 key = id(t.description)
-                task = Task(self, t, self._rp_desc[key], self._user_uid.get(key, t.uid))
+                task = Task(self, t, self._rp_desc[key], self._user_uid(key, t.uid))
                 self._tasks[task.uid] = task
                 self._by_pf[t.uid] = task
             return task
 
     # RP's per-task variables, and a sandbox of its own for every task (as in RP)
     def _spec_extra(self, uid: str, d, pilot) -> dict:
-        rp_uid = self._user_uid.get(id(d), uid)
+        rp_uid = self._user_uid(id(d), uid)
         full = _task_dir(pilot, d.sandbox, uid)
         out: dict = {"environment": {
             "RP_TASK_ID": rp_uid, "RP_TASK_NAME": d.name or rp_uid, "RP_PILOT_ID": pilot.uid,
@@ -447,12 +451,13 @@ class TaskManager:
         descs, many = _listify(descriptions)
         rp_descs = [d if isinstance(d, TaskDescription) else TaskDescription(d) for d in descs]
         pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]
+        given: set[str] = set()
         for i, d in enumerate(rp_descs):
             uid = d.get("uid")
-            if uid is not None and (uid in self._tasks or uid in self._user_uid.values()):
+            if uid is not None and (uid in self._tasks or uid in given):
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
             if uid is not None:
-                self._user_uid[id(pf_descs[i])] = uid
+                given.add(uid)
         for p in self._pilots.values():
             if self._during_setup:
                 break
@@ -460,14 +465,13 @@ class TaskManager:
                 p._ready.wait()
             if p._problem:
                 raise PilotfishError(p._problem)
-        for pd, d in zip(pf_descs, rp_descs):
-            self._rp_desc[id(pd)] = d
         try:
+            for pd, d in zip(pf_descs, rp_descs):
+                self._rp_desc[id(pd)] = d
             out = [self._wrap(t) for t in self._pf.submit_tasks(pf_descs)]
         finally:
             for pd in pf_descs:
                 self._rp_desc.pop(id(pd), None)
-                self._user_uid.pop(id(pd), None)
         return out if many else out[0]
 
     def _pf_uids(self, uids) -> tuple[list[str], bool]:

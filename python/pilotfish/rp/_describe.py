@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from .._errors import DescriptionError, show
+from .._util import machine_shape
 from ..descriptions import PilotDescription as _PfPilot
 from ..descriptions import TaskDescription as _PfTask
 from ._resources import resource_config
@@ -192,8 +193,7 @@ class TaskDescription(_Description):
                 out[k] = v[k]
         for field in ("input_staging", "output_staging"):
             if v.get(field):
-                out[field] = staging(v[field], field, inbound=field == "input_staging",
-                                     fail=fail)
+                out[field] = staging(v[field], field, fail=fail)
         unknown = sorted(set(v) - set(self._defaults) - TASK_IGNORED - set(TASK_UNSUPPORTED)
                          - {"cpu_processes", "cpu_threads", "gpu_processes", "cpu_process_type",
                             "mem_per_process", "launcher"})
@@ -296,7 +296,7 @@ def _per_rank(lines: list, fail, field: str) -> list[str]:
     return out
 
 
-def staging(directives: Any, field: str, inbound: bool, fail) -> list[dict]:
+def staging(directives: Any, field: str, fail) -> list[dict]:
     """RP's directive forms as pilotfish's: a string "src > tgt" (or "tgt < src"), a plain
     path (same name on both sides), a dict {source, target, action, flags}, or a list of
     them; RP actions (rp.TRANSFER, rp.COPY, ...) and the default action (TRANSFER)."""
@@ -376,7 +376,7 @@ class PilotDescription(_Description):
         cpn, gpn = cfg.get("cores_per_node"), cfg.get("gpus_per_node", 0)
         if cfg.get("fake_resources"):  # local.localhost: one node of what was asked for
             out["nodes"] = nodes or 1
-            per = (cores or os.cpu_count() or 1) / out["nodes"]
+            per = (cores or machine_shape()[0]) / out["nodes"]
             out["cores_per_node"] = max(1, math.ceil(per))
             out["gpus_per_node"] = math.ceil(gpus / out["nodes"])
         else:

