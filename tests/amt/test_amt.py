@@ -60,13 +60,16 @@ def test_unserialisable_element_is_reported_and_nothing_moves():
     assert r.out.count("OK async") == 2, r
 
 
-def test_rebalance_on_some_ranks_is_reported_not_a_hang():
+def test_rebalance_on_some_ranks_is_reported_not_a_hang(tmp_path):
     r = mpirun("bad.py", 2, "mismatch")
     assert r.out.count("OK mismatch") == 2, r
     assert "ranks [0] called amt.rebalance()" in r.out and "ranks [1] called amt.phase()" in r.out
-    r = mpirun("bad.py", 2, "timeout", "2", expect_rc=None, timeout=40)
-    assert r.rc != 0 and "OK timeout detected" in r.out, r
-    assert "amt.rebalance() was called on rank 0 but not on every rank" in r.out
+    # rank 0 reports to a file too: hydra may drop a rank's last output when the job aborts
+    mark = tmp_path / "timeout.txt"
+    r = mpirun("bad.py", 2, "timeout", "2", mark, expect_rc=None, timeout=40)
+    said = mark.read_text() if mark.exists() else r.out
+    assert r.rc != 0 and "OK timeout detected" in said, (r, said)
+    assert "amt.rebalance() was called on rank 0 but not on every rank" in said
 
 
 def test_pic_conserves_particles_through_moves_and_migrations():

@@ -11,6 +11,7 @@
 
 import sys
 import threading
+from pathlib import Path
 
 from pilotfish import amt
 
@@ -95,6 +96,8 @@ def main():
                 print(f"rank {r}: CollectiveMismatchError: {exc}")
                 print("OK timeout detected; aborting")
                 sys.stdout.flush()
+                if len(sys.argv) > 3:     # the launcher may drop output when the job aborts
+                    Path(sys.argv[3]).write_text(f"OK timeout detected\n{exc}\n")
                 MPI.COMM_WORLD.Abort(3)
             raise AssertionError("missing rebalance not detected")
         else:
