@@ -100,15 +100,20 @@ def cmd_pic(a) -> None:
     print(f"`{a.particles}` particles ({a.blob:.0%} in a drifting trapped blob), "
           f"{a.iters} iterations (first {a.warmup} not counted), rebalance after iteration 1 "
           f"and every {a.lb_every}, load model `{a.model}`, clock `{a.clock}`.\n")
-    for f in a.factors.split(","):
-        out_json = RESULTS / f"pic_r{a.ranks}_f{f}.json"
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        mpi(a, a.ranks, REPO / "examples/pic/pic.py", "--versions", ",".join(versions),
-            "--factors", f, "--iters", a.iters, "--particles", a.particles, "--sub", a.sub,
-            "--lb-every", a.lb_every, "--model", a.model, "--warmup", a.warmup,
-            "--clock", a.clock, "--blob", a.blob, "--json", out_json)
-        rows += json.loads(out_json.read_text())
+    for rep in range(a.repeat):
+        for f in a.factors.split(","):
+            out_json = RESULTS / f"pic_r{a.ranks}_f{f}.json"
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            mpi(a, a.ranks, REPO / "examples/pic/pic.py", "--versions", ",".join(versions),
+                "--factors", f, "--iters", a.iters, "--particles", a.particles, "--sub", a.sub,
+                "--lb-every", a.lb_every, "--model", a.model, "--warmup", a.warmup,
+                "--clock", a.clock, "--blob", a.blob, "--json", out_json)
+            rows += [dict(r, repeat=rep) for r in json.loads(out_json.read_text())]
     save(f"pic_r{a.ranks}.json", rows)
+    if a.repeat > 1:
+        _pic_repeats(rows, versions, a.repeat)
+        rows = [r for r in rows if r["repeat"] == 0]
+        print(f"\nRun 1 of {a.repeat} in detail:\n")
     base = {r["factor"]: r["summary"] for r in rows if r["version"] == "mpi"}
     head = "| blocks/rank | " + " | ".join(versions) + " |"
     print("Median per-iteration move time in ms (speedup over the MPI baseline):\n")
@@ -133,6 +138,32 @@ def cmd_pic(a) -> None:
             post = (f" [{s['post_lb_imbalance']:.2f}]" if s.get("post_lb_imbalance")
                     is not None else "")
             cells.append(f"{s['mean_imbalance']:.2f}{post} / {s['with_lb_iter_s'] * 1e3:.1f}")
+        print(f"| {f} | " + " | ".join(cells) + " |")
+
+
+def _pic_repeats(rows, versions, n) -> None:
+    """Median over repeated jobs of each job's own speedup (min-max), and of the post-LB
+    imbalance: one job's cells move by +-5 % on a shared machine."""
+    import statistics
+
+    print(f"Speedup over the MPI baseline, median of {n} jobs (min-max); [post-LB imbalance, "
+          "median]:\n")
+    print("| blocks/rank | " + " | ".join(versions[1:]) + " |")
+    print("|" + "---|" * len(versions))
+    for f in sorted({r["factor"] for r in rows}):
+        cells = []
+        for v in versions[1:]:
+            sp, post = [], []
+            for rep in range(n):
+                got = {r["version"]: r["summary"] for r in rows
+                       if r["factor"] == f and r["repeat"] == rep}
+                sp.append(got["mpi"]["median_iter_s"] / got[v]["median_iter_s"])
+                if got[v].get("post_lb_imbalance") is not None:
+                    post.append(got[v]["post_lb_imbalance"])
+            cell = f"{statistics.median(sp):.2f}x ({min(sp):.2f}-{max(sp):.2f})"
+            if post:
+                cell += f" [{statistics.median(post):.2f}]"
+            cells.append(cell)
         print(f"| {f} | " + " | ".join(cells) + " |")
 
 
@@ -215,6 +246,7 @@ def main(argv=None):
     ap.add_argument("--sub", type=int, default=8)
     ap.add_argument("--blob", type=float, default=0.99)
     ap.add_argument("--lb-every", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=1, help="pic: jobs per factor (medians)")
     ap.add_argument("--model", default="last")
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
     ap.add_argument("--k", type=int, default=2000)

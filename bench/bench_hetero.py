@@ -12,7 +12,9 @@ Each task is a real `sleep` on an emulated local pilot. Per seed, in one run:
 
 and, as references computed here, the offline list schedule of the same list that starts the
 largest tasks first (first fit, any task that fits starts: the RU a plain greedy scheduler
-reaches) and the core-bound ideal (core-seconds / cores: RU 1.0).
+reaches) -- ties of equal size longest first (it knows the durations) and, "blind", in arrival
+order (what a scheduler without durations can do) -- and the core-bound ideal (core-seconds /
+cores: RU 1.0).
 
 RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
 """
@@ -48,9 +50,13 @@ def mix(seed: int, n: int) -> list[tuple[int, int, float]]:
     return out
 
 
-def offline_largest_first(tasks: list[tuple[int, int, float]]) -> dict:
-    """List schedule, largest first, first fit; at each end, every task that fits starts."""
-    order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2]))
+def offline_largest_first(tasks: list[tuple[int, int, float]], durations: bool = True) -> dict:
+    """List schedule, largest first (GPUs, then cores), first fit; ties longest first when it
+    knows the durations, else in arrival order; at each end, every task that fits starts."""
+    if durations:
+        order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2]))
+    else:
+        order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0]))
     free = [[CORES, GPUS] for _ in range(NODES)]
     running: list[tuple[float, int, int]] = []  # (end, node, i)
     waiting = list(order)
@@ -126,14 +132,16 @@ def main() -> None:
     for seed in range(a.seeds):
         tasks = mix(seed, a.tasks)
         row = {"seed": seed, "tasks": len(tasks), "large": sum(1 for t in tasks if t[1]),
-               "ideal": ideal(tasks), "offline_largest_first": offline_largest_first(tasks)}
+               "ideal": ideal(tasks), "offline_largest_first": offline_largest_first(tasks),
+               "offline_largest_first_blind": offline_largest_first(tasks, durations=False)}
         for name, policy, dur in (("fifo", "fifo", False), ("utilization", "utilization", False),
                                   ("utilization+dur", "utilization", True)):
             row[name] = real(tasks, policy, dur)
         rows.append(row)
         print(json.dumps(row), flush=True)
     summary = {k: round(statistics.mean(r[k]["ru"] for r in rows), 3)
-               for k in ("offline_largest_first", "fifo", "utilization", "utilization+dur")}
+               for k in ("offline_largest_first", "offline_largest_first_blind", "fifo",
+                         "utilization", "utilization+dur")}
     print(json.dumps({"mean_ru": summary}))
 
 

@@ -59,6 +59,34 @@ def test_hardest_to_place_first_then_longest():
     assert sim.order == ["small", "big", "gpu"]
 
 
+def test_fillers_go_longest_first():
+    """Tasks within 1/16 of a node (no GPU) fit anywhere: their size does not order them, their
+    expected duration does (longest first); bigger tasks still go first, by size."""
+    sim = Sim([(160, 0)])
+    for name, cores, dur in (("f_short9", 9, 5.0), ("f_long1", 1, 60.0), ("f_mid4", 4, 20.0),
+                             ("f_unknown8", 8, None), ("big", 40, 1.0)):
+        sim.add(name, cores, duration=dur)
+    sim.step()
+    assert sim.order == ["big", "f_long1", "f_mid4", "f_short9", "f_unknown8"]
+
+
+def test_longest_fillers_first_shortens_the_tail():
+    """32 short (1 s) then 16 long (3 s) one-core tasks on 32 cores: arrival order ends at 4 s
+    (the long ones start last), longest first at 3 s (the short ones run in two waves beside
+    the long ones)."""
+    def makespan(with_duration):
+        sim = Sim([(32, 0)])
+        for i in range(32):
+            sim.add(f"s{i}", 1, run=1.0, duration=1.0 if with_duration else None)
+        for i in range(16):
+            sim.add(f"l{i}", 1, run=3.0, duration=3.0 if with_duration else None)
+        while sim.sched.waiting or sim.running:
+            sim.step(0.5)
+        return sim.now
+
+    assert makespan(True) == 3.0 and makespan(False) == 4.0
+
+
 def test_priority_wins_over_size():
     sim = Sim([(8, 0)])
     sim.add("big", 8)

