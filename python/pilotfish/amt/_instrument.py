@@ -10,6 +10,8 @@ Load models predict the next phase's load from the history:
   last        the last phase (naive persistence, as Charm++ and vt default)
   median:N    the median of the last N phases (robust to a noisy phase)
   mean:N      the mean of the last N phases
+  linear:N    the least-squares line through the last N phases (N >= 2), one phase on: for
+              loads that drift (as DARMA/vt's LinearModel); never below 0
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ class LoadModel:
     def __init__(self, spec: str = "last"):
         self.spec = spec
         kind, _, arg = spec.partition(":")
-        if kind not in ("last", "median", "mean"):
-            raise ValueError(f"unknown load model {spec!r}: use 'last', 'median:N' or 'mean:N'")
+        if kind not in ("last", "median", "mean", "linear"):
+            raise ValueError(f"unknown load model {spec!r}: use 'last', 'median:N', 'mean:N' "
+                             "or 'linear:N'")
         if kind == "last":
             if arg:
                 raise ValueError(f"load model 'last' takes no argument (got {spec!r})")
@@ -37,6 +40,8 @@ class LoadModel:
                 raise ValueError(f"load model {spec!r}: N must be an integer >= 1") from None
             if self.n < 1:
                 raise ValueError(f"load model {spec!r}: N must be >= 1")
+            if kind == "linear" and self.n < 2:
+                raise ValueError(f"load model {spec!r}: a line needs N >= 2 phases")
         self.kind = kind
 
     def predict(self, history: list[float]) -> float:
@@ -47,10 +52,22 @@ class LoadModel:
         recent = history[-self.n:]
         if self.kind == "median":
             return float(statistics.median(recent))
+        if self.kind == "linear" and len(recent) > 1:
+            return max(0.0, _extrapolate(recent))
         return float(sum(recent) / len(recent))
 
     def __repr__(self) -> str:
         return f"LoadModel({self.spec!r})"
+
+
+def _extrapolate(ys: list[float]) -> float:
+    """The least-squares line through (0, y0) .. (n-1, y_{n-1}), at x = n."""
+    n = len(ys)
+    xm = (n - 1) / 2.0
+    ym = sum(ys) / n
+    sxx = sum((x - xm) ** 2 for x in range(n))
+    slope = sum((x - xm) * (y - ym) for x, y in enumerate(ys)) / sxx
+    return ym + slope * (n - xm)
 
 
 def imbalance(loads) -> float:
