@@ -8,6 +8,7 @@ Cases (issue 5 "Measure" and issue 4 "profiling on vs off"):
               outputs discarded; tasks/s and the ratio to the floor
   capture     (--capture-rounds R / --only-capture) the same with the default captured
               stdout/stderr vs discarded, ABBA rounds in one run, each as a share of the floor
+              measured just before it (medians)
   profile     the same with profiling on and off, interleaved rounds; throughput ratio, and
               the profiler's own CPU per task (its event pattern replayed in one process)
               as a share of a task's CPU cost with profiling off
@@ -37,10 +38,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import pilotfish as pf  # noqa: E402
 
 
+_FLOOR_EXE: list[str] = []
+
+
 def floor(n: int = 3000) -> dict:
-    src = os.path.join(HERE, "spawn_floor", "spawn_floor.c")
-    exe = os.path.join(tempfile.gettempdir(), "pilotfish_spawn_floor")
-    subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
+    if not _FLOOR_EXE:
+        src = os.path.join(HERE, "spawn_floor", "spawn_floor.c")
+        exe = os.path.join(tempfile.gettempdir(), "pilotfish_spawn_floor")
+        subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
+        _FLOOR_EXE.append(exe)
+    exe = _FLOOR_EXE[0]
     out = subprocess.run([exe, str(n)], check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -236,16 +243,25 @@ def main() -> None:
         a.big = a.memory = a.concurrent = 0
         a.peers = False
     if a.capture_rounds or a.only_capture:
-        cap, dis = [], []
+        cap, dis, cap_fl, dis_fl, floors = [], [], [], [], []
         for i in range(a.capture_rounds or 2):  # ABBA: drift in machine load cancels out
             for capture in ((True, False) if i % 2 == 0 else (False, True)):
-                (cap if capture else dis).append(null_tasks(a.tasks, capture=capture)["rate"])
-        med, fl = statistics.median, res["floor"]["tasks_per_s_2"]
+                # the floor moves by +-15 % over minutes here: each run against its own,
+                # measured just before it
+                fl = floor()["tasks_per_s_2"]
+                floors.append(fl)
+                rate = null_tasks(a.tasks, capture=capture)["rate"]
+                (cap if capture else dis).append(rate)
+                (cap_fl if capture else dis_fl).append(rate / fl)
+        med = statistics.median
         res["capture"] = {"rate_captured": med(cap), "rate_discarded": med(dis),
-                          "captured_over_floor": med(cap) / fl, "discarded_over_floor": med(dis) / fl,
+                          "captured_over_floor": med(cap_fl), "discarded_over_floor": med(dis_fl),
                           "captured_over_discarded": med(cap) / med(dis),
                           "runs_captured": [round(r) for r in cap],
-                          "runs_discarded": [round(r) for r in dis]}
+                          "runs_discarded": [round(r) for r in dis],
+                          "runs_captured_over_floor": [round(r, 3) for r in cap_fl],
+                          "runs_discarded_over_floor": [round(r, 3) for r in dis_fl],
+                          "floors": floors}
         print("capture", res["capture"], flush=True)
         if a.only_capture:
             print(json.dumps(res))
