@@ -577,8 +577,14 @@ class _Description:
         return type(other) is type(self) and other.as_dict() == self.as_dict()  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        # a function's callable and arguments are any Python objects (deeply nested, huge,
+        # with a failing __repr__): shown cut; the validated fields in full
+        shown = ", ".join(f"{k}={show(v, 400) if k in _OPAQUE_FIELDS else repr(v)}"
+                          for k, v in self._values.items())
         return f"{self._kind}({shown})"
+
+
+_OPAQUE_FIELDS = frozenset(("function", "args", "kwargs"))
 
 
 _CONTAINER_FIELDS = frozenset(("arguments", "environment", "pre_exec", "post_exec", "tags",
