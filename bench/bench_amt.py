@@ -143,7 +143,7 @@ def cmd_pic(a) -> None:
 
 def _pic_repeats(rows, versions, n) -> None:
     """Median over repeated jobs of each job's own speedup (min-max), and of the post-LB
-    imbalance: one job's cells move by +-5 % on a shared machine."""
+    imbalance: one job's cells move by +-5-10 % on a shared machine."""
     import statistics
 
     print(f"Speedup over the MPI baseline, median of {n} jobs (min-max); [post-LB imbalance, "
@@ -252,6 +252,8 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=2000)
     ap.add_argument("--elements", default="1000,10000,100000")
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error(f"--repeat {a.repeat}: give 1 or more jobs per factor")
     a.mpiexec = a.mpiexec or find_mpiexec()
     a.particles = a.particles or 100_000 * a.ranks
     print(f"<!-- python bench/bench_amt.py {' '.join(argv or sys.argv[1:])}; "

@@ -31,10 +31,14 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=90_000)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     a = ap.parse_args()
+    if a.phases < 1 or a.size < 1:
+        ap.error("--phases and --size must be >= 1")
     comm = amt.mpi().COMM_WORLD
     clock = time.thread_time if a.clock == "cpu" else time.perf_counter
     x = np.random.default_rng(1).random(a.size)
     times = []
+    for _ in range(2):            # warm-up phases, not counted
+        x = np.mod(x + np.sin(x) * np.cos(2.0 * x) * 0.01, 1.0)
     for _ in range(a.phases):
         comm.Barrier()
         t0 = clock()

@@ -578,13 +578,22 @@ class _Description:
 
     def __repr__(self) -> str:
         # a function's callable and arguments are any Python objects (deeply nested, huge,
-        # with a failing __repr__): shown cut; the validated fields in full
-        shown = ", ".join(f"{k}={show(v, 400) if k in _OPAQUE_FIELDS else repr(v)}"
-                          for k, v in self._values.items())
+        # with a failing __repr__): shown cut; the validated fields in full, unless even they
+        # are too deep for repr (metadata nested ~1000 levels passes msgpack)
+        shown = ", ".join(f"{k}={_field_repr(k, v)}" for k, v in self._values.items())
         return f"{self._kind}({shown})"
 
 
 _OPAQUE_FIELDS = frozenset(("function", "args", "kwargs"))
+
+
+def _field_repr(name: str, value: Any) -> str:
+    if name in _OPAQUE_FIELDS:
+        return show(value, 400)
+    try:
+        return repr(value)
+    except RecursionError:
+        return show(value, 400)
 
 
 _CONTAINER_FIELDS = frozenset(("arguments", "environment", "pre_exec", "post_exec", "tags",

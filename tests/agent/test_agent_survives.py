@@ -111,8 +111,11 @@ def test_setsid_leftovers_die_with_the_pilot(tmp_path):
         pilot = pmgr.submit_pilots(pf.PilotDescription(runtime="5m"))
         tmgr = pf.TaskManager(s)
         tmgr.add_pilots(pilot)
+        # the task ends only once its daemon has left the task's process group (else the
+        # agent's end-of-task kill of that group can beat setsid on a busy machine)
         t = tmgr.submit_tasks(pf.TaskDescription(
-            executable="/bin/sh", arguments=["-c", "setsid sleep 300 & exit 0"]))
+            executable="/bin/sh", arguments=["-c", "setsid sh -c 'touch escaped; exec sleep 300' & "
+                                             "while [ ! -e escaped ]; do sleep 0.05; done"]))
         assert t.wait(timeout=30) == pf.DONE
         assert _marked(pilot.sandbox, t.uid)  # a daemon the task left behind, still running
     deadline = time.time() + 10

@@ -71,13 +71,14 @@ def test_fillers_go_longest_first():
 
 
 def test_longest_fillers_first_shortens_the_tail():
-    """32 short (1 s) then 16 long (3 s) one-core tasks on 32 cores: arrival order ends at 4 s
-    (the long ones start last), longest first at 3 s (the short ones run in two waves beside
-    the long ones)."""
+    """32 short (1 s, 2 cores) then 16 long (3 s, 1 core) tasks on 64 cores, all fillers:
+    largest (or first) first starts every short one at once and the long ones last, ending at
+    4 s; longest first starts the long ones at once, the short ones in two waves beside them,
+    ending at 3 s."""
     def makespan(with_duration):
-        sim = Sim([(32, 0)])
+        sim = Sim([(64, 0)])
         for i in range(32):
-            sim.add(f"s{i}", 1, run=1.0, duration=1.0 if with_duration else None)
+            sim.add(f"s{i}", 2, run=1.0, duration=1.0 if with_duration else None)
         for i in range(16):
             sim.add(f"l{i}", 1, run=3.0, duration=3.0 if with_duration else None)
         while sim.sched.waiting or sim.running:

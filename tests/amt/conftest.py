@@ -15,5 +15,6 @@ from amt_helpers import HYDRA  # noqa: E402
 def pytest_collection_modifyitems(items):
     here = Path(__file__).resolve().parent
     for item in items:
-        if Path(str(item.fspath)).resolve().parent == here and not HYDRA:
+        if Path(str(item.fspath)).resolve().parent == here and not HYDRA and \
+                getattr(item.module, "NEEDS_MPIEXEC", True):
             item.add_marker(pytest.mark.skip(reason="needs MPICH's mpiexec (PyPI mpich)"))

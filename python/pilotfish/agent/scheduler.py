@@ -6,7 +6,7 @@ duration class). Within a shape, order is (priority, arrival). Across shapes, po
 GPUs then cores, longest expected duration, arrival): the big tasks that leave the fewest
 ways to fill a node start first and small ones backfill around them -- a list schedule that
 starts small tasks first fills every node with them and ends with a tail of big ones. Fillers
-(no GPU, at most 1/16 of a node's cores) fit anywhere, so their size says nothing about how
+(no GPU, at most 1/16 of the smallest node's cores) fit anywhere, so their size says nothing about how
 hard they are to place: among them the longest expected duration goes first (LPT), so that
 the last to start are the shortest and the run ends with a short tail (with `duration`
 given; +0.9 % RU on 20 seeds of the seed-000 mix in the list-schedule model, every seed
@@ -46,7 +46,8 @@ def shape_key(spec) -> ShapeKey:
     ones can go first."""
     d = spec.duration
     return (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank,
-            spec.colocate, -1 if d is None else max(0, int(DURATION_STEPS * math.log2(d)) + 64))
+            spec.colocate,
+            -1 if d is None else max(0, math.floor(DURATION_STEPS * (math.log2(d) + 8))))
 
 
 @dataclass
@@ -80,7 +81,8 @@ class Scheduler:
         if capacity is None:
             capacity = [tuple(placer.free(n)) for n in range(placer.n_nodes)]
         self.capacity = capacity
-        self._filler_cores = max((c for c, _, _ in capacity), default=0) // FILLER_SHARE
+        # a filler fits on every node (the smallest one counts)
+        self._filler_cores = min((c for c, _, _ in capacity), default=0) // FILLER_SHARE
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again

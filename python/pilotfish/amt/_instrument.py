@@ -34,14 +34,13 @@ class LoadModel:
                 raise ValueError(f"load model 'last' takes no argument (got {spec!r})")
             self.n = 1
         else:
+            least = 2 if kind == "linear" else 1       # a line needs two points
             try:
                 self.n = int(arg)
             except ValueError:
-                raise ValueError(f"load model {spec!r}: N must be an integer >= 1") from None
-            if self.n < 1:
-                raise ValueError(f"load model {spec!r}: N must be >= 1")
-            if kind == "linear" and self.n < 2:
-                raise ValueError(f"load model {spec!r}: a line needs N >= 2 phases")
+                raise ValueError(f"load model {spec!r}: N must be an integer >= {least}") from None
+            if self.n < least:
+                raise ValueError(f"load model {spec!r}: N must be >= {least}")
         self.kind = kind
 
     def predict(self, history: list[float]) -> float:
