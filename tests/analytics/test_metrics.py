@@ -202,6 +202,23 @@ def test_task_durations(session_a):
     assert s["max"] == pytest.approx(2, **EXACT)
 
 
+def test_waits_by_task_shape(session_a):
+    """Scheduler waits (AGENT_SCHEDULING 21 -> schedule_ok) per shape: a.4 was never placed
+    and waited until it was canceled at 95; the longest total first."""
+    w = analyze(session_a).waits_by_shape
+    assert list(w["shape"]) == ["1 × 1 core", "1 × 2 cores", "2 × 4 cores + 1 GPU",
+                                "2 × 2 cores", "1 × 4 cores + 1 GPU"]
+    assert list(w["total"]) == pytest.approx([74, 65, 41, 9, 1])
+    assert list(w["never_placed"]) == [1, 0, 0, 0, 0]
+    assert w["share"].sum() == pytest.approx(1, **EXACT)
+    assert w["share"].iloc[0] == pytest.approx(74 / 190, **EXACT)
+    from pilotfish.analytics.durations import waits_by_shape
+    top2 = waits_by_shape(load_session(session_a).tasks, top=2)
+    assert list(top2["shape"]) == ["1 × 1 core", "1 × 2 cores", "other shapes (3)"]
+    assert top2.iloc[2]["tasks"] == 3 and top2.iloc[2]["total"] == pytest.approx(51)
+    assert top2.iloc[2]["max"] == pytest.approx(41) and np.isnan(top2.iloc[2]["median"])
+
+
 def test_two_pilots_sum(session_ab):
     a = analyze(session_ab)
     u = a.utilization["cores"]

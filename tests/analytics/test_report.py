@@ -39,6 +39,11 @@ def test_report_files_and_json(session, tmp_path, capsys):
     assert m["ttx_s"] > 0
     assert set(m["durations"]) == {"queue_wait", "scheduling", "setup", "run", "output", "total"}
     assert {"mean", "median", "q3", "max"} <= set(m["durations"]["setup"])
+    waits = m["waits_by_shape"]          # who waited: every task that reached an agent
+    assert waits and sum(w["tasks"] for w in waits) == 400
+    assert sum(w["share"] for w in waits) == pytest.approx(1, abs=1e-9)
+    assert [w["total"] for w in waits] == sorted((w["total"] for w in waits), reverse=True)
+    assert "Waiting by task shape" in html and waits[0]["shape"] in html
     printed = capsys.readouterr()
     assert json.loads(printed.out) == m                # --json: the metrics on stdout
     assert "report.html" in printed.err                # the file list on stderr

@@ -87,3 +87,66 @@ def makespan(tasks: pd.DataFrame) -> float:
     if np.all(np.isnan(new)) or np.all(np.isnan(final)):
         return float("nan")
     return float(np.nanmax(final) - np.nanmin(new))
+
+
+WAIT_COLUMNS = ("shape", "ranks", "cores_per_rank", "gpus_per_rank", "tasks", "never_placed",
+                "mean", "median", "p95", "max", "total", "share")
+
+
+def shape_label(ranks: int, cores_per_rank: int, gpus_per_rank: int) -> str:
+    """'2 × 4 cores + 1 GPU' (per rank)."""
+    text = f"{ranks} × {cores_per_rank} core{'s' if cores_per_rank != 1 else ''}"
+    if gpus_per_rank:
+        text += f" + {gpus_per_rank} GPU{'s' if gpus_per_rank != 1 else ''}"
+    return text
+
+
+def waits_by_shape(tasks: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+    """Who waited: time in the agent's scheduler (AGENT_SCHEDULING -> schedule_ok; a task
+    never placed waited until its final state, or until the last event if it has none) per
+    request shape (ranks, cores per rank, GPUs per rank). One row per shape (WAIT_COLUMNS):
+    tasks, never placed, mean / median / p95 / max seconds, total task-seconds waited and
+    its share of all waiting; the shapes that waited longest in total first, those after
+    `top` summed in one last row ("other shapes")."""
+    empty = pd.DataFrame(columns=list(WAIT_COLUMNS))
+    if not len(tasks) or "AGENT_SCHEDULING" not in tasks:
+        return empty
+    arrived = event_time(tasks, "AGENT_SCHEDULING")
+    placed = event_time(tasks, "schedule_ok")
+    final = event_time(tasks, "t_final")
+    last = np.nanmax(np.concatenate([arrived, placed, final])) if len(tasks) else np.nan
+    never = np.isnan(placed)
+    until = np.where(never, np.where(np.isnan(final), last, final), placed)
+    wait = until - arrived
+    keep = ~np.isnan(arrived) & ~np.isnan(wait)
+    if not keep.any():
+        return empty
+    df = pd.DataFrame({
+        "ranks": tasks["ranks"].to_numpy(np.int64)[keep],
+        "cores_per_rank": tasks["cores_per_rank"].to_numpy(np.int64)[keep],
+        "gpus_per_rank": tasks["gpus_per_rank"].to_numpy(np.int64)[keep],
+        "wait": np.maximum(wait[keep], 0.0), "never": never[keep]})
+    g = df.groupby(["ranks", "cores_per_rank", "gpus_per_rank"], sort=False)
+    rows = g["wait"].agg(tasks="count", mean="mean", median="median", max="max", total="sum")
+    rows["p95"] = g["wait"].quantile(0.95)
+    rows["never_placed"] = g["never"].sum().astype(np.int64)
+    rows = rows.reset_index().sort_values(["total", "max"], ascending=False, kind="stable")
+    grand = float(df["wait"].sum())
+    if len(rows) > top:
+        rest = rows.iloc[top:]
+        other = {"ranks": 0, "cores_per_rank": 0, "gpus_per_rank": 0,
+                 "tasks": int(rest["tasks"].sum()), "never_placed": int(rest["never_placed"].sum()),
+                 "mean": float(rest["total"].sum() / rest["tasks"].sum()),
+                 "median": np.nan, "p95": np.nan, "max": float(rest["max"].max()),
+                 "total": float(rest["total"].sum())}
+        rows = pd.concat([rows.iloc[:top], pd.DataFrame([other])], ignore_index=True)
+        labels = [shape_label(r, c, gp) for r, c, gp in
+                  rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()[:-1]]
+        labels.append(f"other shapes ({len(rest)})")
+    else:
+        rows = rows.reset_index(drop=True)
+        labels = [shape_label(r, c, gp) for r, c, gp in
+                  rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()]
+    rows["shape"] = labels
+    rows["share"] = rows["total"] / grand if grand > 0 else 0.0
+    return rows[list(WAIT_COLUMNS)]

@@ -1,7 +1,7 @@
 """All metrics of a session in one object, and as JSON.
 
     a = analyze("path/to/session")          # or analyze(load_session(...))
-    a.ttx, a.utilization["cores"].shares, a.duration_stats, a.to_json()
+    a.ttx, a.utilization["cores"].shares, a.duration_stats, a.waits_by_shape, a.to_json()
     a.series(bins=600)                      # over-time DataFrames for plots
 """
 
@@ -30,6 +30,7 @@ class Analysis:
     state_counts: dict[str, int]
     throughput: dict[str, float]
     concurrency: activity.Concurrency = field(repr=False)
+    waits_by_shape: pd.DataFrame = field(default_factory=pd.DataFrame)  # durations.waits_by_shape
 
     @property
     def t_range(self) -> tuple[float, float]:
@@ -114,6 +115,7 @@ class Analysis:
             "durations": {k: {"label": durations.DURATION_LABELS[k], **row}
                           for k, row in self.duration_stats.to_dict(orient="index").items()},
             "throughput": self.throughput,
+            "waits_by_shape": self.waits_by_shape.to_dict(orient="records"),
             "concurrency_peak": self.concurrency_peaks,
             "partitions": self.partitions,
             "warnings": d.warnings,
@@ -158,6 +160,7 @@ def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
         state_counts=state_counts,
         throughput=activity.throughput_summary(tasks),
         concurrency=activity.Concurrency(tasks, t_end),
+        waits_by_shape=durations.waits_by_shape(tasks),
     )
 
 

@@ -110,6 +110,22 @@ def _durations_table(a: Analysis) -> str:
     return _table(header, rows, "num dur")
 
 
+def _waits_table(a: Analysis) -> str:
+    """Who waited in the scheduler, per request shape (durations.waits_by_shape)."""
+    w = a.waits_by_shape
+    if not len(w):
+        return ""
+    header = ["Shape (ranks × per rank)", "tasks", "never placed", "mean", "median", "p95",
+              "max", "task-seconds waited", "share"]
+    rows = [[html.escape(str(r["shape"])), _num(r["tasks"]), _num(r["never_placed"]),
+             _s(r["mean"]), _s(r["median"]), _s(r["p95"]), _s(r["max"]), _num(r["total"], 1),
+             _pct(r["share"])] for r in w.to_dict(orient="records")]
+    return ('<section id="waits-table"><h2>Waiting by task shape</h2>'
+            '<p class="def">Time in the agent\'s scheduler, AGENT_SCHEDULING → schedule_ok (a task '
+            'never placed: until its final state); the shapes that waited longest in total '
+            'first.</p>' + _table(header, rows, "num dur") + "</section>")
+
+
 def _pilots_table(a: Analysis) -> str:
     header = ["Pilot", "state", "nodes", "cores", "GPUs", "agent cores", "launcher",
               "startup", "active", "termination"]
@@ -265,6 +281,7 @@ def render_html(a: Analysis, pngs: dict[str, bytes]) -> str:
 {figs[0] if figs else ""}
 {figs[1] if len(figs) > 1 else ""}
 <section id="durations-table"><h2>Per-task durations</h2>{_durations_table(a)}</section>
+{_waits_table(a)}
 <div class="grid2">
 <section><h2>Tasks by final state</h2>{_states_table(a)}</section>
 <section><h2>Pilots</h2>{_pilots_table(a)}</section>
