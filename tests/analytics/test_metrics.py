@@ -295,3 +295,24 @@ def test_json_metrics(session_ab):
     assert m["tasks"]["by_state"] == {"DONE": 3, "FAILED": 2, "CANCELED": 1}
     assert m["durations"]["setup"]["median"] == pytest.approx(1.75)  # [2, 1.5, 2, 0]
     assert [p["uid"] for p in m["pilots"]] == [PILOT_A, PILOT_B]
+
+
+def test_waits_by_shape_edges():
+    """No task reached an agent: no rows (and no warning); tasks still waiting at the end
+    waited until the session's last event."""
+    import pandas as pd
+    import warnings
+
+    from pilotfish.analytics.durations import waits_by_shape
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        none = pd.DataFrame({"ranks": [1], "cores_per_rank": [1], "gpus_per_rank": [0],
+                             "AGENT_SCHEDULING": [np.nan], "t_final": [3.0]})
+        assert len(waits_by_shape(none)) == 0
+        waiting = pd.DataFrame({"ranks": [1, 1], "cores_per_rank": [1, 1],
+                                "gpus_per_rank": [0, 0], "AGENT_SCHEDULING": [1.0, 4.0],
+                                "schedule_ok": [2.0, np.nan], "t_final": [5.0, np.nan]})
+        w = waits_by_shape(waiting)
+    assert list(w["tasks"]) == [2] and list(w["never_placed"]) == [1]
+    assert w["total"].iloc[0] == pytest.approx(1.0 + 1.0)   # 1 -> 2 placed; 4 -> 5 (last event)
