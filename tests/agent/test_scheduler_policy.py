@@ -14,8 +14,11 @@ class Sim:
     """A scheduler over one placer, tasks running for given durations on a simulated clock."""
 
     def __init__(self, nodes, **kw):
-        self.placer = _core.Placer([c for c, _ in nodes], [g for _, g in nodes])
-        self.sched = Scheduler(self.placer, capacity=[(c, g, 0) for c, g in nodes], **kw)
+        """nodes: (cores, gpus) or (cores, gpus, memory MiB) each."""
+        mem = [n[2] if len(n) > 2 else 0 for n in nodes]
+        self.placer = _core.Placer([n[0] for n in nodes], [n[1] for n in nodes], mem)
+        self.sched = Scheduler(self.placer, capacity=[(n[0], n[1], m) for n, m in zip(nodes, mem)],
+                               **kw)
         self.now = 0.0
         self.seq = 0
         self.running: dict[int, tuple[AgentTask, float]] = {}
@@ -23,9 +26,10 @@ class Sim:
         self.started: dict[str, float] = {}
         self.order: list[str] = []
 
-    def add(self, name, cores=1, gpus=0, run=1.0, priority=0, duration=None):
+    def add(self, name, cores=1, gpus=0, run=1.0, priority=0, duration=None, mem=0):
         t = AgentTask(TaskSpec(uid=name, executable="x", cores_per_rank=cores,
-                               gpus_per_rank=gpus, priority=priority, duration=duration), self.seq)
+                               gpus_per_rank=gpus, mem_per_rank=mem, priority=priority,
+                               duration=duration), self.seq)
         self.run_s[t.key] = run
         self.seq += 1
         self.sched.add([t], self.now)
@@ -68,6 +72,17 @@ def test_fillers_go_longest_first():
         sim.add(name, cores, duration=dur)
     sim.step()
     assert sim.order == ["big", "f_long1", "f_mid4", "f_short9", "f_unknown8"]
+
+
+def test_a_task_that_needs_much_memory_is_no_filler():
+    """1 core but most of a node's memory: hard to place, so it goes by size, before the
+    fillers, however short it is."""
+    sim = Sim([(160, 0, 160_000)])
+    sim.add("f_long", 1, duration=60.0)
+    sim.add("memhog", 1, duration=1.0, mem=100_000)
+    sim.add("f_small_mem", 1, duration=30.0, mem=1_000)
+    sim.step()
+    assert sim.order == ["memhog", "f_long", "f_small_mem"]
 
 
 def test_longest_fillers_first_shortens_the_tail():

@@ -6,7 +6,7 @@ duration class). Within a shape, order is (priority, arrival). Across shapes, po
 GPUs then cores, longest expected duration, arrival): the big tasks that leave the fewest
 ways to fill a node start first and small ones backfill around them -- a list schedule that
 starts small tasks first fills every node with them and ends with a tail of big ones. Fillers
-(no GPU, at most 1/16 of the smallest node's cores) fit anywhere, so their size says nothing about how
+(no GPU, at most 1/16 of the smallest node's cores and, where tracked, memory) fit anywhere, so their size says nothing about how
 hard they are to place: among them the longest expected duration goes first (LPT), so that
 the last to start are the shortest and the run ends with a short tail (with `duration`
 given; +0.9 % RU on 20 seeds of the seed-000 mix in the list-schedule model, every seed
@@ -83,6 +83,8 @@ class Scheduler:
         self.capacity = capacity
         # a filler fits on every node (the smallest one counts)
         self._filler_cores = min((c for c, _, _ in capacity), default=0) // FILLER_SHARE
+        mems = [m for _, _, m in capacity if m > 0]    # 0: memory not tracked on that node
+        self._filler_mem = min(mems) // FILLER_SHARE if len(mems) == len(capacity) else None
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
@@ -221,9 +223,11 @@ class Scheduler:
             if fifo:
                 heads.append(((h[0], h[1]), shape))
             else:
-                ranks, cpr, gpr, _, _, dur = shape.key
+                ranks, cpr, gpr, mpr, _, dur = shape.key
                 cores = ranks * cpr
-                size = 0 if gpr == 0 and cores <= self._filler_cores else cores
+                filler = gpr == 0 and cores <= self._filler_cores and (
+                    not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
+                size = 0 if filler else cores
                 heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -size, -dur,
                                -cores, h[1]), shape))
         heads.sort(key=lambda x: x[0])
