@@ -18,7 +18,8 @@ import pilotfish as pf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "substrates"))
 
-from substrate_helpers import SlurmInfo, project_slurm, require_netns_for  # noqa: E402
+from substrate_helpers import (SlurmInfo, project_slurm, require_netns_for,  # noqa: E402
+                               start_pilot)
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +45,6 @@ def emulated(tmp_path_factory):
     """One emulated 4 x (16 cores, 2 GPUs) pilot shared by a module's tests."""
     path = tmp_path_factory.mktemp("emulated") / "session"
     with pf.Session(path=path) as s:
-        pmgr = pf.PilotManager(s)
-        pilot = pmgr.submit_pilots(pf.PilotDescription(
-            nodes=4, cores_per_node=16, gpus_per_node=2, runtime="30m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+        pilot, tmgr = start_pilot(s, nodes=4, cores_per_node=16, gpus_per_node=2,
+                                  runtime="30m")
         yield s, pilot, tmgr

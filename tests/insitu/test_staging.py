@@ -15,6 +15,8 @@ import pytest
 import pilotfish as pf
 from pilotfish import insitu
 
+from substrate_helpers import start_pilot  # tests/substrates (on the path: conftest)
+
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +29,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 def pilot(tmp_path_factory):
     path = tmp_path_factory.mktemp("insitu") / "session"
     with pf.Session(path=path) as s:
-        p = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=8, runtime="20m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(p)
-        assert p.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, p.reason
+        p, tmgr = start_pilot(s, nodes=1, cores_per_node=8, runtime="20m")
         yield s, p, tmgr
 
 

@@ -11,6 +11,8 @@ import pytest
 
 import pilotfish as pf
 
+from substrate_helpers import start_pilot  # tests/substrates (on the path: conftest)
+
 pytestmark = pytest.mark.timeout(300)
 
 ECHO = str(Path(__file__).with_name("echo_service.py"))
@@ -18,11 +20,7 @@ ECHO = str(Path(__file__).with_name("echo_service.py"))
 
 def test_local_pilot_grows_runs_there_and_shrinks_back(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        pilot, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         own = pilot.nodes[0].name
         # the pilot is full: the second task waits ...
         busy = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
@@ -113,11 +111,7 @@ def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path
     from substrate_helpers import slurm_job_state
 
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            resource="slurm", nodes=1, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+        pilot, tmgr = start_pilot(s, timeout=120, resource="slurm", nodes=1, runtime="10m")
         t0 = time.monotonic()
         names = pilot.grow(nodes=1, timeout=120)
         job = pilot._grown["grow0"][1].native_id
@@ -154,11 +148,7 @@ def nap(i):
 
 def test_function_workers_on_a_drained_node_finish_their_calls(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=1, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        pilot, tmgr = start_pilot(s, nodes=1, cores_per_node=1, runtime="10m")
         pilot.grow(nodes=1)
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=nap, args=(i,))
                                    for i in range(60)])

@@ -16,6 +16,8 @@ import zmq
 import pilotfish as pf
 from pilotfish import service
 
+from substrate_helpers import start_pilot  # tests/substrates (on the path: conftest)
+
 pytestmark = pytest.mark.timeout(180)
 
 ECHO = str(Path(__file__).with_name("echo_service.py"))
@@ -25,11 +27,7 @@ ECHO = str(Path(__file__).with_name("echo_service.py"))
 def local(tmp_path_factory):
     path = tmp_path_factory.mktemp("groups") / "session"
     with pf.Session(path=path) as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=8, runtime="20m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+        pilot, tmgr = start_pilot(s, nodes=1, cores_per_node=8, runtime="20m")
         yield s, pilot, tmgr
 
 

@@ -66,6 +66,18 @@ class Result:
                 f"stdout:\n{self.out}\nstderr:\n{self.err}")
 
 
+def start_pilot(session, timeout: float = 60, **description):
+    """A pilot of `description` in `session`, with a TaskManager on it, once ACTIVE:
+    (pilot, tmgr)."""
+    import pilotfish as pf
+
+    pilot = pf.PilotManager(session).submit_pilots(pf.PilotDescription(**description))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    assert pilot.wait(pf.ACTIVE, timeout=timeout) == pf.ACTIVE, pilot.reason
+    return pilot, tmgr
+
+
 def run(argv, timeout: float = 60, env: dict | None = None, cwd=None, check: bool = False,
         input: str | None = None, hang_ok: bool = False) -> Result:
     """Run argv in its own process group; on timeout SIGKILL the whole group (prterun ignores
