@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import functools
 import os
 import statistics
 import subprocess
@@ -36,30 +37,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import pilotfish as pf  # noqa: E402
+from _pilots import start_pilot  # noqa: E402
 
 
-_FLOOR_EXE: list[str] = []
+@functools.cache
+def _floor_exe() -> str:
+    src = os.path.join(HERE, "spawn_floor", "spawn_floor.c")
+    exe = os.path.join(tempfile.gettempdir(), "pilotfish_spawn_floor")
+    subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
+    return exe
 
 
 def floor(n: int = 3000) -> dict:
-    if not _FLOOR_EXE:
-        src = os.path.join(HERE, "spawn_floor", "spawn_floor.c")
-        exe = os.path.join(tempfile.gettempdir(), "pilotfish_spawn_floor")
-        subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
-        _FLOOR_EXE.append(exe)
-    exe = _FLOOR_EXE[0]
-    out = subprocess.run([exe, str(n)], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([_floor_exe(), str(n)], check=True, capture_output=True,
+                         text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def _pilot(session, **shape):
-    pmgr = pf.PilotManager(session)
-    t0 = time.time()
-    pilot = pmgr.submit_pilots(pf.PilotDescription(runtime="2h", **shape))
-    tmgr = pf.TaskManager(session)
-    tmgr.add_pilots(pilot)
-    assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
-    return pilot, tmgr, time.time() - t0
+    return start_pilot(session, runtime="2h", **shape)
 
 
 def _cpu_s(pid: int) -> float:

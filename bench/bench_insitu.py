@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import pilotfish as pf  # noqa: E402
 from pilotfish import insitu  # noqa: E402
+from _pilots import start_pilot  # noqa: E402
 
 
 def one_iteration(area, it: int) -> None:
@@ -97,11 +98,7 @@ def main() -> int:
     a = ap.parse_args()
     result = {}
     with pf.Session() as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=32, runtime="1h"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        pilot.wait(pf.ACTIVE, timeout=60)
+        _, tmgr, _ = start_pilot(s, nodes=1, cores_per_node=32, runtime="1h")
         print(f"fig4: staging area n -> n+1 servers, until an iteration ran on n+1 "
               f"(median of {a.reps})")
         result["fig4"] = fig4(tmgr, a.max_n, a.reps)

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 ECHO = os.path.join(HERE, "..", "tests", "services", "echo_service.py")
 
 import pilotfish as pf  # noqa: E402
+from _pilots import start_pilot  # noqa: E402
 
 
 class ViewWatch:
@@ -119,11 +120,7 @@ def main() -> int:
     result = {}
     with pf.Session() as s:
         # an emulated 16-core node: every member is a real process on this machine
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=16, runtime="1h"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        pilot.wait(pf.ACTIVE, timeout=60)
+        pilot, tmgr, _ = start_pilot(s, nodes=1, cores_per_node=16, runtime="1h")
         print(f"resize: group of n -> n+1 members, median of {a.reps}")
         result["resize"] = bench_resize(tmgr, a.max_n, a.reps)
         g = bench_grow(pilot, tmgr, a.reps, 16)
@@ -133,11 +130,8 @@ def main() -> int:
     if a.slurm:
         os.environ.setdefault("PILOTFISH_BATCH_POLL_S", "0.5")
         with pf.Session() as s:
-            pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-                resource="slurm", nodes=1, runtime="30m"))
-            tmgr = pf.TaskManager(s)
-            tmgr.add_pilots(pilot)
-            pilot.wait(pf.ACTIVE, timeout=120)
+            pilot, tmgr, _ = start_pilot(s, timeout=120, resource="slurm", nodes=1,
+                                         runtime="30m")
             cores = pilot.nodes[0].cores
             g = bench_grow(pilot, tmgr, max(1, a.reps // 2), cores)
             result["grow_slurm_s"] = g
