@@ -53,10 +53,8 @@ def mix(seed: int, n: int) -> list[tuple[int, int, float]]:
 def offline_largest_first(tasks: list[tuple[int, int, float]], durations: bool = True) -> dict:
     """List schedule, largest first (GPUs, then cores), first fit; ties longest first when it
     knows the durations, else in arrival order; at each end, every task that fits starts."""
-    if durations:
-        order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2]))
-    else:
-        order = sorted(range(len(tasks)), key=lambda i: (-tasks[i][1], -tasks[i][0]))
+    order = sorted(range(len(tasks)),  # stable: ties stay in arrival order
+                   key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2] if durations else 0))
     free = [[CORES, GPUS] for _ in range(NODES)]
     running: list[tuple[float, int, int]] = []  # (end, node, i)
     waiting = list(order)

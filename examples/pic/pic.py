@@ -239,12 +239,7 @@ class PicBlock(amt.Element):
 
     def track_inbox(self):
         box, self.inbox = self.inbox, []
-        if len(box) == 1:
-            ids, data = box[0]
-        else:
-            ids = np.concatenate([b[0] for b in box])
-            data = np.concatenate([b[1] for b in box])
-        self._send(self.s.track(ids, data))
+        self._send(self.s.track(*_joined(box)))
 
     def _send(self, out):
         coll = self.collection
@@ -254,14 +249,19 @@ class PicBlock(amt.Element):
 
 # -- the driver -------------------------------------------------------------------------------
 
+def _joined(parts):
+    """[(ids, data), ...] as one (ids, data)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
 def _group(inbox):
     """Arrivals per block, concatenated: one track call per block and micro-iteration."""
     by_block: dict = {}
     for blk, i, d in inbox:
         by_block.setdefault(blk, []).append((i, d))
-    return {blk: (parts[0] if len(parts) == 1 else
-                  (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
-            for blk, parts in by_block.items()}
+    return {blk: _joined(parts) for blk, parts in by_block.items()}
 
 
 def _owner_table(bx, by, size):
