@@ -327,3 +327,31 @@ def test_read_outputs_caps_skips_empty_and_tells_reusable(tmp_path):
     assert rows == [("0123\n[...truncated...]", "[...truncated...]\nghij", True),
                     ("", None, True), (None, None, True), ("x", None, False)]
     assert read_outputs([(str(held), None)], 4) == [("x", None, True)]
+
+
+def test_read_outputs_large_batch_keeps_order_and_releases_leases(tmp_path):
+    """A large batch is read by several threads: rows stay in the order of the pairs, a held
+    file in the middle is told apart, and reading takes no lease that outlives the call (the
+    same files read again are reusable)."""
+    import subprocess
+
+    from pilotfish._core import read_outputs
+
+    pairs = []
+    for i in range(300):
+        o, e = tmp_path / f"{i}.out", tmp_path / f"{i}.err"
+        o.write_text(f"out {i}")
+        e.write_text(f"err {i}" if i % 3 else "")
+        pairs.append((str(o), str(e) if i % 5 else None))
+    held = 150
+    child = subprocess.Popen(["sleep", "30"], stdout=open(pairs[held][0], "a"))
+    try:
+        rows = read_outputs(pairs, 1 << 20)
+    finally:
+        child.kill()
+        child.wait()
+    want = [(f"out {i}", (f"err {i}" if i % 3 else "") if i % 5 else None, i != held)
+            for i in range(300)]
+    assert rows == want
+    again = read_outputs(pairs, 1 << 20)
+    assert [r[2] for r in again] == [True] * 300

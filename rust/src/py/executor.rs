@@ -54,7 +54,10 @@ impl PyExecutor {
     /// exit code i32, signal i32, t_exit f64, little-endian), before reap() can return it.
     #[new]
     #[pyo3(signature = (base_env=None, exit_log=None))]
-    fn new(base_env: Option<Vec<OsString>>, exit_log: Option<std::path::PathBuf>) -> PyResult<Self> {
+    fn new(
+        base_env: Option<Vec<OsString>>,
+        exit_log: Option<std::path::PathBuf>,
+    ) -> PyResult<Self> {
         let base: Vec<Vec<u8>> = match base_env {
             Some(v) => v.into_iter().map(bytes).collect(),
             None => std::env::vars_os()
@@ -142,6 +145,8 @@ impl PyExecutor {
     }
 }
 
+/// Batches with at least this many tasks per reader thread are read by several threads.
+const PARALLEL_READ_MIN: usize = 32;
 
 /// Captured outputs of finished tasks, in one call (GIL released): for each (stdout path,
 /// stderr path) -- either None -- (stdout, stderr, reusable). A text is None when there is no
@@ -155,8 +160,9 @@ pub fn read_outputs<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     use crate::executor::output::read_capped;
 
-    let read = py.detach(|| {
-        pairs
+    type Pair = (Option<PathBuf>, Option<PathBuf>);
+    let read_all = |chunk: &[Pair]| {
+        chunk
             .iter()
             .map(|(o, e)| {
                 (
@@ -165,6 +171,26 @@ pub fn read_outputs<'py>(
                 )
             })
             .collect::<Vec<_>>()
+    };
+    let read = py.detach(|| {
+        // A round's outputs are read while the agent's other work waits: a large batch is
+        // read by several threads (it is syscalls only, ~4 us a file).
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let workers = cores.clamp(1, 4).min(pairs.len() / PARALLEL_READ_MIN);
+        if workers <= 1 {
+            return read_all(&pairs);
+        }
+        let chunk = pairs.len().div_ceil(workers);
+        std::thread::scope(|s| {
+            let mut parts = pairs.chunks(chunk);
+            let first = parts.next().unwrap_or_default();
+            let others: Vec<_> = parts.map(|c| s.spawn(move || read_all(c))).collect();
+            let mut out = read_all(first);
+            for h in others {
+                out.extend(h.join().expect("output reader panicked"));
+            }
+            out
+        })
     });
     let text = |r: &Option<Option<(Vec<u8>, bool)>>| -> (Option<String>, bool) {
         match r {
