@@ -1,6 +1,6 @@
 """Heterogeneous utilization: the seed-000 mix on an emulated 16 x (168 cores, 6 GPUs) pilot.
 
-    python bench/bench_hetero.py [--seeds 3] [--tasks 550]
+    python bench/bench_hetero.py [--seeds 3] [--first-seed 0] [--tasks 550]
 
 The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
 10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
@@ -13,8 +13,8 @@ Each task is a real `sleep` on an emulated local pilot. Per seed, in one run:
 and, as references computed here, the offline list schedule of the same list that starts the
 largest tasks first (first fit, any task that fits starts: the RU a plain greedy scheduler
 reaches) -- ties of equal size longest first (it knows the durations) and, "blind", in arrival
-order (what a scheduler without durations can do) -- and the core-bound ideal (core-seconds /
-cores: RU 1.0).
+order (what a scheduler without durations can do) -- the core-bound ideal (core-seconds /
+cores: RU 1.0) and `ru_bound`, what no schedule of the list can beat (see ru_bound()).
 
 RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
 """
@@ -86,6 +86,26 @@ def offline_largest_first(tasks: list[tuple[int, int, float]], durations: bool =
     return {"ttx": round(now, 2), "ru": round(busy / (NODES * CORES * now), 3)}
 
 
+def ru_bound(tasks: list[tuple[int, int, float]]) -> float:
+    """An upper bound on the RU of any schedule of this list, even one that knows every
+    duration: TTX is at least the core-bound time and at least the time the large (GPU)
+    tasks need, since a node holds at most CORES // (fewest cores of a large task) of them
+    at once. With m such slots and the large durations sorted longest first, some slot
+    runs j + 1 of the j*m + 1 longest, so it is busy at least as long as the j + 1 shortest
+    of those (pigeonhole), for every j with j*m + 1 <= their number."""
+    work = sum(c * d for c, _, d in tasks)
+    large = sorted((d for _, g, d in tasks if g), reverse=True)
+    ttx = work / (NODES * CORES)
+    if large:
+        m = NODES * (CORES // min(c for c, g, _ in tasks if g))
+        ttx = max(ttx, large[0], sum(large) / m)
+        j = 1
+        while j * m < len(large):
+            ttx = max(ttx, sum(large[j * m - j: j * m + 1]))
+            j += 1
+    return round(min(1.0, work / (NODES * CORES * ttx)), 3)
+
+
 def ideal(tasks) -> dict:
     work = sum(c * d for c, _, d in tasks)
     return {"ttx": round(work / (NODES * CORES), 2), "ru": 1.0}
@@ -124,13 +144,14 @@ def real(tasks, policy: str, with_duration: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--tasks", type=int, default=550)
     a = ap.parse_args()
     rows = []
-    for seed in range(a.seeds):
+    for seed in range(a.first_seed, a.first_seed + a.seeds):
         tasks = mix(seed, a.tasks)
         row = {"seed": seed, "tasks": len(tasks), "large": sum(1 for t in tasks if t[1]),
-               "ideal": ideal(tasks), "offline_largest_first": offline_largest_first(tasks),
+               "ideal": ideal(tasks), "ru_bound": ru_bound(tasks), "offline_largest_first": offline_largest_first(tasks),
                "offline_largest_first_blind": offline_largest_first(tasks, durations=False)}
         for name, policy, dur in (("fifo", "fifo", False), ("utilization", "utilization", False),
                                   ("utilization+dur", "utilization", True)):
@@ -140,6 +161,7 @@ def main() -> None:
     summary = {k: round(statistics.mean(r[k]["ru"] for r in rows), 3)
                for k in ("offline_largest_first", "offline_largest_first_blind", "fifo",
                          "utilization", "utilization+dur")}
+    summary["ru_bound"] = round(statistics.mean(r["ru_bound"] for r in rows), 3)
     print(json.dumps({"mean_ru": summary}))
 
 
