@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -137,6 +138,34 @@ def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path
             time.sleep(0.5)
         assert slurm_job_state(job, slurm.env) in ("CANCELLED", "COMPLETED", "UNKNOWN")
         print(f"grow to first task on the new node: {first:.1f}s")
+
+
+def node_of(i):
+    return i, os.environ.get("PILOTFISH_NODE")
+
+
+@pytest.mark.slurm
+def test_function_workers_reach_a_grown_slurm_pilot_over_tcp(slurm, tmp_path, monkeypatch):
+    """A batch pilot may grow onto other hosts, so its function pool listens on TCP as well as
+    ipc, and a worker on another host than the agent connects over TCP (forced here: every
+    node is this host, PILOTFISH_FN_INLINE=1 takes the other-host path): calls run by workers
+    on the grown node come back right, and the agent's log shows the workers came over TCP."""
+    monkeypatch.setenv("PILOTFISH_FN_INLINE", "1")
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = start_pilot(s, timeout=120, resource="slurm", nodes=1, runtime="10m")
+        names = pilot.grow(nodes=1, timeout=120)
+        hold = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["60"],
+                                                    cores_per_rank=slurm.cpus))
+        assert hold.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=node_of, args=(i,))
+                                   for i in range(200)])
+        assert tmgr.wait_tasks([t.uid for t in tasks], timeout=120) == [pf.DONE] * 200, \
+            [t.reason for t in tasks if t.state != pf.DONE][:3]
+        assert [t.result for t in tasks] == [(i, names[0]) for i in range(200)]
+        hold.cancel()
+        with open(os.path.join(pilot.sandbox, "agent.log")) as f:
+            ready = [line for line in f if "function worker" in line and " ready " in line]
+        assert ready and all("via tcp://" in line for line in ready), ready
 
 
 def nap(i):

@@ -104,10 +104,16 @@ class FunctionPool:
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(agent.ctx, self.key_file, "functions")
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
-        from ..launch import remote_nodes
+        from ..launch import may_span_hosts
 
-        if remote_nodes(agent.resources):  # workers on other hosts: TCP on this one's name
-            self.address = bind_tcp(self.sock)
+        # A worker on this host connects over ipc; one on another host -- now, or on nodes
+        # the pilot grows onto later -- over TCP on this host's name (it picks, see worker.py).
+        self.remote_address = ""
+        if may_span_hosts(agent.desc["resource"], agent.resources):
+            try:
+                self.remote_address = bind_tcp(self.sock)
+            except (OSError, zmq.ZMQError) as e:
+                log.warning("function pool: no TCP endpoint (%s): this host only", e)
         self.queues: dict[tuple, collections.deque[Call]] = {}
         self.calls: dict[str, Call] = {}  # live: queued or in flight
         self.workers: dict[str, Worker] = {}
@@ -199,7 +205,8 @@ class FunctionPool:
         spec = _wire.TaskSpec(
             uid=uid, executable=sys.executable,
             arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
-                       str(self.max_calls), str(self.max_mem), hostname()),
+                       str(self.max_calls), str(self.max_mem), hostname(),
+                       self.remote_address),
             ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
             environment={"PILOTFISH_FN_KEYFILE": self.key_file},
             stdout=False, stderr=True)
@@ -225,6 +232,9 @@ class FunctionPool:
                     w.ident = ident
                     w.state = "ready"
                     w.inline = bool(len(msg) > 3 and msg[3])
+                    log.info("function worker %s ready (pid %s, via %s, results %s)", w.uid,
+                             msg[2], msg[4] if len(msg) > 4 else "?",
+                             "with its messages" if w.inline else "in its log")
                     if not w.inline:
                         w.log = ResultLog(w.log_path, create=False)
                     self.by_ident[ident] = w

@@ -114,9 +114,9 @@ class ServiceRegistry:
         # only the pilot's own tasks may speak here (every task gets the key file's path)
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(ctx, self.key_file, "services")
-        from ..launch import remote_nodes
+        from ..launch import may_span_hosts
 
-        if agent.desc["resource"] not in ("local", "simulated") or remote_nodes(agent.resources):
+        if may_span_hosts(agent.desc["resource"], agent.resources):
             # members on other hosts, now or once the pilot grows: TCP on this host's name
             try:
                 self.address = bind_tcp(self.sock)

@@ -1,6 +1,6 @@
 """A persistent function worker: runs batches of Python calls for the agent's FunctionPool.
 
-    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB AGENT_HOST
+    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB AGENT_HOST [TCP_ADDRESS]
 
 The agent places and launches a worker like any task (its cores, GPUs, ranks), then feeds it
 batches of calls over ZeroMQ. Results do not travel back on the socket: each is appended to
@@ -189,7 +189,12 @@ def _timed_out(signum, frame):
 
 
 def main(argv: list[str]) -> int:
-    address, uid, log_path, max_calls, max_rss, agent_host = argv
+    address, uid, log_path, max_calls, max_rss, agent_host, remote_address = (argv + [""])[:7]
+    # On another host than the agent (PILOTFISH_FN_INLINE=1: as if, for tests) the agent's
+    # ipc socket is out of reach: TCP, where the agent has it.
+    elsewhere = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
+    if elsewhere and remote_address:
+        address = remote_address
     max_calls, max_rss = int(max_calls), float(max_rss)
     comm = _comm()
     rank = 0 if comm is None else comm.rank
@@ -219,13 +224,12 @@ def main(argv: list[str]) -> int:
     # nothing written). On another node the agent cannot map our pages: the records travel
     # with the "done" messages instead, and a crash loses the results of the last few ms,
     # whose calls the agent then runs again.
-    # (PILOTFISH_FN_INLINE=1: the other-node path on one machine, for tests)
-    inline = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
+    inline = elsewhere
     log = None if inline else ResultLog(log_path, create=True)
     unsent: list[bytes] = []
     keep = unsent.append if inline else log.append  # type: ignore[union-attr]
     parent = os.getppid()
-    sock.send(encode(["ready", uid, os.getpid(), inline]))
+    sock.send(encode(["ready", uid, os.getpid(), inline, address]))
 
     def flush():
         if inline:

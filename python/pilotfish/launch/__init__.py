@@ -51,6 +51,13 @@ def default_launcher(resource: str, resources: Any) -> str:
     return NATIVE.get(resource, "ssh")
 
 
+def may_span_hosts(resource: str, resources: Any) -> bool:
+    """Whether tasks of this pilot may run on another host, now or once it grows: a batch
+    pilot whose first nodes are all this host can still grow onto others. The agent's
+    sockets that tasks connect to then need TCP, not only ipc."""
+    return resource not in ("local", "simulated") or bool(remote_nodes(resources))
+
+
 def installed_mpi_launcher() -> str | None:
     """The MPI launcher a multi-rank task gets on a local pilot that names none: MPICH's
     mpiexec (hydra) if installed, else Open MPI's mpirun, else PRRTE's (through `prrte`), else
