@@ -113,6 +113,7 @@ class ServiceSpec(msgspec.Struct, array_like=True, omit_defaults=True):
 
 class GroupStart(msgspec.Struct, tag="group_start", array_like=True):
     spec: ServiceSpec
+    resume: bool = False  # a resumed session: a running group of that name is re-attached
 
 
 class GroupResize(msgspec.Struct, tag="group_resize", array_like=True):
@@ -237,6 +238,7 @@ class GroupAck(msgspec.Struct, tag="group_ack", array_like=True):
     token: str
     epoch: int
     error: str | None = None
+    target: int = -1  # a re-attached group's members wanted (GroupStart with resume)
 
 
 class Resized(msgspec.Struct, tag="resized", array_like=True):

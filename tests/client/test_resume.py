@@ -211,3 +211,60 @@ def test_resume_refuses_a_different_workload(tmp_path):
         tm.add_pilots(pilot)
         with pytest.raises(pf.PilotfishError, match="differs"):
             tm.submit_tasks(pf.TaskDescription(executable="/bin/false"))
+
+
+GROUP_CLIENT = textwrap.dedent("""
+    import sys, time, pilotfish as pf
+    path, resume, replicas, args = sys.argv[1], sys.argv[2] == "resume", int(sys.argv[3]), sys.argv[4:]
+    s = pf.Session(path=path, resume=resume, heartbeat_s=0.5, client_timeout=60)
+    pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=8,
+                                                                 runtime="10m"))
+    tm = pf.TaskManager(s)
+    tm.add_pilots(pilot)
+    try:
+        g = tm.submit_service_group(pf.ServiceDescription(
+            name="echo", executable=sys.executable, arguments=args), replicas=replicas)
+    except pf.ServiceError as e:
+        print("refused", e, flush=True)
+        sys.exit(3)
+    g.wait_ready(timeout=60)
+    print("view", g.target, " ".join(m.uid for m in g.members), flush=True)
+    if not resume:
+        g.hold()  # then killed with the hold in place
+        print("held", flush=True)
+        time.sleep(600)
+    g.resize(g.target + 1)  # a hold left by the killed client would keep the new one out
+    g.wait_ready(timeout=60)
+    print("view", g.target, " ".join(m.uid for m in g.members), flush=True)
+    g.stop()
+    s.close()
+""")
+
+
+def _group_client(path, mode, replicas, *args):
+    echo = os.path.join(os.path.dirname(__file__), "..", "services", "echo_service.py")
+    return subprocess.Popen([sys.executable, "-c", GROUP_CLIENT, str(path), mode, str(replicas),
+                             os.path.abspath(echo), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_resumed_program_reattaches_its_running_service_group(tmp_path):
+    """Running the same program again re-attaches a service group its live agent still runs:
+    the same members, not restarted (the size they have, not the one asked for), the killed
+    client's hold released; a group started with another description is refused."""
+    path = tmp_path / "session"
+    first = _group_client(path, "first", 2)
+    view = first.stdout.readline().split()
+    assert view[:2] == ["view", "2"] and len(view) == 4, (view, first.stderr.read())
+    assert first.stdout.readline().strip() == "held"
+    first.kill()  # SIGKILL, holding the group's view
+    first.wait()
+    changed = _group_client(path, "resume", 2, "--other")
+    out, err = changed.communicate(timeout=120)
+    assert changed.returncode == 3 and "another description" in out, (out, err)
+    second = _group_client(path, "resume", 5)  # asks for 5: the group runs with 2
+    out, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert lines[0] == view, lines  # the same two members
+    assert lines[1][:2] == ["view", "3"] and lines[1][2:4] == view[2:], lines

@@ -534,7 +534,7 @@ class Agent:
             self.send(_wire.GroupAck(name, getattr(msg, "token", "start"), -1,
                                      "service groups do not run on a simulated pilot"))
         elif isinstance(msg, _wire.GroupStart):
-            services.start(msg.spec)
+            services.start(msg.spec, msg.resume)
         elif isinstance(msg, _wire.GroupResize):
             services.resize(msg.name, msg.replicas)
         elif isinstance(msg, _wire.GroupHold):

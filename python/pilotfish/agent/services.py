@@ -136,8 +136,12 @@ class ServiceRegistry:
         return {"PILOTFISH_SERVICES": self.address, "PILOTFISH_SERVICES_KEYFILE": self.key_file}
 
     # -- from the client ---------------------------------------------------------------------
-    def start(self, spec: _wire.ServiceSpec) -> None:
+    def start(self, spec: _wire.ServiceSpec, resume: bool = False) -> None:
         now = self.clock.now()
+        g = self.groups.get(spec.name)
+        if resume and g is not None:
+            self._reattach(g, spec)
+            return
         why = self._spec_problem(spec)
         if why is not None:
             self._ack(spec.name, "start", -1, why)
@@ -151,6 +155,25 @@ class ServiceRegistry:
         self._ack(spec.name, "start", 0, None)
         self._start_members(g, spec.replicas)
         g.dirty = True  # (epoch 0, empty: subscribers learn the group exists)
+
+    def _reattach(self, g: Group, spec: _wire.ServiceSpec) -> None:
+        """A resumed client starts a group this agent runs already: the same group (members
+        are not disturbed; its size stays what it is) -- unless the program changed it. The
+        client that held its view is gone: its holds are released."""
+        def what(s: _wire.ServiceSpec) -> _wire.ServiceSpec:
+            # (a function member's callable is compared by the program, not by its pickle)
+            t = msgspec.structs.replace(s.template, function=None, call=None)
+            return msgspec.structs.replace(s, template=t, replicas=0)
+
+        if what(spec) != what(g.spec):
+            self._ack(g.name, "start", -1, f"resume: service group {g.name!r} runs in this "
+                      f"pilot with another description; start it as it was")
+            return
+        for token, owner in list(g.holds.items()):
+            if owner is None:
+                self.release(g.name, token)
+        self.agent.send(_wire.GroupAck(g.name, "start", g.epoch, None, g.target))
+        g.dirty = True  # its view goes to the client now
 
     def _spec_problem(self, spec: _wire.ServiceSpec) -> str | None:
         """Why the agent will not start this group (the client checked; the wire is an API)."""

@@ -261,8 +261,11 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
                              d.ready_timeout, d.health_interval, d.leave_timeout)
     group = ServiceGroup(tmgr, d, pilot, replicas)
     pilot._groups[d.name] = group
-    ack = group._ask(_wire.GroupStart(spec), "start", 60.0)
+    resume = tmgr.session._resume is not None  # (a running group is re-attached)
+    ack = group._ask(_wire.GroupStart(spec, resume), "start", 60.0)
     if ack.error:
         del pilot._groups[d.name]
         raise ServiceError(f"service group {d.name!r}: {ack.error}")
+    if ack.target >= 0:
+        group.target = ack.target
     return group
