@@ -65,13 +65,14 @@ def test_hardest_to_place_first_then_longest():
 
 def test_fillers_go_longest_first():
     """Tasks within 1/16 of a node (no GPU) fit anywhere: their size does not order them, their
-    expected duration does (longest first); bigger tasks still go first, by size."""
+    expected duration does (longest first; one without a duration counts as the longest);
+    bigger tasks still go first, by size."""
     sim = Sim([(160, 0)])
     for name, cores, dur in (("f_short9", 9, 5.0), ("f_long1", 1, 60.0), ("f_mid4", 4, 20.0),
                              ("f_unknown8", 8, None), ("big", 40, 1.0)):
         sim.add(name, cores, duration=dur)
     sim.step()
-    assert sim.order == ["big", "f_long1", "f_mid4", "f_short9", "f_unknown8"]
+    assert sim.order == ["big", "f_unknown8", "f_long1", "f_mid4", "f_short9"]
 
 
 def test_a_task_that_needs_much_memory_is_no_filler():

@@ -299,7 +299,7 @@ def test_json_metrics(session_ab):
 
 def test_waits_by_shape_edges():
     """No task reached an agent: no rows (and no warning); tasks still waiting at the end
-    waited until the session's last event."""
+    waited until the session's end (default: its tasks' last event)."""
     import pandas as pd
     import warnings
 
@@ -316,3 +316,5 @@ def test_waits_by_shape_edges():
         w = waits_by_shape(waiting)
     assert list(w["tasks"]) == [2] and list(w["never_placed"]) == [1]
     assert w["total"].iloc[0] == pytest.approx(1.0 + 1.0)   # 1 -> 2 placed; 4 -> 5 (last event)
+    # with the session's end given (analyze() passes the pilots' end): waited until then
+    assert waits_by_shape(waiting, end=9.0)["total"].iloc[0] == pytest.approx(1.0 + 5.0)

@@ -315,7 +315,8 @@ def test_read_outputs_caps_skips_empty_and_tells_reusable(tmp_path):
     (tmp_path / "b.out").write_text("")
     held = tmp_path / "c.out"
     held.write_text("x")
-    child = subprocess.Popen(["sleep", "30"], stdout=open(held, "a"))
+    with open(held, "a") as f:
+        child = subprocess.Popen(["sleep", "30"], stdout=f)
     try:
         rows = read_outputs([(str(tmp_path / "a.out"), str(tmp_path / "a.err")),
                              (str(tmp_path / "b.out"), None),
@@ -344,7 +345,8 @@ def test_read_outputs_large_batch_keeps_order_and_releases_leases(tmp_path):
         e.write_text(f"err {i}" if i % 3 else "")
         pairs.append((str(o), str(e) if i % 5 else None))
     held = 150
-    child = subprocess.Popen(["sleep", "30"], stdout=open(pairs[held][0], "a"))
+    with open(pairs[held][0], "a") as f:
+        child = subprocess.Popen(["sleep", "30"], stdout=f)
     try:
         rows = read_outputs(pairs, 1 << 20)
     finally:

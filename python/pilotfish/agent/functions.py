@@ -104,7 +104,7 @@ class FunctionPool:
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(agent.ctx, self.key_file, "functions")
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
-        from ..launch import may_span_hosts
+        from ..launch import may_span_hosts, remote_nodes
 
         # A worker on this host connects over ipc; one on another host -- now, or on nodes
         # the pilot grows onto later -- over TCP on this host's name (it picks, see worker.py).
@@ -113,6 +113,8 @@ class FunctionPool:
             try:
                 self.remote_address = bind_tcp(self.sock)
             except (OSError, zmq.ZMQError) as e:
+                if remote_nodes(agent.resources):
+                    raise  # workers on the other hosts could never connect: say so now
                 log.warning("function pool: no TCP endpoint (%s): this host only", e)
         self.queues: dict[tuple, collections.deque[Call]] = {}
         self.calls: dict[str, Call] = {}  # live: queued or in flight

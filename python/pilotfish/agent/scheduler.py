@@ -84,7 +84,8 @@ class Scheduler:
         # a filler fits on every node (the smallest one counts)
         self._filler_cores = min((c for c, _, _ in capacity), default=0) // FILLER_SHARE
         mems = [m for _, _, m in capacity if m > 0]    # 0: memory not tracked on that node
-        self._filler_mem = min(mems) // FILLER_SHARE if len(mems) == len(capacity) else None
+        self._filler_mem = min(mems) // FILLER_SHARE if mems and len(mems) == len(capacity) \
+            else None
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
@@ -228,8 +229,10 @@ class Scheduler:
                 filler = gpr == 0 and cores <= self._filler_cores and (
                     not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
                 size = 0 if filler else cores
-                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -size, -dur,
-                               -cores, h[1]), shape))
+                # a task without a duration counts as the longest (as Slurm takes a job without
+                # a time limit to need the most): started late, it would make the longest tail
+                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -size,
+                               -dur if dur >= 0 else -math.inf, -cores, h[1]), shape))
         heads.sort(key=lambda x: x[0])
         for _, shape in heads:
             ranks, cpr, gpr, _, colocate, _ = shape.key

@@ -101,9 +101,10 @@ def shape_label(ranks: int, cores_per_rank: int, gpus_per_rank: int) -> str:
     return text
 
 
-def waits_by_shape(tasks: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+def waits_by_shape(tasks: pd.DataFrame, top: int = 20, end: float | None = None) -> pd.DataFrame:
     """Who waited: time in the agent's scheduler (AGENT_SCHEDULING -> schedule_ok; a task
-    never placed waited until its final state, or until the last event if it has none) per
+    never placed waited until its final state, or if it has none until `end` -- the session's
+    end, as analyze() passes it; default: the tasks' last event) per
     request shape (ranks, cores per rank, GPUs per rank). One row per shape (WAIT_COLUMNS):
     tasks, never placed, mean / median / p95 / max seconds, total task-seconds waited and
     its share of all waiting; the shapes that waited longest in total first, those after
@@ -116,6 +117,8 @@ def waits_by_shape(tasks: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     final = event_time(tasks, "t_final")
     times = np.concatenate([arrived, placed, final])
     last = float(np.nanmax(times)) if np.isfinite(times).any() else np.nan
+    if end is not None and not np.isnan(last):
+        last = max(last, end)
     never = np.isnan(placed)
     until = np.where(never, np.where(np.isnan(final), last, final), placed)
     wait = until - arrived

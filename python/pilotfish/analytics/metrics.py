@@ -160,7 +160,7 @@ def analyze(session: "SessionData | str | os.PathLike") -> Analysis:
         state_counts=state_counts,
         throughput=activity.throughput_summary(tasks),
         concurrency=activity.Concurrency(tasks, t_end),
-        waits_by_shape=durations.waits_by_shape(tasks),
+        waits_by_shape=durations.waits_by_shape(tasks, end=t_end),
     )
 
 

@@ -203,11 +203,21 @@ impl Executor {
             let (job, sink) = (&job, &self.sink);
             std::thread::scope(|s| {
                 let others: Vec<_> = (1..workers)
-                    .map(|w| s.spawn(move || job.run(sink, w * chunk..n.min((w + 1) * chunk))))
+                    .map(|w| {
+                        let range = w * chunk..n.min((w + 1) * chunk);
+                        let r = range.clone();
+                        let h = std::thread::Builder::new()
+                            .spawn_scoped(s, move || job.run(sink, r));
+                        (range, h)
+                    })
                     .collect();
                 let mut out = job.run(sink, 0..chunk.min(n));
-                for h in others {
-                    out.extend(h.join().expect("spawn worker panicked"));
+                // a worker the system refused (process limits): its share is spawned here
+                for (range, h) in others {
+                    match h {
+                        Ok(h) => out.extend(h.join().expect("spawn worker panicked")),
+                        Err(_) => out.extend(job.run(sink, range)),
+                    }
                 }
                 out
             })

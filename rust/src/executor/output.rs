@@ -44,14 +44,14 @@ pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, b
             data = buf;
         }
     }
-    // SAFETY: a plain fcntl call on a descriptor we own. The lease goes with the descriptor
-    // when `f` is closed (no F_UNLCK needed).
-    let free = unsafe {
-        libc::fcntl(
-            f.as_raw_fd(),
-            libc::F_SETLEASE,
-            libc::F_WRLCK as libc::c_int,
-        )
-    } == 0;
+    let fd = f.as_raw_fd();
+    // SAFETY: plain fcntl calls on a descriptor we own. The lease is let go at once, not left
+    // to close(): a copy of the descriptor in a child being spawned by another thread would
+    // keep it, and an open of the file would then break it (SIGIO).
+    let free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
+    if free {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
+    }
     Some((data, free))
 }

@@ -184,10 +184,21 @@ pub fn read_outputs<'py>(
         std::thread::scope(|s| {
             let mut parts = pairs.chunks(chunk);
             let first = parts.next().unwrap_or_default();
-            let others: Vec<_> = parts.map(|c| s.spawn(move || read_all(c))).collect();
+            // a thread the system refuses (process limits): its chunk is read here instead
+            let others: Vec<_> = parts
+                .map(|c| {
+                    (
+                        c,
+                        std::thread::Builder::new().spawn_scoped(s, move || read_all(c)),
+                    )
+                })
+                .collect();
             let mut out = read_all(first);
-            for h in others {
-                out.extend(h.join().expect("output reader panicked"));
+            for (c, h) in others {
+                match h {
+                    Ok(h) => out.extend(h.join().expect("output reader panicked")),
+                    Err(_) => out.extend(read_all(c)),
+                }
             }
             out
         })
