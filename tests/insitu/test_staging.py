@@ -178,3 +178,53 @@ def test_mpi_style_pipeline_code_runs_on_the_servers_communicator(pilot):
     assert [r["size"] for r in seen] == [2, 2, 3, 3]
     assert all(r["ranks"] == list(range(r["size"])) for r in seen)
     area.close()
+
+
+AREA_CLIENT = """
+import sys, time, numpy as np, pilotfish as pf
+from pilotfish import insitu
+path, resume = sys.argv[1], sys.argv[2] == "resume"
+s = pf.Session(path=path, resume=resume, heartbeat_s=0.5, client_timeout=60)
+pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=4,
+                                                             runtime="10m"))
+tm = pf.TaskManager(s)
+tm.add_pilots(pilot)
+area = insitu.StagingArea(tm, servers=2, mpi=False)  # no name: the program's first area
+area.create_pipeline("statistics", {"bins": 4, "range": [0, 4]})
+h = area.pipeline("statistics")
+print("area", area.name, " ".join(m.uid for m in area.members), flush=True)
+for it in range(2 if resume else 1):
+    h.activate(it)
+    for b in range(4):
+        h.stage(b, np.full(10, float(b)) + 0.5)
+    print("stats", it, h.execute(it)["histogram"], flush=True)
+    h.deactivate(it)
+if not resume:
+    time.sleep(600)  # killed here
+area.close()
+s.close()
+"""
+
+
+def test_resumed_program_reattaches_its_staging_area(tmp_path):
+    """The same program run again on a resumed session gets the staging area its live agent
+    still runs (the default name is the area's number in the program): the same servers, not
+    restarted, their pipeline made again without a fuss, and they keep serving."""
+    import subprocess
+
+    path = tmp_path / "session"
+    run = lambda mode: subprocess.Popen(  # noqa: E731
+        [sys.executable, "-c", AREA_CLIENT, str(path), mode], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    first = run("first")
+    area = first.stdout.readline().split()
+    assert area[:2] == ["area", "staging-0"] and len(area) == 4, (area, first.stderr.read())
+    assert first.stdout.readline().strip() == "stats 0 [10, 10, 10, 10]"
+    first.kill()
+    first.wait()
+    second = run("resume")
+    out, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == area, lines  # the same servers
+    assert lines[1:] == ["stats 0 [10, 10, 10, 10]", "stats 1 [10, 10, 10, 10]"], lines

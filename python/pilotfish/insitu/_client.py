@@ -14,7 +14,6 @@ import itertools
 import json
 import sys
 import time
-import uuid
 import zlib
 from typing import Any, Callable
 
@@ -379,6 +378,9 @@ class _AreaBase:
         return PipelineHandle(self, name, comm, placement)
 
 
+_AREA_NUMBERS = itertools.count()
+
+
 class StagingArea(_AreaBase):
     """A staging area: a service group of staging servers on a pilot (the user program's
     side). servers: how many; member_resources: ServiceDescription fields for each
@@ -397,7 +399,9 @@ class StagingArea(_AreaBase):
         if mpi is None:
             mpi = mpi_available()
         self.mpi = bool(mpi)
-        self.name = name or f"staging-{uuid.uuid4().hex[:6]}"
+        # the default name is the area's number in this program: the same program run again
+        # on a resumed session names it alike, and re-attaches it (its servers live on)
+        self.name = name or f"staging-{next(_AREA_NUMBERS)}"
         if self.mpi:
             env = dict(member_resources.pop("environment", {}) or {})
             env["PILOTFISH_INSITU_MPI"] = "1"
