@@ -41,8 +41,10 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     output_staging: tuple[dict[str, str], ...] = ()
     duration: float | None = None  # expected run time: a scheduling hint
     stage_on_error: bool = False  # output staging for a FAILED task too
-    function: bytes | None = None  # a function task: the callable, pickled (cloudpickle)
+    function: bytes | None = None  # a function task: the callable, pickled (cloudpickle) --
+    # sent once per pilot: the first task of a callable carries it, later ones only its fn_ref
     call: bytes | None = None  # ... and its (args, kwargs), pickled
+    fn_ref: bytes | None = None  # the callable's digest (what the agent knows it by)
     restartable: bool = False  # stopped and queued again when its node is drained
 
 

@@ -608,10 +608,13 @@ class Agent:
         calls = []
         pool = self.pool
         for spec in specs:
-            if spec.function is not None:  # a function call: queued for a worker, no task
+            if spec.function is not None or spec.fn_ref is not None:  # a function call:
+                # queued for a worker, no task
                 if spec.uid in self.tasks or (pool is not None and spec.uid in pool.calls):
                     events.record(spec.uid, S.FAILED, "a task with this uid is already live",
                                   now)
+                    if spec.function is not None and spec.fn_ref is not None:
+                        self._functions().define(spec.fn_ref, spec.function)  # others need it
                     continue
                 calls.append(spec)
                 continue

@@ -120,8 +120,11 @@ class FunctionPool:
         self.calls: dict[str, Call] = {}  # live: queued or in flight
         self.workers: dict[str, Worker] = {}
         self.by_ident: dict[bytes, Worker] = {}
-        self.fn_ids: dict[bytes, int] = {}
-        self.fn_bytes: list[bytes] = []
+        self.fn_ids: dict[bytes, int] = {}  # a callable's digest (fn_ref) -> its index
+        self.fn_bytes: list[bytes] = []  # the pickled callables, by index
+        # calls whose callable has not arrived yet (their digest -> [(shape, call)]): a frame
+        # that names a callable may overtake the one that carries it
+        self.parked: dict[bytes, list[tuple[tuple, Call]]] = {}
         self.n_started = 0
         self.call_s: float | None = None  # moving mean of a call's run time (once measured)
         self.caps: dict[tuple, int] = {}
@@ -141,28 +144,59 @@ class FunctionPool:
         for spec in specs:
             shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
             problem = self._misfit(shape)
-            if problem is None and (spec.call is None or not spec.uid):
-                problem = "a function task needs its call and a uid"
+            if problem is None and (spec.call is None or not spec.uid or
+                                    (spec.function is None and spec.fn_ref is None)):
+                problem = "a function task needs its callable (or its fn_ref), call and uid"
             if problem is not None:
                 agent._call_final(spec.uid, S.FAILED, now, now, None, problem)
                 continue
-            fn_id = self.fn_ids.get(spec.function)  # type: ignore[arg-type]
-            if fn_id is None:
-                fn_id = self.fn_ids[spec.function] = len(self.fn_bytes)  # type: ignore[index]
-                self.fn_bytes.append(spec.function)  # type: ignore[arg-type]
-            call = Call(spec.uid, fn_id, spec.call, spec.timeout)  # type: ignore[arg-type]
+            # the client sends a callable once: the first of its tasks carries it, the others
+            # name it by digest (fn_ref)
+            ref = spec.fn_ref if spec.fn_ref is not None else spec.function
+            fn_id = self.fn_ids.get(ref)  # type: ignore[arg-type]
+            call = Call(spec.uid, -1 if fn_id is None else fn_id, spec.call,  # type: ignore[arg-type]
+                        spec.timeout)
             self.calls[spec.uid] = call
-            q = self.queues.get(shape)
-            if q is None:
-                q = self.queues[shape] = collections.deque()
-            q.append(call)
-            touched.add(shape)
             if profile:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
+            if fn_id is None:
+                if spec.function is None:  # the frame carrying it comes later: wait for it
+                    self.parked.setdefault(ref, []).append((shape, call))  # type: ignore[arg-type]
+                    continue
+                call.fn_id = self._define(ref, spec.function, touched)  # type: ignore[arg-type]
+            self._queue(shape).append(call)
+            touched.add(shape)
         agent.events.record_many(events)
         for shape in touched:
             self._ensure_workers(shape)
         self.dispatch()
+
+    def define(self, ref: bytes, fn: bytes) -> None:
+        """A callable arrived with a call that is not run (a duplicate uid): calls that
+        name it may still be waiting for it."""
+        if ref not in self.fn_ids:
+            touched: set = set()
+            self._define(ref, fn, touched)
+            for shape in touched:
+                self._ensure_workers(shape)
+            self.dispatch()
+
+    def _define(self, ref: bytes, fn: bytes, touched: set) -> int:
+        """Learn a callable; the calls parked for it join their queues. Its index."""
+        fn_id = self.fn_ids[ref] = len(self.fn_bytes)
+        self.fn_bytes.append(fn)
+        for shape, parked in self.parked.pop(ref, ()):
+            parked.fn_id = fn_id
+            if parked.canceled is None:
+                self._queue(shape).append(parked)
+                touched.add(shape)
+        return fn_id
+
+    def _queue(self, shape: tuple) -> collections.deque:
+        q = self.queues.get(shape)
+        if q is None:
+            q = self.queues[shape] = collections.deque()
+        return q
 
     def _misfit(self, shape: tuple) -> str | None:
         from ._main import misfit_reason
@@ -569,13 +603,15 @@ class FunctionPool:
         """The pilot stops: queued calls end now; running ones when their workers do."""
         self.stopping = (state, reason)
         now = self.clock.now()
-        for q in self.queues.values():
+        for q in [collections.deque(c for _, c in calls) for calls in self.parked.values()] + \
+                list(self.queues.values()):
             while q:
                 c = q.popleft()
                 self.calls.pop(c.uid, None)
                 if c.canceled is None:
                     self.agent._call_final(c.uid, S.CANCELED, None, now, None,
                                            f"pilot stopped before the call started: {reason}")
+        self.parked.clear()
 
     def close(self) -> None:
         self.sock.close()

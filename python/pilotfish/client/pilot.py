@@ -48,6 +48,7 @@ class Pilot:
         self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
         self._simulated = description.resource == "simulated"
         self._groups: dict[str, object] = {}  # service groups on this pilot, by name
+        self._fn_sent: set[bytes] = set()  # digests of the callables its agent was sent
         # grown units (grow): name -> [their nodes, their batch job or None]; in order
         self._grown: dict[str, list] = {}
         self._n_grown = 0

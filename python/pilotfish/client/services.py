@@ -251,7 +251,7 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
                  mem_per_rank=d.mem_per_rank)
     if d.function is not None:  # (the agent runs it with python -m pilotfish.service)
         fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
-        fn, call = _pickle_calls([fd], [0])[0]
+        fn, call, _ = _pickle_calls([fd], [0])[0]
         what = dict(executable="", function=fn, call=call)
     else:
         what = dict(executable=d.executable, arguments=tuple(d.arguments))

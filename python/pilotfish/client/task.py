@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import pickle
@@ -210,8 +211,21 @@ class TaskManager:
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
         calls = _pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
+        if calls:
+            session._fn_lock.acquire()  # (released once the frames are queued, below)
+        try:
+            return self._submit_encoded(descs, single, uids, routes, resumed, by_pilot_idx,
+                                        calls)
+        finally:
+            if calls:
+                session._fn_lock.release()
+
+    def _submit_encoded(self, descs, single, uids, routes, resumed, by_pilot_idx, calls):
+        """submit_tasks, from the wire frames on (see there)."""
+        session = self.session
         frames = []  # (pilot uid, frame, indices)
         journal = []
+        fn_sent: dict[str, set[bytes]] = {}  # callables each pilot's agent will have been sent
         for pilot_uid, idx in by_pilot_idx.items():
             for k in range(0, len(idx), SUBMIT_BATCH):
                 part = idx[k:k + SUBMIT_BATCH]
@@ -220,9 +234,14 @@ class TaskManager:
                     shared = os.path.join(pilot.sandbox, "tasks", "shared")
                     extra = None if self._spec_extra is None else \
                         (lambda u, d, p=pilot: self._spec_extra(u, d, p))  # type: ignore[misc]
-                    frame = _wire.encode(_wire.Submit([_spec(uids[i], descs[i], shared,
-                                                             pilot.envs, extra, calls.get(i))
-                                                       for i in part]))
+                    specs = [_spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
+                             for i in part]
+                    if calls:
+                        sent = fn_sent.get(pilot_uid)
+                        if sent is None:
+                            sent = fn_sent[pilot_uid] = set(pilot._fn_sent)
+                        _first_carries_function(specs, sent)
+                    frame = _wire.encode(_wire.Submit(specs))
                     if session.journal.enabled:
                         journal.append(_journal_encode(
                             [["task", uids[i], pilot_uid, _journal_values(descs[i])]
@@ -230,6 +249,8 @@ class TaskManager:
                 except Exception:
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
+        for pilot_uid, sent in fn_sent.items():  # every frame is made: they will be sent
+            self._pilots[pilot_uid]._fn_sent |= sent
 
         now = time.time()
         tasks: list[Task] = []
@@ -691,8 +712,23 @@ def apply_updates(session: Session, items: list[_wire.Update]) -> None:
 # The wire spec is derived from the description: every TaskSpec field but these is the
 # TaskDescription field of the same name (same default; tests/client/test_descriptions.py
 # checks it), copied only when set. These are computed from other fields.
-_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call")
+_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call",
+                 "fn_ref")
 _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
+
+
+def _first_carries_function(specs: list[_wire.TaskSpec], sent: set[bytes]) -> None:
+    """Function tasks to one pilot: only the first that names a callable its agent was not
+    sent yet carries it; the others name it by digest (a callable that closes over a large
+    array used to travel, and sit in the agent's memory, once per call)."""
+    for k, spec in enumerate(specs):
+        ref = spec.fn_ref
+        if ref is None:
+            continue
+        if ref in sent:
+            specs[k] = msgspec.structs.replace(spec, function=None)
+        else:
+            sent.add(ref)
 
 
 def _spec(uid: str, d: TaskDescription, shared: str | None = None,
@@ -700,7 +736,8 @@ def _spec(uid: str, d: TaskDescription, shared: str | None = None,
     v = d._values  # only fields set away from their defaults
     if call is not None:  # a function task: its pickled callable and arguments
         kw = {k: v[k] for k in _CALL_COPIED.intersection(v)}
-        return _wire.TaskSpec(uid=uid, executable="", function=call[0], call=call[1], **kw)
+        return _wire.TaskSpec(uid=uid, executable="", function=call[0], call=call[1],
+                              fn_ref=call[2], **kw)
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     if "named_env" in v:  # (the route checked that the pilot has it)
         env = envs[v["named_env"]]  # type: ignore[index]
@@ -728,29 +765,32 @@ _CALL_COPIED = frozenset(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_r
                           "priority", "timeout", "duration"))
 
 
-def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, bytes]]:
-    """{index: (pickled function, pickled (args, kwargs))} for the function tasks among
-    descs[indices]. A callable is pickled once per submit. Arguments go through the standard
+def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, bytes, bytes]]:
+    """{index: (pickled function, pickled (args, kwargs), the function's digest)} for the
+    function tasks among descs[indices]. A callable is pickled (and digested) once per
+    submit. Arguments go through the standard
     pickler (fast) unless they refer to __main__ (a script's own classes and functions, which
     a worker cannot import): cloudpickle carries those by value. DescriptionError names the
     task and the field that cannot be pickled."""
-    out: dict[int, tuple[bytes, bytes]] = {}
-    fns: dict[int, bytes] = {}
+    out: dict[int, tuple[bytes, bytes, bytes]] = {}
+    fns: dict[int, tuple[bytes, bytes]] = {}
     for i in indices:
         d = descs[i]
         v = d._values
         fn = v.get("function")
         if fn is None:
             continue
-        fb = fns.get(id(fn))
-        if fb is None:
+        got = fns.get(id(fn))
+        if got is None:
             try:
                 _by_value(fn)
-                fb = fns[id(fn)] = _cloudpickle().dumps(fn, protocol=5)
+                fb = _cloudpickle().dumps(fn, protocol=5)
             except Exception as e:  # noqa: BLE001
                 raise DescriptionError("TaskDescription", "function", fn,
                                        f"cannot be pickled: {type(e).__name__}: {e}",
                                        index=i) from None
+            got = fns[id(fn)] = (fb, hashlib.blake2b(fb, digest_size=16).digest())
+        fb, ref = got
         payload = (v.get("args", ()), v.get("kwargs") or {})
         try:
             cb = pickle.dumps(payload, protocol=5)
@@ -764,7 +804,7 @@ def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byt
                 raise DescriptionError("TaskDescription", field, v.get(field),
                                        f"cannot be pickled: {type(e).__name__}: {e}",
                                        index=i) from None
-        out[i] = (fb, cb)
+        out[i] = (fb, cb, ref)
     return out
 
 
