@@ -49,6 +49,8 @@ PLAUSIBLE = {
     "function": st.one_of(st.none(), st.none(), st.binary(max_size=16)),
     "call": st.one_of(st.none(), st.binary(max_size=16)),
     "restartable": st.one_of(st.booleans(), garbage),
+    # a callable's digest: often one no callable ever came with (its calls wait for it)
+    "fn_ref": st.one_of(st.none(), st.binary(max_size=16)),
 }
 UNSAFE = {"executable", "pre_exec", "post_exec", "shell"}  # never garbage that is a string
 

@@ -193,14 +193,15 @@ area = insitu.StagingArea(tm, servers=2, mpi=False)  # no name: the program's fi
 area.create_pipeline("statistics", {"bins": 4, "range": [0, 4]})
 h = area.pipeline("statistics")
 print("area", area.name, " ".join(m.uid for m in area.members), flush=True)
-for it in range(2 if resume else 1):
+for it in range(2):
     h.activate(it)
     for b in range(4):
         h.stage(b, np.full(10, float(b)) + 0.5)
+    if it == 1 and not resume:
+        print("mid", flush=True)
+        time.sleep(600)  # killed here, iteration 1 active on the servers
     print("stats", it, h.execute(it)["histogram"], flush=True)
     h.deactivate(it)
-if not resume:
-    time.sleep(600)  # killed here
 area.close()
 s.close()
 """
@@ -209,7 +210,8 @@ s.close()
 def test_resumed_program_reattaches_its_staging_area(tmp_path):
     """The same program run again on a resumed session gets the staging area its live agent
     still runs (the default name is the area's number in the program): the same servers, not
-    restarted, their pipeline made again without a fuss, and they keep serving."""
+    restarted, their pipeline made again without a fuss, the iteration the killed run left
+    active abandoned, and they keep serving."""
     import subprocess
 
     path = tmp_path / "session"
@@ -220,6 +222,7 @@ def test_resumed_program_reattaches_its_staging_area(tmp_path):
     area = first.stdout.readline().split()
     assert area[:2] == ["area", "staging-0"] and len(area) == 4, (area, first.stderr.read())
     assert first.stdout.readline().strip() == "stats 0 [10, 10, 10, 10]"
+    assert first.stdout.readline().strip() == "mid"
     first.kill()
     first.wait()
     second = run("resume")

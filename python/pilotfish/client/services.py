@@ -40,6 +40,7 @@ class ServiceGroup:
         self._short: str | None = None  # why the group cannot reach its target
         self._resize_lock = threading.Lock()
         self.history: list[tuple[float, int, int]] = []  # (t, epoch, members) per view
+        self.reattached = False  # a resumed session found it running (members untouched)
         self.news: list[MemberNews] = []  # every member's life, as the agent told it
 
     # -- the view ----------------------------------------------------------------------------
@@ -266,6 +267,7 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
     if ack.error:
         del pilot._groups[d.name]
         raise ServiceError(f"service group {d.name!r}: {ack.error}")
-    if ack.target >= 0:
+    if ack.target >= 0:  # a resumed session: the agent had it running
         group.target = ack.target
+        group.reattached = True
     return group

@@ -413,6 +413,14 @@ class StagingArea(_AreaBase):
         self.group = tmgr.submit_service_group(desc, replicas=servers)
         self._views = self.group
         self.group.wait_ready(timeout=ready_timeout)
+        if self.group.reattached:  # a resumed program: what its killed run left active goes
+            ch = _Channel()
+            try:
+                why = ch.broadcast(self.group.endpoints, {"op": "abandon"})
+            finally:
+                ch.close()
+            if why is not None:
+                raise InsituError(f"staging area {self.name!r}, resumed: {why}")
 
     def resize(self, n: int, wait: bool = True, warm: bool = False,
                timeout: float = 120.0) -> None:
