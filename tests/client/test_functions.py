@@ -396,3 +396,46 @@ def test_calls_that_overtake_their_callable_wait_for_it(tmp_path, monkeypatch):
         assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 250, \
             {t.reason for t in tasks if t.state != pf.DONE}
         assert [t.result for t in tasks] == [i * i for i in range(250)]
+
+
+def test_a_submit_that_fails_after_encoding_sends_the_callable_again(tmp_path, monkeypatch):
+    """A callable counts as sent only once its frame is queued: a submit that fails on the way
+    (here its journal write) leaves the next submit of the same callable carrying it."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        real = s.journal.write_encoded
+        calls = []
+
+        def fail_once(records):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("disk full")
+            real(records)
+
+        monkeypatch.setattr(s.journal, "write_encoded", fail_once)
+        with pytest.raises(OSError, match="disk full"):
+            tmgr.submit_tasks(pf.TaskDescription(function=square, args=(2,)))
+        t = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(3,)))
+        assert t.wait(timeout=60) == pf.DONE and t.result == 9, (t.state, t.reason)
+
+
+def test_a_refused_call_still_delivers_its_callable(tmp_path, monkeypatch):
+    """The agent learns a callable from the call that carries it even when it refuses that
+    call (a shape its nodes cannot hold): the call's siblings, which only name it, run."""
+    from pilotfish.client.pilot import Pilot
+
+    monkeypatch.setattr(Pilot, "misfit", lambda self, *a, **k: None)  # the agent judges
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m"))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        big, ok = tmgr.submit_tasks([
+            pf.TaskDescription(function=square, args=(5,), cores_per_rank=64),
+            pf.TaskDescription(function=square, args=(6,))])
+        assert ok.wait(timeout=60) == pf.DONE and ok.result == 36, (ok.state, ok.reason)
+        assert big.wait(timeout=60) == pf.FAILED and "64" in big.reason, big.reason

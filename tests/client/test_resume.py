@@ -268,3 +268,42 @@ def test_resumed_program_reattaches_its_running_service_group(tmp_path):
     lines = [line.split() for line in out.splitlines()]
     assert lines[0] == view, lines  # the same two members
     assert lines[1][:2] == ["view", "3"] and lines[1][2:4] == view[2:], lines
+
+
+STOPPED_CLIENT = textwrap.dedent("""
+    import sys, time, pilotfish as pf
+    path, resume, echo = sys.argv[1], sys.argv[2] == "resume", sys.argv[3]
+    s = pf.Session(path=path, resume=resume, heartbeat_s=0.5, client_timeout=60)
+    pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=8,
+                                                                 runtime="10m"))
+    tm = pf.TaskManager(s)
+    tm.add_pilots(pilot)
+    g = tm.submit_service_group(pf.ServiceDescription(
+        name="echo", executable=sys.executable, arguments=[echo]), replicas=2)
+    print("ready", len(g.wait_ready(timeout=60)), g.reattached, flush=True)
+    g.stop()
+    g.wait(lambda v: not v.members, timeout=60)
+    print("stopped", flush=True)
+    if not resume:
+        time.sleep(600)  # killed here, its group stopped
+    s.close()
+""")
+
+
+def test_resumed_program_restarts_a_group_it_had_stopped(tmp_path):
+    """A group the killed run had stopped (size 0) is started again at the size the program
+    asks for when it is re-attached, as the program's replay expects."""
+    path = tmp_path / "session"
+    echo = os.path.join(os.path.dirname(__file__), "..", "services", "echo_service.py")
+    run = lambda mode: subprocess.Popen(  # noqa: E731
+        [sys.executable, "-c", STOPPED_CLIENT, str(path), mode, os.path.abspath(echo)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = run("first")
+    assert first.stdout.readline().split() == ["ready", "2", "False"], first.stderr.read()
+    assert first.stdout.readline().strip() == "stopped"
+    first.kill()
+    first.wait()
+    second = run("resume")
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.splitlines()[:2] == ["ready 2 True", "stopped"], (out, err)

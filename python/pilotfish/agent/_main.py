@@ -613,8 +613,9 @@ class Agent:
                 if spec.uid in self.tasks or (pool is not None and spec.uid in pool.calls):
                     events.record(spec.uid, S.FAILED, "a task with this uid is already live",
                                   now)
-                    if spec.function is not None and spec.fn_ref is not None:
-                        self._functions().define(spec.fn_ref, spec.function)  # others need it
+                    if spec.function is not None and spec.fn_ref is not None \
+                            and pool is not None:
+                        pool.define(spec.fn_ref, spec.function)  # its siblings may need it
                     continue
                 calls.append(spec)
                 continue

@@ -142,6 +142,10 @@ class FunctionPool:
         events = []
         touched = set()
         for spec in specs:
+            ref = spec.fn_ref if spec.fn_ref is not None else spec.function
+            if spec.function is not None and ref not in self.fn_ids:
+                # learnt even if this call fails below: its siblings may only name it
+                self._define(ref, spec.function, touched)  # type: ignore[arg-type]
             shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
             problem = self._misfit(shape)
             if problem is None and (spec.call is None or not spec.uid or
@@ -152,18 +156,15 @@ class FunctionPool:
                 continue
             # the client sends a callable once: the first of its tasks carries it, the others
             # name it by digest (fn_ref)
-            ref = spec.fn_ref if spec.fn_ref is not None else spec.function
             fn_id = self.fn_ids.get(ref)  # type: ignore[arg-type]
             call = Call(spec.uid, -1 if fn_id is None else fn_id, spec.call,  # type: ignore[arg-type]
                         spec.timeout)
             self.calls[spec.uid] = call
             if profile:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
-            if fn_id is None:
-                if spec.function is None:  # the frame carrying it comes later: wait for it
-                    self.parked.setdefault(ref, []).append((shape, call))  # type: ignore[arg-type]
-                    continue
-                call.fn_id = self._define(ref, spec.function, touched)  # type: ignore[arg-type]
+            if fn_id is None:  # the frame carrying it comes later: wait for it
+                self.parked.setdefault(ref, []).append((shape, call))  # type: ignore[arg-type]
+                continue
             self._queue(shape).append(call)
             touched.add(shape)
         agent.events.record_many(events)

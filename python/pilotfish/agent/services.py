@@ -87,6 +87,7 @@ class Group:
         self.next_slot = 0
         self.dirty = False
         self.fn_path: str | None = None
+        self.short: str | None = None  # why it last fell short of its target for good
 
     def live(self) -> list[Member]:
         return [m for m in self.members.values() if m.state in (STARTING, READY)]
@@ -161,7 +162,8 @@ class ServiceRegistry:
         are not disturbed; its size stays what it is) -- unless the program changed it. The
         client that held its view is gone: its holds are released."""
         def what(s: _wire.ServiceSpec) -> _wire.ServiceSpec:
-            # (a function member's callable is compared by the program, not by its pickle)
+            # (a function member's callable and arguments are not compared: their pickles
+            # need not be equal from one run of a program to the next)
             t = msgspec.structs.replace(s.template, function=None, call=None)
             return msgspec.structs.replace(s, template=t, replicas=0)
 
@@ -172,8 +174,14 @@ class ServiceRegistry:
         for token, owner in list(g.holds.items()):
             if owner is None:
                 self.release(g.name, token)
+        live = g.live()
+        if g.target == 0 and not live:  # stopped before the client was killed: started again
+            g.target = spec.replicas
+            self._start_members(g, spec.replicas)
         self.agent.send(_wire.GroupAck(g.name, "start", g.epoch, None, g.target))
         g.dirty = True  # its view goes to the client now
+        if g.short is not None and len(live) + self._restarts_for(g) < g.target:
+            self._news(g, g.name, "short", reason=g.short)  # the killed client had it
 
     def _spec_problem(self, spec: _wire.ServiceSpec) -> str | None:
         """Why the agent will not start this group (the client checked; the wire is an API)."""
@@ -375,8 +383,8 @@ class ServiceRegistry:
             more = (f"restarted {m.restarts} times already (max_restarts = "
                     f"{g.spec.max_restarts})" if failed and g.spec.restart == "on-failure"
                     else "restart = 'never'" if failed else "it exited by itself")
-            self._news(g, g.name, "short", reason=f"member {m.uid} is not replaced ({more}): "
-                                                  f"{why}"[:1000])
+            g.short = f"member {m.uid} is not replaced ({more}): {why}"[:1000]
+            self._news(g, g.name, "short", reason=g.short)
 
     def _restarts_for(self, g: Group) -> int:
         return sum(1 for x in self.restarts if x[0] is g)

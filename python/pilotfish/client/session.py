@@ -103,10 +103,8 @@ class Session:
         self._tmgrs: list[TaskManager] = []
         self._closed = False
         self._lock = threading.Lock()
-        # held by a submit of function tasks from choosing which callables its frames carry
-        # until they are queued: a frame that names a callable never overtakes the one that
-        # carries it (another thread's submit)
-        self._fn_lock = threading.RLock()
+        # held while a submit marks the callables its frames carry as sent and queues them
+        self._fn_lock = threading.Lock()
         from .adoption import Adopter
 
         self._adopter = Adopter()  # tasks that outlive their agent (see agent/keeper.py)

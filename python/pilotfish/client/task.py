@@ -211,18 +211,6 @@ class TaskManager:
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
         calls = _pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
-        if calls:
-            session._fn_lock.acquire()  # (released once the frames are queued, below)
-        try:
-            return self._submit_encoded(descs, single, uids, routes, resumed, by_pilot_idx,
-                                        calls)
-        finally:
-            if calls:
-                session._fn_lock.release()
-
-    def _submit_encoded(self, descs, single, uids, routes, resumed, by_pilot_idx, calls):
-        """submit_tasks, from the wire frames on (see there)."""
-        session = self.session
         frames = []  # (pilot uid, frame, indices)
         journal = []
         fn_sent: dict[str, set[bytes]] = {}  # callables each pilot's agent will have been sent
@@ -249,8 +237,6 @@ class TaskManager:
                 except Exception:
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
-        for pilot_uid, sent in fn_sent.items():  # every frame is made: they will be sent
-            self._pilots[pilot_uid]._fn_sent |= sent
 
         now = time.time()
         tasks: list[Task] = []
@@ -284,9 +270,17 @@ class TaskManager:
             self._restore(tasks, resumed)
         if self._callbacks:  # the states before the agent's, in order, before any frame leaves
             self._run_callbacks([(t, S.NEW) for t in tasks] + [(t, S.SCHEDULING) for t in tasks])
-        for pilot_uid, frame, part in frames:
-            batch = [tasks[i] for i in part]
-            session._bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when))
+        # The callables these frames carry count as sent once they are queued (not before:
+        # a submit that fails on the way sends them again next time); another thread's frame
+        # that only names one is queued after these (the lock), and the agent would keep its
+        # calls until the callable came anyway.
+        with session._fn_lock:
+            for pilot_uid, sent in fn_sent.items():
+                self._pilots[pilot_uid]._fn_sent |= sent
+            for pilot_uid, frame, part in frames:
+                batch = [tasks[i] for i in part]
+                session._bridge.send(pilot_uid, frame,
+                                     on_sent=lambda when, b=batch: self._sent(b, when))
         return tasks[0] if single else tasks
 
     def submit_service_group(self, description, replicas: int = 1):

@@ -13,6 +13,7 @@ import concurrent.futures
 import itertools
 import json
 import sys
+import threading
 import time
 import zlib
 from typing import Any, Callable
@@ -378,7 +379,8 @@ class _AreaBase:
         return PipelineHandle(self, name, comm, placement)
 
 
-_AREA_NUMBERS = itertools.count()
+_AREAS_MADE = [0]  # unnamed staging areas this process started
+_AREAS_LOCK = threading.Lock()
 
 
 class StagingArea(_AreaBase):
@@ -399,18 +401,22 @@ class StagingArea(_AreaBase):
         if mpi is None:
             mpi = mpi_available()
         self.mpi = bool(mpi)
-        # the default name is the area's number in this program: the same program run again
-        # on a resumed session names it alike, and re-attaches it (its servers live on)
-        self.name = name or f"staging-{next(_AREA_NUMBERS)}"
         if self.mpi:
             env = dict(member_resources.pop("environment", {}) or {})
             env["PILOTFISH_INSITU_MPI"] = "1"
             member_resources["environment"] = env
             member_resources.setdefault("launcher", "mpiexec")
-        desc = pf.ServiceDescription(name=self.name, executable=sys.executable,
-                                     arguments=["-m", "pilotfish.insitu._server"],
-                                     **member_resources)
-        self.group = tmgr.submit_service_group(desc, replicas=servers)
+        with _AREAS_LOCK:
+            # the default name is the area's number among those this program made: the same
+            # program run again on a resumed session names it alike, and re-attaches it (its
+            # servers live on); an area that failed to start takes no number
+            self.name = name or f"staging-{_AREAS_MADE[0]}"
+            desc = pf.ServiceDescription(name=self.name, executable=sys.executable,
+                                         arguments=["-m", "pilotfish.insitu._server"],
+                                         **member_resources)
+            self.group = tmgr.submit_service_group(desc, replicas=servers)
+            if name is None:
+                _AREAS_MADE[0] += 1
         self._views = self.group
         self.group.wait_ready(timeout=ready_timeout)
         if self.group.reattached:  # a resumed program: what its killed run left active goes
