@@ -715,12 +715,12 @@ def _first_carries_function(specs: list[_wire.TaskSpec], sent: set[bytes]) -> No
     """Function tasks to one pilot: only the first that names a callable its agent was not
     sent yet carries it; the others name it by digest (a callable that closes over a large
     array used to travel, and sit in the agent's memory, once per call)."""
-    for k, spec in enumerate(specs):
+    for spec in specs:  # (fresh specs of this submit: changed in place)
         ref = spec.fn_ref
         if ref is None:
             continue
         if ref in sent:
-            specs[k] = msgspec.structs.replace(spec, function=None)
+            spec.function = None
         else:
             sent.add(ref)
 
