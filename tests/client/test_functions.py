@@ -13,6 +13,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish._events import read_all_events
+from substrate_helpers import start_pilot  # tests/substrates (on the path: conftest)
 
 
 def square(x):
@@ -356,10 +357,7 @@ def test_a_callable_travels_once_per_pilot(tmp_path, monkeypatch):
     monkeypatch.setattr(task_mod, "SUBMIT_BATCH", 50)  # several frames per submit
     pick = _closure_over(np.arange(1_000_000) * 3)  # 8 MB
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
+        _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=pick, args=(i,))
                                    for i in range(300)])
         assert len(carried) == 6 and sum(carried) == 1, carried
@@ -386,11 +384,7 @@ def test_calls_that_overtake_their_callable_wait_for_it(tmp_path, monkeypatch):
     monkeypatch.setattr(task_mod, "_first_carries_function", last_carries)
     monkeypatch.setattr(task_mod, "SUBMIT_BATCH", 50)
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
                                    for i in range(250)])
         assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 250, \
@@ -402,10 +396,7 @@ def test_a_submit_that_fails_after_encoding_sends_the_callable_again(tmp_path, m
     """A callable counts as sent only once its frame is queued: a submit that fails on the way
     (here its journal write) leaves the next submit of the same callable carrying it."""
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
+        _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         real = s.journal.write_encoded
         calls = []
 
@@ -429,11 +420,7 @@ def test_a_refused_call_still_delivers_its_callable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Pilot, "misfit", lambda self, *a, **k: None)  # the agent judges
     with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m"))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
-        assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         big, ok = tmgr.submit_tasks([
             pf.TaskDescription(function=square, args=(5,), cores_per_rank=64),
             pf.TaskDescription(function=square, args=(6,))])
