@@ -426,3 +426,23 @@ def test_a_refused_call_still_delivers_its_callable(tmp_path, monkeypatch):
             pf.TaskDescription(function=square, args=(6,))])
         assert ok.wait(timeout=60) == pf.DONE and ok.result == 36, (ok.state, ok.reason)
         assert big.wait(timeout=60) == pf.FAILED and "64" in big.reason, big.reason
+
+
+def test_calls_whose_callable_never_comes_fail_with_why(tmp_path, monkeypatch):
+    """Never a wait without end: calls that name a callable the agent never got (a client
+    that lost the frame carrying it; forced here) fail after PILOTFISH_FN_PARK_S, saying so."""
+    from pilotfish.client import task as task_mod
+
+    def none_carries(specs, sent):
+        for spec in specs:
+            spec.function = None
+
+    monkeypatch.setattr(task_mod, "_first_carries_function", none_carries)
+    monkeypatch.setenv("PILOTFISH_FN_PARK_S", "1")
+    with pf.Session(path=tmp_path / "s") as s:
+        _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
+        tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
+                                   for i in range(3)])
+        assert tmgr.wait_tasks(timeout=60) == [pf.FAILED] * 3
+        assert all("did not reach the agent within 1s" in t.reason for t in tasks), \
+            [t.reason for t in tasks]

@@ -410,6 +410,8 @@ class Agent:
                     pool.on_readable()
                 elif pool.workers:
                     pool.dispatch()  # (and idle workers stop)
+                if pool.parked_since:
+                    pool.expire_parked()
             if services is not None:
                 if services.sock in ready:
                     services.on_readable()

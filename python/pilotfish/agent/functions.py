@@ -49,6 +49,7 @@ MAX_STARTS_WITHOUT_PROGRESS = 3
 READY_TIMEOUT_S = 60.0   # a worker running this long without connecting is stopped
 TIMEOUT_GRACE_S = 1.0    # a call past its timeout by this much has its worker stopped
 INITIAL_WORKERS = 8      # per shape, before any call time is known
+PARK_S = 300.0           # a call that names a callable the agent never got fails after this
 DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
 
 _encode = msgspec.msgpack.encode
@@ -125,6 +126,8 @@ class FunctionPool:
         # calls whose callable has not arrived yet (their digest -> [(shape, call)]): a frame
         # that names a callable may overtake the one that carries it
         self.parked: dict[bytes, list[tuple[tuple, Call]]] = {}
+        self.parked_since: dict[bytes, float] = {}  # mono time its first call was parked
+        self.park_s = float(os.environ.get("PILOTFISH_FN_PARK_S", PARK_S))
         self.n_started = 0
         self.call_s: float | None = None  # moving mean of a call's run time (once measured)
         self.caps: dict[tuple, int] = {}
@@ -164,6 +167,7 @@ class FunctionPool:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
             if fn_id is None:  # the frame carrying it comes later: wait for it
                 self.parked.setdefault(ref, []).append((shape, call))  # type: ignore[arg-type]
+                self.parked_since.setdefault(ref, self.clock.mono())  # type: ignore[arg-type]
                 continue
             self._queue(shape).append(call)
             touched.add(shape)
@@ -186,12 +190,28 @@ class FunctionPool:
         """Learn a callable; the calls parked for it join their queues. Its index."""
         fn_id = self.fn_ids[ref] = len(self.fn_bytes)
         self.fn_bytes.append(fn)
+        self.parked_since.pop(ref, None)
         for shape, parked in self.parked.pop(ref, ()):
             parked.fn_id = fn_id
             if parked.canceled is None:
                 self._queue(shape).append(parked)
                 touched.add(shape)
         return fn_id
+
+    def expire_parked(self) -> None:
+        """Calls whose callable did not come within park_s fail, with why (a client that
+        lost the frame carrying it; never a wait without end)."""
+        now = self.clock.mono()
+        for ref, since in list(self.parked_since.items()):
+            if now - since < self.park_s:
+                continue
+            del self.parked_since[ref]
+            t = self.clock.now()
+            for _, c in self.parked.pop(ref, ()):
+                if self.calls.pop(c.uid, None) is not None and c.canceled is None:
+                    self.agent._call_final(c.uid, S.FAILED, None, t, None,
+                                           f"its callable (digest {ref.hex()[:12]}) did not "
+                                           f"reach the agent within {self.park_s:g}s")
 
     def _queue(self, shape: tuple) -> collections.deque:
         q = self.queues.get(shape)
@@ -613,6 +633,7 @@ class FunctionPool:
                     self.agent._call_final(c.uid, S.CANCELED, None, now, None,
                                            f"pilot stopped before the call started: {reason}")
         self.parked.clear()
+        self.parked_since.clear()
 
     def close(self) -> None:
         self.sock.close()
