@@ -8,8 +8,6 @@ import collections
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -17,6 +15,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish._events import read_all_events
+from substrate_helpers import python_script  # tests/substrates (on the path: conftest)
 
 CLIENT = textwrap.dedent("""
     import sys, pilotfish as pf
@@ -36,8 +35,7 @@ CLIENT = textwrap.dedent("""
 
 
 def _client(path, n, mode, side):
-    return subprocess.Popen([sys.executable, "-c", CLIENT, str(path), str(n), mode, str(side)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return python_script(CLIENT, path, n, mode, side)
 
 
 def _runs(side) -> collections.Counter:
@@ -137,8 +135,7 @@ def _spawns(sandbox) -> int:
 
 
 def _kept_client(path, n, mode, side):
-    return subprocess.Popen([sys.executable, "-c", KEPT_CLIENT, str(path), str(n), mode,
-                             str(side)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return python_script(KEPT_CLIENT, path, n, mode, side)
 
 
 def _four_running(path, side, n):
@@ -243,9 +240,7 @@ GROUP_CLIENT = textwrap.dedent("""
 
 def _group_client(path, mode, replicas, *args):
     echo = os.path.join(os.path.dirname(__file__), "..", "services", "echo_service.py")
-    return subprocess.Popen([sys.executable, "-c", GROUP_CLIENT, str(path), mode, str(replicas),
-                             os.path.abspath(echo), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return python_script(GROUP_CLIENT, path, mode, replicas, os.path.abspath(echo), *args)
 
 
 def test_resumed_program_reattaches_its_running_service_group(tmp_path):
@@ -295,15 +290,12 @@ def test_resumed_program_restarts_a_group_it_had_stopped(tmp_path):
     asks for when it is re-attached, as the program's replay expects."""
     path = tmp_path / "session"
     echo = os.path.join(os.path.dirname(__file__), "..", "services", "echo_service.py")
-    run = lambda mode: subprocess.Popen(  # noqa: E731
-        [sys.executable, "-c", STOPPED_CLIENT, str(path), mode, os.path.abspath(echo)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = run("first")
+    first = python_script(STOPPED_CLIENT, path, "first", os.path.abspath(echo))
     assert first.stdout.readline().split() == ["ready", "2", "False"], first.stderr.read()
     assert first.stdout.readline().strip() == "stopped"
     first.kill()
     first.wait()
-    second = run("resume")
+    second = python_script(STOPPED_CLIENT, path, "resume", os.path.abspath(echo))
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     assert out.splitlines()[:2] == ["ready 2 True", "stopped"], (out, err)

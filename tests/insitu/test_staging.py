@@ -15,7 +15,7 @@ import pytest
 import pilotfish as pf
 from pilotfish import insitu
 
-from substrate_helpers import start_pilot  # tests/substrates (on the path: conftest)
+from substrate_helpers import python_script, start_pilot  # tests/substrates (on the path: conftest)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -212,20 +212,15 @@ def test_resumed_program_reattaches_its_staging_area(tmp_path):
     still runs (the default name is the area's number in the program): the same servers, not
     restarted, their pipeline made again without a fuss, the iteration the killed run left
     active abandoned, and they keep serving."""
-    import subprocess
-
     path = tmp_path / "session"
-    run = lambda mode: subprocess.Popen(  # noqa: E731
-        [sys.executable, "-c", AREA_CLIENT, str(path), mode], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    first = run("first")
+    first = python_script(AREA_CLIENT, path, "first")
     area = first.stdout.readline().split()
     assert area[:2] == ["area", "staging-0"] and len(area) == 4, (area, first.stderr.read())
     assert first.stdout.readline().strip() == "stats 0 [10, 10, 10, 10]"
     assert first.stdout.readline().strip() == "mid"
     first.kill()
     first.wait()
-    second = run("resume")
+    second = python_script(AREA_CLIENT, path, "resume")
     out, err = second.communicate(timeout=180)
     assert second.returncode == 0, err
     lines = out.splitlines()

@@ -66,6 +66,13 @@ class Result:
                 f"stdout:\n{self.out}\nstderr:\n{self.err}")
 
 
+def python_script(code: str, *args) -> "subprocess.Popen":
+    """A client program (`python -c code args...`) as a process of its own, its stdout and
+    stderr piped as text: a real client the test can read from line by line and SIGKILL."""
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def start_pilot(session, timeout: float = 60, **description):
     """A pilot of `description` in `session`, with a TaskManager on it, once ACTIVE:
     (pilot, tmgr)."""

@@ -410,7 +410,7 @@ class Agent:
                     pool.on_readable()
                 elif pool.workers:
                     pool.dispatch()  # (and idle workers stop)
-                if pool.parked_since:
+                if pool.parked:
                     pool.expire_parked()
             if services is not None:
                 if services.sock in ready:

@@ -123,10 +123,10 @@ class FunctionPool:
         self.by_ident: dict[bytes, Worker] = {}
         self.fn_ids: dict[bytes, int] = {}  # a callable's digest (fn_ref) -> its index
         self.fn_bytes: list[bytes] = []  # the pickled callables, by index
-        # calls whose callable has not arrived yet (their digest -> [(shape, call)]): a frame
-        # that names a callable may overtake the one that carries it
-        self.parked: dict[bytes, list[tuple[tuple, Call]]] = {}
-        self.parked_since: dict[bytes, float] = {}  # mono time its first call was parked
+        # calls whose callable has not arrived yet: their digest -> (mono time the first was
+        # parked, [(shape, call)]) -- a frame that names a callable may overtake the one that
+        # carries it
+        self.parked: dict[bytes, tuple[float, list[tuple[tuple, Call]]]] = {}
         self.park_s = float(os.environ.get("PILOTFISH_FN_PARK_S", PARK_S))
         self.n_started = 0
         self.call_s: float | None = None  # moving mean of a call's run time (once measured)
@@ -166,8 +166,8 @@ class FunctionPool:
             if profile:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
             if fn_id is None:  # the frame carrying it comes later: wait for it
-                self.parked.setdefault(ref, []).append((shape, call))  # type: ignore[arg-type]
-                self.parked_since.setdefault(ref, self.clock.mono())  # type: ignore[arg-type]
+                _, waiting = self.parked.setdefault(ref, (self.clock.mono(), []))  # type: ignore[arg-type]
+                waiting.append((shape, call))
                 continue
             self._queue(shape).append(call)
             touched.add(shape)
@@ -190,8 +190,7 @@ class FunctionPool:
         """Learn a callable; the calls parked for it join their queues. Its index."""
         fn_id = self.fn_ids[ref] = len(self.fn_bytes)
         self.fn_bytes.append(fn)
-        self.parked_since.pop(ref, None)
-        for shape, parked in self.parked.pop(ref, ()):
+        for shape, parked in self.parked.pop(ref, (0.0, ()))[1]:
             parked.fn_id = fn_id
             if parked.canceled is None:
                 self._queue(shape).append(parked)
@@ -202,12 +201,12 @@ class FunctionPool:
         """Calls whose callable did not come within park_s fail, with why (a client that
         lost the frame carrying it; never a wait without end)."""
         now = self.clock.mono()
-        for ref, since in list(self.parked_since.items()):
+        for ref, (since, calls) in list(self.parked.items()):
             if now - since < self.park_s:
                 continue
-            del self.parked_since[ref]
+            del self.parked[ref]
             t = self.clock.now()
-            for _, c in self.parked.pop(ref, ()):
+            for _, c in calls:
                 if self.calls.pop(c.uid, None) is not None and c.canceled is None:
                     self.agent._call_final(c.uid, S.FAILED, None, t, None,
                                            f"its callable (digest {ref.hex()[:12]}) did not "
@@ -381,7 +380,7 @@ class FunctionPool:
                 self.calls.pop(c.uid, None)
                 self.agent._call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
         if keep:
-            self.queues.setdefault(shape, collections.deque()).extendleft(reversed(keep))
+            self._queue(shape).extendleft(reversed(keep))
 
     # -- calls out ---------------------------------------------------------------------
     def dispatch(self) -> None:
@@ -624,16 +623,16 @@ class FunctionPool:
         """The pilot stops: queued calls end now; running ones when their workers do."""
         self.stopping = (state, reason)
         now = self.clock.now()
-        for q in [collections.deque(c for _, c in calls) for calls in self.parked.values()] + \
-                list(self.queues.values()):
-            while q:
-                c = q.popleft()
-                self.calls.pop(c.uid, None)
-                if c.canceled is None:
-                    self.agent._call_final(c.uid, S.CANCELED, None, now, None,
-                                           f"pilot stopped before the call started: {reason}")
+        waiting = [c for _, calls in self.parked.values() for _, c in calls]
         self.parked.clear()
-        self.parked_since.clear()
+        for q in self.queues.values():
+            waiting.extend(q)
+            q.clear()
+        for c in waiting:
+            self.calls.pop(c.uid, None)
+            if c.canceled is None:
+                self.agent._call_final(c.uid, S.CANCELED, None, now, None,
+                                       f"pilot stopped before the call started: {reason}")
 
     def close(self) -> None:
         self.sock.close()

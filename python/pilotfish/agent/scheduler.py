@@ -56,6 +56,7 @@ class _Shape:
     heap: list = field(default_factory=list)  # (-priority, seq, task)
     blocked_gen: int = -1  # release generation at which it last failed to fit
     blocked_since: float | None = None
+    order: tuple = ()  # how hard it is to place, for the utilization policy (see _order)
 
     def head(self):
         heap = self.heap
@@ -109,7 +110,7 @@ class Scheduler:
             k = shape_key(s)
             shape = shapes.get(k)
             if shape is None:
-                shape = shapes[k] = _Shape(k)
+                shape = shapes[k] = _Shape(k, order=self._order(k))
             heapq.heappush(shape.heap, (-s.priority, t.seq, t))
             self.waiting += 1
             node = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
@@ -173,6 +174,18 @@ class Scheduler:
             self._reserved = None
         return out
 
+    def _order(self, key: ShapeKey) -> tuple:
+        """A shape's place in the utilization order, after priority and aging (fixed for the
+        shape: worked out once): GPUs, then cores -- a filler's count as none -- then the
+        longest duration, then cores."""
+        ranks, cpr, gpr, mpr, _, dur = key
+        cores = ranks * cpr
+        filler = gpr == 0 and cores <= self._filler_cores and (
+            not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
+        # a task without a duration counts as the longest (as Slurm takes a job without a
+        # time limit to need the most): started late, it would make the longest tail
+        return (-ranks * gpr, 0 if filler else -cores, -dur if dur >= 0 else -math.inf, -cores)
+
     def schedule(self, now: float | None = None) -> list[tuple[Any, list]]:
         """Place what fits now. Returns [(task, [(node, cores, gpus) per rank])]."""
         if not self.waiting or not self._dirty:
@@ -224,15 +237,7 @@ class Scheduler:
             if fifo:
                 heads.append(((h[0], h[1]), shape))
             else:
-                ranks, cpr, gpr, mpr, _, dur = shape.key
-                cores = ranks * cpr
-                filler = gpr == 0 and cores <= self._filler_cores and (
-                    not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
-                size = 0 if filler else cores
-                # a task without a duration counts as the longest (as Slurm takes a job without
-                # a time limit to need the most): started late, it would make the longest tail
-                heads.append(((h[0], h[2].queued > aged_before, -ranks * gpr, -size,
-                               -dur if dur >= 0 else -math.inf, -cores, h[1]), shape))
+                heads.append(((h[0], h[2].queued > aged_before) + shape.order + (h[1],), shape))
         heads.sort(key=lambda x: x[0])
         for _, shape in heads:
             ranks, cpr, gpr, _, colocate, _ = shape.key

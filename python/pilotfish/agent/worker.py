@@ -1,6 +1,6 @@
 """A persistent function worker: runs batches of Python calls for the agent's FunctionPool.
 
-    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB AGENT_HOST [TCP_ADDRESS]
+    python -m pilotfish.agent.worker ADDRESS UID LOG MAX_CALLS MAX_RSS_MIB AGENT_HOST TCP_ADDRESS
 
 The agent places and launches a worker like any task (its cores, GPUs, ranks), then feeds it
 batches of calls over ZeroMQ. Results do not travel back on the socket: each is appended to
@@ -189,7 +189,7 @@ def _timed_out(signum, frame):
 
 
 def main(argv: list[str]) -> int:
-    address, uid, log_path, max_calls, max_rss, agent_host, remote_address = (argv + [""])[:7]
+    address, uid, log_path, max_calls, max_rss, agent_host, remote_address = argv  # TCP: or ""
     # On another host than the agent (PILOTFISH_FN_INLINE=1: as if, for tests) the agent's
     # ipc socket is out of reach: TCP, where the agent has it.
     elsewhere = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"

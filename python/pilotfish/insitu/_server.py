@@ -167,15 +167,13 @@ class Server:
                 p.warm()
             return time.perf_counter() - t0
         if op == "abandon":  # a resumed client: iterations its killed predecessor left active
-            left = []
-            for n, a in list(self.active.items()):
-                del self.active[n]
-                left.append([n, a.iteration])
+            active, self.active = self.active, {}
+            for n, a in active.items():
                 try:
                     self.pipelines[n].deactivate(a.iteration)
                 except Exception as e:  # noqa: BLE001 -- the pipeline's own code
                     print(f"abandoning {n} iteration {a.iteration}: {e}", file=sys.stderr)
-            return left
+            return None
         if op == "ping":  # what this server runs, as the requests that made it
             return {"uid": self.uid, "pipelines": {
                 n: {"op": "create", "pipeline": n, "config": c, "module": m,

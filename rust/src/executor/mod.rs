@@ -193,35 +193,10 @@ impl Executor {
             attr: &attr,
         };
         let n = specs.len();
-        let workers = spawn_workers(n);
-        let out = if workers <= 1 {
-            job.run(&self.sink, 0..n)
-        } else {
-            // posix_spawn blocks its caller until the child has exec'd: several callers keep
-            // several cores busy creating processes (the floor's "2 in flight").
-            let chunk = n.div_ceil(workers);
-            let (job, sink) = (&job, &self.sink);
-            std::thread::scope(|s| {
-                let others: Vec<_> = (1..workers)
-                    .map(|w| {
-                        let range = w * chunk..n.min((w + 1) * chunk);
-                        let r = range.clone();
-                        let h = std::thread::Builder::new()
-                            .spawn_scoped(s, move || job.run(sink, r));
-                        (range, h)
-                    })
-                    .collect();
-                let mut out = job.run(sink, 0..chunk.min(n));
-                // a worker the system refused (process limits): its share is spawned here
-                for (range, h) in others {
-                    match h {
-                        Ok(h) => out.extend(h.join().expect("spawn worker panicked")),
-                        Err(_) => out.extend(job.run(sink, range)),
-                    }
-                }
-                out
-            })
-        };
+        // posix_spawn blocks its caller until the child has exec'd: several callers keep
+        // several cores busy creating processes (the floor's "2 in flight").
+        let sink = &self.sink;
+        let out = split_run(n, workers_for(n, PARALLEL_MIN / 2), |r| job.run(sink, r));
         let foreign = reg.lock().end_spawning();
         reaper::deliver(foreign);
         out
@@ -306,12 +281,43 @@ impl Drop for Executor {
 /// Batches at least this large are spawned by several threads.
 const PARALLEL_MIN: usize = 8;
 
-fn spawn_workers(n: usize) -> usize {
-    if n < PARALLEL_MIN {
-        return 1;
-    }
+/// How many threads share `n` items when each should get at least `per_thread`: up to the
+/// cores, at most 4, at least 1.
+pub fn workers_for(n: usize, per_thread: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    cores.clamp(1, 4).min(n / (PARALLEL_MIN / 2))
+    cores.clamp(1, 4).min(n / per_thread).max(1)
+}
+
+/// `f` over 0..n cut into `workers` contiguous ranges: the first on this thread, the others on
+/// scoped threads; the results in range order. A range whose thread the system refuses
+/// (process limits) runs here too, after the first.
+pub fn split_run<R: Send>(
+    n: usize,
+    workers: usize,
+    f: impl Fn(std::ops::Range<usize>) -> Vec<R> + Sync,
+) -> Vec<R> {
+    if workers <= 1 {
+        return f(0..n);
+    }
+    let chunk = n.div_ceil(workers);
+    let f = &f;
+    std::thread::scope(|s| {
+        let others: Vec<_> = (1..workers)
+            .map(|w| {
+                let range = w * chunk..n.min((w + 1) * chunk);
+                let r = range.clone();
+                (range, std::thread::Builder::new().spawn_scoped(s, move || f(r)))
+            })
+            .collect();
+        let mut out = f(0..chunk.min(n));
+        for (range, h) in others {
+            match h {
+                Ok(h) => out.extend(h.join().expect("worker thread panicked")),
+                Err(_) => out.extend(f(range)),
+            }
+        }
+        out
+    })
 }
 
 /// What every spawn worker of one batch reads (never writes).

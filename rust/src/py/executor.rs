@@ -175,33 +175,8 @@ pub fn read_outputs<'py>(
     let read = py.detach(|| {
         // A round's outputs are read while the agent's other work waits: a large batch is
         // read by several threads (it is syscalls only, ~4 us a file).
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        let workers = cores.clamp(1, 4).min(pairs.len() / PARALLEL_READ_MIN);
-        if workers <= 1 {
-            return read_all(&pairs);
-        }
-        let chunk = pairs.len().div_ceil(workers);
-        std::thread::scope(|s| {
-            let mut parts = pairs.chunks(chunk);
-            let first = parts.next().unwrap_or_default();
-            // a thread the system refuses (process limits): its chunk is read here instead
-            let others: Vec<_> = parts
-                .map(|c| {
-                    (
-                        c,
-                        std::thread::Builder::new().spawn_scoped(s, move || read_all(c)),
-                    )
-                })
-                .collect();
-            let mut out = read_all(first);
-            for (c, h) in others {
-                match h {
-                    Ok(h) => out.extend(h.join().expect("output reader panicked")),
-                    Err(_) => out.extend(read_all(c)),
-                }
-            }
-            out
-        })
+        let workers = crate::executor::workers_for(pairs.len(), PARALLEL_READ_MIN);
+        crate::executor::split_run(pairs.len(), workers, |r| read_all(&pairs[r]))
     });
     let text = |r: &Option<Option<(Vec<u8>, bool)>>| -> (Option<String>, bool) {
         match r {
