@@ -257,6 +257,7 @@ def test_resumed_program_reattaches_its_running_service_group(tmp_path):
     changed = _group_client(path, "resume", 2, "--other")
     out, err = changed.communicate(timeout=120)
     assert changed.returncode == 3 and "another description" in out, (out, err)
+    assert "arguments = " in out and "--other" in out, out  # which field, both values
     second = _group_client(path, "resume", 5)  # asks for 5: the group runs with 2
     out, err = second.communicate(timeout=180)
     assert second.returncode == 0, err

@@ -98,6 +98,24 @@ class Group:
                                 for m in self.view.values()], t, self.target)
 
 
+def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | None:
+    """The first field a resumed program changed in a group's description: (name, new value,
+    running value), or None. Not compared: replicas (the group keeps its size), a function
+    member's callable and arguments (their pickles need not be equal from run to run)."""
+    for f in new.__struct_fields__:
+        if f in ("replicas", "template"):
+            continue
+        if getattr(new, f) != getattr(old, f):
+            return f, getattr(new, f), getattr(old, f)
+    for f in new.template.__struct_fields__:
+        if f in ("function", "call"):
+            continue
+        a, b = getattr(new.template, f), getattr(old.template, f)
+        if a != b:
+            return f, a, b
+    return None
+
+
 def _peer_view(msg: _wire.GroupView) -> list:
     """A view as peers get it (pilotfish.service reads it)."""
     return ["view", msg.name, msg.epoch,
@@ -161,15 +179,12 @@ class ServiceRegistry:
         """A resumed client starts a group this agent runs already: the same group (members
         are not disturbed; its size stays what it is) -- unless the program changed it. The
         client that held its view is gone: its holds are released."""
-        def what(s: _wire.ServiceSpec) -> _wire.ServiceSpec:
-            # (a function member's callable and arguments are not compared: their pickles
-            # need not be equal from one run of a program to the next)
-            t = msgspec.structs.replace(s.template, function=None, call=None)
-            return msgspec.structs.replace(s, template=t, replicas=0)
-
-        if what(spec) != what(g.spec):
+        changed = _changed_field(spec, g.spec)
+        if changed is not None:
+            field, new, old = changed
             self._ack(g.name, "start", -1, f"resume: service group {g.name!r} runs in this "
-                      f"pilot with another description; start it as it was")
+                      f"pilot with another description ({field} = {old!r}, not {new!r}); "
+                      f"start it as it was"[:1000])
             return
         for token, owner in list(g.holds.items()):
             if owner is None:
@@ -477,6 +492,8 @@ class ServiceRegistry:
 
     def _news(self, g: Group, uid: str, state: str, reason: str | None = None,
               node: str | None = None, endpoint: str | None = None) -> None:
+        if g.dirty:  # news never overtakes the view it follows (a client woken by a "short"
+            self._send_view(g)  # must find the members that did join)
         self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node,
                                          endpoint))
 
