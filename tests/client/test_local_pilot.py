@@ -274,8 +274,11 @@ def test_captured_outputs_reuse_spool_files_and_never_mix(emulated):
         executable="/bin/sh", arguments=["-c", "echo first; (for i in $(seq 100); do "
                                               "echo LEAK; echo LEAK >&2; sleep 0.03; done) &"]))
     assert leaky.wait(timeout=30) == pf.DONE and leaky.stdout == "first\n"
+    # lengths vary up and down: a reused spool file (opened without O_TRUNC, emptied when
+    # read) must never show the tail of a longer output before it
+    pad = ["." * ((37 * i) % 50) for i in range(300)]
     tasks = tmgr.submit_tasks([pf.TaskDescription(
-        executable="/bin/sh", arguments=["-c", f"echo out{i}; echo err{i} >&2; sleep 0.01"])
+        executable="/bin/sh", arguments=["-c", f"echo out{i}{pad[i]}; echo err{i}{pad[i]} >&2; sleep 0.01"])
         for i in range(300)])
     tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
     time.sleep(1)
@@ -283,7 +286,7 @@ def test_captured_outputs_reuse_spool_files_and_never_mix(emulated):
                               for i in range(100)])
     tmgr.wait_tasks([t.uid for t in more], timeout=120)
     for i, t in enumerate(tasks):
-        assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"out{i}\n", f"err{i}\n")
+        assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"out{i}{pad[i]}\n", f"err{i}{pad[i]}\n")
     for i, t in enumerate(more):
         assert (t.state, t.stdout, t.stderr) == (pf.DONE, f"m{i}\n", "")
     new = set(os.listdir(spool)) - before

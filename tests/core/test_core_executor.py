@@ -197,11 +197,23 @@ def test_own_process_group_and_default_signals(ex, tmp_path):
     )
     # Python ignores SIGPIPE; children must get default dispositions and an empty mask.
     assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
-    # glibc's posix_spawn ignores its two internal signals (32, 33; below SIGRTMIN) in every
-    # child; nothing a program can use. Everything else must be at its default.
-    glibc_internal = (1 << 31) | (1 << 32)
-    assert int(status["SigIgn"], 16) & ~glibc_internal == 0
+    assert int(status["SigIgn"], 16) == 0
     assert int(status["SigBlk"], 16) == 0
+
+
+def test_outputs_empty_opens_without_truncating(ex, tmp_path):
+    """The 7th spec field says the output files are known empty (the agent's reused spool
+    files): the child opens them without O_TRUNC; without it they are truncated."""
+    kept, cut = tmp_path / "kept", tmp_path / "cut"
+    for f in (kept, cut):
+        f.write_text("0123456789")
+    ex.spawn_batch([
+        (1, ["printf", "ab"], None, None, str(kept), None, True),
+        (2, ["printf", "ab"], None, None, str(cut), None, False),
+    ])
+    collect(ex, 2)
+    assert kept.read_text() == "ab23456789"
+    assert cut.read_text() == "ab"
 
 
 def open_fds():
@@ -327,7 +339,12 @@ def test_read_outputs_caps_skips_empty_and_tells_reusable(tmp_path):
         child.wait()
     assert rows == [("0123\n[...truncated...]", "[...truncated...]\nghij", True),
                     ("", None, True), (None, None, True), ("x", None, False)]
+    # reusable files are empty again (the next child opens them without O_TRUNC); the one
+    # still held keeps its output until it is free
+    assert [(tmp_path / f).stat().st_size for f in ("a.out", "a.err", "b.out")] == [0, 0, 0]
+    assert held.read_text() == "x"
     assert read_outputs([(str(held), None)], 4) == [("x", None, True)]
+    assert held.read_text() == ""
 
 
 def test_read_outputs_large_batch_keeps_order_and_releases_leases(tmp_path):

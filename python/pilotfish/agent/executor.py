@@ -184,8 +184,16 @@ class TaskRunner:
                 t.launch = LaunchRecord()
             t.launch.new_attempt(procs[0].handle if procs else None,
                                  self.clock.mono() if self.clock is not None else None)
+        # A spool file from the free list is empty (read_outputs emptied it): the child opens
+        # it without O_TRUNC. A new number may name a file an earlier agent of this pilot
+        # left, and a spool kept for a retry holds the failed attempt's output: truncated.
+        empty = False
         if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
-            t.spool = self._spool_free.pop() if self._spool_free else self._new_spool()
+            if self._spool_free:
+                t.spool = self._spool_free.pop()
+                empty = True
+            else:
+                t.spool = self._new_spool()
         out = self._output_path(t.spool, spec.stdout, "out", cwd)
         err = self._output_path(t.spool, spec.stderr, "err", cwd)
         t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
@@ -199,7 +207,10 @@ class TaskRunner:
             if i and spec.stderr is True:
                 e = f"{err}.{i}"
             env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
-            built.append((rank, p.argv, env, cwd, o, e))
+            # outputs_empty only where every output file is a spool one (a user's path is
+            # truncated as it always was)
+            built.append((rank, p.argv, env, cwd, o, e,
+                          empty and isinstance(spec.stdout, bool) and isinstance(spec.stderr, bool)))
         return built
 
     def _new_spool(self) -> int:

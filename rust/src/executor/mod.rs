@@ -1,6 +1,6 @@
 //! Spawning and reaping task processes with no file descriptor per running task.
 //!
-//! Children open their own stdio through posix_spawn file actions, so the agent holds one fd
+//! Children open their own stdio between clone and exec (see `spawn`), so the agent holds one fd
 //! in total (the notify eventfd) however many tasks run. Exits are collected by the
 //! process-wide reaper thread (see `reaper`).
 
@@ -10,7 +10,7 @@ mod reaper;
 mod spawn;
 
 use std::collections::HashMap;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use env::BaseEnv;
 use reaper::Sink;
-use spawn::{Attr, FileActions};
+use spawn::{ChildActions, SignalReset, Stack};
 
 /// One process to start. Strings are raw bytes; a NUL inside one fails that spec (EINVAL).
 #[derive(Clone, Debug, Default)]
@@ -31,6 +31,8 @@ pub struct SpawnSpec {
     /// None: /dev/null. Relative paths are relative to `cwd`.
     pub stdout: Option<Vec<u8>>,
     pub stderr: Option<Vec<u8>>,
+    /// The output files are known to be empty or absent: opened without O_TRUNC.
+    pub outputs_empty: bool,
 }
 
 /// Outcome of one spec: (pid, CLOCK_REALTIME seconds) or (errno, message).
@@ -167,13 +169,8 @@ impl Executor {
 
     /// Starts every spec; one result per spec, in order. Failures are results, not errors.
     pub fn spawn_batch(&self, specs: &[SpawnSpec]) -> Vec<Spawned> {
-        let (attr, default_actions) = match (Attr::for_task(), task_actions(None, None, None)) {
-            (Ok(a), Ok(f)) => (a, f),
-            (Err(e), _) | (_, Err(e)) => {
-                let e = (-e.raw_os_error().unwrap_or(libc::EIO), e.to_string());
-                return specs.iter().map(|_| Err(e.clone())).collect();
-            }
-        };
+        let reset = SignalReset::now();
+        let default_actions = ChildActions::new(None, None, None, true);
         // Everything that can be done without the registry lock is done first: the reaper
         // cannot record exits while a batch holds it.
         let base_envp = self.base.pointers();
@@ -190,10 +187,10 @@ impl Executor {
             prepared: &prepared,
             base_envp: &base_envp,
             default_actions: &default_actions,
-            attr: &attr,
+            reset: &reset,
         };
         let n = specs.len();
-        // posix_spawn blocks its caller until the child has exec'd: several callers keep
+        // A spawn blocks its caller until the child has exec'd: several callers keep
         // several cores busy creating processes (the floor's "2 in flight").
         let sink = &self.sink;
         let out = split_run(n, workers_for(n, PARALLEL_MIN / 2), |r| job.run(sink, r));
@@ -202,7 +199,7 @@ impl Executor {
         out
     }
 
-    /// Converts a spec into what posix_spawn takes, resolving argv[0] through PATH.
+    /// Converts a spec into what a spawn takes, resolving argv[0] through PATH.
     fn prepare<'a>(
         &self,
         spec: &'a SpawnSpec,
@@ -247,9 +244,7 @@ impl Executor {
                 c(&spec.stdout, "stdout")?,
                 c(&spec.stderr, "stderr")?,
             );
-            let fa = task_actions(cwd.as_deref(), out.as_deref(), err.as_deref())
-                .map_err(|e| (-e.raw_os_error().unwrap_or(libc::EIO), e.to_string()))?;
-            Some(fa)
+            Some(ChildActions::new(cwd, out, err, !spec.outputs_empty))
         } else {
             None
         };
@@ -325,19 +320,26 @@ struct SpawnJob<'a> {
     specs: &'a [SpawnSpec],
     prepared: &'a [Result<Prepared, (i32, String)>],
     base_envp: &'a [*const c_char],
-    default_actions: &'a FileActions,
-    attr: &'a Attr,
+    default_actions: &'a ChildActions,
+    reset: &'a SignalReset,
 }
 
 // SAFETY: the raw pointers point into CStrings owned by `prepared` and the executor's base
-// environment, which outlive the scoped workers and are only read; glibc's posix_spawn only
-// reads the attribute and file-action objects.
+// environment, which outlive the scoped workers and are only read (a child reads them too,
+// while its spawner waits).
 unsafe impl Sync for SpawnJob<'_> {}
 
 impl SpawnJob<'_> {
     fn run(&self, sink: &Arc<Sink>, range: std::ops::Range<usize>) -> Vec<Spawned> {
         let reg = reaper::registry();
         let mut out = Vec::with_capacity(range.len());
+        let stack = match Stack::new() {
+            Ok(s) => s,
+            Err(e) => {
+                let e = (-e.raw_os_error().unwrap_or(libc::ENOMEM), format!("no child stack: {e}"));
+                return range.map(|_| Err(e.clone())).collect();
+            }
+        };
         for i in range {
             let (spec, prep) = (&self.specs[i], &self.prepared[i]);
             let p = match prep {
@@ -350,7 +352,7 @@ impl SpawnJob<'_> {
             let envp = p.envp.as_deref().unwrap_or(self.base_envp);
             let actions = p.actions.as_ref().unwrap_or(self.default_actions);
             sink.log_spawn_record(spec.key, 0, reaper::INTENT_MARK, 0.0);
-            match spawn::spawn(&p.path, &p.argv, envp, actions, self.attr) {
+            match spawn::spawn(&p.path, &p.argv, envp, actions, self.reset, &stack) {
                 Ok(pid) => {
                     let t = now();
                     // before any exit record of it
@@ -369,7 +371,7 @@ impl SpawnJob<'_> {
     }
 }
 
-/// A spec ready for posix_spawn. The pointer vectors point into `_argv`, `_overlay` and the
+/// A spec ready for a spawn. The pointer vectors point into `_argv`, `_overlay` and the
 /// base environment (moving a CString does not move its bytes).
 struct Prepared {
     path: CString,
@@ -377,38 +379,7 @@ struct Prepared {
     _overlay: Option<env::Overlay>,
     argv: Vec<*const c_char>,
     envp: Option<Vec<*const c_char>>,
-    actions: Option<FileActions>,
-}
-
-/// stdin from /dev/null; stdout/stderr to the given files or /dev/null, opened in the child
-/// after the chdir (so relative paths are relative to the task's cwd).
-fn task_actions(
-    cwd: Option<&CStr>,
-    out: Option<&CStr>,
-    err: Option<&CStr>,
-) -> io::Result<FileActions> {
-    const DEV_NULL: &CStr = c"/dev/null";
-    const FILE_FLAGS: i32 = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    let mut fa = FileActions::new()?;
-    if let Some(dir) = cwd {
-        fa.chdir(dir)?;
-    }
-    fa.open(0, DEV_NULL, libc::O_RDONLY, 0)?;
-    match out {
-        Some(path) => fa.open(1, path, FILE_FLAGS, 0o644)?,
-        None => fa.open(1, DEV_NULL, libc::O_WRONLY, 0)?,
-    }
-    if err == out {
-        // Same file (or both /dev/null): share the descriptor, so that writes to both
-        // streams append in order instead of overwriting each other.
-        fa.dup2(1, 2)?;
-    } else {
-        match err {
-            Some(path) => fa.open(2, path, FILE_FLAGS, 0o644)?,
-            None => fa.open(2, DEV_NULL, libc::O_WRONLY, 0)?,
-        }
-    }
-    Ok(fa)
+    actions: Option<ChildActions>,
 }
 
 fn error_message(spec: &SpawnSpec, errno: i32) -> String {

@@ -1,9 +1,9 @@
 //! Reading a task's captured output from its spool file (see agent/executor.py): capped,
 //! nothing read when it is empty, and whether the file may be reused -- a write lease is
 //! granted only while no other descriptor has it open (a process the task left behind may
-//! still hold it).
+//! still hold it). A reusable file that had output is truncated here, so the next task's
+//! child opens it without O_TRUNC (a truncate costs a journal update even on an empty file).
 
-use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -12,9 +12,13 @@ const TRUNCATED_HEAD: &[u8] = b"[...truncated...]\n";
 const TRUNCATED_TAIL: &[u8] = b"\n[...truncated...]";
 
 /// (the output -- its first `cap` bytes, or with `keep_tail` its last -- and whether nothing
-/// else has the file open); None if it cannot be opened.
+/// else has the file open and it is empty again); None if it cannot be opened.
 pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, bool)> {
-    let f = File::open(path).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .ok()?;
     let size = f.metadata().ok()?.len();
     let mut data = Vec::new();
     if size > 0 {
@@ -48,8 +52,12 @@ pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, b
     // SAFETY: plain fcntl calls on a descriptor we own. The lease is let go at once, not left
     // to close(): a copy of the descriptor in a child being spawned by another thread would
     // keep it, and an open of the file would then break it (SIGIO).
-    let free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
+    let mut free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
     if free {
+        // Emptied while we hold the lease: nothing else can have it open meanwhile.
+        if size > 0 {
+            free = f.set_len(0).is_ok();
+        }
         // SAFETY: as above.
         unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
     }

@@ -2,6 +2,7 @@
 //! exits of its own executor.
 
 use super::*;
+use std::ffi::CStr;
 use std::time::Instant;
 
 fn exec() -> Executor {

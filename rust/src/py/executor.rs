@@ -11,7 +11,7 @@ use pyo3::types::PyList;
 
 use crate::executor::{Executor, Exit, SpawnSpec};
 
-type PySpec = (
+type PySpecFields = (
     i64,
     Vec<OsString>,
     Option<Vec<OsString>>,
@@ -19,6 +19,23 @@ type PySpec = (
     Option<PathBuf>,
     Option<PathBuf>,
 );
+
+type PySpecFull = (
+    i64,
+    Vec<OsString>,
+    Option<Vec<OsString>>,
+    Option<PathBuf>,
+    Option<PathBuf>,
+    Option<PathBuf>,
+    bool,
+);
+
+/// A spec tuple, with or without its last field (`outputs_empty`, default False).
+#[derive(FromPyObject)]
+enum PySpec {
+    Full(PySpecFull),
+    Short(PySpecFields),
+}
 
 fn bytes(s: OsString) -> Vec<u8> {
     s.into_vec()
@@ -40,7 +57,7 @@ fn exits<'py>(py: Python<'py>, exits: Vec<Exit>) -> PyResult<Bound<'py, PyList>>
     PyList::new(py, rows)
 }
 
-/// Spawns task processes (posix_spawn) and collects their exits (one reaper thread per
+/// Spawns task processes (clone + exec, see executor/spawn.rs) and collects their exits (one reaper thread per
 /// process). See docs/internals.md.
 #[pyclass(frozen, module = "pilotfish._core", name = "Executor")]
 pub struct PyExecutor {
@@ -88,8 +105,9 @@ impl PyExecutor {
         self.inner.running()
     }
 
-    /// specs: (key, argv, env|None, cwd|None, stdout|None, stderr|None) each.
-    /// Returns (pid, t_spawn) or (-errno, message) per spec.
+    /// specs: (key, argv, env|None, cwd|None, stdout|None, stderr|None[, outputs_empty]) each;
+    /// outputs_empty: the output files are known to be empty or absent (opened without
+    /// O_TRUNC). Returns (pid, t_spawn) or (-errno, message) per spec.
     fn spawn_batch<'py>(
         &self,
         py: Python<'py>,
@@ -97,13 +115,20 @@ impl PyExecutor {
     ) -> PyResult<Bound<'py, PyList>> {
         let specs: Vec<SpawnSpec> = specs
             .into_iter()
-            .map(|(key, argv, env, cwd, stdout, stderr)| SpawnSpec {
-                key,
-                argv: argv.into_iter().map(bytes).collect(),
-                env: env.map(|e| e.into_iter().map(bytes).collect()),
-                cwd: cwd.map(|p| bytes(p.into_os_string())),
-                stdout: stdout.map(|p| bytes(p.into_os_string())),
-                stderr: stderr.map(|p| bytes(p.into_os_string())),
+            .map(|spec| {
+                let ((key, argv, env, cwd, stdout, stderr), outputs_empty) = match spec {
+                    PySpec::Full((k, a, e, c, o, r, empty)) => ((k, a, e, c, o, r), empty),
+                    PySpec::Short(fields) => (fields, false),
+                };
+                SpawnSpec {
+                    key,
+                    argv: argv.into_iter().map(bytes).collect(),
+                    env: env.map(|e| e.into_iter().map(bytes).collect()),
+                    cwd: cwd.map(|p| bytes(p.into_os_string())),
+                    stdout: stdout.map(|p| bytes(p.into_os_string())),
+                    stderr: stderr.map(|p| bytes(p.into_os_string())),
+                    outputs_empty,
+                }
             })
             .collect();
         let inner = &self.inner;
@@ -151,7 +176,8 @@ const PARALLEL_READ_MIN: usize = 32;
 /// Captured outputs of finished tasks, in one call (GIL released): for each (stdout path,
 /// stderr path) -- either None -- (stdout, stderr, reusable). A text is None when there is no
 /// path or the file cannot be opened, "" when it is empty; stdout keeps its first `cap`
-/// bytes, stderr its last. reusable: no other descriptor has either file open.
+/// bytes, stderr its last. reusable: no other descriptor has either file open, and both are
+/// empty again (a file with output is truncated once read, when nothing else holds it).
 #[pyfunction]
 pub fn read_outputs<'py>(
     py: Python<'py>,
