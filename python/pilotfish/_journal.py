@@ -133,7 +133,7 @@ INTENT_MARK = -2  # ... with this: written just before the spawn of that key was
 def read_exit_log(sandbox: str, intents: set[int] | None = None
                   ) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
     """({key: (exit code, signal, time)}, {key: pid}) from a pilot's `agent.exits`: the Rust
-    core writes an intent record before each posix_spawn, a spawn record (pid) as the child
+    core writes an intent record before each spawn, a spawn record (pid) as the child
     exists and an exit record as it is reaped; the agent's keeper appends the exits of what
     it inherited in the same format. Keys with an intent record are added to `intents`."""
     try:

@@ -345,6 +345,20 @@ def test_read_outputs_caps_skips_empty_and_tells_reusable(tmp_path):
     assert held.read_text() == "x"
     assert read_outputs([(str(held), None)], 4) == [("x", None, True)]
     assert held.read_text() == ""
+    # a file that cannot be opened for writing: its output is read, the file never handed
+    # out again (made read-only; immutable where we are root, who may write anyway)
+    locked = tmp_path / "locked.out"
+    locked.write_text("kept")
+    locked.chmod(0o444)
+    immutable = os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(locked)],
+                                                     capture_output=True).returncode == 0
+    try:
+        if os.geteuid() != 0 or immutable:
+            assert read_outputs([(str(locked), None)], 4) == [("kept", None, False)]
+            assert locked.read_text() == "kept"
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(locked)], check=True)
 
 
 def test_read_outputs_large_batch_keeps_order_and_releases_leases(tmp_path):

@@ -1309,6 +1309,10 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
     _signal.signal(_signal.SIGTERM, lambda *_: _request_stop(agent, "terminated by signal"))
+    # An open of a spool file while the output reader holds its write lease (for an instant)
+    # signals the lease holder: SIGIO, whose default would kill the agent. (Tasks get it back
+    # at its default.)
+    _signal.signal(_signal.SIGIO, _signal.SIG_IGN)
     prof_path = os.environ.get("PILOTFISH_AGENT_CPROFILE")  # where the agent's time goes
     if not prof_path:
         return agent.run()

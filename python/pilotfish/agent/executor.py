@@ -1,6 +1,6 @@
 """Turns placed tasks into processes and exits into results, in batches.
 
-Spawning and reaping are the Rust core's (`_core.Executor`: posix_spawn, a reaper thread on
+Spawning and reaping are the Rust core's (`_core.Executor`: clone + exec, a reaper thread on
 wait4(-1), no file descriptor per running task). This module builds the process specs through
 the launch methods, keeps the key -> (task, rank) map, and reads captured output at exit.
 """
@@ -97,7 +97,10 @@ class TaskRunner:
         self.spool_dir = spool_dir or os.path.join(os.path.dirname(tasks_dir), "spool")
         os.makedirs(self.spool_dir, mode=0o700, exist_ok=True)
         self._spool_free: list[int] = []
-        self._spool_next = 0
+        # Numbers go on after any an earlier agent of this pilot left (a resumed pilot):
+        # their files may hold output, and only free-list files are known empty.
+        self._spool_next = max((int(f.split(".", 1)[0]) for f in os.listdir(self.spool_dir)
+                                if f.split(".", 1)[0].isdigit()), default=0)
         self._procs: dict[int, tuple[AgentTask, int]] = {}  # spawn key -> (task, rank)
         self._next_key = 1 << 40  # process keys live apart from placement keys
         self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
@@ -184,9 +187,11 @@ class TaskRunner:
                 t.launch = LaunchRecord()
             t.launch.new_attempt(procs[0].handle if procs else None,
                                  self.clock.mono() if self.clock is not None else None)
-        # A spool file from the free list is empty (read_outputs emptied it): the child opens
-        # it without O_TRUNC. A new number may name a file an earlier agent of this pilot
-        # left, and a spool kept for a retry holds the failed attempt's output: truncated.
+        # A spool file from the free list is empty (read_outputs emptied every file it read):
+        # the child opens it without O_TRUNC. Truncated as before: a new number (creating
+        # costs more anyway), a spool kept for a retry (the failed attempt's output), and
+        # tasks of several processes (an attempt with fewer ranks than an earlier one leaves
+        # the higher ranks' files unread).
         empty = False
         if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
             if self._spool_free:
@@ -198,6 +203,8 @@ class TaskRunner:
         err = self._output_path(t.spool, spec.stderr, "err", cwd)
         t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
         t.extra_outs = len(procs) - 1 if t.out_paths != (None, None) else 0
+        empty = empty and len(procs) == 1 and isinstance(spec.stdout, bool) \
+            and isinstance(spec.stderr, bool)  # (a user's own path is truncated, as always)
         built = []
         for i, p in enumerate(procs):
             rank = p.rank if p.rank is not None else 0
@@ -207,10 +214,7 @@ class TaskRunner:
             if i and spec.stderr is True:
                 e = f"{err}.{i}"
             env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
-            # outputs_empty only where every output file is a spool one (a user's path is
-            # truncated as it always was)
-            built.append((rank, p.argv, env, cwd, o, e,
-                          empty and isinstance(spec.stdout, bool) and isinstance(spec.stderr, bool)))
+            built.append((rank, p.argv, env, cwd, o, e, empty))
         return built
 
     def _new_spool(self) -> int:

@@ -121,7 +121,10 @@ impl Executor {
             .mode(0o600)
             .open(path)?;
         if !self.sink.set_exit_log(file.into()) {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "exit log already set"));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "exit log already set",
+            ));
         }
         Ok(())
     }
@@ -301,7 +304,10 @@ pub fn split_run<R: Send>(
             .map(|w| {
                 let range = w * chunk..n.min((w + 1) * chunk);
                 let r = range.clone();
-                (range, std::thread::Builder::new().spawn_scoped(s, move || f(r)))
+                (
+                    range,
+                    std::thread::Builder::new().spawn_scoped(s, move || f(r)),
+                )
             })
             .collect();
         let mut out = f(0..chunk.min(n));
@@ -336,7 +342,10 @@ impl SpawnJob<'_> {
         let stack = match Stack::new() {
             Ok(s) => s,
             Err(e) => {
-                let e = (-e.raw_os_error().unwrap_or(libc::ENOMEM), format!("no child stack: {e}"));
+                let e = (
+                    -e.raw_os_error().unwrap_or(libc::ENOMEM),
+                    format!("no child stack: {e}"),
+                );
                 return range.map(|_| Err(e.clone())).collect();
             }
         };
@@ -364,7 +373,17 @@ impl SpawnJob<'_> {
                     }
                     out.push(Ok((pid, t)));
                 }
-                Err(errno) => out.push(Err((-errno, error_message(spec, errno)))),
+                Err((errno, child)) => {
+                    if let Some(pid) = child {
+                        // Ours to reap -- unless the reaper was first and holds its exit for
+                        // a claim (then no waitpid: the pid may be a sibling's new child).
+                        let mut st = reg.lock();
+                        if !st.forget_orphan(pid) {
+                            spawn::reap_failed(pid);
+                        }
+                    }
+                    out.push(Err((-errno, error_message(spec, errno))))
+                }
             }
         }
         out

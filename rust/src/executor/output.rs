@@ -11,14 +11,51 @@ use std::path::Path;
 const TRUNCATED_HEAD: &[u8] = b"[...truncated...]\n";
 const TRUNCATED_TAIL: &[u8] = b"\n[...truncated...]";
 
-/// (the output -- its first `cap` bytes, or with `keep_tail` its last -- and whether nothing
-/// else has the file open and it is empty again); None if it cannot be opened.
-pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, bool)> {
-    let f = std::fs::OpenOptions::new()
+/// (the output -- its first `cap` bytes, or with `keep_tail` its last; None when there is no
+/// such file or it cannot be read -- and whether the file may be reused: nothing else has it
+/// open and it is empty again, or it does not exist).
+pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> (Option<Vec<u8>>, bool) {
+    let f = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
-        .ok()?;
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (None, true),
+        // Not writable (a task made it read-only) or no descriptor left: read what it holds,
+        // but never hand it out again.
+        Err(_) => {
+            let data = std::fs::File::open(path)
+                .ok()
+                .and_then(|f| read_from(&f, cap, keep_tail));
+            return (data, false);
+        }
+    };
+    let Some(data) = read_from(&f, cap, keep_tail) else {
+        return (None, false);
+    };
+    let fd = f.as_raw_fd();
+    // SAFETY: plain fcntl calls on a descriptor we own. The lease is let go at once, not left
+    // to close(): a copy of the descriptor in a child being spawned by another thread would
+    // keep it, and an open of the file would then break it (SIGIO).
+    let mut free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
+    if free {
+        // Emptied under the lease (nothing else can have it open meanwhile). The size is
+        // taken again: a process the task left behind may have written its last line and
+        // exited since the read.
+        free = match f.metadata() {
+            Ok(m) if m.len() == 0 => true,
+            Ok(_) => f.set_len(0).is_ok(),
+            Err(_) => false,
+        };
+        // SAFETY: as above.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
+    }
+    (Some(data), free)
+}
+
+/// The first (or with `keep_tail` the last) `cap` bytes of an open file, marked when cut.
+fn read_from(f: &std::fs::File, cap: u64, keep_tail: bool) -> Option<Vec<u8>> {
     let size = f.metadata().ok()?.len();
     let mut data = Vec::new();
     if size > 0 {
@@ -48,18 +85,5 @@ pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, b
             data = buf;
         }
     }
-    let fd = f.as_raw_fd();
-    // SAFETY: plain fcntl calls on a descriptor we own. The lease is let go at once, not left
-    // to close(): a copy of the descriptor in a child being spawned by another thread would
-    // keep it, and an open of the file would then break it (SIGIO).
-    let mut free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
-    if free {
-        // Emptied while we hold the lease: nothing else can have it open meanwhile.
-        if size > 0 {
-            free = f.set_len(0).is_ok();
-        }
-        // SAFETY: as above.
-        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
-    }
-    Some((data, free))
+    Some(data)
 }

@@ -5,10 +5,11 @@
 //! exits of the children it spawned; the registry maps pid -> (sink, key). Exits of children
 //! no Executor spawned go to every live Executor, with key -1.
 //!
-//! Ordering rule: a spawner holds the registry lock across posix_spawn *and* the pid insert,
-//! and the reaper takes that lock before it calls wait4. So a reaped pid is always already in
-//! the map, and a child that failed to exec (which glibc reaps itself inside posix_spawn) is
-//! never seen by the reaper.
+//! Ordering rule: spawning happens outside the registry lock, in parallel. While a batch is
+//! under way (`begin_spawning`), the reaper keeps the exit of a pid it does not know as an
+//! orphan, for its spawner to claim as it adds the pid (`add_or_claim`): a child that ends
+//! before it is added is never lost. A child that failed to exec is reaped by its spawner,
+//! under the lock, unless the reaper already holds it as an orphan (`forget_orphan`).
 
 use std::collections::HashMap;
 use std::io;
@@ -76,7 +77,7 @@ impl Sink {
     }
 
     /// Spawn-side records of the exit log (signal field < 0, never a real signal):
-    /// `INTENT_MARK` just before posix_spawn (code 0), `SPAWN_MARK` the moment the child
+    /// `INTENT_MARK` just before the spawn (code 0), `SPAWN_MARK` the moment the child
     /// exists (code = pid). If this process is killed, whoever inherits the children (the
     /// agent's keeper) knows whose each one is -- even one that is already a zombie, whose
     /// environment can no longer be read -- and which keys may have a child it cannot name.
@@ -93,13 +94,14 @@ impl Sink {
     }
 
     fn append_log(&self, buf: &[u8]) {
-        let Some(fd) = self.exit_log.get() else { return };
+        let Some(fd) = self.exit_log.get() else {
+            return;
+        };
         let mut off = 0;
         while off < buf.len() {
             // SAFETY: writes initialized bytes of a live buffer to an fd we own.
-            let n = unsafe {
-                libc::write(fd.as_raw_fd(), buf[off..].as_ptr().cast(), buf.len() - off)
-            };
+            let n =
+                unsafe { libc::write(fd.as_raw_fd(), buf[off..].as_ptr().cast(), buf.len() - off) };
             if n <= 0 {
                 if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -188,6 +190,12 @@ impl State {
         None
     }
 
+    /// Drops the held exit of `pid` (a child that failed to exec, reaped here first); false
+    /// if there is none.
+    pub fn forget_orphan(&mut self, pid: libc::pid_t) -> bool {
+        self.orphans.remove(&pid).is_some()
+    }
+
     pub fn begin_spawning(&mut self) {
         self.spawning += 1;
     }
@@ -202,7 +210,13 @@ impl State {
         let mut out = Vec::new();
         for (pid, exit) in orphans {
             for (sink, key) in self.owners(pid) {
-                out.push((sink, Exit { key, ..exit.clone() }));
+                out.push((
+                    sink,
+                    Exit {
+                        key,
+                        ..exit.clone()
+                    },
+                ));
             }
         }
         out

@@ -10,9 +10,10 @@
 //! machine (bench/spawn_floor/spawn_clone.c): 76 -> 55 us of spawner CPU per process,
 //! children 692 -> 673 us.
 //!
-//! The child runs on the parent's memory until execve: it calls only async-signal-safe libc
-//! wrappers and raw syscalls, allocates nothing, and reports a failure through the shared
-//! `ChildArgs` before `_exit`.
+//! The child runs on the parent's memory until execve: it makes raw syscalls only (libc
+//! wrappers can be replaced by LD_PRELOAD libraries -- I/O profilers such as Darshan take
+//! locks and allocate in theirs), allocates nothing, and reports a failure through the shared
+//! `ChildArgs` before it exits.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
@@ -69,24 +70,27 @@ impl Drop for Stack {
     }
 }
 
-/// The signals a child must set back to SIG_DFL before exec: every one that is not SIG_DFL
-/// in this process. A handler would run the agent's code on the agent's memory in a child
-/// that shares it; an ignored signal (Python ignores SIGPIPE) must not reach the task.
-/// Taken once per batch: dispositions change only when Python code runs, and the thread
-/// that runs it waits for the batch.
+/// The signals a child must set back to SIG_DFL: every one that is not SIG_DFL in this
+/// process, and glibc's internal ones (32 up to SIGRTMIN, which its sigaction hides). A
+/// handler would run the agent's code on the agent's memory in a child that shares it; an
+/// ignored signal (Python ignores SIGPIPE) must not reach the task. Taken once per batch:
+/// Python changes dispositions only from its main thread, which waits for the batch (native
+/// code in another thread that installed a handler meanwhile would leave it set in children
+/// until their exec, a window of microseconds).
 pub struct SignalReset {
     signals: Vec<c_int>,
 }
 
 impl SignalReset {
     pub fn now() -> SignalReset {
-        let mut signals = Vec::new();
-        for sig in 1..libc::SIGRTMAX() + 1 {
+        let rtmin = libc::SIGRTMIN();
+        let mut signals: Vec<c_int> = (32..rtmin).collect();
+        for sig in (1..32).chain(rtmin..libc::SIGRTMAX() + 1) {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
                 continue;
             }
             let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
-            // SAFETY: a query (no new action); glibc refuses its internal signals (EINVAL).
+            // SAFETY: a query (no new action).
             if unsafe { libc::sigaction(sig, ptr::null(), old.as_mut_ptr()) } != 0 {
                 continue;
             }
@@ -149,66 +153,87 @@ fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
+/// A raw syscall's result: Ok(value) or Err(errno).
+fn sys(r: libc::c_long) -> Result<libc::c_long, c_int> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// The kernel's struct sigaction (handler, flags, restorer, mask on x86-64 and arm64); all
+/// zeros is SIG_DFL with no flags and an empty mask on every layout.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
 /// Opens `path` onto descriptor `target`.
 ///
 /// SAFETY: to be called in the child only (it replaces the child's descriptors).
 unsafe fn open_onto(target: c_int, path: &CStr, flags: c_int) -> Result<(), c_int> {
-    let fd = libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint);
-    if fd < 0 {
-        return Err(errno());
-    }
+    let fd = sys(libc::syscall(
+        libc::SYS_openat,
+        libc::AT_FDCWD,
+        path.as_ptr(),
+        flags,
+        0o644 as libc::c_uint,
+    ))? as c_int;
     if fd != target {
-        if libc::dup2(fd, target) < 0 {
-            return Err(errno());
-        }
-        libc::close(fd);
+        sys(libc::syscall(libc::SYS_dup3, fd, target, 0))?;
+        libc::syscall(libc::SYS_close, fd);
     }
     Ok(())
 }
 
 /// The child's steps; returns the errno of the one that failed (execve returns only then).
 ///
-/// SAFETY: runs in the vfork child, before exec: no allocation, no locks, no panics.
+/// SAFETY: runs in the vfork child, before exec: raw syscalls only, no allocation, no locks,
+/// no panics.
 unsafe fn child_steps(a: &ChildArgs) -> c_int {
-    let mut dfl: libc::sigaction = std::mem::zeroed();
-    dfl.sa_sigaction = libc::SIG_DFL;
+    let dfl = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
     for &sig in a.reset {
-        libc::sigaction(sig, &dfl, ptr::null_mut());
-    }
-    // Own process group: killpg reaches the whole task.
-    if libc::setpgid(0, 0) != 0 {
-        return errno();
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &dfl as *const KernelSigaction,
+            ptr::null_mut::<KernelSigaction>(),
+            8usize,
+        );
     }
     let act = a.actions;
-    if let Some(dir) = &act.cwd {
-        if libc::chdir(dir.as_ptr()) != 0 {
-            return errno();
-        }
-    }
     let file_flags = libc::O_WRONLY | libc::O_CREAT | if act.truncate { libc::O_TRUNC } else { 0 };
-    if let Err(e) = open_onto(0, DEV_NULL, libc::O_RDONLY) {
-        return e;
-    }
-    let out = match &act.stdout {
-        Some(p) => open_onto(1, p, file_flags),
-        None => open_onto(1, DEV_NULL, libc::O_WRONLY),
-    };
-    if let Err(e) = out {
-        return e;
-    }
-    let err = if act.share {
-        if libc::dup2(1, 2) < 0 {
-            Err(errno())
+    let steps = || -> Result<(), c_int> {
+        // Own process group: killpg reaches the whole task.
+        sys(libc::syscall(libc::SYS_setpgid, 0, 0))?;
+        if let Some(dir) = &act.cwd {
+            sys(libc::syscall(libc::SYS_chdir, dir.as_ptr()))?;
+        }
+        open_onto(0, DEV_NULL, libc::O_RDONLY)?;
+        match &act.stdout {
+            Some(p) => open_onto(1, p, file_flags)?,
+            None => open_onto(1, DEV_NULL, libc::O_WRONLY)?,
+        }
+        if act.share {
+            sys(libc::syscall(libc::SYS_dup3, 1, 2, 0))?;
         } else {
-            Ok(())
+            match &act.stderr {
+                Some(p) => open_onto(2, p, file_flags)?,
+                None => open_onto(2, DEV_NULL, libc::O_WRONLY)?,
+            }
         }
-    } else {
-        match &act.stderr {
-            Some(p) => open_onto(2, p, file_flags),
-            None => open_onto(2, DEV_NULL, libc::O_WRONLY),
-        }
+        Ok(())
     };
-    if let Err(e) = err {
+    if let Err(e) = steps() {
         return e;
     }
     // Nothing blocked in the task (the parent blocked everything around clone).
@@ -220,7 +245,7 @@ unsafe fn child_steps(a: &ChildArgs) -> c_int {
         ptr::null_mut::<u64>(),
         8usize,
     );
-    libc::execve(a.path.as_ptr(), a.argv, a.envp);
+    libc::syscall(libc::SYS_execve, a.path.as_ptr(), a.argv, a.envp);
     errno()
 }
 
@@ -230,12 +255,16 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         let a = &mut *(arg as *mut ChildArgs);
         let e = child_steps(a);
         ptr::write_volatile(&mut a.errno, if e == 0 { libc::EIO } else { e });
-        libc::_exit(127)
+        libc::syscall(libc::SYS_exit_group, 127);
+        127
     }
 }
 
-/// Starts `path` with NULL-terminated `argv` and `envp` on `stack`; returns the pid or the
-/// errno of the step that failed (the failed child is reaped here).
+/// How a spawn failed: the errno of the step, and the pid of the child that failed to exec
+/// (it exists and must be reaped: see `reap_failed`), if one was created.
+pub type SpawnError = (i32, Option<libc::pid_t>);
+
+/// Starts `path` with NULL-terminated `argv` and `envp` on `stack`; returns the pid.
 pub fn spawn(
     path: &CStr,
     argv: &[*const c_char],
@@ -243,7 +272,7 @@ pub fn spawn(
     actions: &ChildActions,
     reset: &SignalReset,
     stack: &Stack,
-) -> Result<libc::pid_t, i32> {
+) -> Result<libc::pid_t, SpawnError> {
     debug_assert!(argv.last() == Some(&ptr::null()) && envp.last() == Some(&ptr::null()));
     let mut args = ChildArgs {
         path,
@@ -285,16 +314,19 @@ pub fn spawn(
         (pid, e)
     };
     if pid < 0 {
-        return Err(clone_errno);
+        return Err((clone_errno, None));
     }
     // SAFETY: the child has exec'd or exited (CLONE_VFORK); nobody writes args any more.
     let failed = unsafe { ptr::read_volatile(&args.errno) };
     if failed != 0 {
-        // Reap it here, as posix_spawn does (the reaper may have been first: ECHILD, fine).
-        let mut status = 0;
-        // SAFETY: plain syscall on our own child.
-        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
-        return Err(failed);
+        return Err((failed, Some(pid)));
     }
     Ok(pid)
+}
+
+/// Reaps a child that failed to exec (it has exited, or is about to).
+pub fn reap_failed(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: plain syscall on our own child.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 && errno() == libc::EINTR {}
 }

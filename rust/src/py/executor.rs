@@ -204,10 +204,14 @@ pub fn read_outputs<'py>(
         let workers = crate::executor::workers_for(pairs.len(), PARALLEL_READ_MIN);
         crate::executor::split_run(pairs.len(), workers, |r| read_all(&pairs[r]))
     });
-    let text = |r: &Option<Option<(Vec<u8>, bool)>>| -> (Option<String>, bool) {
+    let text = |r: &Option<(Option<Vec<u8>>, bool)>| -> (Option<String>, bool) {
         match r {
-            Some(Some((data, free))) => (Some(String::from_utf8_lossy(data).into_owned()), *free),
-            _ => (None, true),
+            Some((data, free)) => (
+                data.as_ref()
+                    .map(|d| String::from_utf8_lossy(d).into_owned()),
+                *free,
+            ),
+            None => (None, true),
         }
     };
     let rows = read.iter().map(|(o, e)| {
