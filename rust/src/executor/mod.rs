@@ -12,7 +12,7 @@ mod spawn;
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -174,32 +174,33 @@ impl Executor {
     pub fn spawn_batch(&self, specs: &[SpawnSpec]) -> Vec<Spawned> {
         let reset = SignalReset::now();
         let default_actions = ChildActions::new(None, None, None, true);
-        // Everything that can be done without the registry lock is done first: the reaper
-        // cannot record exits while a batch holds it.
         let base_envp = self.base.pointers();
-        let mut lookups = HashMap::new();
-        let prepared: Vec<Result<Prepared, (i32, String)>> = specs
-            .iter()
-            .map(|s| self.prepare(s, &mut lookups))
-            .collect();
-
         let reg = reaper::registry();
         reg.lock().begin_spawning();
         let job = SpawnJob {
+            exec: self,
             specs,
-            prepared: &prepared,
+            next: AtomicUsize::new(0),
             base_envp: &base_envp,
             default_actions: &default_actions,
             reset: &reset,
         };
         let n = specs.len();
         // A spawn blocks its caller until the child has exec'd: several callers keep
-        // several cores busy creating processes (the floor's "2 in flight").
-        let sink = &self.sink;
-        let out = split_run(n, workers_for(n, PARALLEL_MIN / 2), |r| job.run(sink, r));
+        // several cores busy creating processes (the floor's "2 in flight"). Each takes the
+        // next spec when it is free (not a fixed share: spawn times vary, and a worker done
+        // early would leave its core idle at the end of every batch), and prepares it itself.
+        let workers = workers_for(n, PARALLEL_MIN / 2);
+        let done = split_run(workers, workers, |_| job.run());
         let foreign = reg.lock().end_spawning();
         reaper::deliver(foreign);
-        out
+        let mut out: Vec<Option<Spawned>> = vec![None; n];
+        for (i, r) in done {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err((-libc::ENOMEM, "no child stack".into()))))
+            .collect()
     }
 
     /// Converts a spec into what a spawn takes, resolving argv[0] through PATH.
@@ -321,40 +322,41 @@ pub fn split_run<R: Send>(
     })
 }
 
-/// What every spawn worker of one batch reads (never writes).
+/// What every spawn worker of one batch shares: the specs, and the index of the next one.
 struct SpawnJob<'a> {
+    exec: &'a Executor,
     specs: &'a [SpawnSpec],
-    prepared: &'a [Result<Prepared, (i32, String)>],
+    next: AtomicUsize,
     base_envp: &'a [*const c_char],
     default_actions: &'a ChildActions,
     reset: &'a SignalReset,
 }
 
-// SAFETY: the raw pointers point into CStrings owned by `prepared` and the executor's base
-// environment, which outlive the scoped workers and are only read (a child reads them too,
-// while its spawner waits).
+// SAFETY: `base_envp` points into the executor's base environment, which outlives the scoped
+// workers and is only read (a child reads it too, while its spawner waits); the rest is
+// shared read-only or atomic.
 unsafe impl Sync for SpawnJob<'_> {}
 
 impl SpawnJob<'_> {
-    fn run(&self, sink: &Arc<Sink>, range: std::ops::Range<usize>) -> Vec<Spawned> {
-        let reg = reaper::registry();
-        let mut out = Vec::with_capacity(range.len());
-        let stack = match Stack::new() {
-            Ok(s) => s,
-            Err(e) => {
-                let e = (
-                    -e.raw_os_error().unwrap_or(libc::ENOMEM),
-                    format!("no child stack: {e}"),
-                );
-                return range.map(|_| Err(e.clone())).collect();
-            }
+    /// Takes specs until none is left: (index, result) of each it took. A worker without a
+    /// stack takes none (the others do its share).
+    fn run(&self) -> Vec<(usize, Spawned)> {
+        let Ok(stack) = Stack::new() else {
+            return Vec::new();
         };
-        for i in range {
-            let (spec, prep) = (&self.specs[i], &self.prepared[i]);
-            let p = match prep {
+        let reg = reaper::registry();
+        let sink = &self.exec.sink;
+        let mut lookups = HashMap::new();
+        let mut out = Vec::new();
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(spec) = self.specs.get(i) else {
+                return out;
+            };
+            let p = match self.exec.prepare(spec, &mut lookups) {
                 Ok(p) => p,
                 Err(e) => {
-                    out.push(Err(e.clone()));
+                    out.push((i, Err(e)));
                     continue;
                 }
             };
@@ -371,7 +373,7 @@ impl SpawnJob<'_> {
                         Some(exit) => sink.deliver(vec![exit]), // it ended before we added it
                         None => reg.children_added(),
                     }
-                    out.push(Ok((pid, t)));
+                    out.push((i, Ok((pid, t))));
                 }
                 Err((errno, child)) => {
                     if let Some(pid) = child {
@@ -382,11 +384,10 @@ impl SpawnJob<'_> {
                             spawn::reap_failed(pid);
                         }
                     }
-                    out.push(Err((-errno, error_message(spec, errno))))
+                    out.push((i, Err((-errno, error_message(spec, errno)))))
                 }
             }
         }
-        out
     }
 }
 
