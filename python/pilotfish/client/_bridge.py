@@ -195,7 +195,11 @@ class Bridge:
             if now >= next_beat:  # the agents' proof that their client is alive
                 next_beat = now + self.heartbeat_s
                 for uid in list(self._connected):
-                    self._send_now(uid, beat, None)
+                    try:
+                        router.send_multipart([uid.encode(), beat])
+                    except zmq.ZMQError as e:  # gone (a pilot that just said bye): nothing
+                        log.debug("heartbeat to %s dropped: %s", uid, e)  # to keep or warn of
+                        self._connected.discard(uid)
         self._drain_queue()
 
     def _answer_zap(self) -> None:
