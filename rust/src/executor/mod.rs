@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use env::BaseEnv;
@@ -175,8 +175,7 @@ impl Executor {
         let reset = SignalReset::now();
         let default_actions = ChildActions::new(None, None, None, true);
         let base_envp = self.base.pointers();
-        let reg = reaper::registry();
-        reg.lock().begin_spawning();
+        let spawning = Spawning::begin();
         let job = SpawnJob {
             exec: self,
             specs,
@@ -184,22 +183,29 @@ impl Executor {
             base_envp: &base_envp,
             default_actions: &default_actions,
             reset: &reset,
+            stack_error: Mutex::new(None),
         };
         let n = specs.len();
         // A spawn blocks its caller until the child has exec'd: several callers keep
         // several cores busy creating processes (the floor's "2 in flight"). Each takes the
         // next spec when it is free (not a fixed share: spawn times vary, and a worker done
         // early would leave its core idle at the end of every batch), and prepares it itself.
+        // (split_run(w, w): one call per worker, not ranges of specs.)
         let workers = workers_for(n, PARALLEL_MIN / 2);
         let done = split_run(workers, workers, |_| job.run());
-        let foreign = reg.lock().end_spawning();
-        reaper::deliver(foreign);
+        drop(spawning);
         let mut out: Vec<Option<Spawned>> = vec![None; n];
         for (i, r) in done {
             out[i] = Some(r);
         }
+        // Specs no worker took: every worker failed to map its child stack.
+        let stack_error = job
+            .stack_error
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| (-libc::ENOMEM, "no child stack".into()));
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err((-libc::ENOMEM, "no child stack".into()))))
+            .map(|r| r.unwrap_or_else(|| Err(stack_error.clone())))
             .collect()
     }
 
@@ -322,6 +328,24 @@ pub fn split_run<R: Send>(
     })
 }
 
+/// A spawn batch under way, for the reaper (see `reaper::State::begin_spawning`); ended on
+/// drop, so that even a panicking worker cannot leave the reaper holding foreign exits.
+struct Spawning;
+
+impl Spawning {
+    fn begin() -> Spawning {
+        reaper::registry().lock().begin_spawning();
+        Spawning
+    }
+}
+
+impl Drop for Spawning {
+    fn drop(&mut self) {
+        let foreign = reaper::registry().lock().end_spawning();
+        reaper::deliver(foreign);
+    }
+}
+
 /// What every spawn worker of one batch shares: the specs, and the index of the next one.
 struct SpawnJob<'a> {
     exec: &'a Executor,
@@ -330,6 +354,8 @@ struct SpawnJob<'a> {
     base_envp: &'a [*const c_char],
     default_actions: &'a ChildActions,
     reset: &'a SignalReset,
+    /// Why a worker could not map its child stack (the first such error).
+    stack_error: Mutex<Option<(i32, String)>>,
 }
 
 // SAFETY: `base_envp` points into the executor's base environment, which outlives the scoped
@@ -341,8 +367,19 @@ impl SpawnJob<'_> {
     /// Takes specs until none is left: (index, result) of each it took. A worker without a
     /// stack takes none (the others do its share).
     fn run(&self) -> Vec<(usize, Spawned)> {
-        let Ok(stack) = Stack::new() else {
-            return Vec::new();
+        if self.next.load(Ordering::Relaxed) >= self.specs.len() {
+            return Vec::new(); // (a refused thread's share, run inline after the rest)
+        }
+        let stack = match Stack::new() {
+            Ok(s) => s,
+            Err(e) => {
+                let mut first = self.stack_error.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert((
+                    -e.raw_os_error().unwrap_or(libc::ENOMEM),
+                    format!("no child stack: {e}"),
+                ));
+                return Vec::new();
+            }
         };
         let reg = reaper::registry();
         let sink = &self.exec.sink;

@@ -117,3 +117,33 @@ fn bench_one_in_flight() {
         waiting / n as u32
     );
 }
+
+#[test]
+fn batch_results_stay_in_spec_order_across_workers() {
+    // Enough specs for several spawn workers, failures mixed in: result i is spec i's.
+    let ex = exec();
+    let specs: Vec<SpawnSpec> = (0..64)
+        .map(|k| {
+            if k % 5 == 0 {
+                spec(k, &["/no/such/program"])
+            } else {
+                spec(k, &["sh", "-c", &format!("exit {}", k % 7)])
+            }
+        })
+        .collect();
+    let out = ex.spawn_batch(&specs);
+    assert_eq!(out.len(), 64);
+    let mut pid_of = HashMap::new();
+    for (k, r) in out.iter().enumerate() {
+        if k % 5 == 0 {
+            assert_eq!(r.as_ref().unwrap_err().0, -libc::ENOENT, "spec {k}");
+        } else {
+            pid_of.insert(r.as_ref().unwrap().0, k as i64);
+        }
+    }
+    let exits = collect(&ex, pid_of.len());
+    for e in exits {
+        let k = pid_of[&e.pid];
+        assert_eq!((e.key, e.exit_code), (k, (k % 7) as i32));
+    }
+}
