@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyTuple};
 
 use crate::executor::{Executor, Exit, SpawnSpec};
 
@@ -19,23 +19,6 @@ type PySpecFields = (
     Option<PathBuf>,
     Option<PathBuf>,
 );
-
-type PySpecFull = (
-    i64,
-    Vec<OsString>,
-    Option<Vec<OsString>>,
-    Option<PathBuf>,
-    Option<PathBuf>,
-    Option<PathBuf>,
-    bool,
-);
-
-/// A spec tuple, with or without its last field (`outputs_empty`, default False).
-#[derive(FromPyObject)]
-enum PySpec {
-    Full(PySpecFull),
-    Short(PySpecFields),
-}
 
 fn bytes(s: OsString) -> Vec<u8> {
     s.into_vec()
@@ -111,16 +94,22 @@ impl PyExecutor {
     fn spawn_batch<'py>(
         &self,
         py: Python<'py>,
-        specs: Vec<PySpec>,
+        specs: Vec<Bound<'py, PyTuple>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let specs: Vec<SpawnSpec> = specs
-            .into_iter()
+            .iter()
             .map(|spec| {
-                let ((key, argv, env, cwd, stdout, stderr), outputs_empty) = match spec {
-                    PySpec::Full((k, a, e, c, o, r, empty)) => ((k, a, e, c, o, r), empty),
-                    PySpec::Short(fields) => (fields, false),
+                // (6 fields, or 7 with outputs_empty; default False)
+                let (key, argv, env, cwd, stdout, stderr): PySpecFields = if spec.len() == 7 {
+                    spec.get_slice(0, 6).extract()?
+                } else {
+                    spec.extract()?
                 };
-                SpawnSpec {
+                let outputs_empty = match spec.len() {
+                    7 => spec.get_item(6)?.extract::<bool>()?,
+                    _ => false,
+                };
+                Ok(SpawnSpec {
                     key,
                     argv: argv.into_iter().map(bytes).collect(),
                     env: env.map(|e| e.into_iter().map(bytes).collect()),
@@ -128,9 +117,9 @@ impl PyExecutor {
                     stdout: stdout.map(|p| bytes(p.into_os_string())),
                     stderr: stderr.map(|p| bytes(p.into_os_string())),
                     outputs_empty,
-                }
+                })
             })
-            .collect();
+            .collect::<PyResult<_>>()?;
         let inner = &self.inner;
         let results = py.detach(|| inner.spawn_batch(&specs));
         let items = results
