@@ -194,11 +194,8 @@ class TaskRunner:
         # the higher ranks' files unread).
         empty = False
         if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
-            if self._spool_free:
-                t.spool = self._spool_free.pop()
-                empty = True
-            else:
-                t.spool = self._new_spool()
+            empty = bool(self._spool_free)
+            t.spool = self._spool_free.pop() if empty else self._new_spool()
         out = self._output_path(t.spool, spec.stdout, "out", cwd)
         err = self._output_path(t.spool, spec.stderr, "err", cwd)
         t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)

@@ -1,7 +1,7 @@
 //! Spawning and reaping task processes with no file descriptor per running task.
 //!
-//! Children open their own stdio between clone and exec (see `spawn`), so the agent holds one fd
-//! in total (the notify eventfd) however many tasks run. Exits are collected by the
+//! Children open their own stdio between clone and exec (see `spawn`), so the agent holds one
+//! fd in total (the notify eventfd) however many tasks run. Exits are collected by the
 //! process-wide reaper thread (see `reaper`).
 
 mod env;
@@ -405,10 +405,8 @@ impl SpawnJob<'_> {
                     let t = now();
                     // before any exit record of it
                     sink.log_spawn_record(spec.key, pid, reaper::SPAWN_MARK, t);
-                    let claimed = reg.lock().add_or_claim(pid, sink, spec.key);
-                    match claimed {
-                        Some(exit) => sink.deliver(vec![exit]), // it ended before we added it
-                        None => reg.children_added(),
+                    if let Some(exit) = reg.add_child(pid, sink, spec.key) {
+                        sink.deliver(vec![exit]); // it ended before we added it
                     }
                     out.push((i, Ok((pid, t))));
                 }

@@ -28,34 +28,36 @@ pub fn read_capped(path: &Path, cap: u64, keep_tail: bool) -> (Option<Vec<u8>>, 
             let data = std::fs::File::open(path)
                 .ok()
                 .and_then(|f| read_from(&f, cap, keep_tail));
-            return (data, false);
+            return (data.map(|(d, _)| d), false);
         }
     };
-    let Some(data) = read_from(&f, cap, keep_tail) else {
-        return (None, false);
-    };
     let fd = f.as_raw_fd();
-    // SAFETY: plain fcntl calls on a descriptor we own. The lease is let go at once, not left
-    // to close(): a copy of the descriptor in a child being spawned by another thread would
-    // keep it, and an open of the file would then break it (SIGIO).
-    let mut free = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
-    if free {
-        // Emptied under the lease (nothing else can have it open meanwhile). The size is
-        // taken again: a process the task left behind may have written its last line and
-        // exited since the read.
-        free = match f.metadata() {
-            Ok(m) if m.len() == 0 => true,
-            Ok(_) => f.set_len(0).is_ok(),
-            Err(_) => false,
+    // SAFETY: plain fcntl calls on a descriptor we own. The lease is taken before the read, so
+    // the size read is final (nothing else can have the file open while it is held), and let
+    // go at once, not left to close(): a copy of the descriptor in a child being spawned by
+    // another thread would keep it, and an open of the file would then break it (SIGIO).
+    let leased = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK as libc::c_int) } == 0;
+    let read = read_from(&f, cap, keep_tail);
+    let mut free = false;
+    if leased {
+        // Emptied under the lease: the next task's child opens it without O_TRUNC.
+        free = match &read {
+            Some((_, 0)) => true,
+            Some(_) => f.set_len(0).is_ok(),
+            None => false,
         };
         // SAFETY: as above.
         unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK as libc::c_int) };
     }
-    (Some(data), free)
+    match read {
+        Some((data, _)) => (Some(data), free),
+        None => (None, false),
+    }
 }
 
-/// The first (or with `keep_tail` the last) `cap` bytes of an open file, marked when cut.
-fn read_from(f: &std::fs::File, cap: u64, keep_tail: bool) -> Option<Vec<u8>> {
+/// The first (or with `keep_tail` the last) `cap` bytes of an open file, marked when cut,
+/// and the file's size.
+fn read_from(f: &std::fs::File, cap: u64, keep_tail: bool) -> Option<(Vec<u8>, u64)> {
     let size = f.metadata().ok()?.len();
     let mut data = Vec::new();
     if size > 0 {
@@ -85,5 +87,5 @@ fn read_from(f: &std::fs::File, cap: u64, keep_tail: bool) -> Option<Vec<u8>> {
             data = buf;
         }
     }
-    Some(data)
+    Some((data, size))
 }

@@ -263,9 +263,18 @@ impl Registry {
         lock(&self.state)
     }
 
-    /// Wakes the reaper after a spawn batch (cheap when it is already awake).
-    pub fn children_added(&self) {
-        self.has_children.notify_one();
+    /// Records a child just spawned (see `State::add_or_claim`: its exit, if the reaper was
+    /// first) and wakes the reaper if it owned no child -- it sleeps only then, and a notify
+    /// per spawn would be a futex call per task.
+    pub fn add_child(&self, pid: libc::pid_t, sink: &Arc<Sink>, key: i64) -> Option<Exit> {
+        let mut st = self.lock();
+        let idle = st.pids.is_empty();
+        let claimed = st.add_or_claim(pid, sink, key);
+        drop(st);
+        if idle && claimed.is_none() {
+            self.has_children.notify_one();
+        }
+        claimed
     }
 }
 

@@ -40,8 +40,8 @@ fn exits<'py>(py: Python<'py>, exits: Vec<Exit>) -> PyResult<Bound<'py, PyList>>
     PyList::new(py, rows)
 }
 
-/// Spawns task processes (clone + exec, see executor/spawn.rs) and collects their exits (one reaper thread per
-/// process). See docs/internals.md.
+/// Spawns task processes (clone + exec, see executor/spawn.rs) and collects their exits (one
+/// reaper thread per process). See docs/internals.md.
 #[pyclass(frozen, module = "pilotfish._core", name = "Executor")]
 pub struct PyExecutor {
     inner: Executor,
@@ -100,15 +100,15 @@ impl PyExecutor {
             .iter()
             .map(|spec| {
                 // (6 fields, or 7 with outputs_empty; default False)
-                let (key, argv, env, cwd, stdout, stderr): PySpecFields = if spec.len() == 7 {
-                    spec.get_slice(0, 6).extract()?
-                } else {
-                    spec.extract()?
-                };
-                let outputs_empty = match spec.len() {
-                    7 => spec.get_item(6)?.extract::<bool>()?,
-                    _ => false,
-                };
+                let ((key, argv, env, cwd, stdout, stderr), outputs_empty): (PySpecFields, bool) =
+                    if spec.len() == 7 {
+                        (
+                            spec.get_slice(0, 6).extract()?,
+                            spec.get_item(6)?.extract()?,
+                        )
+                    } else {
+                        (spec.extract()?, false)
+                    };
                 Ok(SpawnSpec {
                     key,
                     argv: argv.into_iter().map(bytes).collect(),
