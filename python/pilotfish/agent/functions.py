@@ -172,9 +172,7 @@ class FunctionPool:
             self._queue(shape).append(call)
             touched.add(shape)
         agent.events.record_many(events)
-        for shape in touched:
-            self._ensure_workers(shape)
-        self.dispatch()
+        self._wake(touched)
 
     def define(self, ref: bytes, fn: bytes) -> None:
         """A callable arrived with a call that is not run (a duplicate uid): calls that
@@ -182,12 +180,17 @@ class FunctionPool:
         if ref not in self.fn_ids:
             touched: set = set()
             self._define(ref, fn, touched)
-            for shape in touched:
-                self._ensure_workers(shape)
-            self.dispatch()
+            self._wake(touched)
 
-    def _define(self, ref: bytes, fn: bytes, touched: set) -> int:
-        """Learn a callable; the calls parked for it join their queues. Its index."""
+    def _wake(self, touched: set) -> None:
+        """Workers for the shapes that got calls, and calls to idle workers."""
+        for shape in touched:
+            self._ensure_workers(shape)
+        self.dispatch()
+
+    def _define(self, ref: bytes, fn: bytes, touched: set) -> None:
+        """Learn a callable; the calls parked for it join their queues (their shapes are
+        added to `touched`)."""
         fn_id = self.fn_ids[ref] = len(self.fn_bytes)
         self.fn_bytes.append(fn)
         for shape, parked in self.parked.pop(ref, (0.0, ()))[1]:
@@ -195,7 +198,6 @@ class FunctionPool:
             if parked.canceled is None:
                 self._queue(shape).append(parked)
                 touched.add(shape)
-        return fn_id
 
     def expire_parked(self) -> None:
         """Calls whose callable did not come within park_s fail, with why (a client that

@@ -193,7 +193,7 @@ class ServiceRegistry:
         if g.target == 0 and not live:  # stopped before the client was killed: started again
             g.target = spec.replicas
             self._start_members(g, spec.replicas)
-        self.agent.send(_wire.GroupAck(g.name, "start", g.epoch, None, g.target))
+        self._ack(g.name, "start", g.epoch, None, g.target)
         g.dirty = True  # its view goes to the client now
         if g.short is not None and len(live) + self._restarts_for(g) < g.target:
             self._news(g, g.name, "short", reason=g.short)  # the killed client had it
@@ -497,8 +497,9 @@ class ServiceRegistry:
         self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node,
                                          endpoint))
 
-    def _ack(self, name: str, token: str, epoch: int, error: str | None) -> None:
-        self.agent.send(_wire.GroupAck(name, token, epoch, error))
+    def _ack(self, name: str, token: str, epoch: int, error: str | None,
+             target: int = -1) -> None:
+        self.agent.send(_wire.GroupAck(name, token, epoch, error, target))
 
     # -- the socket --------------------------------------------------------------------------
     def on_readable(self) -> None:

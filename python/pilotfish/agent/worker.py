@@ -191,9 +191,9 @@ def _timed_out(signum, frame):
 def main(argv: list[str]) -> int:
     address, uid, log_path, max_calls, max_rss, agent_host, remote_address = argv  # TCP: or ""
     # On another host than the agent (PILOTFISH_FN_INLINE=1: as if, for tests) the agent's
-    # ipc socket is out of reach: TCP, where the agent has it.
-    elsewhere = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
-    if elsewhere and remote_address:
+    # ipc socket is out of reach: TCP, where the agent has it; and results travel inline.
+    inline = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
+    if inline and remote_address:
         address = remote_address
     max_calls, max_rss = int(max_calls), float(max_rss)
     comm = _comm()
@@ -224,7 +224,6 @@ def main(argv: list[str]) -> int:
     # nothing written). On another node the agent cannot map our pages: the records travel
     # with the "done" messages instead, and a crash loses the results of the last few ms,
     # whose calls the agent then runs again.
-    inline = elsewhere
     log = None if inline else ResultLog(log_path, create=True)
     unsent: list[bytes] = []
     keep = unsent.append if inline else log.append  # type: ignore[union-attr]

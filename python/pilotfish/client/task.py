@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import logging
 import os
@@ -211,6 +212,7 @@ class TaskManager:
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
         calls = _pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
+        refs = {c[2] for c in calls.values()}  # their callables' digests
         frames = []  # (pilot uid, frame, indices)
         journal = []
         fn_sent: dict[str, set[bytes]] = {}  # callables each pilot's agent will have been sent
@@ -226,8 +228,8 @@ class TaskManager:
                              for i in part]
                     if calls:
                         sent = fn_sent.get(pilot_uid)
-                        if sent is None:
-                            sent = fn_sent[pilot_uid] = set(pilot._fn_sent)
+                        if sent is None:  # (of this submit's callables only)
+                            sent = fn_sent[pilot_uid] = refs & pilot._fn_sent
                         _first_carries_function(specs, sent)
                     frame = _wire.encode(_wire.Submit(specs))
                     if session.journal.enabled:
@@ -273,8 +275,8 @@ class TaskManager:
         # The callables these frames carry count as sent once they are queued (not before:
         # a submit that fails on the way sends them again next time); another thread's frame
         # that only names one is queued after these (the lock), and the agent would keep its
-        # calls until the callable came anyway.
-        with session._fn_lock:
+        # calls until the callable came anyway. Frames without function tasks need no lock.
+        with session._fn_lock if fn_sent else contextlib.nullcontext():
             for pilot_uid, sent in fn_sent.items():
                 self._pilots[pilot_uid]._fn_sent |= sent
             for pilot_uid, frame, part in frames:
