@@ -99,7 +99,8 @@ def cmd_pic(a) -> None:
     print(f"\n### PIC move, {a.ranks} ranks ({machine()})\n")
     print(f"`{a.particles}` particles ({a.blob:.0%} in a drifting trapped blob), "
           f"{a.iters} iterations (first {a.warmup} not counted), rebalance after iteration 1 "
-          f"and every {a.lb_every}, load model `{a.model}`, clock `{a.clock}`.\n")
+          f"and every {a.lb_every}, load model `{a.model}`, clock `{a.clock}`, loads "
+          f"`{a.load}`.\n")
     for rep in range(a.repeat):
         for f in a.factors.split(","):
             out_json = RESULTS / f"pic_r{a.ranks}_f{f}.json"
@@ -107,7 +108,7 @@ def cmd_pic(a) -> None:
             mpi(a, a.ranks, REPO / "examples/pic/pic.py", "--versions", ",".join(versions),
                 "--factors", f, "--iters", a.iters, "--particles", a.particles, "--sub", a.sub,
                 "--lb-every", a.lb_every, "--model", a.model, "--warmup", a.warmup,
-                "--clock", a.clock, "--blob", a.blob, "--json", out_json)
+                "--clock", a.clock, "--blob", a.blob, "--load", a.load, "--json", out_json)
             rows += [dict(r, repeat=rep) for r in json.loads(out_json.read_text())]
     save(f"pic_r{a.ranks}.json", rows)
     if a.repeat > 1:
@@ -249,6 +250,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1, help="pic: jobs per factor (medians)")
     ap.add_argument("--model", default="last")
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
+    ap.add_argument("--load", default="measured", choices=("measured", "counts"),
+                    help="pic: LB on measured handler times or on the blocks' particle counts")
     ap.add_argument("--k", type=int, default=2000)
     ap.add_argument("--elements", default="1000,10000,100000")
     a = ap.parse_args(argv)
