@@ -28,6 +28,14 @@ def test_messages_epochs_and_bad_input_on_2_ranks():
     assert "Cell[2] of collection 'Cell'.boom() raised ValueError: boom from 2" in r.out, r
 
 
+def test_edges_of_messages_epochs_and_migration():
+    """Messages from __init__, a hook's cascade, errors at epoch end, an unpicklable argument,
+    a lost element, a destroyed collection, mismatched epochs: progs/edges.py."""
+    r = mpirun("edges.py", 2, timeout=90)
+    for what in ("init", "hooks", "errors", "pickle", "lost", "destroyed", "mismatch"):
+        assert r.out.count(f"OK {what} rank") == 2, (what, r)
+
+
 @pytest.mark.parametrize("ranks", [3, 4])
 def test_termination_on_random_recursive_workload(ranks):
     r = mpirun("termination.py", ranks)

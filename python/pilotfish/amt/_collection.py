@@ -61,6 +61,7 @@ class ElementProxy:
 
     def __getattr__(self, name):
         coll = self._coll
+        coll._check_alive()
         coll._check_handler(name, self._flat)
         flat = self._flat
         rt = coll._rt
@@ -102,7 +103,11 @@ class Collection:
         self._load: dict[int, float] = {}     # flat -> measured load this phase
         self._synth: dict[int, float] = {}    # flat -> synthetic load this phase
         self._handlers: dict[str, bool] = {}
+        self._lost: dict[int, str] = {}       # flat -> why (state could not be unpickled)
+        self.destroyed = False
         kwargs = kwargs or {}
+        # every local element exists before any __init__ runs, so that an __init__ may message
+        # its neighbours (queued, run once construction is over) without any being unknown here
         for flat in self.loc.home_range(rt.rank):
             el = element_class.__new__(element_class)
             el.index = self._unflat(flat)
@@ -110,6 +115,7 @@ class Collection:
             el._amt_flat = flat
             self._local[flat] = el
             self._meta[flat] = [0, []]
+        for flat, el in list(self._local.items()):
             prev = rt.ctx_elem
             rt.ctx_elem = (self, flat)
             try:
@@ -165,16 +171,24 @@ class Collection:
 
     # -- messages ------------------------------------------------------------------------------
     def __getitem__(self, index) -> ElementProxy:
+        self._check_alive()
         return ElementProxy(self, self._flat(index))
+
+    def _check_alive(self) -> None:
+        if self.destroyed:
+            raise AmtError(f"collection {self.name!r} was destroyed: its elements can no "
+                           "longer be messaged or migrated")
 
     def send(self, index, method: str, *args, **kwargs) -> None:
         """coll.send(i, "m", *args) == coll[i].m(*args) (a little faster)."""
+        self._check_alive()
         flat = self._flat(index)
         self._check_handler(method, flat)
         self._rt.send_invoke(self, flat, method, args, kwargs)
 
     def broadcast(self, method: str, *args, **kwargs) -> None:
         """Run `method(*args)` on every element once (call it on one rank)."""
+        self._check_alive()
         self._check_handler(method, 0)
         self._rt.send_broadcast(self, method, args, kwargs)
 
@@ -186,6 +200,7 @@ class Collection:
 
     def migrate(self, index, rank: int) -> None:
         """Move element `index` to `rank`, asynchronously (messages to it are forwarded)."""
+        self._check_alive()
         flat = self._flat(index)
         rank = operator.index(rank)
         if not 0 <= rank < self._rt.size:

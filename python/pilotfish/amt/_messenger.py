@@ -30,6 +30,14 @@ HDR_TAG = 71
 BUF_TAG = 72
 
 
+def _raise(msg, exc):
+    raise exc
+
+
+def _out_of_band(buf):
+    return False      # probing picklability: large buffers are not copied
+
+
 class Messenger:
     def __init__(self, MPI, comm, batch_max: int = 512, inband_max: int = 8192,
                  batch_bytes: int = 1 << 20):
@@ -45,6 +53,9 @@ class Messenger:
         self.dirty: set[int] = set()
         self.pending: list[tuple[list, tuple]] = []
         self._status = MPI.Status()
+        # called with (message, exception) for a message that cannot be pickled: it is left
+        # out of its batch (the others still go) and the owner reports it
+        self.on_unpicklable = _raise
         self.stats = {"batches_sent": 0, "messages_sent": 0, "bytes_sent": 0,
                       "oob_buffers_sent": 0, "batches_received": 0, "messages_received": 0}
 
@@ -84,7 +95,22 @@ class Messenger:
             bufs.append(m)
             return False             # large: its own Isend, no copy
 
-        data = pickle.dumps(batch, protocol=5, buffer_callback=callback)
+        try:
+            data = pickle.dumps(batch, protocol=5, buffer_callback=callback)
+        except Exception:  # noqa: BLE001 - find the culprits; the rest of the batch still goes
+            bufs.clear()
+            good = []
+            for msg in batch:
+                try:
+                    pickle.dumps(msg, protocol=5, buffer_callback=_out_of_band)
+                except Exception as exc:  # noqa: BLE001
+                    self.on_unpicklable(msg, exc)
+                else:
+                    good.append(msg)
+            if not good:
+                return
+            batch = good
+            data = pickle.dumps(batch, protocol=5, buffer_callback=callback)
         sizes = [m.nbytes for m in bufs]
         head = struct.pack(f"<I{len(sizes)}Q", len(sizes), *sizes) + data
         MPI = self.MPI

@@ -25,11 +25,9 @@ import pickle
 import sys
 import time
 import traceback
-import zlib
 from collections import deque
 
-from ._errors import (AmtError, CollectiveMismatchError, HandlerError, MigrationError,
-                      UnknownHandlerError)
+from ._errors import AmtError, CollectiveMismatchError, HandlerError, MigrationError
 from ._instrument import HISTORY, LBStats, LoadModel, PhaseStats, imbalance
 from ._messenger import Messenger
 from ._mpi import check_world, mpi
@@ -93,6 +91,7 @@ class Runtime:
         self.rank = base.Get_rank()
         self.size = base.Get_size()
         self.messenger = Messenger(MPI, self.comm_msg)
+        self.messenger.on_unpicklable = self._unpicklable
         self.td = TerminationDetector(MPI, self.comm_td)
         self.queue: deque = deque()
         self.colls: dict = {}
@@ -242,6 +241,23 @@ class Runtime:
         coll.loc.forwarded += 1
         self._route(coll, flat, msg[:-1] + (hops,))
 
+    def _unpicklable(self, msg, exc):
+        """A message to another rank that cannot be pickled: reported at its epoch's end,
+        naming the element and handler; counted as consumed (it will never run)."""
+        kind, ep = msg[0], msg[1]
+        coll = self.colls.get(msg[2])
+        name = coll.name if coll is not None else str(msg[2])
+        if kind == INVOKE:
+            what = (coll.describe(msg[3]) if coll is not None else f"element {msg[3]}") + \
+                f".{msg[4]}()"
+        elif kind == BCAST:
+            what = f"broadcast .{msg[3]}() to collection {name!r}"
+        else:
+            what = f"a runtime message (kind {kind}) for collection {name!r}"
+        self.td.errors[ep].append(f"rank {self.rank}: cannot send {what} to another rank: its "
+                                  f"arguments cannot be pickled: {type(exc).__name__}: {exc}")
+        self.td.consumed[ep] += 1
+
     def _post_loc(self, ep, coll, flat, to_rank, version):
         self.td.produced[ep] += 1
         self.messenger.post(to_rank, (LOC, ep, coll.cid, flat, self.rank, version))
@@ -252,15 +268,22 @@ class Runtime:
         ep = msg[1]
         coll = self.colls.get(msg[2])
         if coll is None:
-            if msg[2] < self.next_cid:
-                raise KeyError(f"message {kind!r} for collection {msg[2]}, which was destroyed")
+            if msg[2] < self.next_cid:       # sent before the sender knew: reported, counted
+                what = f".{msg[4]}()" if kind == INVOKE else f" (message kind {kind})"
+                self.td.errors[ep].append(f"rank {self.rank}: a message{what} reached "
+                                          f"collection {msg[2]} after it was destroyed")
+                self.td.consumed[ep] += 1
+                return
             self.early.setdefault(msg[2], []).append(msg)  # not created here yet
             return
         if kind == INVOKE:
             flat = msg[3]
             el = coll._local.get(flat)
             if el is None:
-                self._forward(coll, flat, msg)
+                if flat in coll._lost:
+                    self._lost_message(coll, flat, f".{msg[4]}()", ep)
+                else:
+                    self._forward(coll, flat, msg)
                 return
             self._invoke(coll, flat, el, msg[4], msg[5], msg[6], ep)
             if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender
@@ -285,7 +308,10 @@ class Runtime:
         elif kind == MIGRATE:
             flat = msg[3]
             if flat not in coll._local:
-                self._forward(coll, flat, msg)
+                if flat in coll._lost:
+                    self._lost_message(coll, flat, " (migrate)", ep)
+                else:
+                    self._forward(coll, flat, msg)
                 return
             dest = msg[4]
             if dest != self.rank:
@@ -325,6 +351,24 @@ class Runtime:
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
             self.stats["handlers"] += 1
 
+    def _lost_message(self, coll, flat, what, ep):
+        self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}{what}: the element "
+                                  f"was lost in migration ({coll._lost[flat]})")
+        self.td.consumed[ep] += 1
+
+    def _hook(self, coll, flat, el, name, ep):
+        """Run on_migrated_in/out as a handler of epoch ep: what it sends belongs to that epoch
+        (the migration's), so the epoch's end waits for it."""
+        prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
+        self.ctx_epoch, self.ctx_elem = ep, (coll, flat)
+        try:
+            getattr(el, name)()
+        except Exception:  # noqa: BLE001 - reported at epoch end
+            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}.{name}() "
+                                      "raised:\n" + traceback.format_exc())
+        finally:
+            self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
+
     def _depart(self, coll, flat, dest, ep, data, bufs):
         """Send a local element (already serialised) to `dest` in epoch `ep`."""
         meta = coll._meta.pop(flat)
@@ -338,20 +382,28 @@ class Runtime:
                                    [pickle.PickleBuffer(b) for b in bufs],
                                    (version, meta[1], cur, syn)))
         self.stats["migrations_out"] += 1
-        try:
-            el.on_migrated_out()
-        except Exception:  # noqa: BLE001
-            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}."
-                                      "on_migrated_out() raised:\n" + traceback.format_exc())
+        self._hook(coll, flat, el, "on_migrated_out", ep)
 
     def _arrive(self, coll, msg):
         _, ep, cid, flat, data, bufs, meta = msg
         version, hist, cur, syn = meta
         try:
             el = deserialise(data, bufs)
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
+            # the sender no longer has it: keep a tombstone here (and tell its home), so that
+            # every later message to it fails at once, naming it, instead of circling
             self.td.errors[ep].append(f"rank {self.rank}: cannot unpickle migrated "
                                       f"{coll.describe(flat)}:\n" + traceback.format_exc())
+            coll._lost[flat] = f"its state could not be unpickled on rank {self.rank}: " \
+                               f"{type(exc).__name__}: {exc}"
+            coll._meta.pop(flat, None)
+            coll.loc.learn(flat, self.rank, version)
+            home = coll.loc.home(flat)
+            if home != self.rank:
+                self._post_loc(ep, coll, flat, home, version)
+            parked = coll.loc.parked.pop(flat, None)
+            if parked:
+                self.queue.extend(parked)
             return
         el.index = coll._unflat(flat)
         el._amt_cid = cid
@@ -370,11 +422,7 @@ class Runtime:
         parked = coll.loc.parked.pop(flat, None)
         if parked:
             self.queue.extend(parked)
-        try:
-            el.on_migrated_in()
-        except Exception:  # noqa: BLE001
-            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}."
-                                      "on_migrated_in() raised:\n" + traceback.format_exc())
+        self._hook(coll, flat, el, "on_migrated_in", ep)
 
     # -- the scheduler loop --------------------------------------------------------------------
     def progress(self) -> bool:
@@ -447,13 +495,23 @@ class Runtime:
             self.drain()
             req, result, _ = td.wave(ep)
             self.wait_until(req.Test)
-            p, c, e = (int(x) for x in result)
-            if e:
-                self._raise_handler_errors(ep)
+            p, c, e, s1, s2 = (int(x) for x in result)
+            if s1 * s1 != s2 * self.size:    # sum(ep)^2 == n * sum(ep^2) iff all ranks' ep agree
+                self.broken = (f"rank {self.rank} waited for epoch {ep} while another rank "
+                               "waited for a different epoch")
+                raise CollectiveMismatchError(
+                    f"amt.epoch(): ranks closed different epochs (rank {self.rank}: epoch {ep}); "
+                    "every rank must open and close the same epochs in the same order")
+            # handler errors are raised once the epoch has ended, not at the first wave that
+            # sees one: what the failing handlers' siblings sent still runs within the epoch
             if p == c and prev == (p, c):
                 break
             prev = (p, c)
-        td.forget(ep)
+        try:
+            if e:
+                self._raise_handler_errors(ep)
+        finally:
+            td.forget(ep)
 
     def _raise_handler_errors(self, ep):
         mine = list(self.td.errors[ep])
@@ -563,6 +621,8 @@ class Runtime:
         self.sync_check("destroy")
         self.wait_epoch(0)
         self.colls.pop(coll.cid, None)
+        coll.destroyed = True
+        coll._lost.clear()
         coll._local.clear()
         coll._meta.clear()
         coll._load.clear()

@@ -50,11 +50,14 @@ class TerminationDetector:
         self.waves = 0
 
     def wave(self, epoch: int):
-        """Start a wave for `epoch`: (request, result array) -- result = [P, C, errors]."""
+        """Start a wave for `epoch`: (request, result array) -- result = [P, C, errors,
+        sum of epochs, sum of squared epochs]."""
         np = self.np
-        send = np.array([self.produced[epoch], self.consumed[epoch], len(self.errors[epoch])],
-                        dtype=np.int64)
-        recv = np.zeros(3, dtype=np.int64)
+        # epoch and epoch^2 ride along: their sums tell whether every rank waves for the same
+        # epoch (a program that opens epochs on some ranks only would mix counters silently)
+        send = np.array([self.produced[epoch], self.consumed[epoch], len(self.errors[epoch]),
+                         epoch, epoch * epoch], dtype=np.int64)
+        recv = np.zeros(5, dtype=np.int64)
         req = self.comm.Iallreduce(send, recv, op=self.MPI.SUM)
         self.waves += 1
         return req, recv, send

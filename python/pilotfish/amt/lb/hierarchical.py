@@ -22,8 +22,6 @@ tree, which is fine up to thousands of ranks.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from .base import Strategy
@@ -113,7 +111,7 @@ class HierarchicalStrategy(Strategy):
                 keep = []
                 for k in available:
                     x = float(loads[k])
-                    if left > 0 and x < 2 * left:
+                    if left > 0 and 0 < x < 2 * left:      # a weightless object changes nothing
                         dest[k] = d
                         left -= x
                         delta[d] += x
