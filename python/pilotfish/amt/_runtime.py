@@ -396,14 +396,7 @@ class Runtime:
                                       f"{coll.describe(flat)}:\n" + traceback.format_exc())
             coll._lost[flat] = f"its state could not be unpickled on rank {self.rank}: " \
                                f"{type(exc).__name__}: {exc}"
-            coll._meta.pop(flat, None)
-            coll.loc.learn(flat, self.rank, version)
-            home = coll.loc.home(flat)
-            if home != self.rank:
-                self._post_loc(ep, coll, flat, home, version)
-            parked = coll.loc.parked.pop(flat, None)
-            if parked:
-                self.queue.extend(parked)
+            self._settled_here(coll, flat, version, ep)
             return
         el.index = coll._unflat(flat)
         el._amt_cid = cid
@@ -414,15 +407,20 @@ class Runtime:
             coll._load[flat] = cur
         if syn:
             coll._synth[flat] = syn
-        coll.loc.learn(flat, self.rank, version)
         self.stats["migrations_in"] += 1
+        self._settled_here(coll, flat, version, ep)
+        self._hook(coll, flat, el, "on_migrated_in", ep)
+
+    def _settled_here(self, coll, flat, version, ep):
+        """An element (or its tombstone) is on this rank now: tell its home, and run the
+        messages parked for it."""
+        coll.loc.learn(flat, self.rank, version)
         home = coll.loc.home(flat)
         if home != self.rank:
             self._post_loc(ep, coll, flat, home, version)
         parked = coll.loc.parked.pop(flat, None)
         if parked:
             self.queue.extend(parked)
-        self._hook(coll, flat, el, "on_migrated_in", ep)
 
     # -- the scheduler loop --------------------------------------------------------------------
     def progress(self) -> bool:
