@@ -32,7 +32,7 @@ def test_edges_of_messages_epochs_and_migration():
     """Messages from __init__, a hook's cascade, errors at epoch end, an unpicklable argument,
     a lost element, a destroyed collection, mismatched epochs: progs/edges.py."""
     r = mpirun("edges.py", 2, timeout=90)
-    for what in ("init", "hooks", "errors", "pickle", "lost", "destroyed", "mismatch"):
+    for what in ("init", "hooks", "errors", "pickle", "lost", "loads", "destroyed", "mismatch"):
         assert r.out.count(f"OK {what} rank") == 2, (what, r)
 
 

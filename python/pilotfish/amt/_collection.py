@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from math import prod
 
@@ -36,6 +38,9 @@ class Element:
     def add_load(self, load: float) -> None:
         """Add synthetic load to this element's current phase (see amt.configure(measure=))."""
         coll = self.collection
+        if not (isinstance(load, numbers.Real) and math.isfinite(load) and load >= 0):
+            raise ValueError(f"{coll.describe(self._amt_flat)}.add_load({load!r}): a load must "
+                             "be a finite number >= 0")
         coll._synth[self._amt_flat] = coll._synth.get(self._amt_flat, 0.0) + float(load)
 
     def migrate(self, rank: int) -> None:

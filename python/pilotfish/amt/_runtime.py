@@ -662,6 +662,18 @@ class Runtime:
         loads = np.array(loads, dtype=np.float64)
         homes = np.array([self.colls[g >> GID_SHIFT].loc.home(g & ((1 << GID_SHIFT) - 1))
                           for g in ids.tolist()], dtype=np.int64)
+        # a strategy that fails on some ranks only would leave the others in its collectives:
+        # loads are checked here, collectively, before any strategy runs
+        bad = np.nonzero(~np.isfinite(loads) | (loads < 0))[0]
+        first = None
+        if len(bad):
+            g = int(ids[bad[0]])
+            what = self.colls[g >> GID_SHIFT].describe(g & ((1 << GID_SHIFT) - 1))
+            first = f"rank {self.rank}: {what} has predicted load {float(loads[bad[0]])!r}"
+        firsts = [f for f in comm.allgather(first) if f]
+        if firsts:
+            raise AmtError(f"rebalance: load model {lm.spec!r} predicted a negative or non-finite "
+                           f"load: {firsts[0]} (loads must be finite and >= 0)")
         comm.Barrier()
         t0 = time.perf_counter()
         dest = strat.run(comm, ids, loads, homes=homes)

@@ -8,6 +8,8 @@
              naming the element and handler; the rest of its batch is delivered
   lost       an element whose state fails to unpickle where it arrives: reported; a later
              message to it fails at once, naming it; the other elements keep working
+  loads      a negative load given to add_load: ValueError naming the element; a load model
+             that predicts NaN: AmtError on every rank before any strategy runs
   destroyed  a send to a destroyed collection: AmtError at the send, on every rank
   mismatch   the ranks close different epochs: CollectiveMismatchError on both, not a hang
              (last: the runtime is unusable after it)
@@ -129,6 +131,20 @@ def main():
     assert ran(b) == 3, ran(b)
     amt.phase()
     say(f"OK lost rank {r}")
+
+    mine = 3 if r == 0 else 4
+    expect(ValueError, [f"Bouncer[{mine}]", "add_load(-1.0)", "finite number >= 0"],
+           lambda: b.local(mine).add_load(-1.0))
+
+    class NotANumber:
+        spec = "nan"
+
+        def predict(self, history):
+            return float("nan")
+
+    expect(amt.AmtError, ["predicted a negative or non-finite load", "nan"],
+           lambda: amt.rebalance("tempered", model=NotANumber()))
+    say(f"OK loads rank {r}")
 
     b.destroy()
     expect(amt.AmtError, ["'Bouncer'", "destroyed"], lambda: b[0].hello(0))

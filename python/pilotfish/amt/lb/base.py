@@ -42,7 +42,9 @@ class CentralStrategy(Strategy):
             owner = np.repeat(np.arange(size, dtype=np.int64), counts)
             new = np.asarray(self.assign(all_loads, owner, size), dtype=np.int64)
             out = np.split(new, np.cumsum(counts)[:-1])
-        return comm.scatter(out, root=0)
+        mine = comm.scatter(out, root=0)
+        self.details = comm.bcast(self.details, root=0)   # LBStats: the same on every rank
+        return mine
 
     def assign(self, loads: np.ndarray, owner: np.ndarray, size: int) -> np.ndarray:
         raise NotImplementedError

@@ -5,9 +5,13 @@ groups form the next level, ...). Only per-rank load totals are exchanged (one f
 never object lists:
 
 1. plan (identical on every rank, no communication): bottom-up over the tree levels, inside
-   each group, the children (sub-trees) above the group's mean send their excess to the
-   children below it; a sub-tree's flow is split evenly over its ranks, which a lower level
-   has already equalised, so each level keeps the levels below it balanced. Flows through a
+   each group, the ranks above the group's mean send their excess to the ranks below it
+   (matched in rank order). A lower level has already brought every rank of a child sub-tree
+   to that child's mean, so all ranks of a child are above the group's mean or all below:
+   load only crosses between children, and afterwards every rank of the group is at its
+   mean. (Matching whole children and splitting a child's flow evenly over its ranks instead
+   mis-pairs ranks when children differ in size -- the last, partial sub-tree -- and left
+   2x imbalances.) Flows through a
    rank (received at one level, sent on at a higher one) are then short-cut so that load only
    moves from the rank that holds it now to its final rank: origin -> destination amounts.
 2. select (local): each rank serves its outgoing amounts with its own objects, heaviest first,
@@ -57,19 +61,14 @@ def plan_flows(loads: list[float], fanout: int) -> dict[tuple[int, int], float]:
             children = [list(range(s, min(s + g, P))) for s in range(start, min(start + G, P), g)]
             if len(children) < 2:
                 continue
-            nranks = sum(len(c) for c in children)
-            mean = sum(L[r] for c in children for r in c) / nranks
-            excess = [sum(L[r] for r in c) - mean * len(c) for c in children]
-            pos = [[e, i] for i, e in enumerate(excess) if e > eps]
-            neg = [[-e, j] for j, e in enumerate(excess) if e < -eps]
+            ranks = range(start, min(start + G, P))
+            mean = sum(L[r] for r in ranks) / len(ranks)
+            pos = [[L[r] - mean, r] for r in ranks if L[r] - mean > eps]
+            neg = [[mean - L[r], r] for r in ranks if mean - L[r] > eps]
             pi = ni = 0
             while pi < len(pos) and ni < len(neg):
                 a = min(pos[pi][0], neg[ni][0])
-                ci, cj = children[pos[pi][1]], children[neg[ni][1]]
-                # split evenly over the sending sub-tree's ranks, paired round-robin
-                share = a / len(ci)
-                for k, s in enumerate(ci):
-                    move(s, cj[k % len(cj)], share)
+                move(pos[pi][1], neg[ni][1], a)
                 pos[pi][0] -= a
                 neg[ni][0] -= a
                 if pos[pi][0] <= eps:

@@ -82,7 +82,7 @@ class TemperedStrategy(Strategy):
             norm = max(mean, max(lv))
         else:
             norm = my
-        w = [max(0.0, 1.0 - x / norm) for x in lv]
+        w = [max(0.0, 1.0 - x / norm) for x in lv] if norm > 0 else [1.0] * len(lv)
         total = sum(w)
         if total <= 0:
             w, total = [1.0] * len(lv), float(len(lv))
