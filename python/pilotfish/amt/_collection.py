@@ -176,8 +176,7 @@ class Collection:
 
     # -- messages ------------------------------------------------------------------------------
     def __getitem__(self, index) -> ElementProxy:
-        self._check_alive()
-        return ElementProxy(self, self._flat(index))
+        return ElementProxy(self, self._flat(index))      # (a destroyed one fails at the send)
 
     def _check_alive(self) -> None:
         if self.destroyed:

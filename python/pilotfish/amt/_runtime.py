@@ -232,31 +232,36 @@ class Runtime:
     def _forward(self, coll, flat, msg):
         hops = msg[-1] + 1
         if hops > MAX_HOPS:
-            self.td.errors[msg[1]].append(
-                f"rank {self.rank}: message for {coll.describe(flat)} routed {hops} times "
-                "(location manager loop)")
-            self.td.consumed[msg[1]] += 1
+            self._drop(msg[1], f"message for {coll.describe(flat)} routed {hops} times "
+                               "(location manager loop)")
             return
         self.stats["forwarded"] += 1
         coll.loc.forwarded += 1
         self._route(coll, flat, msg[:-1] + (hops,))
 
-    def _unpicklable(self, msg, exc):
-        """A message to another rank that cannot be pickled: reported at its epoch's end,
-        naming the element and handler; counted as consumed (it will never run)."""
-        kind, ep = msg[0], msg[1]
-        coll = self.colls.get(msg[2])
-        name = coll.name if coll is not None else str(msg[2])
-        if kind == INVOKE:
-            what = (coll.describe(msg[3]) if coll is not None else f"element {msg[3]}") + \
-                f".{msg[4]}()"
-        elif kind == BCAST:
-            what = f"broadcast .{msg[3]}() to collection {name!r}"
-        else:
-            what = f"a runtime message (kind {kind}) for collection {name!r}"
-        self.td.errors[ep].append(f"rank {self.rank}: cannot send {what} to another rank: its "
-                                  f"arguments cannot be pickled: {type(exc).__name__}: {exc}")
+    def _drop(self, ep, why):
+        """A message that will never run: its failure is reported at its epoch's end, and it
+        counts as consumed (so the epoch still ends)."""
+        self.td.errors[ep].append(f"rank {self.rank}: {why}")
         self.td.consumed[ep] += 1
+
+    def _describe(self, msg) -> str:
+        """What a message is, for an error: element and handler where it has them."""
+        kind, cid = msg[0], msg[2]
+        coll = self.colls.get(cid)
+        name = coll.name if coll is not None else f"#{cid}"
+        if kind == INVOKE:
+            who = coll.describe(msg[3]) if coll is not None else \
+                f"element {msg[3]} of collection {name}"
+            return f"{who}.{msg[4]}()"
+        if kind == BCAST:
+            return f"broadcast .{msg[3]}() to collection {name!r}"
+        return f"a runtime message (kind {kind}) for collection {name!r}"
+
+    def _unpicklable(self, msg, exc):
+        """A message to another rank that cannot be pickled (the messenger left it out)."""
+        self._drop(msg[1], f"cannot send {self._describe(msg)} to another rank: its arguments "
+                           f"cannot be pickled: {type(exc).__name__}: {exc}")
 
     def _post_loc(self, ep, coll, flat, to_rank, version):
         self.td.produced[ep] += 1
@@ -269,10 +274,8 @@ class Runtime:
         coll = self.colls.get(msg[2])
         if coll is None:
             if msg[2] < self.next_cid:       # sent before the sender knew: reported, counted
-                what = f".{msg[4]}()" if kind == INVOKE else f" (message kind {kind})"
-                self.td.errors[ep].append(f"rank {self.rank}: a message{what} reached "
-                                          f"collection {msg[2]} after it was destroyed")
-                self.td.consumed[ep] += 1
+                self._drop(ep, f"{self._describe(msg)} arrived after its collection was "
+                               "destroyed")
                 return
             self.early.setdefault(msg[2], []).append(msg)  # not created here yet
             return
@@ -352,9 +355,8 @@ class Runtime:
             self.stats["handlers"] += 1
 
     def _lost_message(self, coll, flat, what, ep):
-        self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}{what}: the element "
-                                  f"was lost in migration ({coll._lost[flat]})")
-        self.td.consumed[ep] += 1
+        self._drop(ep, f"{coll.describe(flat)}{what}: the element was lost in migration "
+                       f"({coll._lost[flat]})")
 
     def _hook(self, coll, flat, el, name, ep):
         """Run on_migrated_in/out as a handler of epoch ep: what it sends belongs to that epoch

@@ -58,10 +58,9 @@ def plan_flows(loads: list[float], fanout: int) -> dict[tuple[int, int], float]:
     while g < P:
         G = g * fanout
         for start in range(0, P, G):
-            children = [list(range(s, min(s + g, P))) for s in range(start, min(start + G, P), g)]
-            if len(children) < 2:
-                continue
             ranks = range(start, min(start + G, P))
+            if len(ranks) <= g:          # a single child: balanced by the level below
+                continue
             mean = sum(L[r] for r in ranks) / len(ranks)
             pos = [[L[r] - mean, r] for r in ranks if L[r] - mean > eps]
             neg = [[mean - L[r], r] for r in ranks if mean - L[r] > eps]
