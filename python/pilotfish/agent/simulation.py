@@ -40,6 +40,8 @@ import random
 import signal as _signal
 from typing import Any
 
+from .._errors import show
+
 AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 
@@ -65,27 +67,34 @@ for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
 
 def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
     """Why this launch model is unusable, or None (used at submit: field launch_model)."""
+    # (the reasons name what they quote shortened: a path, a name or a number may be huge)
     if isinstance(model, str):
         try:
             with open(model) as f:
                 model = json.load(f)
-        except (OSError, ValueError) as e:
-            return f"cannot read the model file: {e}"
+        except OSError as e:  # its text repeats the path whole
+            return f"cannot read the model file: {e.strerror or type(e).__name__}"
+        except (ValueError, RecursionError) as e:
+            return f"cannot read the model file: {show(str(e), 120)}"
     if not isinstance(model, dict):
         return "must be a dict {launch method: {cost: seconds}} or the path of a JSON file"
     for name, costs in model.items():
-        if name not in launchers:
-            return f"{name!r} is not a launch method ({', '.join(launchers)})"
+        if not (isinstance(name, str) and name in launchers):
+            return f"{show(name, 60)} is not a launch method ({', '.join(launchers)})"
         if not isinstance(costs, dict):
             return f"{name!r}: its costs must be a dict"
         for k, v in costs.items():
-            if k not in MODEL_KEYS:
-                return f"{name}.{k}: unknown cost (expected {', '.join(MODEL_KEYS)})"
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v < 0:
-                return f"{name}.{k} = {v!r}: must be a finite number >= 0"
+            if not (isinstance(k, str) and k in MODEL_KEYS):
+                return f"{name}.{show(k, 60)}: unknown cost (expected {', '.join(MODEL_KEYS)})"
+            try:  # (math.isfinite of an int too large for a float raises OverflowError)
+                bad = isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(v) or v < 0
+            except OverflowError:
+                bad = True
+            if bad:
+                return f"{name}.{k} = {show(v, 60)}: must be a finite number >= 0"
             if k in ("fail_rate", "hang_rate") and v >= 1:
-                return f"{name}.{k} = {v!r}: must be < 1"
+                return f"{name}.{k} = {show(v, 60)}: must be < 1"
     return None
 
 

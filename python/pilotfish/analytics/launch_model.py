@@ -12,6 +12,8 @@ Per launch method (the default launcher of each partition of each pilot):
     hang_rate, hang_s               launch_hung events / launches; hang_s: the launcher's
                                     hang_grace from the session's pilot description (10 s)
 The result is the `launch_model` a simulated pilot takes (pilotfish.agent.simulation).
+read_launch_model reads such a file back with a bound (`pilotfish simulate --launch-model`, a
+workload file's `pilot: {launch_model: PATH}`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,28 @@ import numpy as np
 
 from pilotfish._events import read_all_events
 from pilotfish.analytics.partitions import _first_nodes, _layout
+
+
+MAX_MODEL_BYTES = 1 << 20  # a model is a few hundred bytes: 9 launch methods x 7 costs
+
+
+def read_launch_model(path: str) -> dict:
+    """The launch model in the JSON file `path`, read no further than MAX_MODEL_BYTES (a
+    device such as /dev/zero never ends). ValueError naming the file (shortened) and why; its
+    costs are checked where it is used (PilotDescription's launch_model)."""
+    from pilotfish.workload import _name, read_file
+
+    data = read_file(path, MAX_MODEL_BYTES, "launch model file")
+    try:
+        model = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{_name(path)}: not a launch model: JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{_name(path)}: not JSON: {str(e)[:200]}") from None
+    if not isinstance(model, dict):
+        raise ValueError(f"{_name(path)}: not a launch model: expected a JSON object "
+                         "{launch method: {cost: seconds}}")
+    return model
 
 
 def _lsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
