@@ -1,4 +1,9 @@
-"""The `pilotfish` command."""
+"""The `pilotfish` command.
+
+`validate`, `run` and `simulate` read a workload file through one loader
+(pilotfish.workload.load_workload, with its limits); bad input of any kind -- a workload file,
+a launch model, an option -- is one short message and exit 2, never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ import time
 import click
 
 from . import __version__
+from .workload import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_SCALAR, MAX_TASKS, MAX_TEXT,
+                       load_workload)
 
 WORKLOAD_EXAMPLE = """\
   # workload.yaml
@@ -30,6 +37,10 @@ WORKLOAD_EXAMPLE = """\
       executable: python3
       arguments: ["-c", "import os; print(os.environ['PILOTFISH_RANK'])"]
 """
+WORKLOAD_LIMITS = (
+    f"Limits: a file of at most {MAX_FILE_BYTES >> 20} MiB, nested at most {MAX_DEPTH} levels, "
+    f"{MAX_NODES:,} values and {MAX_TEXT >> 20} MiB of text (YAML aliases expanded), strings of "
+    f"at most {MAX_SCALAR:,} characters, {MAX_TASKS:,} tasks (all groups together).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -56,38 +67,51 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-def _load_workload(path: str):
-    from .workload import load_workload
+class _Path(click.Path):
+    """click.Path whose errors quote a long path cut (the message stays one line)."""
 
+    def fail(self, message, param=None, ctx=None):
+        if len(message) > 300:
+            message = message[:297] + "..."
+        super().fail(message, param, ctx)
+
+
+def _load_workload(path: str):
     try:
         return load_workload(path)
     except (OSError, ValueError) as e:
         raise BadInput(str(e)) from None
 
 
+def _short(text: object, limit: int = 80) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 @main.command()
-@click.argument("workload", type=click.Path(exists=True, dir_okay=False))
+@click.argument("workload", type=_Path(exists=True, dir_okay=False))
 def validate(workload: str) -> None:
-    """Check WORKLOAD (YAML) and print what it would run."""
+    """Check WORKLOAD (YAML) and print what it would run (the tasks are counted, not built)."""
     w = _load_workload(workload)
     d = w.pilot
     click.echo(f"pilot: {d.resource}, {d.nodes} nodes x {d.cores_per_node or 'auto'} cores / "
                f"{d.gpus_per_node if d.gpus_per_node is not None else 'auto'} GPUs, runtime {d.runtime:g}s")
-    for name, descs in w.groups:
-        t = descs[0]
-        click.echo(f"  {name}: {len(descs)} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
-                   f"{t.gpus_per_rank} GPUs)  {t.executable}")
-    click.echo(f"{sum(len(g) for _, g in w.groups)} tasks: OK")
+    for g in w.groups:
+        t = g.template
+        click.echo(f"  {_short(g.name)}: {g.count} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
+                   f"{t.gpus_per_rank} GPUs)  {_short(t.executable)}")
+    click.echo(f"{w.task_count} tasks: OK")
 
 
-@main.command(epilog="Workload file format:\n\n" + WORKLOAD_EXAMPLE.replace("\n", "\n\n"))
-@click.argument("workload", type=click.Path(exists=True, dir_okay=False))
-@click.option("--sessions", type=click.Path(file_okay=False), default=None,
+@main.command(epilog="Workload file format:\n\n" + WORKLOAD_EXAMPLE.replace("\n", "\n\n")
+              + WORKLOAD_LIMITS)
+@click.argument("workload", type=_Path(exists=True, dir_okay=False))
+@click.option("--sessions", type=_Path(file_okay=False), default=None,
               help="Where the session directory goes (default: ./pilotfish-sessions).")
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, only the summary.")
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after the run.")
-@click.option("--resume", "resume", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--resume", "resume", type=_Path(exists=True, file_okay=False), default=None,
               help="Continue the session in this directory: re-attach to its pilot if its agent "
                    "is alive (else start a new one) and run only what did not finish.")
 def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
@@ -115,7 +139,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         pilot = pmgr.submit_pilots(w.pilot)
         tmgr = TaskManager(session)
         tmgr.add_pilots(pilot)
-        descs = [d for _, group in w.groups for d in group]
+        descs = w.descriptions()
         try:
             tasks = tmgr.submit_tasks(descs)
         except (ValueError, PilotfishError) as e:
@@ -148,21 +172,21 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
 
 
 @main.command()
-@click.argument("workload", type=click.Path(exists=True, dir_okay=False), required=False)
+@click.argument("workload", type=_Path(exists=True, dir_okay=False), required=False)
 @click.option("--nodes", type=int, default=None, help="Nodes of the simulated pilot.")
 @click.option("--cores-per-node", type=int, default=None)
 @click.option("--gpus-per-node", type=int, default=None)
 @click.option("--partitions", type=int, default=None, help="Partitions (launcher instances).")
 @click.option("--launcher", default=None, help="Default launch method (its model applies).")
-@click.option("--launch-model", type=click.Path(exists=True, dir_okay=False), default=None,
+@click.option("--launch-model", type=_Path(exists=True, dir_okay=False), default=None,
               help="JSON launch model (default: the one fitted on this machine).")
 @click.option("--runtime", default=None, help="Walltime of the simulated pilot (virtual).")
-@click.option("--sessions", type=click.Path(file_okay=False), default=None,
+@click.option("--sessions", type=_Path(file_okay=False), default=None,
               help="Where the session directory goes (default: ./pilotfish-sessions).")
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after it.")
-@click.option("--fit", "fit_dir", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--fit", "fit_dir", type=_Path(exists=True, file_okay=False), default=None,
               help="Instead: fit a launch model from the events of a real session directory.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "out_file", type=_Path(dir_okay=False), default=None,
               help="With --fit: where the model goes (default: print it).")
 def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partitions, launcher,
              launch_model, runtime, sessions, make_report, fit_dir, out_file) -> None:
@@ -193,6 +217,13 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
     from ._errors import DescriptionError, PilotfishError
 
     w = _load_workload(workload)
+    if launch_model is not None:
+        from .analytics.launch_model import read_launch_model
+
+        try:
+            read_launch_model(launch_model)  # with a bound: the pilot reads it again, whole
+        except ValueError as e:
+            raise BadInput(f"--launch-model: {e}") from None
     pd = w.pilot.as_dict()
     pd["resource"] = "simulated"
     for key, value in (("nodes", nodes), ("cores_per_node", cores_per_node),
@@ -219,7 +250,7 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         tmgr = TaskManager(session)
         tmgr.add_pilots(pilot)
         try:
-            tasks = tmgr.submit_tasks([d for _, g in w.groups for d in g])
+            tasks = tmgr.submit_tasks(w.descriptions())
         except (ValueError, PilotfishError) as e:
             raise BadInput(str(e)) from None
         tmgr.wait_tasks()
@@ -246,8 +277,8 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
 
 
 @main.command()
-@click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+@click.argument("session_dir", type=_Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", type=_Path(file_okay=False), default=None,
               help="Where to write report.html and the PNGs (default: SESSION_DIR/report).")
 @click.option("--json", "as_json", is_flag=True, help="Also write metrics.json (and print it).")
 def report(session_dir: str, out_dir: str | None, as_json: bool) -> None:

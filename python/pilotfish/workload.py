@@ -1,65 +1,416 @@
-"""Workload files: a pilot and groups of identical tasks, in YAML (see `pilotfish run --help`)."""
+"""Workload files: a pilot and groups of identical tasks, in YAML or JSON (see `pilotfish run
+--help`). `pilotfish validate`, `run` and `simulate` all read them with load_workload.
+
+A workload file is input like any other: reading one must not exhaust the machine, however it
+was written. Each limit is checked before the work it bounds is done, and a file past one is
+refused with a WorkloadError (a ValueError; the CLI exits 2) naming the file, the place (line,
+column and field path where known), the value shortened and the limit:
+
+    MAX_FILE_BYTES   4 MiB       the file is read no further (a device such as /dev/zero never
+                                 ends); a workload of 25,000 distinct groups takes ~4 MB
+    MAX_DEPTH        64          nested collections, the document's own three levels included:
+                                 checked while composing, before PyYAML (or anything after it)
+                                 recurses into the next level
+    MAX_NODES        1,000,000   values in the document, YAML aliases expanded (an alias
+    MAX_TEXT         16 MiB      counts as a copy of what it names: the "billion laughs" is
+                                 refused at its first alias past the limit); characters of
+                                 its strings, aliases expanded. Whatever reads the data later
+                                 (checks, msgpack, repr) walks it expanded; a recursive alias
+                                 is refused outright
+    MAX_SCALAR       131,072     characters in one string (also an argument once `{i}` is
+                                 expanded): Linux's MAX_ARG_STRLEN, the longest argument or
+                                 environment string execve takes
+    MAX_TASKS        1,000,000   tasks, all groups together (checked from the counts, before
+                                 any task is built): the client holds about 4 KB per task
+                                 (100,000 simulated tasks peak at 390 MB here) and the session
+                                 report was sized for a million tasks (BENCHMARKS.md)
+    MAX_TOTAL_BYTES  1 GiB       Σ count × encoded size of a group's largest task: what a
+                                 submit of the whole workload encodes at once
+
+`validate` counts tasks from the groups without building them (Workload.task_count);
+`run` and `simulate` build them (Workload.descriptions), `{i}` in an argument becoming each
+task's index in its group.
+"""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
-from ._errors import DescriptionError
+import msgspec
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.events import AliasEvent, ScalarEvent
+from yaml.nodes import ScalarNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+from ._errors import DescriptionError, _printable, show
 from .descriptions import PilotDescription, TaskDescription
 
-_TOP = {"pilot", "tasks"}
-MAX_TASKS = 10_000_000
+MAX_FILE_BYTES = 4 << 20
+MAX_DEPTH = 64
+MAX_NODES = 1_000_000
+MAX_TEXT = 16 << 20
+MAX_SCALAR = 128 << 10
+MAX_TASKS = 1_000_000
+MAX_TOTAL_BYTES = 1 << 30
+
+_TOP = ("pilot", "tasks")
+
+
+class WorkloadError(ValueError):
+    """A workload file refused: the message names the file, the place, the value and why."""
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """text, cut to `limit` characters (an error message stays short whatever was given)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _name(path: str) -> str:
+    """A file's name for a message: printable and at most 200 characters."""
+    return _cut(_printable(path), 200)
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit} ({n} bytes)"
+    return f"{n} bytes"
+
+
+def read_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of `path`, read no further than `limit` (one byte more, to tell); a
+    WorkloadError naming the file if it cannot be read or holds more. `what` names the kind
+    of file for the message ("workload file")."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        why = (e.strerror if isinstance(e, OSError) else None) or _cut(str(e), 100)
+        raise WorkloadError(f"{_name(path)}: cannot read it: {why}") from None
+    if len(data) > limit:
+        raise WorkloadError(f"{_name(path)}: larger than {_bytes(limit)}, the most a {what} "
+                            f"may hold")
+    return data
+
+
+# -- YAML, with limits ----------------------------------------------------------------------
+
+class _LimitExceeded(Exception):
+    """A YAML limit, raised by the composer with the place; load_workload adds the file."""
+
+
+class _LimitedComposer(Composer):
+    """PyYAML's composer, counting as it goes: the depth of the collections open (refused
+    before composing one more level), every value with its aliases expanded, the characters
+    of every string. Each anchored node's expanded size is kept, so an alias costs O(1) to
+    count however much it stands for."""
+
+    def __init__(self) -> None:
+        Composer.__init__(self)
+        # per collection being composed: [values, chars, height of its children], expanded
+        self._open: list[list[int]] = []
+        self._where: list[tuple] = []  # (parent, index) of each node being composed: the path
+        self._sizes: dict[str, tuple[int, int, int]] = {}  # anchor -> its [values, chars, height]
+        self._values = 0
+        self._chars = 0
+
+    def compose_node(self, parent, index):
+        self._where.append((parent, index))
+        try:
+            return self._compose_counted(parent, index)
+        finally:
+            self._where.pop()
+
+    def _compose_counted(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, AliasEvent):
+            size = self._sizes.get(event.anchor)
+            if size is None:
+                if event.anchor in self.anchors:  # still being composed: it holds itself
+                    raise self._refuse(event, f"alias *{_cut(event.anchor, 40)} stands inside "
+                                       "the node it names: a recursive structure is not data "
+                                       "a task can carry")
+                return Composer.compose_node(self, parent, index)  # PyYAML: undefined alias
+            values, chars, height = size
+            if len(self._open) + height > MAX_DEPTH:
+                raise self._refuse(event, f"alias *{_cut(event.anchor, 40)} makes it nested "
+                                   f"deeper than {MAX_DEPTH} levels (the most a workload "
+                                   "file may nest)")
+            self._count(event, values, chars, f"alias *{_cut(event.anchor, 40)}")
+            self._add_to_parent(values, chars, height)
+            return Composer.compose_node(self, parent, index)
+        if isinstance(event, ScalarEvent):
+            chars = len(event.value)
+            if chars > MAX_SCALAR:
+                raise self._refuse(event, f"{show(event.value, 60)}: a string of {chars} "
+                                   f"characters, longer than {MAX_SCALAR} (Linux's "
+                                   "MAX_ARG_STRLEN: no program can be given a longer argument "
+                                   "or variable)")
+            self._count(event, 1, chars, "this string")
+            self._add_to_parent(1, chars, 0)
+            node = Composer.compose_node(self, parent, index)
+            if event.anchor is not None:
+                self._sizes[event.anchor] = (1, chars, 0)
+            return node
+        # a sequence or a mapping
+        if len(self._open) >= MAX_DEPTH:
+            raise self._refuse(event, f"nested deeper than {MAX_DEPTH} levels (the most a "
+                               "workload file may nest)")
+        self._count(event, 1, 0, "this collection")
+        self._open.append([1, 0, 0])
+        try:
+            node = Composer.compose_node(self, parent, index)
+        finally:
+            values, chars, below = self._open.pop()
+        self._add_to_parent(values, chars, below + 1)
+        if event.anchor is not None:
+            self._sizes[event.anchor] = (values, chars, below + 1)
+        return node
+
+    def _count(self, event, values: int, chars: int, what: str) -> None:
+        self._values += values
+        self._chars += chars
+        if self._values > MAX_NODES or self._chars > MAX_TEXT:
+            raise self._refuse(event, f"{what} brings the document to {self._values} values "
+                               f"and {self._chars} characters, aliases expanded (an alias "
+                               f"counts as a copy of what it names): more than the {MAX_NODES} "
+                               f"values or {MAX_TEXT} characters a workload file may hold")
+
+    def _add_to_parent(self, values: int, chars: int, height: int) -> None:
+        if self._open:
+            top = self._open[-1]
+            top[0] += values
+            top[1] += chars
+            if height > top[2]:
+                top[2] = height
+
+    def _path(self) -> str:
+        """Where the node being composed is: tasks[0].metadata.a3[2]."""
+        out = ""
+        for parent, index in self._where:
+            if parent is None:
+                continue
+            if isinstance(index, int):
+                out += f"[{index}]"
+            elif index is None:
+                out += ".(a key)" if out else "(a key)"
+            else:
+                label = _cut(index.value, 40) if isinstance(index, ScalarNode) else "(a key)"
+                out += f".{label}" if out else label
+        if len(out) > 300:
+            out = out[:150] + "..." + out[-147:]
+        return out or "(the document)"
+
+    def _refuse(self, event, why: str) -> _LimitExceeded:
+        mark = event.start_mark
+        return _LimitExceeded(f"line {mark.line + 1}, column {mark.column + 1}: "
+                              f"{self._path()}: {why}")
+
+
+class _Constructor(SafeConstructor):
+    """SafeConstructor; an integer of more digits than Python converts (4300 by default) is a
+    YAML error with its place, not a bare ValueError."""
+
+    def construct_yaml_int(self, node):
+        try:
+            return SafeConstructor.construct_yaml_int(self, node)
+        except ValueError:
+            raise ConstructorError(None, None, f"an integer of {len(node.value)} characters: "
+                                   f"Python reads at most {sys.get_int_max_str_digits()} digits",
+                                   node.start_mark) from None
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
+
+
+class _PyLoader(Reader, Scanner, Parser, _LimitedComposer, _Constructor, Resolver):
+    """yaml.SafeLoader with the limits: PyYAML's pure-Python parser."""
+
+    def __init__(self, stream) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        _LimitedComposer.__init__(self)
+        _Constructor.__init__(self)
+        Resolver.__init__(self)
+
+
+try:
+    from yaml.cyaml import CParser
+except ImportError:  # PyYAML built without libyaml
+    _CLoader = None
+else:
+    class _CLoader(_LimitedComposer, CParser, _Constructor, Resolver):
+        """yaml.CSafeLoader with the limits: libyaml parses (4x faster here), the composer is
+        the counting one above, fed libyaml's events."""
+
+        def __init__(self, stream) -> None:
+            CParser.__init__(self, stream)
+            _LimitedComposer.__init__(self)
+            _Constructor.__init__(self)
+            Resolver.__init__(self)
+
+_Loader = _CLoader or _PyLoader
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line, each part cut (it quotes tags and alias names whole)."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return _cut(str(e), 300)
+    mark = e.problem_mark or e.context_mark
+    parts = []
+    if e.context:
+        part = _cut(str(e.context), 120)
+        cm = e.context_mark
+        if cm is not None and mark is not cm and (cm.line, cm.column) != (mark.line, mark.column):
+            part += f" (line {cm.line + 1}, column {cm.column + 1})"
+        parts.append(part)
+    parts.extend(_cut(str(p), 200) for p in (e.problem, e.note) if p)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + ": ".join(parts)
+
+
+def _parse(data: bytes, name: str):
+    loader = _Loader(data)
+    try:
+        return loader.get_single_data()
+    except _LimitExceeded as e:
+        raise WorkloadError(f"{name}: {e}") from None
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"{name}: not valid YAML: {_yaml_problem(e)}") from None
+    finally:
+        loader.dispose()
+
+
+# -- the workload ---------------------------------------------------------------------------
+
+@dataclass
+class TaskGroup:
+    """`count` tasks made from one template; `{i}` in its arguments becomes each task's index
+    in the group."""
+
+    name: str
+    template: TaskDescription
+    count: int
+
+    def descriptions(self) -> list[TaskDescription]:
+        args = self.template.arguments
+        if not any("{i}" in a for a in args):
+            return [self.template] * self.count
+        # arguments with digits for {i} are as valid as the template's (checked): the fields
+        # are not checked again one task at a time (submit checks each task as a whole)
+        values = self.template.__getstate__()
+        make = TaskDescription._checked
+        return [make({**values, "arguments": [a.replace("{i}", str(i)) for a in args]})
+                for i in range(self.count)]
 
 
 @dataclass
 class Workload:
     pilot: PilotDescription
-    groups: list[tuple[str, list[TaskDescription]]]
+    groups: list[TaskGroup]
+
+    @property
+    def task_count(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def descriptions(self) -> list[TaskDescription]:
+        """Every task of every group, in order."""
+        out: list[TaskDescription] = []
+        for g in self.groups:
+            out.extend(g.descriptions())
+        return out
+
+
+def _label(name: object) -> str:
+    return _cut(_printable(name), 60) if isinstance(name, str) else show(name, 60)
 
 
 def load_workload(path: str) -> Workload:
-    """Parse and check a workload file. Raises ValueError naming the place and the problem."""
-    import yaml
-
-    with open(path) as f:
-        try:
-            doc = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML: {e}") from None
+    """Parse and check a workload file (within the limits above). Raises WorkloadError (a
+    ValueError) naming the file, the place and the problem."""
+    name = _name(path)
+    doc = _parse(read_file(path, MAX_FILE_BYTES, "workload file"), name)
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a mapping with 'pilot' and 'tasks'")
-    unknown = set(doc) - _TOP
+        raise WorkloadError(f"{name}: expected a mapping with 'pilot' and 'tasks'")
+    unknown = [k for k in doc if not (type(k) is str and k in _TOP)]
     if unknown:
-        raise ValueError(f"{path}: unknown top-level keys {sorted(unknown)} (expected pilot, tasks)")
+        shown = ", ".join(show(k, 40) for k in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise WorkloadError(f"{name}: unknown top-level keys {shown}{more} (expected pilot, tasks)")
+    pilot_doc = doc.get("pilot") or {}
+    if isinstance(pilot_doc, dict) and isinstance(pilot_doc.get("launch_model"), str):
+        # read here with a bound: PilotDescription reads the file again, whole
+        from .analytics.launch_model import read_launch_model
+
+        try:
+            read_launch_model(pilot_doc["launch_model"])
+        except ValueError as e:
+            raise WorkloadError(f"{name}: pilot.launch_model: {e}") from None
     try:
-        pilot = PilotDescription(doc.get("pilot") or {})
+        pilot = PilotDescription(pilot_doc)
     except DescriptionError as e:
-        raise ValueError(f"{path}: pilot: {e}") from None
+        raise WorkloadError(f"{name}: pilot: {e}") from None
     groups_doc = doc.get("tasks")
     if not isinstance(groups_doc, list) or not groups_doc:
-        raise ValueError(f"{path}: 'tasks' must be a non-empty list of task groups")
-    groups = []
+        raise WorkloadError(f"{name}: 'tasks' must be a non-empty list of task groups")
+    # the counts first: a workload of too many tasks is refused before any task is built
+    counts = []
     for gi, g in enumerate(groups_doc):
         if not isinstance(g, dict):
-            raise ValueError(f"{path}: tasks[{gi}]: expected a mapping")
-        g = dict(g)
-        name = g.get("name") or f"group{gi}"
-        count = g.pop("count", 1)
+            raise WorkloadError(f"{name}: tasks[{gi}]: expected a mapping, not {show(g, 60)}")
+        count = g.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TASKS:
-            raise ValueError(f"{path}: tasks[{gi}] ({name}).count = {count!r}: must be an integer 1..{MAX_TASKS}")
-        g.setdefault("name", name)
+            raise WorkloadError(f"{name}: tasks[{gi}] ({_label(g.get('name') or f'group{gi}')})"
+                                f".count = {show(count, 60)}: must be an integer 1..{MAX_TASKS} "
+                                "(the most tasks one workload file may hold, all groups "
+                                "together)")
+        counts.append(count)
+    total = sum(counts)
+    if total > MAX_TASKS:
+        raise WorkloadError(f"{name}: tasks: {len(counts)} groups hold {total} tasks: more "
+                            f"than {MAX_TASKS}, the most one workload file may hold (all "
+                            "groups together)")
+    groups = []
+    total_bytes = 0
+    for gi, (g, count) in enumerate(zip(groups_doc, counts)):
+        g = dict(g)
+        g.pop("count", None)
+        group_name = g.get("name") or f"group{gi}"
+        where = f"tasks[{gi}] ({_label(group_name)})"
+        g.setdefault("name", group_name)
         try:
             template = TaskDescription(g)
             template.check_complete()
         except DescriptionError as e:
-            raise ValueError(f"{path}: tasks[{gi}] ({name}): {e}") from None
+            raise WorkloadError(f"{name}: {where}: {e}") from None
+        values = template.__getstate__()
         args = template.arguments
-        templated = any("{i}" in a for a in args)
-        descs = []
-        for i in range(count):
-            if templated:
-                descs.append(TaskDescription(dict(template._values), arguments=[a.replace("{i}", str(i)) for a in args]))
-            else:
-                descs.append(template)
-        groups.append((name, descs))
+        if any("{i}" in a for a in args):
+            last = str(count - 1)
+            for ai, a in enumerate(args):
+                longest = len(a) + a.count("{i}") * (len(last) - 3)
+                if longest > MAX_SCALAR:
+                    raise WorkloadError(
+                        f"{name}: {where}.arguments[{ai}] = {show(a, 60)}: {longest} "
+                        f"characters with {{i}} = {last}, longer than {MAX_SCALAR} (Linux's "
+                        "MAX_ARG_STRLEN: no program can be given a longer argument)")
+            values["arguments"] = [a.replace("{i}", last) for a in args]
+        try:
+            size = len(msgspec.msgpack.encode(values))
+        except Exception as e:  # noqa: BLE001 -- checked fields encode; else a message
+            raise WorkloadError(f"{name}: {where}: cannot be encoded: {show(e, 120)}") from None
+        total_bytes += count * size
+        if total_bytes > MAX_TOTAL_BYTES:
+            raise WorkloadError(f"{name}: {where}: {count} tasks of {size} bytes each "
+                                f"(encoded) bring the workload to {total_bytes} bytes: more "
+                                f"than {_bytes(MAX_TOTAL_BYTES)}, the most one workload file "
+                                "may submit")
+        groups.append(TaskGroup(group_name, template, count))
     return Workload(pilot, groups)
