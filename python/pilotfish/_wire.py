@@ -218,6 +218,9 @@ class GroupView(msgspec.Struct, tag="group_view", array_like=True):
     members: list[MemberInfo]
     t: float
     target: int = 0  # replicas asked for
+    # the group's client key pair (z85 public, secret): members admit a client that proves
+    # it holds it (pilotfish.insitu's servers do); given only over authenticated channels
+    client_key: list[str] = []
 
 
 class MemberNews(msgspec.Struct, tag="member", array_like=True, omit_defaults=True):
@@ -231,6 +234,7 @@ class MemberNews(msgspec.Struct, tag="member", array_like=True, omit_defaults=Tr
     reason: str | None = None
     node: str | None = None
     endpoint: str | None = None  # with "ready": where it serves (before it joins the view)
+    info: dict[str, Any] | None = None  # with "ready": what it announced with its endpoint
 
 
 class GroupAck(msgspec.Struct, tag="group_ack", array_like=True):

@@ -136,7 +136,8 @@ class _Peer:
             self._answer((kind, msg[1], msg[2]), msg)
         elif kind == "view":
             for g in self.groups.get(msg[1], ()):
-                g._on_view(View(msg[2], [Member(*m) for m in msg[3]], msg[4]))
+                g._on_view(View(msg[2], [Member(*m) for m in msg[3]], msg[4],
+                                client_key(msg[5] if len(msg) > 5 else None)))
         elif kind == "leave":
             m = self.members.get(msg[1])
             if m is not None:
@@ -248,15 +249,27 @@ def view_hash(epoch: int, members) -> str:
     return h.hexdigest()[:16]
 
 
+def client_key(pair: Any) -> tuple[bytes, bytes] | None:
+    """The group's client key pair from a view message ([z85 public, z85 secret]), or None."""
+    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
+            isinstance(k, str) and len(k) == 40 for k in pair):
+        return pair[0].encode(), pair[1].encode()
+    return None
+
+
 class View:
-    """A group's membership at one epoch."""
+    """A group's membership at one epoch. client_key: the (public, secret) CURVE key pair the
+    group's clients prove themselves with (its members admit it); the agent gives it with
+    every view, only over authenticated connections."""
 
-    __slots__ = ("epoch", "members", "target")
+    __slots__ = ("epoch", "members", "target", "client_key")
 
-    def __init__(self, epoch: int, members: list[Member], target: int = 0):
+    def __init__(self, epoch: int, members: list[Member], target: int = 0,
+                 client_key: tuple[bytes, bytes] | None = None):
         self.epoch = epoch
         self.members = members
         self.target = target
+        self.client_key = client_key
 
     @property
     def endpoints(self) -> list[str]:

@@ -98,7 +98,7 @@ def test_user_program_client_and_bad_input(pilot):
     # its view and retries; here a request with an old epoch goes straight to a server)
     from pilotfish.insitu._client import _Channel
 
-    ch = _Channel()
+    ch = _Channel(area._keys)
     m = area.members[0]
     ch.send(m.endpoint, {"op": "activate", "pipeline": "statistics", "iteration": 9,
                          "epoch": area.epoch - 1,

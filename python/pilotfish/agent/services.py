@@ -88,6 +88,9 @@ class Group:
         self.dirty = False
         self.fn_path: str | None = None
         self.short: str | None = None  # why it last fell short of its target for good
+        # the key pair its clients prove themselves with: made here, handed out only with
+        # views (to the client and to subscribed tasks, over their CURVE connections)
+        self.client_key = [k.decode() for k in zmq.curve_keypair()]
 
     def live(self) -> list[Member]:
         return [m for m in self.members.values() if m.state in (STARTING, READY)]
@@ -95,7 +98,8 @@ class Group:
     def view_msg(self, t: float) -> _wire.GroupView:
         return _wire.GroupView(self.name, self.epoch,
                                [_wire.MemberInfo(m.uid, m.endpoint or "", m.node, m.info)
-                                for m in self.view.values()], t, self.target)
+                                for m in self.view.values()], t, self.target,
+                               self.client_key)
 
 
 def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | None:
@@ -119,7 +123,8 @@ def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | No
 def _peer_view(msg: _wire.GroupView) -> list:
     """A view as peers get it (pilotfish.service reads it)."""
     return ["view", msg.name, msg.epoch,
-            [[x.uid, x.endpoint, x.node, x.info] for x in msg.members], msg.target]
+            [[x.uid, x.endpoint, x.node, x.info] for x in msg.members], msg.target,
+            msg.client_key]
 
 
 class ServiceRegistry:
@@ -436,7 +441,7 @@ class ServiceRegistry:
             m.ping_due = mono + g.spec.health_interval
             self.due = min(self.due, m.ping_due)
         self.agent.events.record(m.uid, E.MEMBER_READY, endpoint)
-        self._news(g, m.uid, "ready", node=m.node, endpoint=endpoint)
+        self._news(g, m.uid, "ready", node=m.node, endpoint=endpoint, info=info or None)
         self._change(g, "join", m)
 
     def _endpoint_problem(self, m: Member | None, uid: str, endpoint) -> str | None:
@@ -491,11 +496,12 @@ class ServiceRegistry:
                 self._send_view(g)
 
     def _news(self, g: Group, uid: str, state: str, reason: str | None = None,
-              node: str | None = None, endpoint: str | None = None) -> None:
+              node: str | None = None, endpoint: str | None = None,
+              info: dict | None = None) -> None:
         if g.dirty:  # news never overtakes the view it follows (a client woken by a "short"
             self._send_view(g)  # must find the members that did join)
         self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node,
-                                         endpoint))
+                                         endpoint, info))
 
     def _ack(self, name: str, token: str, epoch: int, error: str | None,
              target: int = -1) -> None:

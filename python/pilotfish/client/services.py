@@ -18,7 +18,7 @@ from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError
 from ..descriptions import ServiceDescription, check_descriptions, rank_capacity
-from ..service import Hold, Member, ServiceError, View
+from ..service import Hold, Member, ServiceError, View, client_key
 
 MemberNews = _wire.MemberNews
 
@@ -165,7 +165,8 @@ class ServiceGroup:
                     return
                 changed = msg.epoch != self._view.epoch or not self.history
                 self._view = View(msg.epoch, [Member(m.uid, m.endpoint, m.node, dict(m.info))
-                                              for m in msg.members], msg.target)
+                                              for m in msg.members], msg.target,
+                                  client_key(msg.client_key))
                 if changed:
                     self.history.append((msg.t, msg.epoch, len(msg.members)))
                     cbs = list(self._cbs)

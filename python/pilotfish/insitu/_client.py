@@ -5,6 +5,12 @@ Per iteration: activate (holds the group's view: membership cannot change until
 deactivate; a stale view is refreshed and retried) -> stage (blocks go to servers by a
 placement over the view; arrays travel as ZeroMQ frames, not copied) -> execute (every
 server runs the pipeline; rank 0's result comes back) -> deactivate (releases the view).
+
+Every connection to a server is CURVE (where the area is secure, the default): the client
+knows the server by the public key the server announced with its endpoint (in the group's
+view), and proves itself with the group's client key pair (in the view too; the agent gives
+views only to the program that started the area and to tasks of its pilot). A reply is
+unpickled only from a server that proved to be the one its view names.
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ def hash_placement(block_id: Any, n: int) -> int:
 
 
 class _Channel:
-    """Request/reply with the servers: a DEALER per server endpoint (not thread-safe)."""
+    """Request/reply with the servers: a DEALER per server endpoint (not thread-safe).
+    keys(endpoint): (the server's public key, (client public, client secret)) to speak CURVE
+    to it, or None for a server that is not secure (the area's _keys)."""
 
-    def __init__(self):
+    def __init__(self, keys: Callable[[str], tuple | None] | None = None):
+        self.keys = keys
         self.ctx = zmq.Context()
         self.socks: dict[str, zmq.Socket] = {}
         self.ids = itertools.count()
@@ -46,10 +55,17 @@ class _Channel:
     def sock(self, endpoint: str) -> zmq.Socket:
         s = self.socks.get(endpoint)
         if s is None:
-            s = self.socks[endpoint] = self.ctx.socket(zmq.DEALER)
+            keys = self.keys(endpoint) if self.keys is not None else None
+            s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDHWM, 0)
+            if keys is not None:
+                server_key, (public, secret) = keys
+                s.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+                s.setsockopt(zmq.CURVE_PUBLICKEY, public)
+                s.setsockopt(zmq.CURVE_SECRETKEY, secret)
             s.connect(endpoint)
+            self.socks[endpoint] = s
         return s
 
     def send(self, endpoint: str, hdr: dict, data: list | None = None) -> int:
@@ -110,7 +126,7 @@ class PipelineHandle:
         self.name = name
         self.comm = comm
         self.placement = placement
-        self.ch = _Channel()
+        self.ch = _Channel(area._keys)
         self.iteration: int | None = None
         self.members: list = []  # [(uid, endpoint)] of the held view
         self.epoch: int | None = None
@@ -277,6 +293,24 @@ class _AreaBase:
         self._pipelines: dict[str, dict] = {}  # name -> create request
         self._created: dict[str, set[str]] = {}  # member uid -> pipelines made there
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._server_keys: dict[str, bytes | None] = {}  # endpoint -> its CURVE key (None: plain)
+
+    def _keys(self, endpoint: str) -> tuple | None:
+        """How to speak to the server at endpoint (see _Channel): its key from the views."""
+        view = self._views.view
+        if view is not None:
+            for m in view.members:
+                key = m.info.get("curve") if isinstance(m.info, dict) else None
+                self._server_keys[m.endpoint] = key.encode() if isinstance(key, str) else None
+        if endpoint not in self._server_keys:
+            raise InsituError(f"staging area {self.name!r}: {endpoint} is no server of it")
+        key = self._server_keys[endpoint]
+        if key is None:
+            return None  # the area runs with secure=False
+        if view is None or view.client_key is None:
+            raise InsituError(f"staging area {self.name!r}: its client key did not come "
+                              f"with its view")
+        return key, view.client_key
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:
@@ -318,7 +352,7 @@ class _AreaBase:
         view = self._views.view
         if view is None or not view.members:
             return
-        ch = _Channel()
+        ch = _Channel(self._keys)
         try:
             m = view.members[0]
             ch.send(m.endpoint, {"op": "ping"})
@@ -343,7 +377,7 @@ class _AreaBase:
             raise InsituError(f"pipeline {name!r} exists in this area")
         req = {"op": "create", "pipeline": name, "config": config, "module": module,
                "type": type}
-        ch = _Channel()
+        ch = _Channel(self._keys)
         with self._views.hold() as view:
             members = [(m.uid, m.endpoint) for m in view.members]
             endpoints = [ep for _, ep in members]
@@ -360,7 +394,7 @@ class _AreaBase:
     def destroy_pipeline(self, name: str) -> None:
         if self._pipelines.pop(name, None) is None:
             raise InsituError(f"no pipeline {name!r} in this area")
-        ch = _Channel()
+        ch = _Channel(self._keys)
         with self._views.hold() as view:
             ch.broadcast([m.endpoint for m in view.members], {"op": "destroy", "pipeline": name})
             for m in view.members:
@@ -390,22 +424,28 @@ class StagingArea(_AreaBase):
 
     def __init__(self, tmgr: Any, servers: int = 1, name: str | None = None,
                  ready_timeout: float = 120.0, mpi: bool | None = None,
-                 **member_resources: Any):
+                 secure: bool = True, **member_resources: Any):
         """mpi: the servers' collectives over MPI (each server its own `mpiexec -n 1` job,
         connected per view with MPI_Comm_accept/connect + merge; pipelines get the
         communicator as self.comm.mpi); None (default): where MPICH's mpiexec and mpi4py
-        are installed; False: ZeroMQ only."""
+        are installed; False: ZeroMQ only. secure=False: the servers take requests and
+        collective messages from any process that reaches their port, unauthenticated and
+        unencrypted (for measurements: never on a machine shared with other users)."""
         super().__init__()
         import pilotfish as pf
 
         if mpi is None:
             mpi = mpi_available()
         self.mpi = bool(mpi)
+        self.secure = bool(secure)
+        env = dict(member_resources.pop("environment", {}) or {})
         if self.mpi:
-            env = dict(member_resources.pop("environment", {}) or {})
             env["PILOTFISH_INSITU_MPI"] = "1"
-            member_resources["environment"] = env
             member_resources.setdefault("launcher", "mpiexec")
+        if not self.secure:
+            env["PILOTFISH_INSITU_SECURE"] = "0"
+        if env:
+            member_resources["environment"] = env
         with _AREAS_LOCK:
             # the default name is the area's number among those this program made: the same
             # program run again on a resumed session names it alike, and re-attaches it (its
@@ -420,7 +460,7 @@ class StagingArea(_AreaBase):
         self._views = self.group
         self.group.wait_ready(timeout=ready_timeout)
         if self.group.reattached:  # a resumed program: what its killed run left active goes
-            ch = _Channel()
+            ch = _Channel(self._keys)
             try:
                 why = ch.broadcast(self.group.endpoints, {"op": "abandon"})
             finally:
@@ -452,7 +492,10 @@ class StagingArea(_AreaBase):
                     raise InsituError(f"resize to {n}: {len(fresh)} of {grow} new servers "
                                       f"ready within {timeout:g}s")
                 time.sleep(0.01)
-            ch = _Channel()
+            for x in fresh:  # not in the view yet: their keys come with their news
+                key = (x.info or {}).get("curve")
+                self._server_keys[x.endpoint] = key.encode() if isinstance(key, str) else None
+            ch = _Channel(self._keys)
             try:
                 members = [(x.uid, x.endpoint) for x in fresh]
                 self._ensure_pipelines(ch, members)

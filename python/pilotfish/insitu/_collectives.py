@@ -3,7 +3,9 @@
 Rebuilt for every epoch (rank = position in the view). Used inside a pipeline's calls:
     total = self.comm.allreduce(local, op=operator.add)
 Objects travel pickled (protocol 5: numpy arrays as buffers). MPI-style signatures, so
-pipeline code reads as mpi4py's lower-case API.
+pipeline code reads as mpi4py's lower-case API. A message is unpickled only once the server
+(_server.py) has checked that its connection proved to be the server of the rank it came
+from (CURVE key from the group's view): pickles from anyone else are dropped unread.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import msgspec
 class Collectives:
     mpi: Any = None  # an mpi4py Intracomm of the same servers, where the area runs on MPI
 
-    def __init__(self, server: Any, rank: int, endpoints: list[str], tag: str):
+    def __init__(self, server: Any, rank: int, endpoints: list[str], tag: str,
+                 uids: list[str] | None = None):
         self.server = server  # sends to peers, receives what peers sent (buffering the rest)
         self.rank = rank
         self.size = len(endpoints)
         self.endpoints = endpoints
+        self.uids = uids  # the servers' uids by rank: who each message must come from
         self.tag = tag  # (pipeline, iteration, epoch): messages of other rounds never mix
         self._seq = 0
 
@@ -33,7 +37,8 @@ class Collectives:
                               + [b.raw() for b in buffers])
 
     def _recv(self, seq: int, frm: int) -> Any:
-        frames = self.server.peer_recv(self.tag, seq, frm)
+        frames = self.server.peer_recv(self.tag, seq, frm,
+                                       self.uids[frm] if self.uids is not None else None)
         return pickle.loads(frames[0], buffers=frames[1:])
 
     def gather(self, obj: Any, root: int = 0) -> list | None:

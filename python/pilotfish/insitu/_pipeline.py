@@ -69,7 +69,8 @@ def lookup(name: str, module: str | None = None) -> type:
         if module:
             try:
                 importlib.import_module(module)
-            except Exception as e:  # noqa: BLE001 -- the client learns why
+            except (Exception, SystemExit) as e:  # noqa: BLE001 -- the client learns why
+                # (a module that exits on import -- unittest.__main__ -- must not end the server)
                 raise InsituError(f"pipeline {name!r}: cannot import {module!r}: "
                                   f"{type(e).__name__}: {e}") from None
         elif name in SHIPPED:

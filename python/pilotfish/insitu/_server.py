@@ -6,10 +6,28 @@ One ZeroMQ ROUTER socket, announced as the member's endpoint, takes both clients
 (frames: b"req", msgpack header, data frames) and the other servers' collective messages
 (b"coll", ...). Staged arrays stay in the frames they arrived in (no copy). While a pipeline
 waits in a collective, client requests that arrive are kept for after.
+
+Who may speak (secure, the default): the ROUTER is a CURVE server with a key pair this
+process makes at start; its public key goes out with its endpoint in the group's view (the
+agent hands views only to the program that started the area and to tasks of the pilot, over
+their own CURVE connections). A ZAP handler lets in two kinds of keys only:
+  - the group's client key (the agent makes it per group and hands it out with the views):
+    the connection is a *client*, whose frames may only be requests;
+  - the key of a server in one of the group's views: a *peer*, whose frames may only be
+    collective messages -- and only those are unpickled, once the sender proved to be the
+    rank that the message says sent it.
+Anything else is refused in the handshake (as is a peer that speaks no CURVE at all), counted
+and logged (a monitor on the socket sees every failed handshake). Every frame that gets in is
+checked: a bad one is dropped, counted and logged, never fatal. Collective messages not yet
+consumed are bounded in bytes (INBOX_MAX) and dropped with their iteration. An activate whose
+view this server has not seen yet is parked (not waited for): the server keeps serving.
+PILOTFISH_INSITU_SECURE=0 (StagingArea(secure=False)) turns all of this off: a plain ROUTER
+that any process reaching the port may drive (for measurements; never on a shared machine).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import pickle
@@ -19,6 +37,8 @@ import traceback
 
 import msgspec
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 from .. import service
 from .._sockets import host_address
@@ -26,10 +46,21 @@ from ._collectives import Collectives, MPICollectives, build_mpi_comm
 from ._pipeline import InsituError, lookup
 
 PEER_TIMEOUT_S = 60.0
-VIEW_WAIT_S = 5.0
+VIEW_WAIT_S = 5.0       # an activate may wait this long for the view it names (parked)
+KEY_WAIT_S = 5.0        # an unknown key may wait this long for a view that names it
+MAX_KEY_WAITS = 64      # connections waiting so at once (more are refused at once)
+INBOX_MAX = int(os.environ.get("PILOTFISH_INSITU_INBOX_MB", "1024")) << 20
+LOG_FIRST = 20          # drops and refusals logged one by one; then every LOG_EVERY-th
+LOG_EVERY = 1000
+ZAP_DOMAIN = b"pilotfish-insitu"
 
 _enc = msgspec.msgpack.encode
 _dec = msgspec.msgpack.decode
+_coll_header = msgspec.msgpack.Decoder(tuple[str, int, int, int]).decode
+
+
+class _Park(Exception):
+    """This request waits (for a view): it is answered later, the server serves on."""
 
 
 class Active:
@@ -41,18 +72,75 @@ class Active:
         self.comm = comm
 
 
+class _Gate(ThreadAuthenticator):
+    """ZAP for one server (pyzmq's authenticator thread): the client key gets user id
+    "client", a peer's key "peer <uid>" (frames carry it as their User-Id)."""
+
+    def __init__(self, ctx: zmq.Context, server: "Server"):
+        super().__init__(ctx)
+        self.server = server
+        self.waiting = 0
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        z = z85.encode(client_public_key)
+        uid = self.server.peer_uids.get(z)
+        return "client" if z == self.server.client_public else f"peer {uid}"
+
+    async def callback(self, domain: str, key: bytes) -> bool:  # the credentials provider
+        srv = self.server
+        if key == srv.client_public or key in srv.peer_uids:
+            return True
+        if self.waiting < MAX_KEY_WAITS:  # a server that joined since our last view
+            self.waiting += 1
+            try:
+                deadline = time.monotonic() + KEY_WAIT_S
+                while time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+                    srv.learn_keys()
+                    if key in srv.peer_uids:
+                        return True
+            finally:
+                self.waiting -= 1
+        return False  # (counted by the server's socket monitor: HANDSHAKE_FAILED_AUTH)
+
+
 class Server:
     def __init__(self):
         self.uid = os.environ["PILOTFISH_MEMBER_UID"]
+        self.secure = os.environ.get("PILOTFISH_INSITU_SECURE", "1") != "0"
         self.ctx = zmq.Context()
+        self.group = service.Group(os.environ["PILOTFISH_SERVICE_GROUP"])
+        self.stats = collections.Counter()  # "dropped", "refused"
+        self.peer_uids: dict[bytes, str] = {}  # z85 public key -> server uid (from views)
+        self.peer_keys: dict[str, bytes] = {}  # endpoint -> z85 public key (from views)
+        self.client_public: bytes | None = None
+        self.gate: _Gate | None = None
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
+        info: dict = {"role": "staging"}
+        if self.secure:
+            view = self.group.wait(lambda v: v.client_key is not None, 60.0)
+            self.client_public = view.client_key[0]
+            self.learn_keys()
+            self.public, self.secret = zmq.curve_keypair()
+            self.gate = _Gate(self.ctx, self)
+            self.gate.start()
+            self.gate.configure_curve_callback(ZAP_DOMAIN.decode(), self.gate)
+            self.sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+            self.sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
+            info["curve"] = self.public.decode()
+        self.monitor = self.sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self.secure else None
         host = host_address()
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
         self.peers: dict[str, zmq.Socket] = {}
-        self.inbox: dict[tuple, list] = {}
+        self.inbox: dict[tuple, tuple] = {}  # (tag, seq, frm) -> (sender, buffers, bytes)
+        self.inbox_bytes = 0
         self.backlog: collections.deque = collections.deque()
+        self.parked: list[tuple[float, list]] = []  # (since, frames) of waiting activates
         self.pipelines: dict[str, object] = {}
         self.configs: dict[str, tuple] = {}
         self.active: dict[str, Active] = {}
@@ -65,72 +153,196 @@ class Server:
             from .._mpi import mpi
 
             mpi()  # MPI_Init now (not in the first iteration), on the launcher's libmpi
-        self.group = service.Group(os.environ["PILOTFISH_SERVICE_GROUP"])
-        self.me = service.announce(self.endpoint, role="staging")
+        self.me = service.announce(self.endpoint, **info)
+
+    # -- who is who ------------------------------------------------------------------------
+    def learn_keys(self) -> None:
+        """The servers' keys in the group's latest view (kept: a server that left may still
+        have a message on its way)."""
+        view = self.group.view
+        if view is None:
+            return
+        for m in view.members:
+            key = m.info.get("curve") if isinstance(m.info, dict) else None
+            if isinstance(key, str) and len(key) == 40:
+                self.peer_uids[key.encode()] = m.uid
+                self.peer_keys[m.endpoint] = key.encode()
+
+    def count(self, what: str, why: str) -> None:
+        """A frame dropped or a connection refused: counted, and logged (the first ones,
+        then one in LOG_EVERY)."""
+        self.stats[what] += 1
+        n = self.stats[what]
+        if n <= LOG_FIRST or n % LOG_EVERY == 0:
+            print(f"pilotfish.insitu {self.uid}: {what} #{n}: {why}", file=sys.stderr,
+                  flush=True)
 
     # -- peers (collectives) -------------------------------------------------------------
     def peer_send(self, endpoint: str, frames: list) -> None:
         s = self.peers.get(endpoint)
         if s is None:
-            s = self.peers[endpoint] = self.ctx.socket(zmq.DEALER)
+            s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 1000)
             s.setsockopt(zmq.IDENTITY, f"peer:{self.uid}".encode())
+            if self.secure:
+                key = self.peer_keys.get(endpoint)
+                if key is None:
+                    self.learn_keys()
+                    key = self.peer_keys.get(endpoint)
+                if key is None:
+                    s.close(0)
+                    raise InsituError(f"no key for server {endpoint} in the group's views")
+                s.setsockopt(zmq.CURVE_SERVERKEY, key)
+                s.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
+                s.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
             s.connect(endpoint)
+            self.peers[endpoint] = s
         s.send_multipart(frames, copy=False)
 
-    def peer_recv(self, tag: str, seq: int, frm: int) -> list:
+    def peer_recv(self, tag: str, seq: int, frm: int, sender: str | None = None) -> list:
+        """The buffers server rank `frm` sent for (tag, seq); sender: its uid, which the
+        message's connection must have proven (secure areas)."""
         key = (tag, seq, frm)
         deadline = time.monotonic() + PEER_TIMEOUT_S
-        while key not in self.inbox:
+        while True:
+            got = self.inbox.pop(key, None)
+            if got is not None:
+                who, buffers, size = got
+                self.inbox_bytes -= size
+                if not self.secure or sender is None or who == f"peer {sender}":
+                    return buffers
+                self.count("dropped", f"a collective message for {tag} step {seq} as rank "
+                                      f"{frm} ({sender}) from {who}")
+                continue
             left = deadline - time.monotonic()
             if left <= 0:
                 raise InsituError(f"server rank {frm} sent nothing for {PEER_TIMEOUT_S:g}s "
                                   f"({tag}, step {seq})")
             if self.sock.poll(min(left, 1.0) * 1000):
                 self._take(self.sock.recv_multipart(copy=False), during_collective=True)
-        return self.inbox.pop(key)
+
+    def _sender(self, frames: list) -> str | None:
+        """Who sent a message: "client", "peer <uid>" (from the handshake), None if not
+        secure."""
+        if not self.secure:
+            return None
+        try:
+            return frames[1].get("User-Id")
+        except (zmq.ZMQError, IndexError):
+            return ""
 
     def _take(self, frames: list, during_collective: bool = False) -> None:
+        """One message from the socket: a collective message into the inbox, a request
+        served (or kept for after the collective); anything else dropped and counted."""
+        if len(frames) < 3:
+            self.count("dropped", f"a message of {len(frames) - 1} frames")
+            return
         kind = frames[1].bytes
+        who = self._sender(frames)
         if kind == b"coll":
-            tag, seq, frm, _ = _dec(frames[2].bytes)
-            self.inbox[(tag, seq, frm)] = [f.buffer for f in frames[3:]]
-        elif during_collective:
-            self.backlog.append(frames)
+            if self.secure and not (who or "").startswith("peer "):
+                self.count("dropped", f"a collective message from {who or 'nobody'}")
+                return
+            try:
+                tag, seq, frm, nbuf = _coll_header(frames[2].bytes)
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                self.count("dropped", f"a collective message with a bad header: {e}")
+                return
+            key = (tag, seq, frm)
+            size = sum(len(f) for f in frames[3:])
+            if len(frames) != 4 + nbuf or key in self.inbox:
+                self.count("dropped", f"a collective message for {tag} step {seq} from rank "
+                                      f"{frm}: " + ("a duplicate" if key in self.inbox else
+                                                    f"{len(frames) - 3} frames, said {nbuf + 1}"))
+                return
+            if self.inbox_bytes + size > INBOX_MAX:
+                self.count("dropped", f"a collective message of {size} bytes for {tag}: "
+                                      f"{self.inbox_bytes} bytes wait unconsumed already "
+                                      f"(PILOTFISH_INSITU_INBOX_MB={INBOX_MAX >> 20})")
+                return
+            self.inbox[key] = (who, [f.buffer for f in frames[3:]], size)
+            self.inbox_bytes += size
+        elif kind == b"req":
+            if self.secure and who != "client":
+                self.count("dropped", f"a request from {who or 'nobody'}")
+                return
+            if during_collective:
+                self.backlog.append(frames)
+            else:
+                self._request(frames)
         else:
-            self._request(frames)
+            self.count("dropped", f"a message of unknown kind {kind[:16]!r}")
+
+    def _refusals(self) -> None:
+        """Count and log the connections refused since (the socket monitor's events)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        names = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "no detail",
+                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not CURVE, or not with our key",
+                 zmq.EVENT_HANDSHAKE_FAILED_AUTH: "a key we do not know"}
+        while True:
+            try:
+                ev = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.count("refused", f"a connection from {ev.get('endpoint', b'?')!r}: "
+                                  f"{names.get(ev['event'], ev['event'])}")
+
+    def _drop_inbox(self, name: str, it) -> None:
+        """Collective messages of pipeline `name`'s iteration `it` nobody will consume."""
+        for key in [k for k in self.inbox if k[0].rsplit("/", 2)[:2] == [name, str(it)]]:
+            self.inbox_bytes -= self.inbox.pop(key)[2]
 
     # -- clients -----------------------------------------------------------------------------
     def run(self) -> int:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        if self.monitor is not None:
+            poller.register(self.monitor, zmq.POLLIN)
         while True:
             while self.backlog:
                 self._request(self.backlog.popleft())
-            if self.sock.poll(100):
+            if self.parked:
+                parked, self.parked = self.parked, []
+                for since, frames in parked:
+                    self._request(frames, since)
+            ready = dict(poller.poll(10 if self.parked else 100))
+            if self.monitor is not None and self.monitor in ready:
+                self._refusals()
+            if self.sock in ready:
                 while True:
                     try:
                         frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
                         break
                     self._take(frames)
-            elif self.me.leaving.is_set() and not self.active:
+            elif not ready and self.me.leaving.is_set() and not self.active:
+                if self.gate is not None:
+                    self.gate.stop()
                 return 0
 
-    def _request(self, frames: list) -> None:
+    def _request(self, frames: list, since: float | None = None) -> None:
         ident = frames[0]
         try:
             hdr = _dec(frames[2].bytes)
-        except Exception as e:  # noqa: BLE001
+            if not isinstance(hdr, dict) or not isinstance(hdr.get("op"), str):
+                raise ValueError("not a map with an 'op'")
+        except Exception as e:  # noqa: BLE001 -- any bad header: the client learns why
+            self.count("dropped", f"a request with a bad header: {e}")
             self.sock.send_multipart([ident, b"rep", _enc([None, False, f"bad request: {e}"])])
             return
-        rid = hdr.get("id") if isinstance(hdr, dict) else None
+        rid = hdr.get("id")
         try:
-            result = self._do(hdr, frames[3:])
+            result = self._do(hdr, frames[3:], time.monotonic() if since is None else since)
             reply = [rid, True, None]
             payload = [pickle.dumps(result, protocol=5)] if result is not None else []
+        except _Park:
+            self.parked.append((time.monotonic() if since is None else since, frames))
+            return
         except InsituError as e:
             reply, payload = [rid, False, str(e)], []
-        except Exception as e:  # noqa: BLE001 -- a pipeline's error: the client learns it
-            tb = traceback.format_exc(limit=6)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- a pipeline's error (even an
+            tb = traceback.format_exc(limit=6)  # exit): the client learns it, we serve on
             reply, payload = [rid, False, f"{type(e).__name__}: {e}\n{tb}"], []
         self.sock.send_multipart([ident, b"rep", _enc(reply)] + payload)
 
@@ -140,7 +352,7 @@ class Server:
             raise InsituError(f"no pipeline {name!r} on {self.uid} (create_pipeline first)")
         return p
 
-    def _do(self, hdr: dict, data: list):
+    def _do(self, hdr: dict, data: list, since: float):
         op = hdr["op"]
         name = hdr.get("pipeline")
         if op == "create":
@@ -156,7 +368,9 @@ class Server:
             return None
         if op == "destroy":
             p = self.pipelines.pop(name, None)
-            self.active.pop(name, None)
+            a = self.active.pop(name, None)
+            if a is not None:
+                self._drop_inbox(name, a.iteration)
             self.configs.pop(name, None)
             if p is not None:
                 p.destroy()
@@ -169,6 +383,7 @@ class Server:
         if op == "abandon":  # a resumed client: iterations its killed predecessor left active
             active, self.active = self.active, {}
             for n, a in active.items():
+                self._drop_inbox(n, a.iteration)
                 try:
                     self.pipelines[n].deactivate(a.iteration)
                 except Exception as e:  # noqa: BLE001 -- the pipeline's own code
@@ -178,7 +393,9 @@ class Server:
             return {"uid": self.uid, "pipelines": {
                 n: {"op": "create", "pipeline": n, "config": c, "module": m,
                     "type": getattr(self.pipelines[n], "_type", None)}
-                for n, (c, m) in self.configs.items()}}
+                for n, (c, m) in self.configs.items()},
+                "dropped": self.stats["dropped"], "refused": self.stats["refused"],
+                "inbox_bytes": self.inbox_bytes}
         p = self._pipeline(name)
         it = hdr.get("iteration")
         a = self.active.get(name)
@@ -187,19 +404,21 @@ class Server:
                 raise InsituError(f"pipeline {name!r}: iteration {a.iteration} is active "
                                   f"(deactivate it first)")
             epoch, members = hdr["epoch"], hdr["members"]
-            self._check_view(epoch)
+            self._check_view(epoch, since)
             uids = [m[0] for m in members]
             if self.uid not in uids:
                 raise InsituError(f"stale view: {self.uid} is not in the client's view "
                                   f"(epoch {epoch})")
             comm = Collectives(self, uids.index(self.uid), [m[1] for m in members],
-                               f"{name}/{it}/{epoch}")
+                               f"{name}/{it}/{epoch}", uids)
             if self.use_mpi:
                 comm = self._mpi_for(tuple(uids), comm)
             p.comm = comm
             p.activate(it)
             self.active[name] = Active(it, comm)
             return None
+        if op == "deactivate":
+            self._drop_inbox(name, it)
         if a is None or a.iteration != it:
             raise InsituError(f"pipeline {name!r}: {op} of iteration {it}, which is not "
                               f"active" + (f" (iteration {a.iteration} is)" if a else
@@ -233,13 +452,18 @@ class Server:
             self.mpi_key = key
         return MPICollectives(self.mpi_comm)
 
-    def _check_view(self, epoch: int) -> None:
+    def _check_view(self, epoch, since: float) -> None:
         """The client's view must be the group's current one (Colza: a stale view fails
-        activate cleanly; the client refreshes and retries)."""
-        try:
-            view = self.group.wait(lambda v: v.epoch >= epoch, VIEW_WAIT_S)
-        except service.ServiceError:
-            raise InsituError(f"stale view: the server never saw epoch {epoch}") from None
+        activate cleanly; the client refreshes and retries). One this server has not seen
+        yet parks the request (VIEW_WAIT_S at most): the server serves on meanwhile."""
+        if type(epoch) is not int:
+            raise InsituError(f"bad epoch {epoch!r}")
+        view = self.group.view
+        if view is None or view.epoch < epoch:
+            if time.monotonic() - since < VIEW_WAIT_S:
+                raise _Park()
+            raise InsituError(f"stale view: the server never saw epoch {epoch}")
+        self.learn_keys()
         if view.epoch != epoch:
             raise InsituError(f"stale view: epoch {epoch}, the group is at {view.epoch}")
 
