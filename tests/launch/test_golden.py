@@ -340,12 +340,17 @@ def test_prrte_rank_notes_wrapper():
         assert p.argv[-3:-1] == ["/bin/bash", "-c"]
         assert p.argv[-1] == "\n".join([
             f'PILOTFISH_RANK="{OMPI_RANK}"', "export PILOTFISH_RANK",
-            f"pf_note() {{ printf '%s\\n' \"$*\" >/dev/udp/127.0.0.1/{port}; }} 2>/dev/null",
+            "pf_tok=${PILOTFISH_NOTE_TOKEN:-none}; unset PILOTFISH_NOTE_TOKEN",
+            f"pf_note() {{ printf '%s\\n' \"$1 $pf_tok ${{*:2}}\" >/dev/udp/127.0.0.1/{port}; }}"
+            " 2>/dev/null",
             f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME" "$EPOCHREALTIME"',
             "/bin/hostname",
             "pf_rc=$?",
             f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',
             "exit $pf_rc"])
+        # the token travels in the environment, exported by name: on no command line
+        assert p.env["PILOTFISH_NOTE_TOKEN"] == lm.notes.token
+        assert "PILOTFISH_NOTE_TOKEN" in p.argv and lm.notes.token not in " ".join(p.argv)
         (s,) = lm.build(SHELL, SHELL_SLOTS, SB)  # pre/post_exec: in a subshell, so that an
         assert f"(\n{SHELL_SCRIPT}\n)\npf_rc=$?" in s.argv[-1]  # exit or exec stays inside
         assert s.handle.key == f"{UID}/1.2"

@@ -124,6 +124,54 @@ def test_prterun_that_outlives_its_ranks_is_killed(session):
     assert hung == {failing.uid, fine.uid}
 
 
+# What another user (nobody) sends: the rank wrapper's command line, visible to all in ps,
+# names the notes' address, port and launch key; "E <key> <rank> 0" for every rank says the
+# task ended well. The system's Python: nobody cannot read the project's venv.
+FORGE_NOTES = r"""
+import glob, re, socket, sys, time
+marker, ranks = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 20
+sent = 0
+while time.monotonic() < deadline and not sent:
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            text = open(path, "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if marker not in text or "pf_note" not in text:
+            continue
+        addr, port = re.search(r"/dev/udp/([0-9.]+)/([0-9]+)", text).groups()
+        key = re.search(r"pf_note E (\S+)", text).group(1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for rank in range(ranks):  # both formats: with a guessed token, and without
+                for line in (f"E {key} {rank} 0", f"E {'0' * 32} {key} {rank} 0"):
+                    s.sendto((line + "\n").encode(), (addr, int(port)))
+        sent = 1
+        break
+    time.sleep(0.05)
+print(sent)
+"""
+
+
+def test_another_user_cannot_forge_rank_notes(session):
+    """issue 32, item 2: with the wrapper's command line alone, nobody's notes that every rank
+    ended with 0 made a task that exits 3 after its sleep DONE, exit 0, early. Now notes must
+    carry a token that is on no command line: the task ends as its ranks do."""
+    import pwd
+    import subprocess
+
+    pilot, tmgr = prrte_pilot(session, hang_grace=1)
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable="/bin/sh", ranks=2, arguments=["-c", "sleep 6; exit 3"]))
+    t.wait(pf.EXECUTING, timeout=60)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    out = subprocess.run(["/usr/bin/python3", "-c", FORGE_NOTES, t.uid, "2"], user=nobody,
+                         group=nobody, capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.stdout.strip() == "1", out.stderr  # it found the wrapper and sent its notes
+    assert t.wait(timeout=60) == pf.FAILED, t.reason
+    assert t.exit_code == 3 and "exit" in t.reason.lower(), (t.exit_code, t.reason)
+
+
 def test_cancel_and_timeout_stop_only_their_ranks(session):
     """prterun ignores SIGTERM, its SIGKILL leaves the ranks running, and the signals it does
     forward reach every job of the DVM: the agent signals the task's own ranks. A cancel and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 
 import pytest
 from launch_cases import SLURM
@@ -253,12 +254,19 @@ def test_canceled_launch_is_final_as_asked(setup):
 # -- rank notes -----------------------------------------------------------------------------------
 
 def test_note_format():
-    assert parse("S task.000001/1.5 3 4242 n7") == Note("S", "task.000001/1.5", 3, 4242, "n7")
-    assert parse("E task.000001/1.5 3 137") == Note("E", "task.000001/1.5", 3, 137, "")
-    assert parse("E task 3 x") is None and parse("garbage") is None and parse("") is None
-    assert parse("S k/1.1 0 42 n7 1700000000.25").t == 1700000000.25  # bash's $EPOCHREALTIME
-    assert parse("S k/1.1 0 42 n7 1700000000,25").t == 1700000000.25  # (a comma locale)
-    assert parse("S k/1.1 0 42 n7 x").t == 0.0
+    tok = "5d41402abc4b2a76b9719d911017c592"
+    assert parse(f"S {tok} task.000001/1.5 3 4242 n7", tok) == \
+        Note("S", "task.000001/1.5", 3, 4242, "n7")
+    assert parse(f"E {tok} task.000001/1.5 3 137", tok) == Note("E", "task.000001/1.5", 3, 137, "")
+    assert parse(f"E {tok} task 3 x", tok) is None and parse("garbage", tok) is None
+    assert parse("", tok) is None and parse(tok, tok) is None
+    assert parse(f"S {tok} k/1.1 0 42 n7 1700000000.25", tok).t == 1700000000.25  # $EPOCHREALTIME
+    assert parse(f"S {tok} k/1.1 0 42 n7 1700000000,25", tok).t == 1700000000.25  # comma locale
+    assert parse(f"S {tok} k/1.1 0 42 n7 x", tok).t == 0.0
+    # a note without the token, or with another, is no note (forged: issue 32, item 2)
+    assert parse("E task.000001/1.5 3 0", tok) is None
+    assert parse("E 00000000000000000000000000000000 task.000001/1.5 3 0", tok) is None
+    assert parse(f"E {tok[:-1]} task.000001/1.5 3 0", tok) is None
     assert address_from_uri("prte-vm-1@0.0;tcp4://10.1.2.3,10.9.9.9:4567\n") == "10.1.2.3"
     assert address_from_uri("prte-vm-1@0.0;tcp6://[::1]:4567") is None
 
@@ -268,13 +276,45 @@ def test_notes_travel_from_bash_to_the_socket(tmp_path):
     try:
         script = "\n".join(wrap_lines(notes.address, notes.port, "task.000009/2.7",
                                       "(echo hi; exit 5)"))  # a subshell, as build() does
-        r = subprocess.run(["bash", "-c", script], env={"PILOTFISH_RANK": "1", "PATH": "/bin"},
+        r = subprocess.run(["bash", "-c", script], env={"PILOTFISH_RANK": "1", "PATH": "/bin",
+                                                        **notes.env},
                            capture_output=True, text=True, timeout=30)
         assert (r.returncode, r.stdout, r.stderr) == (5, "hi\n", "")
         got = notes.read()
         assert [(n.kind, n.key, n.rank) for n in got] == [("S", "task.000009/2.7", 1),
                                                            ("E", "task.000009/2.7", 1)]
         assert got[0].host == socket.gethostname() and got[1].value == 5
+        assert notes.token not in script  # never on a command line
+        # the task itself does not see the token (the wrapper unset it)
+        script = "\n".join(wrap_lines(notes.address, notes.port, "k/1.1",
+                                      'echo "[${PILOTFISH_NOTE_TOKEN-}]"'))
+        r = subprocess.run(["bash", "-c", script], env={"PATH": "/bin", **notes.env},
+                           capture_output=True, text=True, timeout=30)
+        assert r.stdout == "[]\n" and len(notes.read()) == 2
+    finally:
+        notes.close()
+
+
+def test_forged_notes_are_dropped_and_counted():
+    """What anyone who read the wrapper's command line in `ps` (address, port, launch key)
+    can send: notes without the token -- the end of every rank with exit code 0 -- are no
+    notes; the genuine ones still are."""
+    notes = RankNotes("127.0.0.1")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for rank in range(4):
+                s.sendto(f"E task.000001/1.1 {rank} 0\n".encode(), (notes.address, notes.port))
+                s.sendto(f"E {'0' * 32} task.000001/1.1 {rank} 0\n".encode(),
+                         (notes.address, notes.port))
+            s.sendto(f"E {notes.token} task.000001/1.1 0 3\n".encode(),
+                     (notes.address, notes.port))
+        deadline = time.monotonic() + 5
+        got = []
+        while len(got) < 1 and time.monotonic() < deadline:
+            got += notes.read()
+            time.sleep(0.01)
+        got += notes.read()
+        assert got == [Note("E", "task.000001/1.1", 0, 3, "")] and notes.dropped == 8
     finally:
         notes.close()
 

@@ -42,7 +42,8 @@ stops once its launches are gone (`retire`) or at once (`discard`).
 
 Rank notes (rank_notes.py): with bash available, each rank runs inside a bash wrapper that
 reports its start and end to the agent over UDP; that is how the supervisor knows whether a
-failed launch ran, and when a prterun outlives its ranks. Without bash (or notes=False) the
+failed launch ran, and when a prterun outlives its ranks. The notes' token (their proof of
+origin) goes in the ranks' environment, exported by name (`-x PILOTFISH_NOTE_TOKEN`). Without bash (or notes=False) the
 payload is run as before and only stderr evidence makes a launch retryable.
 
 Slots: the hostfile gives each node its core count (an emulated machine: `localhost
@@ -352,6 +353,8 @@ class Prrte(SupervisedLaunchMethod):
         else:
             payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)
+        if self.notes is not None:  # the notes' secret: by name on the command line only
+            env.update(self.notes.env)
         exports = [a for k in env if k not in self.required_env for a in ("-x", k)]
         argv = [self.prterun, "--dvm", f"uri:file:{d.uri_file}", "-n", str(len(slots)),
                 "--map-by", "slot", "--bind-to", "none",
