@@ -832,7 +832,7 @@ def _service_name(kind: str, field: str, v: Any) -> str:
     why = service_name_problem(v)
     if why is not None:
         raise _fail(kind, field, v, why)
-    return v
+    return str.__str__(v)  # a str subclass (numpy.str_) as a plain str: the wire carries it
 
 
 class ServiceDescription(_Description):

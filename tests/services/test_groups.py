@@ -266,6 +266,13 @@ def test_bad_input_is_refused_naming_the_field(local):
         group.resize(100)
     group.wait_ready(timeout=60)
     assert len(group.members) == 1  # nothing was lost by the refusals
+    # a numpy string names a group (it was msgpack's TypeError, and then the name was taken:
+    # "runs on pilot.0000 already")
+    import numpy as np
+
+    named = tmgr.submit_service_group(echo(np.str_("npname")), replicas=1)
+    assert type(named.name) is str and named.name == "npname"
+    named.stop()
     with pytest.raises(service.ServiceError, match="not a member"):
         service.announce("tcp://127.0.0.1:1")
     group.stop()

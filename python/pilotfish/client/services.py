@@ -195,6 +195,24 @@ class ServiceGroup:
                 f"epoch {self._view.epoch}>")
 
 
+def _check_encodable(start: _wire.GroupStart, d: ServiceDescription) -> None:
+    """DescriptionError naming the first field the wire cannot carry (a value of a type
+    msgpack does not know), before anything is registered or sent."""
+    try:
+        _wire.encode(start)
+        return
+    except (TypeError, ValueError, OverflowError) as e:
+        why = str(e)
+    for f in ("name", "executable", "arguments", "environment", "pre_exec", "launcher"):
+        try:
+            _wire.encode(getattr(d, f, None))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise DescriptionError("ServiceDescription", f, getattr(d, f, None),
+                                   f"cannot be sent to the pilot: {e}") from None
+    raise DescriptionError("ServiceDescription", "description", d.name,
+                           f"cannot be sent to the pilot: {why}")
+
+
 def _check_replicas(replicas: Any, where: str) -> int:
     if type(replicas) is not int or replicas < (1 if where == "submit" else 0):
         raise DescriptionError("ServiceGroup" if where == "submit" else "ServiceGroup.resize",
@@ -261,10 +279,16 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
                               pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape, **what)
     spec = _wire.ServiceSpec(d.name, template, replicas, d.restart, d.max_restarts,
                              d.ready_timeout, d.health_interval, d.leave_timeout)
+    resume = tmgr.session._resume is not None  # (a running group is re-attached)
+    start = _wire.GroupStart(spec, resume)
+    _check_encodable(start, d)
     group = ServiceGroup(tmgr, d, pilot, replicas)
     pilot._groups[d.name] = group
-    resume = tmgr.session._resume is not None  # (a running group is re-attached)
-    ack = group._ask(_wire.GroupStart(spec, resume), "start", 60.0)
+    try:
+        ack = group._ask(start, "start", 60.0)
+    except BaseException:
+        del pilot._groups[d.name]  # a failed start leaves the name free
+        raise
     if ack.error:
         del pilot._groups[d.name]
         raise ServiceError(f"service group {d.name!r}: {ack.error}")
