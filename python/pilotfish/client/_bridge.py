@@ -9,7 +9,8 @@ own key pair (written 0600 into its agent.json, in a 0700 directory). The IO thr
 ZAP requests itself: a connection is let in only with a pilot's public key, and is labelled
 with that pilot's uid (ZMQ's User-Id); a frame whose routing id is not the uid its key proves
 is dropped, so no one can speak for a pilot without its secret. Refusals are logged and
-recorded as session events. TCP binds one interface (the host's address by default), never
+recorded as session events -- those that never reach ZAP too (a peer that speaks no CURVE, or
+not with the session's key: a monitor on the socket sees its failed handshake). TCP binds one interface (the host's address by default), never
 every interface.
 """
 
@@ -63,6 +64,10 @@ class Bridge:
             self._router.setsockopt(zmq.ZAP_DOMAIN, b"pilotfish")
             self._router.setsockopt(zmq.CURVE_SERVER, 1)
             self._router.setsockopt(zmq.CURVE_SECRETKEY, keys[1])
+        self._monitor = None
+        if keys is not None:
+            self._monitor = self._router.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
         self._ipc_path: str | None = None
         if address is not None:
             self._router.bind(address)
@@ -135,7 +140,9 @@ class Bridge:
         self._stop = True
         self._wake()
         self._thread.join(5)
-        for s in (self._router, self._wake_in, self._wake_out, self._zap):
+        if self._monitor is not None:
+            self._router.disable_monitor()
+        for s in (self._router, self._wake_in, self._wake_out, self._zap, self._monitor):
             if s is not None:
                 s.close(0)
         self._ctx.term()
@@ -159,6 +166,9 @@ class Bridge:
         zap = self._zap
         if zap is not None:
             poller.register(zap, zmq.POLLIN)
+        monitor = self._monitor
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         router, wake_in = self._router, self._wake_in
         secure = zap is not None
         beat = _wire.encode(_wire.Heartbeat(0.0))
@@ -172,6 +182,8 @@ class Bridge:
                 self._drain_queue()
             if zap is not None and zap in ready:
                 self._answer_zap()
+            if monitor is not None and monitor in ready:
+                self._failed_handshakes()
             if router in ready:
                 while True:
                     try:
@@ -218,6 +230,20 @@ class Bridge:
             self._refuse(f"connection from {address.decode(errors='replace') or 'a local socket'} "
                          f"refused ({mechanism.decode(errors='replace')}: {text.decode()})")
         self._zap.send_multipart([version, request_id, status, text, user, b""])
+
+    def _failed_handshakes(self) -> None:
+        """Connections refused before ZAP was asked (the socket monitor's events)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                ev = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            why = ("not CURVE, or not with the session's key"
+                   if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else "no detail")
+            self._refuse(f"connection to {ev['endpoint'].decode(errors='replace')} refused in "
+                         f"its handshake ({why})")
 
     def _refuse(self, what: str) -> None:
         log.warning("%s", what)
