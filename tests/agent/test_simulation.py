@@ -108,6 +108,8 @@ def test_launcher_model_delays_start_and_launch(session):
     (dict(resource="simulated", launch_model={"prrte": {"speed": 1}}), "launch_model", "unknown cost"),
     (dict(resource="simulated", launch_model={"prrte": {"fail_rate": 1.5}}), "launch_model", "must be < 1"),
     (dict(resource="simulated", launch_model="/nonexistent.json"), "launch_model", "cannot read"),
+    # a device that never ends is read no further than a model can be (was: MemoryError)
+    (dict(resource="simulated", launch_model="/dev/zero"), "launch_model", "larger than 1048576"),
     (dict(resource="local", launch_model={"prrte": {}}), "launch_model", "only a simulated pilot"),
 ])
 def test_bad_launch_models_are_rejected(desc, field, why):

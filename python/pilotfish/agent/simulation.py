@@ -65,13 +65,26 @@ for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
     DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
 
 
+MAX_MODEL_BYTES = 1 << 20  # a model is a few hundred bytes: 9 launch methods x 7 costs
+
+
+def read_model(path: str) -> Any:
+    """The JSON in a launch model file, read no further than MAX_MODEL_BYTES (a device such as
+    /dev/zero never ends); OSError, or ValueError saying why."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:
+        raise ValueError(f"larger than {MAX_MODEL_BYTES} bytes, the most a launch model "
+                         f"file may hold")
+    return json.loads(data)
+
+
 def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
     """Why this launch model is unusable, or None (used at submit: field launch_model)."""
     # (the reasons name what they quote shortened: a path, a name or a number may be huge)
     if isinstance(model, str):
         try:
-            with open(model) as f:
-                model = json.load(f)
+            model = read_model(model)
         except OSError as e:  # its text repeats the path whole
             return f"cannot read the model file: {e.strerror or type(e).__name__}"
         except (ValueError, RecursionError) as e:
@@ -101,8 +114,7 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
 def load_model(model: Any) -> dict[str, dict[str, float]]:
     """The defaults, overridden per method and cost by `model` (a dict, a path or None)."""
     if isinstance(model, str):
-        with open(model) as f:
-            model = json.load(f)
+        model = read_model(model)
     out = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
     for name, costs in (model or {}).items():
         out.setdefault(name, dict(DEFAULT_MODEL["prrte"]))
