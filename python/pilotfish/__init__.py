@@ -12,8 +12,8 @@
 
 __version__ = "0.1.0"
 
-from ._errors import (DescriptionError, PilotfishError, RemoteError, SessionClosed,
-                      TimeoutExpired)
+from ._errors import (DescriptionError, JournalError, PilotfishError, RemoteError,
+                      SessionClosed, SessionError, TimeoutExpired)
 from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
 from .client.services import ServiceGroup
 from .descriptions import PilotDescription, ServiceDescription, TaskDescription
@@ -25,6 +25,7 @@ __all__ = [
     "Session", "PilotManager", "TaskManager", "Pilot", "Task", "Executor",
     "PilotDescription", "TaskDescription", "ServiceDescription", "ServiceGroup", "ServiceError",
     "PilotfishError", "DescriptionError", "RemoteError", "SessionClosed", "TimeoutExpired",
+    "SessionError", "JournalError",
     "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",
     "EXECUTING", "STAGING_OUTPUT", "DONE", "FAILED", "CANCELED", "FINAL",
 ]

@@ -100,3 +100,36 @@ class RemoteError(PilotfishError):
         self.type_name = type_name
         self.message = message
         self.traceback = traceback
+
+
+class SessionError(PilotfishError, OSError):
+    """The session's directory or files cannot be used: a path another user controls, a
+    session already open elsewhere, a full or read-only disk. Names the path and the cause;
+    `errno` is the cause's (ENOSPC, EROFS, ...) when an OS error was the cause, else None.
+    An OSError too, so code that caught the raw error still does."""
+
+    def __init__(self, message: str, path: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+    def __reduce__(self):
+        return type(self), (str(self), self.path, self.errno)
+
+
+class JournalError(PilotfishError):
+    """A session journal that cannot be trusted to resume from: damaged in the middle (not
+    just a last record cut short by a kill), or not a pilotfish journal. Names the file
+    (`path`) and the byte `offset` of the first frame that is wrong."""
+
+    def __init__(self, path: str, offset: int, why: str):
+        self.path = path
+        self.offset = offset
+        self.why = why
+        super().__init__(
+            f"{path}: damaged at byte {offset}: {why}. pilotfish will not guess what ran: "
+            f"start a new session (another path) to run everything afresh, keeping this "
+            f"directory to look at; or restore the journal from a copy")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.offset, self.why)
