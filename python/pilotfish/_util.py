@@ -1,10 +1,20 @@
-"""Small helpers shared by every layer."""
+"""Small helpers shared by every layer.
+
+Private files and directories (`private_dir`, `open_private`, `read_private`,
+`write_private`): what pilotfish keeps in a session directory (journals, events, keys, agent
+configuration) is opened without following a symbolic link (O_NOFOLLOW), closed on exec
+(O_CLOEXEC), created 0600 in a 0700 directory of the user's own; a directory or file another
+user made, or could have changed, is refused with a SessionError naming the path and why.
+"""
 
 from __future__ import annotations
 
+import errno as _errno
 import os
 import re
+import secrets
 import socket
+import stat as _stat
 import time
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
@@ -48,14 +58,153 @@ def parse_duration(value: object) -> float:
 
 
 def write_private(path: str, data: bytes) -> None:
-    """Write a file only its owner can read (0600), atomically (keys, agent configuration)."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    """Write a file only its owner can read (0600), atomically (keys, agent configuration).
+
+    The data goes to a temporary of a name no one can guess (`path.<random>.tmp`, created
+    exclusively: never through a link someone planted), then replaces `path` (a link at `path`
+    itself is replaced, not written through). Raises the OSError (ENOSPC, EROFS, ...) with
+    nothing left behind."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = f"{path}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileExistsError:  # (48 random bits: only ever someone's planted name)
+            continue
     try:
-        os.write(fd, data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def user_name(uid: int) -> str:
+    """'uid 65534 (nobody)': a uid as an error message names it."""
+    import pwd
+
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refuse(path: str, why: str, code: int | None = None):
+    from ._errors import SessionError
+
+    return SessionError(f"{path} {why}", path, code)
+
+
+def open_private(path: str, flags: int, mode: int = 0o600, own: bool = True) -> int:
+    """os.open() of one of pilotfish's own files: never through a symbolic link (O_NOFOLLOW),
+    closed on exec (O_CLOEXEC), created `mode` (0600); an existing file must be a regular file
+    and (own=True) this user's, with one name (no hard link elsewhere). Raises SessionError
+    for a link or a file that is not ours, naming the path; OSError as os.open raises it
+    otherwise."""
+    try:  # (O_NONBLOCK: a FIFO in its place must not hang the open; cleared below)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as e:
+        if e.errno == _errno.ELOOP:
+            raise _refuse(path, "is a symbolic link: pilotfish never follows one to its own files "
+                                "(another user may have planted it); remove it, or use another "
+                                "path", e.errno) from e
+        raise
+    try:
+        st = os.fstat(fd)
+        why = None
+        if not _stat.S_ISREG(st.st_mode):
+            why = "is not a regular file"
+        elif not own:
+            pass
+        elif st.st_uid != os.geteuid():
+            why = f"is owned by {user_name(st.st_uid)}, not by you"
+        elif st.st_nlink > 1:
+            why = f"has {st.st_nlink} names (hard links): what is written there goes to all of them"
+        if why is not None:
+            raise _refuse(path, why + "; pilotfish uses only files it made itself: remove it, or "
+                                      "use another path")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_private(path: str) -> bytes:
+    """The bytes of one of pilotfish's own files (see open_private); FileNotFoundError if
+    there is none."""
+    fd = open_private(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+
+
+def private_dir(path: str) -> bool:
+    """Make `path` a directory only this user can use (0700), or take an existing one of this
+    user's that no one else could have written to. Returns whether it was made here (an
+    exclusive mkdir: of two processes making the same path, one gets True).
+
+    Refused (SessionError naming the path, why, and what to do): a directory another user
+    owns or may write to (group or others: they could have planted files or links in it),
+    a symbolic link another user owns, and a parent directory in which someone else could
+    swap the directory for theirs (owned by another user, or writable by every user without
+    the sticky bit). OSErrors (read-only or full file system, ...) are raised as they are.
+    """
+    path = os.path.abspath(path)
+    me = os.geteuid()
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    st = os.stat(parent)
+    if st.st_uid not in (me, 0):
+        raise _refuse(parent, f"is owned by {user_name(st.st_uid)}, who could replace "
+                              f"{os.path.basename(path)!r} in it with a directory of theirs; "
+                              f"put it in a directory of your own")
+    if st.st_mode & _stat.S_IWOTH and not st.st_mode & _stat.S_ISVTX:
+        raise _refuse(parent, f"is writable by every user and has no sticky bit (mode "
+                              f"{_stat.S_IMODE(st.st_mode):04o}): anyone could replace "
+                              f"{os.path.basename(path)!r} in it; chmod +t {parent}, or use a "
+                              f"directory of your own")
+    try:
+        os.mkdir(path, 0o700)
+        made = True
+    except FileExistsError:
+        made = False
+    st = os.lstat(path)
+    if _stat.S_ISLNK(st.st_mode):
+        if st.st_uid != me:
+            raise _refuse(path, f"is a symbolic link owned by {user_name(st.st_uid)}: it may "
+                                f"point anywhere they like; use another path")
+        st = os.stat(path)
+    if not _stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, "exists and is not a directory; use another path", _errno.ENOTDIR)
+    if st.st_uid != me:
+        raise _refuse(path, f"is owned by {user_name(st.st_uid)}, not by you: another user made "
+                            f"it beforehand, and anything in it may be theirs; use another path "
+                            f"(or have it removed)")
+    mode = _stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        who = {0o020: "its group", 0o002: "others", 0o022: "its group and others"}[mode & 0o022]
+        raise _refuse(path, f"is writable by {who} (mode {mode:04o}): they may have planted files "
+                            f"or links in it; if it holds only your files, chmod 700 {path}, "
+                            f"else use another path")
+    if mode != 0o700:
+        os.chmod(path, 0o700)
+    return made
 
 
 def now() -> float:
