@@ -291,7 +291,8 @@ def _torn_or_why(data: bytes, pos: int) -> str | None:
 
 def _frame(data: bytes, pos: int, shapes: bool) -> tuple[str, int, Any]:
     """The frame at `pos`: ("frame", its end, records), ("end", pos, None) at the end of the
-    file or a torn tail, ("bad", pos, why) or ("shape", pos, why)."""
+    file, ("torn", pos, None) for what a kill mid-write leaves (if nothing whole follows: see
+    _after_torn), ("bad", pos, why) or ("shape", pos, why)."""
     n = len(data)
     if pos >= n:
         return "end", pos, None
@@ -301,7 +302,8 @@ def _frame(data: bytes, pos: int, shapes: bool) -> tuple[str, int, Any]:
         if length and end <= n:
             try:
                 records = _decode(data[pos + 4:end])
-            except msgspec.DecodeError as e:
+            except Exception as e:  # noqa: BLE001 -- DecodeError, UnicodeDecodeError (a bad
+                # string), whatever garbage makes the decoder raise: damage, reported as such
                 return "bad", pos, f"a frame of {length} bytes does not decode ({e})"
             if type(records) is not list:
                 return "bad", pos, (f"a frame holds a {type(records).__name__}, not a list of "
@@ -315,14 +317,45 @@ def _frame(data: bytes, pos: int, shapes: bool) -> tuple[str, int, Any]:
         if not length and data[pos:].strip(b"\0"):
             return "bad", pos, "an empty frame"
     why = _torn_or_why(data, pos)
-    return ("end", pos, None) if why is None else ("bad", pos, why)
+    return ("torn", pos, None) if why is None else ("bad", pos, why)
 
 
-def _after_torn(data: bytes, pos: int) -> int | None:
+def _torn_prefix(data: bytes, start: int, cut: int) -> bool:
+    """Whether data[start:cut] is what a write cut short leaves of a frame's records: a
+    msgpack array whose whole records are well-formed, cut inside a record (or its header),
+    before its count is reached. (Cut at a boundary between records, it is rather a length
+    or a count that was damaged.)"""
+    b = data[start]
+    width = 0 if b <= 0x9f else 2 if b == 0xdc else 4
+    if start + 1 + width > cut:
+        return True
+    count = b & 0x0f if not width else int.from_bytes(data[start + 1:start + 1 + width], "big")
+    i, whole = start + 1 + width, 0
+    while i < cut:
+        try:
+            end = _object_end(data, i, cut)
+        except ValueError:
+            return False
+        if end is None:
+            return whole < count
+        try:
+            rec = _decode(data[i:end])
+        except Exception:  # noqa: BLE001 -- not a record
+            return False
+        if check_record(rec) is not None:
+            return False
+        whole += 1
+        i = end
+    return False
+
+
+def _after_torn(data: bytes, pos: int) -> int | str | None:
     """A journal appended to after a frame torn by a kill (pilotfish before repair=True):
     where the whole frames after the torn one begin, if that is what is at `pos` -- the
-    start of a msgpack array cut short within its length, then whole frames of well-formed
-    records to the end of the file (or a torn tail). Else None."""
+    start of a msgpack array of well-formed records cut short inside a record, within its
+    length, then whole frames of well-formed records to the end of the file (or a torn
+    tail). None if no whole frames follow; why, if they do but what is before them is no
+    write cut short (damage, not to be read past -- nor taken for a torn tail)."""
     n = len(data)
     if n - pos < 6 or not _is_array_start(data[pos + 4]):
         return None
@@ -346,8 +379,11 @@ def _after_torn(data: bytes, pos: int) -> int | None:
             if kind != "frame":
                 break
             frames += 1
-        if kind == "end" and frames:
-            return q
+        if kind in ("end", "torn") and frames:
+            if _torn_prefix(data, pos + 4, q):
+                return q
+            return (f"whole frames follow from byte {q}, but what is before them is no "
+                    f"write cut short (a damaged length or count)")
     return None
 
 
@@ -373,17 +409,19 @@ def read_journal(path: str, strict: bool = False) -> Iterator[list]:
             yield from value
             pos = at
             continue
-        if kind == "end":
-            return
-        if kind == "bad":
+        if kind in ("bad", "torn"):
             resumed = _after_torn(data, at)
-            if resumed is not None:
+            if isinstance(resumed, int):
                 if (path, at) not in _warned:
                     _warned.add((path, at))
                     log.warning("journal %s: a record torn by a kill at byte %d, written to "
                                 "after (an older pilotfish): read past it", path, at)
                 pos = resumed
                 continue
+            if resumed is not None:
+                kind, value = "bad", resumed
+        if kind in ("end", "torn"):
+            return
         if strict:
             raise JournalError(path, at, value)
         if (path, at) not in _warned:
@@ -405,9 +443,12 @@ def whole_frames_end(data: bytes) -> int | None:
             return at
         else:
             resumed = _after_torn(data, at)
-            if resumed is None:
+            if isinstance(resumed, int):
+                pos = resumed
+            elif kind == "torn" and resumed is None:
+                return at
+            else:
                 return None
-            pos = resumed
 
 
 _EXIT = struct.Struct("<qiid")
