@@ -132,6 +132,8 @@ def open_private(path: str, flags: int, mode: int = 0o600, own: bool = True) -> 
         if why is not None:
             raise _refuse(path, why + "; pilotfish uses only files it made itself: remove it, or "
                                       "use another path")
+        if own and flags & (os.O_WRONLY | os.O_RDWR) and _stat.S_IMODE(st.st_mode) & ~mode:
+            os.fchmod(fd, mode)  # one made by an older pilotfish (0644): ours alone from now
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
