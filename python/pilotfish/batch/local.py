@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+from .._util import open_private
 from .base import BatchJob, JobState
 
 
@@ -23,15 +24,20 @@ class LocalJob(BatchJob):
 
     def submit(self) -> None:
         os.makedirs(self.sandbox, exist_ok=True)
-        out = open(os.path.join(self.sandbox, "agent.out"), "wb")
-        err = open(os.path.join(self.sandbox, "agent.err"), "wb")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC  # 0600, never through a planted link
+        out = open_private(os.path.join(self.sandbox, "agent.out"), flags)
+        try:
+            err = open_private(os.path.join(self.sandbox, "agent.err"), flags)
+        except BaseException:
+            os.close(out)
+            raise
         try:
             self._proc = subprocess.Popen(
                 self.agent_argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 cwd=self.sandbox, start_new_session=True, close_fds=True)
         finally:
-            out.close()
-            err.close()
+            os.close(out)
+            os.close(err)
         self._started = time.monotonic()
 
     def poll(self) -> tuple[JobState, str | None]:

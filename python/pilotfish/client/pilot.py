@@ -13,7 +13,7 @@ from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
 from .._journal import keeper_state
-from .._util import machine_shape, write_private
+from .._util import machine_shape, private_dir, write_private
 from ..agent.keeper import argv as keeper_argv
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import (PilotDescription, check_descriptions, misfit_partitions,
@@ -478,8 +478,12 @@ class PilotManager:
                 uid = self.session._next_pilot_uid()
                 sandbox = d.sandbox or os.path.join(self.session.path, uid)
                 pilot = Pilot(self, uid, d, sandbox)
+                try:  # journaled before it exists: a journal that cannot take it (a full disk)
+                    self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
+                except OSError as e:  # fails the call, nothing started
+                    raise self.session._journal_error(
+                        e, f"journal pilot {uid} (it was not started) in") from e
                 self.pilots[uid] = pilot
-                self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
                 self._advance(pilot, S.NEW)
                 self._launch(pilot)
             pilots.append(pilot)
@@ -639,8 +643,7 @@ class PilotManager:
                                "secret": secret.decode()}
         bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg), public_key=public)
         try:
-            os.makedirs(pilot.sandbox, mode=0o700, exist_ok=True)
-            os.chmod(pilot.sandbox, 0o700)
+            private_dir(pilot.sandbox)  # 0700, ours: one another user made or may write is refused
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
             write_private(cfg_path, json.dumps(config, indent=1).encode())  # holds its secret
             agent_argv = keeper_argv(cfg_path)  # the agent, under a keeper that outlives it
@@ -671,11 +674,15 @@ class PilotManager:
             pilot.nodes = msg.nodes
             pilot.launcher = msg.launcher
             pilot._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
-            with open(os.path.join(pilot.sandbox, "pilot.json"), "w") as f:
-                json.dump({"uid": pilot.uid, "description": pilot.description.as_dict(),
-                           "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
-                           "launcher": msg.launcher, "agent_cores": 0, "agent_gpus": 0,
-                           "agent_host": msg.host, "agent_pid": msg.pid}, f, indent=1)
+            info_path = os.path.join(pilot.sandbox, "pilot.json")
+            try:  # (for analytics and resume: a full disk must not keep the pilot from ACTIVE)
+                write_private(info_path, json.dumps({
+                    "uid": pilot.uid, "description": pilot.description.as_dict(),
+                    "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
+                    "launcher": msg.launcher, "agent_cores": 0, "agent_gpus": 0,
+                    "agent_host": msg.host, "agent_pid": msg.pid}, indent=1).encode())
+            except OSError as e:
+                log.error("pilot %s: cannot write %s: %s", pilot.uid, info_path, e.strerror or e)
             self._advance(pilot, S.ACTIVE, t=msg.t)
         elif isinstance(msg, _wire.Updates):
             from .task import apply_updates  # (task.py imports this module)

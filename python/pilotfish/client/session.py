@@ -1,20 +1,37 @@
-"""Session: one run of a user's program -- its directory, its events, its managers."""
+"""Session: one run of a user's program -- its directory, its events, its managers.
+
+The session directory is the user's alone: made 0700 by an exclusive mkdir (or an existing
+one of the user's that no one else can write to; one another user owns or can write to is
+refused), every file in it opened without following links and created 0600 (_util's
+private files). One live session per directory: `session.lock` is flock()ed for the
+session's life (a killed session's lock goes with it, so a resume is never blocked by a
+dead holder), and a new session claims the directory by creating `session.json`
+exclusively. Failures of the file system (full, read-only, ...) are SessionErrors naming the
+path and the cause; close() reports them and does not raise.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import itertools
 import json
 import logging
 import os
+import re
+import secrets
+import shutil
 import threading
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from .. import __version__
-from .._errors import PilotfishError, SessionClosed
-from .._events import EventWriter, TaskRecord, write_task_records
+from .._errors import PilotfishError, SessionClosed, SessionError
+from .._events import EventWriter, TaskRecord
 from .._journal import Journal, read_journal
-from .._util import hostname, write_private
+from .._util import hostname, open_private, private_dir, read_private, write_private
 from ._bridge import Bridge
 
 if TYPE_CHECKING:
@@ -55,46 +72,80 @@ class Session:
                  secure: bool = True, resume: bool = False, heartbeat_s: float = 5.0,
                  agent_timeout: float = 60.0, client_timeout: float = 60.0,
                  journal: bool = True):
+        self._lock_fd = -1
+        self._closed = True  # (until it is open)
+        self._lock = threading.Lock()
+        fresh_path = path is None and uid is None  # ours to name again if it is taken
         if path is None:
             if resume:
                 raise PilotfishError("resume=True needs the path of the session to resume")
             base = os.environ.get("PILOTFISH_SESSIONS", DEFAULT_SESSIONS_DIR)
-            path = os.path.join(base, uid or _new_uid())
+            if not base:
+                raise SessionError("$PILOTFISH_SESSIONS is set but empty: set it to the "
+                                   "directory sessions go in, or unset it (./pilotfish-sessions)")
+            uid = uid or new_session_uid()
+            path = os.path.join(base, uid)
+        elif not os.fspath(path):
+            raise SessionError("Session(path=''): an empty path names no directory (it would "
+                               "be the current one); give the session directory, or leave "
+                               "path out for a new one under $PILOTFISH_SESSIONS or "
+                               "./pilotfish-sessions")
         self.path = os.path.abspath(os.fspath(path))
         meta_path = os.path.join(self.path, "session.json")
-        previous = None
-        if os.path.exists(meta_path):
-            with open(meta_path) as f:
-                previous = json.load(f)
-            if not resume:
+        if resume and not os.path.lexists(meta_path):
+            raise PilotfishError(f"nothing to resume: {meta_path} does not exist")
+        with _os_errors("make the session directory", self.path):
+            made = private_dir(self.path)
+            while fresh_path and not made:  # a name someone took: another, never theirs
+                uid = new_session_uid()
+                self.path = os.path.join(os.path.dirname(self.path), uid)
+                meta_path = os.path.join(self.path, "session.json")
+                made = private_dir(self.path)
+        claimed = False
+        try:
+            self._lock_fd = _lock(self.path)
+            previous = _read_meta(meta_path)
+            if previous is not None and not resume:
                 raise PilotfishError(
                     f"{self.path} already holds session {previous.get('uid')}: pass "
                     f"resume=True to continue it (nothing finished is run again), or use "
                     f"another path")
-        elif resume:
-            raise PilotfishError(f"nothing to resume: {meta_path} does not exist")
-        os.makedirs(self.path, mode=0o700, exist_ok=True)
-        os.chmod(self.path, 0o700)  # events, journal, keys and outputs are the user's alone
-        self.uid = previous["uid"] if previous else (uid or _new_uid())
-        self.created = previous["created"] if previous else time.time()
-        self.profile = profile
-        self.heartbeat_s = float(heartbeat_s)
-        self.agent_timeout = float(agent_timeout)
-        self.client_timeout = float(client_timeout)
-        self._resume = Resumed.load(self.path) if previous else None
-        keys = _session_keys(self.path) if secure else None
-        self.events = EventWriter(os.path.join(self.path, "client.events"), enabled=profile)
-        self.events.record("session", "session_resume" if previous else "session_start")
-        self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
-                              address=previous.get("address") if previous else None,
-                              on_refused=lambda what: self.events.record("session", "refused", what),
-                              heartbeat_s=self.heartbeat_s,
-                              pilot_keys=self._resume.pilot_keys() if self._resume else None)
-        write_private(meta_path, json.dumps({
-            "uid": self.uid, "created": self.created, "version": __version__, "host": hostname(),
-            "pid": os.getpid(), "address": self._bridge.address, "secure": keys is not None},
-            indent=1).encode())
-        self.journal = Journal(os.path.join(self.path, "journal"), enabled=journal)
+            if previous is None and resume:
+                raise PilotfishError(f"nothing to resume: {meta_path} does not exist")
+            self.uid = previous["uid"] if previous else (uid or new_session_uid())
+            self.created = previous["created"] if previous else time.time()
+            if previous is None:
+                claimed = _claim(meta_path, self.uid, self.created)
+            self.profile = profile
+            self.heartbeat_s = float(heartbeat_s)
+            self.agent_timeout = float(agent_timeout)
+            self.client_timeout = float(client_timeout)
+            self._resume = Resumed.load(self.path) if previous else None
+            keys = _session_keys(self.path) if secure else None
+            self.events = _SessionEvents(os.path.join(self.path, "client.events"),
+                                         enabled=profile)
+            self.events.record("session", "session_resume" if previous else "session_start")
+            self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
+                                  address=previous.get("address") if previous else None,
+                                  on_refused=lambda what: self.events.record("session", "refused", what),
+                                  heartbeat_s=self.heartbeat_s,
+                                  pilot_keys=self._resume.pilot_keys() if self._resume else None)
+            try:
+                with _os_errors("write", meta_path):
+                    write_private(meta_path, json.dumps({
+                        "uid": self.uid, "created": self.created, "version": __version__,
+                        "host": hostname(), "pid": os.getpid(), "address": self._bridge.address,
+                        "secure": keys is not None}, indent=1).encode())
+                journal_path = os.path.join(self.path, "journal")
+                with _os_errors("open the journal", journal_path):
+                    self.journal = Journal(journal_path, enabled=journal,
+                                           repair=previous is not None)
+            except BaseException:
+                self._bridge.close()
+                raise
+        except BaseException:
+            self._abandon(made, claimed)
+            raise
         r = self._resume
         self._task_ids = itertools.count(r.next_task if r else 0)
         self._pilot_ids = itertools.count(r.next_pilot if r else 0)
@@ -102,12 +153,31 @@ class Session:
         self._pmgrs: list[PilotManager] = []
         self._tmgrs: list[TaskManager] = []
         self._closed = False
-        self._lock = threading.Lock()
         # held while a submit marks the callables its frames carry as sent and queues them
         self._fn_lock = threading.Lock()
+        self._journal_failed = False  # a final could not be journaled (reported once)
         from .adoption import Adopter
 
         self._adopter = Adopter()  # tasks that outlive their agent (see agent/keeper.py)
+
+    def _abandon(self, made: bool, claimed: bool) -> None:
+        """A session that failed to open leaves the directory as it found it: one it made is
+        removed, a session.json it claimed is taken back; its lock is let go. (Only once it
+        held the lock: else the directory is another session's, which locked it first.)"""
+        events = getattr(self, "events", None)
+        if events is not None:
+            events.close()
+        if self._lock_fd < 0:
+            return
+        if made:
+            shutil.rmtree(self.path, ignore_errors=True)
+        elif claimed:
+            try:
+                os.unlink(os.path.join(self.path, "session.json"))
+            except OSError:
+                pass
+        os.close(self._lock_fd)
+        self._lock_fd = -1
 
     @property
     def address(self) -> str:
@@ -126,21 +196,48 @@ class Session:
             raise SessionClosed(f"session {self.uid} is closed")
 
     def close(self, terminate: bool = True) -> None:
-        """Shut the pilots down (canceling what still runs), write task records, stop IO."""
+        """Shut the pilots down (canceling what still runs), write task records, stop IO.
+
+        Never raises for the file system (a full disk, a read-only one): what cannot be
+        written is logged as an error, naming the file, and the rest of close() goes on."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        for tmgr in self._tmgrs:
-            tmgr._close()
-        for pmgr in self._pmgrs:
-            pmgr._close(terminate=terminate)
-        self._adopter.close(terminate)
-        self.events.record("session", "session_stop")
-        self._write_task_records()
-        self._bridge.close()
-        self.journal.close()
-        self.events.close()
+        try:
+            for tmgr in self._tmgrs:
+                tmgr._close()
+            for pmgr in self._pmgrs:
+                self._quietly("stop the pilots of", self.path, pmgr._close, terminate=terminate)
+            self._quietly("stop the adopted tasks of", self.path, self._adopter.close, terminate)
+            self.events.record("session", "session_stop")
+            self._write_task_records()
+            self._bridge.close()
+            self._quietly("close the journal", self.journal.path, self.journal.close)
+            self._quietly("write the events to", self.events.path, self.events.close)
+        finally:
+            if self._lock_fd >= 0:  # the directory is free for a resume
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def _quietly(self, what: str, path: str | None, fn, *args, **kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except OSError as e:
+            log.error("session %s: cannot %s %s: %s", self.uid, what, path, e.strerror or e)
+
+    def _journal_error(self, e: OSError, what: str) -> SessionError:
+        """The SessionError for a journal write that failed (nothing of it is in the journal)."""
+        return _session_error(e, what, self.journal.path)
+
+    def _journal_lost(self, e: OSError, n: int) -> None:
+        """Finals that could not be journaled: logged (the first time), not raised -- the
+        tasks did end; a resume would run them again."""
+        if not self._journal_failed:
+            self._journal_failed = True
+            log.error("session %s: cannot journal %d final states to %s: %s; a resume would "
+                      "run those tasks again (later failures are not logged)", self.uid, n,
+                      self.journal.path, e.strerror or e)
 
     def _write_task_records(self) -> None:
         records = []
@@ -149,10 +246,12 @@ class Session:
             records.append(TaskRecord(
                 t.uid, d.name, t.pilot, d.ranks, d.cores_per_rank, d.gpus_per_rank, t.state,
                 t.exit_code, [s.node_index for s in t.slots] if t.slots else []))
-        try:
-            write_task_records(os.path.join(self.path, "tasks.msgpack"), records)
+        path = os.path.join(self.path, "tasks.msgpack")
+        try:  # (read by _events.read_task_records)
+            write_private(path, _encode_records(records))
         except Exception as e:  # never lose the rest of close() to one record
-            log.warning("cannot write task records: %s", e)
+            log.error("session %s: cannot write the task records %s: %s", self.uid, path,
+                      getattr(e, "strerror", None) or e)
 
     def __enter__(self) -> "Session":
         return self
@@ -164,8 +263,151 @@ class Session:
         return f"Session({self.uid!r}, path={self.path!r})"
 
 
-def _new_uid() -> str:
-    return time.strftime("pf.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}"
+_encode_records = msgspec.msgpack.Encoder().encode
+
+
+def new_session_uid(prefix: str = "pf") -> str:
+    """A session uid: 'pf.20250131.142502.123.9f86d081884c' -- the local time to the
+    millisecond (readable; uids sort by time) and 48 random bits (unique across processes,
+    hosts and containers whose pids are alike)."""
+    t = time.time()
+    return (time.strftime(f"{prefix}.%Y%m%d.%H%M%S.", time.localtime(t))
+            + f"{int(t * 1000) % 1000:03d}.{secrets.token_hex(6)}")
+
+
+class _os_errors:
+    """with _os_errors(what, path): an OSError inside becomes a SessionError naming the path
+    and the cause (a SessionError passes as it is)."""
+
+    def __init__(self, what: str, path: str):
+        self.what, self.path = what, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if e is not None and isinstance(e, OSError) and not isinstance(e, SessionError):
+            raise _session_error(e, self.what, self.path) from e
+        return False
+
+
+_ADVICE = {
+    errno.ENOSPC: "the disk is full: free space there, or use another directory",
+    errno.EDQUOT: "your disk quota is used up: free space there, or use another directory",
+    errno.EROFS: "the file system is read-only: use a directory on a writable one "
+                 "($PILOTFISH_SESSIONS or path=)",
+    errno.EACCES: "you may not write there: use a directory of your own ($PILOTFISH_SESSIONS "
+                  "or path=)",
+}
+
+
+def _session_error(e: OSError, what: str, path: str) -> SessionError:
+    where = e.filename if isinstance(e.filename, str) and e.filename != path else None
+    text = f"cannot {what} {path}" + (f" ({where})" if where else "") + \
+        f": {e.strerror or e}"
+    advice = _ADVICE.get(e.errno)  # type: ignore[arg-type]
+    return SessionError(text + (f" -- {advice}" if advice else ""), path, e.errno)
+
+
+def _lock(path: str) -> int:
+    """flock() `path`/session.lock for this session's life: the descriptor. Another live
+    session holding it is refused (SessionError naming its pid and host); a file system
+    without locks is let through with a warning."""
+    lock_path = os.path.join(path, "session.lock")
+    with _os_errors("lock", lock_path):
+        fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise SessionError(
+                f"{path} is in use by a live session (pid {holder}): two sessions never "
+                f"share a directory; close that one (or wait for it to end), or use another "
+                f"path", path, errno.EBUSY) from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            log.warning("cannot lock %s (%s): this file system has no flock(); two sessions "
+                        "resuming this directory at once would not be told apart", lock_path,
+                        e.strerror)
+        with _os_errors("write", lock_path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} on {hostname()}\n".encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_meta(meta_path: str) -> dict | None:
+    """The session.json of a session that was here, or None."""
+    try:
+        with _os_errors("read", meta_path):
+            data = read_private(meta_path)
+    except SessionError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise
+    try:
+        meta = json.loads(data)
+    except ValueError as e:
+        meta = e
+    if not isinstance(meta, dict) or not isinstance(meta.get("uid"), str) \
+            or not isinstance(meta.get("created"), (int, float)):
+        raise SessionError(f"{meta_path} is not a session's description (a JSON object with "
+                           f"its uid and time); was this directory made by pilotfish? Use "
+                           f"another path", meta_path)
+    return meta
+
+
+def _claim(meta_path: str, uid: str, created: float) -> bool:
+    """Create session.json exclusively: of two new sessions on one path, one wins (also where
+    flock does not work). Its address is written once the session is bound."""
+    with _os_errors("write", meta_path):
+        try:
+            fd = open_private(meta_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            raise SessionError(f"{os.path.dirname(meta_path)} was just taken by another "
+                               f"session; use another path", meta_path, errno.EEXIST) from None
+        try:
+            try:
+                os.write(fd, json.dumps({"uid": uid, "created": created, "version": __version__,
+                                         "host": hostname(), "pid": os.getpid()}).encode())
+            finally:
+                os.close(fd)
+        except BaseException:  # (a full disk) no half-written claim left behind
+            os.unlink(meta_path)
+            raise
+    return True
+
+
+class _SessionEvents(EventWriter):
+    """The client's event log: client.events made 0600 without following a link, and a full
+    disk stops the recording (logged once) instead of failing what recorded the event."""
+
+    def __init__(self, path: str, enabled: bool = True):
+        if enabled:
+            with _os_errors("open the event log", path):
+                os.close(open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+            # EventWriter opens it again by name: in a directory only we can write, the same
+            # file
+        super().__init__(path, enabled=enabled)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as e:
+            self.enabled = False  # events are a profile: the run goes on without them
+            log.error("cannot write the session's events to %s: %s; no more events are "
+                      "recorded", self.path, e.strerror or e)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as e:
+            log.error("cannot write the session's last events to %s: %s", self.path,
+                      e.strerror or e)
 
 
 def _session_keys(path: str) -> tuple[bytes, bytes]:
@@ -175,13 +417,22 @@ def _session_keys(path: str) -> tuple[bytes, bytes]:
 
     key_path = os.path.join(path, "session.key")
     try:
-        with open(key_path) as f:
-            k = json.load(f)
-        return k["public"].encode(), k["secret"].encode()
-    except FileNotFoundError:
-        pass
+        with _os_errors("read", key_path):
+            data = read_private(key_path)
+    except SessionError as e:
+        if e.errno != errno.ENOENT:
+            raise
+    else:
+        try:
+            k = json.loads(data)
+            return k["public"].encode(), k["secret"].encode()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise SessionError(f"{key_path} is not a session key (JSON with its public and "
+                               f"secret key); use another path", key_path) from None
     public, secret = zmq.curve_keypair()
-    write_private(key_path, json.dumps({"public": public.decode(), "secret": secret.decode()}).encode())
+    with _os_errors("write", key_path):
+        write_private(key_path, json.dumps({"public": public.decode(),
+                                            "secret": secret.decode()}).encode())
     return public, secret
 
 
@@ -205,9 +456,8 @@ class Resumed:
         out = {}
         for uid, _, sandbox in self.pilots:
             try:
-                with open(os.path.join(sandbox, "agent.json")) as f:
-                    curve = json.load(f).get("curve")
-            except (OSError, ValueError):
+                curve = json.loads(read_private(os.path.join(sandbox, "agent.json"))).get("curve")
+            except (OSError, ValueError, AttributeError):
                 continue
             if curve:
                 out[uid] = curve["public"].encode()
@@ -215,10 +465,14 @@ class Resumed:
 
     @classmethod
     def load(cls, path: str) -> "Resumed":
+        """Read the session's journal, and its pilots' agent and keeper journals. A journal
+        damaged anywhere but in a last record cut short by a kill, or holding records of the
+        wrong shape, is refused (JournalError: the file, the byte offset, what to do) --
+        never read up to the damage and taken for all there was."""
         r = cls()
         seen = set()
         sandboxes: list[str] = []
-        for rec in read_journal(os.path.join(path, "journal")):
+        for rec in read_journal(os.path.join(path, "journal"), strict=True):
             kind = rec[0]
             if kind == "task":
                 uid = rec[1]
@@ -243,9 +497,22 @@ class Resumed:
         from .._journal import agent_finals, keeper_adopted
 
         for sandbox in sandboxes:
-            for uid, rec in agent_finals(sandbox).items():
+            for uid, rec in agent_finals(sandbox, strict=True).items():
                 r.finals.setdefault(uid, rec)
             for uid in keeper_adopted(sandbox):  # its agent died; its keeper still runs these
                 if uid not in r.finals:
                     r.adopted[uid] = sandbox
+        # a pilot uid is never given twice, even when the journal is gone (moved away, or
+        # never kept): its sandbox still holds the old agent's journals
+        try:
+            names = os.listdir(path)
+        except OSError:
+            names = []
+        for name in names:
+            m = _PILOT_DIR.fullmatch(name)
+            if m:
+                r.next_pilot = max(r.next_pilot, int(m.group(1)) + 1)
         return r
+
+
+_PILOT_DIR = re.compile(r"pilot\.(\d+)")

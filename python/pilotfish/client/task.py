@@ -239,6 +239,16 @@ class TaskManager:
                 except Exception:
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
+        # journaled before anything is registered or sent: a resume knows them all, and a
+        # journal that cannot take them (a full disk) fails the call with nothing done (the
+        # journal takes back a write that fails)
+        try:
+            session.journal.write_encoded(journal)
+        except OSError as e:
+            raise session._journal_error(
+                e, f"journal the {len(to_send)} tasks of this submit (none was registered or "
+                   f"sent) in") from e
+        del journal
 
         now = time.time()
         tasks: list[Task] = []
@@ -266,8 +276,6 @@ class TaskManager:
             self.counts[S.SCHEDULING] += len(tasks)
         session.events.record_many(events)
         del events
-        session.journal.write_encoded(journal)  # before any frame leaves: a resume knows them all
-        del journal
         if resumed:
             self._restore(tasks, resumed)
         if self._callbacks:  # the states before the agent's, in order, before any frame leaves
@@ -606,7 +614,10 @@ class TaskManager:
         or that the user's callbacks have not seen yet."""
         try:
             if finals:
-                self.session.journal.write(finals)
+                try:
+                    self.session.journal.write(finals)
+                except OSError as e:  # (a full disk) they did end: said, not raised
+                    self.session._journal_lost(e, len(finals))
             self._run_callbacks(changed)
         finally:  # even a callback that raises SystemExit must not leave a waiter asleep
             with self._cond:
