@@ -10,6 +10,14 @@ fig4  for n = 1..max-n: a staging area of n servers with the statistics pipeline
 fig9  the Mandelbulb mini-app (examples/insitu_mandelbulb.py, 2 MPI ranks, isosurface
       pipeline) with its area grown 1 -> 4 while it runs, cold and with warm spares:
       per-iteration activate/stage/execute/deactivate and servers.
+
+    .venv/bin/python bench/bench_insitu.py --auth [--iterations 40] [--json OUT]
+
+auth  what authentication costs the data plane (issue 32): two areas of 2 servers on one
+      pilot, one secure (CURVE: every frame encrypted and authenticated, the default) and one
+      with secure=False, the same iteration (8 blocks staged, statistics, deactivate) run
+      alternately on each -- A B B A ... -- at several block sizes; median per iteration and
+      the ratio secure / plain.
 """
 
 from __future__ import annotations
@@ -90,13 +98,65 @@ def fig9(warm: bool) -> list[dict]:
             return json.load(f)
 
 
+def auth_cost(tmgr, iterations: int, sizes: list[int]) -> list[dict]:
+    areas = {}
+    for secure in (True, False):
+        area = insitu.StagingArea(tmgr, servers=2, mpi=False, secure=secure,
+                                  name=f"auth-{'on' if secure else 'off'}")
+        area.create_pipeline("statistics", {"bins": 16, "range": [0, 1]})
+        areas[secure] = (area, area.pipeline("statistics"))
+    rows = []
+    rng = np.random.default_rng(0)
+    it = 0
+    for size in sizes:  # bytes per block
+        blocks = [rng.random(size // 8) for _ in range(8)]
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for k in range(iterations + 2):  # A B B A ...: neither goes first more often
+            for secure in ((True, False) if k % 2 else (False, True)):
+                _, h = areas[secure]
+                t0 = time.perf_counter()
+                h.activate(it)
+                for b, a in enumerate(blocks):
+                    h.stage(b, a)
+                stats = h.execute(it)
+                h.deactivate(it)
+                dt = time.perf_counter() - t0
+                assert stats["count"] == 8 * (size // 8), stats
+                if k >= 2:  # (the first two: connections, warm-up)
+                    times[secure].append(dt)
+                it += 1
+        on, off = statistics.median(times[True]), statistics.median(times[False])
+        rows.append({"block_bytes": size, "secure_ms": on * 1e3, "plain_ms": off * 1e3,
+                     "ratio": on / off})
+        print(f"  8 x {size / 1024:8.0f} KiB: secure {on * 1e3:8.2f} ms  plain "
+              f"{off * 1e3:8.2f} ms  secure/plain {on / off:.3f}", flush=True)
+    for area, h in areas.values():
+        h.close()
+        area.close()
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--max-n", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--auth", action="store_true", help="only the authentication cost")
+    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--sizes", default="8192,131072,1048576,4194304",
+                    help="bytes per block, comma-separated (--auth)")
     ap.add_argument("--json")
     a = ap.parse_args()
     result = {}
+    if a.auth:
+        with pf.Session() as s:
+            _, tmgr, _ = start_pilot(s, nodes=1, cores_per_node=8, runtime="1h")
+            print(f"auth: per iteration, median of {a.iterations} (alternating)")
+            result["auth"] = auth_cost(tmgr, a.iterations,
+                                       [int(x) for x in a.sizes.split(",")])
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(result, f, indent=1)
+        return 0
     with pf.Session() as s:
         _, tmgr, _ = start_pilot(s, nodes=1, cores_per_node=32, runtime="1h")
         print(f"fig4: staging area n -> n+1 servers, until an iteration ran on n+1 "

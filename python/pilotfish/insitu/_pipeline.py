@@ -10,6 +10,7 @@ module="pkg.mod") imports yours), or through the entry point group
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable
 
@@ -62,6 +63,15 @@ def pipeline(name: str) -> Callable[[type], type]:
     return register
 
 
+@functools.lru_cache(maxsize=1)
+def _entry_points() -> dict:
+    """The installed pipelines' entry points, by name (read once: a scan of every installed
+    distribution costs ~50 ms, per unknown name a client asks for)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
+
+
 def lookup(name: str, module: str | None = None) -> type:
     """The pipeline class registered as `name` (importing `module`, a shipped pipeline's
     module, or an entry point first); InsituError if there is none."""
@@ -76,11 +86,9 @@ def lookup(name: str, module: str | None = None) -> type:
         elif name in SHIPPED:
             importlib.import_module(SHIPPED[name])
         else:
-            from importlib.metadata import entry_points
-
-            for ep in entry_points(group=ENTRY_POINTS):
-                if ep.name == name:
-                    _REGISTRY[name] = ep.load()
+            ep = _entry_points().get(name)
+            if ep is not None:
+                _REGISTRY[name] = ep.load()
     cls = _REGISTRY.get(name)
     if cls is None:
         known = sorted(set(_REGISTRY) | set(SHIPPED))

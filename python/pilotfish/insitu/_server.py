@@ -27,7 +27,6 @@ that any process reaching the port may drive (for measurements; never on a share
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import os
 import pickle
@@ -47,8 +46,6 @@ from ._pipeline import InsituError, lookup
 
 PEER_TIMEOUT_S = 60.0
 VIEW_WAIT_S = 5.0       # an activate may wait this long for the view it names (parked)
-KEY_WAIT_S = 5.0        # an unknown key may wait this long for a view that names it
-MAX_KEY_WAITS = 64      # connections waiting so at once (more are refused at once)
 INBOX_MAX = int(os.environ.get("PILOTFISH_INSITU_INBOX_MB", "1024")) << 20
 LOG_FIRST = 20          # drops and refusals logged one by one; then every LOG_EVERY-th
 LOG_EVERY = 1000
@@ -79,29 +76,22 @@ class _Gate(ThreadAuthenticator):
     def __init__(self, ctx: zmq.Context, server: "Server"):
         super().__init__(ctx)
         self.server = server
-        self.waiting = 0
 
     def curve_user_id(self, client_public_key: bytes) -> str:
         z = z85.encode(client_public_key)
         uid = self.server.peer_uids.get(z)
         return "client" if z == self.server.client_public else f"peer {uid}"
 
-    async def callback(self, domain: str, key: bytes) -> bool:  # the credentials provider
+    def callback(self, domain: str, key: bytes) -> bool:  # the credentials provider
+        """Let in the client key and the keys of the group's servers, as of the latest view
+        (pyzmq answers ZAP requests one at a time: never wait here). A server that joined
+        after that view is refused once and let in when its connection retries (ZeroMQ
+        reconnects after a refused handshake), by then in the view."""
         srv = self.server
         if key == srv.client_public or key in srv.peer_uids:
             return True
-        if self.waiting < MAX_KEY_WAITS:  # a server that joined since our last view
-            self.waiting += 1
-            try:
-                deadline = time.monotonic() + KEY_WAIT_S
-                while time.monotonic() < deadline:
-                    await asyncio.sleep(0.02)
-                    srv.learn_keys()
-                    if key in srv.peer_uids:
-                        return True
-            finally:
-                self.waiting -= 1
-        return False  # (counted by the server's socket monitor: HANDSHAKE_FAILED_AUTH)
+        srv.learn_keys()
+        return key in srv.peer_uids  # (refusals are counted by the socket monitor)
 
 
 class Server:
