@@ -278,3 +278,21 @@ def test_one_process_cannot_hold_one_path_twice(tmp_path):
         first.close()
     with pf.Session(path=path, resume=True) as s:
         assert s.uid == first.uid
+
+
+def test_a_forked_child_does_not_keep_the_session_locked(tmp_path):
+    """A child forked while a session is open (multiprocessing's fork) does not hold it: once
+    the parent closes it, it resumes at once."""
+    path = tmp_path / "s"
+    s = pf.Session(path=path)
+    pid = os.fork()
+    if pid == 0:  # the child lives on, doing nothing with the session
+        time.sleep(5)
+        os._exit(0)
+    try:
+        s.close()
+        with pf.Session(path=path, resume=True) as again:
+            assert again.uid == s.uid
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

@@ -176,7 +176,7 @@ class Session:
                 os.unlink(os.path.join(self.path, "session.json"))
             except OSError:
                 pass
-        os.close(self._lock_fd)
+        _unlock(self._lock_fd)
         self._lock_fd = -1
 
     @property
@@ -217,7 +217,7 @@ class Session:
             self._quietly("write the events to", self.events.path, self.events.close)
         finally:
             if self._lock_fd >= 0:  # the directory is free for a resume
-                os.close(self._lock_fd)
+                _unlock(self._lock_fd)
                 self._lock_fd = -1
 
     def _quietly(self, what: str, path: str | None, fn, *args, **kwargs) -> None:
@@ -309,6 +309,28 @@ def _session_error(e: OSError, what: str, path: str) -> SessionError:
     return SessionError(text + (f" -- {advice}" if advice else ""), path, e.errno)
 
 
+_LOCK_FDS: set[int] = set()  # the session.lock descriptors of this process's live sessions
+
+
+def _drop_locks_in_child() -> None:
+    """A forked child does not hold its parent's sessions open: its copies of their lock
+    descriptors are closed (the lock stays with the parent, and goes when the parent's does)."""
+    for fd in list(_LOCK_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
+def _unlock(fd: int) -> None:
+    _LOCK_FDS.discard(fd)
+    os.close(fd)
+
+
 def _lock(path: str) -> int:
     """flock() `path`/session.lock for this session's life: the descriptor. Another live
     session holding it is refused (SessionError naming its pid and host); a file system
@@ -337,6 +359,7 @@ def _lock(path: str) -> int:
     except BaseException:
         os.close(fd)
         raise
+    _LOCK_FDS.add(fd)
     return fd
 
 
