@@ -163,14 +163,20 @@ def private_dir(path: str) -> bool:
 
     Refused (SessionError naming the path, why, and what to do): a directory another user
     owns or may write to (group or others: they could have planted files or links in it),
-    a symbolic link another user owns, and a parent directory in which someone else could
-    swap the directory for theirs (owned by another user, or writable by every user without
-    the sticky bit). OSErrors (read-only or full file system, ...) are raised as they are.
+    a symbolic link another user owns (as the directory or its parent), and a parent
+    directory in which someone else could swap the directory for theirs (owned by another
+    user, or writable by every user without the sticky bit). Only the parent is looked at,
+    not the ancestors above it. OSErrors (read-only or full file system, ...) are raised as
+    they are.
     """
     path = os.path.abspath(path)
     me = os.geteuid()
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
+    st = os.lstat(parent)
+    if _stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+        raise _refuse(parent, f"is a symbolic link owned by {user_name(st.st_uid)}, who can "
+                              f"point it elsewhere at any time; use a directory of your own")
     st = os.stat(parent)
     if st.st_uid not in (me, 0):
         raise _refuse(parent, f"is owned by {user_name(st.st_uid)}, who could replace "

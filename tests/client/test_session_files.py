@@ -296,3 +296,18 @@ def test_a_forked_child_does_not_keep_the_session_locked(tmp_path):
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+@needs_root
+def test_a_sessions_link_another_user_owns_is_refused(shared, monkeypatch):
+    """$PILOTFISH_SESSIONS=/tmp/pf-sessions, made beforehand by the other user as a link to
+    a directory of ours: they could point it at theirs at any moment."""
+    root, base = shared
+    ours = os.path.join(root, "ours")
+    os.mkdir(ours, 0o700)
+    link = os.path.join(base, "pf-sessions")
+    _as_nobody(f"ln -s {ours} {link}")
+    monkeypatch.setenv("PILOTFISH_SESSIONS", link)
+    with pytest.raises(pf.PilotfishError, match=re.escape(link) + ".*link owned by"):
+        pf.Session()
+    assert os.listdir(ours) == []
