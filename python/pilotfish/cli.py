@@ -125,8 +125,10 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     from .client import PilotManager, Session, TaskManager
     from .client.progress import wait_with_progress
 
+    from .client.session import new_session_uid
+
     w = _load_workload(workload)
-    path = os.path.join(sessions, time.strftime("pf.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}") if sessions else None
+    path = os.path.join(sessions, new_session_uid()) if sessions else None
     t0 = time.time()
     from ._errors import PilotfishError
 
@@ -135,12 +137,12 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     except PilotfishError as e:
         raise BadInput(str(e)) from None
     with session:
-        pmgr = PilotManager(session)
-        pilot = pmgr.submit_pilots(w.pilot)
-        tmgr = TaskManager(session)
-        tmgr.add_pilots(pilot)
         descs = w.descriptions()
-        try:
+        try:  # (a full disk is a SessionError here: exit 2 with its path, no traceback)
+            pmgr = PilotManager(session)
+            pilot = pmgr.submit_pilots(w.pilot)
+            tmgr = TaskManager(session)
+            tmgr.add_pilots(pilot)
             tasks = tmgr.submit_tasks(descs)
         except (ValueError, PilotfishError) as e:
             raise BadInput(str(e)) from None
@@ -242,14 +244,19 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         pdesc = PilotDescription(pd)
     except DescriptionError as e:
         raise BadInput(f"pilot: {e}") from None
-    path = os.path.join(sessions, time.strftime("pf.sim.%Y%m%d.%H%M%S.") + f"{os.getpid():05d}") \
-        if sessions else None
+    from .client.session import new_session_uid
+
+    path = os.path.join(sessions, new_session_uid("pf.sim")) if sessions else None
     t0 = time.time()
-    with Session(path=path) as session:
-        pilot = PilotManager(session).submit_pilots(pdesc)
-        tmgr = TaskManager(session)
-        tmgr.add_pilots(pilot)
+    try:
+        session = Session(path=path)
+    except PilotfishError as e:
+        raise BadInput(str(e)) from None
+    with session:
         try:
+            pilot = PilotManager(session).submit_pilots(pdesc)
+            tmgr = TaskManager(session)
+            tmgr.add_pilots(pilot)
             tasks = tmgr.submit_tasks(w.descriptions())
         except (ValueError, PilotfishError) as e:
             raise BadInput(str(e)) from None

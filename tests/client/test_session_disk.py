@@ -120,11 +120,14 @@ def test_read_only_sessions_directory_is_a_pilotfish_error(tmpfs, monkeypatch):
         pf.Session()
 
 
-def test_cli_run_on_a_read_only_sessions_directory_exits_2(tmpfs, tmp_path):
+@pytest.mark.parametrize("command", ["run", "simulate"])
+def test_cli_on_a_read_only_sessions_directory_exits_2(tmpfs, tmp_path, command):
     ro = tmpfs("1m", ro=True)
     wl = tmp_path / "w.yaml"
-    wl.write_text("pilot: {runtime: 5m}\ntasks:\n  - {count: 1, executable: /bin/true}\n")
-    r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "run", "-q", "--sessions",
+    wl.write_text("pilot: {runtime: 5m}\ntasks:\n  - {count: 1, executable: /bin/true, "
+                  "duration: 1}\n")
+    r = subprocess.run([sys.executable, "-m", "pilotfish.cli", command,
+                        *(["-q"] if command == "run" else []), "--sessions",
                         str(ro / "sessions"), str(wl)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
