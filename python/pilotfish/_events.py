@@ -51,7 +51,12 @@ class EventWriter:
         self._flush_every = flush_every
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
-        self._fh = open(self.path, "ab") if self.enabled else None
+        self._fh = None
+        if self.enabled:  # never through a planted link; 0600 (the agent's and the client's)
+            from ._util import open_private
+
+            fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            self._fh = os.fdopen(fd, "ab")
 
     def record(self, uid: str, name: str, detail: str | None = None, t: float | None = None) -> None:
         if not self.enabled:
@@ -134,10 +139,9 @@ _decode_records = msgspec.msgpack.Decoder(list[TaskRecord]).decode
 
 
 def write_task_records(path: str | os.PathLike, records: list[TaskRecord]) -> None:
-    tmp = os.fspath(path) + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(_encode_records(records))
-    os.replace(tmp, path)
+    from ._util import write_private  # (0600, through an unguessable temporary)
+
+    write_private(os.fspath(path), _encode_records(records))
 
 
 def read_task_records(path: str | os.PathLike) -> list[TaskRecord]:
