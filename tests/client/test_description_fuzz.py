@@ -13,7 +13,7 @@ import math
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pilotfish as pf
@@ -241,8 +241,8 @@ def outcome(cls, mode: str, kw: dict, shape: list) -> tuple[str, str]:
         # checked at submit; the journal keeps the callable's name: client/task.py)
         msgspec.msgpack.encode({k: v for k, v in values.items()
                                 if k not in ("function", "args", "kwargs")})
-        if mode == "check_descriptions":
-            assert d.executable is not None
+        if mode == "check_descriptions":  # complete: a program or a function
+            assert (d.executable is None) != (d.function is None), values
         check_placeable(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank, shape)
     else:
         json.dumps(values, allow_nan=False)  # agent.json, pilot.json
@@ -285,6 +285,7 @@ _FUZZ = settings(max_examples=2000, deadline=None, database=None,
 
 @_FUZZ
 @given(all_cases)
+@example((pf.TaskDescription, "check_descriptions", {"function": int}, [(1, 0, 0)]))
 def test_every_keyword_set_is_a_description_or_a_description_error(case):
     outcome(*case)
 
