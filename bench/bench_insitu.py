@@ -13,11 +13,12 @@ fig9  the Mandelbulb mini-app (examples/insitu_mandelbulb.py, 2 MPI ranks, isosu
 
     .venv/bin/python bench/bench_insitu.py --auth [--iterations 40] [--json OUT]
 
-auth  what authentication costs the data plane (issue 32): two areas of 2 servers on one
-      pilot, one secure (CURVE: every frame encrypted and authenticated, the default) and one
-      with secure=False, the same iteration (8 blocks staged, statistics, deactivate) run
-      alternately on each -- A B B A ... -- at several block sizes; median per iteration and
-      the ratio secure / plain.
+auth  what authentication costs the data plane (issue 32): three areas of 2 servers on one
+      pilot -- authenticated (the default: PLAIN handshakes checked by ZAP, nothing
+      encrypted), encrypted (encrypt=True: CURVE) and open (secure=False) -- the same
+      iteration (8 blocks staged, statistics, deactivate) run on each in turn, the order
+      rotating every round, at several block sizes; median per iteration and the ratios to
+      the open area.
 """
 
 from __future__ import annotations
@@ -98,22 +99,26 @@ def fig9(warm: bool) -> list[dict]:
             return json.load(f)
 
 
+MODES = {"auth": dict(secure=True), "curve": dict(secure=True, encrypt=True),
+         "open": dict(secure=False)}
+
+
 def auth_cost(tmgr, iterations: int, sizes: list[int]) -> list[dict]:
     areas = {}
-    for secure in (True, False):
-        area = insitu.StagingArea(tmgr, servers=2, mpi=False, secure=secure,
-                                  name=f"auth-{'on' if secure else 'off'}")
+    for mode, kw in MODES.items():
+        area = insitu.StagingArea(tmgr, servers=2, mpi=False, name=f"auth-{mode}", **kw)
         area.create_pipeline("statistics", {"bins": 16, "range": [0, 1]})
-        areas[secure] = (area, area.pipeline("statistics"))
+        areas[mode] = (area, area.pipeline("statistics"))
     rows = []
     rng = np.random.default_rng(0)
     it = 0
+    order = list(MODES)
     for size in sizes:  # bytes per block
         blocks = [rng.random(size // 8) for _ in range(8)]
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for k in range(iterations + 2):  # A B B A ...: neither goes first more often
-            for secure in ((True, False) if k % 2 else (False, True)):
-                _, h = areas[secure]
+        times: dict[str, list[float]] = {m: [] for m in MODES}
+        for k in range(iterations + 2):  # the order rotates: none goes first more often
+            for mode in order[k % 3:] + order[:k % 3]:
+                _, h = areas[mode]
                 t0 = time.perf_counter()
                 h.activate(it)
                 for b, a in enumerate(blocks):
@@ -123,13 +128,16 @@ def auth_cost(tmgr, iterations: int, sizes: list[int]) -> list[dict]:
                 dt = time.perf_counter() - t0
                 assert stats["count"] == 8 * (size // 8), stats
                 if k >= 2:  # (the first two: connections, warm-up)
-                    times[secure].append(dt)
+                    times[mode].append(dt)
                 it += 1
-        on, off = statistics.median(times[True]), statistics.median(times[False])
-        rows.append({"block_bytes": size, "secure_ms": on * 1e3, "plain_ms": off * 1e3,
-                     "ratio": on / off})
-        print(f"  8 x {size / 1024:8.0f} KiB: secure {on * 1e3:8.2f} ms  plain "
-              f"{off * 1e3:8.2f} ms  secure/plain {on / off:.3f}", flush=True)
+        med = {m: statistics.median(t) for m, t in times.items()}
+        rows.append({"block_bytes": size, **{f"{m}_ms": v * 1e3 for m, v in med.items()},
+                     "auth/open": med["auth"] / med["open"],
+                     "curve/open": med["curve"] / med["open"]})
+        print(f"  8 x {size / 1024:8.0f} KiB: authenticated {med['auth'] * 1e3:8.2f} ms  "
+              f"encrypted {med['curve'] * 1e3:8.2f} ms  open {med['open'] * 1e3:8.2f} ms  "
+              f"auth/open {med['auth'] / med['open']:.3f}  "
+              f"curve/open {med['curve'] / med['open']:.3f}", flush=True)
     for area, h in areas.values():
         h.close()
         area.close()

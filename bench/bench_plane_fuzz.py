@@ -1,14 +1,16 @@
 """Fuzz the data planes as bench_wire_fuzz.py fuzzes the agent's control plane: staging
 servers and rank notes, with garbage and forged frames, while their owner works.
 
-    .venv/bin/python bench/bench_plane_fuzz.py staging [--frames 20000] [--seed 0]
+    .venv/bin/python bench/bench_plane_fuzz.py staging [--frames 20000] [--seed 0] [--encrypt]
     scripts/substrates/slurm.sh exec .venv/bin/python bench/bench_plane_fuzz.py notes \
         [--datagrams 20000] [--tasks 60]
 
-staging  a staging area of 2 servers (secure, ZeroMQ collectives) takes --frames frames from
-         three kinds of sender, mixed: strangers speaking plain ZeroMQ (forged collective
-         pickles, pings, destroys, garbage; a fresh connection every 50 frames), strangers
-         speaking CURVE with the servers' real public keys but keys of their own, and a client
+staging  a staging area of 2 servers (authenticated -- CURVE with --encrypt -- ZeroMQ
+         collectives) takes --frames frames from three kinds of sender, mixed: strangers
+         speaking ZeroMQ without credentials (forged collective pickles, pings, destroys,
+         garbage; a fresh connection every 50 frames), strangers with wrong credentials (PLAIN
+         as "client" with a password of their own; with --encrypt, CURVE with the servers'
+         real public keys but keys of their own), and a client
          holding the area's key sending garbage (random frames, collective messages a client
          may not send, requests of random shape to a pipeline of its own). Every 500 frames
          the owner runs an iteration and checks it exactly against numpy. At the end: the same
@@ -142,7 +144,8 @@ def staging(args) -> int:
     ok = True
     with pf.Session() as s:
         _, tmgr, _ = start_pilot(s, nodes=1, cores_per_node=8, runtime="1h")
-        area = insitu.StagingArea(tmgr, servers=2, mpi=False, name="fuzzed")
+        area = insitu.StagingArea(tmgr, servers=2, mpi=False, name="fuzzed",
+                                  encrypt=args.encrypt)
         area.create_pipeline("statistics", {"bins": 8, "range": [0, 1]})
         area.create_pipeline("fuzz", {"bins": 2}, type="statistics")
         h = area.pipeline("statistics")
@@ -151,7 +154,7 @@ def staging(args) -> int:
         pids = _server_pids()
         rss0 = {p: _rss_mib(p) for p in pids}
         ctx = zmq.Context()
-        sent = {"stranger_plain": 0, "stranger_curve": 0, "client": 0}
+        sent = {"stranger_plain": 0, "stranger_credentials": 0, "client": 0}
         plain: dict = {}
         curve: dict = {}
         client = _Channel(area._keys)
@@ -170,7 +173,7 @@ def staging(args) -> int:
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.setsockopt(zmq.SNDHWM, 100)
                     sock.connect(m.endpoint)
-            elif who == "stranger_curve":
+            elif who == "stranger_credentials":
                 sock = curve.get(m.endpoint)
                 if sock is None or sent[who] % 50 == 0:
                     if sock is not None:
@@ -178,10 +181,14 @@ def staging(args) -> int:
                     sock = curve[m.endpoint] = ctx.socket(zmq.DEALER)
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.setsockopt(zmq.SNDHWM, 100)
-                    sock.setsockopt(zmq.CURVE_SERVERKEY, m.info["curve"].encode())
-                    pub, sec = zmq.curve_keypair()
-                    sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
-                    sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
+                    if args.encrypt:
+                        sock.setsockopt(zmq.CURVE_SERVERKEY, m.info["curve"].encode())
+                        pub, sec = zmq.curve_keypair()
+                        sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
+                        sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
+                    else:
+                        sock.setsockopt(zmq.PLAIN_USERNAME, rng.choice([b"client", b"peer " + m.uid.encode()]))
+                        sock.setsockopt(zmq.PLAIN_PASSWORD, rng.randbytes(16).hex().encode())
                     sock.connect(m.endpoint)
             else:
                 sock = client.sock(m.endpoint)
@@ -308,6 +315,7 @@ def main() -> int:
     a = sub.add_parser("staging")
     a.add_argument("--frames", type=int, default=20_000)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--encrypt", action="store_true", help="an area with encrypt=True (CURVE)")
     b = sub.add_parser("notes")
     b.add_argument("--datagrams", type=int, default=20_000)
     b.add_argument("--tasks", type=int, default=60)

@@ -167,6 +167,9 @@ class Membership:
         self.uid = uid
         self.group = group
         self.endpoint = endpoint
+        # what the group's members alone share (bytes; from the pilot, with the answer to
+        # the announcement): members prove themselves to one another with it
+        self.secret: bytes | None = None
         self.leaving = threading.Event()
         self._probe = probe
         self._on_leave_cbs: list[Callable[[], Any]] = []
@@ -211,6 +214,8 @@ def announce(endpoint: str, *, probe: Callable[[], bool] | None = None,
     if reply[0] == "refused":
         peer.members.pop(uid, None)
         raise ServiceError(f"announce {endpoint!r}: {reply[2]}")
+    if len(reply) > 2 and isinstance(reply[2], str):
+        m.secret = reply[2].encode()
     return m
 
 

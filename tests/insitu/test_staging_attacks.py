@@ -113,6 +113,9 @@ def _nobody() -> int:
     return pwd.getpwnam("nobody").pw_uid
 
 
+MODES = [pytest.param(False, id="plain-auth"), pytest.param(True, id="curve")]
+
+
 @pytest.fixture(scope="module")
 def pilot(tmp_path_factory):
     path = tmp_path_factory.mktemp("insitu_attacks") / "session"
@@ -144,12 +147,13 @@ def _ping(area, member) -> dict:
     return result
 
 
-def test_another_user_cannot_drive_or_poison_the_servers(pilot, tmp_path):
+@pytest.mark.parametrize("encrypt", MODES)
+def test_another_user_cannot_drive_or_poison_the_servers(pilot, tmp_path, encrypt):
     """nobody's forged collective (a pickle that runs `id`), ping, destroy and garbage reach
     nothing: no command ran, no answer came, the servers are the same processes, the owner's
     next iterations are exact and the refused connections were counted."""
     _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2, mpi=False)
+    area = insitu.StagingArea(tmgr, servers=2, mpi=False, encrypt=encrypt)
     area.create_pipeline("statistics", {"bins": 4, "range": [0, 1]})
     h = area.pipeline("statistics")
     rng = np.random.default_rng(7)
@@ -171,13 +175,14 @@ def test_another_user_cannot_drive_or_poison_the_servers(pilot, tmp_path):
     area.close()
 
 
-def test_bad_frames_from_a_client_are_dropped_and_counted(pilot):
+@pytest.mark.parametrize("encrypt", MODES)
+def test_bad_frames_from_a_client_are_dropped_and_counted(pilot, encrypt):
     """Even a client that holds the area's key cannot kill or stall a server: garbage,
     collective messages (only servers may send them), a module that exits on import and an
     activate of an epoch that never comes -- the server answers what it can, drops the rest,
     counts it, and serves on."""
     _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2, mpi=False)
+    area = insitu.StagingArea(tmgr, servers=2, mpi=False, encrypt=encrypt)
     area.create_pipeline("statistics", {"bins": 4, "range": [0, 1]})
     h = area.pipeline("statistics")
     rng = np.random.default_rng(3)
@@ -193,7 +198,7 @@ def test_bad_frames_from_a_client_are_dropped_and_counted(pilot):
     s.send_multipart([b"req"])
     s.send_multipart([b"req", b"\xc1"])  # answered: bad request
     assert s.poll(10_000)
-    rid, ok, why = msgspec.msgpack.decode(s.recv_multipart()[1])
+    rid, ok, why = msgspec.msgpack.decode(s.recv_multipart()[2])
     assert not ok and why.startswith("bad request")
     # a module that exits on import: an error, not a server that exits 0 and is never replaced
     ch.send(m.endpoint, {"op": "create", "pipeline": "x", "module": "unittest.__main__",
@@ -249,3 +254,45 @@ def test_inbox_is_bounded_and_dropped_with_its_iteration(monkeypatch):
     srv._sender = lambda frames: "client"  # only servers send collective messages
     srv._take(coll("q/2/3", 0, 10))
     assert srv.stats["dropped"] == 5 and len(srv.inbox) == 1
+
+
+def test_a_reply_without_the_servers_proof_is_never_read(monkeypatch):
+    """Someone who took over a dead server's port (plain-auth: nothing is encrypted) can
+    accept a client's connection, but cannot answer as that server: a reply without the
+    server's proof is dropped unread (its pickle would run a command), and what the client
+    proved itself with works at that server only."""
+    from pilotfish.insitu import _auth, _client
+
+    monkeypatch.setattr(_client, "REPLY_TIMEOUT_S", 2.0)
+    from zmq.auth.thread import ThreadAuthenticator
+
+    class TakesAnyone(ThreadAuthenticator):
+        def _authenticate_plain(self, domain, username, password):
+            return True, b"OK"
+
+    ctx = zmq.Context()
+    gate = TakesAnyone(ctx)
+    gate.start()
+    squatter = ctx.socket(zmq.ROUTER)
+    squatter.setsockopt(zmq.ZAP_DOMAIN, b"squat")
+    squatter.setsockopt(zmq.PLAIN_SERVER, 1)
+    port = squatter.bind_to_random_port("tcp://127.0.0.1")
+    endpoint = f"tcp://127.0.0.1:{port}"
+    public, secret = zmq.curve_keypair()
+    ch = _Channel(lambda ep: (_auth.PLAIN_AUTH, "area.m0003", None, (public, secret)))
+    ch.send(endpoint, {"op": "ping"})
+    assert squatter.poll(5000)
+    ident, kind, hdr = squatter.recv_multipart()
+    forged = b"cos\nsystem\n(S'echo pwned'\ntR."
+    for proof in (b"", b"0" * 32, _auth.reply_proof(secret, "area.m0004")):
+        squatter.send_multipart([ident, b"rep", proof, msgspec.msgpack.encode([0, True, None]),
+                                 forged])
+    with pytest.raises(insitu.InsituError, match="did not answer"):
+        ch.collect()
+    ch.close()
+    # the password it saw is bound to the server it was for
+    assert _auth.request_password(secret, "area.m0003") != \
+        _auth.request_password(secret, "area.m0004")
+    squatter.close(0)
+    gate.stop()
+    ctx.term()

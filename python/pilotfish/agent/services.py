@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 
@@ -91,6 +92,9 @@ class Group:
         # the key pair its clients prove themselves with: made here, handed out only with
         # views (to the client and to subscribed tasks, over their CURVE connections)
         self.client_key = [k.decode() for k in zmq.curve_keypair()]
+        # what its members alone share (they prove themselves to one another with it):
+        # handed to each member in the answer to its announcement
+        self.member_secret = secrets.token_hex(32)
 
     def live(self) -> list[Member]:
         return [m for m in self.members.values() if m.state in (STARTING, READY)]
@@ -548,7 +552,7 @@ class ServiceRegistry:
                 return
             m.ident = ident
             self._ready(m, endpoint, info)
-            self._reply(ident, ["announced", uid])
+            self._reply(ident, ["announced", uid, m.group.member_secret])
         elif kind == "pong":
             m = self.members.get(msg[1])
             if m is None or m.state != READY:

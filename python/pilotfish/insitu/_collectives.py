@@ -34,7 +34,8 @@ class Collectives:
         payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         hdr = msgspec.msgpack.encode([self.tag, seq, self.rank, len(buffers)])
         self.server.peer_send(self.endpoints[to], [b"coll", hdr, payload]
-                              + [b.raw() for b in buffers])
+                              + [b.raw() for b in buffers],
+                              self.uids[to] if self.uids is not None else None)
 
     def _recv(self, seq: int, frm: int) -> Any:
         frames = self.server.peer_recv(self.tag, seq, frm,

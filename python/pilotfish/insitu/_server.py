@@ -7,22 +7,22 @@ One ZeroMQ ROUTER socket, announced as the member's endpoint, takes both clients
 (b"coll", ...). Staged arrays stay in the frames they arrived in (no copy). While a pipeline
 waits in a collective, client requests that arrive are kept for after.
 
-Who may speak (secure, the default): the ROUTER is a CURVE server with a key pair this
-process makes at start; its public key goes out with its endpoint in the group's view (the
-agent hands views only to the program that started the area and to tasks of the pilot, over
-their own CURVE connections). A ZAP handler lets in two kinds of keys only:
-  - the group's client key (the agent makes it per group and hands it out with the views):
-    the connection is a *client*, whose frames may only be requests;
-  - the key of a server in one of the group's views: a *peer*, whose frames may only be
-    collective messages -- and only those are unpickled, once the sender proved to be the
-    rank that the message says sent it.
-Anything else is refused in the handshake (as is a peer that speaks no CURVE at all), counted
-and logged (a monitor on the socket sees every failed handshake). Every frame that gets in is
+Who may speak (_auth.py says how each mode proves it): every connection is authenticated in
+ZeroMQ's handshake -- PLAIN with passwords derived from the group's secrets (the default), or
+CURVE (encrypt=True) -- and a ZAP handler labels it:
+  - a *client* (it proved it holds the group's client secret or key, which the agent hands
+    out only with the group's views, to the program that started the area and to tasks of
+    the pilot, over their own CURVE connections): its frames may only be requests;
+  - a *peer* "peer <uid>" (another server of the group): its frames may only be collective
+    messages -- and only those are unpickled, once the sender proved to be the rank that the
+    message says sent it.
+Anything else is refused in the handshake, counted and logged (a monitor on the socket sees
+every failed handshake). Every reply carries the server's proof to the client (plain-auth). Every frame that gets in is
 checked: a bad one is dropped, counted and logged, never fatal. Collective messages not yet
 consumed are bounded in bytes (INBOX_MAX) and dropped with their iteration. An activate whose
 view this server has not seen yet is parked (not waited for): the server keeps serving.
-PILOTFISH_INSITU_SECURE=0 (StagingArea(secure=False)) turns all of this off: a plain ROUTER
-that any process reaching the port may drive (for measurements; never on a shared machine).
+PILOTFISH_INSITU_SECURE=none (StagingArea(secure=False)) turns all of this off: a ROUTER that
+any process reaching the port may drive (for measurements; never on a shared machine).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from zmq.utils import z85
 
 from .. import service
 from .._sockets import host_address
+from . import _auth
 from ._collectives import Collectives, MPICollectives, build_mpi_comm
 from ._pipeline import InsituError, lookup
 
@@ -49,7 +50,6 @@ VIEW_WAIT_S = 5.0       # an activate may wait this long for the view it names (
 INBOX_MAX = int(os.environ.get("PILOTFISH_INSITU_INBOX_MB", "1024")) << 20
 LOG_FIRST = 20          # drops and refusals logged one by one; then every LOG_EVERY-th
 LOG_EVERY = 1000
-ZAP_DOMAIN = b"pilotfish-insitu"
 
 _enc = msgspec.msgpack.encode
 _dec = msgspec.msgpack.decode
@@ -70,8 +70,9 @@ class Active:
 
 
 class _Gate(ThreadAuthenticator):
-    """ZAP for one server (pyzmq's authenticator thread): the client key gets user id
-    "client", a peer's key "peer <uid>" (frames carry it as their User-Id)."""
+    """ZAP for one server (pyzmq's authenticator thread). CURVE: the client key gets user id
+    "client", a peer's key "peer <uid>"; PLAIN: the user name is the id ("client" or
+    "peer <uid>"), let in with its password (_auth.py). Frames carry it as their User-Id."""
 
     def __init__(self, ctx: zmq.Context, server: "Server"):
         super().__init__(ctx)
@@ -93,33 +94,57 @@ class _Gate(ThreadAuthenticator):
         srv.learn_keys()
         return key in srv.peer_uids  # (refusals are counted by the socket monitor)
 
+    def _authenticate_plain(self, domain: str, username: str, password: str
+                            ) -> tuple[bool, bytes]:
+        srv = self.server
+        given = password.encode(errors="replace")
+        if username == "client":
+            ok = _auth.same(given, srv.request_password)
+        elif username.startswith("peer ") and srv.me is not None and srv.me.secret:
+            ok = _auth.same(given, _auth.peer_password(srv.me.secret, username[5:], srv.uid))
+        else:
+            ok = False
+        return ok, (b"OK" if ok else b"bad user name or password")
+
 
 class Server:
     def __init__(self):
         self.uid = os.environ["PILOTFISH_MEMBER_UID"]
-        self.secure = os.environ.get("PILOTFISH_INSITU_SECURE", "1") != "0"
+        mode = os.environ.get(_auth.ENV, _auth.PLAIN_AUTH)
+        if mode not in _auth.MODES:
+            raise SystemExit(f"pilotfish.insitu: {_auth.ENV}={mode!r}: one of {_auth.MODES}")
+        self.mode = mode
+        self.secure = mode != _auth.NONE
+        self.me: service.Membership | None = None
+        self.request_password = self.reply_proof = b""
         self.ctx = zmq.Context()
         self.group = service.Group(os.environ["PILOTFISH_SERVICE_GROUP"])
         self.stats = collections.Counter()  # "dropped", "refused"
         self.peer_uids: dict[bytes, str] = {}  # z85 public key -> server uid (from views)
         self.peer_keys: dict[str, bytes] = {}  # endpoint -> z85 public key (from views)
+        self.peer_at: dict[str, str] = {}  # endpoint -> server uid (from views)
         self.client_public: bytes | None = None
         self.gate: _Gate | None = None
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
-        info: dict = {"role": "staging"}
+        info: dict = {"role": "staging", "auth": mode}
         if self.secure:
             view = self.group.wait(lambda v: v.client_key is not None, 60.0)
-            self.client_public = view.client_key[0]
+            self.client_public, client_secret = view.client_key
+            self.request_password = _auth.request_password(client_secret, self.uid)
+            self.reply_proof = _auth.reply_proof(client_secret, self.uid)
             self.learn_keys()
-            self.public, self.secret = zmq.curve_keypair()
             self.gate = _Gate(self.ctx, self)
             self.gate.start()
-            self.gate.configure_curve_callback(ZAP_DOMAIN.decode(), self.gate)
-            self.sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
-            self.sock.setsockopt(zmq.CURVE_SERVER, 1)
-            self.sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
-            info["curve"] = self.public.decode()
+            self.sock.setsockopt(zmq.ZAP_DOMAIN, _auth.ZAP_DOMAIN)
+            if mode == _auth.CURVE:
+                self.public, self.secret = zmq.curve_keypair()
+                self.gate.configure_curve_callback(_auth.ZAP_DOMAIN.decode(), self.gate)
+                self.sock.setsockopt(zmq.CURVE_SERVER, 1)
+                self.sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
+                info["curve"] = self.public.decode()
+            else:
+                self.sock.setsockopt(zmq.PLAIN_SERVER, 1)
         self.monitor = self.sock.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self.secure else None
@@ -153,6 +178,7 @@ class Server:
         if view is None:
             return
         for m in view.members:
+            self.peer_at[m.endpoint] = m.uid
             key = m.info.get("curve") if isinstance(m.info, dict) else None
             if isinstance(key, str) and len(key) == 40:
                 self.peer_uids[key.encode()] = m.uid
@@ -168,13 +194,26 @@ class Server:
                   flush=True)
 
     # -- peers (collectives) -------------------------------------------------------------
-    def peer_send(self, endpoint: str, frames: list) -> None:
+    def peer_send(self, endpoint: str, frames: list, uid: str | None = None) -> None:
+        """Frames to the server at endpoint (uid: its uid, where the caller knows it)."""
         s = self.peers.get(endpoint)
         if s is None:
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 1000)
             s.setsockopt(zmq.IDENTITY, f"peer:{self.uid}".encode())
-            if self.secure:
+            if self.mode == _auth.PLAIN_AUTH:
+                if uid is None:
+                    self.learn_keys()
+                    uid = self.peer_at.get(endpoint)
+                if uid is None or self.me is None or not self.me.secret:
+                    s.close(0)
+                    raise InsituError(f"cannot prove this server to {endpoint}: "
+                                      + ("no server there in the group's views" if uid is None
+                                         else "the pilot gave no member secret"))
+                s.setsockopt(zmq.PLAIN_USERNAME, f"peer {self.uid}".encode())
+                s.setsockopt(zmq.PLAIN_PASSWORD,
+                             _auth.peer_password(self.me.secret, self.uid, uid))
+            elif self.mode == _auth.CURVE:
                 key = self.peer_keys.get(endpoint)
                 if key is None:
                     self.learn_keys()
@@ -319,7 +358,8 @@ class Server:
                 raise ValueError("not a map with an 'op'")
         except Exception as e:  # noqa: BLE001 -- any bad header: the client learns why
             self.count("dropped", f"a request with a bad header: {e}")
-            self.sock.send_multipart([ident, b"rep", _enc([None, False, f"bad request: {e}"])])
+            self.sock.send_multipart([ident, b"rep", self.reply_proof,
+                                      _enc([None, False, f"bad request: {e}"])])
             return
         rid = hdr.get("id")
         try:
@@ -334,7 +374,7 @@ class Server:
         except (Exception, SystemExit) as e:  # noqa: BLE001 -- a pipeline's error (even an
             tb = traceback.format_exc(limit=6)  # exit): the client learns it, we serve on
             reply, payload = [rid, False, f"{type(e).__name__}: {e}\n{tb}"], []
-        self.sock.send_multipart([ident, b"rep", _enc(reply)] + payload)
+        self.sock.send_multipart([ident, b"rep", self.reply_proof, _enc(reply)] + payload)
 
     def _pipeline(self, name: str):
         p = self.pipelines.get(name)
