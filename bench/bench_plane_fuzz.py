@@ -115,6 +115,25 @@ def _frames(rng: random.Random, tag: str) -> list:
         return [b"req", b"\x80"]
 
 
+def _stranger(ctx, m, who: str, encrypt: bool, rng: random.Random):
+    """A DEALER to member m without credentials ("stranger_plain") or with wrong ones: PLAIN
+    as a client or a peer with a password of its own; CURVE with the server's real public
+    key but a key pair of its own (encrypt)."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 100)
+    if who == "stranger_credentials" and encrypt:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, m.info["curve"].encode())
+        pub, sec = zmq.curve_keypair()
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
+    elif who == "stranger_credentials":
+        sock.setsockopt(zmq.PLAIN_USERNAME, rng.choice([b"client", b"peer " + m.uid.encode()]))
+        sock.setsockopt(zmq.PLAIN_PASSWORD, rng.randbytes(16).hex().encode())
+    sock.connect(m.endpoint)
+    return sock
+
+
 def _server_pids() -> list[int]:
     out = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
@@ -164,32 +183,13 @@ def staging(args) -> int:
             tag = f"statistics/{it}/{area.epoch}"
             frames = _frames(rng, tag)
             who = rng.choice(list(sent))
-            if who == "stranger_plain":
-                sock = plain.get(m.endpoint)
-                if sock is None or sent[who] % 50 == 0:
+            if who != "client":
+                pool = plain if who == "stranger_plain" else curve
+                sock = pool.get(m.endpoint)
+                if sock is None or sent[who] % 50 == 0:  # a fresh connection now and then
                     if sock is not None:
                         sock.close(0)
-                    sock = plain[m.endpoint] = ctx.socket(zmq.DEALER)
-                    sock.setsockopt(zmq.LINGER, 0)
-                    sock.setsockopt(zmq.SNDHWM, 100)
-                    sock.connect(m.endpoint)
-            elif who == "stranger_credentials":
-                sock = curve.get(m.endpoint)
-                if sock is None or sent[who] % 50 == 0:
-                    if sock is not None:
-                        sock.close(0)
-                    sock = curve[m.endpoint] = ctx.socket(zmq.DEALER)
-                    sock.setsockopt(zmq.LINGER, 0)
-                    sock.setsockopt(zmq.SNDHWM, 100)
-                    if args.encrypt:
-                        sock.setsockopt(zmq.CURVE_SERVERKEY, m.info["curve"].encode())
-                        pub, sec = zmq.curve_keypair()
-                        sock.setsockopt(zmq.CURVE_PUBLICKEY, pub)
-                        sock.setsockopt(zmq.CURVE_SECRETKEY, sec)
-                    else:
-                        sock.setsockopt(zmq.PLAIN_USERNAME, rng.choice([b"client", b"peer " + m.uid.encode()]))
-                        sock.setsockopt(zmq.PLAIN_PASSWORD, rng.randbytes(16).hex().encode())
-                    sock.connect(m.endpoint)
+                    sock = pool[m.endpoint] = _stranger(ctx, m, who, args.encrypt, rng)
             else:
                 sock = client.sock(m.endpoint)
                 while sock.poll(0):  # (answers to the well-formed requests: not kept)

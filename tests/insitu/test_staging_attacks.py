@@ -136,6 +136,18 @@ def _iteration(h, it: int, rng) -> None:
     assert stats["histogram"] == np.histogram(full, 4, (0, 1))[0].tolist()
 
 
+def _area_that_ran(pilot, encrypt: bool, seed: int):
+    """A 2-server area (ZeroMQ collectives) whose statistics pipeline ran iteration 0 exactly:
+    (area, handle, rng, the servers' uids)."""
+    _, _, tmgr = pilot
+    area = insitu.StagingArea(tmgr, servers=2, mpi=False, encrypt=encrypt)
+    area.create_pipeline("statistics", {"bins": 4, "range": [0, 1]})
+    h = area.pipeline("statistics")
+    rng = np.random.default_rng(seed)
+    _iteration(h, 0, rng)
+    return area, h, rng, [m.uid for m in area.members]
+
+
 def _ping(area, member) -> dict:
     ch = _Channel(area._keys)
     try:
@@ -152,13 +164,7 @@ def test_another_user_cannot_drive_or_poison_the_servers(pilot, tmp_path, encryp
     """nobody's forged collective (a pickle that runs `id`), ping, destroy and garbage reach
     nothing: no command ran, no answer came, the servers are the same processes, the owner's
     next iterations are exact and the refused connections were counted."""
-    _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2, mpi=False, encrypt=encrypt)
-    area.create_pipeline("statistics", {"bins": 4, "range": [0, 1]})
-    h = area.pipeline("statistics")
-    rng = np.random.default_rng(7)
-    _iteration(h, 0, rng)
-    before = [m.uid for m in area.members]
+    area, h, rng, before = _area_that_ran(pilot, encrypt, seed=7)
     pwned = tmp_path / "pwned"
     tags = [f"statistics/{it}/{area.epoch}" for it in (1, 2)]
     out = subprocess.run([SYSTEM_PYTHON, "-c", ATTACK,
@@ -181,13 +187,7 @@ def test_bad_frames_from_a_client_are_dropped_and_counted(pilot, encrypt):
     collective messages (only servers may send them), a module that exits on import and an
     activate of an epoch that never comes -- the server answers what it can, drops the rest,
     counts it, and serves on."""
-    _, _, tmgr = pilot
-    area = insitu.StagingArea(tmgr, servers=2, mpi=False, encrypt=encrypt)
-    area.create_pipeline("statistics", {"bins": 4, "range": [0, 1]})
-    h = area.pipeline("statistics")
-    rng = np.random.default_rng(3)
-    _iteration(h, 0, rng)
-    before = [m.uid for m in area.members]
+    area, h, rng, before = _area_that_ran(pilot, encrypt, seed=3)
     m = area.members[0]
     ch = _Channel(area._keys)
     s = ch.sock(m.endpoint)
