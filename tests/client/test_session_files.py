@@ -289,6 +289,8 @@ def test_a_forked_child_does_not_keep_the_session_locked(tmp_path):
     if pid == 0:  # the child lives on, doing nothing with the session
         time.sleep(5)
         os._exit(0)
+    # (the parent goes on at once; under load the child's after-fork hook had not yet run
+    # when the parent reopened -- the lock must go with the parent's close, not the child's)
     try:
         s.close()
         with pf.Session(path=path, resume=True) as again:
@@ -296,6 +298,23 @@ def test_a_forked_child_does_not_keep_the_session_locked(tmp_path):
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_the_lock_goes_with_close_whatever_copies_remain(tmp_path):
+    """The deterministic form of the fork race: a copy of the lock's descriptor that is still
+    open (a child's, before its after-fork hook ran) does not keep a closed session locked."""
+    from pilotfish.client import session as S
+
+    path = tmp_path / "s"
+    s = pf.Session(path=path)
+    (fd,) = [f for f in S._LOCK_FDS if os.readlink(f"/proc/self/fd/{f}").startswith(str(path))]
+    copy = os.dup(fd)
+    try:
+        s.close()
+        with pf.Session(path=path, resume=True) as again:
+            assert again.uid == s.uid
+    finally:
+        os.close(copy)
 
 
 @needs_root

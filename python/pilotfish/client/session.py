@@ -327,7 +327,14 @@ os.register_at_fork(after_in_child=_drop_locks_in_child)
 
 
 def _unlock(fd: int) -> None:
+    """Let the directory go now: LOCK_UN first -- a child forked a moment ago shares the
+    lock until its after-fork hook closes its copy, which under load may be later than the
+    next open of this directory (a close alone left it locked: a race seen in the suite)."""
     _LOCK_FDS.discard(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        pass
     os.close(fd)
 
 
