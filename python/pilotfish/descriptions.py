@@ -450,7 +450,7 @@ def _launch_model(kind: str, field: str, v: Any) -> Any:
     """A simulated pilot's launch costs: {method: {cost: seconds}} or a JSON file's path."""
     if v is None:
         return None
-    from .agent.simulation import check_model
+    from ._launch_model import check_model
 
     why = check_model(v, tuple(LAUNCHERS))
     if why is not None:

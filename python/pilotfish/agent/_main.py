@@ -26,6 +26,7 @@ from .. import states as S
 from .._events import EventWriter
 from .._journal import Journal
 from .._paths import resolve, task_cwd
+from .._batch_env import parse_slurm_time
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit,
                             misfit_partitions, partition_layout)
@@ -37,7 +38,7 @@ from .simulation import AUTOJUMP_S, SIM_POLL_S
 from ..launch.base import LaunchError
 from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
                         rebalance, remove_work, task_work)
-from .stager import stage
+from .._staging import stage
 from .supervisor import Supervisor
 
 log = logging.getLogger("pilotfish.agent")
@@ -67,24 +68,6 @@ def batch_time_left(resource: str, env=os.environ) -> float | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_slurm_time(r.stdout.strip())
-
-
-def parse_slurm_time(text: str) -> float | None:
-    """Slurm's time format ("[D-]HH:MM:SS", "MM:SS", "SS") in seconds; None for
-    "UNLIMITED", "NOT_SET" or anything else."""
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not d.isdigit():
-            return None
-        days = int(d)
-    parts = text.split(":")
-    if not text or len(parts) > 3 or not all(p.isdigit() for p in parts):
-        return None
-    seconds = 0
-    for p in parts:
-        seconds = seconds * 60 + int(p)
-    return days * 86400.0 + seconds
 
 
 class Agent:
@@ -166,7 +149,8 @@ class Agent:
         self.tasks_dir = os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
         if self.sim:
-            from .simulation import SimRunner, load_model
+            from .._launch_model import load_model
+            from .simulation import SimRunner
 
             self.core = None
             self.model = load_model(desc.get("launch_model"))
@@ -279,6 +263,7 @@ class Agent:
         tag = name if len(self.partitions) == 1 else f"{name}.p{p.index}"
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)
+        lm.mono = self.clock.mono  # its deadlines on the agent's clock
         if lm.launch_retries or lm.supervised:
             if p.supervisor is None:
                 p.supervisor = Supervisor(self, p)

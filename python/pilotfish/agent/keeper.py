@@ -347,12 +347,6 @@ class Keeper:
                 return
 
 
-def argv(cfg_path: str) -> list[str]:
-    """The command that starts a pilot's agent under its keeper (-I: nothing from the
-    environment or the script's folder on the keeper's own path)."""
-    return [sys.executable, "-I", os.path.abspath(__file__), cfg_path]
-
-
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: keeper.py AGENT_JSON")

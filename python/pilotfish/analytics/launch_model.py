@@ -27,7 +27,7 @@ from pilotfish._events import read_all_events
 from pilotfish.analytics.partitions import _first_nodes, _layout
 
 
-from pilotfish.agent.simulation import MAX_MODEL_BYTES  # noqa: E402 (one bound for both)
+from pilotfish._launch_model import MAX_MODEL_BYTES  # noqa: E402 (one bound for both)
 
 
 def read_launch_model(path: str) -> dict:

@@ -61,12 +61,12 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
 
 
 def main(argv: list[str]) -> int:
-    from ..agent.resources import _from_slurm
+    from .._batch_env import slurm_nodes
 
     if len(argv) != 1:
         print("usage: python -m pilotfish.batch.holder NODES.json", file=sys.stderr)
         return 2
-    nodes = _from_slurm(os.environ)
+    nodes = slurm_nodes(os.environ)
     tmp = argv[0] + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"job": os.environ.get("SLURM_JOB_ID"),

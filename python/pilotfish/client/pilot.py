@@ -14,7 +14,7 @@ from .. import states as S
 from .._errors import PilotfishError
 from .._journal import keeper_state
 from .._util import machine_shape, private_dir, write_private
-from ..agent.keeper import argv as keeper_argv
+from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import (PilotDescription, check_descriptions, misfit_partitions,
                             partition_layout)
@@ -115,7 +115,7 @@ class Pilot:
         return self._stage(directives, inbound=False)
 
     def _stage(self, directives, inbound: bool) -> list[str]:
-        from ..agent.stager import stage
+        from .._staging import stage
         from ..descriptions import TaskDescription
 
         field = "input_staging" if inbound else "output_staging"

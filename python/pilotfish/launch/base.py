@@ -83,6 +83,9 @@ class LaunchMethod:
         self.resources = resources
         self.options = dict(options or {})
         self.launch_retries = int(self.options.get("launch_retries", self.launch_retries))
+        # the clock of every deadline a method keeps (daemon start-up, stop grace): the
+        # agent gives its own (agent/clock.py) when it makes the method
+        self.mono: Callable[[], float] = time.monotonic
 
     def start(self, spawn: Spawn | None = None) -> None:
         """Start daemons this method needs (e.g. a PRRTE DVM) and wait until they are ready;

@@ -121,13 +121,13 @@ class DiedBeforeReady(LaunchError):
 class Dvm(Daemon):
     """One PRRTE DVM (see Daemon for state and counters): its directory D/N and files."""
 
-    def __init__(self, number: int, directory: str):
+    def __init__(self, number: int, directory: str, now: float | None = None):
         super().__init__(number)
         self.dir = directory
         self.uri_file = os.path.join(directory, "dvm.uri")
         self.log = os.path.join(directory, "prte.log")  # stdout: says "DVM ready"
         self.err = os.path.join(directory, "prte.err")  # apart: the executor opens with O_TRUNC
-        self.last_start = time.monotonic()
+        self.last_start = time.monotonic() if now is None else now  # (the launcher's clock)
         self.kill_at: float | None = None  # terminating: SIGKILL after this
         self.attempt = 0  # starts made (one that dies before it is ready is started again)
         self.start_deadline = 0.0  # monotonic: not ready by then -> it cannot be started
@@ -162,7 +162,7 @@ class Prrte(SupervisedLaunchMethod):
         self._spawn: Spawn | None = None
         self._launch_seq = 0
         if self.dvm_dir:  # the first DVM's place is known before start() (for build checks)
-            self.dvms.append(Dvm(1, os.path.join(self.dvm_dir, "1")))
+            self.dvms.append(Dvm(1, os.path.join(self.dvm_dir, "1"), self.mono()))
 
     # -- the current DVM ---------------------------------------------------------------------
     @property
@@ -198,7 +198,8 @@ class Prrte(SupervisedLaunchMethod):
         self._spawn = spawn
         if not self.dvm_dir:
             self.dvm_dir = tempfile.mkdtemp(prefix="pilotfish-dvm-")
-        first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"))
+        first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"),
+                                                   self.mono())
         self.dvms = [first]
         self._spawn_dvm(first)
 
@@ -218,7 +219,7 @@ class Prrte(SupervisedLaunchMethod):
         # launch then can fail to initialize); the URI file complete
         if "://" in uri and uri.endswith("\n") and READY in _read(d.log):
             d.ready = True
-            d.last_start = time.monotonic()
+            d.last_start = self.mono()
             if self.bash and self.notes is None:
                 address = "127.0.0.1" if self.emulated else address_from_uri(uri)
                 if address:
@@ -236,7 +237,7 @@ class Prrte(SupervisedLaunchMethod):
             log.warning("%s; starting it again (attempt %d of %d)", why, d.attempt + 1, attempts)
             self._spawn_dvm(d)
             return False
-        if time.monotonic() > d.start_deadline:
+        if self.mono() > d.start_deadline:
             d.state = "dead"
             self._stop_now(d)
             raise LaunchError(f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
@@ -257,7 +258,8 @@ class Prrte(SupervisedLaunchMethod):
         if not was_current:
             return self.dvms[-1]
         number = old.number + 1
-        new = Dvm(number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)))
+        new = Dvm(number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)),
+                  self.mono())
         self.dvms.append(new)
         self._spawn_dvm(new)
         return new
@@ -283,7 +285,7 @@ class Prrte(SupervisedLaunchMethod):
         d.ready = False
         d.attempt += 1
         d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=d.err)
-        d.last_start = time.monotonic()
+        d.last_start = self.mono()
         d.start_deadline = d.last_start + float(self.options.get("start_timeout", 30.0))
 
     def terminate(self, d: Dvm) -> None:
@@ -291,14 +293,14 @@ class Prrte(SupervisedLaunchMethod):
         d.state = "dead"
         if d.pid is not None and process_alive(d.pid, self.comm):
             os.kill(d.pid, signal.SIGTERM)
-            d.kill_at = time.monotonic() + float(self.options.get("stop_grace", 5.0))
+            d.kill_at = self.mono() + float(self.options.get("stop_grace", 5.0))
         else:
             d.kill_at = 0.0
 
     def reap_daemons(self) -> None:
         """Stop retiring DVMs whose launches are gone; SIGKILL terminated ones past their grace;
         forget DVMs that are gone. Called by the supervisor now and then."""
-        now = time.monotonic()
+        now = self.mono()
         keep = []
         for d in self.dvms:
             if d.state == "retiring" and d.running <= 0:
@@ -331,6 +333,7 @@ class Prrte(SupervisedLaunchMethod):
         if pid is None or not process_alive(pid, self.comm):
             return
         os.kill(pid, signal.SIGTERM)
+        # a real wait, with sleeps, at the pilot's end: real time, whatever the agent's clock
         deadline = time.monotonic() + float(self.options.get("stop_grace", 5.0))
         while time.monotonic() < deadline:
             if not process_alive(pid, self.comm):

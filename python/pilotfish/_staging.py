@@ -23,7 +23,7 @@ def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
     user's relative paths absolute). Raises OSError naming the path that failed, ValueError
     for a path that escapes or names the pilot's own files (`sandbox`: the pilot sandbox).
     """
-    from .._paths import confined, resolve
+    from ._paths import confined, resolve
 
     pilot = sandbox if sandbox is not None else cwd
     for d in directives:

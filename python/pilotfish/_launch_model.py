@@ -1,0 +1,90 @@
+"""A simulated pilot's launch model: its costs, their defaults, and the checks and reads of a
+model a user gives (a dict, or the path of a JSON file). The contract between the
+description (checked at submit, client side) and the simulated agent (agent/simulation.py,
+which runs it) -- here so that neither imports the other. What each cost means:
+agent/simulation.py's opening docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ._errors import show
+
+MODEL_KEYS = ("startup_s", "startup_per_node_s", "latency_s", "latency_per_inflight_s",
+              "fail_rate", "hang_rate", "hang_s")
+
+# Fitted here (BENCHMARKS.md, "Simulation"): PRRTE from the 16-node seed-000 runs of
+# bench_partitions.py, direct from the null-task runs.
+DEFAULT_MODEL: dict[str, dict[str, float]] = {
+    "direct": {"startup_s": 0.0, "startup_per_node_s": 0.0, "latency_s": 0.0004,
+               "latency_per_inflight_s": 0.0, "fail_rate": 0.0, "hang_rate": 0.0,
+               "hang_s": 0.0},
+    # median of the fits of the five runs of `bench_partitions.py seed000` (P = 1..16);
+    # startup_per_node_s: not measurable on one host (0); fail_rate: 0 in those runs, 0.5 %
+    # as shared/notes/substrates.md measured for prterun calls here
+    "prrte": {"startup_s": 0.047, "startup_per_node_s": 0.0, "latency_s": 0.063,
+              "latency_per_inflight_s": 0.0117, "fail_rate": 0.005, "hang_rate": 0.0,
+              "hang_s": 10.0},
+}
+for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
+    DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
+
+
+MAX_MODEL_BYTES = 1 << 20  # a model is a few hundred bytes: 9 launch methods x 7 costs
+
+
+def read_model(path: str) -> Any:
+    """The JSON in a launch model file, read no further than MAX_MODEL_BYTES (a device such as
+    /dev/zero never ends); OSError, or ValueError saying why."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:
+        raise ValueError(f"larger than {MAX_MODEL_BYTES} bytes, the most a launch model "
+                         f"file may hold")
+    return json.loads(data)
+
+
+def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
+    """Why this launch model is unusable, or None (used at submit: field launch_model)."""
+    # (the reasons name what they quote shortened: a path, a name or a number may be huge)
+    if isinstance(model, str):
+        try:
+            model = read_model(model)
+        except OSError as e:  # its text repeats the path whole
+            return f"cannot read the model file: {e.strerror or type(e).__name__}"
+        except (ValueError, RecursionError) as e:
+            return f"cannot read the model file: {show(str(e), 120)}"
+    if not isinstance(model, dict):
+        return "must be a dict {launch method: {cost: seconds}} or the path of a JSON file"
+    for name, costs in model.items():
+        if not (isinstance(name, str) and name in launchers):
+            return f"{show(name, 60)} is not a launch method ({', '.join(launchers)})"
+        if not isinstance(costs, dict):
+            return f"{name!r}: its costs must be a dict"
+        for k, v in costs.items():
+            if not (isinstance(k, str) and k in MODEL_KEYS):
+                return f"{name}.{show(k, 60)}: unknown cost (expected {', '.join(MODEL_KEYS)})"
+            try:  # (math.isfinite of an int too large for a float raises OverflowError)
+                bad = isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(v) or v < 0
+            except OverflowError:
+                bad = True
+            if bad:
+                return f"{name}.{k} = {show(v, 60)}: must be a finite number >= 0"
+            if k in ("fail_rate", "hang_rate") and v >= 1:
+                return f"{name}.{k} = {show(v, 60)}: must be < 1"
+    return None
+
+
+def load_model(model: Any) -> dict[str, dict[str, float]]:
+    """The defaults, overridden per method and cost by `model` (a dict, a path or None)."""
+    if isinstance(model, str):
+        model = read_model(model)
+    out = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
+    for name, costs in (model or {}).items():
+        out.setdefault(name, dict(DEFAULT_MODEL["prrte"]))
+        out[name].update(costs)
+    return out
