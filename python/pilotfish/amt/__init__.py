@@ -59,7 +59,8 @@ def size() -> int:
 
 def configure(measure: bool | None = None, sync_timeout: float | None = None,
               batch_max: int | None = None, inband_max: int | None = None,
-              clock: str | None = None, idle: str | None = None) -> None:
+              clock: str | None = None, idle: str | None = None,
+              send_ahead: float | None = None) -> None:
     """Runtime settings (local to this rank; set them the same everywhere).
 
     measure       time handlers as element load (default True); False: only add_load() counts
@@ -71,9 +72,14 @@ def configure(measure: bool | None = None, sync_timeout: float | None = None,
                   handler's own CPU time, blind to other processes on a shared machine)
     idle          'sleep' (default: back off up to 1 ms when there is nothing to do -- good
                   when ranks share cores) or 'spin' (poll continuously, like MPI's own waits)
+    send_ahead    seconds (default 50e-6): before a handler runs, the batches pending for other
+                  ranks are sent unless that handler's last run here took at most this long
+                  (0: before every handler; short handlers in a row then no longer share
+                  batches)
     """
     _runtime.get().configure(measure=measure, sync_timeout=sync_timeout, batch_max=batch_max,
-                             inband_max=inband_max, clock=clock, idle=idle)
+                             inband_max=inband_max, clock=clock, idle=idle,
+                             send_ahead=send_ahead)
 
 
 class epoch:

@@ -109,6 +109,9 @@ class Collection:
         self._synth: dict[int, float] = {}    # flat -> synthetic load this phase
         self._handlers: dict[str, bool] = {}
         self._lost: dict[int, str] = {}       # flat -> why (state could not be unpickled)
+        # (flat, handler) -> wall seconds of its last run here; (-1, hook) for the migration
+        # hooks: whether a handler is short enough to run before pending sends leave
+        self._span: dict[tuple, float] = {}
         self.destroyed = False
         kwargs = kwargs or {}
         # every local element exists before any __init__ runs, so that an __init__ may message

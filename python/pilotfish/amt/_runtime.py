@@ -37,6 +37,8 @@ INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
 GID_SHIFT = 40          # global object id = cid << GID_SHIFT | flat
 MAX_HOPS = 10_000       # a routing loop would be a bug: reported, never silent
 STEP_SECONDS = 0.001    # a scheduler step sends its batches after at most ~this long
+SEND_AHEAD = 50e-6      # a handler expected to run longer than this sends what is pending
+                        # for other ranks before it starts (~ a few times a batch's own cost)
 
 COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce",
                "destroy")
@@ -111,6 +113,7 @@ class Runtime:
         self.measure = True
         self.clock = time.perf_counter         # handler timing: wall clock by default
         self.idle_sleep = True                 # back off with short sleeps when idle
+        self.send_ahead = SEND_AHEAD
         self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
         self.stats = {"handlers": 0, "local_messages": 0, "forwarded": 0, "parked": 0,
                       "migrations_in": 0, "migrations_out": 0, "hints": 0}
@@ -118,7 +121,7 @@ class Runtime:
 
     # -- configuration / hooks -----------------------------------------------------------------
     def configure(self, measure=None, sync_timeout=None, batch_max=None, inband_max=None,
-                  clock=None, idle=None):
+                  clock=None, idle=None, send_ahead=None):
         if measure is not None:
             self.measure = bool(measure)
         if clock is not None:
@@ -136,6 +139,11 @@ class Runtime:
             self.messenger.batch_max = max(1, int(batch_max))
         if inband_max is not None:
             self.messenger.inband_max = int(inband_max)
+        if send_ahead is not None:
+            send_ahead = float(send_ahead)
+            if not send_ahead >= 0:      # also rejects nan
+                raise ValueError(f"amt.configure(send_ahead={send_ahead!r}): seconds >= 0")
+            self.send_ahead = send_ahead
 
     def _install_hooks(self):
         previous = sys.excepthook
@@ -288,12 +296,14 @@ class Runtime:
                 else:
                     self._forward(coll, flat, msg)
                 return
+            if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender, before
+                self.stats["hints"] += 1         # the handler runs (the hint leaves with
+                self._post_loc(ep, coll, flat, msg[7], coll.loc.version(flat))  # its sends)
             self._invoke(coll, flat, el, msg[4], msg[5], msg[6], ep)
-            if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender
-                self.stats["hints"] += 1
-                self._post_loc(ep, coll, flat, msg[7], coll.loc.version(flat))
             self.td.consumed[ep] += 1
         elif kind == BCAST:
+            # its expansion routes a message per home element: what is pending leaves first
+            self.messenger.flush()
             _, ep, cid, method, args, kwargs = msg
             for flat in coll.loc.home_range(self.rank):
                 self.td.produced[ep] += 1
@@ -330,17 +340,31 @@ class Runtime:
         else:  # pragma: no cover
             raise AmtError(f"unknown message kind {kind}")
 
+    def _send_ahead(self, spans, key):
+        """Before a handler runs: send the batches pending for other ranks unless the handler
+        is known to be short (its last run on this rank took <= send_ahead seconds), so that
+        other ranks get them while it computes; short handlers in a row still share batches."""
+        last = spans.get(key)
+        if last is None or last > self.send_ahead:
+            self.messenger.flush()
+
     def _invoke(self, coll, flat, el, method, args, kwargs, ep):
         fn = getattr(el, method, None)
         if fn is None or not callable(fn):
             self.td.errors[ep].append(
                 f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}")
             return
+        spans = coll._span
+        key = (flat, method)
+        if self.messenger.dirty:
+            self._send_ahead(spans, key)
         prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
         self.ctx_epoch = ep
         self.ctx_elem = (coll, flat)
+        wall = time.perf_counter
         clock = self.clock
-        t0 = clock()
+        t0 = wall()
+        c0 = t0 if clock is wall else clock()
         try:
             fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
@@ -348,8 +372,10 @@ class Runtime:
                 f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
                 f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
         finally:
+            t1 = wall()
+            spans[key] = t1 - t0
             if self.measure:
-                dt = clock() - t0
+                dt = (t1 if clock is wall else clock()) - c0
                 coll._load[flat] = coll._load.get(flat, 0.0) + dt
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
             self.stats["handlers"] += 1
@@ -361,14 +387,20 @@ class Runtime:
     def _hook(self, coll, flat, el, name, ep):
         """Run on_migrated_in/out as a handler of epoch ep: what it sends belongs to that epoch
         (the migration's), so the epoch's end waits for it."""
+        spans = coll._span
+        key = (-1, name)                 # per collection: the element may be new here
+        if self.messenger.dirty:
+            self._send_ahead(spans, key)     # e.g. the departing element's own state
         prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
         self.ctx_epoch, self.ctx_elem = ep, (coll, flat)
+        t0 = time.perf_counter()
         try:
             getattr(el, name)()
         except Exception:  # noqa: BLE001 - reported at epoch end
             self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}.{name}() "
                                       "raised:\n" + traceback.format_exc())
         finally:
+            spans[key] = time.perf_counter() - t0
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
 
     def _depart(self, coll, flat, dest, ep, data, bufs):
@@ -426,11 +458,14 @@ class Runtime:
 
     # -- the scheduler loop --------------------------------------------------------------------
     def progress(self) -> bool:
-        """One scheduler step: receive, run queued handlers (up to 256, or until 1 ms has
-        passed, so that what they send is not held back behind a long queue), send. True if it
-        did anything."""
+        """One scheduler step: send what was posted before it (the main program's messages)
+        before any local work; receive; run queued handlers (up to 256, or until 1 ms has
+        passed), each one not known to be short (see `_send_ahead`) sending what the ones
+        before it posted before it starts; send the rest. True if it did anything."""
         did = False
-        for _src, batch in self.messenger.poll():
+        m = self.messenger
+        m.flush()
+        for _src, batch in m.poll():
             self.queue.extend(batch)
             did = True
         q = self.queue
@@ -628,6 +663,7 @@ class Runtime:
         coll._load.clear()
         coll._synth.clear()
         coll.loc.where.clear()
+        coll._span.clear()
 
     def finalize(self):
         if self.finalized:
