@@ -10,7 +10,9 @@ pic   the PIC mini-app (examples/pic/pic.py): MPI baseline, amt without LB and a
       turn, so machine noise hits them alike); per overdecomposition factor: median
       per-iteration move time, speedup over the MPI baseline, mean max/mean rank-load imbalance
       per phase (after the first rebalance for LB versions), and the time including LB.
-rate  bench/amt/msgrate_amt.py (batched and unbatched) vs bench/amt/msgrate_charm.py.
+rate  bench/amt/msgrate_amt.py (batched and unbatched) vs bench/amt/msgrate_charm.py; before vs
+      after a runtime change: bench/amt/ab.py runs one of bench/amt's JSON scripts on two
+      trees, interleaved (e.g. msgrate_amt.py, bcast_lb.py: a balanced phase vs its ideal).
 lb    bench/amt/lbcost.py, bench/amt/lb_quality.py and bench/amt/charm_lb.py (GreedyLB).
 
 MPI launcher: --mpiexec (default: MPICH's hydra as pilotfish's launch methods find it, else
@@ -186,11 +188,13 @@ def cmd_rate(a) -> None:
     print(f"{amt_b['elements']} elements, half per rank; {a.k} messages per sending element; "
           "best of 3.\n")
     print("| runtime | remote msgs/s (rank 0 -> rank 1) | local msgs/s per rank | "
-          "µs per local message (send + handler) | 1 MiB numpy arrays, GiB/s |")
-    print("|---|---|---|---|---|")
+          "µs per local message (send + handler) | relay msgs/s (one remote post per "
+          "handler) | 1 MiB numpy arrays, GiB/s |")
+    print("|---|---|---|---|---|---|")
     for name, r in rows.items():
+        relay = f"{r['relay_msgs_per_s']:,.0f}" if "relay_msgs_per_s" in r else "–"
         print(f"| {name} | {r['remote_msgs_per_s']:,.0f} | {r['local_msgs_per_s']:,.0f} | "
-              f"{r['local_us_per_handler']:.2f} | {r['bulk_GiB_per_s']:.2f} |")
+              f"{r['local_us_per_handler']:.2f} | {relay} | {r['bulk_GiB_per_s']:.2f} |")
 
 
 # -- lb --------------------------------------------------------------------------------------
