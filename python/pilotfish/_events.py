@@ -21,6 +21,54 @@ _decode_batch = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str
 
 Event = tuple  # (t, uid, name, detail)
 
+# -- The vocabulary: every event name, defined once --------------------------------------
+# Producers record these and analytics read them; a literal name anywhere else fails
+# tests/test_layers.py. States are events too (a task's or pilot's uid, the state's name):
+# their names are states.py's. The detail of each event is said beside it.
+
+# A task in the agent (its uid)
+SCHEDULE_OK = "schedule_ok"        # placed on its slots
+UNSCHEDULE = "unschedule"          # its slots are free again
+EXEC_START = "exec_start"          # its launch is being built
+EXEC_OK = "exec_ok"                # spawned (the launcher's process, or the task's own)
+LAUNCH_OK = "launch_ok"            # its first rank started (supervised launchers; simulated)
+EXEC_STOP = "exec_stop"            # its last process ended
+LAUNCH_RETRY = "launch_retry"      # launched again: its launcher failed before it ran; detail: why
+LAUNCH_HUNG = "launch_hung"        # its launcher outlived its ranks and was killed; detail: why
+RETRY = "retry"                    # run again after a failure (retries=); detail: attempt, backoff
+REQUEUE = "requeue"                # queued again (a restartable task stopped by a drain)
+
+# The pilot's agent (the pilot's uid)
+BOOTSTRAP_START = "bootstrap_start"
+RESOURCES_OK = "resources_ok"      # detail: "<n> nodes, <c> cores, <g> gpus (<source>)"
+PILOT_NODES = "pilot_nodes"        # (client) the nodes, once the agent said hello; detail: JSON
+MPI_LAUNCHER = "mpi_launcher"      # the MPI launcher multi-rank tasks get; detail: its name
+PARTITION = "partition"            # detail: JSON {index, nodes, launcher}
+PARTITION_CLOSED = "partition_closed"  # its launcher could not start; detail: JSON
+BAD_FRAME = "bad_frame"            # a frame from the client that did not decode; detail: why
+CLIENT_REATTACH = "client_reattach"  # a resumed client; detail: tasks asked
+DRAIN_START = "drain_start"        # detail: why
+DRAIN_STOP = "drain_stop"
+LEFTOVERS_KILLED = "leftovers_killed"  # detail: processes killed at the end
+AGENT_STOP = "agent_stop"
+
+# Launcher instances (the pilot's uid; detail: "<method>[ p<k>]: ...")
+LAUNCHER_START = "launcher_start"
+LAUNCHER_READY = "launcher_ready"
+LAUNCHER_RECOVERED = "launcher_recovered"
+LAUNCHER_FAILED = "launcher_failed"
+LAUNCHER_RESTART = "launcher_restart"
+LAUNCHER_RECYCLE = "launcher_recycle"
+LAUNCHER_STUCK = "launcher_stuck"
+LAUNCHER_STOP = "launcher_stop"
+
+# The session (the client; uid "session", or a pilot's)
+SESSION_START = "session_start"    # detail: the session uid
+SESSION_RESUME = "session_resume"  # detail: the session uid
+SESSION_STOP = "session_stop"
+REFUSED = "refused"                # a connection or frame the client let not in; detail: why
+REATTACHED = "reattached"          # (a pilot) a resumed session found its agent alive
+
 # Service groups and elastic pilots (agent/services.py, agent/_main.py; analytics reads them).
 # A member's events carry its uid; a group's its name; the pilot's its uid.
 MEMBER_START = "member_start"      # detail: group name
@@ -29,11 +77,15 @@ MEMBER_LEAVE = "member_leave"      # asked to leave; detail: why
 MEMBER_LEFT = "member_left"        # it is gone after a leave
 MEMBER_FAIL = "member_fail"        # detail: why
 MEMBER_RESTART = "member_restart"  # detail: the member it replaces
+ANNOUNCE_REFUSED = "announce_refused"  # detail: why
 GROUP_EPOCH = "group_epoch"        # detail: "<epoch> <members>"
 GROUP_RESIZE = "group_resize"      # detail: the target
 PILOT_GROW = "pilot_grow"          # detail: "<unit> <nodes added> <nodes now>"
 PILOT_DRAIN = "pilot_drain"        # detail: "<unit> <nodes>"
 PILOT_SHRINK = "pilot_shrink"      # detail: "<unit> <nodes removed> <nodes now>"
+
+NAMES = frozenset(v for k, v in list(globals().items())
+                  if k.isupper() and isinstance(v, str) and not k.startswith("_"))
 
 
 class EventWriter:

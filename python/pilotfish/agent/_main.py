@@ -43,7 +43,7 @@ from .supervisor import Supervisor
 
 log = logging.getLogger("pilotfish.agent")
 
-REQUEUE = "requeue"  # kill_reason state of a restartable task stopped for a drain: queued again
+REQUEUE = E.REQUEUE  # kill_reason state of a restartable task stopped for a drain: queued again
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for timeouts, cancels, shutdown
 
 
@@ -85,7 +85,7 @@ class Agent:
         self.desc = desc
         self.events = EventWriter(os.path.join(self.sandbox, "agent.events"),
                                   enabled=config.get("profile", True), now=clock.now)
-        self.events.record(self.uid, "bootstrap_start", None, self.t_start)
+        self.events.record(self.uid, E.BOOTSTRAP_START, None, self.t_start)
         raise_nofile_limit()
         # task processes that leave their group or session (setsid) stay our descendants
         self.subreaper = become_subreaper()
@@ -112,7 +112,7 @@ class Agent:
             False if desc.get("launcher") or desc["resource"] != "local"
             or self.default_launcher != "direct" else None)
         nodes = self.resources.nodes
-        self.events.record(self.uid, "resources_ok",
+        self.events.record(self.uid, E.RESOURCES_OK,
                            f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
                            f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})")
         # the partitions (one by default): each its nodes, placer, queue and launchers
@@ -130,7 +130,7 @@ class Agent:
         self._rebalance_on = len(self.partitions) > 1 and self._may_rebalance
         if len(self.partitions) > 1:
             for p in self.partitions:
-                self.events.record(self.uid, "partition", json.dumps(
+                self.events.record(self.uid, E.PARTITION, json.dumps(
                     {"index": p.index, "nodes": p.names, "launcher": p.default_launcher}))
 
         base_env = dict(os.environ)
@@ -242,7 +242,7 @@ class Agent:
             from ..launch import installed_mpi_launcher
 
             self._mpi_launcher = installed_mpi_launcher() or False
-            self.events.record(self.uid, "mpi_launcher", self._mpi_launcher or "none")
+            self.events.record(self.uid, E.MPI_LAUNCHER, self._mpi_launcher or "none")
         if not self._mpi_launcher:
             return spec
         return msgspec.structs.replace(spec, launcher=self._mpi_launcher)
@@ -315,7 +315,7 @@ class Agent:
     def _close_partition(self, p: Partition, why: str, held: list) -> None:
         """Nothing can run on p any more: its nodes are reported, its waiting and held tasks
         go to the other partitions (or fail with the reason if none can hold them)."""
-        self.events.record(self.uid, "partition_closed",
+        self.events.record(self.uid, E.PARTITION_CLOSED,
                            f"p{p.index} ({', '.join(p.names[:8])}"
                            f"{'...' if len(p.names) > 8 else ''}): {why}"[:500])
         log.error("partition %d closed (%d nodes: %s): %s", p.index, len(p.names),
@@ -484,7 +484,7 @@ class Agent:
             salvaged = _wire.salvage_submit(frame)
             if salvaged is None:
                 log.warning("dropped an undecodable frame (%d bytes): %s", len(frame), e)
-                self.events.record(self.uid, "bad_frame", str(e)[:200])
+                self.events.record(self.uid, E.BAD_FRAME, str(e)[:200])
                 return
             specs, bad = salvaged
             now = self.clock.now()
@@ -533,7 +533,7 @@ class Agent:
     def _resync(self, uids: list[str]) -> None:
         """A resumed client re-attached: hello again, then what became of each task."""
         now = self.clock.now()
-        self.events.record(self.uid, "client_reattach", f"{len(uids)} tasks asked")
+        self.events.record(self.uid, E.CLIENT_REATTACH, f"{len(uids)} tasks asked")
         self._flush(force=True)  # journal and send what is pending first
         self._hello(now)
         done, outputs = (_finals_and_outputs(self.journal.path, set(uids)) if uids
@@ -713,7 +713,7 @@ class Agent:
                 uid = t.spec.uid
                 busy += t.spec.ranks * t.spec.cores_per_rank
                 if profile:
-                    events.append((now, uid, "schedule_ok", None))
+                    events.append((now, uid, E.SCHEDULE_OK, None))
                 launching.append(t)
             p.busy_cores += busy
         if launching:
@@ -741,7 +741,7 @@ class Agent:
                     continue  # the client knows it runs; this is the supervisor's retry
                 uid = t.spec.uid
                 if profile:
-                    events += ((now, uid, S.EXECUTING, None), (now, uid, "exec_start", None))
+                    events += ((now, uid, S.EXECUTING, None), (now, uid, E.EXEC_START, None))
                 ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
                                         partition=t.partition.index))
             elif lm.state in (STARTING, DEGRADED):
@@ -789,7 +789,7 @@ class Agent:
             t.signal = None
             t.reason = None
         now = self.clock.now()
-        self._launch(tasks, [(now, t.spec.uid, "exec_start", None) for t in tasks]
+        self._launch(tasks, [(now, t.spec.uid, E.EXEC_START, None) for t in tasks]
                      if self.events.enabled else [], relaunch=True)
 
     def _signal_ranks(self, t: AgentTask, sig: int) -> None:
@@ -883,7 +883,7 @@ class Agent:
         self._rebalance_on = self._may_rebalance
         self.events.record(self.uid, E.PILOT_GROW,
                            f"{msg.unit} {len(msg.nodes)} {len(self._nodes())}", now)
-        self.events.record(self.uid, "partition", json.dumps(
+        self.events.record(self.uid, E.PARTITION, json.dumps(
             {"index": p.index, "nodes": p.names, "launcher": p.default_launcher,
              "unit": p.unit}))
         lm = self.launchers.get(p, None)
@@ -950,7 +950,7 @@ class Agent:
         why = t.kill_reason[1]  # type: ignore[index]
         if t.spool >= 0:
             self.runner.read_outputs([t])
-        self._again(t, now, "requeue", why, f"requeued: {why}")
+        self._again(t, now, E.REQUEUE, why, f"requeued: {why}")
         t.seq = self._seq
         self._seq += 1
         self._drain_check = True  # (it may have been the last thing on its unit)
@@ -960,7 +960,7 @@ class Agent:
         """t goes back to waiting (a retry, a requeue): its event, the client's `retry`
         sub-event -- never a final it would have to take back."""
         self.events.record(t.spec.uid, event, detail, now)
-        self._updates.append(_wire.Update(t.spec.uid, "retry", now, reason=reason))
+        self._updates.append(_wire.Update(t.spec.uid, E.RETRY, now, reason=reason))
         t.reset_for_retry()
         t.timed = False
 
@@ -999,9 +999,9 @@ class Agent:
         t.attempt += 1
         delay = min(30.0, 0.5 * 2 ** (t.attempt - 1))
         detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
-        self._again(t, now, "retry", detail, detail)
+        self._again(t, now, E.RETRY, detail, detail)
         t.state = BACKOFF  # out of the queue until its backoff ends (a cancel finalizes it)
-        self._timer(now + delay, "retry", t)
+        self._timer(now + delay, "backoff_end", t)
 
     def _release(self, tasks: list[AgentTask]) -> None:
         """Give the tasks' slots back to their partitions' placers (once per task)."""
@@ -1020,7 +1020,7 @@ class Agent:
                 p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in ts)
         if self.events.enabled:
             now = self.clock.now()
-            self.events.record_many([(now, t.spec.uid, "unschedule", None) for t in held])
+            self.events.record_many([(now, t.spec.uid, E.UNSCHEDULE, None) for t in held])
 
     def _final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False,
                outputs: tuple[str | None, str | None] | None = None) -> None:
@@ -1126,7 +1126,7 @@ class Agent:
         to_term = []
         while timers and timers[0][0] <= now:
             _, _, kind, t, gen = heapq.heappop(timers)
-            if kind == "retry":
+            if kind == "backoff_end":
                 if t.final_state is None and self.stopping is None:
                     t.seq = self._seq  # a new arrival: behind what waits already
                     self._seq += 1
@@ -1169,7 +1169,7 @@ class Agent:
     def _shutdown(self) -> int:
         pilot_state, reason, why = self.stopping  # type: ignore[misc]
         clock = self.clock
-        self.events.record(self.uid, "drain_start", reason)
+        self.events.record(self.uid, E.DRAIN_START, reason)
         if self.pool is not None:
             self.pool.drain(S.FAILED if why == "walltime" else S.CANCELED,
                             "killed: the pilot reached its walltime" if why == "walltime"
@@ -1192,15 +1192,15 @@ class Agent:
                 self._fire_timers(now)
             self._flush(force=True)
         self._flush(force=True)
-        self.events.record(self.uid, "drain_stop")
+        self.events.record(self.uid, E.DRAIN_STOP)
         self.launchers.stop_all(self.partitions)  # all at once
         # the pilot ends: nothing it started outlives it (setsid escapees included)
         left = kill_marked(self.sandbox) if not self.sim else 0
         if left:
-            self.events.record(self.uid, "leftovers_killed", str(left))
+            self.events.record(self.uid, E.LEFTOVERS_KILLED, str(left))
         self._flush(force=True)
         self.journal.close()
-        self.events.record(self.uid, "agent_stop", reason)
+        self.events.record(self.uid, E.AGENT_STOP, reason)
         self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, clock.now())))
         self.events.close()
         if self.pool is not None:

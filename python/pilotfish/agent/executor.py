@@ -11,6 +11,7 @@ import os
 import signal as _signal
 from typing import Any, Callable
 
+from .. import _events as E
 from .._core import read_outputs as _core_read_outputs
 from .._paths import task_cwd
 from .._wire import RankSlot
@@ -37,7 +38,7 @@ class AgentTask:
 
     __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
+                 "lm", "launch", "attempt", "queued", "spool", E.PARTITION, "work", "held",
                  "timed", "extra_outs", "gen")
 
     def __init__(self, spec, seq: int):
@@ -151,7 +152,7 @@ class TaskRunner:
                 t.procs.append(pid)
                 t.running += 1
                 if profile:
-                    events.append((info, t.spec.uid, "exec_ok", str(pid)))
+                    events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
             elif t.reason is None:
                 t.reason = f"cannot execute {spec[1][0]!r}: {info} (errno {-pid})"
                 failed.append(t)
@@ -304,7 +305,7 @@ class TaskRunner:
             elif code and not t.exit_code:
                 t.exit_code = code
             if profile:
-                events.append((t_exit, t.spec.uid, "exec_stop", str(-sig if sig else code)))
+                events.append((t_exit, t.spec.uid, E.EXEC_STOP, str(-sig if sig else code)))
             if t.running == 0:
                 if t.exit_code is None:
                     t.exit_code = -t.signal if t.signal else 0  # as subprocess does

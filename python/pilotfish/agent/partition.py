@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from .. import _events as E
 from .._wire import RankSlot
 from ..descriptions import misfit
 from ..launch.base import LaunchError, LaunchMethod
@@ -213,7 +214,7 @@ class Launchers:
 
     def _begin(self, p: Partition, name: str) -> Launcher:
         now = self.clock.now()
-        self.events.record(self.uid, "launcher_start", f"{name} p{p.index}", now)
+        self.events.record(self.uid, E.LAUNCHER_START, f"{name} p{p.index}", now)
         try:
             method = self.make(p, name)
             lm = Launcher(name, method, p)
@@ -262,9 +263,9 @@ class Launchers:
                 self._drop(lm)
                 now = self.clock.now()
                 if lm.state == STARTING:
-                    self.events.record(self.uid, "launcher_ready", lm.detail, now)
+                    self.events.record(self.uid, E.LAUNCHER_READY, lm.detail, now)
                 else:
-                    self.events.record(self.uid, "launcher_recovered", lm.detail, now)
+                    self.events.record(self.uid, E.LAUNCHER_RECOVERED, lm.detail, now)
                 self._set(lm, READY)
                 changed.append(lm)
         return changed
@@ -279,7 +280,7 @@ class Launchers:
         self._set(lm, FAILED)
         lm.reason = why
         log.error("launcher %s: %s", lm.detail, why)
-        self.events.record(self.uid, "launcher_failed", f"{lm.detail}: {why}"[:500])
+        self.events.record(self.uid, E.LAUNCHER_FAILED, f"{lm.detail}: {why}"[:500])
 
     def stop_all(self, partitions: list[Partition]) -> None:
         """Stop every instance; daemons are asked to stop first, all at once, then waited
@@ -297,4 +298,4 @@ class Launchers:
             except Exception:
                 log.exception("stopping launcher %s", lm.detail)
             self._set(lm, STOPPED)
-            self.events.record(self.uid, "launcher_stop", lm.detail)
+            self.events.record(self.uid, E.LAUNCHER_STOP, lm.detail)

@@ -547,7 +547,7 @@ class ServiceRegistry:
                 except Exception as e:  # noqa: BLE001
                     why = f"info cannot be encoded: {e}"
             if why is not None:
-                self.agent.events.record(str(uid)[:200], "announce_refused", why[:300])
+                self.agent.events.record(str(uid)[:200], E.ANNOUNCE_REFUSED, why[:300])
                 self._reply(ident, ["refused", uid, why])
                 return
             m.ident = ident
@@ -656,7 +656,7 @@ class ServiceRegistry:
                 except ValueError as e:
                     why = f"announcement info is not a JSON object: {e}"
             if why is not None:
-                self.agent.events.record(m.uid, "announce_refused", why[:300])
+                self.agent.events.record(m.uid, E.ANNOUNCE_REFUSED, why[:300])
                 self._fail(m, f"bad announcement: {why}")
                 return True
             self._ready(m, endpoint, info)

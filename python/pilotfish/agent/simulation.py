@@ -40,6 +40,8 @@ import random
 import signal as _signal
 from typing import Any
 
+from .. import _events as E
+
 AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 
@@ -121,8 +123,8 @@ class SimRunner:
             heapq.heappush(self._ends, (end, self._seq, t))
             if profile:
                 uid = t.spec.uid
-                events.append((base + mono, uid, "exec_ok", "simulated"))
-                events.append((base + mono + lat, uid, "launch_ok", t.slots[0].node))
+                events.append((base + mono, uid, E.EXEC_OK, "simulated"))
+                events.append((base + mono + lat, uid, E.LAUNCH_OK, t.slots[0].node))
         return [], events
 
     def next_event(self) -> float:
@@ -150,7 +152,7 @@ class SimRunner:
             elif t.exit_code is None:
                 t.exit_code = 0
             if profile:
-                events.append((base + end, t.spec.uid, "exec_stop",
+                events.append((base + end, t.spec.uid, E.EXEC_STOP,
                                str(-t.signal if t.signal else t.exit_code)))
             finished.append(t)
         return finished, events, []

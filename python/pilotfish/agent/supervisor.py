@@ -51,6 +51,7 @@ import signal as _signal
 import socket
 from typing import Any
 
+from .. import _events as E
 from ..launch.base import LaunchError
 from ..launch.rank_notes import kill_group, process_matches
 from .clock import REAL
@@ -146,7 +147,7 @@ class Supervisor:
             d = rec.handle.daemon
             if n.kind == "S":
                 if not rec.started:  # the payload runs: the end of the launcher's part
-                    self.events.record(t.spec.uid, "launch_ok", n.host,
+                    self.events.record(t.spec.uid, E.LAUNCH_OK, n.host,
                                        n.t if n.t > 0 else self.clock.now())
                 rec.started[n.rank] = (n.host, n.value)
                 d.last_start = now
@@ -240,7 +241,7 @@ class Supervisor:
 
     def _relaunch(self, again: list) -> None:
         now = self.clock.now()
-        self.events.record_many([(now, t.spec.uid, "launch_retry",
+        self.events.record_many([(now, t.spec.uid, E.LAUNCH_RETRY,
                                   f"attempt {t.launch.attempt + 1}: {why}") for t, why in again])
         self.agent.relaunch([t for t, _ in again])
 
@@ -257,7 +258,7 @@ class Supervisor:
                 continue
             rec.hung = True
             d = rec.handle.daemon
-            self.events.record(t.spec.uid, "launch_hung",
+            self.events.record(t.spec.uid, E.LAUNCH_HUNG,
                                f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
                                f"killing the launcher (PRRTE DVM {d.number})")
             self.runner.kill([t], _signal.SIGKILL)
@@ -297,7 +298,7 @@ class Supervisor:
             if d.state == "live":
                 self._replace(lm, d, retire=True, why=why)
             else:
-                self.events.record(self.agent.uid, "launcher_stuck",
+                self.events.record(self.agent.uid, E.LAUNCHER_STUCK,
                                    f"{lm.name} DVM {d.number}: {why}")
             self.runner.kill(stuck, _signal.SIGKILL)  # never ran: judged, relaunched when reaped
 
@@ -315,7 +316,7 @@ class Supervisor:
     # -- daemons -------------------------------------------------------------------------------
     def _replace(self, lm: Any, d: Any, retire: bool, why: str) -> None:
         """A fresh daemon in place of d (see LaunchMethod `replace`)."""
-        name = "launcher_recycle" if why.startswith("recycled") else "launcher_restart"
+        name = E.LAUNCHER_RECYCLE if why.startswith("recycled") else E.LAUNCHER_RESTART
         self.events.record(self.agent.uid, name, f"{lm.name} DVM {d.number}: {why}")
         log.warning("%s: %s DVM %s: %s", name, lm.name, d.number, why)
         try:
@@ -325,7 +326,7 @@ class Supervisor:
                 launchers.degraded(lm)
         except LaunchError as e:  # launches then fail at build, each with this reason
             log.error("%s: no new DVM: %s", lm.name, e)
-            self.events.record(self.agent.uid, "launcher_failed", str(e))
+            self.events.record(self.agent.uid, E.LAUNCHER_FAILED, str(e))
         if retire:
             return
         doomed = [t for t in self.by_key.values() if t.launch.handle.daemon is d and t.running]

@@ -28,13 +28,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pilotfish import _events as E
+
 # (key, label, from event, to event); "payload_start" and "t_final" are derived columns
 STEPS = (
     ("queue_wait", "Queue wait", "NEW", "AGENT_SCHEDULING"),
-    ("scheduling", "Scheduling", "AGENT_SCHEDULING", "schedule_ok"),
-    ("setup", "Setup", "schedule_ok", "payload_start"),
-    ("run", "Run", "payload_start", "exec_stop"),
-    ("output", "Output", "exec_stop", "t_final"),
+    ("scheduling", "Scheduling", "AGENT_SCHEDULING", E.SCHEDULE_OK),
+    ("setup", "Setup", E.SCHEDULE_OK, "payload_start"),
+    ("run", "Run", "payload_start", E.EXEC_STOP),
+    ("output", "Output", E.EXEC_STOP, "t_final"),
 )
 DURATIONS = STEPS + (("total", "Total", "NEW", "t_final"),)
 DURATION_LABELS = {k: label for k, label, _, _ in DURATIONS}
@@ -44,8 +46,8 @@ STAT_NAMES = ("count", "mean", "median", "q3", "p95", "min", "max")
 def event_time(tasks: pd.DataFrame, name: str) -> np.ndarray:
     """A task event time column (or a derived one) as float array; NaN where missing."""
     if name == "payload_start":
-        launch = event_time(tasks, "launch_ok")
-        return np.where(np.isnan(launch), event_time(tasks, "exec_ok"), launch)
+        launch = event_time(tasks, E.LAUNCH_OK)
+        return np.where(np.isnan(launch), event_time(tasks, E.EXEC_OK), launch)
     if name in tasks:
         return tasks[name].to_numpy(np.float64)
     return np.full(len(tasks), np.nan)
@@ -75,7 +77,7 @@ def duration_stats(durations: pd.DataFrame) -> pd.DataFrame:
 
 def ttx(tasks: pd.DataFrame) -> float:
     """Last exec_stop - first exec_start (NaN if no task ran)."""
-    start, stop = event_time(tasks, "exec_start"), event_time(tasks, "exec_stop")
+    start, stop = event_time(tasks, E.EXEC_START), event_time(tasks, E.EXEC_STOP)
     if np.all(np.isnan(start)) or np.all(np.isnan(stop)):
         return float("nan")
     return float(np.nanmax(stop) - np.nanmin(start))
@@ -113,7 +115,7 @@ def waits_by_shape(tasks: pd.DataFrame, top: int = 20, end: float | None = None)
     if not len(tasks) or "AGENT_SCHEDULING" not in tasks:
         return empty
     arrived = event_time(tasks, "AGENT_SCHEDULING")
-    placed = event_time(tasks, "schedule_ok")
+    placed = event_time(tasks, E.SCHEDULE_OK)
     final = event_time(tasks, "t_final")
     times = np.concatenate([arrived, placed, final])
     last = float(np.nanmax(times)) if np.isfinite(times).any() else np.nan

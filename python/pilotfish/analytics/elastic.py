@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _events as E
+from pilotfish import _events as E
 
-DETAIL_EVENTS = (E.PILOT_GROW, E.PILOT_SHRINK, E.GROUP_EPOCH, "resources_ok")
+
+DETAIL_EVENTS = (E.PILOT_GROW, E.PILOT_SHRINK, E.GROUP_EPOCH, E.RESOURCES_OK)
 
 
 def elastic_series(data) -> tuple[dict[str, list], dict[str, list]]:
@@ -30,7 +31,7 @@ def elastic_series(data) -> tuple[dict[str, list], dict[str, list]]:
         uid = ev.uids[ev.uid[r]]
         t = float(ev.t[r] - data.t0)
         try:
-            if name == "resources_ok":
+            if name == E.RESOURCES_OK:
                 nodes.setdefault(uid, []).append((t, int(d.split()[0])))
             elif name in (E.PILOT_GROW, E.PILOT_SHRINK):
                 nodes.setdefault(uid, []).append((t, int(d.split()[2])))

@@ -23,6 +23,7 @@ import os
 
 import numpy as np
 
+from pilotfish import _events as E
 from pilotfish._events import read_all_events
 from pilotfish.analytics.partitions import _first_nodes, _layout
 
@@ -91,22 +92,22 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
         exec_ok: dict[str, float] = {}
         launch_ok: dict[str, float] = {}
         for t, who, name, detail in ev:
-            if name in ("launcher_start", "launcher_ready") and detail:
+            if name in (E.LAUNCHER_START, E.LAUNCHER_READY) and detail:
                 inst.setdefault(detail, {}).setdefault(name, t)
-            elif name == "exec_ok":
+            elif name == E.EXEC_OK:
                 exec_ok.setdefault(who, t)
-            elif name == "launch_ok":
+            elif name == E.LAUNCH_OK:
                 launch_ok.setdefault(who, t)
-            elif name in ("launch_retry", "launch_hung"):
+            elif name in (E.LAUNCH_RETRY, E.LAUNCH_HUNG):
                 part = _part_of(first_node.get(who, -1), layout)
                 if part is not None and layout[part][2]:
-                    count = retries if name == "launch_retry" else hangs
+                    count = retries if name == E.LAUNCH_RETRY else hangs
                     count[layout[part][2]] = count.get(layout[part][2], 0) + 1
         for detail, rec in inst.items():
             method, _, p = detail.partition(" p")
-            if "launcher_ready" in rec and p.isdigit() and int(p) < len(layout):
+            if E.LAUNCHER_READY in rec and p.isdigit() and int(p) < len(layout):
                 startup.setdefault(method, []).append(
-                    (layout[int(p)][1], rec["launcher_ready"] - rec["launcher_start"]))
+                    (layout[int(p)][1], rec[E.LAUNCHER_READY] - rec[E.LAUNCHER_START]))
         by_part: dict[int, list[tuple[float, float]]] = {}
         for who, t0 in exec_ok.items():
             part = _part_of(first_node.get(who, -1), layout)

@@ -16,6 +16,7 @@ import os
 import msgspec
 import numpy as np
 
+from pilotfish import _events as E
 from pilotfish.analytics import utilization as ru
 from pilotfish.descriptions import partition_layout
 
@@ -79,9 +80,9 @@ def partitions(data) -> list[dict]:
         part_of[node_of < 0] = -1
         cores = mine["cores"].to_numpy(dtype=float) if "cores" in mine else np.zeros(len(mine))
         busy_t = np.zeros(len(mine))
-        if "schedule_ok" in mine and "unschedule" in mine:
-            s = mine["schedule_ok"].to_numpy(dtype=float)
-            e = mine["unschedule"].to_numpy(dtype=float)
+        if E.SCHEDULE_OK in mine and E.UNSCHEDULE in mine:
+            s = mine[E.SCHEDULE_OK].to_numpy(dtype=float)
+            e = mine[E.UNSCHEDULE].to_numpy(dtype=float)
             busy_t = np.where(np.isfinite(s) & np.isfinite(e), e - s, 0.0)
         w = windows.get(uid)
         life = (w.t_end - w.t_boot) if w is not None else float("nan")
@@ -98,8 +99,8 @@ def partitions(data) -> list[dict]:
                                & (launchers["partition"] == f"p{i}")]
                 if launcher is not None:
                     lr = lr[lr["launcher"] == launcher]
-                for name, key in (("launcher_start", "start"), ("launcher_ready", "ready"),
-                                  ("launcher_stop", "stop")):
+                for name, key in ((E.LAUNCHER_START, "start"), (E.LAUNCHER_READY, "ready"),
+                                  (E.LAUNCHER_STOP, "stop")):
                     if len(lr) and name in lr and np.isfinite(lr[name].min()):
                         row[key] = float(lr[name].min())
             out.append(row)

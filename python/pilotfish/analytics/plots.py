@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter  # noqa: E402
 
+from pilotfish import _events as E  # noqa: E402
 from pilotfish.analytics import utilization as ru  # noqa: E402
 from pilotfish.analytics.activity import CONCURRENCY_LABELS  # noqa: E402
 from pilotfish.analytics.durations import DURATION_LABELS, STEPS  # noqa: E402
@@ -26,7 +27,7 @@ PHASE_COLORS = {
     "exec_runtime": "#d7301f",
     "exec_launcher": "#9e6bb5",
     "exec_cmd": "#17877b",
-    "unschedule": "#e9c46a",
+    E.UNSCHEDULE: "#e9c46a",
     "draining": "#4d7c2f",
     "pilot_termination": "#8d99ae",
     "idle": "#e3e6ea",

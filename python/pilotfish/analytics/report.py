@@ -19,6 +19,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
+from pilotfish import _events as E
 from pilotfish.analytics import plots, utilization as ru
 from pilotfish.analytics.durations import DURATIONS
 from pilotfish.analytics.metrics import Analysis, analyze
@@ -169,7 +170,7 @@ def _stop_time(a: Analysis, p: dict):
     if p["stop"] is None:
         return None
     try:
-        drain = float(a.data.pilots.loc[p["pilot"], "drain_stop"])
+        drain = float(a.data.pilots.loc[p["pilot"], E.DRAIN_STOP])
     except (KeyError, TypeError, ValueError):
         return None
     return p["stop"] - drain if np.isfinite(drain) else None

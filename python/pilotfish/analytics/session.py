@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pilotfish import _events as E
 from pilotfish.analytics._load import EventColumns, gc_paused, read_event_columns, \
     read_task_record_columns
 
 FINAL_STATES = ("DONE", "FAILED", "CANCELED")
-TASK_EVENTS = ("NEW", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING", "schedule_ok",
-               "EXECUTING", "exec_start", "exec_ok", "launch_ok", "exec_stop", "unschedule",
+TASK_EVENTS = ("NEW", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING", E.SCHEDULE_OK,
+               "EXECUTING", E.EXEC_START, E.EXEC_OK, E.LAUNCH_OK, E.EXEC_STOP, E.UNSCHEDULE,
                "STAGING_OUTPUT") + FINAL_STATES
-PILOT_EVENTS = ("NEW", "LAUNCHING", "bootstrap_start", "resources_ok", "ACTIVE",
-                "drain_start", "drain_stop", "agent_stop") + FINAL_STATES
-LAUNCHER_EVENTS = ("launcher_start", "launcher_ready", "launcher_stop")
+PILOT_EVENTS = ("NEW", "LAUNCHING", E.BOOTSTRAP_START, E.RESOURCES_OK, "ACTIVE",
+                E.DRAIN_START, E.DRAIN_STOP, E.AGENT_STOP) + FINAL_STATES
+LAUNCHER_EVENTS = (E.LAUNCHER_START, E.LAUNCHER_READY, E.LAUNCHER_STOP)
 SESSION_UID = "session"
 
 
@@ -195,7 +196,7 @@ def _load_session(path: str) -> SessionData:
 
     detail_names = set(LAUNCHER_EVENTS) | set(DETAIL_EVENTS)
     if records is None:
-        detail_names.add("schedule_ok")
+        detail_names.add(E.SCHEDULE_OK)
     paths = [os.path.join(path, "client.events")]
     paths += [os.path.join(path, p, "agent.events") for p in pilot_uids]
     ev = read_event_columns(paths, detail_names=detail_names)
@@ -290,7 +291,7 @@ def _load_session(path: str) -> SessionData:
 
 
 def _shapes_from_details(ev, task_rows, task_idx, has_record, ranks, cpr, gpr) -> None:
-    code = ev.name_code("schedule_ok")
+    code = ev.name_code(E.SCHEDULE_OK)
     if code < 0:
         return
     sel = np.flatnonzero((ev.name[task_rows] == code) & ~has_record[task_idx])
@@ -315,7 +316,7 @@ def _pilots(path, ev, pilot_uids, rows, t0, warnings) -> pd.DataFrame:
     columns, grid = _pivot(ev, pilot_of_uid, n, PILOT_EVENTS, t0, rows=rows)
     t_final, final_state = _first_final(columns, grid)
     data = {k: [] for k in ("nodes", "cores", "gpus", "agent_cores", "agent_gpus", "launcher")}
-    res_code = ev.name_code("resources_ok")
+    res_code = ev.name_code(E.RESOURCES_OK)
     for k, uid in enumerate(pilot_uids):
         pj = _read_json(os.path.join(path, uid, "pilot.json"))
         nodes = pj.get("nodes") or []

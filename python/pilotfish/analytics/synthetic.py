@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pilotfish import _events as E
 from pilotfish._events import EventWriter, TaskRecord, write_task_records
 
 # (share, ranks, cores_per_rank, gpus_per_rank): a mixed workload
@@ -69,8 +70,8 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
 
     t_active = np.zeros(n_pilots)
     cols = {k: np.full(n_tasks, np.nan) for k in (
-        "AGENT_SCHEDULING", "schedule_ok", "EXECUTING", "exec_start", "exec_ok", "exec_stop",
-        "unschedule", "STAGING_OUTPUT", "final")}
+        "AGENT_SCHEDULING", E.SCHEDULE_OK, "EXECUTING", E.EXEC_START, E.EXEC_OK, E.EXEC_STOP,
+        E.UNSCHEDULE, "STAGING_OUTPUT", "final")}
     pilot_times = []
     for p_idx, p in enumerate(pilots):
         boot = 5.0 + p_idx * 2.0 + rng.random()
@@ -114,8 +115,8 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
         mine = np.flatnonzero(pilot_of == p_idx)
         ran = mine[~canceled[mine]]
         parts = [(cols["AGENT_SCHEDULING"][mine], np.full(len(mine), "AGENT_SCHEDULING", object), mine)]
-        for name in ("schedule_ok", "EXECUTING", "exec_start", "exec_ok", "exec_stop",
-                     "unschedule", "STAGING_OUTPUT"):
+        for name in (E.SCHEDULE_OK, "EXECUTING", E.EXEC_START, E.EXEC_OK, E.EXEC_STOP,
+                     E.UNSCHEDULE, "STAGING_OUTPUT"):
             parts.append((cols[name][ran], np.full(len(ran), name, object), ran))
         parts.append((cols["final"][mine], final_state[mine].astype(object), mine))
         pt = pilot_times[p_idx]
@@ -124,10 +125,10 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
                       np.full(len(names), -1 - p_idx)))
         pdir = os.path.join(root, p.uid)
         os.makedirs(pdir, exist_ok=True)
-        details = {"schedule_ok": _shape_details(ranks, cpr, gpr),
-                   "resources_ok": f"{p.nodes}x{p.cores_per_node}/{p.gpus_per_node}",
-                   "launcher_start": "direct p0", "launcher_ready": "direct p0",
-                   "launcher_stop": "direct p0"}
+        details = {E.SCHEDULE_OK: _shape_details(ranks, cpr, gpr),
+                   E.RESOURCES_OK: f"{p.nodes}x{p.cores_per_node}/{p.gpus_per_node}",
+                   E.LAUNCHER_START: "direct p0", E.LAUNCHER_READY: "direct p0",
+                   E.LAUNCHER_STOP: "direct p0"}
         _write_events(os.path.join(pdir, "agent.events"), epoch, parts, uids, pilots, details)
         with open(os.path.join(pdir, "pilot.json"), "w") as fh:
             json.dump({"uid": p.uid, "description": {"nodes": p.nodes},
@@ -190,12 +191,12 @@ def _simulate_agent(rng, p: Pilot, order, cores, gpus, runtime, canceled, cols, 
     ok = ~np.isnan(sched)
     idx = order[ok]
     s = sched[ok]
-    cols["schedule_ok"][idx] = s
+    cols[E.SCHEDULE_OK][idx] = s
     cols["EXECUTING"][idx] = s
-    cols["exec_start"][idx] = s + prep[ok]
-    cols["exec_ok"][idx] = s + prep[ok] + spawn[ok]
-    cols["exec_stop"][idx] = cols["exec_ok"][idx] + runtime[idx]
-    cols["unschedule"][idx] = unsched[ok]
+    cols[E.EXEC_START][idx] = s + prep[ok]
+    cols[E.EXEC_OK][idx] = s + prep[ok] + spawn[ok]
+    cols[E.EXEC_STOP][idx] = cols[E.EXEC_OK][idx] + runtime[idx]
+    cols[E.UNSCHEDULE][idx] = unsched[ok]
     cols["STAGING_OUTPUT"][idx] = unsched[ok]
     cols["final"][idx] = unsched[ok] + out_stage[ok]
 

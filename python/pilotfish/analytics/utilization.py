@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from pilotfish import _events as E
 from pilotfish.analytics.steps import Step, boundary_bin_means
 
 # (key, label) in stacking order: bottom to top in the plots, left to right in tables
@@ -87,7 +88,7 @@ PHASES = (
     ("exec_runtime", "Exec runtime"),
     ("exec_launcher", "Exec launcher"),
     ("exec_cmd", "Exec cmd"),
-    ("unschedule", "Unschedule"),
+    (E.UNSCHEDULE, "Unschedule"),
     ("draining", "Draining"),
     ("pilot_termination", "Pilot termination"),
     ("idle", "Idle"),
@@ -101,15 +102,15 @@ PHASE_DEFINITIONS = {
     "exec_runtime": "per task, exec_start → exec_ok (spawn)",
     "exec_launcher": "per task, exec_ok → launch_ok (0 without a launch_ok event)",
     "exec_cmd": "per task, launch_ok (or exec_ok) → exec_stop: the workload",
-    "unschedule": "per task, exec_stop → unschedule",
+    E.UNSCHEDULE: "per task, exec_stop → unschedule",
     "draining": "resources used before but never again, until agent_stop",
     "pilot_termination": "all task resources, agent_stop → pilot final state",
     "idle": "the rest: free amid the run, or never used",
 }
 PHASE_LABELS = dict(PHASES)
 # the busy phases and the task events that bound them
-TASK_BOUNDARIES = ("schedule_ok", "exec_start", "exec_ok", "launch_ok", "exec_stop", "unschedule")
-TASK_PHASES = ("prepare_execution", "exec_runtime", "exec_launcher", "exec_cmd", "unschedule")
+TASK_BOUNDARIES = (E.SCHEDULE_OK, E.EXEC_START, E.EXEC_OK, E.LAUNCH_OK, E.EXEC_STOP, E.UNSCHEDULE)
+TASK_PHASES = ("prepare_execution", "exec_runtime", "exec_launcher", "exec_cmd", E.UNSCHEDULE)
 KINDS = ("cores", "gpus")
 
 
@@ -165,19 +166,19 @@ def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
             return float(v) if pd.notna(v) else np.nan
         t_end = t("t_final")
         if np.isnan(t_end):
-            t_end = np.nanmax([t("agent_stop"), t("t_last_event"), -np.inf])
-        elif t("agent_stop") > t_end:
+            t_end = np.nanmax([t(E.AGENT_STOP), t("t_last_event"), -np.inf])
+        elif t(E.AGENT_STOP) > t_end:
             # a simulated pilot: its agent's events are on the virtual clock, the final state
             # the client saw on the real one (a real agent always stops before its job ends)
-            t_end = t("agent_stop")
-        t_boot = next((x for x in (t("bootstrap_start"), t("resources_ok"), t("ACTIVE"))
+            t_end = t(E.AGENT_STOP)
+        t_boot = next((x for x in (t(E.BOOTSTRAP_START), t(E.RESOURCES_OK), t("ACTIVE"))
                        if not np.isnan(x)), np.nan)
         if np.isnan(t_boot) or not np.isfinite(t_end):
             continue  # never started: it held nothing
         t_end = max(t_end, t_boot)
         t_active = t("ACTIVE")
         t_active = t_end if np.isnan(t_active) else min(max(t_active, t_boot), t_end)
-        t_stop = t("agent_stop")
+        t_stop = t(E.AGENT_STOP)
         t_stop = t_end if np.isnan(t_stop) else min(max(t_stop, t_active), t_end)
         total = {"cores": int(p.get("cores", 0) or 0), "gpus": int(p.get("gpus", 0) or 0)}
         agent = {"cores": min(int(p.get("agent_cores", 0) or 0), total["cores"]),

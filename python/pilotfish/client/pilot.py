@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
+from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
@@ -347,7 +348,7 @@ class Pilot:
                     _cancel_quietly(unit[1])
             self.nodes = list(msg.nodes)
             self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
-            self._pmgr.session.events.record(self.uid, "pilot_nodes", str(len(msg.nodes)), msg.t)
+            self._pmgr.session.events.record(self.uid, E.PILOT_NODES, str(len(msg.nodes)), msg.t)
         with self._resize_cond:
             self._resized[msg.unit] = msg
             self._resize_cond.notify_all()
@@ -612,7 +613,7 @@ class PilotManager:
                 _stop_stale_agent(local_pid, sandbox)
             learn_finals()  # what it finished, up to now
             return None, uid
-        self.session.events.record(uid, "reattached", f"{len(pilot._resync)} tasks asked")
+        self.session.events.record(uid, E.REATTACHED, f"{len(pilot._resync)} tasks asked")
         if not self._monitor_started:
             self._monitor_started = True
             self._monitor.start()

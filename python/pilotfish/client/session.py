@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .. import _events as E
 from .. import __version__
 from .._errors import PilotfishError, SessionClosed, SessionError
 from .._events import EventWriter, TaskRecord
@@ -124,10 +125,10 @@ class Session:
             keys = _session_keys(self.path) if secure else None
             self.events = _SessionEvents(os.path.join(self.path, "client.events"),
                                          enabled=profile)
-            self.events.record("session", "session_resume" if previous else "session_start")
+            self.events.record("session", E.SESSION_RESUME if previous else E.SESSION_START)
             self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
                                   address=previous.get("address") if previous else None,
-                                  on_refused=lambda what: self.events.record("session", "refused", what),
+                                  on_refused=lambda what: self.events.record("session", E.REFUSED, what),
                                   heartbeat_s=self.heartbeat_s,
                                   pilot_keys=self._resume.pilot_keys() if self._resume else None)
             try:
@@ -210,7 +211,7 @@ class Session:
             for pmgr in self._pmgrs:
                 self._quietly("stop the pilots of", self.path, pmgr._close, terminate=terminate)
             self._quietly("stop the adopted tasks of", self.path, self._adopter.close, terminate)
-            self.events.record("session", "session_stop")
+            self.events.record("session", E.SESSION_STOP)
             self._write_task_records()
             self._bridge.close()
             self._quietly("close the journal", self.journal.path, self.journal.close)
