@@ -112,6 +112,7 @@ class Runtime:
         self.failed = False
         self.measure = True
         self.clock = time.perf_counter         # handler timing: wall clock by default
+        self._wall = time.perf_counter         # handler spans, for _send_ahead
         self.idle_sleep = True                 # back off with short sleeps when idle
         self.send_ahead = SEND_AHEAD
         self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
@@ -299,7 +300,40 @@ class Runtime:
             if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender, before
                 self.stats["hints"] += 1         # the handler runs (the hint leaves with
                 self._post_loc(ep, coll, flat, msg[7], coll.loc.version(flat))  # its sends)
-            self._invoke(coll, flat, el, msg[4], msg[5], msg[6], ep)
+            # the handler, inline (the hot path of every message): timed as the element's
+            # load (self.clock) and, on the wall clock, as its span (see _send_ahead)
+            method = msg[4]
+            fn = getattr(el, method, None)
+            if fn is None or not callable(fn):
+                self.td.errors[ep].append(
+                    f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}")
+            else:
+                spans = coll._span
+                key = (flat, method)
+                if self.messenger.dirty:
+                    self._send_ahead(spans, key)
+                prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
+                self.ctx_epoch = ep
+                self.ctx_elem = (coll, flat)
+                wall = self._wall
+                clock = self.clock
+                t0 = wall()
+                c0 = t0 if clock is wall else clock()
+                try:
+                    fn(*msg[5], **msg[6])
+                except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
+                    self.td.errors[ep].append(
+                        f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
+                        f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
+                finally:
+                    t1 = wall()
+                    spans[key] = t1 - t0
+                    if self.measure:
+                        load = coll._load
+                        load[flat] = load.get(flat, 0.0) + (
+                            (t1 if clock is wall else clock()) - c0)
+                    self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
+                    self.stats["handlers"] += 1
             self.td.consumed[ep] += 1
         elif kind == BCAST:
             # its expansion routes a message per home element: what is pending leaves first
@@ -347,38 +381,6 @@ class Runtime:
         last = spans.get(key)
         if last is None or last > self.send_ahead:
             self.messenger.flush()
-
-    def _invoke(self, coll, flat, el, method, args, kwargs, ep):
-        fn = getattr(el, method, None)
-        if fn is None or not callable(fn):
-            self.td.errors[ep].append(
-                f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}")
-            return
-        spans = coll._span
-        key = (flat, method)
-        if self.messenger.dirty:
-            self._send_ahead(spans, key)
-        prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
-        self.ctx_epoch = ep
-        self.ctx_elem = (coll, flat)
-        wall = time.perf_counter
-        clock = self.clock
-        t0 = wall()
-        c0 = t0 if clock is wall else clock()
-        try:
-            fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
-            self.td.errors[ep].append(
-                f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
-                f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
-        finally:
-            t1 = wall()
-            spans[key] = t1 - t0
-            if self.measure:
-                dt = (t1 if clock is wall else clock()) - c0
-                coll._load[flat] = coll._load.get(flat, 0.0) + dt
-            self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
-            self.stats["handlers"] += 1
 
     def _lost_message(self, coll, flat, what, ep):
         self._drop(ep, f"{coll.describe(flat)}{what}: the element was lost in migration "
