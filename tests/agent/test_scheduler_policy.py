@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pilotfish import _core
 from pilotfish._wire import TaskSpec
-from pilotfish.agent.executor import AgentTask
+from pilotfish.agent.tasks import WAITING, AgentTask
 from pilotfish.agent.scheduler import Scheduler
 
 
@@ -133,7 +133,7 @@ def test_small_task_behind_a_stream_of_large_ones_waits_at_most_the_aging_bound(
     n = 1
     while "small" not in sim.started:
         while sum(1 for k in sim.sched._shapes.values() for e in k.heap
-                  if e[2].state == "waiting") < 2:
+                  if e[2].state is WAITING) < 2:
             sim.add(f"L{n}", 10, run=1.0)
             n += 1
         sim.step()

@@ -11,7 +11,7 @@ import pytest
 
 from pilotfish import _core
 from pilotfish._wire import TaskSpec
-from pilotfish.agent.executor import AgentTask
+from pilotfish.agent.tasks import AgentTask
 from pilotfish.agent.scheduler import Scheduler
 
 NODES = [(8, 2, 0)] * 4

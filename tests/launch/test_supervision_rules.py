@@ -12,7 +12,7 @@ import pytest
 from launch_cases import SLURM
 
 from pilotfish._wire import TaskSpec
-from pilotfish.agent.executor import AgentTask
+from pilotfish.agent.tasks import AgentTask
 from pilotfish.agent.supervisor import LaunchRecord, Supervisor
 from pilotfish.launch import get_launcher
 from pilotfish.launch.base import LaunchHandle

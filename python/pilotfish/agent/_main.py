@@ -32,14 +32,14 @@ from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MA
                             misfit_partitions, partition_layout)
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
-from .executor import (BACKOFF, FINAL, HELD, REASON_TAIL, RUNNING, AgentTask, TaskRunner,
-                       signal_name)
+from .executor import REASON_TAIL, TaskRunner, signal_name
 from .simulation import AUTOJUMP_S, SIM_POLL_S
 from ..launch.base import LaunchError
 from .partition import (DEGRADED, FAILED, READY, STARTING, Launchers, Partition, add_work, bind,
                         rebalance, remove_work, task_work)
 from .._staging import stage
 from .supervisor import Supervisor
+from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -735,7 +735,7 @@ class Agent:
             lm = get(t.partition, t.spec.launcher)
             if lm.state == READY:
                 t.lm = lm.method
-                t.state = RUNNING
+                move(t, RUNNING)
                 go.append(t)
                 if relaunch or (t.launch is not None and t.launch.attempt):
                     continue  # the client knows it runs; this is the supervisor's retry
@@ -747,11 +747,11 @@ class Agent:
             elif lm.state in (STARTING, DEGRADED):
                 lm.held.append(t)
                 t.held = lm
-                t.state = HELD
+                move(t, HELD)
             else:  # failed: its partition is closed (default launcher) or the task fails
                 lm.held.append(t)
                 t.held = lm
-                t.state = HELD
+                move(t, HELD)
                 self._launchers_changed([lm])
         if not go:
             self.events.record_many(events)
@@ -1000,7 +1000,7 @@ class Agent:
         delay = min(30.0, 0.5 * 2 ** (t.attempt - 1))
         detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
         self._again(t, now, E.RETRY, detail, detail)
-        t.state = BACKOFF  # out of the queue until its backoff ends (a cancel finalizes it)
+        move(t, BACKOFF)  # out of the queue until its backoff ends (a cancel finalizes it)
         self._timer(now + delay, "backoff_end", t)
 
     def _release(self, tasks: list[AgentTask]) -> None:
@@ -1058,7 +1058,7 @@ class Agent:
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
             self.runner.read_outputs([t])
         t.final_state = state
-        t.state = FINAL
+        move(t, FINAL)
         if t.work and t.partition is not None:
             remove_work(t.partition, t.spec, t.work)
             t.work = 0.0

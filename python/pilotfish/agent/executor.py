@@ -14,71 +14,11 @@ from typing import Any, Callable
 from .. import _events as E
 from .._core import read_outputs as _core_read_outputs
 from .._paths import task_cwd
-from .._wire import RankSlot
 from .supervisor import LaunchRecord
+from .tasks import AgentTask
 
 OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
-
-
-# Where an agent task is (AgentTask.state). The scheduler's heaps skip every entry whose task
-# is no longer WAITING (lazy removal).
-NEW = "new"            # received, not queued yet
-WAITING = "waiting"    # in its partition's scheduler queue
-PLACED = "placed"      # the placer gave it slots (the agent launches it, or holds it)
-HELD = "held"          # placed, waiting for its launcher instance to be ready (task.held)
-RUNNING = "running"    # spawned: its processes run or are being judged (supervision)
-BACKOFF = "backoff"    # failed, waiting out its retry backoff (a timer re-queues it)
-DROPPED = "dropped"    # out of the queue without being placed (canceled, unplaceable, moved)
-FINAL = "final"        # reported DONE/FAILED/CANCELED (final_state says which)
-
-
-class AgentTask:
-    """The agent's view of one task."""
-
-    __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
-                 "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch", "attempt", "queued", "spool", E.PARTITION, "work", "held",
-                 "timed", "extra_outs", "gen")
-
-    def __init__(self, spec, seq: int):
-        self.spec = spec
-        self.seq = seq
-        self.key = seq  # placement key in the Rust placer
-        self.state = NEW  # see the states above
-        self.slots: list[RankSlot] | None = None
-        self.procs: list[int] = []  # pids
-        self.running = 0
-        self.exit_code: int | None = None
-        self.signal: int | None = None
-        self.reason: str | None = None
-        self.kill_reason: tuple[str, str] | None = None  # (final state, why) when we kill it
-        self.out_paths: tuple[str | None, str | None] = (None, None)
-        self.released = False
-        self.cwd: str | None = None
-        self.final_state: str | None = None
-        self.lm: Any = None  # its launch method, once built
-        self.launch: LaunchRecord | None = None  # only for supervised launch methods
-        self.attempt = 0  # retries done so far
-        self.queued = 0.0  # when it last joined the scheduler's queue (aging)
-        self.spool = -1  # its captured-output files in the spool (TaskRunner), while it has them
-        self.partition: Any = None  # the Partition it is bound to (agent/partition.py)
-        self.work = 0.0  # what it adds to its partition's bound work (meta-scheduler)
-        self.held: Any = None  # the Launcher it waits for, placed, while that one starts
-        self.timed = False  # its timeout timer is set (once, at its first launch)
-        self.extra_outs = 0  # processes beyond the first whose captured output is beside it
-        self.gen = 0  # bumped when it goes back to waiting: older timers are not for it
-
-    def reset_for_retry(self) -> None:
-        """Back to waiting, as if it just arrived (its key is free again in the placer)."""
-        self.state = NEW
-        self.gen += 1
-        self.released = False
-        self.slots = None
-        self.procs = []
-        self.running = 0
-        self.exit_code = self.signal = self.reason = self.kill_reason = None
-        self.launch = None
 
 
 class TaskRunner:

@@ -32,7 +32,7 @@ from .. import states as S
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import rank_capacity
-from .executor import RUNNING
+from .tasks import RUNNING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import REAL
-from .executor import DROPPED, PLACED, WAITING
+from .tasks import DROPPED, PLACED, WAITING, move
 
 ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
 POLICIES = ("utilization", "fifo")
@@ -106,7 +106,7 @@ class Scheduler:
         for t in tasks:
             s = t.spec
             t.queued = now
-            t.state = WAITING
+            move(t, WAITING)
             k = shape_key(s)
             shape = shapes.get(k)
             if shape is None:
@@ -121,7 +121,7 @@ class Scheduler:
         """A queued task was canceled (lazy removal: skipped when it reaches a head)."""
         if task.state is not WAITING:
             return
-        task.state = DROPPED
+        move(task, DROPPED)
         self.waiting -= 1
         self._dirty = True
         if self._reserved is task:
@@ -287,7 +287,7 @@ class Scheduler:
                 heapq.heappush(heap, (-t.spec.priority, t.seq, t))
                 continue
             placed.append((t, slots))
-            t.state = PLACED
+            move(t, PLACED)
             count += 1
             if colocate is not None and colocate not in self._colocated:
                 self._colocated[colocate] = slots[0][0]
@@ -305,7 +305,7 @@ class Scheduler:
         if slots is None:
             return False
         placed.append((t, slots))
-        t.state = PLACED
+        move(t, PLACED)
         self.waiting -= 1
         if s.colocate is not None and s.colocate not in self._colocated:
             self._colocated[s.colocate] = slots[0][0]
@@ -334,7 +334,7 @@ class Scheduler:
         shape.heap.clear()
         self._shapes.pop(shape.key, None)
         for t in tasks:
-            t.state = DROPPED  # out of the queue for good
+            move(t, DROPPED)  # out of the queue for good
             if self._reserved is t:
                 self._unreserve()
             self.unplaceable.append((t, why))
