@@ -2,7 +2,9 @@
 
 Agents connect a DEALER (routing id = pilot uid) to the session's ROUTER. User threads never
 touch the socket: they queue frames and wake the IO thread through an inproc pair. Frames for
-an agent that has not said hello yet wait in an outbox (a ROUTER would drop them).
+an agent that has not said hello yet wait in an outbox (a ROUTER would drop them). Each
+message an agent sends is decoded and handed, with its pilot's uid, to one callable: the
+session's router (_router.Router.dispatch), which knows who takes it.
 
 Locked (secure=True, the default): the ROUTER is a CURVE server; each pilot's agent holds its
 own key pair (written 0600 into its agent.json, in a 0700 directory). The IO thread answers
@@ -35,16 +37,19 @@ _MAX_IPC_PATH = 100
 
 
 class Bridge:
-    """Moves frames between user threads and agents; dispatches what agents send."""
+    """Moves frames between user threads and agents; hands what agents send to `deliver`."""
 
     def __init__(self, session_path: str, session_uid: str, bind: str = "ipc",
                  keys: tuple[bytes, bytes] | None = None, interface: str | None = None,
                  address: str | None = None, on_refused: Callable[[str], None] | None = None,
-                 heartbeat_s: float = 5.0, pilot_keys: dict[str, bytes] | None = None):
+                 heartbeat_s: float = 5.0, pilot_keys: dict[str, bytes] | None = None,
+                 deliver: Callable[[str, object], None] | None = None):
         """keys: the session's CURVE (public, secret) key pair; None: no encryption (for
         measuring its cost). address: bind exactly this one (a resumed session's).
         pilot_keys: {pilot uid: public key} let in from the start -- a resumed session's
-        live agents reconnect the moment it binds, before their pilots are re-attached."""
+        live agents reconnect the moment it binds, before their pilots are re-attached.
+        deliver(pilot uid, message) runs in the IO thread for every message from an agent
+        (but heartbeats once it said hello: they only keep last_seen)."""
         self._ctx = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -103,17 +108,15 @@ class Bridge:
         self._outbox: dict[str, list] = collections.defaultdict(list)
         self._connected: set[str] = set()
         self._hello_seen: set[str] = set()
-        self._handlers: dict[str, Callable[[object], None]] = {}
+        self._deliver = deliver
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="pilotfish-bridge", daemon=True)
         self._thread.start()
 
     # -- user side --------------------------------------------------------------------------
-    def register(self, pilot_uid: str, handler: Callable[[object], None],
-                 public_key: bytes | None = None) -> None:
-        """handler(msg) runs in the IO thread for every message from that pilot's agent;
-        public_key: the agent's CURVE key, the only one let in as this pilot."""
-        self._handlers[pilot_uid] = handler
+    def allow(self, pilot_uid: str, public_key: bytes | None) -> None:
+        """Let the pilot's agent in: public_key is its CURVE key, the only one let in as this
+        pilot (None: an unencrypted session lets anyone in)."""
         if public_key is not None:
             self._allow(pilot_uid, public_key)
 
@@ -285,19 +288,18 @@ class Bridge:
             log.exception("undecodable frame from %s", pilot_uid)
             return
         if isinstance(msg, _wire.Heartbeat):
-            if pilot_uid in self._hello_seen or pilot_uid not in self._handlers:
+            if pilot_uid in self._hello_seen:
                 return
             # an agent that has not said hello to this client (a resumed session re-attaching):
-            # its handler decides (asks it to resync, until it answers)
+            # its pilot decides (asks it to resync, until it answers)
         if isinstance(msg, _wire.Hello):
             self._connected.add(pilot_uid)
             self._hello_seen.add(pilot_uid)
-        handler = self._handlers.get(pilot_uid)
-        if handler is not None:
+        if self._deliver is not None:
             try:
-                handler(msg)
+                self._deliver(pilot_uid, msg)
             except Exception:
-                log.exception("handler for %s failed", pilot_uid)
+                log.exception("handling a message from %s failed", pilot_uid)
         if isinstance(msg, _wire.Hello):
             for frame, on_sent in self._outbox.pop(pilot_uid, []):
                 self._send_now(pilot_uid, frame, on_sent)

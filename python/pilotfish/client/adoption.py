@@ -5,6 +5,7 @@ When an agent dies while tasks run, its keeper keeps those processes and writes 
 its pilot (nor send it again on resume): it waits here for the keeper's word. A task the keeper
 ends without a final (it failed, needed output staging, or the keeper was stopped) is failed
 locally, not journaled -- so a resume runs it again -- exactly like a task its pilot took down.
+Both go through the session's task registry (_ports.TaskEnds), to the tasks' managers.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING
 
 from .. import _wire
 from .. import states as S
 from .._journal import finals, keeper_adopted, keeper_alive, keeper_state
-
-if TYPE_CHECKING:
-    from .task import Task
+from ._ports import TaskEnds, TaskEntry
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +25,15 @@ log = logging.getLogger(__name__)
 class Adopter:
     poll_s = 0.05
 
-    def __init__(self) -> None:
+    def __init__(self, tasks: TaskEnds) -> None:
+        """tasks: the session's task registry, which takes what the keepers say."""
+        self._tasks = tasks
         self._lock = threading.Lock()
-        self._watched: dict[str, dict[str, "Task"]] = {}  # sandbox -> {uid: task}
+        self._watched: dict[str, dict[str, TaskEntry]] = {}  # sandbox -> {uid: task}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def take(self, sandbox: str, tasks: list["Task"]) -> set["Task"]:
+    def take(self, sandbox: str, tasks: list[TaskEntry]) -> set[TaskEntry]:
         """Of these tasks (of a pilot that failed), the ones its keeper holds: followed from
         now on. The others are the caller's to finish."""
         held = keeper_adopted(sandbox, live_only=False)  # done already: its journal says
@@ -42,7 +42,7 @@ class Adopter:
             self.watch(sandbox, kept)
         return set(kept)
 
-    def watch(self, sandbox: str, tasks: list["Task"]) -> None:
+    def watch(self, sandbox: str, tasks: list[TaskEntry]) -> None:
         with self._lock:
             self._watched.setdefault(sandbox, {}).update((t.uid, t) for t in tasks)
             if self._thread is None or not self._thread.is_alive():
@@ -89,24 +89,18 @@ class Adopter:
                     log.exception("following the keeper of %s failed", sandbox)
             self._stop.wait(self.poll_s)
 
-    def _check(self, sandbox: str, tasks: dict[str, "Task"]) -> None:
+    def _check(self, sandbox: str, tasks: dict[str, TaskEntry]) -> None:
         alive = keeper_alive(sandbox)  # first: a final it writes before it ends is read below
         got = finals(os.path.join(sandbox, "keeper.journal"))
         ended = {uid: rec for uid, rec in got.items() if uid in tasks}
         left = [] if alive else [t for uid, t in tasks.items() if uid not in ended]
-        by_tmgr: dict = {}
-        for uid, (_, _, state, code, sig, reason, t) in ended.items():
-            task = tasks[uid]
-            by_tmgr.setdefault(task._tmgr, []).append(
-                (task, _wire.Update(uid, state, t, exit_code=code, signal=sig, reason=reason)))
-        for tmgr, pairs in by_tmgr.items():
-            tmgr._apply(pairs)  # journaled: this task is final for every later resume
-        by_tmgr = {}
-        for task in left:
-            by_tmgr.setdefault(task._tmgr, []).append(task)
-        for tmgr, lost in by_tmgr.items():
-            tmgr._finish_locally(lost, S.FAILED, "its agent died and the agent's keeper ended "
-                                                 "without seeing it succeed; it runs again on resume")
+        if ended:  # journaled: these tasks are final for every later resume
+            self._tasks.take([_wire.Update(uid, state, t, exit_code=code, signal=sig,
+                                           reason=reason)
+                              for uid, (_, _, state, code, sig, reason, t) in ended.items()])
+        if left:
+            self._tasks.finish_locally(left, S.FAILED, "its agent died and the agent's keeper "
+                                       "ended without seeing it succeed; it runs again on resume")
         if ended or left:
             with self._lock:
                 watched = self._watched.get(sandbox, {})

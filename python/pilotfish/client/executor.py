@@ -22,6 +22,9 @@ from typing import Any, Callable
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
 from ..descriptions import PilotDescription, TaskDescription
+from .pilot import PilotManager
+from .session import Session
+from .task import TaskManager
 
 
 class _TaskFuture(cf.Future):
@@ -53,10 +56,6 @@ class Executor(cf.Executor):
     def __init__(self, tmgr=None, *, pilot: PilotDescription | dict | None = None,
                  session_path: str | None = None, ranks: int = 1, cores_per_rank: int = 1,
                  gpus_per_rank: int = 0, mem_per_rank: int = 0):
-        from .pilot import PilotManager
-        from .session import Session
-        from .task import TaskManager
-
         self._shape = {k: v for k, v, default in (
             ("ranks", ranks, 1), ("cores_per_rank", cores_per_rank, 1),
             ("gpus_per_rank", gpus_per_rank, 0), ("mem_per_rank", mem_per_rank, 0))

@@ -1,4 +1,9 @@
-"""Pilots: placeholder jobs, each running one agent, and the manager that submits them."""
+"""Pilots: placeholder jobs, each running one agent, and the manager that submits them.
+
+A pilot's messages reach it through the session's router: the manager attaches a listener
+per pilot (Hello, Bye, Heartbeat, Missing, Resized); its tasks' Updates go to the session's
+task registry and its service groups' news to the groups, without passing here.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from ..batch import BatchJob, make_batch_job
 from ..descriptions import (PilotDescription, check_descriptions, misfit_partitions,
                             partition_layout)
 from .session import Session
+from .task import TaskManager
 
 log = logging.getLogger("pilotfish.client")
 
@@ -48,7 +54,7 @@ class Pilot:
         self._missing: set[str] = set()
         self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
         self._simulated = description.resource == "simulated"
-        self._groups: dict[str, object] = {}  # service groups on this pilot, by name
+        self._final_listeners: list[Callable[["Pilot"], None]] = []  # (_when_final)
         self._fn_sent: set[bytes] = set()  # digests of the callables its agent was sent
         # grown units (grow): name -> [their nodes, their batch job or None]; in order
         self._grown: dict[str, list] = {}
@@ -183,8 +189,6 @@ class Pilot:
                 lines.append(shlex.join([os.path.join(path, "bin", "python"), "-m", "pip",
                                          "install", "-q", "--disable-pip-version-check",
                                          *packages]))
-            from .task import TaskManager  # (task.py imports this module)
-
             tmgr = TaskManager(self._pmgr.session)
             tmgr.add_pilots(self)
             t = tmgr.submit_tasks(TaskDescription(
@@ -320,6 +324,11 @@ class Pilot:
 
     def _send(self, msg) -> None:
         self._pmgr.session._bridge.send(self.uid, _wire.encode(msg))
+
+    def _when_final(self, listener: Callable[["Pilot"], None]) -> None:
+        """listener(pilot) once this pilot reaches a final state (a TaskManager it was added
+        to ends the tasks it had there), before the pilot's callbacks run."""
+        self._final_listeners.append(listener)
 
     def _resize(self, msg, unit: str, deadline: float | None) -> _wire.Resized:
         with self._resize_cond:
@@ -458,7 +467,6 @@ class PilotManager:
         self._poke = threading.Event()  # wakes the monitor early
         self._monitor = threading.Thread(target=self._watch, name="pilotfish-pilots", daemon=True)
         self._monitor_started = False
-        self._task_listeners: list[Callable[[Pilot], None]] = []
         session._pmgrs.append(self)
 
     # -- public API -------------------------------------------------------------------------
@@ -545,10 +553,9 @@ class PilotManager:
             self._cond.notify_all()
         self.session.events.record(pilot.uid, state, reason, t)
         if state in S.FINAL:
-            for listener in self._task_listeners:
+            for listener in list(pilot._final_listeners):
                 listener(pilot)
-            for group in pilot._groups.values():
-                group._pilot_final()  # type: ignore[attr-defined]
+            self.session.router.pilot_final(pilot.uid)  # its service groups
             for unit, (_, job) in list(pilot._grown.items()):  # grown units go with the pilot
                 if job is not None:
                     _cancel_quietly(job)
@@ -566,7 +573,7 @@ class PilotManager:
         """Resumed session: (the journaled pilot this description matches, re-attached if its
         agent answers within a few heartbeats, or None to start a new one; the uid of the
         journaled pilot a new one replaces, if any)."""
-        r = self.session._resume
+        r = self.session.resumed
         if r is None or r.pilots_used >= len(r.pilots):
             return None, None
         uid, old_desc, sandbox = r.pilots[r.pilots_used]
@@ -601,8 +608,9 @@ class PilotManager:
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
         pilot.history.append((S.NEW, time.time()))
         self.pilots[uid] = pilot
-        self.session._bridge.register(uid, lambda msg, p=pilot: self._on_message(p, msg),
-                                      public_key=public)
+        # until its agent answers, whatever it says is a cue to ask it again
+        self.session.router.watch(uid, lambda msg, p=pilot: self._heard(p, msg))
+        self._attach(pilot, public)
         self._advance(pilot, S.LAUNCHING)
         # the agent beats every heartbeat_s; give it three, and the answer time
         if not pilot._resynced.wait(3 * self.session.heartbeat_s + 5):
@@ -642,7 +650,7 @@ class PilotManager:
             public, secret = zmq.curve_keypair()
             config["curve"] = {"server": bridge.public_key.decode(), "public": public.decode(),
                                "secret": secret.decode()}
-        bridge.register(pilot.uid, lambda msg, p=pilot: self._on_message(p, msg), public_key=public)
+        self._attach(pilot, public)
         try:
             private_dir(pilot.sandbox)  # 0700, ours: one another user made or may write is refused
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
@@ -655,9 +663,13 @@ class PilotManager:
             return
         self._advance(pilot, S.LAUNCHING)
 
-    def _on_message(self, pilot: Pilot, msg) -> None:  # IO thread
-        if pilot._resync is not None and not pilot._resynced.is_set() \
-                and not isinstance(msg, (_wire.Missing, _wire.Hello)):
+    def _attach(self, pilot: Pilot, public_key: bytes | None) -> None:
+        """Route the pilot's own messages here, then let its agent in."""
+        self.session.router.attach(pilot.uid, lambda msg, p=pilot: self._on_agent(p, msg))
+        self.session._bridge.allow(pilot.uid, public_key)
+
+    def _heard(self, pilot: Pilot, msg) -> None:  # IO thread: a re-attaching pilot's watcher
+        if not pilot._resynced.is_set() and not isinstance(msg, (_wire.Missing, _wire.Hello)):
             # a re-attaching agent speaks (a busy one streams updates and never needs to
             # beat): ask what became of our tasks, again each heartbeat until it answers
             now = time.monotonic()
@@ -665,11 +677,14 @@ class PilotManager:
                 pilot._resync_asked = now
                 self.session._bridge.mark_connected(pilot.uid)
                 self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))
-        if isinstance(msg, _wire.Heartbeat):  # (only before a hello reaches the handler)
+
+    def _on_agent(self, pilot: Pilot, msg) -> None:  # IO thread: the pilot's own messages
+        if isinstance(msg, _wire.Heartbeat):  # (only before a hello reaches the router)
             return
         if isinstance(msg, _wire.Missing):
             pilot._missing = set(msg.uids)
             pilot._resynced.set()
+            self.session.router.unwatch(pilot.uid)  # answered: no more asking
             return
         if isinstance(msg, _wire.Hello):
             pilot.nodes = msg.nodes
@@ -685,14 +700,6 @@ class PilotManager:
             except OSError as e:
                 log.error("pilot %s: cannot write %s: %s", pilot.uid, info_path, e.strerror or e)
             self._advance(pilot, S.ACTIVE, t=msg.t)
-        elif isinstance(msg, _wire.Updates):
-            from .task import apply_updates  # (task.py imports this module)
-
-            apply_updates(self.session, msg.items)
-        elif isinstance(msg, (_wire.GroupView, _wire.MemberNews, _wire.GroupAck)):
-            group = pilot._groups.get(msg.name)
-            if group is not None:
-                group._on(msg)  # type: ignore[attr-defined]
         elif isinstance(msg, _wire.Resized):
             pilot._on_resized(msg)
         elif isinstance(msg, _wire.Bye):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from .. import states as S
-from .task import TaskManager
+from ._ports import TaskCounts
 
 
-def wait_with_progress(tmgr: TaskManager, timeout: float | None = None, refresh: float = 0.2,
+def wait_with_progress(tmgr: TaskCounts, timeout: float | None = None, refresh: float = 0.2,
                        console=None, transient: bool = False) -> list[str]:
     """Like tmgr.wait_tasks(), drawing a rich progress bar while it waits.
 

@@ -17,8 +17,10 @@ from typing import Any, Callable
 from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError
-from ..descriptions import ServiceDescription, check_descriptions, rank_capacity
+from ..descriptions import ServiceDescription, TaskDescription, check_descriptions, rank_capacity
 from ..service import Hold, Member, ServiceError, View, client_key
+from ._calls import pickle_calls
+from ._ports import PilotPort
 
 MemberNews = _wire.MemberNews
 
@@ -26,7 +28,8 @@ MemberNews = _wire.MemberNews
 class ServiceGroup:
     """A group of long-running members on one pilot, and its current view."""
 
-    def __init__(self, tmgr: Any, description: ServiceDescription, pilot: Any, replicas: int):
+    def __init__(self, tmgr: Any, description: ServiceDescription, pilot: PilotPort,
+                 replicas: int):
         self.name: str = description.name
         self.description = description
         self.pilot = pilot
@@ -222,7 +225,8 @@ def _check_replicas(replicas: Any, where: str) -> int:
     return replicas
 
 
-def _capacity_problem(d: ServiceDescription, pilot: Any, replicas: int) -> tuple[str, int] | None:
+def _capacity_problem(d: ServiceDescription, pilot: PilotPort,
+                      replicas: int) -> tuple[str, int] | None:
     """(why, nodes a grow would need) if the pilot cannot hold `replicas` members at once."""
     shapes = pilot.partition_shapes
     if shapes is None or replicas == 0:
@@ -239,13 +243,14 @@ def _capacity_problem(d: ServiceDescription, pilot: Any, replicas: int) -> tuple
             nodes)
 
 
-def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
-    from .task import _pickle_calls
-    from ..descriptions import TaskDescription
-
+def submit_group(tmgr: Any, pilots: list[PilotPort], description: Any,
+                 replicas: int) -> ServiceGroup:
+    """TaskManager.submit_service_group: start a group on the first live one of `pilots` (the
+    manager's, in the order they were added) or on description.pilot. Its messages reach it
+    through the session's router from its start request on."""
     (d,) = check_descriptions([description], ServiceDescription)
     replicas = _check_replicas(replicas, "submit")
-    pilots = [p for p in tmgr._pilots.values() if p.state not in S.FINAL]
+    pilots = [p for p in pilots if p.state not in S.FINAL]
     if d.pilot is not None:
         pilots = [p for p in pilots if p.uid == d.pilot]
         if not pilots:
@@ -257,7 +262,8 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
     if pilot._simulated:
         raise DescriptionError("ServiceDescription", "pilot", pilot.uid,
                                "service groups do not run on a simulated pilot")
-    if d.name in pilot._groups:
+    router = tmgr.session.router
+    if router.has_group(pilot.uid, d.name):
         raise DescriptionError("ServiceDescription", "name", d.name,
                                f"a service group of that name runs on {pilot.uid} already")
     problem = pilot.misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank)
@@ -271,7 +277,7 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
                  mem_per_rank=d.mem_per_rank)
     if d.function is not None:  # (the agent runs it with python -m pilotfish.service)
         fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
-        fn, call, _ = _pickle_calls([fd], [0])[0]
+        fn, call, _ = pickle_calls([fd], [0])[0]
         what = dict(executable="", function=fn, call=call)
     else:
         what = dict(executable=d.executable, arguments=tuple(d.arguments))
@@ -279,18 +285,18 @@ def submit_group(tmgr: Any, description: Any, replicas: int) -> ServiceGroup:
                               pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape, **what)
     spec = _wire.ServiceSpec(d.name, template, replicas, d.restart, d.max_restarts,
                              d.ready_timeout, d.health_interval, d.leave_timeout)
-    resume = tmgr.session._resume is not None  # (a running group is re-attached)
+    resume = tmgr.session.resumed is not None  # (a running group is re-attached)
     start = _wire.GroupStart(spec, resume)
     _check_encodable(start, d)
     group = ServiceGroup(tmgr, d, pilot, replicas)
-    pilot._groups[d.name] = group
+    router.add_group(pilot.uid, d.name, group)
     try:
         ack = group._ask(start, "start", 60.0)
     except BaseException:
-        del pilot._groups[d.name]  # a failed start leaves the name free
+        router.drop_group(pilot.uid, d.name)  # a failed start leaves the name free
         raise
     if ack.error:
-        del pilot._groups[d.name]
+        router.drop_group(pilot.uid, d.name)
         raise ServiceError(f"service group {d.name!r}: {ack.error}")
     if ack.target >= 0:  # a resumed session: the agent had it running
         group.target = ack.target

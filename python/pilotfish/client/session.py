@@ -8,6 +8,10 @@ session's life (a killed session's lock goes with it, so a resume is never block
 dead holder), and a new session claims the directory by creating `session.json`
 exclusively. Failures of the file system (full, read-only, ...) are SessionErrors naming the
 path and the cause; close() reports them and does not raise.
+
+The session owns the one way in from the agents: bridge (_bridge.Bridge: the socket, the IO
+thread) -> router (_router.Router) -> the task registry (_registry.TaskRegistry: Updates), the
+pilots' listeners (PilotManager: Hello, Bye, ...) and the service groups (GroupView, ...).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import secrets
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 
@@ -34,10 +38,9 @@ from .._events import EventWriter, TaskRecord
 from .._journal import Journal, read_journal
 from .._util import hostname, open_private, private_dir, read_private, write_private
 from ._bridge import Bridge
-
-if TYPE_CHECKING:
-    from .pilot import PilotManager
-    from .task import Task, TaskManager
+from ._registry import TaskRegistry
+from ._router import Router
+from .adoption import Adopter
 
 log = logging.getLogger("pilotfish.client")
 
@@ -66,6 +69,9 @@ class Session:
               whose agent is silent for agent_timeout FAILS; an agent whose client is silent
               for client_timeout drains and ends its batch job (defaults 5, 60, 60 s)
     journal   keep the journal (descriptions and final states, fsynced about once a second)
+
+    Its managers register with `router` (_router.Router), which the session's bridge hands
+    every message from an agent; `resumed` is what a resumed session's journal says.
     """
 
     def __init__(self, path: str | os.PathLike | None = None, uid: str | None = None,
@@ -126,11 +132,16 @@ class Session:
             self.events = _SessionEvents(os.path.join(self.path, "client.events"),
                                          enabled=profile)
             self.events.record("session", E.SESSION_RESUME if previous else E.SESSION_START)
+            self.tasks: dict[str, Any] = {}  # every task (task.Task) of the session, by uid
+            self._registry = TaskRegistry(self.tasks, self._resume)
+            # what agents send: bridge -> router -> the registry, the pilots, the groups
+            self.router = Router(self._registry)
             self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
                                   address=previous.get("address") if previous else None,
                                   on_refused=lambda what: self.events.record("session", E.REFUSED, what),
                                   heartbeat_s=self.heartbeat_s,
-                                  pilot_keys=self._resume.pilot_keys() if self._resume else None)
+                                  pilot_keys=self._resume.pilot_keys() if self._resume else None,
+                                  deliver=self.router.dispatch)
             try:
                 with _os_errors("write", meta_path):
                     write_private(meta_path, json.dumps({
@@ -150,16 +161,13 @@ class Session:
         r = self._resume
         self._task_ids = itertools.count(r.next_task if r else 0)
         self._pilot_ids = itertools.count(r.next_pilot if r else 0)
-        self.tasks: dict[str, Task] = {}  # every task of the session, by uid
-        self._pmgrs: list[PilotManager] = []
-        self._tmgrs: list[TaskManager] = []
+        self._pmgrs: list[Any] = []  # its PilotManagers (pilot.py), closed with it
+        self._tmgrs: list[Any] = []  # its TaskManagers (task.py)
         self._closed = False
         # held while a submit marks the callables its frames carry as sent and queues them
         self._fn_lock = threading.Lock()
         self._journal_failed = False  # a final could not be journaled (reported once)
-        from .adoption import Adopter
-
-        self._adopter = Adopter()  # tasks that outlive their agent (see agent/keeper.py)
+        self._adopter = Adopter(self._registry)  # tasks that outlive their agent (keeper.py)
 
     def _abandon(self, made: bool, claimed: bool) -> None:
         """A session that failed to open leaves the directory as it found it: one it made is
@@ -184,6 +192,12 @@ class Session:
     def address(self) -> str:
         """Where agents connect."""
         return self._bridge.address
+
+    @property
+    def resumed(self) -> "Resumed | None":
+        """What the journal of the session this one resumes says (its managers match what
+        is submitted again with it), or None for a new session."""
+        return self._resume
 
     def _next_task_uids(self, n: int) -> list[str]:
         ids = self._task_ids

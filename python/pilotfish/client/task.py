@@ -1,15 +1,19 @@
-"""Tasks and the TaskManager that validates, routes and follows them."""
+"""Tasks and the TaskManager that validates, routes and follows them.
+
+A TaskManager sees its pilots through _ports.PilotPort (it never imports pilot.py: a Pilot
+runs tasks of its own, prepare_env). News of its tasks comes from the session's task registry
+(_registry.TaskRegistry, which the router hands every agent's Updates and the adopter a
+keeper's finals) as calls of _apply and _finish_locally (_ports.TaskOwner), on the IO thread.
+"""
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import logging
 import os
 import pickle
 import shlex
-import sys
 import threading
 import time
 from typing import Callable, Iterable
@@ -20,7 +24,10 @@ from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
 from ..descriptions import TaskDescription, check_descriptions
-from .pilot import Pilot
+from ._calls import pickle_calls
+from ._ports import PilotPort
+from .progress import wait_with_progress
+from .services import submit_group
 from .session import Session
 
 log = logging.getLogger("pilotfish.client")
@@ -153,7 +160,7 @@ class TaskManager:
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
-        self._pilots: dict[str, Pilot] = {}
+        self._pilots: dict[str, PilotPort] = {}
         self._load: dict[str, int] = collections.defaultdict(int)  # outstanding cores per pilot
         self._callbacks: list[Callable[[Task, str], None]] = []
         self._cond = threading.Condition()
@@ -163,10 +170,11 @@ class TaskManager:
         session._tmgrs.append(self)
 
     # -- public API -------------------------------------------------------------------------
-    def add_pilots(self, pilots: Pilot | Iterable[Pilot]) -> None:
-        for p in [pilots] if isinstance(pilots, Pilot) else pilots:
+    def add_pilots(self, pilots: PilotPort | Iterable[PilotPort]) -> None:
+        # (a pilot, which has a uid, or an iterable of pilots)
+        for p in [pilots] if isinstance(getattr(pilots, "uid", None), str) else pilots:
             self._pilots[p.uid] = p
-            p._pmgr._task_listeners.append(self._on_pilot_final)
+            p._when_final(self._on_pilot_final)
 
     def list_pilots(self) -> list[str]:
         return list(self._pilots)
@@ -183,7 +191,7 @@ class TaskManager:
         pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
         if not pilots:
             raise PilotfishError("no live pilot: add one with TaskManager.add_pilots() first")
-        resumed = self._match_journal(descs) if session._resume is not None else {}
+        resumed = self._match_journal(descs) if session.resumed is not None else {}
         # routed one after another, each seeing the cores routed before it in this call: a bulk
         # submit spreads over the pilots by their capacity (it all went to one pilot)
         pending: dict[str, int] = collections.defaultdict(int)
@@ -211,7 +219,7 @@ class TaskManager:
         by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
         for i in to_send:
             by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
-        calls = _pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
+        calls = pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
         refs = {c[2] for c in calls.values()}  # their callables' digests
         frames = []  # (pilot uid, frame, indices)
         journal = []
@@ -299,15 +307,13 @@ class TaskManager:
         its ServiceGroup at once (group.wait_ready() for the endpoints). Raises
         DescriptionError (field, value, why) for a bad description or replicas < 1, or
         more members than the pilot holds."""
-        from .services import submit_group
-
         self.session._check_open()
-        return submit_group(self, description, replicas)
+        return submit_group(self, list(self._pilots.values()), description, replicas)
 
     def _match_journal(self, descs: list[TaskDescription]) -> dict[int, tuple[str, str | None]]:
         """Resumed session: {index: (uid, pilot uid that still has it, or None to send it
         again)} for the descriptions that match the journal's tasks, in submit order."""
-        r = self.session._resume
+        r = self.session.resumed
         out: dict[int, tuple[str, str | None]] = {}
         for i, d in enumerate(descs):
             if r.tasks_used >= len(r.tasks):
@@ -331,7 +337,7 @@ class TaskManager:
 
     def _restore(self, tasks: list[Task], resumed: dict[int, tuple[str, str | None]]) -> None:
         """Put journaled tasks back in the state the journal and their agents report."""
-        r = self.session._resume
+        r = self.session.resumed
         pairs = []
         for i, (uid, pilot_uid) in resumed.items():
             if pilot_uid is None:
@@ -373,8 +379,6 @@ class TaskManager:
         if progress:
             if uids is not None or state is not None or return_when != "all":
                 raise ValueError("progress=True waits for all tasks of the manager to end")
-            from .progress import wait_with_progress
-
             return wait_with_progress(self, timeout=timeout)
         tasks = self._select(uids)
         targets = S.FINAL if state is None else ({state} if isinstance(state, str) else set(state)) | S.FINAL
@@ -461,8 +465,8 @@ class TaskManager:
                 raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
         return out
 
-    def _route(self, d: TaskDescription, index: int, pilots: list[Pilot],
-               pending: dict[str, int] | None = None) -> Pilot:
+    def _route(self, d: TaskDescription, index: int, pilots: list[PilotPort],
+               pending: dict[str, int] | None = None) -> PilotPort:
         """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
         earlier in the same call) that can hold the request; else a DescriptionError.
         (Per task of every bulk submit: the description's values are read directly.)"""
@@ -504,8 +508,8 @@ class TaskManager:
                                    "task runs for its duration", index=index)
         return chosen
 
-    def _choose(self, d: TaskDescription, index: int, pilots: list[Pilot],
-                pending: dict[str, int] | None, ranks: int, cores: int) -> Pilot:
+    def _choose(self, d: TaskDescription, index: int, pilots: list[PilotPort],
+                pending: dict[str, int] | None, ranks: int, cores: int) -> PilotPort:
         fitting, unknown, why = [], [], None
         v = d._values
         for p in pilots:
@@ -636,7 +640,7 @@ class TaskManager:
                           getattr(cb, "__qualname__", cb), t.uid, state,
                           type(e).__name__, e, exc_info=not isinstance(e, SystemExit))
 
-    def _on_pilot_final(self, pilot: Pilot) -> None:
+    def _on_pilot_final(self, pilot: PilotPort) -> None:
         left = [t for t in self._tasks if t.pilot == pilot.uid and t.state not in S.FINAL]
         if not left:
             return
@@ -698,24 +702,6 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.tb}"""'
 
 
-def apply_updates(session: Session, items: list[_wire.Update]) -> None:
-    """Route a batch of agent updates to the tasks' managers (IO thread)."""
-    registry = session.tasks
-    per_tmgr: dict[TaskManager, list] = {}
-    resumed = session._resume
-    for u in items:
-        t = registry.get(u.uid)
-        if t is None:
-            if resumed is not None:  # a re-attached agent's news of a task not resubmitted yet
-                old = resumed.answers.get(u.uid)
-                if old is None or S.TASK_RANK.get(u.state, -1) >= S.TASK_RANK.get(old.state, -1):
-                    resumed.answers[u.uid] = u
-            continue
-        per_tmgr.setdefault(t._tmgr, []).append((t, u))
-    for tmgr, pairs in per_tmgr.items():
-        tmgr._apply(pairs)
-
-
 # The wire spec is derived from the description: every TaskSpec field but these is the
 # TaskDescription field of the same name (same default; tests/client/test_descriptions.py
 # checks it), copied only when set. These are computed from other fields.
@@ -772,76 +758,6 @@ _CALL_COPIED = frozenset(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_r
                           "priority", "timeout", "duration"))
 
 
-def _pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, bytes, bytes]]:
-    """{index: (pickled function, pickled (args, kwargs), the function's digest)} for the
-    function tasks among descs[indices]. A callable is pickled (and digested) once per
-    submit. Arguments go through the standard
-    pickler (fast) unless they refer to __main__ (a script's own classes and functions, which
-    a worker cannot import): cloudpickle carries those by value. DescriptionError names the
-    task and the field that cannot be pickled."""
-    out: dict[int, tuple[bytes, bytes, bytes]] = {}
-    fns: dict[int, tuple[bytes, bytes]] = {}
-    for i in indices:
-        d = descs[i]
-        v = d._values
-        fn = v.get("function")
-        if fn is None:
-            continue
-        got = fns.get(id(fn))
-        if got is None:
-            try:
-                _by_value(fn)
-                fb = _cloudpickle().dumps(fn, protocol=5)
-            except Exception as e:  # noqa: BLE001
-                raise DescriptionError("TaskDescription", "function", fn,
-                                       f"cannot be pickled: {type(e).__name__}: {e}",
-                                       index=i) from None
-            got = fns[id(fn)] = (fb, hashlib.blake2b(fb, digest_size=16).digest())
-        fb, ref = got
-        payload = (v.get("args", ()), v.get("kwargs") or {})
-        try:
-            cb = pickle.dumps(payload, protocol=5)
-            if any(name in cb for name in _BY_VALUE):
-                raise pickle.PicklingError("refers to a module workers cannot import")
-        except Exception:  # noqa: BLE001
-            try:
-                cb = _cloudpickle().dumps(payload, protocol=5)
-            except Exception as e:  # noqa: BLE001
-                field = "args" if v.get("args") else "kwargs"
-                raise DescriptionError("TaskDescription", field, v.get(field),
-                                       f"cannot be pickled: {type(e).__name__}: {e}",
-                                       index=i) from None
-        out[i] = (fb, cb, ref)
-    return out
-
-
-_BY_VALUE: set[bytes] = {b"__main__"}  # modules whose objects travel by value
-_INSTALLED = tuple({os.path.realpath(p) + os.sep for p in
-                    (sys.prefix, sys.base_prefix, sys.exec_prefix)})
-
-
-def _by_value(fn) -> None:
-    """A function from the user's own module (a script's neighbour, a test file: a module
-    not installed in this Python) goes by value, with that module's other objects: a worker
-    cannot import it. Installed packages go by reference (workers run the same Python)."""
-    name = getattr(fn, "__module__", None)
-    if not name or name == "__main__" or name.encode() in _BY_VALUE:
-        return
-    mod = sys.modules.get(name)
-    path = getattr(mod, "__file__", None)
-    if mod is None or not path or os.path.realpath(path).startswith(_INSTALLED) \
-            or name.split(".")[0] == "pilotfish":
-        return
-    _cloudpickle().register_pickle_by_value(mod)
-    _BY_VALUE.add(name.encode())
-
-
-def _cloudpickle():
-    import cloudpickle
-
-    return cloudpickle
-
-
 def _journal_values(d: TaskDescription) -> dict:
     """A description's values as journaled: a function task's callable by its name (the
     journal is msgpack; resume matches by name; the arguments are not kept)."""
@@ -892,7 +808,7 @@ def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> D
     return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
 
 
-def _check_outer_paths(d: TaskDescription, index: int, pilot: Pilot) -> None:
+def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None:
     """Absolute paths on the user's side of staging (and output files) may not name the
     pilot's own files (its events, journal, keys, configuration)."""
     v = d._values

@@ -1,0 +1,115 @@
+"""Where the client's rooms meet: what one may use of another, declared (typing.Protocol).
+
+    agent -> Bridge -> Router -> TaskRegistry  (Updates: UpdateSink)
+                             -> the pilot's listener, PilotManager's (Hello, Bye, Heartbeat,
+                                Missing, Resized: AgentListener)
+                             -> ServiceGroup   (GroupView, MemberNews, GroupAck: GroupListener)
+
+The import order is one way (tests/client/test_client_shape.py checks it): this module and
+_bridge import nothing of the client; _router, adoption and session import these ports;
+task imports session; pilot imports task (Pilot.prepare_env runs a task). So a lower room
+never names a higher one's class: it is handed an object that fits a port. A member with a
+leading underscore is no user's, but it is declared here: the rooms named beside it may use
+it, nobody else.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+
+if TYPE_CHECKING:
+    import collections
+
+    from .. import _wire
+
+# Each message from a pilot's agent that is the pilot's own (Hello, Bye, Heartbeat before a
+# hello, Missing, Resized), on the IO thread.
+AgentListener = Callable[[Any], None]
+
+
+class UpdateSink(Protocol):
+    """The session's task registry (_registry.TaskRegistry) as the router sees it."""
+
+    def take(self, items: "list[_wire.Update]") -> None:
+        """Apply a batch of task updates to the tasks' managers (IO thread)."""
+
+
+class TaskEnds(UpdateSink, Protocol):
+    """The session's task registry as the adopter (adoption.Adopter) sees it."""
+
+    def finish_locally(self, tasks: "Iterable[TaskEntry]", state: str, reason: str) -> None:
+        """End tasks nobody will report on (not journaled: they run again on resume)."""
+
+
+class TaskOwner(Protocol):
+    """A task's manager (task.TaskManager) as the session's task registry reaches it."""
+
+    def _apply(self, pairs: "list[tuple[Any, _wire.Update]]", journal: bool = True) -> None:
+        """Apply (task, update) pairs of this manager's tasks, in order (IO thread)."""
+
+    def _finish_locally(self, tasks: list, state: str, reason: str,
+                        journal: bool = False) -> None:
+        """Finalize tasks the agent will never report on."""
+
+
+class TaskEntry(Protocol):
+    """A task (task.Task) as the task registry and the adopter see it."""
+
+    uid: str
+    state: str
+    _tmgr: TaskOwner  # its manager: the task registry hands it its tasks' updates
+
+
+class TaskCounts(Protocol):
+    """A TaskManager as the progress display (progress.wait_with_progress) reads it: its
+    per-state counters and its waits."""
+
+    counts: "collections.Counter[str]"
+
+    def __len__(self) -> int: ...
+
+    def wait_tasks(self, uids: Any = None, state: Any = None,
+                   timeout: float | None = None) -> list[str]: ...
+
+    def get_tasks(self, uids: Any = None) -> list: ...
+
+
+class GroupListener(Protocol):
+    """A service group (services.ServiceGroup) as the router sees it."""
+
+    def _on(self, msg: Any) -> None:
+        """A GroupView, MemberNews or GroupAck for this group (IO thread)."""
+
+    def _pilot_final(self) -> None:
+        """Its pilot ended: wake whoever waits on the group."""
+
+
+class PilotPort(Protocol):
+    """A pilot (pilot.Pilot) as a TaskManager and the service groups use it."""
+
+    uid: str
+    state: str
+    reason: str | None
+    sandbox: str
+    envs: dict[str, dict]  # prepared environments (Pilot.prepare_env)
+    _simulated: bool
+    _fn_sent: set[bytes]  # digests of the callables its agent was sent (under session._fn_lock)
+    _missing: set[str]  # re-attached: the tasks its agent did not know
+    _resync: list[str] | None  # re-attached: the tasks asked about (None: a new pilot)
+
+    @property
+    def shape(self) -> list[tuple[int, int, int]] | None: ...
+
+    @property
+    def partition_shapes(self) -> list[list[tuple[int, int, int]]] | None: ...
+
+    def misfit(self, ranks: int, cores_per_rank: int, gpus_per_rank: int,
+               mem_per_rank: int) -> tuple[str, str] | None: ...
+
+    def grow(self, nodes: int = 1, timeout: float | None = 600.0) -> list[str]: ...
+
+    def _send(self, msg: Any) -> None:
+        """Send a message to the pilot's agent (service groups' requests)."""
+
+    def _when_final(self, listener: Callable[[Any], None]) -> None:
+        """listener(pilot) once the pilot reaches a final state (TaskManager.add_pilots)."""
