@@ -60,3 +60,22 @@ def curve_dealer(ctx, key_file: str, address: str, identity: bytes | None = None
         sock.setsockopt(zmq.ROUTING_ID, identity)
     sock.connect(address)
     return sock
+
+
+def client_link(ctx, pilot_uid: str, address: str, curve: dict | None):
+    """The agent's DEALER to its session's client (routing id = the pilot's uid); with curve
+    ({server, public, secret}, from agent.json): the client proves itself with the session's
+    key, the agent with the pilot's. Unbounded queues; lingers 5 s for the last bye."""
+    import zmq
+
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.ROUTING_ID, pilot_uid.encode())
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.LINGER, 5000)
+    if curve:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server"].encode())
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["public"].encode())
+        sock.setsockopt(zmq.CURVE_SECRETKEY, curve["secret"].encode())
+    sock.connect(address)
+    return sock

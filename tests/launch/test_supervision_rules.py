@@ -34,20 +34,19 @@ class Events:
 
 
 class Agent:
-    """What the supervisor uses of the agent."""
+    """What the supervisor uses of its host (agent/ports.Host)."""
 
     uid = "pilot.0000"
 
     def __init__(self):
         self.events = Events()
-        self.runner = self
         self.relaunched = []
         self.killed = []
 
     def relaunch(self, tasks):
         self.relaunched.extend(tasks)
 
-    def kill(self, tasks, sig):
+    def signal(self, tasks, sig):
         self.killed.extend((t.spec.uid, sig) for t in tasks)
 
 

@@ -155,7 +155,7 @@ class FunctionPool:
                                     (spec.function is None and spec.fn_ref is None)):
                 problem = "a function task needs its callable (or its fn_ref), call and uid"
             if problem is not None:
-                agent._call_final(spec.uid, S.FAILED, now, now, None, problem)
+                agent.call_final(spec.uid, S.FAILED, now, now, None, problem)
                 continue
             # the client sends a callable once: the first of its tasks carries it, the others
             # name it by digest (fn_ref)
@@ -210,7 +210,7 @@ class FunctionPool:
             t = self.clock.now()
             for _, c in calls:
                 if self.calls.pop(c.uid, None) is not None and c.canceled is None:
-                    self.agent._call_final(c.uid, S.FAILED, None, t, None,
+                    self.agent.call_final(c.uid, S.FAILED, None, t, None,
                                            f"its callable (digest {ref.hex()[:12]}) did not "
                                            f"reach the agent within {self.park_s:g}s")
 
@@ -221,9 +221,7 @@ class FunctionPool:
         return q
 
     def _misfit(self, shape: tuple) -> str | None:
-        from ._main import misfit_reason
-
-        return misfit_reason(shape, self.agent.shapes, self.agent._misfits)
+        return self.agent.misfit(shape)
 
     def _cap(self, shape: tuple) -> int:
         """How many workers of this shape the pilot holds at once."""
@@ -269,7 +267,7 @@ class FunctionPool:
             environment={"PILOTFISH_FN_KEYFILE": self.key_file},
             stdout=False, stderr=True)
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
-        self.agent._accept([spec])
+        self.agent.accept([spec])
 
     # -- messages from workers ------------------------------------------------------------
     def on_readable(self) -> None:
@@ -356,10 +354,10 @@ class FunctionPool:
             else:
                 state, reason = S.DONE, None
             if call.canceled is not None:  # canceled after it was sent: its result is dropped
-                agent._call_final(uid, call.canceled[0], started, ended, None,
+                agent.call_final(uid, call.canceled[0], started, ended, None,
                                   call.canceled[1])
                 continue
-            agent._call_final(uid, state, started, ended, payload, reason, out, err)
+            agent.call_final(uid, state, started, ended, payload, reason, out, err)
         self._give_back(w.shape, returned)
         if n:
             mean = spent / n
@@ -380,7 +378,7 @@ class FunctionPool:
                 keep.append(c)
             else:
                 self.calls.pop(c.uid, None)
-                self.agent._call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
+                self.agent.call_final(c.uid, c.canceled[0], None, now, None, c.canceled[1])
         if keep:
             self._queue(shape).extendleft(reversed(keep))
 
@@ -411,7 +409,7 @@ class FunctionPool:
                     c.canceled = (S.FAILED, f"timed out after {c.timeout:g}s (its worker "
                                             f"was stopped)")
                     w.leaving = w.killed_for_cancel = True
-                    self.agent._cancel([w.uid], f"stopped: call {c.uid} ran past its timeout")
+                    self.agent.cancel([w.uid], f"stopped: call {c.uid} ran past its timeout")
                     continue
                 if self.call_s is None or stuck > self.call_s:
                     self.call_s = stuck  # calls take at least this long: more workers
@@ -472,7 +470,7 @@ class FunctionPool:
                             w.leaving = True
                             late.append(w.uid)
             if late:
-                self.agent._cancel(late, f"never connected to the agent within "
+                self.agent.cancel(late, f"never connected to the agent within "
                                          f"{READY_TIMEOUT_S:.0f} s of starting")
             for w in self.workers.values():
                 if w.state == "ready" and not w.leaving and not w.inflight \
@@ -501,11 +499,22 @@ class FunctionPool:
             except zmq.ZMQError:
                 pass
         if unstarted:
-            self.agent._cancel(unstarted, "its node leaves the pilot")
+            self.agent.cancel(unstarted, "its node leaves the pilot")
         for shape in {w.shape for w in self.workers.values()}:
             self._ensure_workers(shape)
 
     # -- workers that end -------------------------------------------------------------
+    def task_ended(self, t, state: str, stderr: str | None) -> None:
+        """A task of the pilot ended (ports.TaskEnded): a worker's end is ours."""
+        if t.spec.uid in self.workers:
+            self.worker_exited(t)
+
+    def owns(self, uid: str) -> bool:  # ports.NodeLeaving
+        return uid in self.workers
+
+    def leave(self, uids: set[str], why: str) -> None:
+        self.retire(uids)
+
     def worker_exited(self, t) -> None:
         """A worker task reached its final state: take what its log holds, fail the call it
         was running if it died, put its other calls back, start another if work waits."""
@@ -552,11 +561,11 @@ class FunctionPool:
             elif self.stopping is not None:
                 c.worker = None
                 self.calls.pop(c.uid, None)
-                agent._call_final(c.uid, self.stopping[0], None, now, None, self.stopping[1])
+                agent.call_final(c.uid, self.stopping[0], None, now, None, self.stopping[1])
             elif died and first and not w.killed_for_cancel:  # the call it died in
                 c.worker = None
                 self.calls.pop(c.uid, None)
-                agent._call_final(c.uid, S.FAILED, None, now, None,
+                agent.call_final(c.uid, S.FAILED, None, now, None,
                                   f"its worker {w.uid} died: {why}"[:1000])
             else:
                 back.append(c)
@@ -570,7 +579,7 @@ class FunctionPool:
                 c = q.popleft()
                 self.calls.pop(c.uid, None)
                 if c.canceled is None:
-                    agent._call_final(c.uid, S.FAILED, None, now, None, reason)
+                    agent.call_final(c.uid, S.FAILED, None, now, None, reason)
             return
         live = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
         if died and w.state == "ready" and self.stopping is None and \
@@ -603,7 +612,7 @@ class FunctionPool:
                     continue
             if c.worker is None:
                 self.calls.pop(uid, None)
-                self.agent._call_final(uid, state, None, now, None, reason)
+                self.agent.call_final(uid, state, None, now, None, reason)
             elif c.worker.inflight and c.worker.inflight[0] is c:  # running: stop its worker
                 kill[c.worker.uid] = c.worker
                 c.worker.leaving = True  # (nothing more is sent to it)
@@ -618,7 +627,7 @@ class FunctionPool:
                 except zmq.ZMQError:
                     pass
         if kill:
-            self.agent._cancel(list(kill), "stopped to cancel the call it was running")
+            self.agent.cancel(list(kill), "stopped to cancel the call it was running")
         return rest
 
     def drain(self, state: str, reason: str) -> None:
@@ -633,7 +642,7 @@ class FunctionPool:
         for c in waiting:
             self.calls.pop(c.uid, None)
             if c.canceled is None:
-                self.agent._call_final(c.uid, S.CANCELED, None, now, None,
+                self.agent.call_final(c.uid, S.CANCELED, None, now, None,
                                        f"pilot stopped before the call started: {reason}")
 
     def close(self) -> None:

@@ -120,6 +120,24 @@ class Partition:
 
 
 
+def make_partitions(resources: Any, layout: Any, default_launcher: str, policy: str,
+                    clock: Any) -> list[Partition]:
+    """The pilot's partitions (one by default) from its description's `partitions`: each its
+    nodes, placer, queue and default launcher."""
+    from ..descriptions import partition_layout
+    from .resources import Resources
+
+    nodes = resources.nodes
+    out = []
+    for i, (first, n, launcher) in enumerate(partition_layout(len(nodes), layout,
+                                                              default_launcher)):
+        part_nodes = nodes[first:first + n]
+        res = Resources(part_nodes, resources.source, resources.overrides)
+        out.append(Partition(i, part_nodes, first, res, launcher or default_launcher, policy,
+                             clock))
+    return out
+
+
 def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
     """The open partition where this task can start soonest (see the module docstring);
     None when no open partition can ever hold it.

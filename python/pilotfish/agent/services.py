@@ -164,6 +164,18 @@ class ServiceRegistry:
         return {"PILOTFISH_SERVICES": self.address, "PILOTFISH_SERVICES_KEYFILE": self.key_file}
 
     # -- from the client ---------------------------------------------------------------------
+    def on_client(self, msg) -> None:
+        """GroupStart, GroupResize, GroupHold or GroupRelease from the client."""
+        if isinstance(msg, _wire.GroupStart):
+            self.start(msg.spec, msg.resume)
+        elif isinstance(msg, _wire.GroupResize):
+            self.resize(msg.name, msg.replicas)
+        elif isinstance(msg, _wire.GroupHold):
+            epoch, why = self.hold(msg.name, msg.token, None)
+            self.agent.send(_wire.GroupAck(msg.name, msg.token, epoch, why))
+        else:
+            self.release(msg.name, msg.token)
+
     def start(self, spec: _wire.ServiceSpec, resume: bool = False) -> None:
         now = self.clock.now()
         g = self.groups.get(spec.name)
@@ -230,14 +242,11 @@ class ServiceRegistry:
             if (v is not None or field != "health_interval") and \
                     not (isinstance(v, (int, float)) and 0 < v < 1e9 and math.isfinite(v)):
                 return f"{field} = {v!r}: must be > 0 and finite"
-        from ._main import check_spec
-
-        a = self.agent
         probe = msgspec.structs.replace(spec.template, uid=f"{name}.0000",
                                         executable=spec.template.executable or sys.executable,
                                         function=None, call=None)
         try:
-            return check_spec(probe, a.shapes, a.tasks_dir, a.sandbox, a._misfits)
+            return self.agent.check(probe)
         except Exception as e:  # noqa: BLE001 -- whatever the template holds
             return f"cannot run its members: {type(e).__name__}: {e}"
 
@@ -299,7 +308,7 @@ class ServiceRegistry:
         for _ in range(n):
             specs.append(self._member_spec(g, g.next_slot, 0))
             g.next_slot += 1
-        self.agent._accept(specs)
+        self.agent.accept(specs)
 
     def _member_spec(self, g: Group, slot: int, restarts: int,
                      replaces: str | None = None) -> _wire.TaskSpec:
@@ -365,16 +374,16 @@ class ServiceRegistry:
         if not sent:
             t = self.agent.tasks.get(m.uid)
             if t is not None and t.running:
-                self.agent.runner.kill([t], signal.SIGTERM)
+                self.agent.signal([t], signal.SIGTERM)
         m.leave_at = self.clock.mono() + m.group.spec.leave_timeout
         self.due = min(self.due, m.leave_at)
 
     def _stop(self, m: Member, why: str, state: str) -> None:
         m.why = m.why or why
-        self.agent._cancel([m.uid], why, running_state=state, waiting_state=state)
+        self.agent.cancel([m.uid], why, running_state=state, waiting_state=state)
 
     def member_exited(self, t, state: str, stderr: str | None) -> None:
-        """Its task ended (agent._final)."""
+        """Its task ended (task_ended)."""
         m = self.members.pop(t.spec.uid, None)
         if m is None:
             return
@@ -424,12 +433,22 @@ class ServiceRegistry:
             self._ask_leave(m, why)
             if len(g.live()) < g.target:
                 specs.append(self._member_spec(g, m.slot, m.restarts, replaces=m.uid))
-        self.agent._accept(specs)
+        self.agent.accept(specs)
 
-    def task_ended(self, uid: str) -> None:
-        """A task that held views ended: its holds go with it."""
-        for name, token in list(self.hold_owners.get(uid, ())):
-            self.release(name, token)
+    def task_ended(self, t, state: str, stderr: str | None) -> None:
+        """A task of the pilot ended (ports.TaskEnded): a member's end, a holder's holds."""
+        uid = t.spec.uid
+        if uid in self.members:
+            self.member_exited(t, state, stderr)
+        if uid in self.hold_owners:
+            for name, token in list(self.hold_owners.get(uid, ())):
+                self.release(name, token)
+
+    def owns(self, uid: str) -> bool:  # ports.NodeLeaving
+        return uid in self.members
+
+    def leave(self, uids: set[str], why: str) -> None:
+        self.drain_node_members(uids, why)
 
     def _ready(self, m: Member, endpoint: str, info: dict) -> None:
         g = m.group
@@ -586,7 +605,7 @@ class ServiceRegistry:
         """Stdout announcements, ready timeouts, health checks, leave deadlines."""
         if self.restarts and self.agent.stopping is None:
             restarts, self.restarts = self.restarts, []
-            self.agent._accept([self._member_spec(g, slot, n, replaces=replaces)
+            self.agent.accept([self._member_spec(g, slot, n, replaces=replaces)
                                 for g, slot, n, replaces in restarts
                                 if len(g.live()) < g.target])
         mono = self.clock.mono()

@@ -91,15 +91,14 @@ class LaunchRecord:
 class Supervisor:
     """Decides, for watched launches, between final, relaunch and kill (see module docstring).
 
-    agent: the Agent (runner, events, relaunch(), _release(), _final()).
+    host: the task table (ports.Host: events, clock, signal(), relaunch(), launchers).
     """
 
-    def __init__(self, agent: Any, partition: Any = None):
-        self.agent = agent
+    def __init__(self, host: Any, partition: Any = None):
+        self.agent = host
         self.partition = partition  # the Partition whose launchers it watches
-        self.clock = getattr(agent, "clock", REAL)
-        self.runner = agent.runner
-        self.events = agent.events
+        self.clock = getattr(host, "clock", REAL)
+        self.events = host.events
         self.launchers: list[Any] = []  # supervised launch methods (those with daemons)
         self.by_key: dict[str, Any] = {}  # launch key -> task (launches not yet reaped)
         self.unstarted: dict[Any, dict[str, Any]] = {}  # daemon -> {key: task}, spawn order
@@ -261,7 +260,7 @@ class Supervisor:
             self.events.record(t.spec.uid, E.LAUNCH_HUNG,
                                f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
                                f"killing the launcher (PRRTE DVM {d.number})")
-            self.runner.kill([t], _signal.SIGKILL)
+            self.agent.signal([t], _signal.SIGKILL)
             self._strike(t.lm, d, "hung or failed before running")
         if checks:
             self.due = min(self.due, checks[0][0])
@@ -300,7 +299,7 @@ class Supervisor:
             else:
                 self.events.record(self.agent.uid, E.LAUNCHER_STUCK,
                                    f"{lm.name} DVM {d.number}: {why}")
-            self.runner.kill(stuck, _signal.SIGKILL)  # never ran: judged, relaunched when reaped
+            self.agent.signal(stuck, _signal.SIGKILL)  # never ran: judged, relaunched when reaped
 
     def daemon_exited(self, pid: int, code: int, sig: int) -> None:
         """A launcher daemon (a DVM) ended: if it was not asked to, replace it."""
@@ -321,7 +320,7 @@ class Supervisor:
         log.warning("%s: %s DVM %s: %s", name, lm.name, d.number, why)
         try:
             new = lm.replace(d, retire=retire)
-            launchers = getattr(self.agent, "launchers", None)
+            launchers = getattr(self.agent, "launchers", None)  # (None: a unit test's host)
             if launchers is not None and not new.ready:  # launches wait for the new one
                 launchers.degraded(lm)
         except LaunchError as e:  # launches then fail at build, each with this reason
@@ -331,7 +330,7 @@ class Supervisor:
             return
         doomed = [t for t in self.by_key.values() if t.launch.handle.daemon is d and t.running]
         if doomed:  # SIGKILL to prterun and to the ranks it leaves; judged when reaped
-            self.runner.kill(doomed, _signal.SIGKILL)
+            self.agent.signal(doomed, _signal.SIGKILL)
         self.unstarted.pop(d, None)
 
     def signal_ranks(self, t: Any, sig: int) -> None:

@@ -1,0 +1,113 @@
+"""Declared interfaces where the agent's rooms meet (docs/internals.md, "The agent").
+
+    Host        what the task table (table.py) gives the rooms it hosts -- the function pool
+                (functions.py), the service registry (services.py), launch supervisors
+                (supervisor.py) and the elastic part (elastic.py): accept, cancel, relaunch,
+                a function call's end, events, the clock, messages to the client.
+    TaskEnded   told when a task of the table ends (the pool's workers, the registry's
+                members and holders are tasks too).
+    NodeLeaving a room whose tasks leave a drained unit their own way (elastic.py).
+    CallPool    the function pool as the table sees it: it may own what a cancel names.
+    Runner      what turns placed tasks into processes and exits into results: TaskRunner
+                (executor.py, real processes), SimRunner (simulation.py, a virtual clock);
+                node executors are the next.
+
+A room is given the narrowest of these it needs, never the Agent (agent/_main.py): only
+`__main__` imports that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol
+
+from .._wire import TaskSpec
+from .tasks import AgentTask
+
+
+class Host(Protocol):
+    uid: str                 # the pilot's
+    sandbox: str
+    desc: dict               # the pilot's description, as the client sent it
+    resources: Any           # resources.Resources: the pilot's nodes when it started
+    ctx: Any                 # the agent's ZeroMQ context (its sockets share its threads)
+    clock: Any               # clock.Clock: now(), mono(), real_mono()
+    events: Any              # _events.EventWriter
+    launchers: Any           # partition.Launchers
+    tasks: Mapping[str, AgentTask]  # live tasks by uid (read only: move() changes them)
+
+    @property
+    def stopping(self) -> tuple[str, str, str] | None:
+        """(pilot state, reason, why) once the pilot stops, else None."""
+
+    @property
+    def shapes(self) -> list:
+        """Per partition, its nodes' (cores, gpus, mem)."""
+
+    def accept(self, specs: list[TaskSpec]) -> None:
+        """Tasks to run (never function calls), checked as any from the client."""
+
+    def cancel(self, uids: list[str], reason: str = ..., running_state: str = ...,
+               waiting_state: str = ...) -> None:
+        """Stop these tasks: those that wait end at once, those that run are killed."""
+
+    def relaunch(self, tasks: list[AgentTask]) -> None:
+        """Launch these tasks again on the slots they hold (a supervisor's retries)."""
+
+    def signal(self, tasks: list[AgentTask], sig: int) -> None:
+        """Signal the tasks' processes (their ranks, where a supervisor knows them)."""
+
+    def misfit(self, shape: tuple) -> str | None:
+        """Why no partition can ever hold a request of this (ranks, cores, gpus, mem)."""
+
+    def check(self, spec: TaskSpec) -> str | None:
+        """Why this task could not run on this pilot, or None."""
+
+    def call_final(self, uid: str, state: str, started: float | None, ended: float,
+                   result: bytes | None, reason: str | None, stdout: str | None = None,
+                   stderr: str | None = None) -> None:
+        """A function call ended: its events, journal record and update to the client."""
+
+    def send(self, msg: Any) -> None:
+        """A message for the client, after the updates gathered before it."""
+
+
+class TaskEnded(Protocol):
+    def task_ended(self, task: AgentTask, state: str, stderr: str | None) -> None: ...
+
+
+class NodeLeaving(Protocol):
+    """A room whose tasks leave a drained unit their own way (service members are replaced,
+    function workers retire) rather than being requeued or left to finish."""
+
+    def owns(self, uid: str) -> bool: ...
+
+    def leave(self, uids: set[str], why: str) -> None: ...
+
+
+class CallPool(Protocol):
+    calls: Mapping[str, Any]
+
+    def cancel(self, uids: list[str], state: str, reason: str) -> list[str]:
+        """Cancel the calls among uids; the uids that are not its calls."""
+
+
+class Runner(Protocol):
+    running: int
+    signal_ranks: Callable[[AgentTask, int], None] | None
+    on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None
+
+    def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list]: ...
+
+    def reap(self, block_s: float | None = None) -> tuple[list[AgentTask], list, list]: ...
+
+    def read_outputs(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]: ...
+
+    def kill(self, tasks: list[AgentTask], sig: int) -> None: ...
+
+    def spawn_aux(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+                  stdout: str | None = None, stderr: str | None = None) -> int:
+        """Start a launcher's daemon; its exit comes back from reap() as an aux exit."""
+
+    def next_event(self) -> float:
+        """Monotonic time of the next exit it will produce by itself (a simulated one); inf
+        for real processes (their exits are the kernel's)."""
