@@ -24,6 +24,7 @@ settings.register_profile("suite", derandomize=True, database=None)
 settings.load_profile("suite")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "substrates"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # import_graph, for the shape tests
 
 from substrate_helpers import (SlurmInfo, project_slurm, require_netns_for,  # noqa: E402
                                start_pilot)

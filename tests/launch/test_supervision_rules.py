@@ -15,7 +15,7 @@ from pilotfish._wire import TaskSpec
 from pilotfish.agent.tasks import AgentTask
 from pilotfish.agent.supervisor import LaunchRecord, Supervisor
 from pilotfish.launch import get_launcher
-from pilotfish.launch.base import LaunchHandle
+from pilotfish.launch.base import LaunchHandle, SupervisedLaunchMethod
 from pilotfish.launch.prrte import Dvm
 from pilotfish.launch.rank_notes import Note, RankNotes, address_from_uri, parse, wrap_lines
 
@@ -57,11 +57,10 @@ class NoNotes:
         return []
 
 
-class Prrte:
+class Prrte(SupervisedLaunchMethod):
     """A prrte launch method without processes: a DVM list, notes on, thresholds."""
 
     name = "prrte"
-    supervised = True
     launch_retries = 2
     max_strikes = 3
     hang_grace = 10.0

@@ -7,6 +7,7 @@ the launch methods, keeps the key -> (task, rank) map, and reads captured output
 
 from __future__ import annotations
 
+import math
 import os
 import signal as _signal
 from typing import Any, Callable
@@ -14,6 +15,8 @@ from typing import Any, Callable
 from .. import _events as E
 from .._core import read_outputs as _core_read_outputs
 from .._paths import task_cwd
+from ..launch.base import SupervisedLaunchMethod
+from .ports import Runner
 from .supervisor import LaunchRecord
 from .tasks import AgentTask
 
@@ -21,8 +24,9 @@ OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 
 
-class TaskRunner:
-    """Launch methods + the core executor: spawn placed tasks, collect finished ones."""
+class TaskRunner(Runner):
+    """Launch methods + the core executor: spawn placed tasks, collect finished ones
+    (ports.Runner)."""
 
     def __init__(self, core_executor: Any, tasks_dir: str, profile: bool = True,
                  spool_dir: str | None = None, clock: Any = None):
@@ -123,7 +127,7 @@ class TaskRunner:
                 pass
         t.cwd = cwd
         procs = launcher.build(spec, t.slots, cwd)
-        if launcher.launch_retries or launcher.supervised:
+        if launcher.launch_retries or isinstance(launcher, SupervisedLaunchMethod):
             if t.launch is None:
                 t.launch = LaunchRecord()
             t.launch.new_attempt(procs[0].handle if procs else None,
@@ -262,13 +266,18 @@ class TaskRunner:
         for t in tasks:
             if not t.procs:
                 continue
-            if signal_ranks is not None and t.launch is not None and t.lm.supervised:
+            if signal_ranks is not None and t.launch is not None and \
+                    isinstance(t.lm, SupervisedLaunchMethod):
                 signal_ranks(t, sig)
                 if sig != _signal.SIGKILL:
                     continue  # the launcher ends by itself once its ranks are gone
             pids.extend(t.procs)
         if pids:
             self.core.kill(pids, sig)
+
+    def next_event(self) -> float:
+        """Real processes end when the kernel says: nothing is known in advance."""
+        return math.inf
 
     @property
     def running(self) -> int:

@@ -41,18 +41,20 @@ import signal as _signal
 from typing import Any
 
 from .. import _events as E
+from ..launch.base import LaunchMethod
+from .ports import Runner
 
 AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 
 
-class ModeledLauncher:
-    """A launch method that starts nothing: ready after its model's start-up time."""
-
-    launch_retries = 0
-    supervised = False
+class ModeledLauncher(LaunchMethod):
+    """A launch method that starts nothing: ready after its model's start-up time (it builds
+    no processes: SimRunner launches nothing)."""
 
     def __init__(self, name: str, costs: dict[str, float], nodes: int, clock: Any):
+        super().__init__(None)
+        self.mono = clock.mono
         self.name = name
         self.costs = costs
         self.nodes = nodes
@@ -86,7 +88,7 @@ class ModeledLauncher:
         pass
 
 
-class SimRunner:
+class SimRunner(Runner):
     """The executor of a simulated pilot: the TaskRunner interface, no processes.
 
     A launched task holds one pseudo-process (pid < 0 never names a real process); its end is
@@ -101,6 +103,7 @@ class SimRunner:
         self._seq = 0
         self._running: dict[Any, float] = {}  # task -> its end (mono)
         self.signal_ranks = None
+        self.on_spawn = None  # (nothing is spawned)
         self.on_spawn = None
         self.aux: dict[int, str] = {}
 

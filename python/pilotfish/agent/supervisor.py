@@ -1,8 +1,8 @@
 """Launch supervision: bounded retries, hung launches, wedged or dead daemons, recycling.
 
-Only launch methods that ask for it are watched (LaunchMethod.launch_retries > 0 or
-.supervised); a pilot that launches only with `direct` never creates a Supervisor, so the hot
-path pays nothing for it. Every decision keeps the rule "never lose a task": each launch ends
+Only launch methods that ask for it are watched (LaunchMethod.launch_retries > 0, or a
+SupervisedLaunchMethod); a pilot that launches only with `direct` never creates a Supervisor,
+so the hot path pays nothing for it. Every decision keeps the rule "never lose a task": each launch ends
 in exactly one of final (DONE/FAILED/CANCELED with a reason) or relaunched on the same slots
 (bounded by the method's launch_retries; an event `launch_retry` says why).
 
@@ -52,7 +52,7 @@ import socket
 from typing import Any
 
 from .. import _events as E
-from ..launch.base import LaunchError
+from ..launch.base import LaunchError, SupervisedLaunchMethod
 from ..launch.rank_notes import kill_group, process_matches
 from .clock import REAL
 
@@ -110,7 +110,7 @@ class Supervisor:
         self.here = {host, host.split(".", 1)[0], "localhost"}
 
     def watch(self, lm: Any) -> None:
-        if lm.supervised and lm not in self.launchers:
+        if isinstance(lm, SupervisedLaunchMethod) and lm not in self.launchers:
             self.launchers.append(lm)
 
     # -- launches ------------------------------------------------------------------------------

@@ -73,11 +73,10 @@ class LaunchMethod:
     # nothing for it:
     #   launch_retries  how often a launch that failed before the task ran is repeated
     #                   (options["launch_retries"] overrides; see retryable())
-    #   supervised      the method reports rank starts/ends (rank notes) and runs daemons whose
-    #                   health is watched (prrte); its tasks are stopped by signalling their
-    #                   ranks, not the launcher process
+    # (a SupervisedLaunchMethod reports rank starts/ends (rank notes) and runs daemons whose
+    # health is watched (prrte); its tasks are stopped by signalling their ranks, not the
+    # launcher process)
     launch_retries = 0
-    supervised = False
 
     def __init__(self, resources: Any, options: dict | None = None):
         self.resources = resources
@@ -174,7 +173,6 @@ class SupervisedLaunchMethod(LaunchMethod):
     Subclasses set the attributes and implement the methods below; the supervisor uses
     nothing else. Each ProcSpec of a launch carries a LaunchHandle."""
 
-    supervised = True
     recycle_after = 500  # launches per daemon before a fresh one replaces it
     hang_grace = 10.0  # s a launch may outlive all its ranks
     launch_timeout = 30.0  # s a launch may wait for its first rank while its daemon starts none
