@@ -62,14 +62,19 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--idle", default="spin")
+    ap.add_argument("--send-ahead", type=float, default=None,
+                    help="amt.configure(send_ahead=) (0: send before every handler)")
     a = ap.parse_args()
     amt.configure(batch_max=a.batch, idle=a.idle)
+    if a.send_ahead is not None:
+        amt.configure(send_ahead=a.send_ahead)
     comm = amt.mpi().COMM_WORLD
     r, p = amt.rank(), amt.size()
     n = a.elements
     coll = amt.Collection(W, n)
     half = n // 2
-    res = {"elements": n, "k": a.k, "batch_max": a.batch, "ranks": p}
+    res = {"elements": n, "k": a.k, "batch_max": a.batch, "ranks": p,
+           "send_ahead": a.send_ahead}
 
     def remote():
         with amt.epoch():

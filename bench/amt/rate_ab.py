@@ -14,7 +14,8 @@ that the machine's load hits both alike. Cases as in msgrate_amt.py, 64 elements
   relay   rank 0's elements each queue K local messages whose handlers each post one small
           message to rank 1 (do batches still gather the posts of many short handlers?)
 
-Prints, per case, the median and best over the rounds for each tree and the ratio of medians
+`--send-ahead S` sets amt.configure(send_ahead=S) in the 'after' tree (e.g. 0: send before
+every handler). Prints, per case, the median and best over the rounds for each tree and the ratio of medians
 (after/before) -- and, per round, the after/before ratio's median, the paired comparison.
 """
 
@@ -72,6 +73,8 @@ def worker(a) -> None:
     colls = {}
     for side, amt in amts.items():
         amt.configure(idle="spin")
+        if side == "after" and a.send_ahead is not None:
+            amt.configure(send_ahead=a.send_ahead)
         colls[side] = amt.Collection(make_classes(amt), n)
 
     def case(side, what):
@@ -120,6 +123,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--k", type=int, default=2000)
     ap.add_argument("--mpiexec", default=None)
+    ap.add_argument("--send-ahead", type=float, default=None,
+                    help="amt.configure(send_ahead=) for the 'after' tree only")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -143,6 +148,8 @@ def main() -> None:
         load0 = os.getloadavg()[0]
         argv = [a.mpiexec or find_mpiexec(), "-n", "2", sys.executable, __file__,
                 "--worker", str(tmp), "--rounds", str(a.rounds), "--k", str(a.k)]
+        if a.send_ahead is not None:
+            argv += ["--send-ahead", str(a.send_ahead)]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
         if p.returncode != 0:
@@ -150,7 +157,9 @@ def main() -> None:
         res = json.loads(p.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"<!-- python bench/amt/rate_ab.py --rounds {a.rounds} --k {a.k}; {os.cpu_count()} "
+    ahead = "" if a.send_ahead is None else f" --send-ahead {a.send_ahead:g}"
+    print(f"<!-- python bench/amt/rate_ab.py --rounds {a.rounds} --k {a.k}{ahead}; "
+          f"{os.cpu_count()} "
           f"cores, load average {load0:.2f} -> {os.getloadavg()[0]:.2f} -->")
     print("| case | before msgs/s: median (best) | after msgs/s: median (best) | "
           "after/before (medians) | after/before (paired rounds, median) |")
