@@ -66,9 +66,11 @@ class ElementProxy:
 
     def __getattr__(self, name):
         coll = self._coll
-        coll._check_alive()
-        coll._check_handler(name, self._flat)
+        if coll.destroyed:
+            coll._check_alive()
         flat = self._flat
+        if not coll._handlers.get(name):
+            coll._check_handler(name, flat)
         rt = coll._rt
 
         def send(*args, **kwargs):
@@ -95,6 +97,7 @@ class Collection:
                             "amt.Element")
         self.shape = _normalise_shape(shape)
         self.n = prod(self.shape)
+        self._n1 = self.n if len(self.shape) == 1 else 0   # 1-D: an int index is its flat
         self.element_class = element_class
         self.name = name or element_class.__name__
         self.migratable = migratable
@@ -188,9 +191,15 @@ class Collection:
 
     def send(self, index, method: str, *args, **kwargs) -> None:
         """coll.send(i, "m", *args) == coll[i].m(*args) (a little faster)."""
-        self._check_alive()
-        flat = self._flat(index)
-        self._check_handler(method, flat)
+        # the hot path of every message: the checks' common outcomes inline
+        if self.destroyed:
+            self._check_alive()
+        if type(index) is int and self._n1 > index >= 0:
+            flat = index
+        else:
+            flat = self._flat(index)
+        if not self._handlers.get(method):
+            self._check_handler(method, flat)
         self._rt.send_invoke(self, flat, method, args, kwargs)
 
     def broadcast(self, method: str, *args, **kwargs) -> None:

@@ -113,6 +113,7 @@ class Runtime:
         self.measure = True
         self.clock = time.perf_counter         # handler timing: wall clock by default
         self._wall = time.perf_counter         # handler spans, for _send_ahead
+        self._cpu = None                       # self.clock when it is not the wall clock
         self.idle_sleep = True                 # back off with short sleeps when idle
         self.send_ahead = SEND_AHEAD
         self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
@@ -130,6 +131,7 @@ class Runtime:
             if clock not in clocks:
                 raise ValueError(f"amt.configure(clock={clock!r}): use 'wall' or 'cpu'")
             self.clock = clocks[clock]
+            self._cpu = None if self.clock is self._wall else self.clock
         if idle is not None:
             if idle not in ("sleep", "spin"):
                 raise ValueError(f"amt.configure(idle={idle!r}): use 'sleep' or 'spin'")
@@ -316,9 +318,10 @@ class Runtime:
                 self.ctx_epoch = ep
                 self.ctx_elem = (coll, flat)
                 wall = self._wall
-                clock = self.clock
+                cpu = self._cpu
                 t0 = wall()
-                c0 = t0 if clock is wall else clock()
+                if cpu is not None:
+                    c0 = cpu()
                 try:
                     fn(*msg[5], **msg[6])
                 except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
@@ -326,12 +329,13 @@ class Runtime:
                         f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
                         f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
                 finally:
-                    t1 = wall()
-                    spans[key] = t1 - t0
+                    dt = wall() - t0
+                    spans[key] = dt
                     if self.measure:
+                        if cpu is not None:
+                            dt = cpu() - c0
                         load = coll._load
-                        load[flat] = load.get(flat, 0.0) + (
-                            (t1 if clock is wall else clock()) - c0)
+                        load[flat] = load.get(flat, 0.0) + dt
                     self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
                     self.stats["handlers"] += 1
             self.td.consumed[ep] += 1
