@@ -18,33 +18,11 @@ import time
 
 import numpy as np
 
+from _two_trees import rate_element
 from pilotfish import amt
 
 
-class W(amt.Element):
-    def __init__(self):
-        self.n = 0
-        self.bytes = 0
-
-    def burst(self, partner, k):
-        send = self.collection.send
-        for i in range(k):
-            send(partner, "hit", i)
-
-    def hit(self, i):
-        self.n += 1
-
-    def relay_burst(self, partner, k):
-        send = self.collection.send
-        me = self.index
-        for i in range(k):
-            send(me, "relay", partner, i)
-
-    def relay(self, partner, i):
-        self.collection.send(partner, "hit", i)
-
-    def take(self, arr):
-        self.bytes += arr.nbytes
+W = rate_element(amt)
 
 
 def timed(fn, comm):

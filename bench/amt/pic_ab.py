@@ -6,7 +6,7 @@
 Separate `bench_amt.py pic` jobs on a shared 2-core machine differ by more than a runtime
 change can: the same code's batch medians spread over +-6 %. Here each job holds both
 runtimes: each tree's `pilotfish/amt` (and the `_mpi.py` it imports) is copied into a
-temporary folder as `pf_before` / `pf_after`, examples/pic/pic.py is loaded twice, once against
+temporary folder as `pf_before` / `pf_after` (_two_trees.py), examples/pic/pic.py is loaded twice, once against
 each (its `pilotfish.amt` resolved to that copy while it loads), and every iteration moves the
 MPI baseline and each amt version of both trees in turn (order alternating per iteration),
 then closes a phase in each runtime and rebalances each LB version in its own runtime. So
@@ -26,15 +26,11 @@ import importlib
 import importlib.util
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SIDES = ("before", "after")
+from _two_trees import REPO, SIDES, find_mpiexec, run_job, staged
 
 
 def load_pic(side: str, pkgs: str):
@@ -117,36 +113,18 @@ def main() -> None:
         return
     if not (a.before and a.after) or a.jobs < 1:
         ap.error("give --before and --after (python/ folders) and --jobs >= 1")
-    sys.path.insert(0, str(REPO / "bench"))
-    from bench_amt import find_mpiexec
-
-    tmp = Path(tempfile.mkdtemp(prefix="amt_pic_ab_"))
     jobs = []
     loads = [os.getloadavg()[0]]
-    try:
-        for side in SIDES:
-            src = Path(getattr(a, side)).resolve() / "pilotfish"
-            pkg = tmp / f"pf_{side}"
-            pkg.mkdir()
-            (pkg / "__init__.py").write_text("")
-            shutil.copy(src / "_mpi.py", pkg / "_mpi.py")
-            shutil.copytree(src / "amt", pkg / "amt",
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with staged({"before": a.before, "after": a.after}, "amt_pic_ab_") as tmp:
         for j in range(a.jobs):
             argv = [a.mpiexec or find_mpiexec(), "-n", "2", sys.executable, __file__,
                     "--worker", str(tmp), "--factors", a.factors, "--strategies",
                     a.strategies, "--lb-every", str(a.lb_every), "--iters", str(a.iters),
                     "--warmup", str(a.warmup)]
-            p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
-            if p.returncode != 0:
-                raise SystemExit(f"failed (rc={p.returncode})\n{p.stdout}\n{p.stderr}")
-            jobs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+            jobs.append(run_job(argv, timeout=1200))
             loads.append(os.getloadavg()[0])
             print(f"  job {j + 1}/{a.jobs} done, load {loads[-1]:.2f}", file=sys.stderr,
                   flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps(jobs, indent=1))
     print(f"<!-- python bench/amt/pic_ab.py --factors {a.factors} --jobs {a.jobs} "

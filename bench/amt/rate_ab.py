@@ -5,9 +5,10 @@
 On a shared 2-core machine, separate jobs of bench/amt/msgrate_amt.py differ by +-20 %
 between runs of the same code. Here both versions live in the same two processes: each tree's
 `pilotfish/amt` (and the `_mpi.py` it imports) is copied into a temporary folder as the
-packages `pf_before` and `pf_after`, both runtimes start side by side (each on its own
+packages `pf_before` and `pf_after` (_two_trees.py), both runtimes start side by side (each on its own
 duplicated communicators), and every round runs each case on one, then the other (ABBA), so
-that the machine's load hits both alike. Cases as in msgrate_amt.py, 64 elements, 2 ranks:
+that the machine's load hits both alike. Cases as in msgrate_amt.py (the same element,
+_two_trees.rate_element), 64 elements, 2 ranks:
 
   remote  rank 0's elements each send K small messages from one handler to rank 1
   local   the same to elements on the same rank: send + dispatch + instrumented handler
@@ -24,41 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SIDES = ("before", "after")
-
-
-def make_classes(amt):
-    class W(amt.Element):
-        def __init__(self):
-            self.n = 0
-
-        def burst(self, partner, k):
-            send = self.collection.send
-            for i in range(k):
-                send(partner, "hit", i)
-
-        def hit(self, i):
-            self.n += 1
-
-        def relay_burst(self, partner, k):
-            send = self.collection.send
-            me = self.index
-            for i in range(k):
-                send(me, "relay", partner, i)
-
-        def relay(self, partner, i):
-            self.collection.send(partner, "hit", i)
-
-    return W
+from _two_trees import SIDES, find_mpiexec, rate_element, run_job, staged
 
 
 def worker(a) -> None:
@@ -75,7 +46,7 @@ def worker(a) -> None:
         amt.configure(idle="spin")
         if side == "after" and a.send_ahead is not None:
             amt.configure(send_ahead=a.send_ahead)
-        colls[side] = amt.Collection(make_classes(amt), n)
+        colls[side] = amt.Collection(rate_element(amt), n)
 
     def case(side, what):
         amt, coll = amts[side], colls[side]
@@ -132,31 +103,13 @@ def main() -> None:
         return
     if not (a.before and a.after) or a.rounds < 1:
         ap.error("give --before and --after (python/ folders) and --rounds >= 1")
-    sys.path.insert(0, str(REPO / "bench"))
-    from bench_amt import find_mpiexec
-
-    tmp = Path(tempfile.mkdtemp(prefix="amt_rate_ab_"))
-    try:
-        for side in SIDES:
-            src = Path(getattr(a, side)).resolve() / "pilotfish"
-            pkg = tmp / f"pf_{side}"
-            pkg.mkdir()
-            (pkg / "__init__.py").write_text("")
-            shutil.copy(src / "_mpi.py", pkg / "_mpi.py")
-            shutil.copytree(src / "amt", pkg / "amt",
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        load0 = os.getloadavg()[0]
+    load0 = os.getloadavg()[0]
+    with staged({"before": a.before, "after": a.after}, "amt_rate_ab_") as tmp:
         argv = [a.mpiexec or find_mpiexec(), "-n", "2", sys.executable, __file__,
                 "--worker", str(tmp), "--rounds", str(a.rounds), "--k", str(a.k)]
         if a.send_ahead is not None:
             argv += ["--send-ahead", str(a.send_ahead)]
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
-        if p.returncode != 0:
-            raise SystemExit(f"failed (rc={p.returncode})\n{p.stdout}\n{p.stderr}")
-        res = json.loads(p.stdout.strip().splitlines()[-1])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        res = run_job(argv, timeout=900)
     ahead = "" if a.send_ahead is None else f" --send-ahead {a.send_ahead:g}"
     print(f"<!-- python bench/amt/rate_ab.py --rounds {a.rounds} --k {a.k}{ahead}; "
           f"{os.cpu_count()} "
