@@ -84,6 +84,11 @@ PILOT_GROW = "pilot_grow"          # detail: "<unit> <nodes added> <nodes now>"
 PILOT_DRAIN = "pilot_drain"        # detail: "<unit> <nodes>"
 PILOT_SHRINK = "pilot_shrink"      # detail: "<unit> <nodes removed> <nodes now>"
 
+# Node executors (agent/nodes.py), the pilot's uid
+NODES_START = "nodes_start"        # one launcher step starts executors; detail: "<n> <nodes>"
+NODE_UP = "node_up"                # an executor said hello; detail: "<node> <host> <pid>"
+NODE_LOST = "node_lost"            # detail: "<node> <why>": its tasks fail, nothing more goes there
+
 NAMES = frozenset(v for k, v in list(globals().items())
                   if k.isupper() and isinstance(v, str) and not k.startswith("_"))
 

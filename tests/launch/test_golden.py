@@ -129,7 +129,11 @@ IN_SLURM = {"PRTE_MCA_ras": "^slurm", "SLURM_OVERLAP": "1"}
 
 def mpirun_argv(np, hosts, env, payload):  # -x for all but the tool's own variables
     exported = {k: v for k, v in env.items() if k not in IN_SLURM}
-    return [MPIRUN, "-np", str(np), "--host", hosts, "--map-by", "slot", "--bind-to", "none",
+    # inside Slurm, the srun that starts PRRTE's daemons is told where (else it picks the
+    # allocation's first nodes): every host but this one
+    nodelist = ",".join(h.split(":")[0] for h in hosts.split(","))
+    return [MPIRUN, "--prtemca", "plm_slurm_args", f"--nodelist={nodelist}",
+            "-np", str(np), "--host", hosts, "--map-by", "slot", "--bind-to", "none",
             *x_flags(exported), *payload]
 
 
@@ -138,7 +142,7 @@ def test_mpirun():
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == {**MCA, **ONE_ENV, **IN_SLURM}
     assert argv == mpirun_argv(1, "nid001:1", env, ["/bin/hostname"])
-    assert argv[7:13] == ["--bind-to", "none", "-x", "OMPI_MCA_pml", "-x", "OMPI_MCA_btl"]
+    assert argv[10:16] == ["--bind-to", "none", "-x", "OMPI_MCA_pml", "-x", "OMPI_MCA_btl"]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
     assert env == {**MCA, **FOUR_ENV, **IN_SLURM}
@@ -164,7 +168,7 @@ def test_mpirun_groups_ranks_by_node():
     lm = get_launcher("mpirun", SLURM, {"mpirun": MPIRUN})
     slots = [FOUR_SLOTS[0], FOUR_SLOTS[2], FOUR_SLOTS[1]]
     argv, _ = one(lm, FOUR.__class__(uid=UID, executable="/bin/true", ranks=3), slots)
-    assert argv[4] == "nid001:2,nid002:1"
+    assert argv[7] == "nid001:2,nid002:1"
     assert "1) export PILOTFISH_NODE=nid001 PILOTFISH_NODE_INDEX=0 PILOTFISH_CORES=2,3;;" in argv[-1]
 
 

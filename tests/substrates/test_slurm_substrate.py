@@ -6,6 +6,7 @@ Run inside the namespace (see conftest.py):
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -145,6 +146,10 @@ def test_prte_inside_slurm_allocation(slurm, openmpi, tmp_path):
     script = tmp_path / "job.sh"
     d = tmp_path / "dvm"
     n = slurm.cpus
+    # the host a rank runs on: its own name on a cluster of hosts; on one host (all nodes
+    # named alike) the node of the slurmd that started its prted
+    HOST = "hostname" if os.environ.get("PILOTFISH_CLUSTER") == "hosts" else \
+        "echo $SLURMD_NODENAME"
     script.write_text(f"""#!/bin/bash
 mkdir -p {d}
 printf 'n1 slots={n}\\nn2 slots={n}\\n' > {d}/hosts
@@ -156,7 +161,9 @@ on_fresh_dvm() {{  # OUT ARGS...: one job, on DVMs started anew until one job ru
   out=$1; shift
   for attempt in 1 2 3 4 5 6; do
     rm -f {d}/dvm.uri
-    PRTE_MCA_ras=^slurm setsid {VENV}/bin/prte --hostfile {d}/hosts \\
+    # (and --nodelist for the prteds' srun: PRRTE leaves it out, then srun picks n1)
+    PRTE_MCA_ras=^slurm setsid {VENV}/bin/prte --prtemca plm_slurm_args --nodelist=n2 \\
+        --hostfile {d}/hosts \\
         --report-uri {d}/dvm.uri > {d}/prte.log 2>&1 &
     pid=$!
     for i in $(seq 200); do grep -q "DVM ready" {d}/prte.log && break; sleep 0.1; done
@@ -172,10 +179,10 @@ on_fresh_dvm() {{  # OUT ARGS...: one job, on DVMs started anew until one job ru
   return $rc
 }}
 on_fresh_dvm {tmp_path}/ranks.txt -n {2 * n} --map-by slot --bind-to none \\
-    bash -c 'echo "rank $PMIX_RANK on $SLURMD_NODENAME"'
+    bash -c 'echo "rank $PMIX_RANK on $({HOST})"'
 echo "prterun rc=$?"
 on_fresh_dvm {tmp_path}/pinned.txt -n 2 --host n2:2 --map-by slot --bind-to none \\
-    bash -c 'echo "pinned on $SLURMD_NODENAME"'
+    bash -c 'echo "pinned on $({HOST})"'
 cat {tmp_path}/pinned.txt
 true
 """)

@@ -141,6 +141,22 @@ class Agent:
             self.poller.register(self.services.sock, zmq.POLLIN)
         self.wiring = LaunchWiring(table, self.runner, self.poller, desc, self.sandbox, clock,
                                    self.model if self.sim else None)
+        # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py)
+        self.nodes = None
+        from .nodes import wanted as nodes_wanted
+
+        if not self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
+            from .nodes import NodeLink
+
+            opts = (desc.get("launcher_options") or {}).get("nodes", {})
+            self.nodes = NodeLink(self.ctx, self.sandbox, clock, events, self.uid,
+                                  self.partitions, clock.now() + float(desc["runtime"]),
+                                  beat_s=float(opts.get("beat_s", 1.0)),
+                                  lost_after_s=float(opts.get("lost_after_s", 10.0)))
+            self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes
+            table.single_node_launcher = "nodes"
+            for fd in self.nodes.fds():
+                self.poller.register(fd, zmq.POLLIN)
         self.launchers = Launchers(self.wiring.make, self.wiring.spawn_aux, events, self.uid,
                                    clock)
         table.use(self.runner, self.launchers)
@@ -159,6 +175,8 @@ class Agent:
         # partition whose launcher is still starting wait for it (partition.py)
         for p in self.partitions:
             self.launchers.get(p, None)
+            if self.nodes is not None:
+                self.launchers.get(p, "nodes")
         changed = self.launchers.poll()
         self.wiring.changed(changed + [lm for p in self.partitions
                                        for lm in p.launchers.values()
@@ -190,7 +208,7 @@ class Agent:
         table = self.table
         elastic = self.elastic
         sim = self.sim
-        last_poll = 0.0
+        last_poll = last_tick = 0.0
         while table.stopping is None:
             timeout = 1000
             now = clock.now()
@@ -237,6 +255,13 @@ class Agent:
                 for fd, (sup, lm) in self.wiring.notes.items():
                     if fd in ready:
                         sup.read_notes(lm)
+            nodes = self.nodes
+            if nodes is not None:
+                if any(fd in ready for fd in nodes.fds()):
+                    nodes.on_readable()
+                if clock.real_mono() - last_tick >= 0.1:
+                    nodes.tick()
+                    last_tick = clock.real_mono()
             if launchers.starting:
                 changed = launchers.poll()
                 if changed:
@@ -441,7 +466,12 @@ class Agent:
                        f"pilot stopped before the task started: {reason}")
         deadline = clock.real_mono() + KILL_GRACE + 2.0
         while self.runner.running and clock.real_mono() < deadline:
-            table.reap(block_s=0.1)
+            if self.nodes is not None:
+                self.nodes.on_readable()
+                self.nodes.tick()
+                table.reap(block_s=0.02)
+            else:
+                table.reap(block_s=0.1)
             now = clock.now()
             if table.next_timer <= now:
                 table.fire_timers(now)
@@ -462,6 +492,8 @@ class Agent:
             self.pool.close()
         if self.services is not None:
             self.services.close()
+        if self.nodes is not None:
+            self.nodes.close()
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0

@@ -53,6 +53,9 @@ class TaskRunner(Runner):
         # on_spawn([(task, [process keys])]): told before a batch is spawned (the journal
         # records which keys are whose, so the core's exit log can be read after a crash)
         self.on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None = None
+        # the node executors (nodes.NodeLink) of a pilot that spans hosts: specs built for
+        # another node go there, their spawn results and exits come back through it
+        self.nodes: Any = None
 
     # -- spawning ---------------------------------------------------------------------------
     def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
@@ -84,14 +87,20 @@ class TaskRunner(Runner):
             for (t, _), s in zip(owners, specs):
                 keys_of.setdefault(t, []).append(s[0])
             self.on_spawn(list(keys_of.items()))
-        try:
-            results = self.core.spawn_batch(specs)
-        except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
-            results = self._spawn_one_by_one(specs)
+        if self.nodes is None:
+            results = self._spawn_here(specs)
+        else:
+            results = self._spawn_where(specs)
         procs = self._procs
         profile = self.profile
         for (t, rank), spec, (pid, info) in zip(owners, specs, results):
-            if pid > 0:
+            if pid == 0:  # sent to its node's executor: running (its pid comes later)
+                procs[spec[0]] = (t, rank)
+                if t.rkeys is None:
+                    t.rkeys = []
+                t.rkeys.append(spec[0])
+                t.running += 1
+            elif pid > 0:
                 procs[spec[0]] = (t, rank)
                 t.procs.append(pid)
                 t.running += 1
@@ -105,6 +114,32 @@ class TaskRunner(Runner):
                 self.core.kill(t.procs, _signal.SIGKILL)
         return failed, events
 
+    def _spawn_here(self, specs: list[tuple]) -> list[tuple]:
+        try:
+            return self.core.spawn_batch(specs)
+        except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
+            return self._spawn_one_by_one(specs)
+
+    def _spawn_where(self, specs: list[tuple]) -> list[tuple]:
+        """Specs for this host to the core, the others to their nodes' executors, one batch
+        per node: (pid, t) / (-errno, why) as the core answers, (0, node) when sent away."""
+        here: list[int] = []
+        away: dict[str, list[int]] = {}
+        for i, s in enumerate(specs):
+            if len(s) > 7 and s[7] is not None:
+                away.setdefault(s[7], []).append(i)
+            else:
+                here.append(i)
+        results: list[Any] = [None] * len(specs)
+        if here:
+            for i, r in zip(here, self._spawn_here([specs[i][:7] for i in here])):
+                results[i] = r
+        for node, idx in away.items():
+            why = self.nodes.spawn(node, [specs[i][:6] for i in idx])
+            for i in idx:
+                results[i] = (0, node) if why is None else (-113, why)  # EHOSTUNREACH
+        return results
+
     def _spawn_one_by_one(self, specs: list[tuple]) -> list[tuple]:
         out = []
         for spec in specs:
@@ -117,6 +152,7 @@ class TaskRunner(Runner):
     def _build(self, t: AgentTask) -> list[tuple]:
         spec = t.spec
         launcher = t.lm  # its partition's instance, ready (the agent checked)
+        t.rkeys = None
         cwd = task_cwd(spec, spec.uid, self.tasks_dir)
         if spec.sandbox:
             os.makedirs(cwd, exist_ok=True)
@@ -132,6 +168,20 @@ class TaskRunner(Runner):
                 t.launch = LaunchRecord()
             t.launch.new_attempt(procs[0].handle if procs else None,
                                  self.clock.mono() if self.clock is not None else None)
+        away = procs[0].node if procs else None
+        if away is not None:  # spawned by that node's executor: it captures the outputs
+            t.out_paths = (None, None)
+            t.extra_outs = 0
+            built = []
+            for p in procs:
+                env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
+                o = True if spec.stdout is True else (None if spec.stdout is False else (
+                    spec.stdout if os.path.isabs(spec.stdout) else os.path.join(cwd, spec.stdout)))
+                e = True if spec.stderr is True else (None if spec.stderr is False else (
+                    spec.stderr if os.path.isabs(spec.stderr) else os.path.join(cwd, spec.stderr)))
+                built.append((p.rank if p.rank is not None else 0, p.argv, env, cwd, o, e,
+                              False, p.node))
+            return built
         # A spool file from the free list is empty (read_outputs emptied every file it read):
         # the child opens it without O_TRUNC. Truncated as before: a new number (creating
         # costs more anyway), a spool kept for a retry (the failed attempt's output), and
@@ -167,6 +217,8 @@ class TaskRunner(Runner):
         """The captured (stdout, stderr) of finished tasks, capped, read by the core in one
         call; their spool files go back to the pool (or are retired, if something still
         has them open)."""
+        if self.nodes is not None and any(t.rkeys for t in tasks):
+            return self._read_mixed(tasks)
         rows = _core_read_outputs([t.out_paths for t in tasks], OUTPUT_CAP)
         if any(t.extra_outs for t in tasks):
             rows = self._with_other_ranks(tasks, rows)
@@ -179,6 +231,26 @@ class TaskRunner(Runner):
                 t.spool = -1
                 t.out_paths = (None, None)
             out.append((stdout, stderr))
+        return out
+
+    def _read_mixed(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
+        """Outputs of tasks some of which ran on node executors (sent with their exits)."""
+        here = [t for t in tasks if not t.rkeys]
+        mine = dict(zip(here, self.read_outputs(here))) if here else {}
+        outputs = self.nodes.outputs
+        out = []
+        for t in tasks:
+            if not t.rkeys:
+                out.append(mine[t])
+                continue
+            so = se = None
+            for k in t.rkeys:
+                o, e = outputs.pop(k, (None, None))
+                if o:
+                    so = ((so or "") + o)[:OUTPUT_CAP]
+                if e:
+                    se = ((se or "") + e)[-OUTPUT_CAP:]
+            out.append((so, se))
         return out
 
     def _with_other_ranks(self, tasks: list[AgentTask], rows: list) -> list:
@@ -234,6 +306,8 @@ class TaskRunner(Runner):
         procs = self._procs
         exits = self.core.reap() if block_s is None else self.core.wait(block_s)
         profile = self.profile
+        if self.nodes is not None:
+            exits = self._away_exits(exits, events)
         for key, pid, code, sig, t_exit, _ut, _st, _rss in exits:
             owner = procs.pop(key, None)
             if owner is None:
@@ -256,6 +330,36 @@ class TaskRunner(Runner):
                 finished.append(t)
         return finished, events, aux_exits
 
+    def _away_exits(self, exits: list, events: list) -> list:
+        """Spawn results and exits the node executors sent, merged into the core's: a
+        process that could not be spawned there, or whose node was lost, ends with why."""
+        spawned, away = self.nodes.take()
+        if not spawned and not away:
+            return exits
+        procs = self._procs
+        exits = list(exits)
+        now = self.clock.now() if self.clock is not None else 0.0
+        for key, pid, info in spawned:
+            owner = procs.get(key)
+            if owner is None:
+                continue
+            t = owner[0]
+            if pid > 0:
+                if self.profile:
+                    events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
+                continue
+            if t.reason is None:
+                t.reason = f"cannot execute {t.spec.executable!r}: {info} (errno {-pid})"
+            exits.append((key, 0, 127, 0, now, 0.0, 0.0, 0))
+        for row in away:
+            reason = row[8]
+            if reason is not None:
+                owner = procs.get(row[0])
+                if owner is not None and owner[0].reason is None:
+                    owner[0].reason = reason
+            exits.append(row[:8])
+        return exits
+
     def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
         """Signal the tasks' process groups. Tasks of supervised launch methods (prrte) are
         signalled through their ranks (`signal_ranks`, set by the agent's supervisor): their
@@ -263,7 +367,10 @@ class TaskRunner(Runner):
         gets only SIGKILL."""
         pids = []
         signal_ranks = self.signal_ranks
+        away: list[int] = []
         for t in tasks:
+            if t.rkeys:
+                away.extend(t.rkeys)
             if not t.procs:
                 continue
             if signal_ranks is not None and t.launch is not None and \
@@ -274,6 +381,8 @@ class TaskRunner(Runner):
             pids.extend(t.procs)
         if pids:
             self.core.kill(pids, sig)
+        if away and self.nodes is not None:
+            self.nodes.kill(away, sig)
 
     def next_event(self) -> float:
         """Real processes end when the kernel says: nothing is known in advance."""

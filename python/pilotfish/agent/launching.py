@@ -28,6 +28,7 @@ class LaunchWiring:
         self.model = model
         self.supervisors: list[Supervisor] = []  # of partitions whose launchers need watching
         self.notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (supervisor, method)
+        self.nodes: Any = None  # the node executors' link (nodes.py), on a pilot that has them
 
     def make(self, p: Partition, name: str):
         """A launch method over partition p's nodes (called by Launchers, which starts it)."""
@@ -41,6 +42,13 @@ class LaunchWiring:
             return ModeledLauncher(name, self.model[name], len(p.nodes), self.clock)
         options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
         options.update(p.options.get(name, {}))  # a grown unit's own (its batch job)
+        if name == "nodes" and self.nodes is not None:
+            from ..launch.direct import local_names
+            from .nodes import NodeExecutors
+
+            if "jobid" in p.options.get("srun", {}):  # a grown unit: its own allocation
+                options.setdefault("jobid", p.options["srun"]["jobid"])
+            return NodeExecutors(p.resources, options, self.nodes, local_names())
         tag = name if len(self.table.partitions) == 1 else f"{name}.p{p.index}"
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)

@@ -62,6 +62,10 @@ class TaskTable:
         self.reports = reports
         self.runner: Any = None
         self.launchers: Any = None
+        # where a single-node task that names no launcher goes, if not to its partition's
+        # default: "nodes" on a pilot with node executors (nodes.py); its link, for exits
+        self.single_node_launcher: str | None = None
+        self.nodes: Any = None
         self.partitions = partitions  # (the agent's list: elastic.py grows and shrinks it)
         self.sim = sim
         # a multi-rank task on a local pilot that names no launcher anywhere gets an installed
@@ -264,8 +268,13 @@ class TaskTable:
         profile = self.events.enabled
         ups = self.reports.updates
         now = self.clock.now()
+        single = self.single_node_launcher
         for t in tasks:
-            lm = get(t.partition, t.spec.launcher)
+            name = t.spec.launcher
+            if name is None and single is not None and t.slots \
+                    and all(s.node == t.slots[0].node for s in t.slots):
+                name = single
+            lm = get(t.partition, name)
             if lm.state == READY:
                 t.lm = lm.method
                 move(t, RUNNING)
@@ -393,6 +402,8 @@ class TaskTable:
         supervisors = [p.supervisor for p in self.partitions if p.supervisor is not None]
         for name, pid, code, sig in aux_exits:
             log.info("%s (pid %s) exited (code %s, signal %s)", name, pid, code, sig)
+            if self.nodes is not None and name.startswith("nodes "):
+                self.nodes.aux_exited(code, sig)
             for sup in supervisors:
                 sup.daemon_exited(pid, code, sig)
         done = [t for t in finished if t.final_state is None]
@@ -408,7 +419,7 @@ class TaskTable:
             kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
         self.release(done)
         now = self.clock.now()
-        ran = [t for t in done if t.spool >= 0]  # their outputs, in one call to the core
+        ran = [t for t in done if t.spool >= 0 or t.rkeys]  # their outputs, in one call
         outputs = dict(zip(ran, self.runner.read_outputs(ran))) if ran else {}
         stopping = self._stopping
         for t in done:

@@ -82,7 +82,7 @@ class AgentTask:
     __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
                  "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
                  "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
-                 "timed", "extra_outs", "gen")
+                 "timed", "extra_outs", "gen", "rkeys")
 
     def __init__(self, spec, seq: int):
         self.spec = spec
@@ -91,6 +91,7 @@ class AgentTask:
         self.state = NEW  # changed by move() only
         self.slots: list[RankSlot] | None = None
         self.procs: list[int] = []  # pids
+        self.rkeys: list[int] | None = None  # spawn keys of its processes on node executors
         self.running = 0
         self.exit_code: int | None = None
         self.signal: int | None = None

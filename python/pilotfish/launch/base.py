@@ -48,12 +48,14 @@ class ProcSpec:
     """One process for the executor: argv (argv[0] searched in PATH without a '/'), extra
     environment, the rank it runs (None: one process that starts all ranks), and for
     supervised launch methods the launcher's handle of this launch (what its rank notes and
-    daemon-health reports refer to; see prrte.py)."""
+    daemon-health reports refer to; see prrte.py), and the node whose executor spawns it
+    (agent/nodes.py; None: the agent's own core)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     rank: int | None = None
     handle: Any = None
+    node: str | None = None  # the node executor that spawns it (None: the agent's own core)
 
 
 class LaunchError(ValueError):

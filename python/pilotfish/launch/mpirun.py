@@ -77,6 +77,19 @@ def openmpi_env(tool: str, prefix: str | None = None) -> dict[str, str]:
 PRRTE_IN_SLURM = {"PRTE_MCA_ras": "^slurm", "SLURM_OVERLAP": "1"}
 
 
+def prted_nodelist(names) -> list[str]:
+    """Where PRRTE's srun must start its prteds inside Slurm: the other nodes of a hostfile or
+    --host list. With ras ^slurm PRRTE leaves --nodelist out of that srun whenever it believes
+    it starts a daemon on every allocated node, and srun then picks the allocation's first
+    nodes -- on a cluster of real hosts the ranks ran on the wrong node. (A command-line
+    option: PRTE_MCA_plm_slurm_args in the environment is not read.)"""
+    from .direct import local_names
+
+    here = {h.split(".", 1)[0] for h in local_names()}
+    others = [n for n in dict.fromkeys(names) if n.split(".", 1)[0] not in here]
+    return ["--prtemca", "plm_slurm_args", "--nodelist=" + ",".join(others)] if others else []
+
+
 def is_openmpi_launcher(path: str) -> bool:
     """Is this mpirun/prterun Open MPI's (not MPICH's hydra under the same name)?"""
     text = probe([path, "--version"], openmpi_env(path))
@@ -111,6 +124,8 @@ class Mpirun(LaunchMethod):
         payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)
         exports = [a for k in env if k not in self.required_env for a in ("-x", k)]
-        argv = [self.exe, "-np", str(len(slots)), "--host", host_list(ordered, self.emulated),
+        nodelist = prted_nodelist(s.node for s in ordered) \
+            if "PRTE_MCA_ras" in self.required_env and not self.emulated else []
+        argv = [self.exe, *nodelist, "-np", str(len(slots)), "--host", host_list(ordered, self.emulated),
                 "--map-by", "slot", "--bind-to", "none", *exports, *payload]
         return [ProcSpec(argv, env, None)]

@@ -85,7 +85,8 @@ from .base import (
     rank_prelude,
     rank_wrapped,
 )
-from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env
+from .mpirun import (MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env,
+                     prted_nodelist)
 from .rank_notes import RankNotes, address_from_uri
 
 log = logging.getLogger("pilotfish.launch")
@@ -284,6 +285,8 @@ class Prrte(SupervisedLaunchMethod):
         d.state = "live"
         d.ready = False
         d.attempt += 1
+        if "PRTE_MCA_ras" in self.required_env and not self.emulated:  # inside Slurm
+            argv[1:1] = prted_nodelist(n.name for n in self.resources.nodes)
         d.pid = self._spawn(argv, dict(self.required_env), stdout=d.log, stderr=d.err)
         d.last_start = self.mono()
         d.start_deadline = d.last_start + float(self.options.get("start_timeout", 30.0))

@@ -1,0 +1,261 @@
+"""A node executor: one long-lived process per node of a pilot that spans hosts.
+
+The agent starts one on every other node of its pilot, all in one step of the batch system's
+own launcher (`srun --ntasks-per-node=1`, agent/nodes.py), instead of one launcher process per
+task. Each connects to the agent's node ROUTER over CURVE (the server key is in a 0600 file
+in the pilot's sandbox: only a process that can read it completes the handshake) and then
+
+- spawns the batches of processes the agent sends with the Rust core (clone + exec, one reaper
+  thread, no file descriptor per task) -- its node's fork rate, not a launcher's;
+- writes every spawn and exit to its own journal the moment it happens (the core's exit log,
+  `nodes/<node>/exits`: key -> pid at spawn, the exit at reap);
+- sends spawn results and exits back in batches, captured stdout/stderr read from its own
+  spool with the exit (capped);
+- is a child subreaper, so what its tasks start outside their process group (setsid
+  escapees) stays its descendant; a kill with SIGKILL also kills the task's marked
+  processes (PILOTFISH_TASK_UID), as the agent does on its own host;
+- heartbeats; when the agent falls silent it finishes what runs, keeps the exits (journal
+  and memory) and sends them when the agent is back; it exits when nothing runs and the
+  agent stays away, and at the pilot's walltime kills what still runs.
+
+    python -m pilotfish.agent.node CONFIG.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+log = logging.getLogger("pilotfish.node")
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
+
+
+class NodeExecutor:
+    def __init__(self, config: dict):
+        import zmq
+
+        from .. import _core
+        from .._sockets import curve_dealer
+        from .containment import become_subreaper
+
+        self.node = node_name()
+        self.sandbox = config["sandbox"]
+        self.dir = os.path.join(self.sandbox, "nodes", self.node)
+        os.makedirs(os.path.join(self.dir, "spool"), mode=0o700, exist_ok=True)
+        self.beat_s = float(config.get("beat_s", 1.0))
+        self.agent_timeout = float(config.get("agent_timeout_s", 60.0))
+        self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
+        become_subreaper()
+        self.core = _core.Executor(None, exit_log=os.path.join(self.dir, "exits"))
+        self.ctx = zmq.Context()
+        self.sock = curve_dealer(self.ctx, config["key_file"], config["address"],
+                                 identity=self.node.encode(), linger=2000)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.running: dict[int, tuple[int, str | None, str | None, str | None]] = {}
+        self.unacked: dict[int, tuple] = {}  # key -> exit, until the agent acknowledges it
+        self.stopping: str | None = None
+        self.last_heard = self.last_sent = time.monotonic()
+
+    def send(self, msg) -> None:
+        from .. import _node_wire as W
+
+        self.sock.send(W.encode(msg))
+        self.last_sent = time.monotonic()
+
+    def hello(self) -> None:
+        from .. import _node_wire as W
+
+        self.send(W.NodeHello(self.node, os.getpid(), socket.gethostname(),
+                              list(self.running), list(self.unacked.values())))
+
+    # -- what the agent asks ------------------------------------------------------------------
+    def on_frame(self, frame: bytes) -> None:
+        from .. import _node_wire as W
+
+        self.last_heard = time.monotonic()
+        try:
+            msg = W.decode(frame)
+        except Exception as e:  # noqa: BLE001 -- a bad frame is dropped, nothing else
+            log.warning("dropped an undecodable frame (%d bytes): %s", len(frame), e)
+            return
+        if isinstance(msg, W.Spawn):
+            self.spawn(msg.specs)
+        elif isinstance(msg, W.Kill):
+            self.kill(msg.keys, msg.signal)
+        elif isinstance(msg, W.Ack):
+            for k in msg.keys:
+                self.unacked.pop(k, None)
+        elif isinstance(msg, W.Stop):
+            self.stopping = msg.reason
+        elif isinstance(msg, W.Beat) and self.unacked and not self.running:
+            pass
+
+    def spawn(self, specs: list) -> None:
+        from .. import _node_wire as W
+
+        built, keys, bad = [], [], []
+        spool = os.path.join(self.dir, "spool")
+        for spec in specs:
+            try:
+                key, argv, env, cwd, out, err = spec
+                key = int(key)
+                o = os.path.join(spool, f"{key}.out") if out is True else out
+                e = os.path.join(spool, f"{key}.err") if err is True else err
+                built.append((key, [str(a) for a in argv], env, cwd, o, e))
+                keys.append((key, o if out is True else None, e if err is True else None))
+            except Exception as ex:  # noqa: BLE001 -- a spec it cannot take fails alone
+                k = spec[0] if isinstance(spec, (list, tuple)) and spec and \
+                    isinstance(spec[0], int) else -1
+                bad.append((k, -22, f"bad spawn spec: {ex}"[:300]))
+        results = list(bad)
+        if built:
+            try:
+                out = self.core.spawn_batch(built)
+            except Exception:  # noqa: BLE001 -- text the core cannot take: one by one
+                out = []
+                for b in built:
+                    try:
+                        out.extend(self.core.spawn_batch([b]))
+                    except Exception as ex:  # noqa: BLE001
+                        out.append((-22, f"{type(ex).__name__}: {ex}"[:300]))
+            for (key, o, e), (pid, info) in zip(keys, out):
+                if pid > 0:
+                    self.running[key] = (pid, o, e, None)
+                results.append((key, pid, info))
+        self.send(W.Spawned(results))
+
+    def kill(self, keys: list[int], sig: int) -> None:
+        from .containment import kill_marked
+
+        pids = [self.running[k][0] for k in keys if k in self.running]
+        if pids:
+            self.core.kill(pids, sig)
+        if sig == signal.SIGKILL and pids:
+            uids = set()
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        for kv in f.read().split(b"\0"):
+                            if kv.startswith(b"PILOTFISH_TASK_UID="):
+                                uids.add(kv.split(b"=", 1)[1].decode(errors="replace"))
+                except OSError:
+                    pass
+            if uids:
+                kill_marked(self.sandbox, "PILOTFISH_TASK_UID", uids, sig=signal.SIGKILL)
+
+    # -- exits --------------------------------------------------------------------------------
+    def reap(self) -> None:
+        from .. import _node_wire as W
+        from .._core import read_outputs
+
+        exits = self.core.reap()
+        if not exits:
+            return
+        ended, paths = [], []
+        for key, pid, code, sig, t_exit, ut, st, rss in exits:
+            r = self.running.pop(key, None)
+            if r is None:
+                continue  # an escapee reaped as our descendant
+            ended.append([key, pid, code, sig, t_exit, ut, st, rss, None, None])
+            paths.append((r[1], r[2]))
+        if not ended:
+            return
+        texts = read_outputs(paths, W.OUTPUT_CAP) if any(o or e for o, e in paths) else \
+            [(None, None, True)] * len(paths)
+        for row, (o, e), (so, se, _ok) in zip(ended, paths, texts):
+            row[8], row[9] = so, se
+            for p in (o, e):
+                if p:
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+            self.unacked[row[0]] = tuple(row)
+        self.send(W.Exits([tuple(r) for r in ended]))
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> int:
+        import zmq
+
+        from .. import _node_wire as W
+
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.core.notify_fd, zmq.POLLIN)
+        self.hello()
+        while True:
+            ready = dict(poller.poll(int(self.beat_s * 1000)))
+            if self.sock in ready:
+                while True:
+                    try:
+                        frame = self.sock.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.on_frame(frame)
+            self.reap()
+            now = time.monotonic()
+            if self.stopping is not None:
+                return self.stop()
+            if self.deadline is not None and time.time() >= self.deadline:
+                log.warning("the pilot's walltime is reached: stopping")
+                return self.stop()
+            silent = now - self.last_heard
+            if silent > self.agent_timeout:
+                if not self.running:
+                    log.warning("agent silent for %.0f s and nothing runs: exiting", silent)
+                    return 0
+                if now - self.last_sent >= self.beat_s:
+                    self.hello()  # (the agent answers once it is back)
+            elif now - self.last_sent >= self.beat_s:
+                self.send(W.Beat(time.time()))
+
+    def stop(self) -> int:
+        """Kill what runs (TERM, a grace, KILL), report the exits, exit."""
+        if self.running:
+            self.core.kill([r[0] for r in self.running.values()], signal.SIGTERM)
+            end = time.monotonic() + 3.0
+            while self.running and time.monotonic() < end:
+                self.core.wait(0.1)
+                self.reap()
+            if self.running:
+                self.kill(list(self.running), signal.SIGKILL)
+                end = time.monotonic() + 2.0
+                while self.running and time.monotonic() < end:
+                    self.core.wait(0.1)
+                    self.reap()
+        from .containment import kill_marked
+
+        kill_marked(self.sandbox)  # nothing the pilot started on this node outlives it
+        self.sock.close()  # lingers for the last exits
+        self.ctx.term()
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m pilotfish.agent.node CONFIG.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        config = json.load(f)
+    d = os.path.join(config["sandbox"], "nodes")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    logging.basicConfig(filename=os.path.join(d, f"{node_name()}.log"), level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ex = NodeExecutor(config)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(ex, "stopping", "terminated by signal"))
+    signal.signal(signal.SIGIO, signal.SIG_IGN)
+    return ex.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
