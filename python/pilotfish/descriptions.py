@@ -24,7 +24,8 @@ except ImportError:  # the Rust core not built (docs, linters): its value
     MAX_GPUS_PER_NODE = 64
 
 RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
-LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun")
+LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun",
+             "nodes")
 # transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
 # archive, carried across, and unpacked at the target (one file to move instead of many)
 STAGING_ACTIONS = ("copy", "link", "move", "transfer", "tarball")
@@ -738,7 +739,11 @@ class PilotDescription(_Description):
     sandbox         pilot directory (default: <session>/<pilot uid>)
     queue, project, reservation   passed to the batch system
     launcher        default launch method ("direct" for local)
-    launcher_options  per launcher, e.g. {"srun": {"mpi": "pmi2"}, "mpirun": {"prefix": ...}}
+    launcher_options  per launcher, e.g. {"srun": {"mpi": "pmi2"}, "mpirun": {"prefix": ...}},
+                    {"nodes": {"lost_after_s": 10, "beat_s": 1, "start_timeout": 60}}
+    node_executors  a Slurm pilot on other hosts runs its single-node tasks through one
+                    node executor per node (launcher "nodes"; no launcher process per task).
+                    Default True; False: they go through the pilot's launcher (srun)
     launch_model    resource="simulated" only: launch costs per launch method (a dict or a JSON
                     file; see pilotfish.agent.simulation), over the fitted defaults
     partitions      P: the nodes split into P equal partitions, each with its own launcher
@@ -769,6 +774,7 @@ class PilotDescription(_Description):
         "reservation": (None, _opt(_str)),
         "launcher": (None, _opt(_choice(LAUNCHERS))),
         "launcher_options": (dict, _launcher_options),
+        "node_executors": (True, _bool),
         "partitions": (1, _partitions),
         "launch_model": (None, _launch_model),
         "environment": (dict, _env),

@@ -42,17 +42,14 @@ class LaunchWiring:
             return ModeledLauncher(name, self.model[name], len(p.nodes), self.clock)
         options = dict((self.desc.get("launcher_options") or {}).get(name, {}))
         options.update(p.options.get(name, {}))  # a grown unit's own (its batch job)
-        if name == "nodes" and self.nodes is not None:
-            from ..launch.direct import local_names
-            from .nodes import NodeExecutors
-
-            if "jobid" in p.options.get("srun", {}):  # a grown unit: its own allocation
-                options.setdefault("jobid", p.options["srun"]["jobid"])
-            return NodeExecutors(p.resources, options, self.nodes, local_names())
+        if name == "nodes" and "jobid" in p.options.get("srun", {}):  # a grown unit's job
+            options.setdefault("jobid", p.options["srun"]["jobid"])
         tag = name if len(self.table.partitions) == 1 else f"{name}.p{p.index}"
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)
         lm.mono = self.clock.mono  # its deadlines on the agent's clock
+        if name == "nodes":
+            lm.link = self.nodes  # (None: no executors on this pilot; begin() says so)
         if lm.launch_retries or isinstance(lm, SupervisedLaunchMethod):
             if p.supervisor is None:
                 p.supervisor = Supervisor(self.table, p)

@@ -1,4 +1,5 @@
-"""The agent's side of its node executors (node.py): the link, and the launch method `nodes`.
+"""The agent's side of its node executors (node.py): the link the launch method `nodes`
+(launch/nodes.py) starts them through and sends their spawns over.
 
 A pilot whose nodes are other hosts (a batch pilot: its default launcher is not `direct`)
 starts one node executor per other node, once, in one step of the batch system's launcher
@@ -7,7 +8,7 @@ that name no launcher then run through them (table.py routes them to the method 
 spawn specs go to the node's executor in one frame per loop round, exits come back in
 batches -- no launcher process per task, none on this host at all. Tasks on the agent's own
 node are spawned by its own core, as `direct` would. Multi-node tasks keep the partition's
-launcher (srun, mpiexec, prrte).
+launcher (srun, mpiexec, prrte). NodeLink implements launch.nodes.NodeStarter.
 
 NodeLink owns the ROUTER the executors connect to (CURVE; its server key in a 0600 file of
 the sandbox: an executor started with another key fails the handshake, and is counted), and
@@ -28,7 +29,6 @@ from typing import Any, Callable
 from .. import _events as E
 from .. import _node_wire as W
 from .._util import write_private
-from ..launch.base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -316,52 +316,6 @@ class NodeLink:
             self._monitor.close(0)
             self._monitor = None
         self.sock.close(0)
-
-
-class NodeExecutors(LaunchMethod):
-    """Launch method `nodes`: a single-node task's ranks as plain processes (as `direct`),
-    spawned by the node's executor -- or by the agent's own core on the agent's node."""
-
-    name = "nodes"
-
-    def __init__(self, resources, options: dict | None, link: NodeLink, here: set[str]):
-        super().__init__(resources, options)
-        self.link = link
-        self.here = here
-        self.remote = [n.name for n in resources.nodes if n.name not in here]
-        self._begun = False
-
-    def begin(self, spawn=None) -> None:
-        if self.remote:
-            if spawn is None:
-                raise LaunchError("launcher 'nodes' starts executors: begin() needs spawn")
-            self.link.start(self.remote, spawn, self, self.options)
-        self._begun = True
-
-    def poll_ready(self) -> bool:
-        """Ready once every node's executor said hello or was given up on (lost); failed
-        when none of them started."""
-        if self.link.waiting(self):
-            return False
-        if self.remote and all(self.link.nodes[n].lost for n in self.remote):
-            raise LaunchError("no node executor started: "
-                              + self.link.nodes[self.remote[0]].lost)  # type: ignore[operator]
-        return True
-
-    def build(self, task, slots, sandbox) -> list[ProcSpec]:
-        nodes = {s.node for s in slots}
-        if len(nodes) != 1:
-            raise LaunchError("launcher 'nodes' runs tasks on one node; this one spans "
-                              f"{len(nodes)}")
-        (node,) = nodes
-        where = None if node in self.here else node
-        argv = payload_argv(task)
-        return [ProcSpec(argv, placement_env(task, slots, r), r, node=where)
-                for r in range(len(slots))]
-
-    def stop_begin(self) -> None:
-        if self._begun:
-            self.link.stop("the pilot stops")
 
 
 def wanted(desc: dict, resource: str, default_launcher: str) -> bool:

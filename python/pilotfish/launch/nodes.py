@@ -1,0 +1,80 @@
+"""nodes: a single-node task's ranks as plain processes (as `direct`), spawned by the node
+executor of the node it was placed on (agent/node.py), or by the agent's own core when that
+node is the agent's. No launcher process per task: the executors are started once per node,
+in one launcher step, by the agent's NodeStarter (agent/nodes.py), which this method is given
+when the agent makes it. A pilot on other hosts routes every single-node task that names no
+launcher here; naming it on a pilot without executors fails the task with why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env
+from .direct import local_names
+
+
+class NodeStarter(Protocol):
+    """What the method needs of the agent's node executors."""
+
+    nodes: dict[str, Any]  # node name -> state with .lost (why, or None)
+
+    def start(self, names: list[str], spawn: Callable, starter: Any, options: dict) -> None:
+        """Start executors on these nodes (one launcher step); their hellos come later."""
+
+    def waiting(self, starter: Any) -> list:
+        """The nodes this starter started whose executors have not said hello yet."""
+
+    def stop(self, reason: str) -> None:
+        """Ask every executor to stop what runs and exit."""
+
+
+class NodeExecutors(LaunchMethod):
+    """Launch method `nodes`: a single-node task's ranks as plain processes (as `direct`),
+    spawned by the node's executor -- or by the agent's own core on the agent's node."""
+
+    name = "nodes"
+
+    def __init__(self, resources, options: dict | None = None):
+        super().__init__(resources, options)
+        self.link: NodeStarter | None = None  # the agent's (agent/nodes.py), set when made
+        self.here = local_names()
+        self.remote = [n.name for n in resources.nodes if n.name not in self.here] \
+            if not self.emulated else []
+        self._begun = False
+
+    def begin(self, spawn=None) -> None:
+        if self.link is None:
+            raise LaunchError("launcher 'nodes' runs tasks through node executors, which only "
+                              "a batch pilot on other hosts has: use 'direct' here")
+        if self.remote:
+            if spawn is None:
+                raise LaunchError("launcher 'nodes' starts executors: begin() needs spawn")
+            self.link.start(self.remote, spawn, self, self.options)
+        self._begun = True
+
+    def poll_ready(self) -> bool:
+        """Ready once every node's executor said hello or was given up on (lost); failed
+        when none of them started."""
+        if self.link is None:
+            return True
+        if self.link.waiting(self):
+            return False
+        if self.remote and all(self.link.nodes[n].lost for n in self.remote):
+            raise LaunchError(f"no node executor started: {self.link.nodes[self.remote[0]].lost}")
+        return True
+
+    def build(self, task, slots, sandbox) -> list[ProcSpec]:
+        nodes = {s.node for s in slots}
+        if len(nodes) != 1:
+            raise LaunchError("launcher 'nodes' runs tasks on one node; this one spans "
+                              f"{len(nodes)}")
+        (node,) = nodes
+        where = None if node in self.here else node
+        argv = payload_argv(task)
+        return [ProcSpec(argv, placement_env(task, slots, r), r, node=where)
+                for r in range(len(slots))]
+
+    def stop_begin(self) -> None:
+        if self._begun and self.link is not None:
+            self.link.stop("the pilot stops")

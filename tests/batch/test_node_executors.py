@@ -1,0 +1,176 @@
+"""Node executors on the project's cluster of real hosts (scripts/substrates/slurm.sh: a login
+host and compute hosts n1..n4, each its own network and UTS namespace): a Slurm pilot from the
+login host, its agent on n1, one node executor on each other node started by one srun step;
+tasks report the host they really ran on. No mocks.
+
+    scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch/test_node_executors.py
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import pilotfish as pf
+from pilotfish import _events as E
+from pilotfish._events import read_all_events
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+WHERE = 'echo "$(hostname) $PILOTFISH_NODE"'
+
+
+@pytest.fixture(autouse=True)
+def _hosts(slurm):
+    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
+        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start, "
+                    "PILOTFISH_CLUSTER=hosts)")
+
+
+def _events(pilot, name=None):
+    evs = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+    return [e for e in evs if name is None or e[2] == name]
+
+
+def _pilot(s, nodes=4, **kw):
+    pmgr = pf.PilotManager(s)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=nodes,
+                                                   runtime="15m", **kw))
+    tmgr = pf.TaskManager(s)
+    tmgr.add_pilots(pilot)
+    assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
+    return pilot, tmgr
+
+
+def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
+    """2,000 single-node tasks run through node executors: each prints the host it ran on,
+    which is the node it was placed on; every host gets tasks; no srun step per task."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s)
+        assert pilot.launcher == "srun"  # the nodes are other hosts: direct is refused
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
+                                                      arguments=["-c", WHERE])
+                                   for _ in range(2000)])
+        states = tmgr.wait_tasks([t.uid for t in tasks], timeout=400)
+        assert collections.Counter(states) == {pf.DONE: 2000}, \
+            [t.reason for t in tasks if t.reason][:3]
+        hosts = collections.Counter()
+        for t in tasks:
+            host, node = t.stdout.split()
+            assert host == node == t.slots[0].node, (t.uid, t.stdout, t.slots)
+            hosts[host] += 1
+        assert set(hosts) == {"n1", "n2", "n3", "n4"}, hosts
+        up = {e[3].split()[0] for e in _events(pilot, E.NODE_UP)}
+        assert up == {"n2", "n3", "n4"}  # one executor per other node; n1 is the agent's
+        assert len(_events(pilot, E.NODES_START)) == 1  # one srun step started them all
+        pilot.cancel()
+
+
+def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
+    """Every process of compute host n3 but its slurmd is killed while tasks run there: its
+    tasks FAIL naming the node (or run again elsewhere, with retries), every other task is
+    DONE, and nothing more is placed on n3."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s, launcher_options={"nodes": {"lost_after_s": 3}})
+        n = 4 * slurm.cpus  # one per core: every node busy
+        tasks = tmgr.submit_tasks([
+            pf.TaskDescription(executable="/bin/sh", arguments=["-c", f"sleep 6; {WHERE}"],
+                               retries=i % 2) for i in range(n)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(t.state != pf.EXECUTING
+                                                  for t in tasks):
+            time.sleep(0.2)
+        on_n3 = [t for t in tasks if t.slots and t.slots[0].node == "n3"]
+        assert on_n3 and all(t.state == pf.EXECUTING for t in tasks)
+        time.sleep(1.0)  # (their processes exist)
+        killed = _kill_host("n3")
+        assert killed
+        states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+        by = dict(zip([t.uid for t in tasks], states))
+        for t in tasks:
+            if t not in on_n3:
+                assert by[t.uid] == pf.DONE, (t.uid, t.reason)
+            elif t.description.retries:
+                assert by[t.uid] == pf.DONE, (t.uid, t.reason)  # ran again elsewhere
+                assert t.stdout.split()[0] != "n3"
+            else:
+                assert by[t.uid] == pf.FAILED, (t.uid, by[t.uid], t.reason)
+                assert "node n3 lost" in t.reason, t.reason
+        lost = _events(pilot, E.NODE_LOST)
+        assert [e[3].split()[0] for e in lost] == ["n3"], lost
+        later = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
+                                                      arguments=["-c", WHERE])
+                                   for _ in range(200)])
+        states = tmgr.wait_tasks([t.uid for t in later], timeout=120)
+        assert collections.Counter(states) == {pf.DONE: 200}
+        assert not [t for t in later if t.slots[0].node == "n3"]
+        assert {t.stdout.split()[0] for t in later} == {"n1", "n2", "n4"}
+        pilot.cancel()
+
+
+def _kill_host(node: str) -> list[int]:
+    """SIGKILL every process in that host's network namespace but its slurmd."""
+    ns = f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{node}"
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                         check=True).stdout.split()
+    killed = []
+    for pid in map(int, out):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "slurmd":
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def test_forged_node_executor_is_refused(slurm, tmp_path):
+    """A process that claims to be n2's executor without the pilot's key never completes the
+    handshake: the agent counts the refusal, sends it nothing, and the pilot runs on."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s, nodes=2)
+        cfg = json.loads(Path(pilot.sandbox, "nodes.json").read_text())
+        import zmq
+
+        public, _ = zmq.curve_keypair()
+        forged_key = tmp_path / "forged.key"
+        forged_key.write_bytes(public)
+        cfg.update(key_file=str(forged_key), sandbox=str(tmp_path / "forged"))
+        (tmp_path / "forged").mkdir()
+        (tmp_path / "forged.json").write_text(json.dumps(cfg))
+        forger = subprocess.Popen([sys.executable, "-m", "pilotfish.agent.node",
+                                   str(tmp_path / "forged.json")],
+                                  env=dict(os.environ, SLURMD_NODENAME="n2"))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not [
+                    e for e in _events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]:
+                time.sleep(0.3)
+            refused = [e for e in _events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]
+            assert refused, "the forged executor's handshake was not refused"
+            tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
+                                                          arguments=["-c", WHERE])
+                                       for _ in range(100)])
+            states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+            assert collections.Counter(states) == {pf.DONE: 100}
+            assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2"}
+            # the forger never got a spawn: its sandbox has no spool file, no exit log entry
+            spool = tmp_path / "forged" / "nodes" / "n2" / "spool"
+            assert not any(spool.iterdir()) if spool.exists() else True
+        finally:
+            forger.kill()
+            forger.wait()
+        pilot.cancel()
