@@ -56,6 +56,9 @@ def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = _pilot(s)
         assert pilot.launcher == "srun"  # the nodes are other hosts: direct is refused
+        # the agent (on n1) reached the session on the login host over TCP, on one address
+        address = json.loads(Path(pilot.sandbox, "agent.json").read_text())["address"]
+        assert address.startswith("tcp://10.77.0.1:"), address
         tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", WHERE])
                                    for _ in range(2000)])
@@ -173,4 +176,40 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
         finally:
             forger.kill()
             forger.wait()
+        pilot.cancel()
+
+
+def _where_am_i(pause):
+    import socket
+    import time as _t
+
+    _t.sleep(pause)
+    return socket.gethostname()
+
+
+def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
+    """Function workers and service members are single-node tasks too: on other hosts their
+    node executors start them (no launcher step per worker or member), and they reach the
+    agent over TCP from there."""
+    echo = str(Path(__file__).parents[1] / "services" / "echo_service.py")
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s)
+        whole = slurm.cpus  # a worker per node: the placer fills n1 first otherwise
+        calls = tmgr.submit_tasks([pf.TaskDescription(function=_where_am_i, args=(0.5,),
+                                                      cores_per_rank=whole)
+                                   for _ in range(24)])
+        states = tmgr.wait_tasks([t.uid for t in calls], timeout=240)
+        assert collections.Counter(states) == {pf.DONE: 24}, [t.reason for t in calls][:3]
+        hosts = {t.result for t in calls}
+        assert hosts - {"n1"}, hosts  # some ran on the other hosts
+        assert hosts <= {"n1", "n2", "n3", "n4"}
+        group = tmgr.submit_service_group(pf.ServiceDescription(
+            name="echo", executable=sys.executable, arguments=[echo],
+            cores_per_rank=whole), replicas=3)
+        group.wait_ready(timeout=120)
+        nodes = sorted(m.node for m in group.members)
+        assert len(nodes) == 3 and set(nodes) - {"n1"}, nodes
+        up = {e[3].split()[0] for e in _events(pilot, E.NODE_UP)}
+        assert up == {"n2", "n3", "n4"}
+        group.stop()
         pilot.cancel()

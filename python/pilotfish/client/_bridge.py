@@ -34,6 +34,7 @@ log = logging.getLogger("pilotfish.client")
 
 # Unix socket paths are limited to 107 bytes (sun_path); longer session paths use /tmp.
 _MAX_IPC_PATH = 100
+_BIND_TCP = object()  # a queue item: bind TCP too (the IO thread owns the socket)
 
 
 class Bridge:
@@ -43,13 +44,15 @@ class Bridge:
                  keys: tuple[bytes, bytes] | None = None, interface: str | None = None,
                  address: str | None = None, on_refused: Callable[[str], None] | None = None,
                  heartbeat_s: float = 5.0, pilot_keys: dict[str, bytes] | None = None,
-                 deliver: Callable[[str, object], None] | None = None):
+                 deliver: Callable[[str, object], None] | None = None,
+                 tcp_address: str | None = None):
         """keys: the session's CURVE (public, secret) key pair; None: no encryption (for
         measuring its cost). address: bind exactly this one (a resumed session's).
         pilot_keys: {pilot uid: public key} let in from the start -- a resumed session's
         live agents reconnect the moment it binds, before their pilots are re-attached.
         deliver(pilot uid, message) runs in the IO thread for every message from an agent
-        (but heartbeats once it said hello: they only keep last_seen)."""
+        (but heartbeats once it said hello: they only keep last_seen). tcp_address: a
+        resumed session's TCP endpoint too (agents on other hosts reconnect there)."""
         self._ctx = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -93,6 +96,15 @@ class Bridge:
             self.address = f"tcp://{host}:{port}"
         else:
             raise ValueError(f"bind must be 'ipc' or 'tcp', not {bind!r}")
+        # agents on other hosts (a batch pilot) cannot reach an ipc socket: the same ROUTER
+        # binds TCP as well, on one interface, when the first such pilot is launched
+        self.tcp_address: str | None = None
+        self._interface = interface
+        if tcp_address is not None and not self.address.startswith("tcp://"):
+            self._router.bind(tcp_address)
+            self.tcp_address = tcp_address
+        elif self.address.startswith("tcp://"):
+            self.tcp_address = self.address
         self.heartbeat_s = heartbeat_s
         self.last_seen: dict[str, float] = {}  # pilot uid -> monotonic time of its last frame
 
@@ -128,6 +140,21 @@ class Bridge:
     def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None) -> None:
         self._queue.append((pilot_uid, payload, on_sent))
         self._wake()
+
+    def reachable_address(self, timeout: float = 10.0) -> str:
+        """An address that agents on other hosts can reach: TCP on one interface (bound now,
+        by the IO thread, if the session listened on ipc only)."""
+        if self.tcp_address is None:
+            done = threading.Event()
+            box: list = []
+            self._queue.append((_BIND_TCP, box, done))
+            self._wake()
+            if not done.wait(timeout):
+                raise OSError("the session's IO thread did not bind TCP in time")
+            if isinstance(box[0], BaseException):
+                raise box[0]
+            self.tcp_address = box[0]
+        return self.tcp_address
 
     def mark_connected(self, pilot_uid: str) -> None:
         """IO thread only: the agent is known to be connected (it sent a frame) before its
@@ -260,6 +287,15 @@ class Bridge:
         q = self._queue
         while q:
             pilot_uid, payload, on_sent = q.popleft()
+            if pilot_uid is _BIND_TCP:
+                try:
+                    host = bind_host(self._interface)
+                    port = self._router.bind_to_random_port(f"tcp://{host}")
+                    payload.append(f"tcp://{host}:{port}")
+                except Exception as e:  # noqa: BLE001 -- told to the caller
+                    payload.append(e)
+                on_sent.set()
+                continue
             if pilot_uid in self._connected:
                 self._send_now(pilot_uid, payload, on_sent)
             else:

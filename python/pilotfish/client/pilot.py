@@ -636,7 +636,9 @@ class PilotManager:
             "session_uid": session.uid,
             "session_path": session.path,
             "sandbox": pilot.sandbox,
-            "address": session.address,
+            # an agent on another host (a batch pilot) reaches the session over TCP
+            "address": session.address if d.resource in ("local", "simulated")
+            else session.reachable_address(),
             "description": d.as_dict(),
             "profile": session.profile,
             "heartbeat_s": session.heartbeat_s,

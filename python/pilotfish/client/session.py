@@ -138,6 +138,7 @@ class Session:
             self.router = Router(self._registry)
             self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
                                   address=previous.get("address") if previous else None,
+                                  tcp_address=previous.get("tcp_address") if previous else None,
                                   on_refused=lambda what: self.events.record("session", E.REFUSED, what),
                                   heartbeat_s=self.heartbeat_s,
                                   pilot_keys=self._resume.pilot_keys() if self._resume else None,
@@ -192,6 +193,19 @@ class Session:
     def address(self) -> str:
         """Where agents connect."""
         return self._bridge.address
+
+    def reachable_address(self) -> str:
+        """Where agents on other hosts connect: TCP on one interface (bound on first need,
+        kept in session.json for a resume)."""
+        first = self._bridge.tcp_address is None
+        address = self._bridge.reachable_address()
+        if first and address != self._bridge.address:
+            meta_path = os.path.join(self.path, "session.json")
+            meta = _read_meta(meta_path) or {}
+            meta["tcp_address"] = address
+            with _os_errors("write", meta_path):
+                write_private(meta_path, json.dumps(meta, indent=1).encode())
+        return address
 
     @property
     def resumed(self) -> "Resumed | None":
