@@ -5,15 +5,18 @@ mpirun, MPICH's mpiexec (hydra) and a PRRTE DVM inside the allocation. No mocks.
 Run inside the substrate namespace (tests/batch/conftest.py):
     scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch
 
-`direct` on a Slurm pilot: Slurm's nodes n1..n4 are slurmd instances on this one machine
-(NodeHostName = this host), which the direct launcher learns from `scontrol show node`; so
-direct is valid here -- and it is the default launcher of such a pilot -- while on a real
-cluster it is refused and the default is srun.
+On the project's cluster of hosts (the default, PILOTFISH_CLUSTER=hosts) n1..n4 are other
+hosts: `direct` is refused, the pilot's launcher is srun and its single-node tasks run through
+node executors (tests/batch/test_node_executors.py). On the one-host variant
+(PILOTFISH_CLUSTER=single) the slurmds all run on this machine (NodeHostName = this host),
+which the direct launcher learns from `scontrol show node`, so direct is valid and the
+default there.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import re
 import sys
 import time
@@ -64,7 +67,9 @@ def test_pilot_holds_slurm_nodes(slurm_pilot, slurm):
     _, pilot, _ = slurm_pilot
     assert [n.name for n in pilot.nodes] == ["n1", "n2"]
     assert all(n.cores == slurm.cpus for n in pilot.nodes)
-    assert pilot.launcher == "direct"  # Slurm says n1, n2 are this host
+    hosts = os.environ.get("PILOTFISH_CLUSTER") == "hosts"
+    # other hosts: srun (+ node executors); one host: Slurm says n1, n2 are this host
+    assert pilot.launcher == ("srun" if hosts else "direct")
     job_id = pilot._job.native_id
     r = run(["squeue", "-h", "-j", job_id, "-o", "%j %T %D"], env=slurm.env, check=True)
     assert r.out.split() == [pilot.uid, "RUNNING", "2"], r
@@ -95,6 +100,7 @@ def test_500_tasks_through_srun(slurm_pilot):
 
 
 def test_500_tasks_direct(slurm_pilot):
+    """No launcher named: direct on one host, node executors on the cluster of hosts."""
     _, _, tmgr = slurm_pilot
     tasks, states, dt = _run_many(tmgr, 500, executable="/bin/sh",
                                   arguments=["-c", 'echo "$PILOTFISH_NODE $SLURM_JOB_ID"'])
@@ -143,6 +149,32 @@ def test_multi_node_task_spans_nodes(slurm_pilot, slurm, launcher):
     rows = sorted(line.split() for line in t.stdout.splitlines())
     assert rows == [["0", "n1", "n1"], ["1", "n2", "n2"]], t.stdout
     assert [s.node for s in t.slots] == ["n1", "n2"]
+
+
+# an allreduce across the ranks, and the host each rank's process really runs on
+ACROSS = ("import os, socket; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+          "v = MPI.Get_library_version().split(',')[0].split()[0]; "
+          "total = c.allreduce(c.Get_rank() + 1); "
+          "os.write(1, f'{c.Get_rank()} {c.Get_size()} {v} {total} {socket.gethostname()} '"
+          "f'{os.environ.get(\"PILOTFISH_NODE\")}\\n'.encode())")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("launcher, libmpi, flavor", MPI_CASES)
+def test_mpi_task_across_two_hosts(slurm_pilot, slurm, launcher, libmpi, flavor):
+    """Two ranks of a whole node each, with each MPI launcher installed: an allreduce across
+    the two -- on the cluster of hosts, two hosts (each rank's hostname is its node's)."""
+    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
+        pytest.skip("needs the cluster of hosts")
+    _, _, tmgr = slurm_pilot
+    t = tmgr.submit_tasks(pf.TaskDescription(
+        executable=str(VENV / "bin" / "python"), arguments=["-c", ACROSS], ranks=2,
+        cores_per_rank=slurm.cpus, launcher=launcher, environment={"MPI4PY_LIBMPI": libmpi},
+        timeout=120, retries=2))
+    assert t.wait(timeout=300) == pf.DONE, (t.reason, t.stderr)
+    rows = sorted(line.split() for line in t.stdout.splitlines() if line.strip())
+    assert rows == [["0", "2", flavor, "3", "n1", "n1"], ["1", "2", flavor, "3", "n2", "n2"]], \
+        (t.stdout, t.stderr)
 
 
 @pytest.mark.prrte
