@@ -462,8 +462,33 @@ def read_exit_log(sandbox: str, intents: set[int] | None = None
     core writes an intent record before each spawn, a spawn record (pid) as the child
     exists and an exit record as it is reaped; the agent's keeper appends the exits of what
     it inherited in the same format. Keys with an intent record are added to `intents`."""
+    return _read_exits(os.path.join(sandbox, "agent.exits"), intents)
+
+
+def read_node_exit_logs(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+    """The same, merged, from the journals of the pilot's node executors
+    (`nodes/<node>/exits`, agent/node.py): their keys are the agent's, their pids another
+    host's (never to be mixed with this host's)."""
+    exits: dict[int, tuple[int, int, float]] = {}
+    pids: dict[int, int] = {}
+    d = os.path.join(sandbox, "nodes")
     try:
-        with open(os.path.join(sandbox, "agent.exits"), "rb") as f:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return exits, pids
+    for name in names:
+        path = os.path.join(d, name, "exits")
+        if os.path.isfile(path):
+            e, p = _read_exits(path, None)
+            exits.update(e)
+            pids.update(p)
+    return exits, pids
+
+
+def _read_exits(path: str, intents: set[int] | None
+                ) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+    try:
+        with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return {}, {}
@@ -510,6 +535,9 @@ def agent_finals(sandbox: str, strict: bool = False) -> dict[str, list]:
     if not pending:
         return out
     exits, _ = read_exit_log(sandbox)
+    remote, _ = read_node_exit_logs(sandbox)  # tasks its node executors ran
+    if remote:
+        exits = {**remote, **exits}
     for uid, (keys, _) in pending.items():
         ends = [exits.get(k) for k in keys]
         if keys and all(e is not None and e[0] == 0 and e[1] == 0 for e in ends):

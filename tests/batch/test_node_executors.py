@@ -213,3 +213,39 @@ def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
         assert up == {"n2", "n3", "n4"}
         group.stop()
         pilot.cancel()
+
+
+def test_killed_agent_remote_tasks_run_once(slurm, tmp_path):
+    """SIGKILL to the agent while tasks run on the other hosts: their node executors finish
+    them and journal the exits, the keeper writes their finals: every task DONE, each ran
+    exactly once (a side file); a resumed session sees the same."""
+    side = tmp_path / "side"
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s)
+        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["30"])
+                                  for _ in range(slurm.cpus)])  # n1 (first fit) is full
+        for t in hold:
+            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        assert {t.slots[0].node for t in hold} == {"n1"}
+        tasks = tmgr.submit_tasks([pf.TaskDescription(
+            executable="/bin/sh",
+            arguments=["-c", f'sleep 4; echo "$PILOTFISH_TASK_UID $(hostname)" >> {side}'])
+            for _ in range(3 * slurm.cpus)])
+        for t in tasks:
+            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        assert {t.slots[0].node for t in tasks} == {"n2", "n3", "n4"}
+        agent = json.loads(Path(pilot.sandbox, "pilot.json").read_text())["agent_pid"]
+        os.kill(agent, signal.SIGKILL)
+        assert pilot.wait(timeout=30) == pf.FAILED
+        tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+        assert collections.Counter(t.state for t in tasks) == {pf.DONE: len(tasks)}, \
+            [(t.state, t.reason) for t in tasks if t.state != pf.DONE][:3]
+        rows = [line.split() for line in side.read_text().splitlines()]
+        assert sorted(uid for uid, _ in rows) == sorted(t.uid for t in tasks)  # once each
+        assert {host for _, host in rows} == {"n2", "n3", "n4"}
+        uids = [t.uid for t in tasks]
+    # what a resumed session learns from the pilot's sandbox (client/_resume.py): all final
+    from pilotfish._journal import agent_finals
+
+    finals = agent_finals(pilot.sandbox)
+    assert {finals[u][2] if u in finals else None for u in uids} == {pf.DONE}

@@ -18,8 +18,11 @@ kernel reparents them to the nearest subreaper), and the keeper
 - reaps them, appends their exits to `agent.exits` and, for a task all of whose processes ended
   with 0 (and that needed nothing after exit, such as output staging), a DONE final to
   `keeper.journal`; anything else is left without a final and runs again on resume;
-- keeps the agent's other children (a PRRTE DVM the adopted tasks run on, escaped
-  descendants) until the adopted tasks are done, then stops them;
+- adopts the tasks that node executors run on other nodes (agent/node.py) too: they run on
+  there, each executor's journal (`nodes/<node>/exits`) records their ends, and the keeper
+  reads them and writes the finals of those that exited 0 -- so a resume runs none twice;
+- keeps the agent's other children (a PRRTE DVM the adopted tasks run on, the node
+  executors' launcher step, escaped descendants) until the adopted tasks are done, then stops them;
 - on SIGTERM/SIGINT/SIGHUP (the pilot canceled, scancel) or at the pilot's walltime stops all.
 
 It then exits as the agent did (same code or signal), so the batch system sees the agent's end.
@@ -170,11 +173,19 @@ class Keeper:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__)))))
         from pilotfish._journal import (KEEPER_BEAT_S, Journal, exit_record, read_exit_log,
-                                        spawn_records)
+                                        read_node_exit_logs, spawn_records)
 
         finals, spawned = spawn_records(self.sandbox)
         intents: set[int] = set()
         exits, pids = read_exit_log(self.sandbox, intents)
+        # tasks on node executors (agent/node.py) run on: their journals say what they
+        # started and what ended. (A spawn batch in flight when the agent died: a moment.)
+        node_exits, node_pids = read_node_exit_logs(self.sandbox)
+        if node_pids:
+            time.sleep(0.5)
+            node_exits, node_pids = read_node_exit_logs(self.sandbox)
+        for k, e in node_exits.items():
+            exits.setdefault(k, e)
         key_of_pid = {pid: key for key, pid in pids.items()}  # file order: the latest wins
         owner: dict[int, str] = {}
         waiting: dict[str, set[int]] = {}  # uid -> keys of its processes not exited yet
@@ -210,7 +221,10 @@ class Keeper:
                 held_keys |= doubt  # as a group: all exit 0, or none of their tasks is final
             else:
                 anonymous = []
-        adopted = {uid for uid, keys in waiting.items() if keys <= held_keys}
+        # away: tasks all of whose unfinished processes a node executor started
+        away = {uid: set(keys) for uid, keys in waiting.items()
+                if keys and all(k in node_pids for k in keys)}
+        adopted = {uid for uid, keys in waiting.items() if keys <= held_keys} | set(away)
         lost = [pid for pid, (_, uid) in held.items() if uid not in adopted]
         _signal_groups(lost, signal.SIGKILL)  # part of a task is gone: it runs again whole
         held = {pid: ku for pid, ku in held.items() if ku[1] in adopted}
@@ -231,13 +245,25 @@ class Keeper:
         last_beat = time.monotonic()
         try:
             held.update(group)
-            while held:
+            next_scan = 0.0
+            while held or away:
                 if self.stop_signal or time.time() > deadline:
                     break  # what is still running runs again on resume
+                if away and time.monotonic() >= next_scan:
+                    next_scan = time.monotonic() + 0.25
+                    self._away_ended(away, done_on_exit, journal, read_node_exit_logs)
+                if not held:
+                    time.sleep(0.05)
+                    if time.monotonic() - last_beat >= KEEPER_BEAT_S:
+                        state["t"] = time.time()
+                        self._write_state(state)
+                        last_beat = time.monotonic()
+                    continue
                 try:
                     pid, st = os.waitpid(-1, os.WNOHANG)
                 except ChildProcessError:
-                    break
+                    held.clear()  # (nothing left here to wait for; the away tasks may be)
+                    continue
                 if pid == 0:
                     time.sleep(0.01)
                     if time.monotonic() - last_beat >= KEEPER_BEAT_S:
@@ -278,6 +304,20 @@ class Keeper:
             self.stop(_children())
             state["done"], state["t"] = True, time.time()
             self._write_state(state)
+
+    @staticmethod
+    def _away_ended(away: dict, done_on_exit: dict, journal, read_node_exit_logs) -> None:
+        """Tasks on node executors whose processes all ended: DONE if all exited 0."""
+        exits, _ = read_node_exit_logs(os.path.dirname(journal.path))
+        t = time.time()
+        for uid in list(away):
+            ends = [exits.get(k) for k in away[uid]]
+            if any(e is None for e in ends):
+                continue
+            del away[uid]
+            if all(e[0] == 0 and e[1] == 0 for e in ends) and done_on_exit[uid]:
+                journal.write([["final", uid, "DONE", 0, None,
+                                "ended after its agent died; seen by its node executor", t]])
 
     def _name_children(self, unknown: list[int], doubt: set[int], owner: dict[int, str],
                        order: dict[str, list[int]], held: dict[int, tuple[int, str]]
