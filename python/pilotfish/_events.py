@@ -29,7 +29,8 @@ Event = tuple  # (t, uid, name, detail)
 # A task in the agent (its uid)
 SCHEDULE_OK = "schedule_ok"        # placed on its slots
 UNSCHEDULE = "unschedule"          # its slots are free again
-EXEC_START = "exec_start"          # its launch is being built
+EXEC_START = "exec_start"          # its launch is being built; detail: "nodes" when its node
+                                   # executor spawns it (agent/nodes.py), else None
 EXEC_OK = "exec_ok"                # spawned (the launcher's process, or the task's own)
 LAUNCH_OK = "launch_ok"            # its first rank started (supervised launchers; simulated)
 EXEC_STOP = "exec_stop"            # its last process ended

@@ -743,7 +743,9 @@ class PilotDescription(_Description):
                     {"nodes": {"lost_after_s": 10, "beat_s": 1, "start_timeout": 60}}
     node_executors  a Slurm pilot on other hosts runs its single-node tasks through one
                     node executor per node (launcher "nodes"; no launcher process per task).
-                    Default True; False: they go through the pilot's launcher (srun)
+                    Default None: on for such pilots, off for simulated ones; True on a
+                    simulated pilot: modeled (launch model "nodes"); False: off (the pilot's
+                    launcher, e.g. srun, launches every task)
     launch_model    resource="simulated" only: launch costs per launch method (a dict or a JSON
                     file; see pilotfish.agent.simulation), over the fitted defaults
     partitions      P: the nodes split into P equal partitions, each with its own launcher
@@ -774,7 +776,7 @@ class PilotDescription(_Description):
         "reservation": (None, _opt(_str)),
         "launcher": (None, _opt(_choice(LAUNCHERS))),
         "launcher_options": (dict, _launcher_options),
-        "node_executors": (True, _bool),
+        "node_executors": (None, _opt(_bool)),
         "partitions": (1, _partitions),
         "launch_model": (None, _launch_model),
         "environment": (dict, _env),

@@ -145,7 +145,9 @@ class Agent:
         self.nodes = None
         from .nodes import wanted as nodes_wanted
 
-        if not self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
+        if self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
+            table.single_node_launcher = "nodes"  # modeled (simulation.py)
+        elif not self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
             from .nodes import NodeLink
 
             opts = (desc.get("launcher_options") or {}).get("nodes", {})
@@ -175,7 +177,7 @@ class Agent:
         # partition whose launcher is still starting wait for it (partition.py)
         for p in self.partitions:
             self.launchers.get(p, None)
-            if self.nodes is not None:
+            if table.single_node_launcher is not None:
                 self.launchers.get(p, "nodes")
         changed = self.launchers.poll()
         self.wiring.changed(changed + [lm for p in self.partitions

@@ -321,12 +321,15 @@ class NodeLink:
 def wanted(desc: dict, resource: str, default_launcher: str) -> bool:
     """Does this pilot run its single-node tasks through node executors? On a batch pilot
     whose nodes are other hosts (Slurm, whose srun starts them), unless the description or
-    PILOTFISH_NODE_EXECUTORS=0 turns them off."""
+    PILOTFISH_NODE_EXECUTORS=0 turns them off; on a simulated pilot only when asked
+    (node_executors=True: the launch model's "nodes")."""
     opt = desc.get("node_executors")
     env = os.environ.get("PILOTFISH_NODE_EXECUTORS")
     if env is not None and env.strip() in ("0", "false", "no", "off"):
         return False
     if opt is False:
         return False
+    if resource == "simulated":
+        return opt is True
     return resource == "slurm" and default_launcher != "direct"
 

@@ -283,7 +283,8 @@ class TaskTable:
                     continue  # the client knows it runs; this is the supervisor's retry
                 uid = t.spec.uid
                 if profile:
-                    events += ((now, uid, S.EXECUTING, None), (now, uid, E.EXEC_START, None))
+                    events += ((now, uid, S.EXECUTING, None),
+                               (now, uid, E.EXEC_START, "nodes" if name == "nodes" else None))
                 ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
                                         partition=t.partition.index))
             else:  # starting (or degraded): it waits; failed: launchers_changed judges it

@@ -90,12 +90,15 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             pass
         inst: dict[str, dict[str, float]] = {}
         exec_ok: dict[str, float] = {}
+        by_nodes: dict[str, float] = {}  # task -> when the agent sent it to a node executor
         launch_ok: dict[str, float] = {}
         for t, who, name, detail in ev:
             if name in (E.LAUNCHER_START, E.LAUNCHER_READY) and detail:
                 inst.setdefault(detail, {}).setdefault(name, t)
             elif name == E.EXEC_OK:
                 exec_ok.setdefault(who, t)
+            elif name == E.EXEC_START and detail == "nodes":
+                by_nodes.setdefault(who, t)
             elif name == E.LAUNCH_OK:
                 launch_ok.setdefault(who, t)
             elif name in (E.LAUNCH_RETRY, E.LAUNCH_HUNG):
@@ -109,7 +112,20 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
                 startup.setdefault(method, []).append(
                     (layout[int(p)][1], rec[E.LAUNCHER_READY] - rec[E.LAUNCHER_START]))
         by_part: dict[int, list[tuple[float, float]]] = {}
+        # node executors: a launch is the agent's send to the node's spawn (exec_ok is the
+        # node's clock; one host's here, NTP-synced on a cluster); in flight: sent, not spawned
+        sent = sorted((t0, exec_ok[who]) for who, t0 in by_nodes.items() if who in exec_ok
+                      and exec_ok[who] >= t0)
+        if sent:
+            starts = np.array([a for a, _ in sent])
+            ends = np.sort(np.array([b for _, b in sent]))
+            launches["nodes"] = launches.get("nodes", 0) + len(sent)
+            for a, b in sent:
+                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
+                latency.setdefault("nodes", []).append((max(0, int(inflight)), b - a))
         for who, t0 in exec_ok.items():
+            if who in by_nodes:
+                continue
             part = _part_of(first_node.get(who, -1), layout)
             if part is None:
                 continue
