@@ -49,14 +49,17 @@ def _q(xs, q):
 
 
 def seed000(partitions: int, tasks: list[tuple[int, int, float]], with_duration: bool = False,
-            keep: str | None = None) -> dict:
+            keep: str | None = None, slurm: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(keep, f"p{partitions}") if keep else os.path.join(d, "s")
         with pf.Session(path=path) as s:
             pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
                 nodes=NODES, cores_per_node=CORES, gpus_per_node=GPUS, runtime="1h",
                 launcher="prrte", partitions=partitions,
-                launcher_options={"prrte": {"recycle_after": 100000}}))
+                launcher_options={"prrte": {"recycle_after": 100000}},
+                # --slurm: the project's cluster of hosts (slurm.sh start 16 168): every
+                # task is single-node, so node executors start them all
+                **({"resource": "slurm"} if slurm else {})))
             tm = pf.TaskManager(s)
             tm.add_pilots(pilot)
             assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
@@ -91,6 +94,10 @@ def seed000(partitions: int, tasks: list[tuple[int, int, float]], with_duration:
     sched = {u: t for (u, n), t in first.items() if n == "schedule_ok"}
     unsched = {u: t for (u, n), t in first.items() if n == "unschedule"}
     launch = {u: t for (u, n), t in first.items() if n == "launch_ok"}
+    # (node executors: no launcher between, the task itself is running at its spawn)
+    for (u, n), t in first.items():
+        if n == "exec_ok" and u not in launch and slurm:
+            launch[u] = t
     setup = [launch[u] - sched[u] for u in sched if u in launch]
     ttx = t_end - t0
     busy = {p: 0.0 for p in range(partitions)}
@@ -214,13 +221,16 @@ def main() -> None:
     ap.add_argument("--keep", default=None,
                     help="seed000: keep each session under this directory (pN), e.g. for "
                          "bench_simulation.py reality")
+    ap.add_argument("--slurm", action="store_true",
+                    help="seed000: a Slurm pilot on the cluster of hosts (slurm.sh start 16 168; "
+                         "run inside it) -- node executors -- instead of an emulated one")
     ap.add_argument("--duration", action="store_true",
                     help="seed000: give each task its duration (TaskDescription.duration)")
     a = ap.parse_args()
     if a.what == "seed000":
         tasks = mix(a.seed, a.tasks or 550)
         for p in a.partitions or (1, 2, 4, 8, 16):
-            print(json.dumps(seed000(p, tasks, a.duration, a.keep)), flush=True)
+            print(json.dumps(seed000(p, tasks, a.duration, a.keep, a.slurm)), flush=True)
     elif a.what == "startstop":
         for p in a.partitions or (1, 8, 16, 32):
             print(json.dumps(startstop(p)), flush=True)

@@ -3,7 +3,9 @@
 # own network namespace, for pilotfish's tests (real Slurm, real PRRTE, real MPICH/Open MPI).
 #
 # Usage (as root):
-#   scripts/substrates/slurm.sh start [NODES] [CPUS_PER_NODE]  # default 4 x 16; no-op when up
+#   scripts/substrates/slurm.sh start [NODES] [CPUS_PER_NODE] [GPUS_PER_NODE]
+#                                          # default 4 x 16 x 0; no-op when up (GPUs: counted
+#                                          # generic resources, no devices -- for placement)
 #   scripts/substrates/slurm.sh stop                           # kill our daemons, drop the netns
 #   scripts/substrates/slurm.sh status                         # exit 0 when up (prints sinfo)
 #   scripts/substrates/slurm.sh env                            # `export K=V` lines for clients
@@ -209,7 +211,7 @@ ns_down() {
 
 # -- configuration ---------------------------------------------------------------------------
 write_conf() {
-    local nodes=$1 cpus=$2 host k
+    local nodes=$1 cpus=$2 gpus=${3:-0} host k
     host=$(hostname -s)
     mkdir -p "$STATE"/{etc,run,log,ctld,munge}
     for ((k = 1; k <= nodes; k++)); do mkdir -p "$STATE/spool/n$k"; done
@@ -255,7 +257,9 @@ write_conf() {
         echo "MaxJobCount=100000"
         echo "EnforcePartLimits=ALL"      # a job that can never fit is rejected at submission
         echo "MailProg=/bin/true"
+        [ "$gpus" = 0 ] || echo "GresTypes=gpu"
         local hw="CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=1024 State=UNKNOWN"
+        [ "$gpus" = 0 ] || hw="$hw Gres=gpu:$gpus"
         for ((k = 1; k <= nodes; k++)); do
             if [ "$MODE" = hosts ]; then
                 echo "NodeName=n$k NodeHostname=n$k NodeAddr=$(node_addr "n$k") Port=$SLURMD_PORT0 $hw"
@@ -267,8 +271,16 @@ write_conf() {
     } > "$CONF.tmp"
     mv "$CONF.tmp" "$CONF"
     printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n' > "$STATE/etc/cgroup.conf"
+    if [ "$gpus" = 0 ]; then
+        rm -f "$STATE/etc/gres.conf"
+    else
+        # slurmd counts a GPU per device file: empty files stand for them (nothing opens them)
+        mkdir -p "$STATE/dev"
+        for ((k = 0; k < gpus; k++)); do : > "$STATE/dev/gpu$k"; done
+        echo "NodeName=n[1-$nodes] Name=gpu File=$STATE/dev/gpu[0-$((gpus - 1))]" > "$STATE/etc/gres.conf"
+    fi
     echo "$nodes" > "$STATE/nodes"
-    echo "$nodes $cpus $MODE" > "$STATE/shape"
+    echo "$nodes $cpus $MODE $gpus" > "$STATE/shape"
 }
 
 munge_socket_path() {
@@ -328,9 +340,10 @@ wait_idle() {
 }
 
 cmd_start() {
-    local nodes=${1:-4} cpus=${2:-16}
+    local nodes=${1:-4} cpus=${2:-16} gpus=${3:-0}
     [[ "$nodes" =~ ^[1-9][0-9]*$ ]] || die "NODES must be a positive integer, not '$nodes'"
     [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "CPUS_PER_NODE must be a positive integer, not '$cpus'"
+    [[ "$gpus" =~ ^[0-9]+$ ]] || die "GPUS_PER_NODE must be a whole number, not '$gpus'"
     [ "$MODE" = hosts ] || [ "$MODE" = single ] \
         || die "PILOTFISH_CLUSTER must be 'hosts' or 'single', not '$MODE'"
     [ "$MODE" = single ] || ((nodes <= 200)) || die "at most 200 compute hosts, not $nodes"
@@ -338,7 +351,7 @@ cmd_start() {
     for b in slurmctld slurmd munged sinfo ip; do
         command -v "$b" >/dev/null || die "$b not found: run scripts/substrates/install.sh"
     done
-    if all_running && [ "$(cat "$STATE/shape" 2>/dev/null)" = "$nodes $cpus $MODE" ] \
+    if all_running && [ "$(cat "$STATE/shape" 2>/dev/null)" = "$nodes $cpus $MODE $gpus" ] \
         && in_ns env SLURM_CONF="$CONF" timeout 10 sinfo -h >/dev/null 2>&1; then
         log "already running ($nodes nodes x $cpus CPUs, $MODE)"
         slurm_env
@@ -349,7 +362,7 @@ cmd_start() {
     drop_extra_hosts "$nodes"
     ns_up "$nodes"
     MUNGE_SOCKET=$(munge_socket_path)
-    write_conf "$nodes" "$cpus"
+    write_conf "$nodes" "$cpus" "$gpus"
     rm -rf "$STATE/ctld"/* "$STATE/log"/*
     start_munge
     export SLURM_CONF="$CONF"
