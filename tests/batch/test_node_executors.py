@@ -249,3 +249,38 @@ def test_killed_agent_remote_tasks_run_once(slurm, tmp_path):
 
     finals = agent_finals(pilot.sandbox)
     assert {finals[u][2] if u in finals else None for u in uids} == {pf.DONE}
+
+
+def test_node_whose_executor_never_starts(slurm, tmp_path):
+    """The executor cannot start on n3 (its "python" exits with a message there): n3 is lost
+    with the launcher's stderr, the pilot runs on the other hosts. Where none can start, the
+    pilot FAILS with that reason."""
+    wrapper = tmp_path / "python.sh"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then echo "no python on n3" >&2; '
+                       f'exit 3; fi\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s, launcher_options={"nodes": {"python": str(wrapper),
+                                                            "start_timeout": 5}})
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
+                                                      arguments=["-c", f"sleep 0.2; {WHERE}"])
+                                   for _ in range(4 * slurm.cpus)])
+        states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+        assert collections.Counter(states) == {pf.DONE: len(tasks)}, \
+            [t.reason for t in tasks if t.reason][:3]
+        assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2", "n4"}
+        lost = _events(pilot, E.NODE_LOST)
+        assert len(lost) == 1 and lost[0][3].startswith("n3 "), lost
+        assert "no python on n3" in lost[0][3], lost[0][3]
+        pilot.cancel()
+    with pf.Session(path=tmp_path / "s2") as s:
+        pmgr = pf.PilotManager(s)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(
+            resource="slurm", nodes=2, runtime="5m",
+            launcher_options={"nodes": {"python": "/nonexistent/python", "start_timeout": 5}}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        assert pilot.wait(timeout=120) == pf.FAILED, (pilot.state, pilot.reason)
+        assert "nodes" in pilot.reason and "/nonexistent/python" in pilot.reason, pilot.reason
+        assert t.wait(timeout=60) in (pf.FAILED, pf.CANCELED), t.state

@@ -106,6 +106,11 @@ class TaskRunner(Runner):
                 t.running += 1
                 if profile:
                     events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
+            elif pid == -113 and t.reason is None and not t.procs and not t.rkeys:
+                # its node was lost before it started: it never ran, it goes back to the queue
+                t.reason = info
+                t.kill_reason = (E.REQUEUE, info)
+                failed.append(t)
             elif t.reason is None:
                 t.reason = f"cannot execute {spec[1][0]!r}: {info} (errno {-pid})"
                 failed.append(t)

@@ -310,8 +310,13 @@ class TaskTable:
         self.events.record_many(events)
         if failed:
             self.release(failed)
+            now = self.clock.now()
             for t in failed:
-                if not t.procs:
+                if not t.procs and t.kill_reason is not None and t.kill_reason[0] == REQUEUE \
+                        and self._stopping is None:
+                    t.reason = None
+                    self.requeue(t, now)  # (a node executor's node was lost: it never ran)
+                elif not t.procs:
                     self.final(t, S.FAILED)
                 else:  # other ranks were killed; finalized when they are reaped
                     t.kill_reason = (S.FAILED, t.reason or "launch failed")
@@ -355,7 +360,9 @@ class TaskTable:
                         self.final(t, t.kill_reason[0])
                 continue
             p = lm.partition
-            if lm.name == p.default_launcher and p.open:
+            # (node executors that cannot start at all: the partition's small tasks have no
+            # way to run either)
+            if lm.name in (p.default_launcher, self.single_node_launcher) and p.open:
                 self.close_partition(p, f"launcher {lm.name} cannot be started: {lm.reason}",
                                      held)
             else:
