@@ -50,10 +50,12 @@ class Exits(msgspec.Struct, tag="exits", array_like=True):
 
 class Kill(msgspec.Struct, tag="kill", array_like=True):
     """agent -> node: signal these processes' groups (and, with SIGKILL, what they started
-    outside their group)."""
+    outside their group); uids: tasks stopped for good whose escapees (processes marked
+    with their PILOTFISH_TASK_UID, e.g. after setsid) must go too."""
 
     keys: list[int]
     signal: int
+    uids: list[str] = []
 
 
 class Ack(msgspec.Struct, tag="ack", array_like=True):

@@ -119,6 +119,14 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
         pilot.cancel()
 
 
+def _status(pid: int) -> str:
+    try:
+        return " ".join(line.strip() for line in Path(f"/proc/{pid}/status").read_text()
+                        .splitlines() if line.startswith(("Name", "State", "PPid")))
+    except OSError:
+        return "gone"
+
+
 def _kill_host(node: str) -> list[int]:
     """SIGKILL every process in that host's network namespace but its slurmd."""
     ns = f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{node}"
@@ -141,7 +149,7 @@ def _kill_host(node: str) -> list[int]:
 
 
 def test_forged_node_executor_is_refused(slurm, tmp_path):
-    """A process that claims to be n2's executor without the pilot's key never completes the
+    """A process that claims to be a node's executor without the pilot's key never completes the
     handshake: the agent counts the refusal, sends it nothing, and the pilot runs on."""
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = _pilot(s, nodes=2)
@@ -154,9 +162,10 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
         cfg.update(key_file=str(forged_key), sandbox=str(tmp_path / "forged"))
         (tmp_path / "forged").mkdir()
         (tmp_path / "forged.json").write_text(json.dumps(cfg))
+        first, second = [n.name for n in pilot.nodes]  # (any two idle hosts)
         forger = subprocess.Popen([sys.executable, "-m", "pilotfish.agent.node",
                                    str(tmp_path / "forged.json")],
-                                  env=dict(os.environ, SLURMD_NODENAME="n2"))
+                                  env=dict(os.environ, SLURMD_NODENAME=second))
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not [
@@ -169,9 +178,9 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
                                        for _ in range(100)])
             states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
             assert collections.Counter(states) == {pf.DONE: 100}
-            assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2"}
+            assert {t.stdout.split()[0] for t in tasks} == {first, second}
             # the forger never got a spawn: its sandbox has no spool file, no exit log entry
-            spool = tmp_path / "forged" / "nodes" / "n2" / "spool"
+            spool = tmp_path / "forged" / "nodes" / second / "spool"
             assert not any(spool.iterdir()) if spool.exists() else True
         finally:
             forger.kill()
@@ -284,3 +293,34 @@ def test_node_whose_executor_never_starts(slurm, tmp_path):
         assert pilot.wait(timeout=120) == pf.FAILED, (pilot.state, pilot.reason)
         assert "nodes" in pilot.reason and "/nonexistent/python" in pilot.reason, pilot.reason
         assert t.wait(timeout=60) in (pf.FAILED, pf.CANCELED), t.state
+
+
+def test_escapee_of_a_canceled_remote_task_is_killed_by_its_node_executor(slurm, tmp_path):
+    """A task on another host starts a process that leaves its group and session (setsid) and is
+    canceled: the node executor -- not the agent, whose host does not hold it -- kills the
+    escapee too."""
+    pids = tmp_path / "escapee"
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s, nodes=2)
+        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["60"])
+                                  for _ in range(slurm.cpus)])  # n1 full (first fit)
+        for t in hold:
+            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        t = tmgr.submit_tasks(pf.TaskDescription(
+            executable="/bin/sh",
+            arguments=["-c", f"setsid sh -c 'echo $$ > {pids}; exec sleep 300' & sleep 300"]))
+        assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        assert t.slots[0].node == pilot.nodes[1].name  # not the agent's host
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (pids.exists() and pids.read_text().strip()):
+            time.sleep(0.1)
+        escapee = int(pids.read_text())
+        assert Path(f"/proc/{escapee}").exists()
+        t.cancel()
+        assert t.wait(timeout=60) == pf.CANCELED
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and Path(f"/proc/{escapee}").exists():
+            time.sleep(0.1)
+        assert not Path(f"/proc/{escapee}").exists(), \
+            ("the escapee outlived its task", _status(escapee))
+        pilot.cancel()

@@ -63,6 +63,7 @@ class NodeExecutor:
         self.running: dict[int, tuple[int, str | None, str | None, str | None]] = {}
         self.unacked: dict[int, tuple] = {}  # key -> exit, until the agent acknowledges it
         self.stopping: str | None = None
+        self.escapees: set[int] = set()  # killed escapees not reaped yet
         self.last_heard = self.last_sent = time.monotonic()
 
     def send(self, msg) -> None:
@@ -91,13 +92,13 @@ class NodeExecutor:
             self.spawn(msg.specs)
         elif isinstance(msg, W.Kill):
             self.kill(msg.keys, msg.signal)
+            if msg.uids:
+                self.kill_escapees(set(msg.uids))
         elif isinstance(msg, W.Ack):
             for k in msg.keys:
                 self.unacked.pop(k, None)
         elif isinstance(msg, W.Stop):
             self.stopping = msg.reason
-        elif isinstance(msg, W.Beat) and self.unacked and not self.running:
-            pass
 
     def spawn(self, specs: list) -> None:
         from .. import _node_wire as W
@@ -134,8 +135,6 @@ class NodeExecutor:
         self.send(W.Spawned(results))
 
     def kill(self, keys: list[int], sig: int) -> None:
-        from .containment import kill_marked
-
         pids = [self.running[k][0] for k in keys if k in self.running]
         if pids:
             self.core.kill(pids, sig)
@@ -150,7 +149,36 @@ class NodeExecutor:
                 except OSError:
                     pass
             if uids:
-                kill_marked(self.sandbox, "PILOTFISH_TASK_UID", uids, sig=signal.SIGKILL)
+                self.kill_escapees(uids)
+
+    def kill_escapees(self, uids: set[str]) -> None:
+        """SIGKILL what these tasks left behind outside their process groups (marked with
+        their uid), and reap it once it is our child (a subreaper's orphan): the core reaps
+        only while it has tasks of its own."""
+        from .containment import marked
+
+        for pids in marked(self.sandbox, "PILOTFISH_TASK_UID", uids).values():
+            for pid in pids:
+                if pid in self._own_pids():
+                    continue  # a task process itself: the core reaps it
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.escapees.add(pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.reap_escapees()
+
+    def _own_pids(self) -> set[int]:
+        return {r[0] for r in self.running.values()}
+
+    def reap_escapees(self) -> None:
+        for pid in list(self.escapees):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not (yet) our child, or reaped by the core
+                done = pid if not os.path.exists(f"/proc/{pid}") else 0
+            if done:
+                self.escapees.discard(pid)
 
     # -- exits --------------------------------------------------------------------------------
     def reap(self) -> None:
@@ -202,6 +230,8 @@ class NodeExecutor:
                         break
                     self.on_frame(frame)
             self.reap()
+            if self.escapees:
+                self.reap_escapees()
             now = time.monotonic()
             if self.stopping is not None:
                 return self.stop()

@@ -212,6 +212,13 @@ class NodeLink:
             if node.up and node.lost is None:
                 self._send(node, W.Kill(ks, int(sig)))
 
+    def kill_marked(self, uids_by_node: dict[str, set[str]]) -> None:
+        """Tasks stopped for good: their nodes' executors kill what they left behind."""
+        for name, uids in uids_by_node.items():
+            node = self.nodes.get(name)
+            if node is not None and node.up and node.lost is None:
+                self._send(node, W.Kill([], 9, sorted(uids)))
+
     def _send(self, node: Node, msg: Any) -> None:
         try:
             self.sock.send_multipart([node.name.encode(), W.encode(msg)], self.zmq.NOBLOCK)

@@ -235,6 +235,9 @@ class TaskTable:
             if mono is None:
                 mono = self.clock.mono()
             placed = sched.schedule(mono)
+            if sched.plan_notes:
+                for note in sched.plan_report(p.index):  # planning outcomes, as JSON
+                    self.events.record(self.uid, E.PLAN, note)
             if sched.unplaceable:
                 now = self.clock.now()
                 for t, why in sched.take_unplaceable():
@@ -422,9 +425,16 @@ class TaskTable:
             done = kept
         if not done:
             return
-        killed = {t.spec.uid for t in done if t.kill_reason is not None}
+        killed = {t.spec.uid for t in done if t.kill_reason is not None and not t.rkeys}
         if killed and not self.sim:  # stopped for good: so is what it started outside its group
             kill_marked(self.sandbox, "PILOTFISH_TASK_UID", killed, sig=_signal.SIGKILL)
+        if self.nodes is not None:  # (on other hosts: by their node executors)
+            away: dict[str, set[str]] = {}
+            for t in done:
+                if t.kill_reason is not None and t.rkeys and t.slots:
+                    away.setdefault(t.slots[0].node, set()).add(t.spec.uid)
+            if away:
+                self.nodes.kill_marked(away)
         self.release(done)
         now = self.clock.now()
         ran = [t for t in done if t.spool >= 0 or t.rkeys]  # their outputs, in one call
@@ -455,13 +465,14 @@ class TaskTable:
             return
         for t in held:
             t.released = True
+        mono = self.clock.mono()  # (policy "plan" learns how long each held its slots)
         if len(self.partitions) == 1:
             p = self.partitions[0]
-            p.scheduler.release([t.key for t in held])
+            p.scheduler.release([t.key for t in held], mono)
             p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in held)
         else:
             for p, ts in _by_partition(held).items():
-                p.scheduler.release([t.key for t in ts])
+                p.scheduler.release([t.key for t in ts], mono)
                 p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in ts)
         if self.events.enabled:
             now = self.clock.now()
