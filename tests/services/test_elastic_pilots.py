@@ -129,6 +129,18 @@ def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path
         assert t.slots[0].node == names[0]
         assert t.stdout.split() == [job, names[0]]
         assert hold.state == pf.EXECUTING and hold.slots[0].node == pilot.nodes[0].name
+        if os.environ.get("PILOTFISH_CLUSTER") == "hosts":  # another host: its executor ran it
+            from pilotfish import _events as E
+            from pilotfish._events import read_all_events
+
+            deadline = time.monotonic() + 15
+            while True:  # (the agent writes its events in batches)
+                ups = [e for e in read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+                       if e[2] == E.NODE_UP]
+                if ups or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert [e[3].split()[0] for e in ups] == names, ups
         hold.cancel()
         assert pilot.shrink(nodes=1, timeout=120) == names
         assert [n.name for n in pilot.nodes] != names and len(pilot.nodes) == 1

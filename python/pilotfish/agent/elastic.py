@@ -81,7 +81,10 @@ class Elastic:
             {"index": p.index, "nodes": p.names, "launcher": p.default_launcher,
              "unit": p.unit}))
         lm = self.launchers.get(p, None)
-        self._launchers_changed(self.launchers.poll([lm]))
+        started = [lm]
+        if table.single_node_launcher is not None:  # its node executors start now too
+            started.append(self.launchers.get(p, table.single_node_launcher))
+        self._launchers_changed(self.launchers.poll(started))
         table.send(_wire.Resized(msg.unit, self.nodes(), table.clock.now()))
         # what waits elsewhere and fits here starts here now (as many as fill its cores;
         # rebalance steals only from longer queues)

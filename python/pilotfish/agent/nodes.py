@@ -81,6 +81,7 @@ class NodeLink:
         self.lost_after_s = lost_after_s
         self.deadline_epoch = deadline_epoch
         self.nodes: dict[str, Node] = {}
+        self.gone: set[str] = set()  # nodes whose executors were stopped (a drained unit)
         self.owner: dict[int, str] = {}  # running spawn key -> node
         # what the executors sent, until TaskRunner takes it
         self.spawned: list[tuple] = []  # (key, pid, info)
@@ -135,6 +136,8 @@ class NodeLink:
                 continue
             name = ident.decode(errors="replace")
             node = self.nodes.get(name)
+            if node is None and name in self.gone:
+                continue
             if node is None:
                 log.warning("a node executor for %r, which is not a node of this pilot", name)
                 self.events.record(self.uid, E.BAD_FRAME, f"unknown node {name[:40]!r}")
@@ -208,8 +211,8 @@ class NodeLink:
             if n is not None:
                 by.setdefault(n, []).append(k)
         for n, ks in by.items():
-            node = self.nodes[n]
-            if node.up and node.lost is None:
+            node = self.nodes.get(n)
+            if node is not None and node.up and node.lost is None:
                 self._send(node, W.Kill(ks, int(sig)))
 
     def kill_marked(self, uids_by_node: dict[str, set[str]]) -> None:
@@ -231,8 +234,8 @@ class NodeLink:
         """Acknowledge exits, heartbeat, find lost nodes, keep lost nodes fenced."""
         now = self.clock.real_mono()
         for name, keys in self._acks.items():
-            node = self.nodes[name]
-            if keys and node.lost is None:
+            node = self.nodes.get(name)
+            if keys and node is not None and node.lost is None:
                 self._send(node, W.Ack(keys))
         self._acks.clear()
         for node in self.nodes.values():
@@ -312,10 +315,16 @@ class NodeLink:
         node = self.nodes.get(name)
         return len(node.keys) if node is not None else 0
 
-    def stop(self, reason: str) -> None:
-        for node in self.nodes.values():
+    def stop(self, reason: str, starter: Any = None) -> None:
+        """Stop the executors this starter started (None: all); they leave the pilot (what
+        they still send is not needed: their tasks were stopped before)."""
+        for node in list(self.nodes.values()):
+            if starter is not None and node.starter is not starter:
+                continue
             if node.up and node.lost is None:
                 self._send(node, W.Stop(reason))
+            self.gone.add(node.name)
+            del self.nodes[node.name]
 
     def close(self) -> None:
         if self._monitor is not None:
@@ -338,5 +347,6 @@ def wanted(desc: dict, resource: str, default_launcher: str) -> bool:
         return False
     if resource == "simulated":
         return opt is True
-    return resource == "slurm" and default_launcher != "direct"
+    # (a Slurm pilot all on this host may still grow onto others)
+    return resource == "slurm"
 

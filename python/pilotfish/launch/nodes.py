@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env
-from .direct import local_names
+from .direct import remote_nodes
 
 
 class NodeStarter(Protocol):
@@ -25,8 +25,8 @@ class NodeStarter(Protocol):
     def waiting(self, starter: Any) -> list:
         """The nodes this starter started whose executors have not said hello yet."""
 
-    def stop(self, reason: str) -> None:
-        """Ask every executor to stop what runs and exit."""
+    def stop(self, reason: str, starter: Any) -> None:
+        """Ask the executors this starter started to stop what runs and exit."""
 
 
 class NodeExecutors(LaunchMethod):
@@ -38,9 +38,8 @@ class NodeExecutors(LaunchMethod):
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
         self.link: NodeStarter | None = None  # the agent's (agent/nodes.py), set when made
-        self.here = local_names()
-        self.remote = [n.name for n in resources.nodes if n.name not in self.here] \
-            if not self.emulated else []
+        self.remote = remote_nodes(resources)  # (Slurm nodes whose slurmd is here are not)
+        self._away = set(self.remote)
         self._begun = False
 
     def begin(self, spawn=None) -> None:
@@ -70,11 +69,11 @@ class NodeExecutors(LaunchMethod):
             raise LaunchError("launcher 'nodes' runs tasks on one node; this one spans "
                               f"{len(nodes)}")
         (node,) = nodes
-        where = None if node in self.here else node
+        where = node if node in self._away else None
         argv = payload_argv(task)
         return [ProcSpec(argv, placement_env(task, slots, r), r, node=where)
                 for r in range(len(slots))]
 
     def stop_begin(self) -> None:
         if self._begun and self.link is not None:
-            self.link.stop("the pilot stops")
+            self.link.stop("its partition stops", self)
