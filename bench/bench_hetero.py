@@ -1,14 +1,18 @@
 """Heterogeneous utilization: the seed-000 mix on an emulated 16 x (168 cores, 6 GPUs) pilot.
 
-    python bench/bench_hetero.py [--seeds 3] [--first-seed 0] [--tasks 550]
+    python bench/bench_hetero.py [--seeds 3] [--first-seed 0] [--tasks 550] [--fifo]
+    python bench/bench_hetero.py --plan-cost      # the planner's cost per queue size
 
 The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
 10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
 Each task is a real `sleep` on an emulated local pilot. Per seed, in one run:
 
-    fifo             today's policy before this change: heads in arrival order
-    utilization      the new default: hardest to place first, backfill, aging
+    fifo             the policy before issue 10: heads in arrival order (--fifo only)
+    utilization      hardest to place first, backfill, aging (PILOTFISH_SCHEDULER=utilization)
     utilization+dur  the same with TaskDescription(duration=...) given
+    plan, plan+dur   the default since issue 33: utilization that learns durations and plans
+                     over the queue (PILOTFISH_SCHEDULER=plan), without / with durations;
+                     its `queue_plan` events give the planning cost (CPU per plan, tasks planned)
 
 and, as references computed here, the offline list schedule of the same list that starts the
 largest tasks first (first fit, any task that fits starts: the RU a plain greedy scheduler
@@ -17,6 +21,10 @@ order (what a scheduler without durations can do) -- the core-bound ideal (core-
 cores: RU 1.0) and `ru_bound`, what no schedule of the list can beat (see ru_bound()).
 
 RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
+
+--plan-cost: the planner's model and search on snapshots of the mix (no pilot): ms per model
+schedule and what one plan (the default budget) does, for 550 and 10,000 queued tasks on
+16 nodes and 65,600 on 2,048 nodes.
 """
 
 from __future__ import annotations
@@ -135,10 +143,55 @@ def real(tasks, policy: str, with_duration: bool) -> dict:
                 busy += c * (stop - start)
                 end = max(end, stop)
                 waits["large" if g else "small"].append(start - t0)
+            plans = plan_events(pilot.sandbox)
     ttx = end - t0
-    return {"ttx": round(ttx, 2), "ru": round(busy / (NODES * CORES * ttx), 3),
-            "wait_small_max": round(max(waits["small"]), 1),
-            "wait_large_max": round(max(waits["large"]), 1)}
+    out = {"ttx": round(ttx, 2), "ru": round(busy / (NODES * CORES * ttx), 3),
+           "wait_small_max": round(max(waits["small"]), 1),
+           "wait_large_max": round(max(waits["large"]), 1)}
+    if plans:
+        out["plans"] = {"attempts": len(plans),
+                        "planned": sum(1 for p in plans if p["why"] == "planned"),
+                        "cpu_s_mean": round(statistics.mean(p["elapsed_s"] for p in plans), 3),
+                        "cpu_s_max": round(max(p["elapsed_s"] for p in plans), 3),
+                        "tasks_mean": round(statistics.mean(p["tasks"] for p in plans))}
+    return out
+
+
+def plan_events(sandbox: str) -> list[dict]:
+    """The agent's `queue_plan` events (one per planning attempt)."""
+    from pilotfish import _events as E
+
+    path = os.path.join(sandbox, "agent.events")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(d) for _, _, name, d in E.read_all_events(path) if name == E.QUEUE_PLAN]
+
+
+def plan_cost() -> None:
+    """The planner on snapshots of the mix: model ms per schedule, one plan's outcome."""
+    import math
+
+    from pilotfish.agent.planner import Planner, Snapshot, simulate
+
+    for nodes, n in ((NODES, 550), (NODES, 10_000), (2048, 65_600)):
+        tasks = mix(0, n)
+        order = sorted(range(n), key=lambda i: (-tasks[i][1], 0 if not tasks[i][1] and
+                                                tasks[i][0] <= CORES // 16 else -tasks[i][0],
+                                                -tasks[i][2], i))
+        snap = Snapshot([[CORES, GPUS, 1 << 62] for _ in range(nodes)], [],
+                        [(i, 1, tasks[i][0], tasks[i][1], 0, tasks[i][2]) for i in order])
+        t0 = time.thread_time()
+        m = simulate(snap, list(range(n)), t0 + 120)
+        one = time.thread_time() - t0
+        out = Planner(sync=True).start(snap)
+        print(json.dumps({"nodes": nodes, "tasks": n, "model_ms": round(1e3 * one, 1),
+                          "model_makespan_s": None if m is None else round(m, 2),
+                          "per_10k_tasks_ms": round(1e3 * one * 10_000 / n, 1),
+                          "plan": {"why": out.why, "cpu_s": round(out.elapsed_s, 3),
+                                   "iterations": out.iterations,
+                                   "gain": None if not out.best_s or math.isinf(out.best_s)
+                                   else round(1 - out.best_s / out.baseline_s, 4)}}),
+              flush=True)
 
 
 def main() -> None:
@@ -146,21 +199,28 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--tasks", type=int, default=550)
+    ap.add_argument("--fifo", action="store_true", help="also the fifo policy")
+    ap.add_argument("--plan-cost", action="store_true", help="the planner's cost, no pilot")
     a = ap.parse_args()
+    if a.plan_cost:
+        plan_cost()
+        return
+    runs = ((("fifo", "fifo", False),) if a.fifo else ()) + (
+        ("utilization", "utilization", False), ("utilization+dur", "utilization", True),
+        ("plan", "plan", False), ("plan+dur", "plan", True))
     rows = []
     for seed in range(a.first_seed, a.first_seed + a.seeds):
         tasks = mix(seed, a.tasks)
         row = {"seed": seed, "tasks": len(tasks), "large": sum(1 for t in tasks if t[1]),
                "ideal": ideal(tasks), "ru_bound": ru_bound(tasks), "offline_largest_first": offline_largest_first(tasks),
                "offline_largest_first_blind": offline_largest_first(tasks, durations=False)}
-        for name, policy, dur in (("fifo", "fifo", False), ("utilization", "utilization", False),
-                                  ("utilization+dur", "utilization", True)):
+        for name, policy, dur in runs:
             row[name] = real(tasks, policy, dur)
         rows.append(row)
         print(json.dumps(row), flush=True)
     summary = {k: round(statistics.mean(r[k]["ru"] for r in rows), 3)
-               for k in ("offline_largest_first", "offline_largest_first_blind", "fifo",
-                         "utilization", "utilization+dur")}
+               for k in ("offline_largest_first", "offline_largest_first_blind")
+               + tuple(name for name, _, _ in runs)}
     summary["ru_bound"] = round(statistics.mean(r["ru_bound"] for r in rows), 3)
     print(json.dumps({"mean_ru": summary}))
 

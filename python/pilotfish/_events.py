@@ -46,6 +46,9 @@ PILOT_NODES = "pilot_nodes"        # (client) the nodes, once the agent said hel
 MPI_LAUNCHER = "mpi_launcher"      # the MPI launcher multi-rank tasks get; detail: its name
 PARTITION = "partition"            # detail: JSON {index, nodes, launcher}
 PARTITION_CLOSED = "partition_closed"  # its launcher could not start; detail: JSON
+QUEUE_PLAN = "queue_plan"          # the scheduler planned its queue (policy "plan"); detail:
+                                   # JSON {partition_index, why, tasks, iterations, elapsed_s,
+                                   # made_at, baseline_s, best_s, estimates: [learned kinds]}
 BAD_FRAME = "bad_frame"            # a frame from the client that did not decode; detail: why
 CLIENT_REATTACH = "client_reattach"  # a resumed client; detail: tasks asked
 DRAIN_START = "drain_start"        # detail: why

@@ -82,7 +82,8 @@ class Partition:
         self.gpus = sum(n.gpus for n in nodes)
         self.placer = _core.Placer([n.cores for n in nodes], [n.gpus for n in nodes],
                                    [n.mem for n in nodes])
-        self.scheduler = Scheduler(self.placer, capacity=self.shape, policy=policy)
+        self.scheduler = Scheduler(self.placer, capacity=self.shape, policy=policy,
+                                   plan_sync=getattr(clock, "virtual", False))  # simulated: inline
         self.clock = clock
         self.launchers: dict[str, Launcher] = {}
         self.supervisor: Any = None  # a Supervisor once a launcher of it needs watching

@@ -14,6 +14,16 @@ better). A head that waited longer than `aging_s` goes before every non-aged one
 priority, so no small task waits forever behind a stream of big ones. Policy "fifo" is
 (priority, arrival) alone.
 
+Policy "plan" (the agent's default) is "utilization" that also learns and plans: it
+learns each kind's duration from the tasks that ended (estimates.py: same executable and
+shape; a user's `duration` always wins) and, while the queue holds more than one wave of
+hard-to-place tasks, asks the planner (planner.py) for the order to start them in: a bounded
+search judged by a model that runs the queue on expected durations. A plan ranks the waiting
+tasks it knew; heads go by (priority, aged, plan rank) -- tasks it did not know after, in the
+utilization order -- so priority and the aging bound still come first. No plan (no gain, out
+of time, durations not known yet): exactly "utilization". Real pilots plan on a worker thread
+(the loop never waits for it), simulated ones inline.
+
 A shape that did not fit is not retried until something is released, so a round costs
 O(shapes log shapes + placed), never O(waiting). A head blocked longer than `starvation_s`
 gets a reservation: the placer keeps everyone else off the nodes it picked until it starts.
@@ -27,15 +37,20 @@ reserved task itself (not whatever heads its shape) is what gets the reserved no
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import REAL
+from .estimates import Estimates
+from .planner import Planner, Snapshot
 from .tasks import DROPPED, PLACED, WAITING, move
 
 ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
-POLICIES = ("utilization", "fifo")
+POLICIES = ("plan", "utilization", "fifo")
+UNPLANNED = 1 << 50  # heap entries of tasks no plan ranks: UNPLANNED + arrival seq
+REPLAN_S = 1.0  # at least this long (the scheduler's clock) between two plans
 DURATION_STEPS = 32  # duration classes per doubling: ~2 % apart, fine enough for LPT order
 FILLER_SHARE = 16  # a task without GPUs within 1/FILLER_SHARE of a node's cores: a filler
 
@@ -70,9 +85,14 @@ class Scheduler:
 
     def __init__(self, placer: Any, starvation_s: float = 2.0,
                  capacity: list[tuple[int, int, int]] | None = None,
-                 policy: str = "utilization", aging_s: float = 60.0):
+                 policy: str = "utilization", aging_s: float = 60.0,
+                 plan_budget_s: float = 0.5, plan_sync: bool = False,
+                 plan_margin: float = 0.01):
         """capacity: per-node (cores, gpus, mem MiB; 0 = untracked), to tell a colocated task
-        that can never fit its group's node (default: asked from the placer, all free)."""
+        that can never fit its group's node (default: asked from the placer, all free).
+        policy "plan": plan_budget_s of CPU per plan, inline if plan_sync (simulated pilots),
+        a plan kept only if the model says it ends more than plan_margin sooner (a fifth of
+        that where every expected duration is the user's)."""
         if policy not in POLICIES:
             raise ValueError(f"scheduler policy {policy!r}: one of {', '.join(POLICIES)}")
         self.placer = placer
@@ -96,12 +116,30 @@ class Scheduler:
         # nothing added, released or removed since the last round: every head failed to fit
         # then and would again (blocked shapes are skipped), so the round is skipped whole
         self._dirty = True
+        # policy "plan": what was learned, the planner, the plan in force
+        self.estimates: Estimates | None = None
+        self.planner: Planner | None = None
+        if policy == "plan":
+            self.estimates = Estimates()
+            self.planner = Planner(budget_s=plan_budget_s, margin=plan_margin, sync=plan_sync)
+        self.plan_margin = plan_margin
+        self._unplanned = UNPLANNED if policy == "plan" else 0
+        self._rank: dict[int, int] = {}  # task key -> its rank in the plan in force
+        self._limited = False  # _place_shape stopped at the plan's limit
+        self._holding: dict[int, tuple] = {}  # placed key -> (task, placed at, raw slots)
+        self._hard: set = set()  # shapes that are not fillers (the planner's business)
+        self._cores_total = sum(c for c, _, _ in capacity)
+        self._gpus_total = sum(g for _, g, _ in capacity)
+        self._last_plan_at = -math.inf
+        self._plan_added = True  # tasks arrived since the last snapshot
+        self.plan_notes: list = []  # planning outcomes not yet taken (take_plan_notes)
 
     def add(self, tasks: list, now: float | None = None) -> None:
         """tasks: agent tasks with .spec, .seq, .key (state becomes WAITING); now: the
         clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
         self._dirty = True
+        self._plan_added = True
         now = REAL.mono() if now is None else now
         for t in tasks:
             s = t.spec
@@ -111,7 +149,9 @@ class Scheduler:
             shape = shapes.get(k)
             if shape is None:
                 shape = shapes[k] = _Shape(k, order=self._order(k))
-            heapq.heappush(shape.heap, (-s.priority, t.seq, t))
+                if self.planner is not None and shape.order[:2] != (0, 0):
+                    self._hard.add(k)
+            heapq.heappush(shape.heap, (-s.priority, self._unplanned + t.seq, t))
             self.waiting += 1
             node = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
             if node >= 0 and not self._fits_node(k, node):
@@ -132,11 +172,22 @@ class Scheduler:
         out, self.unplaceable = self.unplaceable, []
         return out
 
-    def release(self, keys: list[int]) -> None:
+    def release(self, keys: list[int], now: float | None = None) -> None:
+        """Free what the keys hold; now (the clock's mono): policy "plan" learns how long
+        each held its slots (tasks that ended by themselves, exit code 0)."""
         if keys:
             self.placer.release_batch(keys)
             self._gen += 1
             self._dirty = True
+            if self.planner is not None:
+                holding = self._holding
+                est = self.estimates
+                for k in keys:
+                    h = holding.pop(k, None)
+                    if h is not None and now is not None:
+                        t = h[0]
+                        if t.exit_code == 0 and not t.signal and t.kill_reason is None:
+                            est.observe(t.spec, now - h[1])
 
     def take(self, cores: int, fits) -> list:
         """Remove and return waiting tasks of shapes that pass fits(shape key), up to `cores`
@@ -206,15 +257,20 @@ class Scheduler:
             else:
                 skip = self._shape_of(t)  # others backfill, but only off its nodes
 
-        heads = []
+        if self.planner is not None:
+            self._plan_round(now)
+        planned = bool(self._rank)
         fifo = self.policy == "fifo"
         aged_before = now - self.aging_s
         gen = self._gen
         may_reserve = self._reserved is None
-        starvation_before = now - self.starvation_s
+        # a plan times the starts itself: a reservation only once a task waited aging_s
+        starvation_before = now - (max(self.starvation_s, self.aging_s) if planned
+                                   else self.starvation_s)
         # per GPU count, the most free cores on one node: a rank larger than that fits nowhere
         mf = self.placer.max_free()
         maxg = len(mf) - 1
+        heads = []
         for shape in self._shapes.values():
             if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
@@ -237,9 +293,12 @@ class Scheduler:
             if fifo:
                 heads.append(((h[0], h[1]), shape))
             else:
-                heads.append(((h[0], h[2].queued > aged_before) + shape.order + (h[1],), shape))
+                heads.append((self._head_key(h, shape, planned, aged_before), shape))
+        # heads in order (unique keys: seq or plan rank last); a heap, since under a plan a
+        # shape whose next task is ranked after another head's goes back in with that task
         heads.sort(key=lambda x: x[0])
-        for _, shape in heads:
+        while heads:
+            _, shape = heapq.heappop(heads)
             ranks, cpr, gpr, _, colocate, _ = shape.key
             per_task_c, per_task_g = ranks * cpr, ranks * gpr
             room = free_cores // per_task_c
@@ -249,25 +308,197 @@ class Scheduler:
                 room = min(room, 1)  # the first of a group fixes the node for the rest
             if room and (gpr > maxg or mf[gpr] < cpr):
                 room = 0  # no node has a rank's worth free any more
-            n = self._place_shape(shape, room, placed) if room else 0
+            # under a plan, a shape starts its tasks ranked before the next head's task
+            limit = heads[0][0][3] if planned and heads and heads[0][0][2] == 0 \
+                else math.inf
+            n = self._place_shape(shape, room, placed, limit) if room else 0
             if n:
                 mf = self.placer.max_free()
             free_cores -= n * per_task_c
             free_gpus -= n * per_task_g
             if n:
                 shape.blocked_since = None
-            if shape.key in self._shapes and shape.head() is not None:
-                self._blocked(shape, now, starving=(n == 0))
+            limited, self._limited = self._limited, False
+            if shape.key in self._shapes:
+                h = shape.head()
+                if h is None:
+                    continue
+                if limited and n:  # not blocked: its next task waits for its rank
+                    heapq.heappush(heads, (self._head_key(h, shape, planned, aged_before),
+                                           shape))
+                else:
+                    self._blocked(shape, now, starving=(n == 0))
+        if self.planner is not None and placed:
+            self._started += len(placed)
+            holding = self._holding
+            for t, raw in placed:
+                holding[t.key] = (t, now, raw)
         return placed
 
+    # -- planning (policy "plan") -----------------------------------------------------------
+    def plan_report(self, partition: int = 0) -> list[str]:
+        """Planning outcomes since the last call, as JSON for the `queue_plan` event: why (planned,
+        no gain, out of time), tasks, iterations, elapsed_s (CPU), the model's makespan for
+        today's order and the best (baseline_s, best_s), and the learned estimates."""
+        notes, self.plan_notes = self.plan_notes, []
+        kinds = self.estimates.summary() if self.estimates is not None and notes else []
+        return [json.dumps({"partition_index": partition, "why": o.why, "tasks": o.tasks,
+                            "iterations": o.iterations, "elapsed_s": round(o.elapsed_s, 4),
+                            "made_at": round(o.made_at, 3),
+                            "baseline_s": None if o.baseline_s is None else
+                            round(o.baseline_s, 3),
+                            "best_s": None if o.best_s is None else round(o.best_s, 3),
+                            "estimates": kinds[:32]})
+                for o in notes]
+
+    def expected(self, spec) -> Any:
+        """What the scheduler expects of a task: estimates.Estimate (the user's duration, else
+        the learned one) or None (policy "plan" only)."""
+        return self.estimates.expected(spec) if self.estimates is not None else None
+
+    def _plan_round(self, now: float) -> None:
+        """Take a finished plan; start planning when the queue holds more than one wave of
+        hard-to-place tasks and something changed (at most once per replan interval)."""
+        planner = self.planner
+        out = planner.poll()
+        if out is not None:
+            self._take(out)
+        if planner.busy or not self._hard:
+            return
+        # again when tasks arrived, or a tenth of the last plan's queue started since
+        # (and at least REPLAN_S after the last): between, the plan in force holds
+        if now - self._last_plan_at < REPLAN_S or not (
+                self._plan_added or self._started >= self._replan_at):
+            return
+        if sum(1 for sh in self._shapes.values() if sh.head() is not None) < 2 \
+                or not self._more_than_a_wave():
+            return  # nothing to choose between, or one wave: the plan in force runs out
+        snap = self._snapshot(now)
+        self._last_plan_at = now
+        self._plan_added = False
+        if snap is None:  # some expected duration is not known yet: today's order
+            self._replan_at = self._started + 1
+            return
+        n = len(snap.queue)
+        if self._too_many is not None and n > self._too_many // 2:
+            self._replan_at = self._started + max(1, n - self._too_many // 2)
+            return  # the last plan of about this many ran out of time: today's order
+        self._replan_at = self._started + max(1, n // 10)
+        out = planner.start(snap)
+        if out is not None:  # inline (simulated pilots)
+            self._take(out)
+
+    _started = 0  # tasks placed so far (policy "plan")
+    _replan_at = 0  # ... when to plan again
+    _too_many: int | None = None  # queue length of the last plan that ran out of time
+
+    def _more_than_a_wave(self) -> bool:
+        waiting_c = waiting_g = 0
+        for k in list(self._hard):
+            shape = self._shapes.get(k)
+            if shape is None:
+                self._hard.discard(k)
+                continue
+            live = sum(1 for e in shape.heap if e[2].state is WAITING)
+            waiting_c += live * k[0] * k[1]
+            waiting_g += live * k[0] * k[2]
+        if not waiting_c:
+            return False
+        run_c = run_g = 0
+        hard = self._hard
+        for t, _, _ in self._holding.values():
+            s = t.spec
+            if shape_key(s) in hard:
+                run_c += s.ranks * s.cores_per_rank
+                run_g += s.ranks * s.gpus_per_rank
+        return (waiting_c + run_c > self._cores_total
+                or (self._gpus_total and waiting_g + run_g > self._gpus_total))
+
+    def _snapshot(self, now: float) -> Snapshot | None:
+        est = self.estimates
+        live = []
+        for shape in self._shapes.values():
+            order = shape.order
+            for e in shape.heap:
+                t = e[2]
+                if t.state is WAITING:
+                    live.append((-t.spec.priority, order, t.seq, t))
+        live.sort(key=lambda x: x[:3])  # today's order, each shape's tasks together
+        start = None
+        if self._rank:  # the plan in force: where the search starts (today's order: baseline)
+            rank = self._rank
+            pos = sorted(range(len(live)), key=lambda i: (rank.get(live[i][3].key, UNPLANNED), i))
+            start = pos
+        queue = []
+        learned = 0
+        for _, _, _, t in live:
+            s = t.spec
+            e = est.expected(s)
+            if e is None:
+                return None
+            learned += e.source != "duration"
+            queue.append((t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank,
+                          e.seconds))
+        running = []
+        for t, at, raw in self._holding.values():
+            e = est.expected(t.spec)
+            if e is None:
+                return None
+            left = max(e.seconds - (now - at), 0.05 * e.seconds)  # overdue: ends soon
+            mpr = t.spec.mem_per_rank
+            running.append((left, tuple((n, len(c), len(g), mpr) for n, c, g in raw)))
+        free = []
+        for n, (_, _, mem) in enumerate(self.capacity):
+            c, g, m = self.placer.free(n)
+            free.append([c, g, m if mem else 1 << 62])
+        # a plan on learned estimates must gain more than their noise could make up
+        margin = self.plan_margin if learned else self.plan_margin / 5
+        return Snapshot(free, running, queue, now, est.version, start, margin)
+
+    def _take(self, out) -> None:
+        if out.why == "out of time":
+            self._too_many = out.tasks
+        self.plan_notes.append(out)
+        if len(self.plan_notes) > 256:
+            del self.plan_notes[:128]
+        self._set_ranks({} if out.plan is None else
+                        {k: i for i, k in enumerate(out.plan.order)})
+
+    def _set_ranks(self, ranks: dict) -> None:
+        """The plan in force changes: every shape's heap is ordered by it (O(waiting))."""
+        if not ranks and not self._rank:
+            return
+        self._rank = ranks
+        for shape in self._shapes.values():
+            shape.heap = [(-t.spec.priority, self._sortval(t), t)
+                          for _, _, t in shape.heap if t.state is WAITING]
+            heapq.heapify(shape.heap)
+        self._dirty = True
+
+    def _sortval(self, t) -> int:
+        r = self._rank.get(t.key)
+        return r if r is not None else self._unplanned + t.seq
+
     # -- internals --------------------------------------------------------------------------
+    def _head_key(self, h, shape: _Shape, planned: bool, aged_before: float) -> tuple:
+        """A head's place in the utilization order (or the plan's)."""
+        if planned:
+            if h[1] < UNPLANNED:  # the plan's rank
+                return (h[0], h[2].queued > aged_before, 0, h[1])
+            return (h[0], h[2].queued > aged_before, 1) + shape.order + (h[1],)
+        return (h[0], h[2].queued > aged_before) + shape.order + (h[1],)
+
     def _shape_of(self, t) -> _Shape:
         return self._shapes[shape_key(t.spec)]
 
-    def _place_shape(self, shape: _Shape, room: int, placed: list) -> int:
+    def _place_shape(self, shape: _Shape, room: int, placed: list,
+                     limit: float = math.inf) -> int:
         heap = shape.heap
         batch = []
         while heap and len(batch) < room:
+            if batch and heap[0][1] >= limit:
+                self._limited = True  # the plan ranks another shape's task before this one
+                break
             t = heapq.heappop(heap)[2]
             if t.state is WAITING:
                 batch.append(t)
@@ -284,7 +515,7 @@ class Scheduler:
         count = 0
         for t, slots in zip(batch, res):
             if slots is None:
-                heapq.heappush(heap, (-t.spec.priority, t.seq, t))
+                heapq.heappush(heap, (-t.spec.priority, self._sortval(t), t))
                 continue
             placed.append((t, slots))
             move(t, PLACED)
@@ -346,7 +577,8 @@ class Scheduler:
             return
         if shape.blocked_since is None:
             shape.blocked_since = now
-        elif self._reserved is None and now - shape.blocked_since >= self.starvation_s:
+        elif self._reserved is None and now - shape.blocked_since >= (
+                max(self.starvation_s, self.aging_s) if self._rank else self.starvation_s):
             head = shape.head()
             if head is None:
                 return

@@ -237,7 +237,7 @@ class TaskTable:
             placed = sched.schedule(mono)
             if sched.plan_notes:
                 for note in sched.plan_report(p.index):  # planning outcomes, as JSON
-                    self.events.record(self.uid, E.PLAN, note)
+                    self.events.record(self.uid, E.QUEUE_PLAN, note)
             if sched.unplaceable:
                 now = self.clock.now()
                 for t, why in sched.take_unplaceable():
