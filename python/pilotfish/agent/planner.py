@@ -14,8 +14,9 @@ The model is a list schedule that does what the planned scheduler does: at each 
 the waiting tasks in plan order, each placed first fit (ranks packed onto a node as far as
 they fit, then the next) if it fits now, later ones backfilling (a shape that failed is not
 tried again in that round). Its makespan for today's order is the baseline. The search is a
-local search over the order (move one task up to a window away, keep the move if the
-model's makespan is no worse), for `budget_s` of CPU time; plateau moves are kept, so it
+local search over the order (half the moves start the task that ends last earlier, the
+others move one to three tasks up to a window away; a move is kept if the model's makespan
+is no worse), for `budget_s` of CPU time; plateau moves are kept, so it
 walks across equal makespans. It stops early after `patience` moves without improvement.
 
 The answer is a plan only if the model's makespan beats the baseline by more than `margin`
@@ -79,9 +80,10 @@ class Outcome:
 
 
 def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
-             clock=time.thread_time) -> float | None:
+             clock=time.thread_time, last: list | None = None) -> float | None:
     """The model's makespan (seconds from the snapshot) of starting snap.queue in `order`
-    (indices into queue); None if the deadline (of `clock`) passed first."""
+    (indices into queue); None if the deadline (of `clock`) passed first. last: a list that
+    gets the queue index of the task that ends last (the search moves it)."""
     free = [list(f) for f in snap.free]
     nodes = len(free)
     ends: list = []
@@ -100,6 +102,7 @@ def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
     first = 0  # waiting[:first] all started
     now = 0.0
     makespan = max((e[0] for e in ends), default=0.0)
+    last_i = -1
     rounds = 0
     while live:
         rounds += 1
@@ -127,6 +130,7 @@ def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
             heapq.heappush(ends, (end, seq, holds))
             if end > makespan:
                 makespan = end
+                last_i = i
             waiting[idx] = -1
             done += 1
             if not done & 255 and clock() > deadline:
@@ -155,6 +159,8 @@ def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
         _free(free, holds)
         while ends and ends[0][0] <= now:
             _free(free, heapq.heappop(ends)[2])
+    if last is not None:
+        last.append(last_i)
     return makespan
 
 
@@ -232,19 +238,28 @@ def search(snap: Snapshot, budget_s: float, margin: float = 0.005, patience: int
             best, order = m, list(snap.start)
     since = 0
     window = max(8, n // 8)
+    crit: list = []  # the task that ends last under the best order so far
+    simulate(snap, order, deadline, clock, crit)
     while n > 1 and since < patience and clock() < deadline:
         cand = list(order)
-        for _ in range(rng.randint(1, 3)):
-            a = rng.randrange(n)
-            b = min(n - 1, max(0, a + rng.randint(-window, window)))
-            cand.insert(b, cand.pop(a))
-        m = simulate(snap, cand, deadline, clock)
+        if crit and crit[-1] >= 0 and rng.random() < 0.5:
+            # the task that ends last: start it earlier
+            a = cand.index(crit[-1])
+            if a:
+                cand.insert(max(0, a - rng.randint(1, window)), cand.pop(a))
+        else:
+            for _ in range(rng.randint(1, 3)):
+                a = rng.randrange(n)
+                b = min(n - 1, max(0, a + rng.randint(-window, window)))
+                cand.insert(b, cand.pop(a))
+        last: list = []
+        m = simulate(snap, cand, deadline, clock, last)
         it += 1
         if m is None:
             break
         if m <= best:
             since = 0 if m < best - 1e-9 else since + 1
-            best, order = m, cand
+            best, order, crit = m, cand, last
         else:
             since += 1
     elapsed = clock() - t0
