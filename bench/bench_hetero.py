@@ -2,6 +2,7 @@
 
     python bench/bench_hetero.py [--seeds 3] [--first-seed 0] [--tasks 550] [--fifo]
     python bench/bench_hetero.py --plan-cost      # the planner's cost per queue size
+    python bench/bench_hetero.py --null-ab 3      # null tasks: utilization vs plan, ABBA
 
 The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
 10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
@@ -21,6 +22,10 @@ order (what a scheduler without durations can do) -- the core-bound ideal (core-
 cores: RU 1.0) and `ru_bound`, what no schedule of the list can beat (see ru_bound()).
 
 RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
+
+--null-ab R: 10,000 null tasks (bench_e2e.null_tasks) R times per policy, utilization and
+plan alternating ABBA in one run: tasks/s and the agent's CPU per task (the planner never runs
+on one shape; what "plan" adds there is its bookkeeping per placed task).
 
 --plan-cost: the planner's model and search on snapshots of the mix (no pilot): ms per model
 schedule and what one plan (the default budget) does, for 550 and 10,000 queued tasks on
@@ -167,6 +172,26 @@ def plan_events(sandbox: str) -> list[dict]:
     return [json.loads(d) for _, _, name, d in E.read_all_events(path) if name == E.QUEUE_PLAN]
 
 
+def null_ab(rounds: int) -> None:
+    """10,000 null tasks per run, policies in ABBA order; medians per policy."""
+    sys.path.insert(0, HERE)
+    from bench_e2e import null_tasks
+
+    got: dict[str, list] = {"utilization": [], "plan": []}
+    for r in range(rounds):
+        for policy in (("utilization", "plan") if r % 2 == 0 else ("plan", "utilization")):
+            os.environ["PILOTFISH_SCHEDULER"] = policy
+            out = null_tasks(10_000, profile=False)
+            got[policy].append(out)
+            print(json.dumps({"policy": policy, "rate": round(out["rate"]),
+                              "agent_cpu_us_per_task": round(out["agent_cpu_us_per_task"], 1)}),
+                  flush=True)
+    print(json.dumps({p: {"rate_median": round(statistics.median(o["rate"] for o in v)),
+                          "agent_cpu_us_median": round(statistics.median(
+                              o["agent_cpu_us_per_task"] for o in v), 1)}
+                      for p, v in got.items()}))
+
+
 def plan_cost() -> None:
     """The planner on snapshots of the mix: model ms per schedule, one plan's outcome."""
     import math
@@ -201,9 +226,13 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=550)
     ap.add_argument("--fifo", action="store_true", help="also the fifo policy")
     ap.add_argument("--plan-cost", action="store_true", help="the planner's cost, no pilot")
+    ap.add_argument("--null-ab", type=int, default=0, help="null tasks, utilization vs plan")
     a = ap.parse_args()
     if a.plan_cost:
         plan_cost()
+        return
+    if a.null_ab:
+        null_ab(a.null_ab)
         return
     runs = ((("fifo", "fifo", False),) if a.fifo else ()) + (
         ("utilization", "utilization", False), ("utilization+dur", "utilization", True),
