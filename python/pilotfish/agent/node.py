@@ -168,6 +168,24 @@ class NodeExecutor:
                     pass
         self.reap_escapees()
 
+    def reap_orphans(self) -> None:
+        """Reap ended children that are no task's (only while no task runs: then nothing
+        can be the core's). A /proc scan, at most once per heartbeat."""
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == me:
+                try:
+                    os.waitpid(int(entry), os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
     def _own_pids(self) -> set[int]:
         return {r[0] for r in self.running.values()}
 
@@ -220,6 +238,7 @@ class NodeExecutor:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.core.notify_fd, zmq.POLLIN)
         self.hello()
+        last_scan = 0.0
         while True:
             ready = dict(poller.poll(int(self.beat_s * 1000)))
             if self.sock in ready:
@@ -232,6 +251,11 @@ class NodeExecutor:
             self.reap()
             if self.escapees:
                 self.reap_escapees()
+            if not self.running and time.monotonic() - last_scan >= self.beat_s:
+                # the core's reaper sleeps while it has no task: orphans that ended since
+                # (setsid escapees, reparented to this subreaper) are reaped here
+                last_scan = time.monotonic()
+                self.reap_orphans()
             now = time.monotonic()
             if self.stopping is not None:
                 return self.stop()
