@@ -224,40 +224,48 @@ def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
         pilot.cancel()
 
 
-def test_killed_agent_remote_tasks_run_once(slurm, tmp_path):
-    """SIGKILL to the agent while tasks run on the other hosts: their node executors finish
-    them and journal the exits, the keeper writes their finals: every task DONE, each ran
-    exactly once (a side file); a resumed session sees the same."""
-    side = tmp_path / "side"
-    with pf.Session(path=tmp_path / "s") as s:
+def _kill_and_resume_program(path, side, cpus, resume):
+    """One program, run once (its agent SIGKILLed while tasks run on the other hosts) and
+    again with resume=True: the same tasks submitted in the same order."""
+    with pf.Session(path=path, resume=resume) as s:
         pilot, tmgr = _pilot(s)
-        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["30"])
-                                  for _ in range(slurm.cpus)])  # n1 (first fit) is full
-        for t in hold:
-            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
-        assert {t.slots[0].node for t in hold} == {"n1"}
+        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["8"])
+                                  for _ in range(cpus)])  # n1 (first fit) is full
+        if not resume:
+            for t in hold:
+                assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+            assert {t.slots[0].node for t in hold} == {"n1"}
         tasks = tmgr.submit_tasks([pf.TaskDescription(
             executable="/bin/sh",
             arguments=["-c", f'sleep 4; echo "$PILOTFISH_TASK_UID $(hostname)" >> {side}'])
-            for _ in range(3 * slurm.cpus)])
-        for t in tasks:
-            assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
-        assert {t.slots[0].node for t in tasks} == {"n2", "n3", "n4"}
-        agent = json.loads(Path(pilot.sandbox, "pilot.json").read_text())["agent_pid"]
-        os.kill(agent, signal.SIGKILL)
-        assert pilot.wait(timeout=30) == pf.FAILED
-        tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
-        assert collections.Counter(t.state for t in tasks) == {pf.DONE: len(tasks)}, \
-            [(t.state, t.reason) for t in tasks if t.state != pf.DONE][:3]
-        rows = [line.split() for line in side.read_text().splitlines()]
-        assert sorted(uid for uid, _ in rows) == sorted(t.uid for t in tasks)  # once each
-        assert {host for _, host in rows} == {"n2", "n3", "n4"}
-        uids = [t.uid for t in tasks]
-    # what a resumed session learns from the pilot's sandbox (client/_resume.py): all final
-    from pilotfish._journal import agent_finals
+            for _ in range(3 * cpus)])
+        if not resume:
+            for t in tasks:
+                assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+            assert {t.slots[0].node for t in tasks} == {"n2", "n3", "n4"}
+            agent = json.loads(Path(pilot.sandbox, "pilot.json").read_text())["agent_pid"]
+            os.kill(agent, signal.SIGKILL)
+            assert pilot.wait(timeout=30) == pf.FAILED
+        tmgr.wait_tasks([t.uid for t in hold + tasks], timeout=120)
+        states = collections.Counter(t.state for t in hold + tasks)
+        reasons = [(t.uid, t.state, t.reason) for t in hold + tasks if t.state != pf.DONE][:3]
+        pilot.cancel()
+        return states, reasons, [t.uid for t in tasks]
 
-    finals = agent_finals(pilot.sandbox)
-    assert {finals[u][2] if u in finals else None for u in uids} == {pf.DONE}
+
+def test_killed_agent_remote_tasks_run_once(slurm, tmp_path):
+    """SIGKILL to the agent while tasks run on the other hosts: their node executors finish
+    them and journal the exits, the keeper writes their finals -- every task DONE, each ran
+    once (a side file). The program resumed: nothing runs again."""
+    side, path = tmp_path / "side", tmp_path / "s"
+    states, reasons, uids = _kill_and_resume_program(path, side, slurm.cpus, resume=False)
+    assert states == {pf.DONE: 4 * slurm.cpus}, reasons
+    rows = [line.split() for line in side.read_text().splitlines()]
+    assert sorted(uid for uid, _ in rows) == sorted(uids)  # once each
+    assert {host for _, host in rows} == {"n2", "n3", "n4"}
+    states, reasons, again = _kill_and_resume_program(path, side, slurm.cpus, resume=True)
+    assert again == uids and states == {pf.DONE: 4 * slurm.cpus}, reasons
+    assert len(side.read_text().splitlines()) == len(uids)  # nothing ran again
 
 
 def test_node_whose_executor_never_starts(slurm, tmp_path):
