@@ -223,6 +223,21 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def proc_stats():
+    """(pid, the fields of /proc/PID/stat after the command name) of every process now:
+    fields[0] is the state, [1] the parent, [3] the session. (The agent's keeper has its own
+    copy: it imports nothing of the package while the agent lives.)"""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        yield int(entry), fields
+
+
 def pid_scope() -> str:
     """Where a pid means this process's pids: the host and its pid namespace (a batch
     system's daemons may run jobs in a namespace of their own on the same host)."""

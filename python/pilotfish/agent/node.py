@@ -171,18 +171,13 @@ class NodeExecutor:
     def reap_orphans(self) -> None:
         """Reap ended children that are no task's (only while no task runs: then nothing
         can be the core's). A /proc scan, at most once per heartbeat."""
+        from .._util import proc_stats
+
         me = os.getpid()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
+        for pid, fields in proc_stats():
             if fields[0] == "Z" and int(fields[1]) == me:
                 try:
-                    os.waitpid(int(entry), os.WNOHANG)
+                    os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
                     pass
 

@@ -101,15 +101,7 @@ class LocalJob(BatchJob):
 
 def session_members(sid: int) -> list[int]:
     """Live (non-zombie) processes whose session id is sid, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # stat fields 3 (state) and 6 (session)
-            out.append(int(entry))
-    return out
+    from .._util import proc_stats
+
+    # stat fields 3 (state) and 6 (session)
+    return [pid for pid, fields in proc_stats() if int(fields[3]) == sid and fields[0] != "Z"]
