@@ -15,7 +15,7 @@ import click
 
 from . import __version__
 from .workload import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_SCALAR, MAX_TASKS, MAX_TEXT,
-                       load_workload)
+                       declared_shape, load_workload)
 
 WORKLOAD_EXAMPLE = """\
   # workload.yaml
@@ -76,9 +76,14 @@ class _Path(click.Path):
         super().fail(message, param, ctx)
 
 
-def _load_workload(path: str):
+def _load_workload(path: str, check_fit: bool = True):
+    """The workload, checked as a submit to its pilot would check it (check_fit=False: the
+    caller checks it against another pilot)."""
     try:
-        return load_workload(path)
+        w = load_workload(path)
+        if check_fit:
+            w.check_fit()
+        return w
     except (OSError, ValueError) as e:
         raise BadInput(str(e)) from None
 
@@ -91,7 +96,8 @@ def _short(text: object, limit: int = 80) -> str:
 @main.command()
 @click.argument("workload", type=_Path(exists=True, dir_okay=False))
 def validate(workload: str) -> None:
-    """Check WORKLOAD (YAML) and print what it would run (the tasks are counted, not built)."""
+    """Check WORKLOAD (YAML) as `run` would, without starting anything, and print what it
+    would run (the tasks are counted, not built). Exits 0 if it is fine, 2 if not."""
     w = _load_workload(workload)
     d = w.pilot
     click.echo(f"pilot: {d.resource}, {d.nodes} nodes x {d.cores_per_node or 'auto'} cores / "
@@ -100,6 +106,9 @@ def validate(workload: str) -> None:
         t = g.template
         click.echo(f"  {_short(g.name)}: {g.count} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
                    f"{t.gpus_per_rank} GPUs)  {_short(t.executable)}")
+    if declared_shape(d) is None:
+        click.echo("  (cores_per_node not given: whether the tasks fit the nodes is checked when "
+                   "the pilot starts)")
     click.echo(f"{w.task_count} tasks: OK")
 
 
@@ -218,7 +227,7 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
     from .client import PilotManager, Session, TaskManager
     from ._errors import DescriptionError, PilotfishError
 
-    w = _load_workload(workload)
+    w = _load_workload(workload, check_fit=False)
     if launch_model is not None:
         from .analytics.launch_model import read_launch_model
 
@@ -244,6 +253,10 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         pdesc = PilotDescription(pd)
     except DescriptionError as e:
         raise BadInput(f"pilot: {e}") from None
+    try:
+        w.check_fit(pdesc)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     from .client.session import new_session_uid
 
     path = os.path.join(sessions, new_session_uid("pf.sim")) if sessions else None

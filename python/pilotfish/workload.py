@@ -49,7 +49,9 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from ._errors import DescriptionError, _printable, show
-from .descriptions import PilotDescription, TaskDescription
+from ._util import machine_shape
+from .descriptions import (PilotDescription, TaskDescription, misfit_partitions,
+                           partition_layout)
 
 MAX_FILE_BYTES = 4 << 20
 MAX_DEPTH = 64
@@ -301,20 +303,69 @@ class TaskGroup:
 
     def descriptions(self) -> list[TaskDescription]:
         args = self.template.arguments
-        if not any("{i}" in a for a in args):
+        outputs = [f for f in ("stdout", "stderr") if _indexed(getattr(self.template, f))]
+        if not any("{i}" in a for a in args) and not outputs:
             return [self.template] * self.count
-        # arguments with digits for {i} are as valid as the template's (checked): the fields
-        # are not checked again one task at a time (submit checks each task as a whole)
+        # arguments and output paths with digits for {i} are as valid as the template's
+        # (checked): the fields are not checked again one task at a time (submit checks each
+        # task as a whole)
         values = self.template.__getstate__()
         make = TaskDescription._checked
-        return [make({**values, "arguments": [a.replace("{i}", str(i)) for a in args]})
-                for i in range(self.count)]
+        out = []
+        for i in range(self.count):
+            n = str(i)
+            task = {**values, "arguments": [a.replace("{i}", n) for a in args]}
+            for f in outputs:
+                task[f] = values[f].replace("{i}", n)
+            out.append(make(task))
+        return out
+
+
+def _indexed(output: object) -> bool:
+    """An output path (stdout/stderr given as a file) with {i} in it."""
+    return isinstance(output, str) and "{i}" in output
 
 
 @dataclass
 class Workload:
     pilot: PilotDescription
     groups: list[TaskGroup]
+    source: str = "workload"  # the file's name, for messages
+
+    def check_fit(self, pilot: PilotDescription | None = None) -> None:
+        """What a submit to a pilot of this description checks before anything is sent, done
+        without one (`validate` and `run` alike, before a pilot is started): every group's
+        tasks fit the pilot's nodes (of each partition: a task never spans two) as declared
+        -- on a batch resource that does not declare cores_per_node the shape is learned
+        when the pilot starts and the agent checks then --, a simulated pilot's tasks have a
+        duration, and no task names an environment (a workload file prepares none).
+        Raises WorkloadError naming the group, the field, the value and why."""
+        d = pilot or self.pilot
+        shape = declared_shape(d)
+        shapes = None if shape is None else \
+            [shape[first:first + n] for first, n, _ in
+             partition_layout(len(shape), d.partitions, d.launcher)]
+        for gi, g in enumerate(self.groups):
+            t = g.template
+            where = f"{self.source}: tasks[{gi}] ({_label(g.name)})"
+            if t.named_env is not None:
+                raise WorkloadError(f"{where}.named_env = {show(t.named_env, 60)}: no "
+                                    "environment of that name is prepared (a workload file "
+                                    "prepares none: use the Python API, Pilot.prepare_env)")
+            if d.resource == "simulated" and t.duration is None:
+                raise WorkloadError(f"{where}.duration = None: required on a simulated pilot "
+                                    "(a simulated task runs for its duration)")
+            if shapes is None:
+                continue
+            problem = misfit_partitions(t.ranks, t.cores_per_rank, t.gpus_per_rank,
+                                        t.mem_per_rank, shapes)
+            if problem is not None:
+                field, why = problem
+                c, gpus, mem = shape[0]
+                mine = f"{len(shape)} nodes x {c} cores, {gpus} GPUs" + \
+                    (f", {mem} MiB" if mem else "")
+                raise WorkloadError(f"{where}.{field} = {show(getattr(t, field), 60)}: {why} "
+                                    f"(the pilot: {mine})")
 
     @property
     def task_count(self) -> int:
@@ -326,6 +377,21 @@ class Workload:
         for g in self.groups:
             out.extend(g.descriptions())
         return out
+
+
+def declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
+    """Per node (cores, GPUs, memory MiB) of a pilot of this description, as the client
+    declares it before the pilot starts (client/pilot.py's _declared_shape: a local or
+    simulated pilot's missing values are this machine's); None where only the agent learns
+    it (a batch resource without cores_per_node)."""
+    if d.resource in ("local", "simulated"):
+        cores, gpus, mem = machine_shape()
+        return [(d.cores_per_node or cores,
+                 gpus if d.gpus_per_node is None else d.gpus_per_node,
+                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
+    if d.cores_per_node is not None:
+        return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
+    return None
 
 
 def _label(name: object) -> str:
@@ -413,4 +479,4 @@ def load_workload(path: str) -> Workload:
                                 f"than {_bytes(MAX_TOTAL_BYTES)}, the most one workload file "
                                 "may submit")
         groups.append(TaskGroup(group_name, template, count))
-    return Workload(pilot, groups)
+    return Workload(pilot, groups, name)
