@@ -141,6 +141,10 @@ class Scheduler:
         self._dirty = True
         self._plan_added = True
         now = REAL.mono() if now is None else now
+        if self.planner is not None:
+            self._added_at = now
+            if self._rank:  # a plan that does not know them would put them after its own
+                self._set_ranks({})
         for t in tasks:
             s = t.spec
             t.queued = now
@@ -389,6 +393,7 @@ class Scheduler:
             self._take(out)
 
     _started = 0  # tasks placed so far (policy "plan")
+    _added_at = -math.inf  # when tasks last arrived
     _replan_at = 0  # ... when to plan again
     _too_many: int | None = None  # queue length of the last plan that ran out of time
 
@@ -461,6 +466,8 @@ class Scheduler:
         self.plan_notes.append(out)
         if len(self.plan_notes) > 256:
             del self.plan_notes[:128]
+        if out.plan is not None and out.made_at < self._added_at:
+            return  # tasks arrived since its snapshot: it does not know them (planned again)
         self._set_ranks({} if out.plan is None else
                         {k: i for i, k in enumerate(out.plan.order)})
 

@@ -74,6 +74,14 @@ class Analysis:
         return partitions(self.data)
 
     @cached_property
+    def plans(self) -> list[dict]:
+        """Per pilot: the scheduler's planning attempts and learned durations
+        (analytics/plans.py)."""
+        from pilotfish.analytics.plans import plans
+
+        return plans(self.data)
+
+    @cached_property
     def concurrency_peaks(self) -> dict[str, int]:
         return self.concurrency.peaks()
 
@@ -118,6 +126,7 @@ class Analysis:
             "waits_by_shape": self.waits_by_shape.to_dict(orient="records"),
             "concurrency_peak": self.concurrency_peaks,
             "partitions": self.partitions,
+            "plans": self.plans,
             "warnings": d.warnings,
         })
 
