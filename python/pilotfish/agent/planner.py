@@ -83,7 +83,12 @@ def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
              clock=time.thread_time, last: list | None = None) -> float | None:
     """The model's makespan (seconds from the snapshot) of starting snap.queue in `order`
     (indices into queue); None if the deadline (of `clock`) passed first. last: a list that
-    gets the queue index of the task that ends last (the search moves it)."""
+    gets the queue index of the task that ends last (the search moves it).
+
+    Each round (at each expected end) goes through the waiting tasks in `order` as the
+    planned scheduler does: shapes by the position of their next task (a heap), a shape
+    that does not fit is done for the round -- so a round costs O((placed + shapes) log
+    shapes), not O(waiting)."""
     free = [list(f) for f in snap.free]
     nodes = len(free)
     ends: list = []
@@ -94,64 +99,46 @@ def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
     heapq.heapify(ends)
     queue = snap.queue
     sids, shapes = _shape_ids(snap)
-    live: dict[int, int] = {}  # shape id -> its tasks still waiting
-    for i in order:
-        live[sids[i]] = live.get(sids[i], 0) + 1
-    waiting = list(order)
-    done = 0  # started tasks still in `waiting` (marked -1)
-    first = 0  # waiting[:first] all started
+    per: dict[int, list[int]] = {}  # shape id -> positions in `order` of its tasks
+    for pos, i in enumerate(order):
+        per.setdefault(sids[i], []).append(pos)
+    ptr = dict.fromkeys(per, 0)  # shape id -> its next task's index in per[sid]
+    waiting = len(order)
     now = 0.0
     makespan = max((e[0] for e in ends), default=0.0)
     last_i = -1
-    rounds = 0
-    while live:
+    rounds = placed = 0
+    while waiting:
         rounds += 1
         if not rounds & 63 and clock() > deadline:
             return None
-        blocked = set()
-        n_live = len(live)
         maxc = max(f[0] for f in free)
-        for idx in range(first, len(waiting)):
-            i = waiting[idx]
-            if i < 0:
-                continue
-            sid = sids[i]
-            if sid in blocked:
-                continue
+        heads = [(p[ptr[sid]], sid) for sid, p in per.items() if ptr[sid] < len(p)]
+        heapq.heapify(heads)
+        while heads and maxc > 0:
+            pos, sid = heapq.heappop(heads)
             ranks, cpr, gpr, mpr = shapes[sid]
-            holds = None if cpr > maxc else _place(free, nodes, ranks, cpr, gpr, mpr)
-            if holds is None:
-                blocked.add(sid)
-                if len(blocked) == n_live:
-                    break  # every shape that waits failed this round
+            if cpr > maxc:
                 continue
+            holds = _place(free, nodes, ranks, cpr, gpr, mpr)
+            if holds is None:
+                continue  # the shape does not fit: done for this round
+            i = order[pos]
             seq += 1
             end = now + queue[i][5]
             heapq.heappush(ends, (end, seq, holds))
             if end > makespan:
                 makespan = end
                 last_i = i
-            waiting[idx] = -1
-            done += 1
-            if not done & 255 and clock() > deadline:
+            waiting -= 1
+            placed += 1
+            if not placed & 255 and clock() > deadline:
                 return None
-            k = live[sid] - 1
-            if k:
-                live[sid] = k
-            else:
-                del live[sid]
-                n_live -= 1
-                if not n_live:
-                    break
+            k = ptr[sid] = ptr[sid] + 1
+            if k < len(per[sid]):
+                heapq.heappush(heads, (per[sid][k], sid))
             maxc = max(f[0] for f in free)
-            if maxc == 0:
-                break
-        while first < len(waiting) and waiting[first] < 0:
-            first += 1
-        if done > 64 and done * 2 > len(waiting):
-            waiting = [i for i in waiting if i >= 0]
-            done = first = 0
-        if not live:
+        if not waiting:
             break
         if not ends:
             return float("inf")  # what waits can never start in the model (bigger than a node)
