@@ -71,3 +71,60 @@ tasks:
     for i in range(3):
         assert (out / f"say.{i}.out").read_text() == f"hi {i}\n"
         assert (out / f"say.{i}.err").read_text() == f"oops {i}\n"
+
+
+def _wait_for(paths, proc, bound=60.0):
+    """Until every path exists (bounded; fails if the run ends first)."""
+    deadline = time.monotonic() + bound
+    while not all(os.path.exists(p) for p in paths):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"not there after {bound}s: {paths}"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_summary_and_resume_runs_what_it_canceled(tmp_path):
+    """Ctrl-C: the summary, the session's path and the exact --resume command (not click's
+    `Aborted!`); that command then runs the tasks the interrupt canceled, and only those."""
+    import shlex
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # `slow` blocks until the run is interrupted -- and on the resume (once `go` exists)
+    # says it ran; `quick` must not run again
+    wl = _workload(tmp_path, f"""
+pilot: {{nodes: 1, cores_per_node: 3, runtime: 10m}}
+tasks:
+  - {{name: quick, count: 2, executable: /bin/sh, arguments: ["-c", "echo x >> {marks}/quick.{{i}}"]}}
+  - {{name: slow, count: 4, executable: /bin/sh, arguments: ["-c",
+     "if [ -e {marks}/go ]; then touch {marks}/ran.{{i}}; else touch {marks}/started.{{i}}; sleep 60; fi"]}}
+""")
+    p = subprocess.Popen([sys.executable, "-m", "pilotfish.cli", "run", "-q", "--sessions",
+                          str(tmp_path / "s"), wl], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        # the quick ones done and the first slow one running (3 cores: the others queue)
+        _wait_for([marks / "quick.0", marks / "quick.1", marks / "started.0"], p)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out + err
+    assert "Aborted!" not in err
+    (session,) = (tmp_path / "s").iterdir()
+    assert str(session) in out
+    assert "6 total, 2 done, 0 failed, 4 canceled" in out, out
+    line = next(x for x in (out + err).splitlines() if "--resume" in x)
+    cmd = shlex.split(line[line.index("pilotfish run"):])
+    assert cmd[:2] == ["pilotfish", "run"] and cmd[cmd.index("--resume") + 1] == str(session)
+    (marks / "go").touch()
+    r = _run(*cmd[1:])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "6 total, 6 done, 0 failed, 0 canceled" in r.stdout, r.stdout
+    assert sorted(os.listdir(marks)) == sorted(
+        ["go", "quick.0", "quick.1", "ran.0", "ran.1", "ran.2", "ran.3"]
+        + [f"started.{i}" for i in range(4) if (marks / f"started.{i}").exists()])
+    assert (marks / "quick.0").read_text() == "x\n"  # not run again
+    # a resume of a finished run runs nothing and says all is done
+    r = _run(*cmd[1:])
+    assert r.returncode == 0 and "6 total, 6 done" in r.stdout, r.stdout + r.stderr

@@ -7,7 +7,9 @@ a launch model, an option -- is one short message and exit 2, never a traceback.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import sys
 import time
 
@@ -127,59 +129,128 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         make_report: bool, resume: str | None) -> None:
     """Run WORKLOAD (YAML): a pilot and groups of tasks.
 
-    Exits 0 when every task is DONE, 1 when any failed or was canceled, 2 on bad input.
-    A run that was killed (or whose pilot died) goes on with --resume SESSION_DIR.
+    Exits 0 when every task is DONE, 1 when any failed or was canceled, 2 on bad input, 130
+    when interrupted (Ctrl-C: the pilot is stopped, what ran is kept, and the summary says
+    how to go on). A run that was interrupted, killed, or whose pilot ended (its walltime)
+    goes on with --resume SESSION_DIR: what was canceled runs again, what finished does not.
     """
     from . import states as S
+    from ._errors import PilotfishError
     from .client import PilotManager, Session, TaskManager
     from .client.progress import wait_with_progress
-
     from .client.session import new_session_uid
 
     w = _load_workload(workload)
-    path = os.path.join(sessions, new_session_uid()) if sessions else None
     t0 = time.time()
-    from ._errors import PilotfishError
-
+    session = pilot = None
+    tasks: list = []  # the latest run of each task of the workload, in order
+    interrupted = False
     try:
-        session = Session(path=resume, resume=True) if resume else Session(path=path)
-    except PilotfishError as e:
-        raise BadInput(str(e)) from None
-    with session:
-        descs = w.descriptions()
-        try:  # (a full disk is a SessionError here: exit 2 with its path, no traceback)
-            pmgr = PilotManager(session)
-            pilot = pmgr.submit_pilots(w.pilot)
-            tmgr = TaskManager(session)
-            tmgr.add_pilots(pilot)
-            tasks = tmgr.submit_tasks(descs)
-        except (ValueError, PilotfishError) as e:
+        uid = new_session_uid()
+        try:
+            if resume:
+                session = Session(path=resume, resume=True)
+            elif sessions:
+                session = Session(path=os.path.join(sessions, uid), uid=uid)
+            else:
+                session = Session()
+        except PilotfishError as e:
             raise BadInput(str(e)) from None
-        if quiet:
-            tmgr.wait_tasks(timeout=timeout)
-        else:
-            wait_with_progress(tmgr, timeout=timeout)
-        t1 = time.time()
-        counts = {s: 0 for s in (S.DONE, S.FAILED, S.CANCELED)}
-        for t in tasks:
-            counts[t.state] = counts.get(t.state, 0) + 1
-        failed = [t for t in tasks if t.state in (S.FAILED, S.CANCELED)]
-        ttx = t1 - t0
-        click.echo(f"session {session.uid}: {session.path}")
+        with session:
+            try:  # (a full disk is a SessionError here: exit 2 with its path, no traceback)
+                pmgr = PilotManager(session)
+                pilot = pmgr.submit_pilots(w.pilot)
+                tmgr = TaskManager(session)
+                tmgr.add_pilots(pilot)
+                tasks = _submit(session, tmgr, w, bool(resume))
+            except (ValueError, PilotfishError) as e:
+                raise BadInput(str(e)) from None
+            if quiet:
+                tmgr.wait_tasks(timeout=timeout)
+            else:
+                wait_with_progress(tmgr, timeout=timeout)
+    except KeyboardInterrupt:
+        interrupted = True  # (the session closed on the way out: its tasks are canceled)
+    ttx = time.time() - t0
+    if session is None:
+        click.echo("interrupted before the session started: nothing ran", err=True)
+        sys.exit(130)
+    counts = {s: 0 for s in (S.DONE, S.FAILED, S.CANCELED)}
+    for t in tasks:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    click.echo(f"session {session.uid}: {session.path}")
+    if pilot is not None:
         click.echo(f"pilot {pilot.uid}: {pilot.state}" + (f" ({pilot.reason})" if pilot.reason and pilot.state != S.ACTIVE else ""))
-        click.echo(f"tasks: {len(tasks)} total, {counts[S.DONE]} done, {counts[S.FAILED]} failed, "
-                   f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished")
-        click.echo(f"TTX {ttx:.2f}s, {len(tasks) / ttx:.1f} tasks/s")
-        for t in failed[:5]:
-            click.echo(f"  {t.uid} ({t.name}): {t.state}: {t.reason}", err=True)
-        if len(failed) > 5:
-            click.echo(f"  ... and {len(failed) - 5} more", err=True)
-    if make_report:
+    click.echo(f"tasks: {len(tasks)} total, {counts[S.DONE]} done, {counts[S.FAILED]} failed, "
+               f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished")
+    click.echo(f"TTX {ttx:.2f}s, {len(tasks) / ttx:.1f} tasks/s")
+    failed = [t for t in tasks if t.state in (S.FAILED, S.CANCELED)]
+    for t in failed[:5]:
+        click.echo(f"  {t.uid} ({t.name}): {t.state}: {t.reason}", err=True)
+    if len(failed) > 5:
+        click.echo(f"  ... and {len(failed) - 5} more", err=True)
+    if interrupted or counts[S.CANCELED] or counts[S.DONE] + counts[S.FAILED] < len(tasks):
+        again = len(tasks) - counts[S.DONE] - counts[S.FAILED]
+        cmd = ["pilotfish", "run"] + (["-q"] if quiet else []) + \
+            (["--timeout", f"{timeout:g}"] if timeout is not None else []) + \
+            (["--report"] if make_report else []) + \
+            ["--resume", session.path, os.path.abspath(workload)]
+        click.echo(("interrupted: " if interrupted else "") +
+                   f"{again} task(s) did not finish; to run them (and only them), go on with:\n"
+                   f"  {' '.join(shlex.quote(c) for c in cmd)}")
+    if make_report and not interrupted:
         from .analytics.report import report_main
 
         report_main(session.path, None, as_json=False)
+    if interrupted:
+        sys.exit(130)
     if failed or counts[S.DONE] < len(tasks):
         sys.exit(1)
+
+
+RUN_STATE = "run.json"  # in the session directory: what `pilotfish run --resume` reads
+
+
+def _submit(session, tmgr, w, resume: bool) -> list:
+    """Submit the workload's tasks; returns the latest run of each, in order. On a resume,
+    the tasks the session's journal holds are matched again (what finished stays finished)
+    and each task whose latest run was CANCELED (an interrupt, a --timeout, the pilot's
+    walltime) is submitted once more; RUN_STATE keeps which task each such run is of, so a
+    later resume submits the same tasks in the same order (the journal's contract)."""
+    from . import states as S
+    from ._util import read_private, write_private
+
+    descs = w.descriptions()
+    state_path = os.path.join(session.path, RUN_STATE)
+    reruns: list[int] = []  # for each task submitted after the workload's: its index there
+    if resume:
+        try:
+            reruns = json.loads(read_private(state_path))["reruns"]
+        except FileNotFoundError:
+            reruns = []
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise BadInput(f"{state_path}: cannot read what the run submitted: "
+                           f"{getattr(e, 'strerror', None) or e}") from None
+        if not (isinstance(reruns, list) and all(type(k) is int and 0 <= k < len(descs)
+                                                 for k in reruns)):
+            raise BadInput(f"{state_path}: reruns = {_short(reruns)}: not indices of the "
+                           f"{len(descs)} tasks of {w.source}")
+    runs = tmgr.submit_tasks(descs)
+    if reruns:
+        runs += tmgr.submit_tasks([descs[k] for k in reruns])
+    latest = list(runs[:len(descs)])
+    for k, t in zip(reruns, runs[len(descs):]):
+        latest[k] = t
+    again = [k for k, t in enumerate(latest) if t.state == S.CANCELED]
+    if again:  # (first said, then submitted: the journal never holds runs this file lacks)
+        try:
+            write_private(state_path, json.dumps({"reruns": reruns + again}).encode())
+        except OSError as e:
+            raise BadInput(f"{state_path}: cannot write which tasks run again: "
+                           f"{e.strerror or e}") from None
+        for k, t in zip(again, tmgr.submit_tasks([descs[k] for k in again])):
+            latest[k] = t
+    return latest
 
 
 @main.command()
