@@ -128,3 +128,49 @@ tasks:
     # a resume of a finished run runs nothing and says all is done
     r = _run(*cmd[1:])
     assert r.returncode == 0 and "6 total, 6 done" in r.stdout, r.stdout + r.stderr
+
+
+def _bar(out):
+    """The progress bar's last line (rich writes it once when stdout is not a terminal)."""
+    return [x for x in out.splitlines() if x.startswith("tasks ") and " done " in x][-1]
+
+
+def test_walltime_one_story(tmp_path):
+    """A pilot that ends by its walltime: the bar and the summary count alike (a canceled
+    task is not "failed"), the pilot says it reached its walltime (not ACTIVE, no "cannot
+    reach pilot.0000"), and the way on is --resume."""
+    import re
+
+    wl = _workload(tmp_path, """
+pilot: {nodes: 1, cores_per_node: 2, runtime: 3s}
+tasks:
+  - {name: ok, count: 1, executable: /bin/true}
+  - {name: slow, count: 3, executable: /bin/sleep, arguments: ["60"]}
+""")
+    r = _run("run", "--sessions", str(tmp_path / "s"), wl)
+    assert r.returncode == 1, r.stdout + r.stderr
+    m = re.search(r"(\d+) done, (\d+) failed, (\d+) canceled", r.stdout)
+    done, failed, canceled = map(int, m.groups())
+    assert (done, failed + canceled) == (1, 3), r.stdout
+    assert canceled >= 1, r.stdout  # the third slow task never started
+    bar = _bar(r.stdout)
+    assert f"{done} done {failed} failed {canceled} canceled" in bar, (bar, r.stdout)
+    assert re.search(r"pilot pilot\.0000: DONE \(walltime reached\)", r.stdout), r.stdout
+    assert "ACTIVE" not in r.stdout and "cannot reach" not in r.stderr, r.stdout + r.stderr
+    assert "--resume" in r.stdout
+
+
+def test_simulated_walltime_says_so(tmp_path):
+    """A simulated pilot whose (virtual) walltime ends before its tasks: the summary says the
+    pilot reached its walltime and how many tasks did not finish, and exits 1 as `run` does."""
+    wl = _workload(tmp_path, """
+pilot: {nodes: 1, cores_per_node: 2, launcher: direct}
+tasks:
+  - {name: long, count: 10, executable: sim, duration: 10m}
+""")
+    r = _run("simulate", "--runtime", "15m", "--sessions", str(tmp_path / "s"), wl)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "walltime reached" in r.stdout, r.stdout
+    assert "did not finish" in r.stdout, r.stdout
+    (session,) = (tmp_path / "s").iterdir()
+    assert f"session {session.name}:" in r.stdout

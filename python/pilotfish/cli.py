@@ -169,6 +169,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
                 tmgr.wait_tasks(timeout=timeout)
             else:
                 wait_with_progress(tmgr, timeout=timeout)
+            _let_walltime_end(pilot, tasks)
     except KeyboardInterrupt:
         interrupted = True  # (the session closed on the way out: its tasks are canceled)
     ttx = time.time() - t0
@@ -206,6 +207,23 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         sys.exit(130)
     if failed or counts[S.DONE] < len(tasks):
         sys.exit(1)
+
+
+def _let_walltime_end(pilot, tasks) -> None:
+    """When tasks ended undone and the pilot's walltime is up, its agent is stopping on its
+    own: wait (bounded) for the pilot to end, so that the summary says why it ended rather
+    than the session closing it (and no shutdown goes to an agent already gone)."""
+    from . import states as S
+
+    if pilot.state in S.FINAL or all(t.state == S.DONE for t in tasks):
+        return
+    launched = next((t for state, t in pilot.history if state == S.LAUNCHING), None)
+    runtime = pilot.description.runtime
+    # the agent drains this long before its walltime (agent/walltime.py, drain_margin); it
+    # started after the client launched it: its drain is no earlier than this
+    margin = min(60.0, max(1.0, 0.1 * runtime))
+    if launched is not None and time.time() >= launched + runtime - margin:
+        pilot.wait(timeout=margin + 15.0)
 
 
 RUN_STATE = "run.json"  # in the session directory: what `pilotfish run --resume` reads
@@ -295,8 +313,9 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         return
     if not workload:
         raise BadInput("simulate: give a WORKLOAD file (or --fit SESSION_DIR)")
-    from .client import PilotManager, Session, TaskManager
+    from . import states as S
     from ._errors import DescriptionError, PilotfishError
+    from .client import PilotManager, Session, TaskManager
 
     w = _load_workload(workload, check_fit=False)
     if launch_model is not None:
@@ -330,10 +349,10 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         raise BadInput(str(e)) from None
     from .client.session import new_session_uid
 
-    path = os.path.join(sessions, new_session_uid("pf.sim")) if sessions else None
+    uid = new_session_uid("pf.sim")
     t0 = time.time()
     try:
-        session = Session(path=path)
+        session = Session(path=os.path.join(sessions, uid), uid=uid) if sessions else Session()
     except PilotfishError as e:
         raise BadInput(str(e)) from None
     with session:
@@ -356,15 +375,24 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
     click.echo(f"pilot: {pdesc.nodes} nodes x {pdesc.cores_per_node} cores / "
                f"{pdesc.gpus_per_node or 0} GPUs, {pdesc.partitions} partition(s), "
                f"launcher {pilot.launcher}")
+    click.echo(f"pilot {pilot.uid}: {pilot.state}" + (f" ({pilot.reason})" if pilot.reason else "")
+               + f", walltime {pdesc.runtime:g}s (virtual)")
     click.echo(f"tasks: {len(tasks)} ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))})")
+    unfinished = len(tasks) - states.get(S.DONE, 0)
     shares = a.utilization["cores"].shares
     click.echo(f"predicted TTX {a.ttx:.1f}s, RU {shares.get('exec_cmd', 0):.3f} (payload share "
                f"of the pilot's core-seconds), idle {shares.get('idle', 0):.3f}; "
                f"simulated in {wall:.2f}s of wall time")
+    if unfinished:
+        click.echo(f"{unfinished} task(s) did not finish" + (
+            f": the pilot ended first ({pilot.reason}); give it more --runtime or --nodes"
+            if pilot.reason and pilot.reason != "session closed" else ""))
     if make_report:
         from .analytics.report import report_main
 
         report_main(session.path, None, as_json=False)
+    if unfinished:
+        sys.exit(1)
 
 
 @main.command()

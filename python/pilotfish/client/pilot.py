@@ -716,7 +716,8 @@ class PilotManager:
             pilot._wanted = (final, reason)  # type: ignore[attr-defined]  # then closed is CANCELED
         self._poke.set()
         if pilot.state == S.ACTIVE:
-            self.session._bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
+            if pilot._bye is None:  # (after its bye the agent is gone: nothing to tell it)
+                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
         elif pilot._job is not None:  # not up yet: take the job away
             try:
                 pilot._job.cancel()
@@ -778,7 +779,8 @@ class PilotManager:
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye
         wanted = getattr(pilot, "_wanted", None)
-        if wanted is not None and (bye is not None or job_state != "FAILED"):
+        if wanted is not None and (bye is not None or job_state != "FAILED") and \
+                (bye is None or bye.reason == wanted[1]):  # (else it had stopped on its own)
             self._advance(pilot, wanted[0], wanted[1])  # what the user asked for
         elif bye is not None:
             self._advance(pilot, bye.state, bye.reason)  # the agent ended on its own

@@ -22,18 +22,21 @@ def wait_with_progress(tmgr: TaskCounts, timeout: float | None = None, refresh: 
     columns = [
         TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(),
         TextColumn("[green]{task.fields[done]} done[/] [red]{task.fields[failed]} failed[/] "
-                   "[yellow]{task.fields[running]} running[/] {task.fields[rate]:.0f}/s"),
+                   "{task.fields[canceled]}[yellow]{task.fields[running]} running[/] "
+                   "{task.fields[rate]:.0f}/s"),
         TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
     ]
     deadline = None if timeout is None else time.monotonic() + timeout
     t0 = time.monotonic()
     with Progress(*columns, console=console, transient=transient) as bar:
-        job = bar.add_task("tasks", total=total, done=0, failed=0, running=0, rate=0.0)
+        job = bar.add_task("tasks", total=total, done=0, failed=0, canceled="", running=0,
+                           rate=0.0)
         while True:
             final = counts[S.DONE] + counts[S.FAILED] + counts[S.CANCELED]
             elapsed = max(1e-9, time.monotonic() - t0)
             bar.update(job, completed=final, done=counts[S.DONE],
-                       failed=counts[S.FAILED] + counts[S.CANCELED],
+                       failed=counts[S.FAILED],  # (canceled: not failed, said once some are)
+                       canceled=f"[magenta]{counts[S.CANCELED]} canceled[/] " if counts[S.CANCELED] else "",
                        running=counts[S.EXECUTING], rate=final / elapsed)
             if final >= total:
                 break
