@@ -174,3 +174,32 @@ tasks:
     assert "did not finish" in r.stdout, r.stdout
     (session,) = (tmp_path / "s").iterdir()
     assert f"session {session.name}:" in r.stdout
+
+
+def test_failure_reasons_and_logs(tmp_path):
+    """The end of `run` gives each failed task's reason and how to see its output;
+    `pilotfish logs SESSION_DIR [TASK...]` shows what the tasks printed (by uid or group)."""
+    wl = _workload(tmp_path, """
+pilot: {nodes: 1, cores_per_node: 2, runtime: 10m}
+tasks:
+  - {name: ok, count: 2, executable: /bin/sh, arguments: ["-c", "echo fine {i}"]}
+  - {name: bad, count: 1, executable: /bin/sh, arguments: ["-c", "echo some output; echo broken thing >&2; exit 3"]}
+""")
+    r = _run("run", "-q", "--sessions", str(tmp_path / "s"), wl)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (session,) = (tmp_path / "s").iterdir()
+    assert "task.000002 (bad): FAILED: exit code 3" in r.stderr, r.stderr
+    assert f"pilotfish logs {session}" in r.stderr, r.stderr
+    lg = _run("logs", str(session), "task.000002")
+    assert lg.returncode == 0, lg.stdout + lg.stderr
+    assert "task.000002 (bad): FAILED" in lg.stdout
+    assert "some output" in lg.stdout and "broken thing" in lg.stdout
+    assert "fine" not in lg.stdout
+    lg = _run("logs", str(session), "ok")  # a group: each of its tasks
+    assert lg.returncode == 0 and "fine 0" in lg.stdout and "fine 1" in lg.stdout, lg.stdout
+    assert "broken" not in lg.stdout
+    lg = _run("logs", str(session))  # all of them
+    assert all(w in lg.stdout for w in ("fine 0", "fine 1", "some output", "broken thing"))
+    lg = _run("logs", str(session), "task.000009")
+    assert lg.returncode == 2 and "task.000009" in lg.stderr and "task.000000" in lg.stderr, \
+        lg.stderr

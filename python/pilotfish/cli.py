@@ -14,6 +14,7 @@ import sys
 import time
 
 import click
+import msgspec
 
 from . import __version__
 from .workload import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_SCALAR, MAX_TASKS, MAX_TEXT,
@@ -176,6 +177,8 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     if session is None:
         click.echo("interrupted before the session started: nothing ran", err=True)
         sys.exit(130)
+    if tasks:
+        _keep_outputs(session.path, tmgr.get_tasks())
     counts = {s: 0 for s in (S.DONE, S.FAILED, S.CANCELED)}
     for t in tasks:
         counts[t.state] = counts.get(t.state, 0) + 1
@@ -190,6 +193,10 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         click.echo(f"  {t.uid} ({t.name}): {t.state}: {t.reason}", err=True)
     if len(failed) > 5:
         click.echo(f"  ... and {len(failed) - 5} more", err=True)
+    if failed:
+        click.echo(f"their output: pilotfish logs {shlex.quote(session.path)} "
+                   f"{' '.join(t.uid for t in failed[:5])}{' ...' if len(failed) > 5 else ''}",
+                   err=True)
     if interrupted or counts[S.CANCELED] or counts[S.DONE] + counts[S.FAILED] < len(tasks):
         again = len(tasks) - counts[S.DONE] - counts[S.FAILED]
         cmd = ["pilotfish", "run"] + (["-q"] if quiet else []) + \
@@ -224,6 +231,48 @@ def _let_walltime_end(pilot, tasks) -> None:
     margin = min(60.0, max(1.0, 0.1 * runtime))
     if launched is not None and time.time() >= launched + runtime - margin:
         pilot.wait(timeout=margin + 15.0)
+
+
+OUTPUTS = "outputs.msgpack"  # in the session directory: what `pilotfish logs` shows
+
+
+class _Output(msgspec.Struct, array_like=True):
+    """One task's end as `pilotfish logs` shows it."""
+
+    uid: str
+    name: str | None
+    state: str
+    exit_code: int | None
+    reason: str | None
+    stdout: str | bool | None  # captured text, or the file it went to (str in *_path)
+    stderr: str | bool | None
+    stdout_path: str | None
+    stderr_path: str | None
+
+
+def _keep_outputs(path: str, tasks) -> None:
+    """Keep what each task printed (captured: task.stdout/stderr) and why it ended, in
+    <session>/OUTPUTS (0600: output may be private); a resume adds to it (a task matched from
+    the journal keeps what it printed the first time)."""
+    from ._util import read_private, write_private
+
+    file = os.path.join(path, OUTPUTS)
+    try:
+        kept = {o.uid: o for o in msgspec.msgpack.decode(read_private(file), type=list[_Output])}
+    except (OSError, msgspec.DecodeError):
+        kept = {}
+    for t in tasks:
+        d = t.description
+        old = kept.get(t.uid)
+        if old is not None and t.stdout is None and t.stderr is None and old.state == t.state:
+            continue  # (known from the journal only)
+        kept[t.uid] = _Output(t.uid, t.name, t.state, t.exit_code, t.reason, t.stdout,
+                              t.stderr, d.stdout if isinstance(d.stdout, str) else None,
+                              d.stderr if isinstance(d.stderr, str) else None)
+    try:
+        write_private(file, msgspec.msgpack.encode(list(kept.values())))
+    except OSError as e:
+        click.echo(f"cannot keep the tasks' output in {file}: {e.strerror or e}", err=True)
 
 
 RUN_STATE = "run.json"  # in the session directory: what `pilotfish run --resume` reads
@@ -393,6 +442,49 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         report_main(session.path, None, as_json=False)
     if unfinished:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("session_dir", type=_Path(exists=True, file_okay=False))
+@click.argument("task", nargs=-1)
+def logs(session_dir: str, task: tuple[str, ...]) -> None:
+    """Show what the tasks of SESSION_DIR (a `pilotfish run` session) printed, and how each
+    ended: every task, or each TASK given (a uid such as task.000003, or a group's name)."""
+    from ._util import read_private
+
+    file = os.path.join(session_dir, OUTPUTS)
+    try:
+        outs = msgspec.msgpack.decode(read_private(file), type=list[_Output])
+    except FileNotFoundError:
+        raise BadInput(f"{file}: not there -- `pilotfish run` keeps the tasks' output there when "
+                       "it ends (a session run from Python has it in task.stdout and "
+                       "task.stderr)") from None
+    except (OSError, msgspec.DecodeError) as e:
+        raise BadInput(f"{file}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    chosen = outs
+    if task:
+        by_uid = {o.uid: o for o in outs}
+        names = {o.name for o in outs}
+        missing = [x for x in task if x not in by_uid and x not in names]
+        if missing:
+            uids = sorted(by_uid)
+            have = f"{uids[0]}..{uids[-1]}" if uids else "none"
+            raise BadInput(f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task or "
+                           f"group in {session_dir} (its tasks: {have}; its groups: "
+                           f"{_short(', '.join(sorted(n or '' for n in names)), 200)})")
+        wanted = set(task)
+        chosen = [o for o in outs if o.uid in wanted or o.name in wanted]
+    for o in chosen:
+        why = o.reason or (f"exit code {o.exit_code}" if o.exit_code not in (None, 0) else "")
+        click.echo(f"== {o.uid} ({o.name}): {o.state}" + (f": {why}" if why else ""))
+        for what, text, where in (("stdout", o.stdout, o.stdout_path),
+                                  ("stderr", o.stderr, o.stderr_path)):
+            if where is not None:
+                click.echo(f"-- {what}: written to {where}" +
+                           ("" if os.path.isabs(where) else " (in the task's sandbox)"))
+            elif isinstance(text, str) and text:
+                click.echo(f"-- {what}")
+                click.echo(text, nl=not text.endswith("\n"))
 
 
 @main.command()
