@@ -189,13 +189,16 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
                f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished")
     click.echo(f"TTX {ttx:.2f}s, {len(tasks) / ttx:.1f} tasks/s")
     failed = [t for t in tasks if t.state in (S.FAILED, S.CANCELED)]
-    for t in failed[:5]:
+    # why each ended: the failed ones, and the canceled ones unless the interrupt canceled them
+    told = [t for t in failed if t.state == S.FAILED or not interrupted]
+    for t in told[:5]:
         click.echo(f"  {t.uid} ({t.name}): {t.state}: {t.reason}", err=True)
-    if len(failed) > 5:
-        click.echo(f"  ... and {len(failed) - 5} more", err=True)
-    if failed:
-        click.echo(f"their output: pilotfish logs {shlex.quote(session.path)} "
-                   f"{' '.join(t.uid for t in failed[:5])}{' ...' if len(failed) > 5 else ''}",
+    if len(told) > 5:
+        click.echo(f"  ... and {len(told) - 5} more", err=True)
+    ran = [t for t in failed if t.state == S.FAILED]
+    if ran:
+        click.echo(f"what they printed: pilotfish logs {shlex.quote(session.path)} "
+                   f"{' '.join(t.uid for t in ran[:5])}{' ...' if len(ran) > 5 else ''}",
                    err=True)
     if interrupted or counts[S.CANCELED] or counts[S.DONE] + counts[S.FAILED] < len(tasks):
         again = len(tasks) - counts[S.DONE] - counts[S.FAILED]
@@ -204,8 +207,8 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
             (["--report"] if make_report else []) + \
             ["--resume", session.path, os.path.abspath(workload)]
         click.echo(("interrupted: " if interrupted else "") +
-                   f"{again} task(s) did not finish; to run them (and only them), go on with:\n"
-                   f"  {' '.join(shlex.quote(c) for c in cmd)}")
+                   f"{again} task(s) canceled or not finished; to run them (and only them), "
+                   f"go on with:\n  {' '.join(shlex.quote(c) for c in cmd)}")
     if make_report and not interrupted:
         from .analytics.report import report_main
 

@@ -36,7 +36,8 @@ def wait_with_progress(tmgr: TaskCounts, timeout: float | None = None, refresh: 
             elapsed = max(1e-9, time.monotonic() - t0)
             bar.update(job, completed=final, done=counts[S.DONE],
                        failed=counts[S.FAILED],  # (canceled: not failed, said once some are)
-                       canceled=f"[magenta]{counts[S.CANCELED]} canceled[/] " if counts[S.CANCELED] else "",
+                       canceled=f"[magenta]{counts[S.CANCELED]} canceled[/] "
+                       if counts[S.CANCELED] else "",
                        running=counts[S.EXECUTING], rate=final / elapsed)
             if final >= total:
                 break
