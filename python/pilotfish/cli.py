@@ -33,6 +33,7 @@ WORKLOAD_EXAMPLE = """\
       count: 1000
       executable: /bin/echo
       arguments: ["task {i}"] # {i}: the task's index in its group
+      # stdout: hello.{i}.out   # a file ({i} too); by default captured: `pilotfish logs`
     - name: mpi
       count: 10
       ranks: 4
@@ -58,6 +59,7 @@ def main() -> None:
     Typical use:
       pilotfish run workload.yaml          run a workload file on a pilot, with live progress
       pilotfish validate workload.yaml     check a workload file without running it
+      pilotfish logs SESSION_DIR [TASK]    what the tasks printed, and why they ended
       pilotfish report SESSION_DIR         where every core-second went (HTML, PNG, JSON)
 
     From Python: `import pilotfish as pf` (Session, PilotManager, TaskManager, descriptions).

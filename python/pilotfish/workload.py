@@ -28,8 +28,9 @@ column and field path where known), the value shortened and the limit:
                                  submit of the whole workload encodes at once
 
 `validate` counts tasks from the groups without building them (Workload.task_count);
-`run` and `simulate` build them (Workload.descriptions), `{i}` in an argument becoming each
-task's index in its group.
+`run` and `simulate` build them (Workload.descriptions), `{i}` in an argument or a
+`stdout:`/`stderr:` path becoming each task's index in its group. Workload.check_fit checks,
+before any pilot starts, what a submit to the pilot would (the tasks fit its nodes).
 """
 
 from __future__ import annotations
