@@ -3,6 +3,7 @@
     python bench/bench_hetero.py [--seeds 3] [--first-seed 0] [--tasks 550] [--fifo]
     python bench/bench_hetero.py --plan-cost      # the planner's cost per queue size
     python bench/bench_hetero.py --null-ab 3      # null tasks: utilization vs plan, ABBA
+    python bench/bench_hetero.py --virtual --seeds 10   # the policies on a virtual clock
 
 The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
 10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
@@ -26,6 +27,10 @@ RU = busy core-seconds / (pilot cores x TTX), TTX = submit -> last task end.
 --null-ab R: 10,000 null tasks (bench_e2e.null_tasks) R times per policy, utilization and
 plan alternating ABBA in one run: tasks/s and the agent's CPU per task (the planner never runs
 on one shape; what "plan" adds there is its bookkeeping per placed task).
+
+--virtual: the agent's Scheduler over the real placer on a virtual clock (tasks end exactly
+after their seconds, planning inline as on a simulated pilot): utilization and plan, with and
+without durations, per seed -- no sleeps, no noise, no launch costs.
 
 --plan-cost: the planner's model and search on snapshots of the mix (no pilot): ms per model
 schedule and what one plan (the default budget) does, for 550 and 10,000 queued tasks on
@@ -172,6 +177,50 @@ def plan_events(sandbox: str) -> list[dict]:
     return [json.loads(d) for _, _, name, d in E.read_all_events(path) if name == E.QUEUE_PLAN]
 
 
+def virtual(tasks, policy: str, with_duration: bool) -> dict:
+    """One run of the agent's Scheduler on the real placer and a virtual clock."""
+    import heapq
+
+    from pilotfish import _core
+    from pilotfish._wire import TaskSpec
+    from pilotfish.agent.scheduler import Scheduler
+    from pilotfish.agent.tasks import AgentTask
+
+    placer = _core.Placer([CORES] * NODES, [GPUS] * NODES, [0] * NODES)
+    sched = Scheduler(placer, capacity=[(CORES, GPUS, 0)] * NODES, policy=policy,
+                      plan_sync=True)
+    ts = [AgentTask(TaskSpec(uid=f"task.{i}", executable="/bin/sleep", cores_per_rank=c,
+                             gpus_per_rank=g, duration=d if with_duration else None), i)
+          for i, (c, g, d) in enumerate(tasks)]
+    sched.add(ts, 0.0)
+    now, ends, busy = 0.0, [], 0.0
+    notes = []
+    while True:
+        for t, _ in sched.schedule(now):
+            c, _, d = tasks[t.key]
+            heapq.heappush(ends, (now + d, t.key))
+            busy += c * d
+        notes.extend(sched.plan_report())
+        if not ends:
+            break
+        now, k = heapq.heappop(ends)
+        done = [k]
+        while ends and ends[0][0] <= now:
+            done.append(heapq.heappop(ends)[1])
+        for k in done:
+            ts[k].exit_code = 0
+        sched.release(done, now)
+    out = {"ttx": round(now, 2), "ru": round(busy / (NODES * CORES * now), 3)}
+    if notes:
+        plans = [json.loads(n) for n in notes]
+        out["plans"] = {"attempts": len(plans),
+                        "planned": sum(1 for p in plans if p["why"] == "planned"),
+                        "cpu_s_mean": round(statistics.mean(p["elapsed_s"] for p in plans), 3),
+                        "cpu_s_max": round(max(p["elapsed_s"] for p in plans), 3),
+                        "tasks_mean": round(statistics.mean(p["tasks"] for p in plans))}
+    return out
+
+
 def null_ab(rounds: int) -> None:
     """10,000 null tasks per run, policies in ABBA order; medians per policy."""
     sys.path.insert(0, HERE)
@@ -227,6 +276,7 @@ def main() -> None:
     ap.add_argument("--fifo", action="store_true", help="also the fifo policy")
     ap.add_argument("--plan-cost", action="store_true", help="the planner's cost, no pilot")
     ap.add_argument("--null-ab", type=int, default=0, help="null tasks, utilization vs plan")
+    ap.add_argument("--virtual", action="store_true", help="on a virtual clock, no pilot")
     a = ap.parse_args()
     if a.plan_cost:
         plan_cost()
@@ -244,7 +294,7 @@ def main() -> None:
                "ideal": ideal(tasks), "ru_bound": ru_bound(tasks), "offline_largest_first": offline_largest_first(tasks),
                "offline_largest_first_blind": offline_largest_first(tasks, durations=False)}
         for name, policy, dur in runs:
-            row[name] = real(tasks, policy, dur)
+            row[name] = (virtual if a.virtual else real)(tasks, policy, dur)
         rows.append(row)
         print(json.dumps(row), flush=True)
     summary = {k: round(statistics.mean(r[k]["ru"] for r in rows), 3)
