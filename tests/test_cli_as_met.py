@@ -203,3 +203,28 @@ tasks:
     lg = _run("logs", str(session), "task.000009")
     assert lg.returncode == 2 and "task.000009" in lg.stderr and "task.000000" in lg.stderr, \
         lg.stderr
+
+
+def test_report_lists_failures_and_groups(tmp_path):
+    """`pilotfish report`: the failed tasks with their reasons, and the run by task group."""
+    wl = _workload(tmp_path, """
+pilot: {nodes: 1, cores_per_node: 2, runtime: 10m}
+tasks:
+  - {name: fine, count: 3, executable: /bin/true}
+  - {name: broken, count: 2, executable: /bin/sh, arguments: ["-c", "echo cause-{i} >&2; exit 3"]}
+""")
+    r = _run("run", "-q", "--sessions", str(tmp_path / "s"), wl)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (session,) = (tmp_path / "s").iterdir()
+    rep = _run("report", str(session), "--out", str(tmp_path / "rep"))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert 'id="failed-tasks"' in page and 'id="groups"' in page, page[-3000:]
+    failed = page[page.index('id="failed-tasks"'):]
+    failed = failed[:failed.index("</section>")]
+    for uid, i in (("task.000003", 0), ("task.000004", 1)):
+        assert uid in failed and f"cause-{i}" in failed and "exit code 3" in failed, failed
+    assert "task.000000" not in failed
+    groups = page[page.index('id="groups"'):]
+    groups = groups[:groups.index("</section>")]
+    assert "fine" in groups and "broken" in groups, groups

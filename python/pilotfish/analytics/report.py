@@ -207,6 +207,40 @@ def _states_table(a: Analysis) -> str:
     return _table(["Final state", "tasks", "share"], rows, "num")
 
 
+MAX_ROWS = 200  # rows of the failed-tasks and groups tables (the rest is counted)
+
+
+def _outcomes(a: Analysis) -> str:
+    """The run by task group, and the tasks that did not end DONE with why (outcomes.py)."""
+    from pilotfish.analytics import outcomes
+
+    t = a.data.tasks
+    groups = outcomes.by_group(t)
+    out = ""
+    if len(groups):
+        header = ["Group (name)", "tasks", "DONE", "FAILED", "CANCELED", "not final",
+                  "median run", "run core-seconds"]
+        rows = [[html.escape(str(name)), _num(r["tasks"]), _num(r["DONE"]), _num(r["FAILED"]),
+                 _num(r["CANCELED"]), _num(r["other"]), _s(r["median_run"]),
+                 _num(r["core_seconds"], 1)]
+                for name, r in list(groups.iterrows())[:MAX_ROWS]]
+        more = len(groups) - MAX_ROWS
+        out += ('<section id="groups"><h2>By task group</h2><p class="def">Run time: '
+                'exec_start → exec_stop of each task that ran.</p>' + _table(header, rows, "num")
+                + (f"<p>… and {more:,} more groups</p>" if more > 0 else "") + "</section>")
+    bad, total = outcomes.not_done(t, outcomes.final_reasons(a.data.path), MAX_ROWS) \
+        if len(t) else ([], 0)
+    if bad:
+        rows = [[html.escape(uid), html.escape(name), html.escape(state),
+                 "" if code is None else str(code), html.escape(why)]
+                for uid, name, state, code, why in bad]
+        more = total - len(bad)
+        out += ('<section id="failed-tasks"><h2>Tasks that did not end DONE</h2>'
+                + _table(["Task", "group", "state", "exit code", "reason"], rows)
+                + (f"<p>… and {more:,} more</p>" if more > 0 else "") + "</section>")
+    return out
+
+
 def _cards(a: Analysis) -> str:
     cores = a.utilization["cores"]
     gpus = a.utilization["gpus"]
@@ -311,6 +345,7 @@ def render_html(a: Analysis, pngs: dict[str, bytes]) -> str:
 <section><h2>Tasks by final state</h2>{_states_table(a)}</section>
 <section><h2>Pilots</h2>{_pilots_table(a)}</section>
 </div>
+{_outcomes(a)}
 {_partitions_table(a)}
 {_plans_table(a)}
 {"".join(figs[2:])}
