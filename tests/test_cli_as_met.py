@@ -94,7 +94,8 @@ def test_ctrl_c_summary_and_resume_runs_what_it_canceled(tmp_path):
     wl = _workload(tmp_path, f"""
 pilot: {{nodes: 1, cores_per_node: 3, runtime: 10m}}
 tasks:
-  - {{name: quick, count: 2, executable: /bin/sh, arguments: ["-c", "echo x >> {marks}/quick.{{i}}"]}}
+  - {{name: quick, count: 2, priority: 1, executable: /bin/sh,
+     arguments: ["-c", "echo x >> {marks}/quick.{{i}}"]}}
   - {{name: slow, count: 4, executable: /bin/sh, arguments: ["-c",
      "if [ -e {marks}/go ]; then touch {marks}/ran.{{i}}; else touch {marks}/started.{{i}}; sleep 60; fi"]}}
 """)
@@ -142,9 +143,9 @@ def test_walltime_one_story(tmp_path):
     import re
 
     wl = _workload(tmp_path, """
-pilot: {nodes: 1, cores_per_node: 2, runtime: 3s}
+pilot: {nodes: 1, cores_per_node: 2, runtime: 5s}
 tasks:
-  - {name: ok, count: 1, executable: /bin/true}
+  - {name: ok, count: 1, priority: 1, executable: /bin/true}
   - {name: slow, count: 3, executable: /bin/sleep, arguments: ["60"]}
 """)
     r = _run("run", "--sessions", str(tmp_path / "s"), wl)
