@@ -147,7 +147,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
     t0 = time.time()
     session = pilot = None
     tasks: list = []  # the latest run of each task of the workload, in order
-    interrupted = False
+    interrupted = timed_out = False
     try:
         uid = new_session_uid()
         try:
@@ -172,6 +172,7 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
                 tmgr.wait_tasks(timeout=timeout)
             else:
                 wait_with_progress(tmgr, timeout=timeout)
+            timed_out = any(t.state not in S.FINAL for t in tasks)  # (--timeout passed)
             _let_walltime_end(pilot, tasks)
     except KeyboardInterrupt:
         interrupted = True  # (the session closed on the way out: its tasks are canceled)
@@ -208,7 +209,9 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
             (["--timeout", f"{timeout:g}"] if timeout is not None else []) + \
             (["--report"] if make_report else []) + \
             ["--resume", session.path, os.path.abspath(workload)]
-        click.echo(("interrupted: " if interrupted else "") +
+        click.echo(("interrupted: " if interrupted else
+                    f"--timeout {timeout:g}s passed: " if timed_out and timeout is not None
+                    else "") +
                    f"{again} task(s) canceled or not finished; to run them (and only them), "
                    f"go on with:\n  {' '.join(shlex.quote(c) for c in cmd)}")
     if make_report and not interrupted:
