@@ -229,3 +229,18 @@ tasks:
     groups = page[page.index('id="groups"'):]
     groups = groups[:groups.index("</section>")]
     assert "fine" in groups and "broken" in groups, groups
+
+
+def test_validate_sees_the_shape_the_pilot_declares():
+    """validate checks against the node shape a pilot of the description declares at submit
+    (client/pilot.py): the two stay one rule."""
+    from pilotfish.client.pilot import _declared_shape
+    from pilotfish.descriptions import PilotDescription
+    from pilotfish.workload import declared_shape
+
+    for d in ({"nodes": 3}, {"nodes": 2, "cores_per_node": 8, "gpus_per_node": 1},
+              {"resource": "simulated", "nodes": 4, "cores_per_node": 2, "mem_per_node": 100},
+              {"resource": "slurm", "nodes": 2}, {"resource": "slurm", "nodes": 2,
+                                                  "cores_per_node": 64}):
+        pd = PilotDescription(d)
+        assert declared_shape(pd) == _declared_shape(pd), d
