@@ -277,6 +277,8 @@ def main() -> None:
     ap.add_argument("--plan-cost", action="store_true", help="the planner's cost, no pilot")
     ap.add_argument("--null-ab", type=int, default=0, help="null tasks, utilization vs plan")
     ap.add_argument("--virtual", action="store_true", help="on a virtual clock, no pilot")
+    ap.add_argument("--runs", default=None,
+                    help="only these runs, comma-separated (e.g. utilization+dur,plan+dur)")
     a = ap.parse_args()
     if a.plan_cost:
         plan_cost()
@@ -287,6 +289,8 @@ def main() -> None:
     runs = ((("fifo", "fifo", False),) if a.fifo else ()) + (
         ("utilization", "utilization", False), ("utilization+dur", "utilization", True),
         ("plan", "plan", False), ("plan+dur", "plan", True))
+    if a.runs:
+        runs = tuple(r for r in runs if r[0] in a.runs.split(","))
     rows = []
     for seed in range(a.first_seed, a.first_seed + a.seeds):
         tasks = mix(seed, a.tasks)
