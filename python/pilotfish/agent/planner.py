@@ -19,13 +19,21 @@ others move one to three tasks up to a window away; a move is kept if the model'
 is no worse), for `budget_s` of CPU time; plateau moves are kept, so it
 walks across equal makespans. It stops early after `patience` moves without improvement.
 
+Why a search of our own and not a solver (HiGHS, CP-SAT): what the agent can carry out is
+an order for its own list schedule (first fit, backfill at every end); a time-indexed MILP or
+CP model would give start times and node choices that the placer's first fit and the real
+ends would not reproduce, and would need a repair step back into an order, plus a solver
+dependency in every agent. Judging orders by the model of the scheduler itself means a plan's
+predicted makespan is what the scheduler then does (to the digit on a virtual clock), and the
+search can stop at any moment with the best order so far. (A solver was not tried here.)
+
 The answer is a plan only if the model's makespan beats the baseline by more than `margin`
 (relative: the estimates' own noise must not be what it found); else None, and the scheduler
 keeps today's order. Running out of time -- before the baseline itself was simulated (a queue
 too large for the budget) -- is also None: today's policy. Planning never blocks the agent's
 loop on a real pilot: `Planner.start` hands the snapshot to one worker thread and
-`Planner.poll` picks the answer up in a later round (the scheduler drops a plan whose tasks
-all started meanwhile). A simulated pilot plans inline (`sync=True`), so a simulation is
+`Planner.poll` picks the answer up in a later round (the scheduler drops a plan made before
+tasks arrived: it does not know them; tasks that started meanwhile simply are not waiting). A simulated pilot plans inline (`sync=True`), so a simulation is
 deterministic and `pilotfish simulate` predicts the planned schedule.
 """
 

@@ -19,10 +19,12 @@ learns each kind's duration from the tasks that ended (estimates.py: same execut
 shape; a user's `duration` always wins) and, while the queue holds more than one wave of
 hard-to-place tasks, asks the planner (planner.py) for the order to start them in: a bounded
 search judged by a model that runs the queue on expected durations. A plan ranks the waiting
-tasks it knew; heads go by (priority, aged, plan rank) -- tasks it did not know after, in the
-utilization order -- so priority and the aging bound still come first. No plan (no gain, out
-of time, durations not known yet): exactly "utilization". Real pilots plan on a worker thread
-(the loop never waits for it), simulated ones inline.
+tasks; heads go by (priority, aged, plan rank), so priority and the aging bound still come
+first, and under a plan a blocked head gets a reservation only after aging_s (the plan times
+the starts). Tasks that arrive drop the plan in force (it would start them after its own)
+until the next one, made from a snapshot that has them. No plan (no gain, out of time,
+durations not known yet): exactly "utilization". Real pilots plan on a worker thread (the
+loop never waits for it), simulated ones inline.
 
 A shape that did not fit is not retried until something is released, so a round costs
 O(shapes log shapes + placed), never O(waiting). A head blocked longer than `starvation_s`
@@ -132,7 +134,7 @@ class Scheduler:
         self._gpus_total = sum(g for _, g, _ in capacity)
         self._last_plan_at = -math.inf
         self._plan_added = True  # tasks arrived since the last snapshot
-        self.plan_notes: list = []  # planning outcomes not yet taken (take_plan_notes)
+        self.plan_notes: list = []  # planning outcomes not yet reported (plan_report)
 
     def add(self, tasks: list, now: float | None = None) -> None:
         """tasks: agent tasks with .spec, .seq, .key (state becomes WAITING); now: the
