@@ -36,6 +36,8 @@ LAUNCH_OK = "launch_ok"            # its first rank started (supervised launcher
 EXEC_STOP = "exec_stop"            # its last process ended
 LAUNCH_RETRY = "launch_retry"      # launched again: its launcher failed before it ran; detail: why
 LAUNCH_HUNG = "launch_hung"        # its launcher outlived its ranks and was killed; detail: why
+LAUNCH_PARTIAL = "launch_partial"  # some ranks started, others never did: the launch is
+                                   # stopped and the task fails (retries apply); detail: which
 RETRY = "retry"                    # run again after a failure (retries=); detail: attempt, backoff
 REQUEUE = "requeue"                # queued again (a restartable task stopped by a drain)
 

@@ -49,6 +49,10 @@ class Agent:
     def signal(self, tasks, sig):
         self.killed.extend((t.spec.uid, sig) for t in tasks)
 
+    def cancel(self, uids, reason="canceled by the user", running_state="CANCELED",
+               waiting_state="CANCELED"):
+        self.canceled = getattr(self, "canceled", []) + [(u, running_state, reason) for u in uids]
+
 
 class NoNotes:
     """Rank notes on, none arrived."""
@@ -239,6 +243,42 @@ def test_hung_launch_is_killed_after_the_grace(setup):
     assert agent.events.seen[-1][1] == "launch_hung"
     ended(t, None, 9)
     assert sup.exited([t]) == [t] and (t.exit_code, t.signal) == (3, None)
+
+
+def test_a_rank_that_never_starts_fails_the_launch_after_the_timeout(setup):
+    """Across hosts a rank may never start while the others wait for it (in MPI_Init): once
+    launch_timeout has passed since the first rank started, the task is stopped and FAILS
+    with which ranks never started -- not held until its own timeout (or for ever)."""
+    agent, sup, lm = setup
+    t = launched_task(sup, lm, ranks=3)
+    t.slots = [type("Slot", (), {"node": n})() for n in ("n1", "n2", "n2")]
+    key = t.launch.handle.key
+
+    class NotesIn:
+        def read(self):
+            return [Note("S", key, 0, 11, "n1", 1.0)]
+    lm.notes = NotesIn()
+    sup.read_notes(lm)
+    lm.notes = NoNotes()
+    first = sup._start_checks[0][0]
+    sup.tick(first - 1)
+    assert not getattr(agent, "canceled", [])
+    sup.tick(first + 0.1)
+    (uid, state, why), = agent.canceled
+    assert (uid, state) == (t.spec.uid, "FAILED")
+    assert why.startswith("launch failed: ranks 1, 2 of 3 never started (n2)"), why
+    assert [e[1] for e in agent.events.seen][-1] == "launch_partial"
+    # all ranks started in time: nothing happens
+    t2 = launched_task(sup, lm, ranks=2, n=1)
+    key2 = t2.launch.handle.key
+
+    class BothIn:
+        def read(self):
+            return [Note("S", key2, 0, 11, "n1", 1.0), Note("S", key2, 1, 12, "n2", 1.0)]
+    lm.notes = BothIn()
+    sup.read_notes(lm)
+    sup.tick(sup._start_checks[-1][0] + 1)
+    assert len(agent.canceled) == 1
 
 
 def test_canceled_launch_is_final_as_asked(setup):

@@ -52,6 +52,7 @@ import socket
 from typing import Any
 
 from .. import _events as E
+from .. import states as S
 from ..launch.base import LaunchError, SupervisedLaunchMethod
 from ..launch.rank_notes import kill_group, process_matches
 from .clock import REAL
@@ -103,6 +104,8 @@ class Supervisor:
         self.by_key: dict[str, Any] = {}  # launch key -> task (launches not yet reaped)
         self.unstarted: dict[Any, dict[str, Any]] = {}  # daemon -> {key: task}, spawn order
         self._hang_checks: list[tuple[float, int, str, Any]] = []
+        # multi-rank launches one of whose ranks started: all must have, launch_timeout later
+        self._start_checks: list[tuple[float, int, str, Any]] = []
         self._seq = 0
         self.tick_every = 1.0
         self.due = self.clock.mono() + self.tick_every
@@ -148,6 +151,11 @@ class Supervisor:
                 if not rec.started:  # the payload runs: the end of the launcher's part
                     self.events.record(t.spec.uid, E.LAUNCH_OK, n.host,
                                        n.t if n.t > 0 else self.clock.now())
+                    if t.spec.ranks > 1:
+                        self._seq += 1
+                        when = now + t.lm.launch_timeout
+                        heapq.heappush(self._start_checks, (when, self._seq, n.key, t))
+                        self.due = min(self.due, when)
                 rec.started[n.rank] = (n.host, n.value)
                 d.last_start = now
                 d.strikes = 0
@@ -264,12 +272,36 @@ class Supervisor:
             self._strike(t.lm, d, "hung or failed before running")
         if checks:
             self.due = min(self.due, checks[0][0])
+        self._check_partial(now)
         for lm in self.launchers:
             self._check_stuck(lm, now)
             lm.reap_daemons()
             kept = set(lm.daemons)
             for d in [d for d, waiting in self.unstarted.items() if not waiting and d not in kept]:
                 del self.unstarted[d]  # a DVM that is gone
+
+    def _check_partial(self, now: float) -> None:
+        """A launch some of whose ranks started and the others did not within the launch
+        timeout (across hosts, a PRRTE rank that never starts leaves the others waiting in
+        MPI_Init, holding their nodes until the task's timeout, or for ever): stopped; the
+        task fails with which ranks never started (its retries run it again)."""
+        checks = self._start_checks
+        while checks and checks[0][0] <= now:
+            _, _, key, t = heapq.heappop(checks)
+            rec = t.launch
+            if (rec is None or rec.handle is None or rec.handle.key != key or not t.running
+                    or t.kill_reason is not None or len(rec.started) >= t.spec.ranks):
+                continue
+            missing = [r for r in range(t.spec.ranks) if r not in rec.started]
+            where = sorted({t.slots[r].node for r in missing if t.slots and r < len(t.slots)})
+            why = (f"launch failed: rank{'s' if len(missing) > 1 else ''} "
+                   f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''} of "
+                   f"{t.spec.ranks} never started ({', '.join(where[:4])}) within "
+                   f"{t.lm.launch_timeout:g}s of the first ({t.lm.name})")
+            self.events.record(t.spec.uid, E.LAUNCH_PARTIAL, why)
+            self.agent.cancel([t.spec.uid], why, running_state=S.FAILED)
+        if checks:
+            self.due = min(self.due, checks[0][0])
 
     def _strike(self, lm: Any, d: Any, what: str) -> None:
         d.strikes += 1

@@ -453,7 +453,8 @@ class TaskTable:
             else:
                 state = S.FAILED
             if state == S.FAILED and t.attempt < t.spec.retries and stopping is None \
-                    and (t.kill_reason is None or t.kill_reason[1].startswith("timed out")):
+                    and (t.kill_reason is None
+                         or t.kill_reason[1].startswith(("timed out", "launch failed"))):
                 self.retry(t, now)
                 continue
             self.final(t, state, now, ran=True, outputs=outputs.get(t, (None, None)))
