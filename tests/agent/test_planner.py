@@ -222,7 +222,7 @@ def test_a_plan_never_starves_a_task_past_the_aging_bound():
 
 
 # -- simulated pilots plan the same way; the report shows it ----------------------------------
-def test_a_simulated_pilot_predicts_the_planned_schedule(session, tmp_path):
+def test_a_simulated_pilot_predicts_the_planned_schedule(session, tmp_path, monkeypatch):
     """`resource="simulated"` runs the same planner (inline on the virtual clock): seed 2 of
     the mix ends sooner than today's order would (30.19 s on the real placer, see
     test_a_plan_with_durations_beats_the_greedy_order...), and the report shows the plans
@@ -231,6 +231,7 @@ def test_a_simulated_pilot_predicts_the_planned_schedule(session, tmp_path):
     from pilotfish.analytics import analyze
     from pilotfish.analytics.report import write_report
 
+    monkeypatch.setenv("PILOTFISH_SCHEDULER", "plan")  # (opt in: the agent inherits it)
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(
         resource="simulated", nodes=NODES, cores_per_node=CORES, gpus_per_node=GPUS,

@@ -83,7 +83,8 @@ class Agent:
                       f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
                       f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})")
         # the partitions (one by default): each its nodes, placer, queue and launchers
-        policy = os.environ.get("PILOTFISH_SCHEDULER", "plan")
+        # (plan: opt in -- it gains only where durations are known, see README)
+        policy = os.environ.get("PILOTFISH_SCHEDULER", "utilization")
         self.partitions = make_partitions(self.resources, desc.get("partitions"),
                                           self.default_launcher, policy, clock)
         if len(self.partitions) > 1:
