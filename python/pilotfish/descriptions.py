@@ -1014,3 +1014,20 @@ def _unplaceable(ranks: Any, cores_per_rank: Any, gpus_per_rank: Any,
 __all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "misfit_partitions", "partition_layout", "RESOURCES",
            "LAUNCHERS", "MAX_NODES", "MAX_CORES_PER_NODE", "MAX_GPUS_PER_NODE", "MAX_TOTAL_CORES",
            "MAX_MEM_MIB", "MAX_RANKS", "MAX_DURATION_S"]
+
+
+def declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
+    """Per node (cores, GPUs, memory MiB) of a pilot of this description, as the client
+    declares it before the pilot starts (a local or simulated pilot's missing values are this
+    machine's); None where only the agent learns it (a batch resource without
+    cores_per_node). The one rule for the pilot manager and `pilotfish validate`."""
+    from ._util import machine_shape
+
+    if d.resource in ("local", "simulated"):
+        cores, gpus, mem = machine_shape()
+        return [(d.cores_per_node or cores,
+                 gpus if d.gpus_per_node is None else d.gpus_per_node,
+                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
+    if d.cores_per_node is not None:
+        return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
+    return None

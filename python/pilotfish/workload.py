@@ -50,8 +50,7 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from ._errors import DescriptionError, _printable, show
-from ._util import machine_shape
-from .descriptions import (PilotDescription, TaskDescription, misfit_partitions,
+from .descriptions import (PilotDescription, TaskDescription, declared_shape, misfit_partitions,
                            partition_layout)
 
 MAX_FILE_BYTES = 4 << 20
@@ -378,21 +377,6 @@ class Workload:
         for g in self.groups:
             out.extend(g.descriptions())
         return out
-
-
-def declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
-    """Per node (cores, GPUs, memory MiB) of a pilot of this description, as the client
-    declares it before the pilot starts (client/pilot.py's _declared_shape: a local or
-    simulated pilot's missing values are this machine's); None where only the agent learns
-    it (a batch resource without cores_per_node)."""
-    if d.resource in ("local", "simulated"):
-        cores, gpus, mem = machine_shape()
-        return [(d.cores_per_node or cores,
-                 gpus if d.gpus_per_node is None else d.gpus_per_node,
-                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
-    if d.cores_per_node is not None:
-        return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
-    return None
 
 
 def _label(name: object) -> str:

@@ -22,8 +22,8 @@ from .._journal import keeper_state
 from .._util import machine_shape, private_dir, write_private
 from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
-from ..descriptions import (PilotDescription, check_descriptions, misfit_partitions,
-                            partition_layout)
+from ..descriptions import (PilotDescription, check_descriptions, declared_shape,
+                            misfit_partitions, partition_layout)
 from .session import Session
 from .task import TaskManager
 
@@ -440,15 +440,7 @@ def _stop_stale_agent(pid: int, sandbox: str, grace: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def _declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
-    if d.resource in ("local", "simulated"):
-        cores, gpus, mem = machine_shape()
-        return [(d.cores_per_node or cores,
-                 gpus if d.gpus_per_node is None else d.gpus_per_node,
-                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
-    if d.cores_per_node is not None:
-        return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
-    return None  # learned from the agent
+_declared_shape = declared_shape  # (descriptions.py: the one rule, validate's too)
 
 
 class PilotManager:
