@@ -717,10 +717,12 @@ class TaskDescription(_Description):
 
     @property
     def cores(self) -> int:
+        """Cores of the whole task: ranks x cores_per_rank."""
         return self.ranks * self.cores_per_rank
 
     @property
     def gpus(self) -> int:
+        """GPUs of the whole task: ranks x gpus_per_rank."""
         return self.ranks * self.gpus_per_rank
 
 
@@ -888,6 +890,8 @@ class ServiceDescription(_Description):
     __slots__ = ()
 
     def check_complete(self) -> None:
+        """What only the fields together can tell (raises DescriptionError): a name, and
+        either an executable or a function (not both)."""
         values = self._values
         if values.get("name") is None:
             raise DescriptionError(self._kind, "name", None, "is required (it names the group)")

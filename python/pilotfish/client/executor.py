@@ -87,6 +87,8 @@ class Executor(cf.Executor):
 
     # -- concurrent.futures API -------------------------------------------------------------
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> cf.Future:
+        """Run fn(*args, **kwargs) as a function task on the pilots; returns a
+        concurrent.futures.Future of its result (as concurrent.futures.Executor.submit)."""
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         # (not re-checked field by field: args is a tuple and kwargs a dict of str keys by
@@ -114,6 +116,8 @@ class Executor(cf.Executor):
         return f
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Accept no more calls; wait: block until the submitted calls ended; cancel_futures:
+        cancel the calls not sent yet (as concurrent.futures.Executor.shutdown)."""
         with self._lock:
             self._shutdown = True
             if cancel_futures:

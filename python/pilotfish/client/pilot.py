@@ -203,6 +203,9 @@ class Pilot:
         return record
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
+        """Block until the pilot reaches `state` (a state or several, e.g. pf.ACTIVE) or any
+        final state (DONE, FAILED, CANCELED) -- state None: a final state only -- or until
+        `timeout` seconds passed; returns the state it is in then (`reason` says why it ended)."""
         return self._pmgr.wait_pilots([self.uid], state=state, timeout=timeout)[0]
 
     # -- elasticity --------------------------------------------------------------------------
@@ -363,6 +366,8 @@ class Pilot:
             self._resize_cond.notify_all()
 
     def cancel(self) -> None:
+        """Cancel this pilot (PilotManager.cancel_pilots): its agent stops, its running tasks
+        end CANCELED, its batch job ends. Returns at once; wait() waits."""
         self._pmgr.cancel_pilots([self.uid])
 
     def __repr__(self) -> str:
@@ -511,6 +516,8 @@ class PilotManager:
         return [p.state for p in pilots]
 
     def cancel_pilots(self, uids: Iterable[str] | str | None = None) -> None:
+        """Cancel these pilots (uids; None: all of this manager's): their agents stop, their
+        tasks end CANCELED, their batch jobs end. Returns at once; wait_pilots() waits."""
         for p in self._select(uids):
             self._shutdown(p, S.CANCELED, "canceled by the user")
 
@@ -519,6 +526,8 @@ class PilotManager:
         self._callbacks.append(cb)
 
     def get_pilots(self, uids=None) -> list[Pilot]:
+        """The Pilot objects of these uids (None: all of this manager's), in that order;
+        PilotfishError for a uid this manager does not have."""
         return self._select(uids)
 
     # -- internals --------------------------------------------------------------------------

@@ -49,6 +49,7 @@ class ServiceGroup:
     # -- the view ----------------------------------------------------------------------------
     @property
     def view(self) -> View:
+        """The group's current view: its epoch, its members (uid, node, endpoint), its hash."""
         return self._view
 
     @property
@@ -58,14 +59,17 @@ class ServiceGroup:
 
     @property
     def epoch(self) -> int:
+        """The current view's epoch: one more with every change of members."""
         return self._view.epoch
 
     @property
     def view_hash(self) -> str:
+        """A digest of the current view (clients compare it to know they agree)."""
         return self._view.hash
 
     @property
     def endpoints(self) -> list[str]:
+        """The endpoints the current view's members announced, in member order."""
         return self._view.endpoints
 
     def on_change(self, cb: Callable[["ServiceGroup", View], Any]) -> None:
@@ -96,6 +100,8 @@ class ServiceGroup:
         return self.wait(lambda v: len(v.members) >= self.target, timeout).endpoints
 
     def wait_epoch(self, epoch: int, timeout: float | None = None) -> View:
+        """Block until the group's view has reached this epoch (or a later one); returns that
+        view (timeout: seconds, as wait())."""
         return self.wait(lambda v: v.epoch >= epoch, timeout)
 
     # -- changes -----------------------------------------------------------------------------

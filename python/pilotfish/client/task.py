@@ -113,10 +113,12 @@ class Task:
 
     @property
     def name(self) -> str | None:
+        """The task's `name` from its description (None if it has none)."""
         return self.description.name
 
     @property
     def done(self) -> bool:
+        """True once the task is in a final state (DONE, FAILED or CANCELED)."""
         return self.state in S.FINAL
 
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
@@ -124,6 +126,8 @@ class Task:
         return self._tmgr.wait_tasks([self.uid], state=state, timeout=timeout)[0]
 
     def cancel(self) -> None:
+        """Cancel this task: it ends CANCELED (its processes are stopped if it runs); a task
+        already final stays as it is. Returns at once; wait() waits."""
         self._tmgr.cancel_tasks([self.uid])
 
     def __repr__(self) -> str:
@@ -171,12 +175,15 @@ class TaskManager:
 
     # -- public API -------------------------------------------------------------------------
     def add_pilots(self, pilots: PilotPort | Iterable[PilotPort]) -> None:
+        """Let this manager run tasks on these pilots (a Pilot or several): a submitted task
+        goes to the pilot where it fits and can start soonest."""
         # (a pilot, which has a uid, or an iterable of pilots)
         for p in [pilots] if isinstance(getattr(pilots, "uid", None), str) else pilots:
             self._pilots[p.uid] = p
             p._when_final(self._on_pilot_final)
 
     def list_pilots(self) -> list[str]:
+        """The uids of the pilots added to this manager."""
         return list(self._pilots)
 
     def submit_tasks(self, descriptions):
@@ -432,9 +439,11 @@ class TaskManager:
             self.session._bridge.send(pilot_uid, _wire.encode(_wire.Cancel(batch)))
 
     def get_tasks(self, uids: Iterable[str] | str | None = None) -> list[Task]:
+        """The Task objects of these uids (None: all of this manager's), in that order."""
         return self._select(uids)
 
     def list_tasks(self) -> list[str]:
+        """The uids of this manager's tasks, in submission order."""
         return [t.uid for t in self._tasks]
 
     @property
