@@ -159,12 +159,17 @@ def real(tasks, policy: str, with_duration: bool) -> dict:
            "wait_small_max": round(max(waits["small"]), 1),
            "wait_large_max": round(max(waits["large"]), 1)}
     if plans:
-        out["plans"] = {"attempts": len(plans),
-                        "planned": sum(1 for p in plans if p["why"] == "planned"),
-                        "cpu_s_mean": round(statistics.mean(p["elapsed_s"] for p in plans), 3),
-                        "cpu_s_max": round(max(p["elapsed_s"] for p in plans), 3),
-                        "tasks_mean": round(statistics.mean(p["tasks"] for p in plans))}
+        out["plans"] = plan_summary(plans)
     return out
+
+
+def plan_summary(plans: list[dict]) -> dict:
+    """Planning attempts (queue_plan details) summed up for a run's row."""
+    return {"attempts": len(plans),
+            "planned": sum(1 for p in plans if p["why"] == "planned"),
+            "cpu_s_mean": round(statistics.mean(p["elapsed_s"] for p in plans), 3),
+            "cpu_s_max": round(max(p["elapsed_s"] for p in plans), 3),
+            "tasks_mean": round(statistics.mean(p["tasks"] for p in plans))}
 
 
 def plan_events(sandbox: str) -> list[dict]:
@@ -212,12 +217,7 @@ def virtual(tasks, policy: str, with_duration: bool) -> dict:
         sched.release(done, now)
     out = {"ttx": round(now, 2), "ru": round(busy / (NODES * CORES * now), 3)}
     if notes:
-        plans = [json.loads(n) for n in notes]
-        out["plans"] = {"attempts": len(plans),
-                        "planned": sum(1 for p in plans if p["why"] == "planned"),
-                        "cpu_s_mean": round(statistics.mean(p["elapsed_s"] for p in plans), 3),
-                        "cpu_s_max": round(max(p["elapsed_s"] for p in plans), 3),
-                        "tasks_mean": round(statistics.mean(p["tasks"] for p in plans))}
+        out["plans"] = plan_summary([json.loads(n) for n in notes])
     return out
 
 

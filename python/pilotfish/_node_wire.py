@@ -15,8 +15,6 @@ from typing import Any, Union
 
 import msgspec
 
-OUTPUT_CAP = 1 << 20  # bytes of captured stdout/stderr sent back per process
-
 
 class NodeHello(msgspec.Struct, tag="hello", array_like=True):
     """node -> agent, on connecting (and again on a resync): who it is and what it holds --

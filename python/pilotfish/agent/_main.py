@@ -146,9 +146,9 @@ class Agent:
         self.nodes = None
         from .nodes import wanted as nodes_wanted
 
-        if self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
+        if nodes_wanted(desc, desc["resource"]) and self.sim:
             table.single_node_launcher = "nodes"  # modeled (simulation.py)
-        elif not self.sim and nodes_wanted(desc, desc["resource"], self.default_launcher):
+        elif nodes_wanted(desc, desc["resource"]):
             from .nodes import NodeLink
 
             opts = (desc.get("launcher_options") or {}).get("nodes", {})
@@ -158,7 +158,7 @@ class Agent:
                                   lost_after_s=float(opts.get("lost_after_s", 10.0)))
             self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes
             table.single_node_launcher = "nodes"
-            for fd in self.nodes.fds():
+            for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
         self.launchers = Launchers(self.wiring.make, self.wiring.spawn_aux, events, self.uid,
                                    clock)
@@ -260,7 +260,7 @@ class Agent:
                         sup.read_notes(lm)
             nodes = self.nodes
             if nodes is not None:
-                if any(fd in ready for fd in nodes.fds()):
+                if any(fd in ready for fd in nodes.fds):
                     nodes.on_readable()
                 if clock.real_mono() - last_tick >= 0.1:
                     nodes.tick()

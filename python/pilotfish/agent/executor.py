@@ -7,6 +7,7 @@ the launch methods, keeps the key -> (task, rank) map, and reads captured output
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal as _signal
@@ -20,7 +21,8 @@ from .ports import Runner
 from .supervisor import LaunchRecord
 from .tasks import AgentTask
 
-OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task
+OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task (node.py too)
+UNREACHABLE = -errno.EHOSTUNREACH  # a spawn result: the node's executor is lost or not up
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 
 
@@ -106,7 +108,7 @@ class TaskRunner(Runner):
                 t.running += 1
                 if profile:
                     events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
-            elif pid == -113 and t.reason is None and not t.procs and not t.rkeys:
+            elif pid == UNREACHABLE and t.reason is None and not t.procs and not t.rkeys:
                 # its node was lost before it started: it never ran, it goes back to the queue
                 t.reason = info
                 t.kill_reason = (E.REQUEUE, info)
@@ -142,7 +144,7 @@ class TaskRunner(Runner):
         for node, idx in away.items():
             why = self.nodes.spawn(node, [specs[i][:6] for i in idx])
             for i in idx:
-                results[i] = (0, node) if why is None else (-113, why)  # EHOSTUNREACH
+                results[i] = (0, node) if why is None else (UNREACHABLE, why)
         return results
 
     def _spawn_one_by_one(self, specs: list[tuple]) -> list[tuple]:
@@ -177,16 +179,11 @@ class TaskRunner(Runner):
         if away is not None:  # spawned by that node's executor: it captures the outputs
             t.out_paths = (None, None)
             t.extra_outs = 0
-            built = []
-            for p in procs:
-                env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
-                o = True if spec.stdout is True else (None if spec.stdout is False else (
-                    spec.stdout if os.path.isabs(spec.stdout) else os.path.join(cwd, spec.stdout)))
-                e = True if spec.stderr is True else (None if spec.stderr is False else (
-                    spec.stderr if os.path.isabs(spec.stderr) else os.path.join(cwd, spec.stderr)))
-                built.append((p.rank if p.rank is not None else 0, p.argv, env, cwd, o, e,
-                              False, p.node))
-            return built
+            o = True if spec.stdout is True else self._output_path(-1, spec.stdout, "out", cwd)
+            e = True if spec.stderr is True else self._output_path(-1, spec.stderr, "err", cwd)
+            return [(p.rank if p.rank is not None else 0, p.argv,
+                     [f"{k}={v}" for k, v in p.env.items()] if p.env else None, cwd, o, e,
+                     False, p.node) for p in procs]
         # A spool file from the free list is empty (read_outputs emptied every file it read):
         # the child opens it without O_TRUNC. Truncated as before: a new number (creating
         # costs more anyway), a spool kept for a retry (the failed attempt's output), and

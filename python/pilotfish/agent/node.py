@@ -31,6 +31,8 @@ import socket
 import sys
 import time
 
+from .. import _node_wire as W
+
 log = logging.getLogger("pilotfish.node")
 
 
@@ -60,28 +62,22 @@ class NodeExecutor:
                                  identity=self.node.encode(), linger=2000)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.running: dict[int, tuple[int, str | None, str | None, str | None]] = {}
+        self.running: dict[int, tuple[int, str | None, str | None]] = {}  # key -> pid, spools
         self.unacked: dict[int, tuple] = {}  # key -> exit, until the agent acknowledges it
         self.stopping: str | None = None
         self.escapees: set[int] = set()  # killed escapees not reaped yet
         self.last_heard = self.last_sent = time.monotonic()
 
     def send(self, msg) -> None:
-        from .. import _node_wire as W
-
         self.sock.send(W.encode(msg))
         self.last_sent = time.monotonic()
 
     def hello(self) -> None:
-        from .. import _node_wire as W
-
         self.send(W.NodeHello(self.node, os.getpid(), socket.gethostname(),
                               list(self.running), list(self.unacked.values())))
 
     # -- what the agent asks ------------------------------------------------------------------
     def on_frame(self, frame: bytes) -> None:
-        from .. import _node_wire as W
-
         self.last_heard = time.monotonic()
         try:
             msg = W.decode(frame)
@@ -101,8 +97,6 @@ class NodeExecutor:
             self.stopping = msg.reason
 
     def spawn(self, specs: list) -> None:
-        from .. import _node_wire as W
-
         built, keys, bad = [], [], []
         spool = os.path.join(self.dir, "spool")
         for spec in specs:
@@ -130,7 +124,7 @@ class NodeExecutor:
                         out.append((-22, f"{type(ex).__name__}: {ex}"[:300]))
             for (key, o, e), (pid, info) in zip(keys, out):
                 if pid > 0:
-                    self.running[key] = (pid, o, e, None)
+                    self.running[key] = (pid, o, e)
                 results.append((key, pid, info))
         self.send(W.Spawned(results))
 
@@ -157,9 +151,10 @@ class NodeExecutor:
         only while it has tasks of its own."""
         from .containment import marked
 
+        own = {r[0] for r in self.running.values()}
         for pids in marked(self.sandbox, "PILOTFISH_TASK_UID", uids).values():
             for pid in pids:
-                if pid in self._own_pids():
+                if pid in own:
                     continue  # a task process itself: the core reaps it
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -181,9 +176,6 @@ class NodeExecutor:
                 except ChildProcessError:
                     pass
 
-    def _own_pids(self) -> set[int]:
-        return {r[0] for r in self.running.values()}
-
     def reap_escapees(self) -> None:
         for pid in list(self.escapees):
             try:
@@ -195,8 +187,8 @@ class NodeExecutor:
 
     # -- exits --------------------------------------------------------------------------------
     def reap(self) -> None:
-        from .. import _node_wire as W
         from .._core import read_outputs
+        from .executor import OUTPUT_CAP
 
         exits = self.core.reap()
         if not exits:
@@ -210,7 +202,7 @@ class NodeExecutor:
             paths.append((r[1], r[2]))
         if not ended:
             return
-        texts = read_outputs(paths, W.OUTPUT_CAP) if any(o or e for o, e in paths) else \
+        texts = read_outputs(paths, OUTPUT_CAP) if any(o or e for o, e in paths) else \
             [(None, None, True)] * len(paths)
         for row, (o, e), (so, se, _ok) in zip(ended, paths, texts):
             row[8], row[9] = so, se
@@ -226,8 +218,6 @@ class NodeExecutor:
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
         import zmq
-
-        from .. import _node_wire as W
 
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)

@@ -77,6 +77,7 @@ class NodeLink:
         self._monitor = self.sock.get_monitor_socket(
             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
             | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        self.fds = (self.sock, self._monitor)  # what the agent's poller watches
         self.beat_s = beat_s
         self.lost_after_s = lost_after_s
         self.deadline_epoch = deadline_epoch
@@ -187,9 +188,6 @@ class NodeLink:
             self.exits.append(tuple(r[:8]) + (None,))
             if r[8] is not None or r[9] is not None:
                 self.outputs[key] = (r[8], r[9])
-
-    def fds(self) -> list:
-        return [self.sock] + ([self._monitor] if self._monitor is not None else [])
 
     # -- to the executors ----------------------------------------------------------------------
     def spawn(self, name: str, specs: list[tuple]) -> str | None:
@@ -302,18 +300,11 @@ class NodeLink:
                 p.placer.place_batch([FENCE_KEY0 + self._fences], [1], [cores], [gpus],
                                      [mem], node_hint=[i])
 
-    def lost_nodes(self) -> list[str]:
-        return [n.name for n in self.nodes.values() if n.lost is not None]
-
     def take(self) -> tuple[list[tuple], list[tuple]]:
         """(spawn results, exits) sent since the last call."""
         s, e = self.spawned, self.exits
         self.spawned, self.exits = [], []
         return s, e
-
-    def running_on(self, name: str) -> int:
-        node = self.nodes.get(name)
-        return len(node.keys) if node is not None else 0
 
     def stop(self, reason: str, starter: Any = None) -> None:
         """Stop the executors this starter started (None: all); they leave the pilot (what
@@ -334,7 +325,7 @@ class NodeLink:
         self.sock.close(0)
 
 
-def wanted(desc: dict, resource: str, default_launcher: str) -> bool:
+def wanted(desc: dict, resource: str) -> bool:
     """Does this pilot run its single-node tasks through node executors? On a batch pilot
     whose nodes are other hosts (Slurm, whose srun starts them), unless the description or
     PILOTFISH_NODE_EXECUTORS=0 turns them off; on a simulated pilot only when asked
