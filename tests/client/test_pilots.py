@@ -151,3 +151,29 @@ def test_canceled_then_closed_pilot_stays_canceled(tmp_path):
         assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
         pmgr.cancel_pilots()
     assert (pilot.state, pilot.reason) == (pf.CANCELED, "canceled by the user")
+
+
+def test_nodes_right_after_submit_wait_until_known(session):
+    """pilot.nodes straight after submit_pilots gives the nodes (it waits for the agent),
+    not [] (issue 30, item 5), also from a callback of the LAUNCHING state; a pilot that
+    fails before its agent runs says so and why."""
+    pmgr = pf.PilotManager(session)
+    in_cb = []
+
+    def cb(pilot, state):
+        if state == pf.LAUNCHING:
+            in_cb.append(len(pilot.nodes))
+
+    pmgr.register_callback(cb)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=3, cores_per_node=4, runtime="5m"))
+    nodes = pilot.nodes
+    assert [n.cores for n in nodes] == [4, 4, 4]
+    assert pilot.state == pf.ACTIVE
+    assert in_cb == [3]
+    bad = pmgr.submit_pilots(pf.PilotDescription(nodes=1, runtime="5m",
+                                                 sandbox="/proc/no-such-dir"))
+    with pytest.raises(pf.PilotfishError, match="FAILED before its agent ran"):
+        bad.nodes
+    pmgr.cancel_pilots(pilot.uid)
+    assert pilot.wait(timeout=30) == pf.CANCELED
+    assert [n.cores for n in pilot.nodes] == [4, 4, 4]  # still known after the end

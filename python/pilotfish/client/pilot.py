@@ -40,7 +40,7 @@ class Pilot:
         self.state = S.NEW
         self.history: list[tuple[str, float]] = []
         self.reason: str | None = None
-        self.nodes: list[_wire.NodeInfo] = []
+        self._nodes: list[_wire.NodeInfo] = []  # what the agent said (Hello, Resized)
         self.launcher: str | None = None
         self._pmgr = pmgr
         self._job: BatchJob | None = None
@@ -61,6 +61,27 @@ class Pilot:
         self._n_grown = 0
         self._resized: dict[str, _wire.Resized] = {}
         self._resize_cond = threading.Condition()
+
+    @property
+    def nodes(self) -> list[_wire.NodeInfo]:
+        """The pilot's nodes (name, cores, gpus, mem MiB), grown ones included. They are known
+        once the agent runs (the pilot is ACTIVE): right after submit_pilots this waits for
+        that -- bound the wait with `pilot.wait(pf.ACTIVE, timeout=...)` first. Raises
+        PilotfishError, with the pilot's reason, if it ended before its agent ran; and inside a
+        pilot or task callback (which runs on the thread that would bring the nodes) if they
+        are not known yet, instead of waiting for ever."""
+        if self._nodes:
+            return self._nodes
+        if self.state not in S.FINAL:
+            if threading.current_thread().name == "pilotfish-bridge":
+                raise PilotfishError(f"{self.uid} is {self.state}: its nodes are known once it "
+                                     f"is ACTIVE (a callback cannot wait for that: it would "
+                                     f"block the thread that brings them)")
+            self.wait([S.ACTIVE])
+        if not self._nodes:
+            raise PilotfishError(f"{self.uid} ended {self.state} before its agent ran, so its "
+                                 f"nodes were never known: {self.reason or 'no reason given'}")
+        return self._nodes
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None:
@@ -314,7 +335,7 @@ class Pilot:
         covered = {n.name for u in out for n in self._grown[u][0]}
         unknown = sorted(wanted - covered)
         if unknown:
-            own = {n.name for n in self.nodes}
+            own = {n.name for n in self._nodes}
             raise DescriptionError("Pilot.shrink", "nodes", unknown,
                                    "are the pilot's own nodes (its batch job's): only grown "
                                    "nodes are given back" if set(unknown) <= own else
@@ -358,7 +379,7 @@ class Pilot:
                 del self._grown[msg.unit]
                 if unit[1] is not None:
                     _cancel_quietly(unit[1])
-            self.nodes = list(msg.nodes)
+            self._nodes = list(msg.nodes)
             self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             self._pmgr.session.events.record(self.uid, E.PILOT_NODES, str(len(msg.nodes)), msg.t)
         with self._resize_cond:
@@ -690,7 +711,7 @@ class PilotManager:
             self.session.router.unwatch(pilot.uid)  # answered: no more asking
             return
         if isinstance(msg, _wire.Hello):
-            pilot.nodes = msg.nodes
+            pilot._nodes = msg.nodes
             pilot.launcher = msg.launcher
             pilot._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             info_path = os.path.join(pilot.sandbox, "pilot.json")
