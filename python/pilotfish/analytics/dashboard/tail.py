@@ -1,0 +1,184 @@
+"""Incremental readers of a session's append-only files: only the bytes appended since the
+last read are read and decoded.
+
+Both the events files (client.events, <pilot>/agent.events: EventWriter frames) and the
+client's journal are sequences of frames, a u32 little-endian length and a msgpack payload
+(see pilotfish._events and pilotfish._journal). A `FrameTail` keeps, per file, the byte
+offset up to which it has read; each `read()` returns the complete frames appended since,
+and keeps a frame still being written (its length runs past the end of the file) as pending
+bytes, completed by the next read -- never re-read, never decoded half. `bytes_read` counts
+every byte read from the file, so a test can check that nothing is read twice.
+
+Events are decoded in columns by the vectorized parser of pilotfish.analytics._load (the
+same one `pilotfish report` uses; exact, with its msgspec fallback), chunk by chunk:
+`decode_events` yields `EventBatch`es whose strings (uids, names) are small per-batch tables,
+so a million-task file costs no Python object per event.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import msgspec
+import numpy as np
+
+from pilotfish.analytics import _load
+
+_READ_MAX = 64 << 20          # bytes read per call at most (a large finished file: in steps)
+_decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
+
+
+class FrameTail:
+    """One append-only file of frames, read from where the last read stopped.
+
+    The file is opened without following a symbolic link. A file that shrinks or is replaced
+    (another inode) is not read again from its start (that would count its events twice):
+    `problem` says so and reading stops."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0            # bytes of whole frames consumed
+        self.pending = b""         # the start of a frame still being written
+        self.bytes_read = 0
+        self.reads = 0
+        self.problem: str | None = None
+        self._ino: int | None = None
+
+    def read(self, limit: int = _READ_MAX) -> bytes:
+        """The complete frames appended since the last call (up to about `limit` bytes; call
+        again while it returns data). b"" if none, or if the file is not there (yet)."""
+        if self.problem is not None:
+            return b""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return b""
+        except OSError as e:
+            self.problem = f"cannot open it: {e.strerror}"
+            return b""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.problem = "is not a regular file"
+                return b""
+            start = self.offset + len(self.pending)
+            if self._ino is None:
+                self._ino = st.st_ino
+            elif st.st_ino != self._ino or st.st_size < start:
+                self.problem = (f"was replaced or truncated (now {st.st_size} bytes, "
+                                f"{start} read before): not read again")
+                return b""
+            want = min(st.st_size - start, max(limit, 4))
+            if want <= 0:
+                return b""
+            new = os.pread(fd, want, start)
+        finally:
+            os.close(fd)
+        self.reads += 1
+        self.bytes_read += len(new)
+        data = self.pending + new if self.pending else new
+        end = whole_frames(data)  # (a frame longer than limit: the next reads complete it)
+        self.pending = data[end:]
+        self.offset += end
+        return data[:end]
+
+
+def whole_frames(data: bytes) -> int:
+    """Length of the prefix of `data` made of whole frames."""
+    pos, n = 0, len(data)
+    while pos + 4 <= n:
+        end = pos + 4 + int.from_bytes(data[pos:pos + 4], "little")
+        if end > n:
+            break
+        pos = end
+    return pos
+
+
+@dataclass
+class EventBatch:
+    """Some consecutive events of one file, as columns. uid and name are codes into the
+    batch's own tables `uid_texts` and `names` (uid_texts is decoded on demand: `uid_text`);
+    details are kept for the names asked for: row -> text."""
+    t: np.ndarray
+    uid: np.ndarray
+    name: np.ndarray
+    names: list[str]
+    n_uids: int
+    details: dict[int, str]
+    _texts: object  # callable(codes) -> list[str]
+
+    def uid_texts(self, codes: np.ndarray) -> list[str]:
+        return self._texts(codes)
+
+
+def decode_events(data: bytes, detail_names: set[str]) -> Iterator[EventBatch]:
+    """The events of `data` (whole EventWriter frames), in batches of about 512 KiB."""
+    if not data:
+        return
+    frames = _load._frames(data)
+    if len(data) < _load._SMALLEST_EVENT_FILE:
+        yield from _decode_slow(data, frames, detail_names)
+        return
+    fb = _load._Bytes(data)
+    i = 0
+    while i < len(frames):
+        j, size = i, 0
+        while j < len(frames) and (size == 0 or
+                                   size + frames[j].end - frames[j].payload <= _load._CHUNK_BYTES):
+            size += frames[j].end - frames[j].payload + 4
+            j += 1
+        try:
+            ch = _load._parse_chunk(fb, frames[i:j], detail_names)
+        except _load._KeyCollision:  # (astronomically rare): this chunk the exact slow way
+            yield from _decode_slow(data, frames[i:j], detail_names)
+            i = j
+            continue
+        i = j
+        table = ch.uid_table
+
+        def texts(codes, fb=fb, table=table):
+            codes = np.asarray(codes, dtype=np.int64)
+            return _load._texts(fb, table.start[codes], table.length[codes])
+
+        details = {int(r): d for r, d in zip(ch.detail_rows.tolist(), ch.details)}
+        yield EventBatch(ch.t, ch.uid, ch.name, ch.name_texts, len(table.k1), details, texts)
+        if ch.slow_frames:
+            yield from _decode_slow(data, ch.slow_frames, detail_names)
+
+
+def _decode_slow(data: bytes, frames, detail_names: set[str]) -> Iterator[EventBatch]:
+    """msgspec decoding of whole frames (what read_events does), as one batch."""
+    events = []
+    for f in frames:
+        if f.count != 0:
+            events.extend(_decode_frame(data[f.payload:f.end]))
+    if not events:
+        return
+    t, uids, names, det = zip(*events)
+    uid_index: dict[str, int] = {}
+    name_index: dict[str, int] = {}
+    u = np.fromiter((uid_index.setdefault(x, len(uid_index)) for x in uids), np.int32, len(uids))
+    nm = np.fromiter((name_index.setdefault(x, len(name_index)) for x in names), np.int32,
+                     len(names))
+    uid_list = list(uid_index)
+    details = {k: d for k, (d, m) in enumerate(zip(det, names))
+               if d is not None and m in detail_names}
+    yield EventBatch(np.asarray(t, np.float64), u, nm, list(name_index), len(uid_list), details,
+                     lambda codes: [uid_list[c] for c in np.asarray(codes).tolist()])
+
+
+def decode_journal(data: bytes) -> Iterator[list]:
+    """The records of whole journal frames (each frame: a msgpack array of records)."""
+    pos, n = 0, len(data)
+    while pos + 4 <= n:
+        end = pos + 4 + int.from_bytes(data[pos:pos + 4], "little")
+        try:
+            recs = msgspec.msgpack.decode(data[pos + 4:end])
+        except msgspec.DecodeError:
+            recs = []  # damage: the client's resume names it; the dashboard reads past it
+        pos = end
+        if isinstance(recs, list):
+            yield from (r for r in recs if isinstance(r, list) and r)
