@@ -11,19 +11,22 @@
     tmgr.wait_tasks()
     session.close(download=True)
 
-What differs from RP, and why, is in docs/rp.md: functions run as pilotfish function tasks
-(no RAPTOR masters), `runtime` in minutes as in RP, staging defaults as in RP (TRANSFER), a sandbox
-per task, resource labels from a small table (rp.add_resource for sites).
+What differs from RP, and why, is in docs/rp.md: RAPTOR masters' calls run on pilotfish's
+function workers (raptor.py), `runtime` in minutes as in RP, staging defaults as in RP
+(TRANSFER), a sandbox per task, resource labels from a small table (rp.add_resource for sites).
 """
 
+from . import raptor, states
 from ._api import (PILOT_STATE, SCHEDULER_BACKFILLING, SCHEDULER_DEFAULT,
-                   SCHEDULER_ROUND_ROBIN, TASK_STATE, Pilot, PilotManager, Session, Task,
-                   TaskManager)
-from ._describe import (COPY, CREATE_PARENTS, CUDA, DEFAULT_FLAGS, LINK, MOVE, MPI, POSIX,
-                        RECURSIVE, SKIP_FAILED, TARBALL, TASK_EVAL, TASK_EXEC,
-                        TASK_EXECUTABLE, TASK_FUNCTION, TASK_METHOD, TASK_PROC, TASK_SERVICE,
-                        TASK_SHELL, TRANSFER, OpenMP, PilotDescription, PythonTask,
-                        TaskDescription)
+                   SCHEDULER_ROUND_ROBIN, TASK_STATE, Pilot, PilotManager, Raptor,
+                   RaptorMaster, RaptorWorker, Session, Task, TaskManager)
+from ._describe import (AGENT_SERVICE, COPY, CREATE_PARENTS, CUDA, DEFAULT_ACTION,
+                        DEFAULT_FLAGS, DEFAULT_PRIORITY, DOWNLOAD, FUNC, GPU, GPU_MPI, LINK,
+                        MOVE, MPI, NON_FATAL, POSIX, RAPTOR_MASTER, RAPTOR_WORKER, RECURSIVE,
+                        SERIAL, SKIP_FAILED, TARBALL, TASK_EVAL, TASK_EXEC, TASK_EXECUTABLE,
+                        TASK_FUNC, TASK_FUNCTION, TASK_METH, TASK_METHOD, TASK_PROC,
+                        TASK_SERVICE, TASK_SHELL, TRANSFER, GPU_OpenMP, OpenMP,
+                        PilotDescription, PythonTask, TaskDescription, pythontask)
 from ._resources import RESOURCES, add_resource
 from ._states import (AGENT_EXECUTING, AGENT_EXECUTING_PENDING, AGENT_SCHEDULING,
                       AGENT_SCHEDULING_PENDING, AGENT_STAGING_INPUT,
@@ -35,6 +38,7 @@ from ._states import (AGENT_EXECUTING, AGENT_EXECUTING_PENDING, AGENT_SCHEDULING
                       TMGR_STAGING_OUTPUT, TMGR_STAGING_OUTPUT_PENDING)
 from .._errors import DescriptionError, PilotfishError
 
+WAIT_QUEUE_SIZE = "WAIT_QUEUE_SIZE"  # (a callback metric RP never fires)
 version = "pilotfish.rp (RADICAL-Pilot API subset)"
 
 __all__ = [name for name in dir() if not name.startswith("_")]

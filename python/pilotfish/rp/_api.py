@@ -20,7 +20,9 @@ from .. import states as S
 from .._errors import PilotfishError
 from .._paths import TASKS_DIR
 from . import _states as RS
-from ._describe import PilotDescription, TaskDescription, staging
+from .._errors import DescriptionError
+from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EXECUTABLE, PilotDescription,
+                        TaskDescription, staging)
 
 log = logging.getLogger("pilotfish.rp")
 
@@ -36,7 +38,17 @@ def _listify(x):
     return (x, True) if isinstance(x, (list, tuple)) else ([x], False)
 
 
+def _bulk() -> bool:
+    """RADICAL_PILOT_BULK_CB (RP's switch, read when a callback is registered): callbacks
+    get a list of objects, cb([objs]) or cb([objs], cb_data), without the state."""
+    return os.environ.get("RADICAL_PILOT_BULK_CB", "").lower() in ("true", "yes", "1")
+
+
 def _callback(cb: Callable, cb_data: Any) -> Callable:
+    if _bulk():  # (pilotfish reports each change as it comes: a list of one)
+        if not cb_data:
+            return lambda obj, state: cb([obj])
+        return lambda obj, state: cb([obj], cb_data)
     if not cb_data:  # RP passes cb_data only when it is truthy
         return cb
     return lambda obj, state: cb(obj, state, cb_data)
@@ -105,6 +117,7 @@ class Pilot:
         self.description = description
         self.uid = pf_pilot.uid
         self.resource = description.get("resource")
+        self._tmgr: "TaskManager | None" = None  # the first TaskManager it was added to
         self._ready = threading.Event()  # environments prepared and services running
         self._problem: str | None = None
         self._services: list = []
@@ -146,6 +159,13 @@ class Pilot:
 
     def cancel(self) -> None:
         self._pf.cancel()
+
+    def submit_raptors(self, descriptions) -> list:
+        """RP's pilot.submit_raptors: RAPTOR masters (mode rp.RAPTOR_MASTER) on this pilot,
+        through the TaskManager it was added to; a list of rp.RaptorMaster tasks."""
+        if self._tmgr is None:
+            raise RuntimeError("pilot is not attached to a task manager, yet")
+        return self._tmgr.submit_raptors(descriptions, self.uid)
 
     def stage_in(self, directives) -> list[str]:
         """RP's pilot.stage_in: client files into the pilot's shared space (pilot:///)."""
@@ -312,21 +332,24 @@ class PilotManager:
 
 class Task:
     """An RP task: uid, name, state (RP's names), exit_code, stdout, stderr, pilot, sandbox,
-    description, return_value (None: no function tasks), exception, exception_detail."""
+    task_sandbox, description, return_value, exception, exception_detail, output_files,
+    as_dict."""
 
-    __slots__ = ("_pf", "uid", "description", "tmgr")
+    __slots__ = ("_pf", "uid", "description", "tmgr", "_ofiles")
 
     def __init__(self, tmgr: "TaskManager", pf_task, description: TaskDescription, uid: str):
         self._pf = pf_task
         self.uid = uid
         self.description = description
         self.tmgr = tmgr
+        self._ofiles: list[str] | None = None
 
     name = property(lambda self: self.description.get("name") or self._pf.name)
     state = property(lambda self: RS.TASK_STATE[self._pf.state])
     exit_code = property(lambda self: self._pf.exit_code)
     pilot = property(lambda self: self._pf.pilot)
     return_value = property(lambda self: self._pf.result)
+    origin = property(lambda self: "client")
 
     @property
     def sandbox(self) -> str | None:
@@ -339,6 +362,47 @@ class Task:
     def task_sandbox(self) -> str | None:
         sb = self.sandbox
         return None if sb is None else f"file://localhost{sb}/"
+
+    @property
+    def pilot_sandbox(self) -> str | None:
+        p = self.tmgr._pf._pilots.get(self._pf.pilot)
+        return None if p is None else f"file://localhost{p.sandbox}/"
+
+    @property
+    def session_sandbox(self) -> str:
+        return f"file://localhost{self.tmgr.session.path}/"
+
+    @property
+    def client_sandbox(self) -> str:
+        return os.getcwd()
+
+    @property
+    def output_files(self) -> list[str] | None:
+        """RP's list of the files the task made in its sandbox: what is there once it ended,
+        less what input staging put there and RP's own `<uid>.*` files, sorted (RP takes
+        the difference around the run; files a MOVE took away are listed too). None before
+        the task ends."""
+        if self._pf.state not in S.FINAL:
+            return None
+        if self._ofiles is None:
+            sb = self.sandbox
+            try:
+                now = set(os.listdir(sb)) if sb else set()
+            except OSError:
+                now = set()
+            staged = set()
+            for d in staging(self.description.get("input_staging") or [], "input_staging",
+                             lambda f, w: ValueError(w)):
+                tgt = d.get("target") or os.path.basename(d["source"].rstrip("/"))
+                staged.add(tgt.split("://", 1)[-1].lstrip("/").split("/")[0])
+            for d in staging(self.description.get("output_staging") or [], "output_staging",
+                             lambda f, w: ValueError(w)):
+                if d["action"] == "move":
+                    now.add(d["source"].split("://", 1)[-1].lstrip("/").split("/")[0])
+            self._ofiles = sorted(f for f in now - staged
+                                  if not f.startswith(self.uid + ".") and
+                                  not f.startswith(".raptor_stop"))
+        return self._ofiles
 
     def _output(self, which: str) -> str | None:
         captured = getattr(self._pf, which)
@@ -377,13 +441,124 @@ class Task:
         self.tmgr.cancel_tasks(self.uid)
 
     def as_dict(self) -> dict:
-        return {"uid": self.uid, "name": self.name, "state": self.state,
-                "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-                "pilot": self.pilot, "sandbox": self.sandbox,
-                "description": dict(self.description)}
+        """RP's task dict: type, tmgr, uid, name, state, origin, exit_code, stdout, stderr,
+        return_value, exception, exception_detail, pilot, endpoint_fs, resource_sandbox,
+        session_sandbox, pilot_sandbox, task_sandbox, client_sandbox, info, slots,
+        partition, description (a copy)."""
+        pf = self._pf
+        return {"type": "task", "tmgr": self.tmgr.uid, "uid": self.uid, "name": self.name,
+                "state": self.state, "origin": self.origin, "exit_code": self.exit_code,
+                "stdout": self.stdout, "stderr": self.stderr,
+                "return_value": self.return_value, "exception": self.exception,
+                "exception_detail": self.exception_detail, "pilot": self.pilot,
+                "endpoint_fs": "file://localhost/",
+                "resource_sandbox": self.pilot_sandbox and
+                f"file://localhost{os.path.dirname(self.pilot_sandbox[16:].rstrip('/'))}/",
+                "session_sandbox": self.session_sandbox,
+                "pilot_sandbox": self.pilot_sandbox, "task_sandbox": self.task_sandbox,
+                "client_sandbox": self.client_sandbox,
+                "info": self.description.get("metadata"),
+                "slots": [dict(node=s.node, cores=list(s.cores), gpus=list(s.gpus))
+                          for s in pf.slots] if getattr(pf, "slots", None) else None,
+                "partition": getattr(pf, "partition", None),
+                "description": dict(self.description), "sandbox": self.sandbox}
 
     def __repr__(self) -> str:
         return f"<rp.Task {self.uid} {self.state}>"
+
+
+class RaptorTask(Task):
+    """A task run by a RAPTOR master's workers, its results as RP's raptor fills them:
+    exit_code 0 / a process's own code / 1, exception as repr() text, exception_detail
+    the traceback."""
+
+    __slots__ = ()
+    origin = property(lambda self: "raptor" if self.tmgr is None else "client")
+
+    def _exc(self):
+        return self._pf.exception if self._pf.state == S.FAILED else None
+
+    @property
+    def exit_code(self):
+        st = self._pf.state
+        if st == S.DONE:
+            return 0 if self._pf.exit_code is None else self._pf.exit_code
+        if st not in S.FINAL:
+            return None
+        from .raptor import TaskExit
+
+        e = self._exc()
+        if isinstance(e, TaskExit):
+            return e.code
+        return 1
+
+    @property
+    def exception(self):
+        e = self._exc()
+        if self._pf.state != S.FAILED:
+            return None
+        return repr(e) if e is not None else f"RuntimeError({self._pf.reason!r})"
+
+    @property
+    def exception_detail(self):
+        if self._pf.state != S.FAILED:
+            return None
+        e = self._exc()
+        cause = getattr(e, "__cause__", None)
+        return str(cause) if cause is not None else self._pf.reason
+
+    @property
+    def return_value(self):
+        return self._pf.result if self._pf.state == S.DONE else None
+
+
+def _raptor_handle_class():
+    from .raptor import Master  # noqa: F401 -- (import order)
+
+    class RaptorMaster(Task):
+        """RP's Raptor (RaptorMaster) task: submit_workers, submit_tasks, rpc; its state is
+        its master task's (AGENT_EXECUTING until rpc('stop'), then DONE)."""
+
+        __slots__ = ("_raptor",)
+
+        def submit_workers(self, descriptions) -> list:
+            """Workers for this master (mode rp.RAPTOR_WORKER): rp Tasks whose state is
+            the master's. They set the worker class and the shapes of calls this master
+            takes; the calls run on pilotfish's function workers."""
+            return self._raptor.add_workers(descriptions)
+
+        def submit_tasks(self, descriptions):
+            descs, many = _listify(descriptions)
+            for td in descs:
+                td["raptor_id"] = self.uid
+            out = self.tmgr.submit_tasks(descs)
+            return out if many else out[0]
+
+        def rpc(self, cmd: str, *args, **kwargs):
+            """What RP's default master answers: 'stop' (the master ends DONE, its
+            unfinished tasks are canceled); other commands are ignored (None), as there."""
+            if self._pf.pilot is None:
+                raise RuntimeError("not assigned to a pilot yet, cannot run rpc")
+            return self._raptor.rpc(cmd, *args, **kwargs)
+
+        @property
+        def master(self):
+            """The rp.raptor.Master (or subclass) instance whose hooks serve this raptor."""
+            return self._raptor.master
+
+        @property
+        def workers(self) -> list:
+            return list(self._raptor.workers)
+
+        def __repr__(self) -> str:
+            return f"<rp.RaptorMaster {self.uid} {self.state}>"
+
+    return RaptorMaster
+
+
+RaptorMaster = _raptor_handle_class()
+Raptor = RaptorMaster
+RaptorWorker = Task
 
 
 class TaskManager:
@@ -401,6 +576,12 @@ class TaskManager:
         self._lock = threading.Lock()
         self._during_setup = False
         self.uid = uid or "tmgr.0000"
+        self._raptors: dict = {}  # raptor uid -> _raptor.RaptorState
+        # id(pf description) -> (RaptorState, rp description, waiter) of a master's own
+        # tasks: not the client's (no rp Task in this manager), their ends go to the master
+        self._hidden: dict[int, tuple] = {}
+        self._n_raptors = 0
+        self._relaying = False
 
     def _user_uid(self, key: int, uid: str) -> str:
         """The uid the user gave the RP description of pf description `key`, else uid."""
@@ -412,7 +593,14 @@ class TaskManager:
             task = self._by_pf.get(t.uid)
             if task is None:
                 key = id(t.description)
-                task = Task(self, t, self._rp_desc[key], self._user_uid(key, t.uid))
+                d = self._rp_desc[key]
+                if d.get("mode") == RAPTOR_MASTER:
+                    task = RaptorMaster(self, t, d, self._user_uid(key, t.uid))
+                    task._raptor = self._raptors[task.uid]
+                    task._raptor.handle = task
+                else:
+                    cls = RaptorTask if d.get("raptor_id") else Task
+                    task = cls(self, t, d, self._user_uid(key, t.uid))
                 self._tasks[task.uid] = task
                 self._by_pf[t.uid] = task
             return task
@@ -439,6 +627,8 @@ class TaskManager:
             if p.uid in self._pilots:
                 raise ValueError(f"pilot {p.uid} was added already")
             self._pilots[p.uid] = p
+            if p._tmgr is None and not self._during_setup:
+                p._tmgr = self
         self._pf.add_pilots([p._pf for p in sel])
 
     def list_pilots(self) -> list[str]:
@@ -448,9 +638,11 @@ class TaskManager:
         return list(self._pilots.values())
 
     def submit_tasks(self, descriptions):
+        """RP's submit_tasks: executables (and function tasks) to the pilots, RAPTOR tasks
+        (raptor_id set, or through raptor.submit_tasks) to their master, RAPTOR_MASTER
+        descriptions to submit_raptors; one list back, in order."""
         descs, many = _listify(descriptions)
         rp_descs = [d if isinstance(d, TaskDescription) else TaskDescription(d) for d in descs]
-        pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]
         given: set[str] = set()
         for i, d in enumerate(rp_descs):
             uid = d.get("uid")
@@ -458,6 +650,15 @@ class TaskManager:
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
             if uid is not None:
                 given.add(uid)
+        if any(d.get("raptor_id") or d.get("mode") in (RAPTOR_MASTER, RAPTOR_WORKER)
+               for d in rp_descs):
+            out = self._submit_mixed(rp_descs)
+        else:
+            pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]
+            out = self._submit(rp_descs, pf_descs)
+        return out if many else out[0]
+
+    def _submit(self, rp_descs: list, pf_descs: list) -> list:
         for p in self._pilots.values():
             if self._during_setup:
                 break
@@ -468,11 +669,190 @@ class TaskManager:
         try:
             for pd, d in zip(pf_descs, rp_descs):
                 self._rp_desc[id(pd)] = d
-            out = [self._wrap(t) for t in self._pf.submit_tasks(pf_descs)]
+            return [self._wrap(t) for t in self._pf.submit_tasks(pf_descs)]
         finally:
             for pd in pf_descs:
                 self._rp_desc.pop(id(pd), None)
-        return out if many else out[0]
+
+    def _submit_mixed(self, rp_descs: list) -> list:
+        """Descriptions of several kinds: each translated (all checked before any is sent),
+        RAPTOR tasks through their master's request_cb, then one submit."""
+        out: list = [None] * len(rp_descs)
+        plain: list[tuple[int, TaskDescription, Any]] = []
+        by_raptor: dict[str, list] = {}
+        for i, d in enumerate(rp_descs):
+            mode = d.get("mode")
+            if mode == RAPTOR_MASTER:
+                pilot = d.get("pilot") or (next(iter(self._pilots)) if len(self._pilots) == 1
+                                           else None)
+                if pilot is None:
+                    raise ValueError(f"rp.TaskDescription[{i}]: a RAPTOR_MASTER needs "
+                                     "'pilot' when the TaskManager has several pilots")
+                out[i] = self.submit_raptors([d], pilot)[0]
+                continue
+            if mode == RAPTOR_WORKER:
+                r = self._raptor_of(d, i)
+                out[i] = r.add_workers([d])[0]
+                continue
+            rid = d.get("raptor_id")
+            if rid and (mode or TASK_EXECUTABLE) != TASK_EXECUTABLE:
+                by_raptor.setdefault(rid, []).append(i)
+                continue
+            if rid:  # an executable through a master: an ordinary task on its pilot
+                r = self._raptor_of(d, i)
+                d = TaskDescription({k: x for k, x in d.items() if k != "raptor_id"})
+                d["pilot"] = d.get("pilot") or r.pilot.uid
+            plain.append((i, d, d.to_pf(i)))
+        rp_sub, pf_sub, where = [], [], []
+        for i, d, pd in plain:
+            rp_sub.append(rp_descs[i] if rp_descs[i] is d else d)
+            pf_sub.append(pd)
+            where.append(i)
+        dropped: list = []
+        for rid, idx in by_raptor.items():
+            r = self._raptor_of(rp_descs[idx[0]], idx[0])
+            if r.stopped:
+                raise ValueError(f"raptor {rid} was stopped: submit to a running master")
+            pairs = [(rp_descs[i].get("uid") or r.next_uid(), rp_descs[i]) for i in idx]
+            keep, left = r.request(pairs, "client")
+            pos = {uid: i for (uid, _), i in zip(pairs, idx)}
+            for uid, d in keep:
+                i = pos.get(uid)
+                d["uid"] = uid
+                d["raptor_id"] = rid
+                pd = r.to_pf(d, i if i is not None else 0, uid)
+                rp_sub.append(d)
+                pf_sub.append(pd)
+                where.append(i)  # (None: a task request_cb made up: the master's own)
+            for uid in left:
+                d = rp_descs[pos[uid]]
+                d["uid"] = uid
+                rp_sub.append(d)
+                pf_sub.append(r.refused(uid))
+                where.append(pos[uid])
+                dropped.append(uid)
+        own = [(k, d, pd) for k, (d, pd, i) in enumerate(zip(rp_sub, pf_sub, where))
+               if i is None]
+        if own:  # returned by request_cb without having been submitted: the master's
+            by = {}
+            for k, d, pd in own:
+                by.setdefault(d["raptor_id"], []).append((d, pd))
+            for rid, items in by.items():
+                self._submit_hidden(self._raptors[rid], [pd for _, pd in items],
+                                    [d for d, _ in items], None)
+            keepk = {k for k, _, _ in own}
+            rp_sub = [d for k, d in enumerate(rp_sub) if k not in keepk]
+            pf_sub = [d for k, d in enumerate(pf_sub) if k not in keepk]
+            where = [w for k, w in enumerate(where) if k not in keepk]
+        tasks = self._submit(rp_sub, pf_sub) if pf_sub else []
+        for i, t in zip(where, tasks):
+            if isinstance(t, RaptorTask):
+                r = self._raptors.get(t.description.get("raptor_id"))
+                if r is not None:
+                    with r.lock:
+                        if t._pf.state not in S.FINAL:
+                            r.live.add(t._pf.uid)
+            out[i] = t
+        return out
+
+    def _raptor_of(self, d, i: int):
+        rid = d.get("raptor_id")
+        r = self._raptors.get(rid)
+        if r is None:
+            raise DescriptionError("rp.TaskDescription", "raptor_id", rid,
+                                   f"no RAPTOR master of that uid in this TaskManager "
+                                   f"(its masters: {sorted(self._raptors) or 'none'})",
+                                   index=i)
+        return r
+
+    def submit_raptors(self, descriptions, pilot_id: str | None = None) -> list:
+        """RP's submit_raptors: RAPTOR masters (mode rp.RAPTOR_MASTER), each a task holding
+        its cores on the pilot until rpc('stop'), with the hooks of rp.raptor.Master or of
+        the subclass named by raptor_class (in raptor_file, or in the script)."""
+        from . import _raptor
+
+        descs, _ = _listify(descriptions)
+        if pilot_id is None:
+            if len(self._pilots) != 1:
+                raise ValueError("submit_raptors: name the pilot (pilot.submit_raptors)")
+            pilot_id = next(iter(self._pilots))
+        pilot = self._pilots.get(pilot_id)
+        if pilot is None:
+            raise ValueError(f"pilot {pilot_id} is not added to this TaskManager")
+        rp_descs, pf_descs, states = [], [], []
+        for i, td in enumerate(descs):
+            td = td if isinstance(td, TaskDescription) else TaskDescription(td)
+            _raptor.check_master_mode(td)
+            with self._lock:
+                uid = td.get("uid") or f"raptor.{self._n_raptors:04d}"
+                self._n_raptors += 1
+            if uid in self._tasks or uid in self._raptors:
+                raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
+            td["uid"], td["pilot"] = uid, pilot_id
+            hold = _raptor.master_task(td, uid, pilot_id, i)
+            pf_descs.append(hold.to_pf(i))
+            master = _raptor.master_instance(td, i)
+            states.append(_raptor.RaptorState(self, uid, pilot, master, td))
+            rp_descs.append(td)
+        for st in states:
+            self._raptors[st.uid] = st
+        self._ensure_relay()
+        try:
+            out = self._submit(rp_descs, pf_descs)
+        except BaseException:
+            for st in states:
+                self._raptors.pop(st.uid, None)
+            raise
+        for st in states:
+            st.master.start()
+        return out
+
+    def submit_workers(self, descriptions) -> list:
+        """RP's tmgr.submit_workers: RAPTOR_WORKER descriptions naming their raptor_id."""
+        descs, _ = _listify(descriptions)
+        out = []
+        for i, d in enumerate(descs):
+            d = d if isinstance(d, TaskDescription) else TaskDescription(d)
+            if not d.get("raptor_id"):
+                raise ValueError("RAPTOR_WORKER descriptions need `raptor_id`")
+            out += self._raptor_of(d, i).add_workers([d])
+        return out
+
+    def _submit_hidden(self, raptor, pf_descs: list, rp_descs: list, waiter) -> None:
+        """A master's own tasks: run on its pilot, not listed in this manager."""
+        for pd, d in zip(pf_descs, rp_descs):
+            self._hidden[id(pd)] = (raptor, d, waiter)
+        self._ensure_relay()
+        tasks = self._pf.submit_tasks(pf_descs)
+        with raptor.lock:
+            for t in tasks:
+                if t.state not in S.FINAL:
+                    raptor.live.add(t.uid)
+
+    def _ensure_relay(self) -> None:
+        """One pilotfish callback for RAPTOR bookkeeping (ends to the masters)."""
+        with self._lock:
+            if self._relaying:
+                return
+            self._relaying = True
+        self._pf.register_callback(self._raptor_relay)
+
+    def _raptor_relay(self, t, state: str) -> None:
+        if state not in S.FINAL:
+            return
+        task = self._by_pf.get(t.uid)
+        if task is None:
+            h = self._hidden.pop(id(t.description), None)
+            if h is None:
+                return
+            raptor, d, waiter = h
+            task = RaptorTask(None, t, d, d.get("uid") or t.uid)
+            raptor.ended(task, state, waiter)
+            return
+        if type(task) is RaptorTask:
+            r = self._raptors.get(task.description.get("raptor_id"))
+            if r is not None:
+                r.ended(task, state)
 
     def _pf_uids(self, uids) -> tuple[list[str], bool]:
         if uids is None:
@@ -520,9 +900,18 @@ class TaskManager:
         f = _callback(cb, cb_data)
 
         def relay(t, state: str) -> None:
-            task = self._by_pf.get(t.uid) or self._wrap(t)
+            task = self._by_pf.get(t.uid)
+            if task is None:
+                if id(t.description) in self._hidden:
+                    return  # a RAPTOR master's own task: not the client's
+                task = self._wrap(t)
+            rp_state = RS.TASK_STATE[state]
             if uid is None or task.uid == uid:
-                f(task, RS.TASK_STATE[state])
+                f(task, rp_state)
+            if type(task) is RaptorMaster:  # its workers' state is its own
+                for w in task._raptor.workers:
+                    if uid is None or w.uid == uid:
+                        f(w, rp_state)
 
         self._pf.register_callback(relay)
 

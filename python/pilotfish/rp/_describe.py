@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -21,11 +22,17 @@ from ..descriptions import PilotDescription as _PfPilot
 from ..descriptions import TaskDescription as _PfTask
 from ._resources import resource_config
 
-# staging actions (RP's values) and flags
-COPY, LINK, MOVE, TRANSFER, TARBALL = "Copy", "Link", "Move", "Transfer", "Tarball"
-CREATE_PARENTS, RECURSIVE, SKIP_FAILED = 1, 2, 4
+# staging actions and flags: every name RP exports (radical.pilot.constants), RP's values
+COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL = ("Copy", "Link", "Move", "Download",
+                                                 "Transfer", "Tarball")
+RECURSIVE, CREATE_PARENTS, NON_FATAL = 1, 2, 4
+SKIP_FAILED = NON_FATAL  # (an older name)
+DEFAULT_ACTION = TRANSFER
+DEFAULT_PRIORITY = 0
 DEFAULT_FLAGS = CREATE_PARENTS
-_ACTIONS = {COPY: "copy", LINK: "link", MOVE: "move", TRANSFER: "transfer", TARBALL: "tarball"}
+STAGING_ACTIONS = (COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL)
+_ACTIONS = {COPY: "copy", LINK: "link", MOVE: "move", TRANSFER: "transfer", TARBALL: "tarball",
+            DOWNLOAD: "download"}  # (download: done on the pilot's side, see _downloads)
 
 # task modes
 TASK_EXECUTABLE = "task.executable"
@@ -36,9 +43,15 @@ TASK_EXEC = "task.exec"
 TASK_PROC = "task.proc"
 TASK_SHELL = "task.shell"
 TASK_SERVICE = "task.service"
+TASK_FUNC, TASK_METH = TASK_FUNCTION, TASK_METHOD  # RP's short names
+AGENT_SERVICE = "agent.service"
+RAPTOR_MASTER = "raptor.master"
+RAPTOR_WORKER = "raptor.worker"
+RAPTOR_MODES = (TASK_FUNCTION, TASK_METHOD, TASK_EVAL, TASK_EXEC, TASK_PROC, TASK_SHELL)
 
 # process types (RP's legacy cpu_process_type / gpu_process_type)
 POSIX, MPI, OpenMP, CUDA = "POSIX", "MPI", "OpenMP", "CUDA"
+SERIAL, GPU, GPU_MPI, GPU_OpenMP, FUNC = "Serial", "GPU", "GPU_MPI", "GPU_OpenMP", "FUNC"
 
 
 class _Description(dict):
@@ -87,17 +100,22 @@ TASK_IGNORED = frozenset(("gpu_type", "gpu_process_type", "cpu_thread_type", "gp
                           "scheduler", "restartable", "slots", "partition", "use_mpi",
                           "gpu_thread_type", "cleanup", "pre_exec_sync", "ranks_per_node",
                           "origin"))
+_RAPTOR_ONLY = ("runs on a RAPTOR master's workers: submit it with raptor.submit_tasks "
+                "(or give raptor_id) after pilot.submit_raptors")
 TASK_UNSUPPORTED = {
-    "raptor_id": "RAPTOR masters/workers do not exist in pilotfish",
-    "method": "methods of a RAPTOR worker class do not exist here: pass a callable as "
-              "function",
-    "code": "eval/exec modes are not supported: pass a callable as function",
-    "command": "use executable (with shell=True semantics: pre_exec or '/bin/sh -c')",
+    "raptor_id": "names a RAPTOR master: submit through a TaskManager the raptor's pilot is "
+                 "added to, or raptor.submit_tasks",
+    "method": "a RAPTOR worker's method " + _RAPTOR_ONLY,
+    "code": "eval/exec code " + _RAPTOR_ONLY,
+    "command": "a shell command (mode rp.TASK_SHELL) " + _RAPTOR_ONLY + "; or use executable "
+               "'/bin/sh' with arguments ['-c', command]",
     "info_pattern": "readiness by output pattern is not supported: give metadata="
                     "{'startup_file': path} (RP 1.60's form)",
     "services": "tasks naming services (RP 1.90) are not supported: pilot services are",
-    "raptor_file": "RAPTOR masters/workers do not exist in pilotfish",
-    "raptor_class": "RAPTOR masters/workers do not exist in pilotfish",
+    "raptor_file": "is for RAPTOR_MASTER / RAPTOR_WORKER descriptions (pilot.submit_raptors, "
+                   "raptor.submit_workers)",
+    "raptor_class": "is for RAPTOR_MASTER / RAPTOR_WORKER descriptions (pilot.submit_raptors, "
+                    "raptor.submit_workers)",
 }
 
 
@@ -116,7 +134,9 @@ class TaskDescription(_Description):
                  "stage_on_error": False, "sandbox": None, "uid": None, "name": None,
                  "tags": dict, "metadata": None, "priority": 0, "timeout": 0.0,
                  "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None,
-                 "function": None, "args": tuple, "kwargs": dict}
+                 "function": None, "args": tuple, "kwargs": dict, "raptor_id": None,
+                 "raptor_file": None, "raptor_class": None, "method": None, "code": None,
+                 "command": None}
 
     def to_pf(self, index: int = 0) -> _PfTask:
         """The pilotfish TaskDescription, or DescriptionError (RP field name, value, why)."""
@@ -129,9 +149,14 @@ class TaskDescription(_Description):
         mode = v.get("mode") or TASK_EXECUTABLE
         if mode == TASK_FUNCTION:
             return self._function_to_pf(v, fail, index)
-        if mode not in (TASK_EXECUTABLE, TASK_SERVICE, "agent.service"):
-            raise fail("mode", "executables and functions (rp.TASK_FUNCTION) run on "
-                               "pilotfish; method, eval, exec, shell and raptor modes do not")
+        if mode in RAPTOR_MODES:
+            raise fail("mode", f"{mode} {_RAPTOR_ONLY}")
+        if mode in (RAPTOR_MASTER, RAPTOR_WORKER):
+            raise fail("mode", f"{mode}: submit it with pilot.submit_raptors / "
+                               "raptor.submit_workers")
+        if mode not in (TASK_EXECUTABLE, TASK_SERVICE, AGENT_SERVICE):
+            raise fail("mode", f"unknown mode (RP's modes: {TASK_EXECUTABLE}, "
+                               f"{', '.join(RAPTOR_MODES)}, {RAPTOR_MASTER}, {RAPTOR_WORKER})")
         for k in ("function", "args", "kwargs"):
             if v.get(k) not in (None, "", [], {}, ()):
                 raise fail(k, "is for mode=rp.TASK_FUNCTION")
@@ -160,9 +185,16 @@ class TaskDescription(_Description):
                for k, e in (v.get("environment") or {}).items()} \
             if isinstance(v.get("environment"), dict) else v.get("environment")
         pre: list[str] = []
-        if isinstance(env, dict):  # RP exports values in double quotes: "$X" expands
-            expand = {k: e for k, e in env.items() if _expands(e)}
-            pre += [f'export {k}={_dq(e)}' for k, e in expand.items()]
+        if isinstance(env, dict):  # RP: export K="<value as given>" -- "$X" expands, "\$"
+            expand = {k: e for k, e in env.items() if _expands(e) or "\\" in e}  # is a $
+            for k, e in expand.items():
+                try:
+                    shlex.split(f'"{e}"')
+                except ValueError:
+                    raise fail("environment", f"{k}={e!r}: RP writes export {k}=\"{e}\", "
+                                              "which the shell cannot read (an unescaped "
+                                              "double quote?)") from None
+            pre += [f'export {k}="{e}"' for k, e in expand.items()]
             env = {k: e for k, e in env.items() if k not in expand}
         if env:
             out["environment"] = env
@@ -194,6 +226,15 @@ class TaskDescription(_Description):
         for field in ("input_staging", "output_staging"):
             if v.get(field):
                 out[field] = staging(v[field], field, fail=fail)
+        fetch = [d for d in out.get("input_staging", ()) if d["action"] == "download"]
+        if fetch:  # rp.DOWNLOAD: fetched by the pilot's side, before pre_exec (as RP's agent)
+            out["input_staging"] = [d for d in out["input_staging"] if d not in fetch]
+            if not out["input_staging"]:
+                del out["input_staging"]
+            out["pre_exec"] = _downloads(fetch) + out.get("pre_exec", [])
+        if any(d["action"] == "download" for d in out.get("output_staging", ())):
+            raise fail("output_staging", "rp.DOWNLOAD fetches a URL into the task's sandbox: "
+                                         "input_staging only")
         unknown = sorted(set(v) - set(self._defaults) - TASK_IGNORED - set(TASK_UNSUPPORTED)
                          - {"cpu_processes", "cpu_threads", "gpu_processes", "cpu_process_type",
                             "mem_per_process", "launcher"})
@@ -208,10 +249,12 @@ class TaskDescription(_Description):
         **kwargs)), args, kwargs, ranks (an MPI function gets comm=)."""
         fn, args, kwargs = v.get("function"), v.get("args") or (), v.get("kwargs") or {}
         if isinstance(fn, PythonTask):
+            if args or kwargs:
+                raise fail("args", "must be empty for an rp.PythonTask function (as in RP)")
             fn, args, kwargs = fn.function, fn.args, fn.kwargs
         if isinstance(fn, str):
-            raise fail("function", "a function's name needs a RAPTOR worker that defines it; "
-                                   "pass the callable (or rp.PythonTask(f, *args))")
+            raise fail("function", "a function's name is a RAPTOR worker's method: submit "
+                                   "with raptor.submit_tasks, or pass the callable")
         out: dict[str, Any] = {"function": fn, "args": tuple(args), "kwargs": dict(kwargs),
                                **_shape(v)}
         for k in ("name", "tags", "metadata", "priority", "timeout", "pilot"):
@@ -233,11 +276,35 @@ class TaskDescription(_Description):
 
 
 class PythonTask:
-    """rp.PythonTask(f, *args, **kwargs): a function and its arguments, for
-    TaskDescription(mode=rp.TASK_FUNCTION, function=rp.PythonTask(...))."""
+    """rp.PythonTask(func, args=(), kwargs=None), as RP's: a function and its arguments, for
+    TaskDescription(mode=rp.TASK_FUNCTION, function=rp.PythonTask(...)). RP serializes it
+    into a string; here it stays an object (scripts only pass it on). The call's `args` and
+    `kwargs` fields must then be empty, as in RP."""
 
-    def __init__(self, function, *args, **kwargs):
-        self.function, self.args, self.kwargs = function, args, kwargs
+    __slots__ = ("function", "args", "kwargs")
+
+    def __init__(self, func, args=(), kwargs=None):
+        if not callable(func):
+            raise ValueError("task function not callable")
+        self.function, self.args, self.kwargs = func, tuple(args or ()), dict(kwargs or {})
+
+    def __repr__(self) -> str:
+        return f"rp.PythonTask({getattr(self.function, '__name__', self.function)!r})"
+
+
+def pythontask(f):
+    """@rp.pythontask, as RP's: calling the decorated function does not run it, it gives the
+    rp.PythonTask to put in TaskDescription.function."""
+    if not callable(f):
+        raise ValueError("task function not callable")
+    import functools
+
+    @functools.wraps(f)
+    def decor(*args, **kwargs):
+        return PythonTask(f, args, kwargs)
+
+    decor.__wrapped_pythontask__ = f
+    return decor
 
 
 def _translated(cls, kind: str, values: dict, index: int):
@@ -277,6 +344,25 @@ def _expands(s: str) -> bool:
 def _dq(s: str) -> str:
     """s in double quotes, as RP writes arguments and exports: $VAR and `cmd` still work."""
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _downloads(directives: list[dict]) -> list[str]:
+    """rp.DOWNLOAD directives as shell lines run in the task's sandbox on the pilot's side:
+    the source (a URL urllib opens: http(s)://, ftp://, file://; a plain path is a file on
+    the pilot's side) into the target (default: the source's base name), parents created."""
+    lines = []
+    for d in directives:
+        src = d["source"]
+        if "://" not in src:
+            src = "file://" + os.path.abspath(src)
+        tgt = d.get("target") or os.path.basename(src.rstrip("/").split("://", 1)[1])
+        if tgt.startswith("task://"):
+            tgt = tgt[len("task://"):].lstrip("/")
+        lines.append(" ".join(shlex.quote(x) for x in (
+            sys.executable, "-c", "import os, sys, urllib.request as u; "
+            "os.makedirs(os.path.dirname(sys.argv[2]) or '.', exist_ok=True); "
+            "u.urlretrieve(sys.argv[1], sys.argv[2])", src, tgt)))
+    return lines
 
 
 def _per_rank(lines: list, fail, field: str) -> list[str]:

@@ -34,7 +34,7 @@ if __name__ == "__main__":
             td.kwargs = {"greeting": "hi"}
             tds.append(td)
         tds.append(rp.TaskDescription({"mode": rp.TASK_FUNCTION,
-                                       "function": rp.PythonTask(hello, "you")}))
+                                       "function": rp.PythonTask(hello, ["you"])}))
         tds.append(rp.TaskDescription({"mode": rp.TASK_FUNCTION, "function": broken}))
         tasks = tmgr.submit_tasks(tds)
         tmgr.wait_tasks()
