@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ._extras import require
 
 
 def _launcher_kind(env) -> str | None:
@@ -50,8 +51,7 @@ def select_libmpi(env=None) -> str | None:
 def mpi():
     """mpi4py.MPI, after choosing the library (MPI is initialised by this import)."""
     select_libmpi()
-    from mpi4py import MPI
-    return MPI
+    return require("mpi4py.MPI", "MPI in Python (mpi4py)")
 
 
 def expected_world_size(env=None) -> int | None:

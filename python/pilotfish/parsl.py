@@ -27,10 +27,13 @@ import shlex
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from parsl.executors.base import ParslExecutor
-from parsl.executors.errors import InvalidResourceSpecification
+from ._extras import require
 
-from . import states as S
+require("parsl", "pilotfish.parsl (the Parsl executor)")
+from parsl.executors.base import ParslExecutor  # noqa: E402
+from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
+
+from . import states as S  # noqa: E402
 from .client.executor import Executor
 from .descriptions import PilotDescription, TaskDescription
 

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import msgspec
 
+from .._extras import require
+
 
 class Collectives:
     mpi: Any = None  # an mpi4py Intracomm of the same servers, where the area runs on MPI
@@ -107,7 +109,7 @@ def build_mpi_comm(zmq_comm: Collectives) -> Any:
     and merging (MPICH: measured 8-56 ms a step here). Server k gets the port name (over
     ZeroMQ) only when its turn comes: two servers connecting at once could be accepted in
     the wrong step."""
-    from mpi4py import MPI
+    MPI = require("mpi4py.MPI", "a staging area's MPI communicator")
 
     rank, size = zmq_comm.rank, zmq_comm.size
     port = MPI.Open_port() if rank == 0 else None

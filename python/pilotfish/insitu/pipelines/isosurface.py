@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from ..._extras import require
 from .._pipeline import InsituError, Pipeline, pipeline
 
 os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")  # no X here
@@ -65,7 +66,7 @@ def render(blocks: list[tuple[np.ndarray, dict]], isovalue: float, size: tuple[i
            camera: dict, color=(0.9, 0.6, 0.3)) -> tuple[np.ndarray, np.ndarray]:
     """Contour and render blocks offscreen: (rgb uint8 [h, w, 3], depth float32 [h, w] in
     [0, 1], 1 = background), rows bottom-up as OpenGL gives them."""
-    import vtk
+    vtk = require("vtk", "the isosurface pipeline")
     from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
     ren = vtk.vtkRenderer()
