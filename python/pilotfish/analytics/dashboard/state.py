@@ -104,7 +104,8 @@ class SessionWatch:
         self.client = FrameTail(os.path.join(self.path, "client.events"))
         self.journal = FrameTail(os.path.join(self.path, "journal"))
         self.pilots: dict[str, Pilot] = {}
-        self.finished = False
+        self.stopped = False       # the client's session_stop read (and no resume after it)
+        self.restarted = False
         self.refreshes = 0
         self.events_read = 0
         self.last_refresh_s = 0.0
@@ -526,9 +527,9 @@ class SessionWatch:
             detail = b.details.get(r)
             t = float(b.t[r])
             if name == E.SESSION_STOP:
-                self.finished = True
+                self.stopped = True
             elif name in (E.SESSION_START, E.SESSION_RESUME):
-                self.finished = False
+                self.stopped, self.restarted = False, True
             elif name in PILOT_RANK and uid != "session":
                 p = self._pilot(uid)
                 rk = PILOT_RANK[name]
@@ -599,6 +600,12 @@ class SessionWatch:
                                               "members": set()})
 
     # ------------------------------------------------------------------ answers (JSON-able)
+    @property
+    def finished(self) -> bool:
+        """The session has closed: its client said so, or (a session written without that
+        event) tasks.msgpack, written at close, is there and nothing started it again."""
+        return self.stopped or (self.records_stamp is not None and not self.restarted)
+
     def now(self) -> float:
         """The session's present: its last event once it has ended (or for a simulated
         pilot's virtual clock), else the wall clock."""
