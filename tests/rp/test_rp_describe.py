@@ -32,9 +32,48 @@ def test_rp_arguments_and_environment_expand_as_in_rp():
     assert d.environment == {"A": "plain"} and d.pre_exec == ['export B="$HOME/x"']
 
 
+def test_rp_quoting_is_rp_1x():
+    """RP >= 1.12 (LaunchMethod._create_arg_string): each argument through ru.sh_quote --
+    double quotes, only backslash and double quote escaped -- so $ always expands in an
+    argument; environment values are written as export K="<value>" untouched, so there a
+    backslash escapes a $ (the way to hand an awk program over, via "$PROG")."""
+    import subprocess
+
+    d = rp.TaskDescription(executable="/usr/bin/printf",
+                           arguments=["%s|", "{print $1}", 'a\\b"c', "$X"],
+                           environment={"X": "ex", "PROG": "{print \\$2}"}).to_pf()
+    script = "; ".join(d.pre_exec) + "; export X=ex; " + " ".join(
+        [d.executable] + d.arguments) + '; printf "%s" "$PROG"'
+    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True).stdout
+    assert out == '{print }|a\\b"c|ex|{print $2}', out  # $1 expanded (empty), as in RP
+
+
+def test_pythontask_and_download_translate_as_in_rp():
+    @rp.pythontask
+    def f(a, b=2):
+        return a + b
+
+    call = f(1, b=3)
+    assert isinstance(call, rp.PythonTask) and (call.args, call.kwargs) == ((1,), {"b": 3})
+    d = rp.TaskDescription(mode=rp.TASK_FUNCTION, function=call).to_pf()
+    assert d.function(*d.args, **d.kwargs) == 4
+    assert rp.PythonTask(f, [5]).args == (5,)  # RP's PythonTask(func, args, kwargs)
+    with pytest.raises(rp.DescriptionError, match="must be empty"):
+        rp.TaskDescription(mode=rp.TASK_FUNCTION, function=call, args=[1]).to_pf()
+    d = rp.TaskDescription(executable="/bin/true", input_staging=[
+        {"source": "http://example.invalid/x.dat", "target": "in/x.dat",
+         "action": rp.DOWNLOAD}, "local.txt"]).to_pf()
+    assert "urlretrieve" in d.pre_exec[0] and "in/x.dat" in d.pre_exec[0]
+    assert [s["source"] for s in d.input_staging] == ["local.txt"]
+
+
 @pytest.mark.parametrize("fields, field, why", [
     ({"mode": rp.TASK_FUNCTION, "function": "f"}, "function", "RAPTOR worker"),
-    ({"mode": rp.TASK_EVAL, "code": "1"}, "mode", "method, eval"),
+    ({"mode": rp.TASK_EVAL, "code": "1"}, "mode", "RAPTOR master's workers"),
+    ({"mode": rp.RAPTOR_MASTER}, "mode", "submit_raptors"),
+    ({"input_staging": [{"source": "a", "action": rp.DOWNLOAD}], "output_staging":
+      [{"source": "a", "action": rp.DOWNLOAD}]}, "output_staging", "input_staging only"),
+    ({"environment": {"A": 'x"$B'}}, "environment", "cannot read"),
     ({"mode": rp.TASK_FUNCTION, "function": print}, "executable",  # (both given)
      "not for a function task"),
     ({"raptor_id": "master.0"}, "raptor_id", "RAPTOR"),
@@ -116,3 +155,6 @@ def test_state_maps():
     assert rp.FINAL == [rp.DONE, rp.FAILED, rp.CANCELED]
     assert (rp.TRANSFER, rp.TARBALL, rp.SCHEDULER_DEFAULT) == ("Transfer", "Tarball",
                                                                "round_robin")
+    assert rp.states.TASK_STATES == rp.TASK_STATES and rp.states.CANCELED == "CANCELED"
+    assert (rp.TASK_FUNC, rp.TASK_METH, rp.RAPTOR_MASTER, rp.RAPTOR_WORKER) == (
+        "task.function", "task.method", "raptor.master", "raptor.worker")
