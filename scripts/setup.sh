@@ -47,28 +47,39 @@ target=.
 say "installing pilotfish${EXTRAS:+ [$EXTRAS]} and its dependencies (editable; pip's log: build/setup.log)"
 mkdir -p build
 log=build/setup.log
-# pip's own lines, boiled down: the count of packages, downloads of 10 MB and more, the Rust
-# build's start and end, the install. PYTHONUNBUFFERED: lines as they come, not at the end.
+# pip's own lines, boiled down, as they come (PYTHONUNBUFFERED; read line by line here, where
+# awk would read the pipe in blocks): the count of packages, downloads of 10 MB and more, the
+# Rust build's start and end, the install.
+digest() {
+    local line n=0 have=0 got=0 b0=0 f k words
+    local big='^ *Downloading ([^ ]+) \(([0-9]+)(\.[0-9]+)? MB\)'
+    while IFS= read -r line; do
+        case "$line" in
+            "Collecting "*) n=$((n + 1)); (( n % 25 )) || say "  $n packages resolved..." ;;
+            "Requirement already satisfied: "*) have=$((have + 1)) ;;
+            *"Installing build dependencies: started"*) say "  fetching the build tools (maturin)" ;;
+            *"Preparing "*"metadata"*"started"*)
+                say "  reading the Rust crate's metadata (cargo; fetches crates the first time)" ;;
+            *"Building "*" for pilotfish"*"started"*)
+                b0=$(date +%s)
+                say "  building the Rust core (cargo, release; a few minutes the first time)" ;;
+            *"Building "*" for pilotfish"*"finished"*)
+                say "  Rust core built ($(( $(date +%s) - b0 )) s)" ;;
+            "Installing collected packages: "*)
+                k=${line#Installing collected packages: }; k=${k//[^,]/}
+                say "  installing $(( ${#k} + 1 )) packages" ;;
+            "Successfully installed "*) read -ra words <<< "$line"; got=$(( ${#words[@]} - 2 )) ;;
+            *)
+                if [[ $line =~ $big ]] && (( BASH_REMATCH[2] >= 10 )); then
+                    f=${BASH_REMATCH[1]##*/}
+                    say "  downloading ${f%%-[0-9]*} (${BASH_REMATCH[2]} MB)"
+                fi ;;
+        esac
+    done
+    say "  $((n + have)) requirements: $have already there, $got installed"
+}
 if ! PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check \
-        --progress-bar off -e "$target" 2>&1 | tee "$log" | awk -v t0="$T0" '
-    function say(msg) { printf "setup [%3ds]   %s\n", systime() - t0, msg > "/dev/stderr"; fflush("/dev/stderr") }
-    /^Collecting / { n++; if (n % 25 == 0) say(n " packages resolved...") ; next }
-    /^Requirement already satisfied: / { have++; next }
-    /^ *Downloading .*\(([0-9.]+) MB\)/ {
-        match($0, /\(([0-9.]+) MB\)/); mb = substr($0, RSTART + 1, RLENGTH - 5) + 0
-        if (mb >= 10) { f = $2; sub(/.*\//, "", f); say("downloading " f " (" mb " MB)") }
-        next }
-    /^ *Installing build dependencies: started/ { say("fetching the build tools (maturin)"); next }
-    /^ *Preparing (editable )?metadata .*started/ { say("reading the Rust crate'"'"'s metadata (cargo; fetches crates the first time)"); next }
-    /^ *Building (editable|wheel) for pilotfish.*started/ {
-        b0 = systime(); say("building the Rust core (cargo, release; a few minutes the first time)"); next }
-    /^ *Building (editable|wheel) for pilotfish.*finished/ {
-        say("Rust core built (" systime() - b0 " s)"); next }
-    /^Installing collected packages: / {
-        k = split(substr($0, 32), a, ", "); say("installing " k " packages"); next }
-    /^Successfully installed / { done = NF - 2 }
-    END { say((n + have) " requirements: " have + 0 " already there, " done + 0 " installed") }
-'; then
+        --progress-bar off -e "$target" 2>&1 | tee "$log" | digest; then
     echo "setup: pip failed; its full output: $log" >&2
     tail -n 30 "$log" >&2
     exit 1
