@@ -150,8 +150,15 @@ class Shrink(msgspec.Struct, tag="shrink", array_like=True):
     units: list[str]
 
 
+class Explain(msgspec.Struct, tag="explain", array_like=True):
+    """Why are these tasks where they are? (task.explain(); answered with Explained)."""
+
+    token: str
+    uids: list[str]
+
+
 ToAgent = Union[Submit, Cancel, Shutdown, Heartbeat, Resync, GroupStart, GroupResize,
-                GroupHold, GroupRelease, Grow, Shrink]
+                GroupHold, GroupRelease, Grow, Shrink, Explain]
 
 
 # -- agent -> client ---------------------------------------------------------------------
@@ -256,8 +263,15 @@ class Resized(msgspec.Struct, tag="resized", array_like=True):
     error: str | None = None
 
 
+class Explained(msgspec.Struct, tag="explained", array_like=True):
+    """Answer to Explain: one explanation per uid asked (keys: pilotfish/_explain.py)."""
+
+    token: str
+    items: list[dict[str, Any]]
+
+
 ToClient = Union[Hello, Updates, Bye, Heartbeat, Missing, GroupView, MemberNews, GroupAck,
-                 Resized]
+                 Resized, Explained]
 
 _enc = msgspec.msgpack.Encoder()
 encode = _enc.encode

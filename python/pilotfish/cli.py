@@ -497,6 +497,172 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument("session_dir", type=_Path(exists=True, file_okay=False))
+@click.argument("task", nargs=-1, required=True)
+@click.option("--timeout", type=float, default=5.0, show_default=True,
+              help="Seconds to wait for a live pilot's answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanations as JSON.")
+def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Why is TASK where it is? For each TASK uid of SESSION_DIR: where it is (queued,
+    placed and waiting for its launcher, running, ended), what it waits for (no node with
+    room for a rank now, another task's reservation, its colocation group's node, its
+    partition's launcher, a held service view, tasks ahead of it), which nodes could ever
+    hold it and the run time the scheduler expects. A live pilot is asked (through a
+    request file in its sandbox); a finished one is explained from the session's events."""
+    from . import _explain as X
+    from . import states as S
+    from ._events import read_all_events
+
+    path = os.path.join(session_dir, "client.events")
+    try:
+        events = read_all_events(path)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: not there -- is {session_dir} a pilotfish session?") from None
+    except (OSError, ValueError, msgspec.DecodeError) as e:
+        raise BadInput(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    for name in sorted(os.listdir(session_dir)):  # what the agents recorded (states there)
+        agent_events = os.path.join(session_dir, name, "agent.events")
+        if name.startswith("pilot.") and os.path.exists(agent_events):
+            try:
+                events += read_all_events(agent_events)
+            except (OSError, ValueError, msgspec.DecodeError):
+                pass  # (a torn last frame of a live agent: the client's events still count)
+    wanted = set(task)
+    hist: dict[str, list] = {u: [] for u in task}
+    reason: dict[str, str | None] = {}
+    pilot: dict[str, str] = {}
+    first = last = None
+    mine = []
+    for ev in events:
+        uid = ev[1]
+        if uid in wanted:
+            mine.append(ev)
+        elif ev[2] == S.NEW and uid.startswith("task."):
+            first = uid if first is None or uid < first else first
+            last = uid if last is None or uid > last else last
+    for t, uid, name, detail in sorted(mine, key=lambda e: e[0]):
+        if name in S.TASK_STATES:
+            hist[uid].append((name, t))
+            if name == S.SCHEDULING and detail:
+                pilot[uid] = detail
+            if name in S.FINAL:
+                reason[uid] = detail
+    # the client writes its events in batches: a task of a live run may not be there yet,
+    # and its pilot is the authority anyway -- ask every live pilot about the others
+    live: dict[str, list[str]] = {}
+    unseen = [u for u in task if not hist[u]]
+    for uid in task:
+        if hist[uid] and hist[uid][-1][0] not in S.FINAL and pilot.get(uid):
+            live.setdefault(pilot[uid], []).append(uid)
+    if unseen:
+        for p in _live_pilots(session_dir):
+            live.setdefault(p, []).extend(u for u in unseen if u not in live.get(p, ()))
+    answers: dict[str, tuple[str, dict]] = {}
+    notes: dict[str, str] = {}
+    for p, (got, why) in _ask_agents(session_dir, live, timeout).items():
+        for uid, a in zip(live[p], got or ()):
+            if a.get(X.WHERE) != X.UNKNOWN:
+                answers[uid] = (p, a)
+        if got is None:
+            for uid in live[p]:
+                notes[uid] = why
+    missing = [u for u in unseen if u not in answers]
+    if missing:
+        have = f"{first}..{last}" if first else "none"
+        raise BadInput(f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task in "
+                       f"{session_dir} (its tasks: {have})")
+    out = []
+    for uid in task:
+        state = hist[uid][-1][0] if hist[uid] else None
+        if uid in answers:
+            p, a = answers[uid]
+            e = X.merge(a, state, pilot.get(uid) or p)
+        else:
+            e = X.from_history(uid, state, hist[uid], reason.get(uid), pilot.get(uid))
+            if uid in notes:
+                e[X.WAITS_FOR].append(notes[uid])
+        out.append(e)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo("\n\n".join(str(e) for e in out))
+
+
+def _live_pilots(session_dir: str) -> list[str]:
+    """The pilots of a session whose agent may still run (one on this host: its pid runs)."""
+    from ._util import hostname
+
+    out = []
+    for name in sorted(os.listdir(session_dir)):
+        sandbox = os.path.join(session_dir, name)
+        if not (name.startswith("pilot.") and os.path.exists(os.path.join(sandbox, "agent.json"))):
+            continue
+        try:
+            with open(os.path.join(sandbox, "pilot.json")) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            continue  # never said hello: nothing to ask
+        pid = int(info.get("agent_pid") or 0)
+        if info.get("agent_host") == hostname() and pid and not os.path.exists(f"/proc/{pid}"):
+            continue
+        out.append(name)
+    return out
+
+
+def _ask_agents(session_dir: str, asks: dict[str, list[str]],
+                timeout: float) -> dict[str, tuple[list | None, str]]:
+    """Ask pilots' agents at once (agent/explain.py: a request file in the pilot's sandbox,
+    answered within a second); {pilot: (answers or None, why none)}."""
+    import secrets
+
+    from ._util import private_dir, read_private, write_private
+
+    out: dict[str, tuple[list | None, str]] = {}
+    pending: dict[str, str] = {}  # pilot -> its answer file
+    for p, uids in asks.items():
+        d = os.path.join(session_dir, p, "explain")
+        if not os.path.isdir(os.path.dirname(d)):
+            out[p] = (None, f"its pilot's sandbox is not in {session_dir}")
+            continue
+        rid = secrets.token_hex(8)
+        try:
+            private_dir(d)
+            write_private(os.path.join(d, rid + ".req"), json.dumps(uids).encode())
+        except OSError as e:
+            out[p] = (None, f"cannot ask its agent: {e.strerror or e}")
+            continue
+        pending[p] = os.path.join(d, rid)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for p, base in list(pending.items()):
+            try:
+                body = json.loads(read_private(base + ".json"))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                body = {"error": f"its agent's answer is unreadable: {e}"}
+            del pending[p]
+            for suffix in (".json", ".req"):
+                try:
+                    os.unlink(base + suffix)
+                except OSError:
+                    pass
+            out[p] = ((None, body["error"]) if "error" in body else
+                      (body.get("answers"), ""))
+        if pending:
+            time.sleep(0.05)
+    for p, base in pending.items():
+        try:
+            os.unlink(base + ".req")
+        except OSError:
+            pass
+        out[p] = (None, f"its pilot's agent did not answer within {timeout:g} s (the pilot "
+                        f"ended, or its agent is gone): this is the last state the session "
+                        f"recorded")
+    return out
+
+
+@main.command()
+@click.argument("session_dir", type=_Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", type=_Path(file_okay=False), default=None,
               help="Where to write report.html and the PNGs (default: SESSION_DIR/report).")
 @click.option("--json", "as_json", is_flag=True, help="Also write metrics.json (and print it).")

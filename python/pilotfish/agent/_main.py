@@ -211,7 +211,9 @@ class Agent:
         table = self.table
         elastic = self.elastic
         sim = self.sim
-        last_poll = last_tick = 0.0
+        last_poll = last_tick = last_asked = 0.0
+        from .explain import POLL_S, requests
+
         while table.stopping is None:
             timeout = 1000
             now = clock.now()
@@ -301,6 +303,9 @@ class Agent:
             elif real - self._last_sent >= self.heartbeat_s:
                 self.sock.send(_wire.encode(_wire.Heartbeat(now)))
                 self._last_sent = real
+            if real - last_asked >= POLL_S:  # `pilotfish explain` asks through files
+                last_asked = real
+                requests(self.sandbox, self._explain)
             if sim and real - self._last_heard >= AUTOJUMP_S:
                 self._sim_jump()
         return self._shutdown()
@@ -372,6 +377,14 @@ class Agent:
             self.elastic.grow(msg)
         elif isinstance(msg, _wire.Shrink):
             self.elastic.shrink(msg)
+        elif isinstance(msg, _wire.Explain):
+            self.sock.send(_wire.encode(_wire.Explained(msg.token, self._explain(msg.uids))))
+
+    def _explain(self, uids: list[str]) -> list[dict]:
+        """Why each task is where it is (explain.py; read only)."""
+        from .explain import explain
+
+        return explain(uids, self.table, self.pool, self.services, self.clock)
 
     def _submit(self, specs: list[_wire.TaskSpec]) -> None:
         """Tasks go to the table; function calls to the function pool (no task of their

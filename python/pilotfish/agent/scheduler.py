@@ -341,6 +341,49 @@ class Scheduler:
                 holding[t.key] = (t, now, raw)
         return placed
 
+    # -- why is it pending? (explain.py) ------------------------------------------------------
+    def explain(self, t, now: float) -> dict:
+        """What the queue knows of a waiting task (read only; O(its shape + shapes)):
+        ahead -- tasks of its shape that go before it; heads_before -- other shapes whose
+        head goes first now (policy order); blocked_s -- how long its shape's head found no
+        room; aged -- it waited past aging_s (goes ahead of every non-aged head of its
+        priority); reserved -- the nodes (indices) reserved for it, or reserved_by (uid,
+        nodes) for another task's reservation; group_node -- the node its colocation group
+        is on; plan_rank -- its start number in the plan in force; policy."""
+        out: dict = {"policy": self.policy, "aged": t.queued <= now - self.aging_s,
+                     "aging_s": self.aging_s}
+        shape = self._shapes.get(shape_key(t.spec))
+        if shape is not None:
+            mine = (-t.spec.priority, self._sortval(t))
+            out["ahead"] = sum(1 for e in shape.heap
+                               if e[2].state is WAITING and e[2] is not t and e[:2] < mine)
+            if shape.blocked_since is not None:
+                out["blocked_s"] = max(0.0, now - shape.blocked_since)
+            if self.policy != "fifo":
+                planned = bool(self._rank)
+                aged_before = now - self.aging_s
+                h = shape.head()
+                if h is not None:
+                    me = self._head_key(h, shape, planned, aged_before)
+                    n = 0
+                    for other in self._shapes.values():
+                        oh = other.head() if other is not shape else None
+                        if oh is not None and self._head_key(oh, other, planned,
+                                                             aged_before) < me:
+                            n += 1
+                    out["heads_before"] = n
+        r = self._reserved
+        if r is t:
+            out["reserved"] = list(self.placer.reservation(t.key) or [])
+        elif r is not None:
+            out["reserved_by"] = [r.spec.uid, list(self.placer.reservation(r.key) or [])]
+        if t.spec.colocate is not None and t.spec.colocate in self._colocated:
+            out["group_node"] = self._colocated[t.spec.colocate]
+        rank = self._rank.get(t.key)
+        if rank is not None:
+            out["plan_rank"] = rank
+        return out
+
     # -- planning (policy "plan") -----------------------------------------------------------
     def plan_report(self, partition: int = 0) -> list[str]:
         """Planning outcomes since the last call, as JSON for the `queue_plan` event: why (planned,

@@ -111,5 +111,8 @@ class PilotPort(Protocol):
     def _send(self, msg: Any) -> None:
         """Send a message to the pilot's agent (service groups' requests)."""
 
+    def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
+        """The agent's explanations of these tasks (Task.explain), None without an answer."""
+
     def _when_final(self, listener: Callable[[Any], None]) -> None:
         """listener(pilot) once the pilot reaches a final state (TaskManager.add_pilots)."""

@@ -2,7 +2,8 @@
 
     kind of message                            receiver                  registered by
     Updates                                    the session's task table  Session (at start)
-    Hello, Bye, Heartbeat, Missing, Resized    the pilot's listener      PilotManager (attach)
+    Hello, Bye, Heartbeat, Missing, Resized,   the pilot's listener      PilotManager (attach)
+    Explained
     GroupView, MemberNews, GroupAck            the service group of      services.submit_group
                                                that name on that pilot   (add_group)
 
@@ -30,7 +31,7 @@ TASKS, PILOT, GROUP = "tasks", "pilot", "group"
 ROUTES: dict[type, str] = {
     _wire.Updates: TASKS,
     _wire.Hello: PILOT, _wire.Bye: PILOT, _wire.Heartbeat: PILOT, _wire.Missing: PILOT,
-    _wire.Resized: PILOT,
+    _wire.Resized: PILOT, _wire.Explained: PILOT,
     _wire.GroupView: GROUP, _wire.MemberNews: GROUP, _wire.GroupAck: GROUP,
 }
 assert set(ROUTES) == set(typing.get_args(_wire.ToClient)), "a message kind without a route"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from typing import Callable, Iterable
@@ -61,6 +62,7 @@ class Pilot:
         self._n_grown = 0
         self._resized: dict[str, _wire.Resized] = {}
         self._resize_cond = threading.Condition()
+        self._explained: dict[str, list[dict]] = {}  # Explain token -> the agent's answer
 
     @property
     def nodes(self) -> list[_wire.NodeInfo]:
@@ -348,6 +350,29 @@ class Pilot:
 
     def _send(self, msg) -> None:
         self._pmgr.session._bridge.send(self.uid, _wire.encode(msg))
+
+    def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
+        """The agent's explanations of these tasks (agent/explain.py), or None if it did not
+        answer within timeout (or the pilot is not ACTIVE)."""
+        if self.state != S.ACTIVE:
+            return None
+        token = secrets.token_hex(8)
+        self._send(_wire.Explain(token, list(uids)))
+        deadline = time.monotonic() + timeout
+        with self._resize_cond:
+            while token not in self._explained:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.state in S.FINAL:
+                    return None
+                self._resize_cond.wait(min(left, 1.0))
+            return self._explained.pop(token)
+
+    def _on_explained(self, msg: _wire.Explained) -> None:  # IO thread
+        with self._resize_cond:
+            self._explained[msg.token] = msg.items
+            if len(self._explained) > 64:  # answers nobody waits for any more
+                self._explained.pop(next(iter(self._explained)))
+            self._resize_cond.notify_all()
 
     def _when_final(self, listener: Callable[["Pilot"], None]) -> None:
         """listener(pilot) once this pilot reaches a final state (a TaskManager it was added
@@ -726,6 +751,8 @@ class PilotManager:
             self._advance(pilot, S.ACTIVE, t=msg.t)
         elif isinstance(msg, _wire.Resized):
             pilot._on_resized(msg)
+        elif isinstance(msg, _wire.Explained):
+            pilot._on_explained(msg)
         elif isinstance(msg, _wire.Bye):
             pilot._bye = msg
             self._poke.set()

@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import msgspec
 
-from .. import _wire
+from .. import _explain, _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
 from ..descriptions import TaskDescription, check_descriptions
@@ -124,6 +124,30 @@ class Task:
     def wait(self, state: str | Iterable[str] | None = None, timeout: float | None = None) -> str:
         """Block until the task reaches `state` (default: a final state) or the timeout."""
         return self._tmgr.wait_tasks([self.uid], state=state, timeout=timeout)[0]
+
+    def explain(self, timeout: float = 10.0) -> "_explain.Explanation":
+        """Why is it where it is? Where the task is (not sent yet, queued, placed and
+        waiting for its launcher, running, ended), what it waits for (no node with room for
+        a rank now, a reservation for another task, its colocation group's node, its
+        partition's launcher starting, a held service view, tasks ahead of it), which nodes
+        could ever hold it, and the run time the scheduler expects of it (its `duration`,
+        or one learned from finished tasks of its kind). A dict (keys: pilotfish._explain)
+        whose str() reads as text. Asks the task's pilot, waiting at most `timeout` s."""
+        X = _explain
+        nodes = sorted({s.node for s in self.slots}) if self.slots else None
+        state = self.state
+        if state in S.FINAL or not self.pilot:
+            return X.from_history(self.uid, state, self.history, self.reason, self.pilot,
+                                  nodes)
+        pilot = self._tmgr._pilots.get(self.pilot)
+        answer = pilot._explain([self.uid], timeout) if pilot is not None else None
+        if not answer:
+            e = X.from_history(self.uid, self.state, self.history, self.reason, self.pilot,
+                               nodes)
+            e[X.WAITS_FOR].append(f"its pilot {self.pilot} did not answer"
+                                  + (f" (it is {pilot.state})" if pilot is not None else ""))
+            return e
+        return X.merge(answer[0], self.state, self.pilot)
 
     def cancel(self) -> None:
         """Cancel this task: it ends CANCELED (its processes are stopped if it runs); a task

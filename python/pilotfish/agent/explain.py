@@ -1,0 +1,331 @@
+"""Why is it pending? The agent's answer for one task: where it is, what it waits for, which
+nodes could ever hold it -- HyperQueue's `hq task explain`, for a pilot.
+
+Read only: nothing here changes a task, so an answer never disturbs the run. Asked two ways:
+by the session's client (`task.explain()`: the Explain message, answered with Explained) and
+by `pilotfish explain SESSION TASK` from any shell of the user (not the session's client, so
+it cannot speak on the agent's socket: it drops a request file in <sandbox>/explain/, which
+the loop looks at once a second -- see requests()). The answer is a dict of plain values
+(msgpack and JSON both carry it); pilotfish/_explain.py holds its keys and renders it.
+
+The facts come from the rooms that own them: the task table (the task's state, its
+partition), the partition's scheduler (its queue position, reservations, colocation, the
+plan; Scheduler.explain), the placer (free cores and GPUs per node now), the launchers (one
+still starting), the function pool (a call's queue and workers) and the service registry (a
+member's group and the holds on its view).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .. import _explain as X
+from .. import states as S
+from .._util import write_private
+from .tasks import BACKOFF, DROPPED, FINAL, HELD, NEW, PLACED, RUNNING, WAITING
+
+REQUEST_DIR = "explain"   # <sandbox>/explain/<id>.req (a JSON list of uids) -> <id>.json
+POLL_S = 1.0              # how often the loop looks for request files
+MAX_UIDS = 1000           # uids per request at most
+MAX_REQUEST_BYTES = 1 << 20
+NAMES = 8                 # node names listed per answer at most (the counts are exact)
+
+
+def explain(uids: list[str], table: Any, pool: Any, services: Any, clock: Any) -> list[dict]:
+    """One answer per uid, in order."""
+    return [explain_one(uid, table, pool, services, clock) for uid in uids[:MAX_UIDS]]
+
+
+def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> dict:
+    now, mono = clock.now(), clock.mono()
+    t = table.tasks.get(uid)
+    if t is None:
+        call = pool.calls.get(uid) if pool is not None else None
+        if call is not None:
+            return _call(uid, call, pool, table)
+        return {X.UID: uid, X.WHERE: X.UNKNOWN, X.WAITS_FOR: [
+            "the agent holds no such live task: it ended (its final state is in the "
+            "session's events), was never sent to this pilot, or is still on its way"]}
+    spec = t.spec
+    out: dict = {X.UID: uid, X.REQUEST: [spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
+                                          spec.mem_per_rank]}
+    p = t.partition
+    if p is not None:
+        out[X.PARTITION] = p.index
+    est = _estimate(t, p)
+    if est is not None:
+        out[X.ESTIMATE] = est
+    waits: list[str] = []
+    out[X.WAITS_FOR] = waits
+    state = t.state
+    if state is WAITING and p is not None:
+        out[X.WHERE] = X.QUEUED
+        out[X.WAITED_S] = max(0.0, mono - t.queued)
+        _queued(t, p, mono, out, waits)
+    elif state is NEW:
+        out[X.WHERE] = X.ARRIVING
+        waits.append("just received (input staged, being bound to a partition)")
+    elif state in (PLACED, HELD):
+        out[X.WHERE] = X.HELD
+        out[X.NODES] = _slot_nodes(t)
+        lm = t.held
+        if lm is not None:
+            waits.append(f"placed on {', '.join(out[X.NODES][:NAMES])}; waits for its launcher "
+                         f"{lm.name} (partition p{lm.partition.index}) to start"
+                         + (f": {lm.reason}" if lm.reason else ""))
+        else:
+            waits.append(f"placed on {', '.join(out[X.NODES][:NAMES])}; being launched")
+    elif state is RUNNING:
+        out[X.WHERE] = X.RUNNING
+        out[X.NODES] = _slot_nodes(t)
+        waits.append(f"running on {', '.join(out[X.NODES][:NAMES])}"
+                     + (f" (attempt {t.attempt + 1})" if t.attempt else ""))
+    elif state is BACKOFF:
+        out[X.WHERE] = X.BACKOFF
+        waits.append(f"attempt {t.attempt} failed ({t.reason or 'no reason'}); queued again "
+                     f"after its retry backoff")
+    elif state in (DROPPED, FINAL):
+        out[X.WHERE] = X.ENDING
+        waits.append(f"ending: {t.final_state or ''} {t.reason or ''}".strip())
+    if services is not None:
+        _member(uid, services, waits)
+    if p is not None and not p.open:
+        waits.append(f"its partition p{p.index} is closed: {p.closed_reason}")
+    if p is not None and state is not RUNNING:
+        out.update(_capacity(spec, p))
+    out[X.AT] = now
+    if state in _STATE:
+        out[X.STATE] = _STATE[state]
+    return out
+
+
+# the task state (states.py) the client sees while the agent holds it so
+_STATE = {NEW: S.AGENT_SCHEDULING, WAITING: S.AGENT_SCHEDULING, PLACED: S.AGENT_SCHEDULING,
+          HELD: S.AGENT_SCHEDULING, RUNNING: S.EXECUTING, BACKOFF: S.AGENT_SCHEDULING}
+
+
+def _queued(t, p, mono: float, out: dict, waits: list) -> None:
+    """A task in its partition's queue: what keeps it there."""
+    spec = t.spec
+    q = p.scheduler.explain(t, mono)
+    names = p.names
+    now_nodes = _fit_now(spec, p)
+    out[X.FREE_NOW] = _names(names, now_nodes)
+    per = (f"{spec.cores_per_rank} free core{'s' if spec.cores_per_rank != 1 else ''}"
+           + (f" and {spec.gpus_per_rank} GPU{'s' if spec.gpus_per_rank != 1 else ''}"
+              if spec.gpus_per_rank else "")
+           + (f" and {spec.mem_per_rank} MiB" if spec.mem_per_rank else ""))
+    fit_ranks = sum(n for _, n in now_nodes)
+    group_node = q.get("group_node")
+    if group_node is not None:
+        free = p.placer.free(group_node)
+        waits.append(f"its colocation group {spec.colocate!r} is on {names[group_node]}: "
+                     f"waits for {spec.ranks} x {per} there (free now: {free[0]} cores, "
+                     f"{free[1]} GPUs)")
+    elif not now_nodes:
+        waits.append(f"no node has {per} now" + (f" for any of its {spec.ranks} ranks"
+                                                  if spec.ranks > 1 else ""))
+    elif fit_ranks < spec.ranks:
+        waits.append(f"only {fit_ranks} of its {spec.ranks} ranks fit now ({len(now_nodes)} "
+                     f"node{'s' if len(now_nodes) != 1 else ''} with {per})")
+    if "reserved" in q:
+        rn = [names[i] for i in q["reserved"]]
+        waits.append(f"holds a reservation on {', '.join(rn[:NAMES])}"
+                     f"{' ...' if len(rn) > NAMES else ''} (it waited longest): starts there "
+                     "as soon as the tasks running on them end")
+    elif "reserved_by" in q:
+        other, rn = q["reserved_by"]
+        rn = [names[i] for i in rn]
+        waits.append(f"task {other} holds a reservation on {', '.join(rn[:NAMES])}"
+                     f"{' ...' if len(rn) > NAMES else ''}: nothing else starts there "
+                     "until it does")
+    if q.get("ahead"):
+        waits.append(f"{q['ahead']} earlier task{'s' if q['ahead'] != 1 else ''} of the "
+                     f"same shape go{'es' if q['ahead'] == 1 else ''} first")
+    if q.get("heads_before"):
+        waits.append(f"the {q['policy']} policy starts {q['heads_before']} other shape"
+                     f"{'s' if q['heads_before'] != 1 else ''} of work before it (harder to "
+                     f"place, higher priority or waiting longer)")
+    if "plan_rank" in q:
+        waits.append(f"the plan in force starts it as number {q['plan_rank'] + 1}")
+    if q.get("blocked_s"):
+        waits.append(f"its shape has found no room for {q['blocked_s']:.1f} s")
+    if not q["aged"] and q["policy"] != "fifo":
+        waits.append(f"after {q['aging_s']:g} s of waiting it goes ahead of every task of "
+                     f"its priority that waited less")
+    if p.launchers and not p.is_ready:
+        lm = p.launchers.get(p.default_launcher)
+        if lm is not None and lm.state != "ready":
+            waits.append(f"its partition's launcher {lm.name} is {lm.state}"
+                         + (f": {lm.reason}" if lm.reason else ""))
+    if not waits:
+        waits.append("nothing: it fits now and starts in the next scheduling round")
+
+
+def _fit_now(spec, p) -> list[tuple[int, int]]:
+    """[(node index, ranks that fit there now)] of the nodes with room for a rank."""
+    out = []
+    placer = p.placer
+    c, g, m = spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank
+    for i in range(len(p.names)):
+        fc, fg, fm = placer.free(i)
+        n = _ranks(fc, fg, fm, c, g, m)
+        if n:
+            out.append((i, min(n, spec.ranks)))
+    return out
+
+
+def _capacity(spec, p) -> dict:
+    """Which nodes could ever hold it (empty, all theirs) and whether the partition could."""
+    c, g, m = spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank
+    ever = [(i, n) for i, (nc, ng, nm) in enumerate(p.shape)
+            if (n := _ranks(nc, ng, nm, c, g, m))]
+    if spec.colocate is not None:  # all its ranks on one node
+        ever = [(i, n) for i, n in ever if n >= spec.ranks]
+    total = sum(n for _, n in ever)
+    out = {X.FITS_EVER: _names(p.names, ever), X.RANKS_EVER: total}
+    if total < spec.ranks:
+        out[X.NEVER] = (f"partition p{p.index} holds at most {total} of its {spec.ranks} "
+                        f"ranks even empty")
+    return out
+
+
+def _ranks(fc: int, fg: int, fm: int, c: int, g: int, m: int) -> int:
+    n = fc // c if c else 1 << 30
+    if g:
+        n = min(n, fg // g)
+    if m and fm:  # 0: memory not tracked there
+        n = min(n, fm // m)
+    return n
+
+
+def _names(names: list[str], picked: list[tuple[int, int]]) -> dict:
+    return {"count": len(picked), "names": [names[i] for i, _ in picked[:NAMES]]}
+
+
+def _slot_nodes(t) -> list[str]:
+    seen: dict[str, None] = {}
+    for s in t.slots or ():
+        seen.setdefault(s.node, None)
+    return list(seen)
+
+
+def _estimate(t, p) -> dict | None:
+    """The duration the scheduler works with: the user's, or one learned from the run."""
+    if t.spec.duration is not None:
+        return {"seconds": t.spec.duration, "source": "given"}
+    if p is None:
+        return None
+    e = p.scheduler.expected(t.spec)
+    if e is None:
+        return None
+    return {"seconds": e.seconds, "source": "learned", "std": e.std, "n": e.n,
+            "from": "finished tasks of its kind (same executable and shape)" if e.source == "kind"
+            else "finished tasks of its executable"}
+
+
+def _call(uid: str, call, pool, table) -> dict:
+    """A function call: its queue, or the worker running it."""
+    waits: list[str] = []
+    out = {X.UID: uid, X.WAITS_FOR: waits}
+    w = call.worker
+    if w is not None:
+        out[X.WHERE] = X.RUNNING
+        out[X.STATE] = S.EXECUTING
+        node = ""
+        wt = table.tasks.get(w.uid)
+        if wt is not None:
+            out[X.NODES] = _slot_nodes(wt)
+            node = f" on {', '.join(out[X.NODES])}"
+        waits.append(f"a function call, sent to worker {w.uid}{node} ({w.state})")
+        return out
+    out[X.WHERE] = X.QUEUED
+    out[X.STATE] = S.AGENT_SCHEDULING
+    for shape, q in pool.queues.items():
+        if call in q:
+            ranks, cores, gpus, mem = shape
+            out[X.REQUEST] = [ranks, cores, gpus, mem]
+            ahead = 0
+            for c in q:
+                if c is call:
+                    break
+                ahead += 1
+            live = [w for w in pool.workers.values() if w.shape == shape and not w.leaving]
+            ready = sum(1 for w in live if w.state == "ready")
+            waits.append(f"a function call queued for a worker of {ranks} x ({cores} cores, "
+                         f"{gpus} GPUs): {ahead} call{'s' if ahead != 1 else ''} ahead; "
+                         f"{ready} worker{'s' if ready != 1 else ''} ready, "
+                         f"{len(live) - ready} starting (at most {pool._cap(shape)} at once)")
+            why = pool._misfit(shape)
+            if why:
+                waits.append(f"no worker of that shape can start: {why}")
+            break
+    else:
+        waits.append("a function call whose callable has not reached the agent yet")
+    return out
+
+
+def _member(uid: str, services, waits: list) -> None:
+    m = services.members.get(uid)
+    if m is None:
+        return
+    g = m.group
+    line = f"a member of service group {g.name!r} ({m.state}"
+    if m.endpoint:
+        line += f", at {m.endpoint}"
+    line += f"; the group's view is epoch {g.epoch} with {len(g.view)} of {g.target} members)"
+    waits.append(line)
+    if g.holds and any(mm is m for _, mm in g.pending):
+        holders = ", ".join("the client" if o is None else f"task {o}" for o in g.holds.values())
+        waits.append(f"its {'join' if uid not in g.view else 'leave'} waits for the view's "
+                     f"hold{'s' if len(g.holds) != 1 else ''} to be released (held by "
+                     f"{holders})")
+
+
+# -- requests from `pilotfish explain` -----------------------------------------------------
+def requests(sandbox: str, answer) -> int:
+    """Answer every request file in <sandbox>/explain/: <id>.req holds a JSON list of uids;
+    the answer goes to <id>.json (0600, written whole, then renamed). answer(uids) -> list.
+    A request that is not a list of strings, too large, or a link is answered with why.
+    Returns how many were answered."""
+    d = os.path.join(sandbox, REQUEST_DIR)
+    try:
+        entries = [e for e in os.scandir(d) if e.name.endswith(".req")]
+    except OSError:
+        return 0
+    n = 0
+    for e in entries:
+        rid = e.name[:-4]
+        if not rid or not all(ch.isalnum() or ch in "-_" for ch in rid):
+            _unlink(e.path)
+            continue
+        try:
+            fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                raw = os.read(fd, MAX_REQUEST_BYTES + 1)
+            finally:
+                os.close(fd)
+            if len(raw) > MAX_REQUEST_BYTES:
+                raise ValueError(f"larger than {MAX_REQUEST_BYTES} bytes")
+            uids = json.loads(raw)
+            if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
+                raise ValueError("not a JSON list of task uids")
+            body: Any = {"answers": answer(uids[:MAX_UIDS])}
+        except (OSError, ValueError) as err:
+            body = {"error": f"request {e.name}: {err}"}
+        _unlink(e.path)
+        try:
+            write_private(os.path.join(d, rid + ".json"), json.dumps(body).encode())
+        except OSError:
+            pass
+        n += 1
+    return n
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
