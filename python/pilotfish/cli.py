@@ -550,12 +550,16 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
     # and its pilot is the authority anyway -- ask every live pilot about the others
     live: dict[str, list[str]] = {}
     unseen = [u for u in task if not hist[u]]
+    anywhere = list(unseen)  # (and the tasks a pilot made itself: service members, workers)
     for uid in task:
-        if hist[uid] and hist[uid][-1][0] not in S.FINAL and pilot.get(uid):
-            live.setdefault(pilot[uid], []).append(uid)
-    if unseen:
+        if hist[uid] and hist[uid][-1][0] not in S.FINAL:
+            if pilot.get(uid):
+                live.setdefault(pilot[uid], []).append(uid)
+            else:
+                anywhere.append(uid)
+    if anywhere:
         for p in _live_pilots(session_dir):
-            live.setdefault(p, []).extend(u for u in unseen if u not in live.get(p, ()))
+            live.setdefault(p, []).extend(u for u in anywhere if u not in live.get(p, ()))
     answers: dict[str, tuple[str, dict]] = {}
     notes: dict[str, str] = {}
     for p, (got, why) in _ask_agents(session_dir, live, timeout).items():

@@ -192,3 +192,31 @@ def test_request_files_refuse_links_and_garbage(tmp_path):
 def test_render_reads_without_optional_keys(n):
     e = X.Explanation({X.UID: "task.000007", X.WHERE: X.UNKNOWN, X.WAITS_FOR: ["why"]})
     assert str(e) == "task.000007: unknown\n  - why"
+
+
+def test_explain_member_waiting_for_a_held_view(tmp_path):
+    """A service member ready to join a held view says so, and who holds it (by the CLI:
+    members have no client Task)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "services"))
+    from test_groups import echo
+
+    with pf.Session(path=tmp_path / "s") as session:
+        pmgr = pf.PilotManager(session)
+        pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=4, runtime="5m"))
+        tmgr = pf.TaskManager(session)
+        tmgr.add_pilots(pilot)
+        group = tmgr.submit_service_group(echo("held"), replicas=1)
+        group.wait_ready(timeout=60)
+        with group.hold():
+            group.resize(2)
+            _wait_for(lambda: any(n.state == "ready" and n.uid == "held.m0001"
+                                  for n in group.news), timeout=30)
+            r = _cli(str(session.path), "held.m0001", "--json")
+            assert r.returncode == 0, r.stderr
+            e = json.loads(r.stdout)[0]
+            assert e[X.WHERE] == X.RUNNING
+            assert any("a member of service group 'held' (ready" in w
+                       for w in e[X.WAITS_FOR]), e
+            assert any("its join waits for the view's hold to be released (held by the client)"
+                       in w for w in e[X.WAITS_FOR]), e
+        group.stop()
