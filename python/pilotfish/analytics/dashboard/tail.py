@@ -109,6 +109,8 @@ class EventBatch:
     n_uids: int
     details: dict[int, str]
     _texts: object  # callable(codes) -> list[str]
+    k1: np.ndarray | None = None   # two 64-bit keys of each uid of the table (_load's), or None
+    k2: np.ndarray | None = None
 
     def uid_texts(self, codes: np.ndarray) -> list[str]:
         return self._texts(codes)
@@ -144,7 +146,8 @@ def decode_events(data: bytes, detail_names: set[str]) -> Iterator[EventBatch]:
             return _load._texts(fb, table.start[codes], table.length[codes])
 
         details = {int(r): d for r, d in zip(ch.detail_rows.tolist(), ch.details)}
-        yield EventBatch(ch.t, ch.uid, ch.name, ch.name_texts, len(table.k1), details, texts)
+        yield EventBatch(ch.t, ch.uid, ch.name, ch.name_texts, len(table.k1), details, texts,
+                         table.k1, table.k2)
         if ch.slow_frames:
             yield from _decode_slow(data, ch.slow_frames, detail_names)
 
