@@ -79,7 +79,8 @@ function drawStates(s){
   $("session").textContent=s.session; const b=$("badge");
   b.textContent=s.live?"live":"finished"; b.className="badge "+(s.live?"live":"done");
   $("elapsed").textContent=fmt(s.tasks)+" tasks · "+dur(s.elapsed_s);
-  $("meta").textContent="refresh "+s.refresh_ms+" ms · "+fmt(s.events_read)+" events read"+
+  $("meta").textContent=(s.catching_up?"reading the session: "+Math.floor(100*s.bytes_read/Math.max(1,s.bytes_total))+"% · ":"")+
+    "refresh "+s.refresh_ms+" ms · "+fmt(s.events_read)+" events read"+
     (s.warnings.length?" · "+s.warnings.join("; "):"");
 }
 

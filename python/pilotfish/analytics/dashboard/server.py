@@ -53,10 +53,17 @@ class Dashboard:
         }
 
     def refresh(self, force: bool = False) -> None:
+        """Read what was appended, at most every REFRESH_S (at once while catching up)."""
         with self._lock:
-            if force or time.monotonic() - self._last >= REFRESH_S:
+            if force or self.watch.behind or time.monotonic() - self._last >= REFRESH_S:
                 self.watch.refresh()
                 self._last = time.monotonic()
+
+    def catch_up(self) -> None:
+        """Refresh until everything there is has been read."""
+        self.refresh(force=True)
+        while self.watch.behind:
+            self.refresh(force=True)
 
     def answer(self, what: str) -> bytes:
         """The JSON of one endpoint, made once per refresh."""

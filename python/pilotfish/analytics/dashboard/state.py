@@ -66,6 +66,7 @@ DETAIL_NAMES = STRUCT_NAMES | {S.FAILED, S.CANCELED, E.SCHEDULE_OK}
 # (node indices into the pilot's node list). With it the node heatmap is live; without it,
 # it comes from tasks.msgpack once the session has closed.
 _PLACED = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*/\s*(\d+)\s*@\s*([\d,\s]+)$")
+READ_BUDGET = 48 << 20         # bytes one refresh reads at most (a big session: in steps)
 _BUCKETS = 2048                # timeline resolution (buckets double in width when full)
 _FAILED_KEPT = 200             # the most recent failed tasks listed (all are counted)
 _FAILED_REASONS = 10_000       # distinct reasons counted at most (then "other")
@@ -204,6 +205,7 @@ class SessionWatch:
         self.record_nodes = None                   # (task index, raw nodes) from tasks.msgpack
         self.warnings: list[str] = []
         self.generation = 0
+        self.behind = False        # the last refresh stopped at its budget: more to read
 
     # ------------------------------------------------------------------ small helpers
     @staticmethod
@@ -259,20 +261,25 @@ class SessionWatch:
         self.is_call = grown(self.is_call, False)
         self.key2 = grown(self.key2, 0)
 
-    def _entities(self, keys: list[str], kinds: list[int]) -> np.ndarray:
+    def _entities(self, keys: list[str], kinds) -> np.ndarray:
+        """The entity of each key, made where new (kinds: one per key, or one for all)."""
         index = self.index
-        out = np.empty(len(keys), np.int64)
-        for k, key in enumerate(keys):
-            e = index.get(key)
-            if e is None:
-                e = index[key] = self.n
-                self.n += 1
-                self.keys.append(key)
-                if self.n > len(self.rank):
-                    self._grow(self.n)
-                self.kind[e] = kinds[k]
-            out[k] = e
-        return out
+        got = list(map(index.get, keys))
+        if None in got:
+            if isinstance(kinds, int):
+                new = list(dict.fromkeys(k for k, g in zip(keys, got) if g is None))
+                new_kinds = kinds
+            else:
+                fresh = dict(((k, c) for k, c, g in zip(keys, kinds, got) if g is None))
+                new, new_kinds = list(fresh), np.fromiter(fresh.values(), np.int8, len(fresh))
+            n0 = self.n
+            self._grow(n0 + len(new))
+            index.update(zip(new, range(n0, n0 + len(new))))
+            self.keys.extend(new)
+            self.kind[n0:n0 + len(new)] = new_kinds
+            self.n = n0 + len(new)
+            got = list(map(index.get, keys))
+        return np.fromiter(got, np.int64, len(got))
 
     def _pilot(self, uid: str, sandbox: str | None = None) -> Pilot:
         p = self.pilots.get(uid)
@@ -300,26 +307,35 @@ class SessionWatch:
         self.max_bucket = max(self.max_bucket, int((t_max - self.t0) / self.width))
 
     # ------------------------------------------------------------------ reading
-    def refresh(self) -> None:
-        """Read and fold in everything appended since the last refresh."""
+    def refresh(self, budget: int = READ_BUDGET) -> None:
+        """Read and fold in what was appended since the last refresh: all of it, or about
+        `budget` bytes (then `behind` is True and the next refresh goes on from there -- a
+        large finished session is shown while it is read, not after)."""
         t_start = time.perf_counter()
         self._discover_pilots()
-        while True:
-            data = self.journal.read()
+        left = budget
+        self.behind = False
+        while left > 0:
+            data = self.journal.read(limit=min(left, 16 << 20))
             if not data:
                 break
+            left -= len(data)
             self._journal(data)
         sources = [(None, self.client)] + [(p, p.tail) for p in self.pilots.values()]
         for pilot, tail in sources:
-            while True:
-                data = tail.read()
+            while left > 0:
+                data = tail.read(limit=min(left, 16 << 20))
                 if not data:
                     break
+                left -= len(data)
                 for batch in decode_events(data, DETAIL_NAMES):
                     self._batch(batch, pilot)
+        if left <= 0:
+            self.behind = True
         for p in self.pilots.values():
             self._pilot_json(p)
-        self._records()
+        if not self.behind:
+            self._records()
         self.refreshes += 1
         self.generation += 1
         self.last_refresh_s = time.perf_counter() - t_start
@@ -373,7 +389,7 @@ class SessionWatch:
                 self._pilot(rec[1], sandbox)
         if not uids:
             return
-        ents = self._entities(uids, [KIND_TASK] * len(uids))
+        ents = self._entities(uids, KIND_TASK)
         for e, pilot, d in zip(ents.tolist(), pilots, descs):
             self.shape[e] = self._shape_code((int(d.get("ranks", 1) or 1),
                                               int(d.get("cores_per_rank", 1) or 0),
@@ -403,8 +419,7 @@ class SessionWatch:
         except (OSError, msgspec.DecodeError, ValueError) as e:
             self.warnings.append(f"tasks.msgpack: cannot read it: {e}")
             return
-        uids = cols["uid"].tolist()
-        ents = self._entities(uids, [KIND_TASK] * len(uids))
+        ents = self._entities(cols["uid"].tolist(), KIND_TASK)
         key = (cols["ranks"] << 42) | (cols["cores_per_rank"] << 21) | cols["gpus_per_rank"]
         distinct, inverse = np.unique(key, return_inverse=True)
         codes = np.array([self._shape_code((int(k >> 42), int((k >> 21) & 0x1FFFFF),
@@ -452,35 +467,31 @@ class SessionWatch:
         if len(rest):
             texts = b.uid_texts(local[rest])
             found = list(map(self.index.get, texts))
-            keys, kinds, at = [], [], []
-            for j, text in enumerate(texts):
-                code = int(local[rest[j]])
-                if found[j] is not None:
-                    continue
-                if text == "session" or text in self.pilots or text.startswith("pilot."):
-                    pilot_rows_uid[code] = True
-                    found[j] = -1
-                    continue
-                if pilot is None or text.startswith("task."):
-                    key, kind = text, KIND_TASK
-                else:
-                    key = f"{pilot.uid}/{text}"
-                    kind = KIND_WORKER if text.startswith("worker.") else KIND_OTHER
-                    e = self.index.get(key)
-                    if e is not None:
+            bare = np.fromiter((f is not None for f in found), bool, len(found))
+            if not bare.all():
+                keys, kinds, at, at_bare = [], [], [], []
+                for j in [j for j, f in enumerate(found) if f is None]:
+                    text = texts[j]
+                    if text == "session" or text.startswith("pilot.") or text in self.pilots:
+                        pilot_rows_uid[int(local[rest[j]])] = True
+                        found[j] = -1
+                    elif pilot is None or text.startswith("task."):
+                        keys.append(text)
+                        kinds.append(KIND_TASK)
+                        at.append(j)
+                        at_bare.append(True)
+                    else:
+                        keys.append(f"{pilot.uid}/{text}")
+                        kinds.append(KIND_WORKER if text.startswith("worker.") else KIND_OTHER)
+                        at.append(j)
+                        at_bare.append(False)
+                if keys:
+                    for j, e in zip(at, self._entities(keys, kinds).tolist()):
                         found[j] = e
-                        continue
-                keys.append(key)
-                kinds.append(kind)
-                at.append(j)
-            if keys:
-                for j, e in zip(at, self._entities(keys, kinds).tolist()):
-                    found[j] = e
+                    bare[at] = at_bare
             found = np.asarray(found, np.int64)
             ent_of[local[rest]] = found
-            if k1 is not None:  # remember tasks' keys (bare-uid entities only)
-                bare = (found >= 0) & np.array([self.keys[e] == t if e >= 0 else False
-                                                for e, t in zip(found.tolist(), texts)], bool)
+            if k1 is not None:  # remember tasks' keys (entities keyed by their bare uid)
                 fk, fe = k1[rest][bare], found[bare]
                 fresh = self.by_key.get(fk) < 0
                 _, first = np.unique(fk[fresh], return_index=True)
@@ -737,11 +748,22 @@ class SessionWatch:
             "pilots": len(self.pilots),
             "events_read": self.events_read,
             "bytes_read": sum(t.bytes_read for t in self._tails()),
+            "catching_up": self.behind,
+            "bytes_total": self._bytes_total(),
             "refreshes": self.refreshes,
             "refresh_ms": round(1000 * self.last_refresh_s, 2),
             "warnings": self.warnings[-5:] + [f"{os.path.basename(t.path)}: {t.problem}"
                                                for t in self._tails() if t.problem],
         }
+
+    def _bytes_total(self) -> int:
+        total = 0
+        for t in self._tails():
+            try:
+                total += os.stat(t.path, follow_symlinks=False).st_size
+            except OSError:
+                pass
+        return total
 
     def _tails(self) -> list[FrameTail]:
         return [self.client, self.journal] + [p.tail for p in self.pilots.values()]
