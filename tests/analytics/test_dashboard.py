@@ -125,6 +125,16 @@ def test_watch_agrees_with_load_session(tmp_path):
     for p in nodes:
         assert len(p["busy_cores"]) == 4
         assert 0.3 * sum(p["cores"]) < sum(p["busy_cores"]) <= sum(p["cores"])
+    # read in steps of 256 KiB (as a big session is): partial at first, then the same
+    stepped = SessionWatch(root)
+    stepped.refresh(budget=256 << 10)
+    assert stepped.behind and 0 < stepped.events_read < w.events_read
+    steps = 1
+    while stepped.behind:
+        stepped.refresh(budget=256 << 10)
+        steps += 1
+    assert steps >= 2 and stepped.summary()["states"] == got
+    assert stepped.events_read == w.events_read and stepped.timeline() == tl
     # nothing more to read: a refresh reads no byte
     before = w.summary()["bytes_read"]
     w.refresh()

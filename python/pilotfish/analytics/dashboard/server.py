@@ -53,9 +53,10 @@ class Dashboard:
         }
 
     def refresh(self, force: bool = False) -> None:
-        """Read what was appended, at most every REFRESH_S (at once while catching up)."""
+        """Read what was appended, at most every REFRESH_S (force: now; a big session is
+        read in steps, one per summary the page asks for)."""
         with self._lock:
-            if force or self.watch.behind or time.monotonic() - self._last >= REFRESH_S:
+            if force or time.monotonic() - self._last >= REFRESH_S:
                 self.watch.refresh()
                 self._last = time.monotonic()
 
@@ -67,7 +68,7 @@ class Dashboard:
 
     def answer(self, what: str) -> bytes:
         """The JSON of one endpoint, made once per refresh."""
-        self.refresh()
+        self.refresh(force=what == "summary" and self.watch.behind)
         with self._lock:
             if self._generation != self.watch.generation:
                 self._cache.clear()

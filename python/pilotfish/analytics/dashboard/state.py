@@ -67,6 +67,7 @@ DETAIL_NAMES = STRUCT_NAMES | {S.FAILED, S.CANCELED, E.SCHEDULE_OK}
 # it comes from tasks.msgpack once the session has closed.
 _PLACED = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*/\s*(\d+)\s*@\s*([\d,\s]+)$")
 READ_BUDGET = 48 << 20         # bytes one refresh reads at most (a big session: in steps)
+_MIN_READ = 1 << 20            # (less than this left of the budget: the refresh stops)
 _BUCKETS = 2048                # timeline resolution (buckets double in width when full)
 _FAILED_KEPT = 200             # the most recent failed tasks listed (all are counted)
 _FAILED_REASONS = 10_000       # distinct reasons counted at most (then "other")
@@ -313,25 +314,20 @@ class SessionWatch:
         large finished session is shown while it is read, not after)."""
         t_start = time.perf_counter()
         self._discover_pilots()
-        left = budget
-        self.behind = False
-        while left > 0:
-            data = self.journal.read(limit=min(left, 16 << 20))
-            if not data:
-                break
-            left -= len(data)
-            self._journal(data)
-        sources = [(None, self.client)] + [(p, p.tail) for p in self.pilots.values()]
-        for pilot, tail in sources:
-            while left > 0:
+        left, least = budget, min(_MIN_READ, budget // 16)
+        for pilot, tail in [(None, self.journal), (None, self.client)] + \
+                [(p, p.tail) for p in self.pilots.values()]:
+            while left > least:
                 data = tail.read(limit=min(left, 16 << 20))
                 if not data:
                     break
                 left -= len(data)
+                if tail is self.journal:
+                    self._journal(data)
+                    continue
                 for batch in decode_events(data, DETAIL_NAMES):
                     self._batch(batch, pilot)
-        if left <= 0:
-            self.behind = True
+        self.behind = any(t.unread() for t in self._tails())
         for p in self.pilots.values():
             self._pilot_json(p)
         if not self.behind:

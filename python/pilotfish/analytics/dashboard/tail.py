@@ -86,6 +86,17 @@ class FrameTail:
         return data[:end]
 
 
+    def unread(self) -> int:
+        """Bytes in the file past what was read (0 if it is not there or not readable)."""
+        if self.problem is not None:
+            return 0
+        try:
+            size = os.stat(self.path, follow_symlinks=False).st_size
+        except OSError:
+            return 0
+        return max(0, size - self.offset - len(self.pending))
+
+
 def whole_frames(data: bytes) -> int:
     """Length of the prefix of `data` made of whole frames."""
     pos, n = 0, len(data)
