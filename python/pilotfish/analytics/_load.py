@@ -31,16 +31,16 @@ per event, and without the ~2 GB of Python objects.
 
 from __future__ import annotations
 
-import gc
 import mmap
 import operator
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import msgspec
 import numpy as np
+
+from .._util import gc_paused  # (analytics.session imports it from here too)
 import pandas as pd
 
 from pilotfish._events import TaskRecord
@@ -51,18 +51,6 @@ _PAD = 16                       # a copy of the last bytes, zero padded, for str
 _SMALLEST_EVENT_FILE = 18        # length, fixarray, 94, cb + f64, "", "", nil
 _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
 
-
-@contextmanager
-def gc_paused():
-    """Cyclic GC off while millions of objects that cannot form cycles (strings, tuples of
-    scalars) are built: otherwise each collection rescans all of them (2-3x slower)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _map_file(path: str):

@@ -23,6 +23,7 @@ import msgspec
 from .. import _explain, _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
+from .._util import gc_paused
 from ..descriptions import TaskDescription, check_descriptions
 from ._calls import pickle_calls
 from ._ports import PilotPort
@@ -215,6 +216,10 @@ class TaskManager:
 
         Raises DescriptionError (field, value, why) before anything is sent.
         """
+        with gc_paused():  # (a bulk submit builds objects by the thousand, none cyclic)
+            return self._submit_tasks(descriptions)
+
+    def _submit_tasks(self, descriptions):
         session = self.session
         session._check_open()
         single = isinstance(descriptions, (TaskDescription, dict))

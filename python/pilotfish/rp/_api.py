@@ -18,7 +18,9 @@ from typing import Any, Callable
 from .. import client as _pf
 from .. import states as S
 from .._errors import PilotfishError
+from .._util import gc_paused
 from .._paths import TASKS_DIR
+from . import _raptor as _raptor_mod
 from . import _states as RS
 from .._errors import DescriptionError
 from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EXECUTABLE, PilotDescription,
@@ -529,9 +531,12 @@ def _raptor_handle_class():
 
         def submit_tasks(self, descriptions):
             descs, many = _listify(descriptions)
-            for td in descs:
-                td["raptor_id"] = self.uid
-            out = self.tmgr.submit_tasks(descs)
+            with gc_paused():  # (thousands of objects, none cyclic)
+                out = self.tmgr._submit_calls(self._raptor, descs)  # plain calls: fast
+                if out is None:
+                    for td in descs:
+                        td["raptor_id"] = self.uid
+                    out = self.tmgr.submit_tasks(descs)
             return out if many else out[0]
 
         def rpc(self, cmd: str, *args, **kwargs):
@@ -590,20 +595,40 @@ class TaskManager:
 
     def _wrap(self, t) -> Task:
         with self._lock:
-            task = self._by_pf.get(t.uid)
-            if task is None:
-                key = id(t.description)
-                d = self._rp_desc[key]
-                if d.get("mode") == RAPTOR_MASTER:
-                    task = RaptorMaster(self, t, d, self._user_uid(key, t.uid))
-                    task._raptor = self._raptors[task.uid]
-                    task._raptor.handle = task
-                else:
-                    cls = RaptorTask if d.get("raptor_id") else Task
-                    task = cls(self, t, d, self._user_uid(key, t.uid))
-                self._tasks[task.uid] = task
-                self._by_pf[t.uid] = task
-            return task
+            return self._wrap_locked(t)
+
+    def _wrap_all(self, ts: list) -> list[Task]:
+        """The rp Tasks of a submit's pilotfish tasks (one lock for the batch)."""
+        with self._lock:
+            by_pf, rp_desc, tasks = self._by_pf, self._rp_desc, self._tasks
+            out = []
+            for t in ts:
+                task = by_pf.get(t.uid)
+                if task is None:
+                    d = rp_desc[id(t.description)]
+                    if d.get("raptor_id") and d.get("mode") != RAPTOR_MASTER:
+                        task = RaptorTask(self, t, d, d.get("uid") or t.uid)
+                        tasks[task.uid] = by_pf[t.uid] = task
+                    else:
+                        task = self._wrap_locked(t)
+                out.append(task)
+            return out
+
+    def _wrap_locked(self, t) -> Task:
+        task = self._by_pf.get(t.uid)
+        if task is None:
+            key = id(t.description)
+            d = self._rp_desc[key]
+            if d.get("mode") == RAPTOR_MASTER:
+                task = RaptorMaster(self, t, d, self._user_uid(key, t.uid))
+                task._raptor = self._raptors[task.uid]
+                task._raptor.handle = task
+            else:
+                cls = RaptorTask if d.get("raptor_id") else Task
+                task = cls(self, t, d, d.get("uid") or t.uid)
+            self._tasks[task.uid] = task
+            self._by_pf[t.uid] = task
+        return task
 
     # RP's per-task variables, and a sandbox of its own for every task (as in RP)
     def _spec_extra(self, uid: str, d, pilot) -> dict:
@@ -641,6 +666,10 @@ class TaskManager:
         """RP's submit_tasks: executables (and function tasks) to the pilots, RAPTOR tasks
         (raptor_id set, or through raptor.submit_tasks) to their master, RAPTOR_MASTER
         descriptions to submit_raptors; one list back, in order."""
+        with gc_paused():  # (thousands of objects, none cyclic)
+            return self._submit_tasks(descriptions)
+
+    def _submit_tasks(self, descriptions):
         descs, many = _listify(descriptions)
         rp_descs = [d if isinstance(d, TaskDescription) else TaskDescription(d) for d in descs]
         given: set[str] = set()
@@ -658,6 +687,30 @@ class TaskManager:
             out = self._submit(rp_descs, pf_descs)
         return out if many else out[0]
 
+    def _submit_calls(self, r, descs: list) -> list | None:
+        """RAPTOR's hot path: a batch of plain calls to one master (rp.TaskDescriptions with
+        no field but mode and function -- a pythontask, or a worker method's name --, no
+        uid, no request_cb to ask) in one pass, none of the general path's per-task sorting
+        and lookups. None: not such a batch (the general path takes it, and says what is
+        wrong with it)."""
+        if r.stopped or r.wants_requests or not descs or (
+                r.shapes and not any(ranks >= 1 and cores >= 1 for ranks, cores, _ in r.shapes)):
+            return None
+        fast = _raptor_mod._plain_call
+        if not all(type(d) is TaskDescription and fast(d) for d in descs):
+            return None
+        uids = r.next_uids(len(descs))
+        to_pf = r._fast_pf
+        pf_descs = []
+        rid = r.uid
+        for d, uid in zip(descs, uids):
+            d["uid"] = uid
+            d["raptor_id"] = rid
+            pf_descs.append(to_pf(d, uid))
+        tasks = self._submit(descs, pf_descs)
+        r.track([t._pf for t in tasks])
+        return tasks
+
     def _submit(self, rp_descs: list, pf_descs: list) -> list:
         for p in self._pilots.values():
             if self._during_setup:
@@ -666,13 +719,15 @@ class TaskManager:
                 p._ready.wait()
             if p._problem:
                 raise PilotfishError(p._problem)
+        keys = [id(pd) for pd in pf_descs]
+        rp_desc = self._rp_desc
         try:
-            for pd, d in zip(pf_descs, rp_descs):
-                self._rp_desc[id(pd)] = d
-            return [self._wrap(t) for t in self._pf.submit_tasks(pf_descs)]
+            rp_desc.update(zip(keys, rp_descs))
+            return self._wrap_all(self._pf.submit_tasks(pf_descs))
         finally:
-            for pd in pf_descs:
-                self._rp_desc.pop(id(pd), None)
+            pop = rp_desc.pop
+            for k in keys:
+                pop(k, None)
 
     def _submit_mixed(self, rp_descs: list) -> list:
         """Descriptions of several kinds: each translated (all checked before any is sent),
@@ -713,7 +768,8 @@ class TaskManager:
             r = self._raptor_of(rp_descs[idx[0]], idx[0])
             if r.stopped:
                 raise ValueError(f"raptor {rid} was stopped: submit to a running master")
-            pairs = [(rp_descs[i].get("uid") or r.next_uid(), rp_descs[i]) for i in idx]
+            fresh = iter(r.next_uids(sum(1 for i in idx if not rp_descs[i].get("uid"))))
+            pairs = [(rp_descs[i].get("uid") or next(fresh), rp_descs[i]) for i in idx]
             keep, left = r.request(pairs, "client")
             pos = {uid: i for (uid, _), i in zip(pairs, idx)}
             for uid, d in keep:
@@ -745,14 +801,15 @@ class TaskManager:
             pf_sub = [d for k, d in enumerate(pf_sub) if k not in keepk]
             where = [w for k, w in enumerate(where) if k not in keepk]
         tasks = self._submit(rp_sub, pf_sub) if pf_sub else []
+        new: dict[str, list] = {}  # raptor id -> its new tasks
         for i, t in zip(where, tasks):
-            if isinstance(t, RaptorTask):
-                r = self._raptors.get(t.description.get("raptor_id"))
-                if r is not None:
-                    with r.lock:
-                        if t._pf.state not in S.FINAL:
-                            r.live.add(t._pf.uid)
+            if type(t) is RaptorTask:
+                new.setdefault(t.description.get("raptor_id"), []).append(t._pf)
             out[i] = t
+        for rid, pf_tasks in new.items():
+            r = self._raptors.get(rid)
+            if r is not None:
+                r.track(pf_tasks)
         return out
 
     def _raptor_of(self, d, i: int):
@@ -796,7 +853,8 @@ class TaskManager:
             rp_descs.append(td)
         for st in states:
             self._raptors[st.uid] = st
-        self._ensure_relay()
+        if any(st.hooks is not None for st in states):  # results go to its hooks
+            self._ensure_relay()
         try:
             out = self._submit(rp_descs, pf_descs)
         except BaseException:
@@ -823,11 +881,7 @@ class TaskManager:
         for pd, d in zip(pf_descs, rp_descs):
             self._hidden[id(pd)] = (raptor, d, waiter)
         self._ensure_relay()
-        tasks = self._pf.submit_tasks(pf_descs)
-        with raptor.lock:
-            for t in tasks:
-                if t.state not in S.FINAL:
-                    raptor.live.add(t.uid)
+        raptor.track(self._pf.submit_tasks(pf_descs))
 
     def _ensure_relay(self) -> None:
         """One pilotfish callback for RAPTOR bookkeeping (ends to the masters)."""

@@ -61,8 +61,10 @@ class _Description(dict):
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any):
         super().__init__()
-        for k, v in {**(from_dict or {}), **kwargs}.items():
-            self[k] = v
+        if from_dict:
+            self.update(from_dict)  # (no __setitem__ of its own: the same, at C speed)
+        if kwargs:
+            self.update(kwargs)
 
     def __missing__(self, key: str) -> Any:
         """d['services'].append(...) on a fresh description works, as in RP: a field's
@@ -286,7 +288,9 @@ class PythonTask:
     def __init__(self, func, args=(), kwargs=None):
         if not callable(func):
             raise ValueError("task function not callable")
-        self.function, self.args, self.kwargs = func, tuple(args or ()), dict(kwargs or {})
+        self.function = func
+        self.args = args if type(args) is tuple else tuple(args or ())
+        self.kwargs = dict(kwargs) if kwargs else {}
 
     def __repr__(self) -> str:
         return f"rp.PythonTask({getattr(self.function, '__name__', self.function)!r})"

@@ -11,6 +11,7 @@ import shlex
 import threading
 from typing import Any
 
+from .. import states as _S
 from .._errors import DescriptionError, show
 from ..descriptions import TaskDescription as _PfTask
 from . import _states as RS
@@ -31,7 +32,22 @@ _RAPTOR_FIELDS = frozenset((
     "metadata", "priority", "pre_exec", "named_env", "threading_type", "cpu_process_type",
     "gpu_process_type", "mem_per_rank", "mem_per_process", "cpu_thread_type",
     "gpu_thread_type", "use_mpi", "gpu_type", "lfs_per_rank", "origin"))
+_FINAL = _S.FINAL
 _EMPTY = (None, "", [], {}, (), 0, 0.0, False)
+# a call with only these fields takes the fast path (RaptorState._fast_pf)
+_FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
+_FAST_NEW = frozenset(("mode", "function"))
+
+
+def _plain_call(d: TaskDescription) -> bool:
+    """A new call with no field but its mode and function (a pythontask or a method name):
+    what RaptorState._fast_pf translates."""
+    if not d.keys() <= _FAST_NEW:
+        return False
+    mode = d.get("mode") or TASK_FUNCTION
+    fn = d.get("function")
+    return (mode == TASK_FUNCTION and isinstance(fn, PythonTask)) or (
+        mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and bool(fn))
 
 
 def _is_custom(cls: type, name: str) -> bool:
@@ -54,7 +70,11 @@ class RaptorState:
         self.workers: list = []  # rp Tasks (their state is the master's)
         self.shapes: list[tuple[int, float, float]] = []
         self.runs: dict = {}
-        self.live: set[str] = set()  # pilotfish uids of its unfinished tasks
+        self._templates: dict = {}  # (kind, target) -> a plain call's checked values
+        # its tasks' pilotfish Tasks in submit order (rpc('stop') cancels the unfinished;
+        # those found final when the list is pruned are counted in self.counts)
+        self.tasks: list = []
+        self._kept = 0  # the list's length after its last pruning
         self.lock = threading.Lock()
         self.n = 0
         self.stopped = False
@@ -150,6 +170,10 @@ class RaptorState:
     def to_pf(self, td: TaskDescription, index: int, uid: str) -> _PfTask:
         """A RAPTOR task as a pilotfish function task, or DescriptionError."""
         v = td
+        if v.keys() <= _FAST_KEYS:  # a plain call (a pythontask, a callable, a method name)
+            fast = self._fast_pf(v, uid)
+            if fast is not None:
+                return fast
 
         def fail(field: str, why: str) -> DescriptionError:
             return DescriptionError("rp.TaskDescription", field, v.get(field), why,
@@ -226,15 +250,46 @@ class RaptorState:
                 out[k] = v[k]
         return _translated(_PfTask, "rp.TaskDescription", out, index)
 
+    def _fast_pf(self, v: TaskDescription, uid: str) -> _PfTask | None:
+        """The function task of a call with no field but its function (and uid, name,
+        raptor_id): the checked values of the first such call of that target, copied, with
+        this call's arguments and name -- RAPTOR's hot path (a full translation costs more
+        than the call). None: not such a call (the full path decides)."""
+        mode = v.get("mode") or TASK_FUNCTION
+        fn = v.get("function")
+        if mode == TASK_FUNCTION and isinstance(fn, PythonTask):
+            target, kind, args, kwargs = fn.function, "func", fn.args, fn.kwargs
+        elif mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
+            target, kind, args, kwargs = fn, "method", (), {}
+        else:
+            return None
+        key = (kind, id(target) if kind == "func" else target)
+        values = self._templates.get(key)
+        if values is None:
+            if self.shapes and not any(r >= 1 and c >= 1 for r, c, _ in self.shapes):
+                return None  # (the full path says why no worker fits)
+            run = self._run(kind, target)
+            values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core: defaults)
+                "function": run, "args": ((uid, None, None), (), {}), "name": uid,
+                "pilot": self.pilot.uid}, 0)._values
+            self._templates[key] = values
+        out = dict(values)
+        out["args"] = ((uid, None, None), tuple(args), dict(kwargs))
+        out["name"] = uid
+        return _PfTask._checked(out)
+
     def refused(self, uid: str) -> _PfTask:
         """A task request_cb did not return: it ends FAILED, saying why."""
         return _PfTask({"function": _refused, "args": (uid, self.uid), "name": uid,
                         "pilot": self.pilot.uid})
 
     def next_uid(self) -> str:
+        return self.next_uids(1)[0]
+
+    def next_uids(self, k: int) -> list[str]:
         with self.lock:
-            self.n += 1
-            return f"{self.uid}.task.{self.n - 1:06d}"
+            first, self.n = self.n, self.n + k
+        return [f"{self.uid}.task.{i:06d}" for i in range(first, first + k)]
 
     def request(self, tasks: list[tuple[str, TaskDescription]], origin: str):
         """(uid, description) pairs through the master's request_cb: those it returns, and
@@ -283,11 +338,23 @@ class RaptorState:
                                              "mode": TASK_FUNCTION}))
         tm._submit_hidden(self, pf_descs, rp_descs, waiter)
 
-    def ended(self, task, state: str, waiter=None) -> None:
+    def track(self, pf_tasks) -> None:
+        """Its new tasks (pilotfish Tasks). Ends are read from them, never reported one by
+        one: no per-task work on the IO thread for a master without hooks."""
         with self.lock:
-            self.live.discard(task._pf.uid)
-            if state in self.counts:
-                self.counts[state] += 1
+            self.tasks.extend(pf_tasks)
+            if len(self.tasks) > 2 * self._kept + 10_000:  # prune the finished (amortized)
+                live = []
+                for t in self.tasks:
+                    if t.state in _FINAL:
+                        if t.state in self.counts:
+                            self.counts[t.state] += 1
+                    else:
+                        live.append(t)
+                self.tasks, self._kept = live, len(live)
+
+    def ended(self, task, state: str, waiter=None) -> None:
+        """A task of a master with hooks ended: its result to result_cb (or the waiter)."""
         if self.hooks is not None and (self.wants_results or waiter is not None):
             self.hooks.put(("result", result_dict(task), waiter))
 
@@ -297,10 +364,16 @@ class RaptorState:
             if self.stopped:
                 return
             self.stopped = True
-            live = list(self.live)
+            c = dict(self.counts)
+            live = []
+            for t in self.tasks:
+                if t.state in _FINAL:
+                    if t.state in c:
+                        c[t.state] += 1
+                else:
+                    live.append(t.uid)
         sb = self.handle.sandbox
         if sb:
-            c = self.counts
             line = (f"{self.uid}: stopped ({c['DONE']} tasks done, {c['FAILED']} failed, "
                     f"{c['CANCELED']} canceled)\n")
             tmp = os.path.join(sb, STOP_FILE + ".tmp")

@@ -250,20 +250,28 @@ class Run:
     per master, so a callable travels once per submit. Called as run(info, args, kwargs)
     (comm= on several ranks), info = (uid, env or None, payload)."""
 
-    __slots__ = ("kind", "target", "worker", "raptor_id")
+    __slots__ = ("kind", "target", "worker", "raptor_id", "is_async")
 
     def __init__(self, kind: str, target: Any, worker: type, raptor_id: str):
         self.kind, self.target, self.worker, self.raptor_id = kind, target, worker, raptor_id
+        self.is_async = None  # (a func: whether it is a coroutine function, once asked)
 
     def __getstate__(self):
         return (self.kind, self.target, self.worker, self.raptor_id)
 
     def __setstate__(self, s):
         self.kind, self.target, self.worker, self.raptor_id = s
+        self.is_async = None
 
     def __call__(self, info, args=(), kwargs=None, comm=None):
         uid, env, payload = info
         kwargs = dict(kwargs or {})
+        if comm is None and not env:  # the common call: its id; rank 0 of 1 (set once)
+            environ = os.environ
+            environ["RP_TASK_ID"] = uid  # (stays until the next call sets its own)
+            if environ.get("RP_RANK") != "0" or environ.get("RP_RANKS") != "1":
+                environ["RP_RANK"], environ["RP_RANKS"] = "0", "1"
+            return self._run(uid, payload, list(args), kwargs, comm)
         old = {}
         rank = 0 if comm is None else comm.rank
         put = {"RP_TASK_ID": uid, "RP_RANK": str(rank),
@@ -288,7 +296,9 @@ class Run:
             fn = self.target
             if comm is not None:
                 _inject_comm(comm, args, kwargs, True)
-            return _call(fn, args, kwargs)
+            if self.is_async is None:  # (asked once per Run in this worker, not per call)
+                self.is_async = asyncio.iscoroutinefunction(fn)
+            return asyncio.run(fn(*args, **kwargs)) if self.is_async else fn(*args, **kwargs)
         if kind == "method":
             obj = _instance(self.worker, self.raptor_id)
             fn = getattr(obj, self.target, None)
