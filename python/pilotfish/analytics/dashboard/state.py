@@ -198,7 +198,8 @@ class SessionWatch:
         self.group_index: dict[str, int] = {}
         self.failed: dict[int, tuple[float, str]] = {}   # task -> (t, reason), recent ones
         self.failed_reasons: dict[str, int] = {}
-        self.placements: dict[int, tuple[int, np.ndarray, int, int]] = {}
+        self.placements: dict[int, tuple] = {}     # task -> (pilot, nodes, cores, GPUs, t)
+        self._pending_place: list[tuple] = []
         self.live_nodes = False
         self.services: dict[str, dict] = {}        # "<pilot>/<group>" -> group
         self.members: dict[str, dict] = {}         # "<pilot>/<member uid>" -> member
@@ -510,8 +511,11 @@ class SessionWatch:
             if len(drows):
                 self._details(b, drows, ent, pilot)
         if self.placements and unsched_code >= 0:
-            for r in np.flatnonzero((b.name == unsched_code) & (ent >= 0)).tolist():
-                self._unplace(int(ent[r]))
+            rows = np.flatnonzero((b.name == unsched_code) & (ent >= 0))
+            for e, t in zip(ent[rows].tolist(), b.t[rows].tolist()):
+                self._unplace(e, t)
+        if self._pending_place:
+            self._apply_placements()
 
     def _task_rows(self, e, r, t, name, names, pilot, unsched) -> None:
         # the latest placement and release (a retried task is placed again)
@@ -599,33 +603,48 @@ class SessionWatch:
                 m = _PLACED.match(detail)
                 if m:
                     ranks, cpr, gpr = int(m.group(1)), int(m.group(2)), int(m.group(3))
-                    nodes = np.array([int(x) for x in m.group(4).replace(" ", "").split(",") if x],
-                                     np.int64)
-                    self._place(e, pilot, nodes, cpr, gpr, (ranks, cpr, gpr))
+                    nodes = [int(x) for x in m.group(4).replace(" ", "").split(",") if x]
+                    self._place(e, pilot, nodes, cpr, gpr, (ranks, cpr, gpr), float(b.t[r]))
 
-    def _place(self, e: int, pilot: Pilot, nodes: np.ndarray, cpr: int, gpr: int, shape) -> None:
+    # Placements change per-node sums in batches: _place/_unplace queue (pilot, nodes, cores,
+    # GPUs, sign) and _apply_placements adds them with one np.add.at per pilot.
+    def _place(self, e: int, pilot: Pilot, nodes: list, cpr: int, gpr: int, shape, t: float) -> None:
         self.live_nodes = True
         if self.shape[e] == 0 and shape != (1, 1, 0):
             self.shape[e] = self._shape_code(shape)
         if e in self.placements:
-            self._unplace(e)
-        n = max(len(pilot.nodes), int(nodes.max()) + 1 if len(nodes) else 0)
-        if pilot.busy_cores is None or len(pilot.busy_cores) < n:
-            old_c, old_g = pilot.busy_cores, pilot.busy_gpus
-            pilot.busy_cores, pilot.busy_gpus = np.zeros(n), np.zeros(n)
-            if old_c is not None:
-                pilot.busy_cores[:len(old_c)] = old_c
-                pilot.busy_gpus[:len(old_g)] = old_g
-        np.add.at(pilot.busy_cores, nodes, cpr)
-        np.add.at(pilot.busy_gpus, nodes, gpr)
-        self.placements[e] = (pilot, nodes, cpr, gpr)
+            self._unplace(e, t)
+        self.placements[e] = (pilot, nodes, cpr, gpr, t)
+        self._pending_place.append((pilot, nodes, cpr, gpr))
 
-    def _unplace(self, e: int) -> None:
-        placed = self.placements.pop(e, None)
-        if placed is not None:
-            pilot, nodes, cpr, gpr = placed
-            np.subtract.at(pilot.busy_cores, nodes, cpr)
-            np.subtract.at(pilot.busy_gpus, nodes, gpr)
+    def _unplace(self, e: int, t: float) -> None:
+        placed = self.placements.get(e)
+        if placed is not None and t >= placed[4]:  # (not a newer placement's)
+            del self.placements[e]
+            pilot, nodes, cpr, gpr, _ = placed
+            self._pending_place.append((pilot, nodes, -cpr, -gpr))
+
+    def _apply_placements(self) -> None:
+        by_pilot: dict[str, tuple[Pilot, list, list, list]] = {}
+        for pilot, nodes, c, g in self._pending_place:
+            rec = by_pilot.setdefault(pilot.uid, (pilot, [], [], []))
+            rec[1].extend(nodes)
+            rec[2].extend([c] * len(nodes))
+            rec[3].extend([g] * len(nodes))
+        self._pending_place.clear()
+        for pilot, nodes, cs, gs in by_pilot.values():
+            if not nodes:
+                continue
+            idx = np.asarray(nodes, np.int64)
+            n = max(len(pilot.nodes), int(idx.max()) + 1)
+            if pilot.busy_cores is None or len(pilot.busy_cores) < n:
+                old_c, old_g = pilot.busy_cores, pilot.busy_gpus
+                pilot.busy_cores, pilot.busy_gpus = np.zeros(n), np.zeros(n)
+                if old_c is not None:
+                    pilot.busy_cores[:len(old_c)] = old_c
+                    pilot.busy_gpus[:len(old_g)] = old_g
+            np.add.at(pilot.busy_cores, idx, np.asarray(cs, float))
+            np.add.at(pilot.busy_gpus, idx, np.asarray(gs, float))
 
     def _struct(self, b, rows, pilot: Pilot | None) -> None:
         uids = b.uid_texts(b.uid[rows])
