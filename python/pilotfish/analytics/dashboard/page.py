@@ -93,7 +93,7 @@ function drawTimeline(tl){
   g.strokeStyle="#dde1e7"; g.fillStyle="#555"; g.font="11px sans-serif"; g.lineWidth=1;
   for(let i=0;i<=4;i++){const v=ymax*i/4; const y=Y(v); g.beginPath(); g.moveTo(L,y); g.lineTo(w-R,y); g.stroke();
     g.fillText(v>=1000?(v/1000).toFixed(v>=1e4?0:1)+"k":v.toFixed(0),2,y+4);}
-  for(let i=0;i<=5;i++){const t=tmax*i/5; g.fillText(dur(t),X(t)-10,h-5);}
+  for(let i=0;i<=5;i++){const t=tmax*i/5; const s=dur(t); g.fillText(s,Math.min(X(t)-10,w-R-g.measureText(s).width),h-5);}
   for(const k of ORDER){const v=tl.series[k]; if(!v||!v.some(x=>x>0)) continue;
     g.strokeStyle=COLORS[k]; g.lineWidth=1.6; g.beginPath();
     for(let i=0;i<n;i++){const x=X(tl.t[i]),y=Y(v[i]); if(i) g.lineTo(x,y); else g.moveTo(x,y);} g.stroke();
@@ -155,7 +155,7 @@ function drawFailed(f){
   d.append(el("div",{class:"small muted"},fmt(f.count)+" failed · "+fmt(f.canceled)+" canceled"));
   if(f.by_reason.length) d.append(table(["reason","tasks"],f.by_reason.map(r=>[r.reason||"(none given)",fmt(r.count)]),[1]));
   if(f.recent.length){d.append(el("div",{class:"small muted",style:"margin-top:6px"},"most recent"));
-    d.append(table(["task","name","at","reason"],f.recent.slice(0,50).map(r=>[r.uid,r.name||"",dur(r.t),r.reason||""]),[2]));}
+    d.append(table(["task","name","at","reason"],f.recent.slice(0,15).map(r=>[r.uid,r.name||"",dur(r.t),r.reason||""]),[2]));}
   put("failed", d);
 }
 function drawPilots(pp){

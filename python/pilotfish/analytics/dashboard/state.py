@@ -913,14 +913,15 @@ class SessionWatch:
         by_uid = {p["uid"]: p for p in pilots}
         groups = []
         if len(waiting):
-            key = (self.pilot[waiting].astype(np.int64) + 1) * (len(self.shapes) + 1) + self.shape[waiting]
+            key = ((self.pilot[waiting].astype(np.int64) + 1) * (len(self.shapes) + 1) +
+                   self.shape[waiting]) * 2 + self.is_call[waiting]   # calls apart from tasks
             distinct, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
             since = np.full(len(distinct), np.inf)
             np.minimum.at(since, inverse, self.reach[3][waiting])
             calls = np.bincount(inverse, weights=self.is_call[waiting], minlength=len(distinct))
             free_nodes = self._free_nodes()
             for k, (kv, c) in enumerate(zip(distinct.tolist(), counts.tolist())):
-                pi, sc = divmod(kv, len(self.shapes) + 1)
+                pi, sc = divmod(kv // 2, len(self.shapes) + 1)
                 puid = self.pilot_uids[pi - 1] if pi > 0 else None
                 shape = self.shapes[sc]
                 groups.append({
