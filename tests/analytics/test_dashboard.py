@@ -258,3 +258,45 @@ def test_cli_command_prints_a_token_url(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_watch_reads_partitions_services_and_pools(tmp_path):
+    """Partitions, launchers, service groups and function workers, from events in the
+    forms the agent records them (agent/_main.py, table.py, partition.py, services.py)."""
+    root = tmp_path / "s"
+    pdir = root / "pilot.0000"
+    pdir.mkdir(parents=True)
+    agent = EventWriter(str(pdir / "agent.events"))
+    t = 50.0
+    agent.record_many([
+        (t, "pilot.0000", E.PARTITION, json.dumps({"index": 0, "nodes": ["a", "b"], "launcher": "direct"})),
+        (t, "pilot.0000", E.PARTITION, json.dumps({"index": 1, "nodes": ["c"], "launcher": "prterun"})),
+        (t, "pilot.0000", E.LAUNCHER_START, "prterun p1"),
+        (t + 1, "pilot.0000", E.LAUNCHER_FAILED, "prterun p1: prte exited 1"),
+        (t + 1, "pilot.0000", E.PARTITION_CLOSED, "p1 (c): its launcher could not start: prte exited 1"),
+        (t + 2, "stage.0000", E.MEMBER_START, "stage"),
+        (t + 2, "stage.0001", E.MEMBER_START, "stage"),
+        (t + 3, "stage.0000", E.MEMBER_READY, "tcp://10.0.0.1:5555"),
+        (t + 3, "stage.0001", E.MEMBER_FAIL, "exit code 2"),
+        (t + 3, "stage", E.GROUP_EPOCH, "1 1"),
+        (t + 4, "stage", E.GROUP_RESIZE, "3"),
+        (t + 4, "worker.0000", "AGENT_SCHEDULING", None),
+        (t + 4, "worker.0000", E.SCHEDULE_OK, None),
+        (t + 4, "worker.0000", "EXECUTING", None),
+    ])
+    agent.close()
+    w = SessionWatch(str(root))
+    w.refresh()
+    (p,) = w.pilots_json()["pilots"]
+    parts = {x["index"]: x for x in p["partitions"]}
+    assert parts[0]["nodes"] == 2 and parts[0]["state"] == "open"
+    assert parts[1]["state"] == "closed" and parts[1]["why"] == "its launcher could not start: prte exited 1"
+    assert p["launchers"][0]["state"] == "failed" and "prte exited 1" in p["launchers"][0]["detail"]
+    (g,) = w.services_json()["groups"]
+    assert (g["name"], g["epoch"], g["view"], g["target"]) == ("stage", "1", "1", "3")
+    assert g["states"] == {"ready": 1, "failed": 1}
+    assert {m["uid"]: m["endpoint"] or m["why"] for m in g["members"]} == \
+        {"stage.0000": "tcp://10.0.0.1:5555", "stage.0001": "exit code 2"}
+    (pool,) = w.pools_json()["pools"]
+    assert pool["workers"]["running"] == 1
+    assert sum(w.summary()["states"].values()) == 0      # agent-made tasks are not the user's

@@ -68,6 +68,7 @@ DETAIL_NAMES = STRUCT_NAMES | {S.FAILED, S.CANCELED, E.SCHEDULE_OK}
 _PLACED = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*/\s*(\d+)\s*@\s*([\d,\s]+)$")
 READ_BUDGET = 48 << 20         # bytes one refresh reads at most (a big session: in steps)
 _MIN_READ = 1 << 20            # (less than this left of the budget: the refresh stops)
+_CLOSED = re.compile(r"^p(\d+)\b[^:]*:\s*(.*)$", re.S)
 _BUCKETS = 2048                # timeline resolution (buckets double in width when full)
 _FAILED_KEPT = 200             # the most recent failed tasks listed (all are counted)
 _FAILED_REASONS = 10_000       # distinct reasons counted at most (then "other")
@@ -672,23 +673,23 @@ class SessionWatch:
                 rec["state"], rec["since"] = LAUNCHER_EVENTS[name], t
                 if name == E.LAUNCHER_FAILED:
                     rec["detail"] = (detail or "")[:300]
-            elif name in (E.PARTITION, E.PARTITION_CLOSED):
+            elif name == E.PARTITION:  # detail: JSON {index, nodes, launcher}
                 try:
                     d = json.loads(detail or "{}")
                 except ValueError:
-                    d = {}
+                    d = None
                 if not isinstance(d, dict):
                     continue
-                k = d.get("index", d.get("partition_index", len(pilot.partitions)))
-                part = pilot.partitions.setdefault(k, {"index": k, "state": "open"})
-                if name == E.PARTITION:
-                    nodes = d.get("nodes")
-                    part["nodes"] = len(nodes) if isinstance(nodes, list) else nodes
-                    part["launcher"] = d.get("launcher")
-                    part["state"] = "open"
-                else:
-                    part["state"] = "closed"
-                    part["why"] = str(d.get("why") or d.get("reason") or detail)[:300]
+                k = d.get("index", len(pilot.partitions))
+                part = pilot.partitions.setdefault(k, {"index": k})
+                nodes = d.get("nodes")
+                part.update(nodes=len(nodes) if isinstance(nodes, list) else nodes,
+                            launcher=d.get("launcher"), state="open")
+            elif name == E.PARTITION_CLOSED:  # detail: "p<k> (<nodes>): <why>"
+                m = _CLOSED.match(detail or "")
+                k = int(m.group(1)) if m else len(pilot.partitions)
+                part = pilot.partitions.setdefault(k, {"index": k})
+                part.update(state="closed", why=(m.group(2) if m else detail or "")[:300])
             elif name in MEMBER_EVENTS or name == E.MEMBER_RESTART:
                 key = f"{pilot.uid}/{uid}"
                 m = self.members.setdefault(key, {"uid": uid, "group": None, "state": None,
