@@ -74,6 +74,9 @@ _FAILED_KEPT = 200             # the most recent failed tasks listed (all are co
 _FAILED_REASONS = 10_000       # distinct reasons counted at most (then "other")
 
 KIND_TASK, KIND_WORKER, KIND_OTHER = 0, 1, 2
+# tasks.msgpack's records (TaskRecord, array-like), for their per-rank nodes
+_decode_nodes = msgspec.msgpack.Decoder(
+    list[tuple[str, object, object, int, int, int, str, object, list[int]]]).decode
 
 
 class _KeyTable:
@@ -869,7 +872,7 @@ class SessionWatch:
         ents, path = self.record_nodes
         try:
             with open(path, "rb") as fh:
-                recs = msgspec.msgpack.decode(fh.read(), type=list[tuple[str, object, object, int, int, int, str, object, list[int]]])
+                recs = _decode_nodes(fh.read())
         except (OSError, msgspec.DecodeError, ValueError) as e:
             self.warnings.append(f"tasks.msgpack nodes: {e}")
             self.record_nodes = {}
