@@ -79,6 +79,7 @@ class Dashboard:
             return body
 
     def allowed(self, token: str | None) -> bool:
+        """Whether `token` is this dashboard's (compared in constant time)."""
         return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
 
 
@@ -95,7 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "pilotfish-dashboard"
     sys_version = ""
 
-    def log_message(self, fmt, *args):  # quiet: one line per poll would flood the terminal
+    def log_message(self, fmt, *args):
+        """Quiet: a line per poll would flood the terminal."""
         pass
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
@@ -109,6 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self):
+        """The page or a JSON endpoint with the token; 403 for anything without it."""
         url = urlsplit(self.path)
         token = (parse_qs(url.query).get("token") or [None])[0]
         if not self.dashboard.allowed(token):
@@ -131,6 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def do_POST(self):
+        """Nothing is written through the dashboard: 403 without the token, 405 with it."""
         self._send(403 if not self.dashboard.allowed(
             (parse_qs(urlsplit(self.path).query).get("token") or [None])[0]) else 405,
             b"read only\n", "text/plain; charset=utf-8")
@@ -149,6 +153,7 @@ def make_server(session_dir: str, host: str = "127.0.0.1", port: int = 0,
 
 
 def url(server: ThreadingHTTPServer, dash: Dashboard) -> str:
+    """The URL to open: the server's address and the token."""
     host, port = server.server_address[:2]
     if ":" in host:
         host = f"[{host}]"

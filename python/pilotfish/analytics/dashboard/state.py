@@ -90,6 +90,7 @@ class _KeyTable:
         self.n = 0
 
     def get(self, k: np.ndarray) -> np.ndarray:
+        """The value of each key; -1 where a key is not in the table."""
         mask = np.uint64(len(self.keys) - 1)
         out = np.full(len(k), -1, np.int64)
         pending = np.arange(len(k))
@@ -746,6 +747,7 @@ class SessionWatch:
         return max(time.time(), self.t_last)
 
     def states(self) -> dict[str, int]:
+        """Tasks now in each task state (the user's tasks; running totals, O(1))."""
         lt = self.level_total
         out = {name: int(lt[a - 1] - (lt[b - 1] if b <= LEVELS else 0)) for name, a, b in STATE_SPANS}
         for k, name in enumerate(FINALS):
@@ -753,6 +755,7 @@ class SessionWatch:
         return out
 
     def summary(self) -> dict:
+        """/api/summary: the session, whether it is live, the counts by state, what was read."""
         lt = self.level_total
         return {
             "session": self.info.get("uid") or os.path.basename(self.path),
@@ -815,6 +818,7 @@ class SessionWatch:
         return sh[:, 0], sh[:, 1], sh[:, 2]
 
     def pilots_json(self) -> dict:
+        """/api/pilots: per pilot its state, size, cores and GPUs in use, partitions, launchers and notable events."""
         n = self.n
         ranks, cpr, gpr = self._shape_arrays()
         busy = self._busy_mask()
@@ -985,6 +989,7 @@ class SessionWatch:
                 f"{gpr} GPUs on one node (placement per node is not in the events)")
 
     def failed_json(self) -> dict:
+        """/api/failed: how many failed, their reasons grouped, the most recent with name and reason."""
         recent = sorted(self.failed.items(), key=lambda kv: -kv[1][0])[:_FAILED_KEPT]
         rows = []
         for e, (t, reason) in recent:
@@ -996,6 +1001,7 @@ class SessionWatch:
                 "by_reason": [{"reason": r, "count": c} for r, c in reasons], "recent": rows}
 
     def services_json(self) -> dict:
+        """/api/services: per service group its epoch, view, target and members by state."""
         groups = []
         for key, g in self.services.items():
             members = [self.members[m] for m in sorted(g["members"]) if m in self.members]

@@ -124,6 +124,7 @@ class EventBatch:
     k2: np.ndarray | None = None
 
     def uid_texts(self, codes: np.ndarray) -> list[str]:
+        """The uids of these codes of the batch's table, as text."""
         return self._texts(codes)
 
 
