@@ -27,7 +27,8 @@ Event = tuple  # (t, uid, name, detail)
 # their names are states.py's. The detail of each event is said beside it.
 
 # A task in the agent (its uid)
-SCHEDULE_OK = "schedule_ok"        # placed on its slots
+SCHEDULE_OK = "schedule_ok"        # placed on its slots; detail: "<ranks>x<cores>/<gpus> @<n>,..."
+                                   # (the pilot's node index of each rank: a live per-node view)
 UNSCHEDULE = "unschedule"          # its slots are free again
 EXEC_START = "exec_start"          # its launch is being built; detail: "nodes" when its node
                                    # executor spawns it (agent/nodes.py), else None

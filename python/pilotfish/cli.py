@@ -495,6 +495,17 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
                 click.echo(text, nl=not text.endswith("\n"))
 
 
+@main.command(add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def dashboard(ctx) -> None:
+    """Serve a live web dashboard of SESSION_DIR (127.0.0.1, a token in the URL it prints);
+    `pilotfish dashboard --help` for its options."""
+    from .analytics.dashboard import dashboard as command  # (numpy, pandas: only here)
+
+    command.main(ctx.args, prog_name="pilotfish dashboard")
+
+
 @main.command()
 @click.argument("session_dir", type=_Path(exists=True, file_okay=False))
 @click.argument("task", nargs=-1, required=True)

@@ -9,6 +9,7 @@ test fails, as test_report_browser does.
 
 import html
 import json
+import urllib.request
 import os
 import re
 import shutil
@@ -82,6 +83,12 @@ def test_dashboard_follows_a_live_run_in_chromium(tmp_path):
         while sum(t.state == "DONE" for t in tasks) < 2:   # the run is under way
             time.sleep(0.1)
         first = load(link, str(tmp_path / "p1"))
+        # the agent names each rank's node when it places it: the heatmap is live
+        with urllib.request.urlopen(link.replace("/?", "/api/nodes?"), timeout=30) as r:
+            nodes = json.loads(r.read())
+        assert nodes["live"] is True, nodes
+        (rec,) = nodes["pilots"]
+        assert rec["mode"] == "now" and sum(rec["busy_cores"]) > 0, rec
         time.sleep(2.5)
         second = load(link, str(tmp_path / "p2"))
         tmgr.wait_tasks(timeout=240)

@@ -247,13 +247,16 @@ class TaskTable:
                 continue
             now = self.clock.now()
             to_slots = p.to_slots
+            first = p.first
             busy = 0
             for t, raw in placed:
                 t.slots = to_slots(raw)
-                uid = t.spec.uid
-                busy += t.spec.ranks * t.spec.cores_per_rank
-                if profile:
-                    events.append((now, uid, E.SCHEDULE_OK, None))
+                s = t.spec
+                busy += s.ranks * s.cores_per_rank
+                if profile:  # where: "<ranks>x<cores>/<gpus> @<node index per rank>"
+                    events.append((now, s.uid, E.SCHEDULE_OK,
+                                   f"{s.ranks}x{s.cores_per_rank}/{s.gpus_per_rank} @"
+                                   + ",".join([str(first + r[0]) for r in raw])))
                 launching.append(t)
             p.busy_cores += busy
         if launching:
