@@ -3,7 +3,8 @@
     .venv/bin/python bench/bench_rp_raptor.py [--n 20000] [--rounds 3] [--json OUT]
 
 One session, one local pilot, one RAPTOR master (rp.raptor's default) on it, running during
-the whole run so both sides see the same free cores. Each round times, one after the other:
+the whole run so both sides see the same free cores. Each round times, one after the other
+(in turn first: ABBA):
   pilotfish   pf.TaskManager.submit_tasks([pf.TaskDescription(function=noop)] * N), wait
   pilotfish.rp raptor.submit_tasks([rp.TaskDescription(mode=TASK_FUNCTION,
                                    function=noop_task())] * N), tmgr.wait_tasks
@@ -77,9 +78,13 @@ def main() -> None:
         run_pf(), run_rp()
         a.n = n
         rates: dict[str, list[float]] = {"pilotfish": [], "pilotfish.rp": []}
-        for _ in range(a.rounds):
-            rates["pilotfish"].append(run_pf())
-            rates["pilotfish.rp"].append(run_rp())
+        for k in range(a.rounds):  # ABBA: neither side always runs second
+            if k % 2 == 0:
+                rates["pilotfish"].append(run_pf())
+                rates["pilotfish.rp"].append(run_rp())
+            else:
+                rates["pilotfish.rp"].append(run_rp())
+                rates["pilotfish"].append(run_pf())
         raptor.rpc("stop")
         med = {k: statistics.median(v) for k, v in rates.items()}
         cost = 1 - med["pilotfish.rp"] / med["pilotfish"]

@@ -20,7 +20,6 @@ from .. import states as S
 from .._errors import PilotfishError
 from .._util import gc_paused
 from .._paths import TASKS_DIR
-from . import _raptor as _raptor_mod
 from . import _states as RS
 from .._errors import DescriptionError
 from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EXECUTABLE, PilotDescription,
@@ -696,17 +695,10 @@ class TaskManager:
         if r.stopped or r.wants_requests or not descs or (
                 r.shapes and not any(ranks >= 1 and cores >= 1 for ranks, cores, _ in r.shapes)):
             return None
-        fast = _raptor_mod._plain_call
-        if not all(type(d) is TaskDescription and fast(d) for d in descs):
+        pairs = r.plain_calls(descs)
+        if pairs is None:
             return None
-        uids = r.next_uids(len(descs))
-        to_pf = r._fast_pf
-        pf_descs = []
-        rid = r.uid
-        for d, uid in zip(descs, uids):
-            d["uid"] = uid
-            d["raptor_id"] = rid
-            pf_descs.append(to_pf(d, uid))
+        pf_descs = [pd for _, pd in pairs]
         tasks = self._submit(descs, pf_descs)
         r.track([t._pf for t in tasks])
         return tasks

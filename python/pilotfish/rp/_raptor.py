@@ -39,17 +39,6 @@ _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
 _FAST_NEW = frozenset(("mode", "function"))
 
 
-def _plain_call(d: TaskDescription) -> bool:
-    """A new call with no field but its mode and function (a pythontask or a method name):
-    what RaptorState._fast_pf translates."""
-    if not d.keys() <= _FAST_NEW:
-        return False
-    mode = d.get("mode") or TASK_FUNCTION
-    fn = d.get("function")
-    return (mode == TASK_FUNCTION and isinstance(fn, PythonTask)) or (
-        mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and bool(fn))
-
-
 def _is_custom(cls: type, name: str) -> bool:
     return getattr(cls, name) is not getattr(Master, name)
 
@@ -250,6 +239,47 @@ class RaptorState:
                 out[k] = v[k]
         return _translated(_PfTask, "rp.TaskDescription", out, index)
 
+    def plain_calls(self, descs: list) -> list[tuple[str, _PfTask]] | None:
+        """[(uid, function task)] for a batch of plain calls (a pythontask or a method
+        name, no other field but mode), in one pass; None if any is not (the general path
+        then takes the batch and says what is wrong). Each is the checked values of the
+        first call of its target, copied, with its own arguments, uid and name."""
+        keyed = []
+        for d in descs:
+            if type(d) is not TaskDescription or not d.keys() <= _FAST_NEW:
+                return None
+            fn = d.get("function")
+            mode = d.get("mode") or TASK_FUNCTION
+            if mode == TASK_FUNCTION and type(fn) is PythonTask:
+                keyed.append(("func", fn.function, fn.args, fn.kwargs))
+            elif mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
+                keyed.append(("method", fn, (), {}))
+            else:
+                return None
+        out = []
+        templates, rid, pilot = self._templates, self.uid, self.pilot.uid
+        checked = _PfTask._checked
+        for d, uid, (kind, target, args, kwargs) in zip(descs, self.next_uids(len(descs)),
+                                                         keyed):
+            values = templates.get((kind, id(target) if kind == "func" else target))
+            if values is None:
+                values = self._template(kind, target, uid)
+            v = values.copy()
+            v["args"] = ((uid, None, None), args, kwargs)
+            v["name"] = uid
+            d["uid"] = uid
+            d["raptor_id"] = rid
+            out.append((uid, checked(v)))
+        return out
+
+    def _template(self, kind: str, target, uid: str) -> dict:
+        """The checked values of a plain call of this target (made once, fully checked)."""
+        values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core: defaults)
+            "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
+            "name": uid, "pilot": self.pilot.uid}, 0)._values
+        self._templates[(kind, id(target) if kind == "func" else target)] = values
+        return values
+
     def _fast_pf(self, v: TaskDescription, uid: str) -> _PfTask | None:
         """The function task of a call with no field but its function (and uid, name,
         raptor_id): the checked values of the first such call of that target, copied, with
@@ -263,16 +293,11 @@ class RaptorState:
             target, kind, args, kwargs = fn, "method", (), {}
         else:
             return None
-        key = (kind, id(target) if kind == "func" else target)
-        values = self._templates.get(key)
+        values = self._templates.get((kind, id(target) if kind == "func" else target))
         if values is None:
             if self.shapes and not any(r >= 1 and c >= 1 for r, c, _ in self.shapes):
                 return None  # (the full path says why no worker fits)
-            run = self._run(kind, target)
-            values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core: defaults)
-                "function": run, "args": ((uid, None, None), (), {}), "name": uid,
-                "pilot": self.pilot.uid}, 0)._values
-            self._templates[key] = values
+            values = self._template(kind, target, uid)
         out = dict(values)
         out["args"] = ((uid, None, None), tuple(args), dict(kwargs))
         out["name"] = uid
