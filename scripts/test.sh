@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/substrates/install.sh
 scripts/install-chromium.sh >/dev/null   # the report's browser test
+# RP's own examples and what they install (the cluster's namespace has no route out)
+.venv/bin/python tests/rp/rp_cache.py || true
 scripts/substrates/slurm.sh start
 trap 'scripts/substrates/slurm.sh stop >/dev/null 2>&1 || true' EXIT
 scripts/substrates/slurm.sh exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

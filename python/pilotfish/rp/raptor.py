@@ -245,6 +245,9 @@ def _inject_comm(comm, args: list, kwargs: dict, py_func: bool) -> None:
                            "first argument of the call")
 
 
+_SINGLE = False  # this worker's RP_RANK / RP_RANKS are 0 / 1 (set by a plain call)
+
+
 class Run:
     """The callable a RAPTOR task is on pilotfish's function workers: one per (kind, target)
     per master, so a callable travels once per submit. Called as run(info, args, kwargs)
@@ -265,13 +268,18 @@ class Run:
 
     def __call__(self, info, args=(), kwargs=None, comm=None):
         uid, env, payload = info
-        kwargs = dict(kwargs or {})
+        global _SINGLE
         if comm is None and not env:  # the common call: its id; rank 0 of 1 (set once)
             environ = os.environ
             environ["RP_TASK_ID"] = uid  # (stays until the next call sets its own)
-            if environ.get("RP_RANK") != "0" or environ.get("RP_RANKS") != "1":
+            if not _SINGLE:  # (reading os.environ costs as much as writing it: remembered)
                 environ["RP_RANK"], environ["RP_RANKS"] = "0", "1"
-            return self._run(uid, payload, list(args), kwargs, comm)
+                _SINGLE = True
+            if self.kind == "func" and self.is_async is False:  # (the hot path, once known)
+                return self.target(*args, **kwargs) if kwargs else self.target(*args)
+            return self._run(uid, payload, list(args), dict(kwargs or {}), comm)
+        kwargs = dict(kwargs or {})
+        _SINGLE = False  # (what this call sets is put back as it was, whatever that was)
         old = {}
         rank = 0 if comm is None else comm.rank
         put = {"RP_TASK_ID": uid, "RP_RANK": str(rank),
