@@ -356,12 +356,8 @@ class SessionWatch:
 
     def _pilot_json(self, p: Pilot) -> None:
         path = os.path.join(p.sandbox, "pilot.json")
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == p.pilot_json_stamp:
+        stamp = _new_stamp(path, p.pilot_json_stamp)
+        if stamp is None:
             return
         pj = self._json(path)
         if not isinstance(pj, dict):
@@ -406,12 +402,8 @@ class SessionWatch:
         """tasks.msgpack (written when the session closes): shapes, pilots, names of tasks
         the journal did not give, and the node of each rank."""
         path = os.path.join(self.path, "tasks.msgpack")
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp == self.records_stamp:
+        stamp = _new_stamp(path, self.records_stamp)
+        if stamp is None:
             return
         self.records_stamp = stamp
         from pilotfish.analytics._load import read_task_record_columns
@@ -1043,3 +1035,13 @@ class SessionWatch:
                 sel[idx[self.pilot[idx] == pi]] = True
                 out.setdefault(uid, {"pilot": uid})[label] = state_counts(sel)
         return {"pools": list(out.values()), "states": names}
+
+
+def _new_stamp(path: str, seen) -> tuple[int, int] | None:
+    """The file's (mtime ns, size) if it is there and not the stamp `seen`, else None."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    stamp = (st.st_mtime_ns, st.st_size)
+    return None if stamp == seen else stamp
