@@ -48,6 +48,7 @@ MAX_RSS_MIB = 4096.0     # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
 READY_TIMEOUT_S = 60.0   # a worker running this long without connecting is stopped
 TIMEOUT_GRACE_S = 1.0    # a call past its timeout by this much has its worker stopped
+BYE_WAIT_S = 0.5         # a worker that exited 0 without a bye seen: its bye may be this late
 INITIAL_WORKERS = 8      # per shape, before any call time is known
 PARK_S = 300.0           # a call that names a callable the agent never got fails after this
 DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
@@ -518,9 +519,20 @@ class FunctionPool:
     def worker_exited(self, t) -> None:
         """A worker task reached its final state: take what its log holds, fail the call it
         was running if it died, put its other calls back, start another if work waits."""
-        w = self.workers.pop(t.spec.uid, None)
+        w = self.workers.get(t.spec.uid)
         if w is None:
             return
+        if t.exit_code == 0 and not w.leaving and w.inflight and w.ident is not None:
+            # A recycled worker says bye and then exits: its exit can be reaped before its
+            # bye is read (the message may still be in ZeroMQ's hands). Read what it sent
+            # before judging it -- else the first call it handed back unrun fails, "died".
+            deadline = self.clock.real_mono() + BYE_WAIT_S
+            while not w.leaving:
+                left = deadline - self.clock.real_mono()
+                if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                    break
+                self.on_readable()
+        self.workers.pop(t.spec.uid, None)
         if w.ident is not None:
             self.by_ident.pop(w.ident, None)
         try:

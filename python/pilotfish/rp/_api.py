@@ -475,6 +475,8 @@ class RaptorTask(Task):
 
     __slots__ = ()
     origin = property(lambda self: "raptor" if self.tmgr is None else "client")
+    # its description's (RP's: none unless given; pilotfish's name is its master's uid)
+    name = property(lambda self: self.description.get("name"))
 
     def _exc(self):
         return self._pf.exception if self._pf.state == S.FAILED else None
@@ -699,11 +701,23 @@ class TaskManager:
         if pairs is None:
             return None
         pf_descs = [pd for _, pd in pairs]
-        tasks = self._submit(descs, pf_descs)
+        if self._pf._callbacks:  # (a callback may see a task before submit returns)
+            tasks = self._submit(descs, pf_descs)
+        else:  # nothing else makes rp Tasks: paired with their descriptions by position
+            self._pilots_ready()
+            pf_tasks = self._pf.submit_tasks(pf_descs)
+            with self._lock:
+                by_pf, mine = self._by_pf, self._tasks
+                tasks = [by_pf.get(t.uid) or RaptorTask(self, t, d, d["uid"])
+                         for t, d in zip(pf_tasks, descs)]
+                for t, task in zip(pf_tasks, tasks):
+                    by_pf[t.uid] = mine[task.uid] = task
         r.track([t._pf for t in tasks])
         return tasks
 
-    def _submit(self, rp_descs: list, pf_descs: list) -> list:
+    def _pilots_ready(self) -> None:
+        """Wait for the pilots' setup (services, prepared environments) or raise its
+        problem."""
         for p in self._pilots.values():
             if self._during_setup:
                 break
@@ -711,6 +725,9 @@ class TaskManager:
                 p._ready.wait()
             if p._problem:
                 raise PilotfishError(p._problem)
+
+    def _submit(self, rp_descs: list, pf_descs: list) -> list:
+        self._pilots_ready()
         keys = [id(pd) for pd in pf_descs]
         rp_desc = self._rp_desc
         try:

@@ -233,7 +233,7 @@ class RaptorState:
             raise fail("environment", "must be a dict")
         out: dict[str, Any] = {"function": run, "args": ((uid, env, payload), tuple(args),
                                                          dict(kwargs)),
-                               "name": uid, "pilot": self.pilot.uid, **shape}
+                               "name": self.uid, "pilot": self.pilot.uid, **shape}
         for k in ("tags", "metadata", "priority", "timeout"):
             if v.get(k) not in _EMPTY:
                 out[k] = v[k]
@@ -257,18 +257,23 @@ class RaptorState:
             else:
                 return None
         out = []
-        templates, rid, pilot = self._templates, self.uid, self.pilot.uid
+        templates, rid = self._templates, self.uid
+        # pinned to the master's pilot, unless that is the only one its manager has
+        pf_pilots = self.tmgr._pf._pilots
+        pin = None if len(pf_pilots) == 1 and self.pilot.uid in pf_pilots else self.pilot.uid
         checked = _PfTask._checked
         for d, uid, (kind, target, args, kwargs) in zip(descs, self.next_uids(len(descs)),
                                                          keyed):
             values = templates.get((kind, id(target) if kind == "func" else target))
             if values is None:
                 values = self._template(kind, target, uid)
-            v = values.copy()
-            v["args"] = ((uid, None, None), args, kwargs)
-            v["name"] = uid
             d["uid"] = uid
             d["raptor_id"] = rid
+            # (the template's fields, this call's own: what a copy of it would hold)
+            v = {"function": values["function"], "args": ((uid, None, None), args, kwargs),
+                 "name": rid}
+            if pin is not None:
+                v["pilot"] = pin
             out.append((uid, checked(v)))
         return out
 
@@ -276,7 +281,8 @@ class RaptorState:
         """The checked values of a plain call of this target (made once, fully checked)."""
         values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core: defaults)
             "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
-            "name": uid, "pilot": self.pilot.uid}, 0)._values
+            "name": self.uid, "pilot": self.pilot.uid}, 0)._values
+        assert set(values) == {"function", "args", "name", "pilot"}  # (what plain_calls sets)
         self._templates[(kind, id(target) if kind == "func" else target)] = values
         return values
 
