@@ -603,23 +603,16 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
 
 
 def _live_pilots(session_dir: str) -> list[str]:
-    """The pilots of a session whose agent may still run (one on this host: its pid runs)."""
-    from ._util import hostname
+    """The pilots of a session that said hello and whose agent may still run (client/pilot's
+    local_agent: one that ran on this host only while its pid runs its agent.json)."""
+    from .client.pilot import local_agent
 
     out = []
     for name in sorted(os.listdir(session_dir)):
         sandbox = os.path.join(session_dir, name)
-        if not (name.startswith("pilot.") and os.path.exists(os.path.join(sandbox, "agent.json"))):
-            continue
-        try:
-            with open(os.path.join(sandbox, "pilot.json")) as f:
-                info = json.load(f)
-        except (OSError, ValueError):
-            continue  # never said hello: nothing to ask
-        pid = int(info.get("agent_pid") or 0)
-        if info.get("agent_host") == hostname() and pid and not os.path.exists(f"/proc/{pid}"):
-            continue
-        out.append(name)
+        if name.startswith("pilot.") and os.path.exists(os.path.join(sandbox, "pilot.json")) \
+                and local_agent(sandbox)[1]:
+            out.append(name)
     return out
 
 

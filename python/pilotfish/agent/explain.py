@@ -8,11 +8,12 @@ it cannot speak on the agent's socket: it drops a request file in <sandbox>/expl
 the loop looks at once a second -- see requests()). The answer is a dict of plain values
 (msgpack and JSON both carry it); pilotfish/_explain.py holds its keys and renders it.
 
-The facts come from the rooms that own them: the task table (the task's state, its
-partition), the partition's scheduler (its queue position, reservations, colocation, the
-plan; Scheduler.explain), the placer (free cores and GPUs per node now), the launchers (one
-still starting), the function pool (a call's queue and workers) and the service registry (a
-member's group and the holds on its view).
+The facts come from the rooms that own them, each reading its own state: the task table (the
+task's state, its partition), the partition's scheduler (its queue position, reservations,
+colocation, the plan: Scheduler.explain), the placer (free cores and GPUs per node now), the
+launchers (one still starting), the function pool (a call's queue and workers:
+FunctionPool.explain) and the service registry (a member's group and the holds on its view:
+ServiceRegistry.explain). This module only words them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from .. import _explain as X
 from .. import states as S
 from .._util import write_private
+from .partition import READY
 from .tasks import BACKOFF, DROPPED, FINAL, HELD, NEW, PLACED, RUNNING, WAITING
 
 REQUEST_DIR = "explain"   # <sandbox>/explain/<id>.req (a JSON list of uids) -> <id>.json
@@ -42,9 +44,9 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
     now, mono = clock.now(), clock.mono()
     t = table.tasks.get(uid)
     if t is None:
-        call = pool.calls.get(uid) if pool is not None else None
-        if call is not None:
-            return _call(uid, call, pool, table)
+        facts = pool.explain(uid) if pool is not None else None
+        if facts is not None:
+            return _call(uid, facts, table)
         return {X.UID: uid, X.WHERE: X.UNKNOWN, X.WAITS_FOR: [
             "the agent holds no such live task: it ended (its final state is in the "
             "session's events), was never sent to this pilot, or is still on its way"]}
@@ -90,7 +92,7 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
         out[X.WHERE] = X.ENDING
         waits.append(f"ending: {t.final_state or ''} {t.reason or ''}".strip())
     if services is not None:
-        _member(uid, services, waits)
+        _member(services.explain(uid), waits)
     if p is not None and not p.open:
         waits.append(f"its partition p{p.index} is closed: {p.closed_reason}")
     if p is not None and state is not RUNNING:
@@ -157,7 +159,7 @@ def _queued(t, p, mono: float, out: dict, waits: list) -> None:
                      f"its priority that waited less")
     if p.launchers and not p.is_ready:
         lm = p.launchers.get(p.default_launcher)
-        if lm is not None and lm.state != "ready":
+        if lm is not None and lm.state != READY:
             waits.append(f"its partition's launcher {lm.name} is {lm.state}"
                          + (f": {lm.reason}" if lm.reason else ""))
     if not waits:
@@ -226,62 +228,52 @@ def _estimate(t, p) -> dict | None:
             else "finished tasks of its executable"}
 
 
-def _call(uid: str, call, pool, table) -> dict:
-    """A function call: its queue, or the worker running it."""
+def _call(uid: str, facts: dict, table) -> dict:
+    """A function call (FunctionPool.explain's facts): its queue, or the worker running it."""
     waits: list[str] = []
     out = {X.UID: uid, X.WAITS_FOR: waits}
-    w = call.worker
-    if w is not None:
+    worker = facts.get("worker")
+    if worker is not None:
         out[X.WHERE] = X.RUNNING
         out[X.STATE] = S.EXECUTING
         node = ""
-        wt = table.tasks.get(w.uid)
+        wt = table.tasks.get(worker)
         if wt is not None:
             out[X.NODES] = _slot_nodes(wt)
             node = f" on {', '.join(out[X.NODES])}"
-        waits.append(f"a function call, sent to worker {w.uid}{node} ({w.state})")
+        waits.append(f"a function call, sent to worker {worker}{node} ({facts['worker_state']})")
         return out
     out[X.WHERE] = X.QUEUED
     out[X.STATE] = S.AGENT_SCHEDULING
-    for shape, q in pool.queues.items():
-        if call in q:
-            ranks, cores, gpus, mem = shape
-            out[X.REQUEST] = [ranks, cores, gpus, mem]
-            ahead = 0
-            for c in q:
-                if c is call:
-                    break
-                ahead += 1
-            live = [w for w in pool.workers.values() if w.shape == shape and not w.leaving]
-            ready = sum(1 for w in live if w.state == "ready")
-            waits.append(f"a function call queued for a worker of {ranks} x ({cores} cores, "
-                         f"{gpus} GPUs): {ahead} call{'s' if ahead != 1 else ''} ahead; "
-                         f"{ready} worker{'s' if ready != 1 else ''} ready, "
-                         f"{len(live) - ready} starting (at most {pool._cap(shape)} at once)")
-            why = pool._misfit(shape)
-            if why:
-                waits.append(f"no worker of that shape can start: {why}")
-            break
-    else:
+    if facts.get("parked"):
         waits.append("a function call whose callable has not reached the agent yet")
+        return out
+    ranks, cores, gpus, _ = out[X.REQUEST] = facts["shape"]
+    ahead, ready = facts["ahead"], facts["ready"]
+    waits.append(f"a function call queued for a worker of {ranks} x ({cores} cores, "
+                 f"{gpus} GPUs): {ahead} call{'s' if ahead != 1 else ''} ahead; "
+                 f"{ready} worker{'s' if ready != 1 else ''} ready, {facts['starting']} "
+                 f"starting (at most {facts['cap']} at once)")
+    if facts["misfit"]:
+        waits.append(f"no worker of that shape can start: {facts['misfit']}")
     return out
 
 
-def _member(uid: str, services, waits: list) -> None:
-    m = services.members.get(uid)
-    if m is None:
+def _member(facts: dict | None, waits: list) -> None:
+    """A service member (ServiceRegistry.explain's facts)."""
+    if facts is None:
         return
-    g = m.group
-    line = f"a member of service group {g.name!r} ({m.state}"
-    if m.endpoint:
-        line += f", at {m.endpoint}"
-    line += f"; the group's view is epoch {g.epoch} with {len(g.view)} of {g.target} members)"
+    line = f"a member of service group {facts['group']!r} ({facts['state']}"
+    if facts["endpoint"]:
+        line += f", at {facts['endpoint']}"
+    line += (f"; the group's view is epoch {facts['epoch']} with {facts['view']} of "
+             f"{facts['target']} members)")
     waits.append(line)
-    if g.holds and any(mm is m for _, mm in g.pending):
-        holders = ", ".join("the client" if o is None else f"task {o}" for o in g.holds.values())
-        waits.append(f"its {'join' if uid not in g.view else 'leave'} waits for the view's "
-                     f"hold{'s' if len(g.holds) != 1 else ''} to be released (held by "
-                     f"{holders})")
+    if "pending" in facts:
+        holders = facts["holders"]
+        who = ", ".join("the client" if o is None else f"task {o}" for o in holders)
+        waits.append(f"its {facts['pending']} waits for the view's "
+                     f"hold{'s' if len(holders) != 1 else ''} to be released (held by {who})")
 
 
 # -- requests from `pilotfish explain` -----------------------------------------------------

@@ -482,6 +482,31 @@ class FunctionPool:
                     except zmq.ZMQError:
                         pass
 
+    def explain(self, uid: str) -> dict | None:
+        """What the pool knows of a live call (read only; agent/explain.py words it), or None:
+        worker (uid and state) once sent to one; else shape, ahead (calls before it in its
+        shape's queue), ready and starting workers of that shape, cap (workers of that shape
+        at once) and misfit (why none can start); parked: its callable has not come yet."""
+        call = self.calls.get(uid)
+        if call is None:
+            return None
+        w = call.worker
+        if w is not None:
+            return {"worker": w.uid, "worker_state": w.state}
+        for shape, q in self.queues.items():
+            if call in q:
+                ahead = 0
+                for c in q:
+                    if c is call:
+                        break
+                    ahead += 1
+                live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
+                ready = sum(1 for w in live if w.state == "ready")
+                return {"shape": list(shape), "ahead": ahead, "ready": ready,
+                        "starting": len(live) - ready, "cap": self._cap(shape),
+                        "misfit": self._misfit(shape)}
+        return {"parked": True}
+
     def retire(self, uids: set[str]) -> None:
         """These workers' nodes leave the pilot (a drain): they get no more calls, finish
         what they hold and stop; a worker still starting is stopped now. Replacements start

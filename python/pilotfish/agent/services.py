@@ -272,6 +272,22 @@ class ServiceRegistry:
         g.dirty = True  # (the target changed)
         self._ack(name, "resize", g.epoch, None)
 
+    def explain(self, uid: str) -> dict | None:
+        """What the registry knows of a live member (read only; agent/explain.py words it),
+        or None: its group, state, endpoint, the view's epoch, size and target, and -- while
+        its join or leave waits for the view's holds -- pending ("join" or "leave") and
+        holders (None for the client, else the holding task's uid)."""
+        m = self.members.get(uid)
+        if m is None:
+            return None
+        g = m.group
+        out = {"group": g.name, "state": m.state, "endpoint": m.endpoint, "epoch": g.epoch,
+               "view": len(g.view), "target": g.target}
+        if g.holds and any(mm is m for _, mm in g.pending):
+            out["pending"] = "join" if uid not in g.view else "leave"
+            out["holders"] = list(g.holds.values())
+        return out
+
     def hold(self, name: str, token: str, owner: str | None) -> tuple[int, str | None]:
         """(epoch now, None) -- the view is pinned until release -- or (-1, why not)."""
         g = self.groups.get(name)

@@ -61,7 +61,7 @@ class Pilot:
         self._grown: dict[str, list] = {}
         self._n_grown = 0
         self._resized: dict[str, _wire.Resized] = {}
-        self._resize_cond = threading.Condition()
+        self._replies = threading.Condition()  # the agent's answers: Resized, Explained
         self._explained: dict[str, list[dict]] = {}  # Explain token -> the agent's answer
 
     @property
@@ -291,7 +291,7 @@ class Pilot:
         if self.state != S.ACTIVE:
             raise PilotfishError(f"shrink: {self.uid} is {self.state}, not ACTIVE")
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._resize_cond:
+        with self._replies:
             for u in units:
                 self._resized.pop(u, None)
         self._send(_wire.Shrink(units))
@@ -359,20 +359,20 @@ class Pilot:
         token = secrets.token_hex(8)
         self._send(_wire.Explain(token, list(uids)))
         deadline = time.monotonic() + timeout
-        with self._resize_cond:
+        with self._replies:
             while token not in self._explained:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.state in S.FINAL:
                     return None
-                self._resize_cond.wait(min(left, 1.0))
+                self._replies.wait(min(left, 1.0))
             return self._explained.pop(token)
 
     def _on_explained(self, msg: _wire.Explained) -> None:  # IO thread
-        with self._resize_cond:
+        with self._replies:
             self._explained[msg.token] = msg.items
             if len(self._explained) > 64:  # answers nobody waits for any more
                 self._explained.pop(next(iter(self._explained)))
-            self._resize_cond.notify_all()
+            self._replies.notify_all()
 
     def _when_final(self, listener: Callable[["Pilot"], None]) -> None:
         """listener(pilot) once this pilot reaches a final state (a TaskManager it was added
@@ -380,20 +380,20 @@ class Pilot:
         self._final_listeners.append(listener)
 
     def _resize(self, msg, unit: str, deadline: float | None) -> _wire.Resized:
-        with self._resize_cond:
+        with self._replies:
             self._resized.pop(unit, None)
         self._send(msg)
         return self._wait_resized(unit, deadline)
 
     def _wait_resized(self, unit: str, deadline: float | None) -> _wire.Resized:
-        with self._resize_cond:
+        with self._replies:
             while unit not in self._resized:
                 if self.state in S.FINAL:
                     raise PilotfishError(f"{self.uid} ended ({self.state}) during a resize")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise PilotfishError(f"{self.uid}: resize of {unit} not done in time")
-                self._resize_cond.wait(1.0 if left is None else min(left, 1.0))
+                self._replies.wait(1.0 if left is None else min(left, 1.0))
             return self._resized.pop(unit)
 
     def _on_resized(self, msg: _wire.Resized) -> None:  # IO thread
@@ -407,9 +407,9 @@ class Pilot:
             self._nodes = list(msg.nodes)
             self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             self._pmgr.session.events.record(self.uid, E.PILOT_NODES, str(len(msg.nodes)), msg.t)
-        with self._resize_cond:
+        with self._replies:
             self._resized[msg.unit] = msg
-            self._resize_cond.notify_all()
+            self._replies.notify_all()
 
     def cancel(self) -> None:
         """Cancel this pilot (PilotManager.cancel_pilots): its agent stops, its running tasks
@@ -427,7 +427,7 @@ def _cancel_quietly(job) -> None:
         log.warning("cancel of a grown unit's job failed: %s", e)
 
 
-def _local_agent(sandbox: str) -> tuple[int, bool]:
+def local_agent(sandbox: str) -> tuple[int, bool]:
     """(the pid of the pilot's agent if it ran on this host, else 0; whether it may still
     live). One that ran here is alive only while its pid runs our agent.json; one that ran
     elsewhere, or never said hello (still queued?), may live: ask it."""
@@ -607,8 +607,8 @@ class PilotManager:
                 if job is not None:
                     _cancel_quietly(job)
                 pilot._grown.pop(unit, None)
-            with pilot._resize_cond:
-                pilot._resize_cond.notify_all()
+            with pilot._replies:
+                pilot._replies.notify_all()
         for cb in self._callbacks:
             try:
                 cb(pilot, state)
@@ -645,7 +645,7 @@ class PilotManager:
                 if t_uid not in r.finals:
                     r.adopted[t_uid] = sandbox
 
-        local_pid, may_live = _local_agent(sandbox)
+        local_pid, may_live = local_agent(sandbox)
         if not may_live:
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
             if local_pid:  # its orphaned tasks must not finish unseen beside a replacement
@@ -819,7 +819,7 @@ class PilotManager:
             except Exception as e:
                 log.warning("cancel of %s failed: %s", pilot.uid, e)
         else:  # re-attached: no job object to end it; a local agent's leftovers go here
-            pid, _ = _local_agent(pilot.sandbox)
+            pid, _ = local_agent(pilot.sandbox)
             if pid:
                 _stop_stale_agent(pid, pilot.sandbox)
         self._advance(pilot, S.FAILED, reason)

@@ -601,19 +601,8 @@ class TaskManager:
     def _wrap_all(self, ts: list) -> list[Task]:
         """The rp Tasks of a submit's pilotfish tasks (one lock for the batch)."""
         with self._lock:
-            by_pf, rp_desc, tasks = self._by_pf, self._rp_desc, self._tasks
-            out = []
-            for t in ts:
-                task = by_pf.get(t.uid)
-                if task is None:
-                    d = rp_desc[id(t.description)]
-                    if d.get("raptor_id") and d.get("mode") != RAPTOR_MASTER:
-                        task = RaptorTask(self, t, d, d.get("uid") or t.uid)
-                        tasks[task.uid] = by_pf[t.uid] = task
-                    else:
-                        task = self._wrap_locked(t)
-                out.append(task)
-            return out
+            wrap = self._wrap_locked
+            return [wrap(t) for t in ts]
 
     def _wrap_locked(self, t) -> Task:
         task = self._by_pf.get(t.uid)
@@ -694,8 +683,7 @@ class TaskManager:
         uid, no request_cb to ask) in one pass, none of the general path's per-task sorting
         and lookups. None: not such a batch (the general path takes it, and says what is
         wrong with it)."""
-        if r.stopped or r.wants_requests or not descs or (
-                r.shapes and not any(ranks >= 1 and cores >= 1 for ranks, cores, _ in r.shapes)):
+        if r.stopped or r.wants_requests or not descs:
             return None
         pairs = r.plain_calls(descs)
         if pairs is None:

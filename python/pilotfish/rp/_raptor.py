@@ -39,6 +39,18 @@ _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
 _FAST_NEW = frozenset(("mode", "function"))
 
 
+
+def _plain(d: TaskDescription) -> tuple | None:
+    """(kind, target, args, kwargs) of a plain call -- TASK_FUNCTION with an rp.PythonTask,
+    or TASK_FUNCTION / TASK_METHOD naming a worker method --, else None."""
+    fn = d.get("function")
+    mode = d.get("mode") or TASK_FUNCTION
+    if mode == TASK_FUNCTION and type(fn) is PythonTask:
+        return "func", fn.function, fn.args, fn.kwargs
+    if mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
+        return "method", fn, (), {}
+    return None
+
 def _is_custom(cls: type, name: str) -> bool:
     return getattr(cls, name) is not getattr(Master, name)
 
@@ -240,74 +252,58 @@ class RaptorState:
         return _translated(_PfTask, "rp.TaskDescription", out, index)
 
     def plain_calls(self, descs: list) -> list[tuple[str, _PfTask]] | None:
-        """[(uid, function task)] for a batch of plain calls (a pythontask or a method
-        name, no other field but mode), in one pass; None if any is not (the general path
-        then takes the batch and says what is wrong). Each is the checked values of the
-        first call of its target, copied, with its own arguments, uid and name."""
-        keyed = []
+        """[(uid, function task)] for a batch of new plain calls (a pythontask or a method
+        name, no field but mode and function), in one pass; None if any is not, or no
+        worker takes a 1-core call (the general path then takes the batch and says what is
+        wrong)."""
+        if not self.fits_plain():
+            return None
+        plain = []
         for d in descs:
             if type(d) is not TaskDescription or not d.keys() <= _FAST_NEW:
                 return None
-            fn = d.get("function")
-            mode = d.get("mode") or TASK_FUNCTION
-            if mode == TASK_FUNCTION and type(fn) is PythonTask:
-                keyed.append(("func", fn.function, fn.args, fn.kwargs))
-            elif mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
-                keyed.append(("method", fn, (), {}))
-            else:
+            p = _plain(d)
+            if p is None:
                 return None
+            plain.append(p)
         out = []
-        templates, rid = self._templates, self.uid
-        # pinned to the master's pilot, unless that is the only one its manager has
-        pf_pilots = self.tmgr._pf._pilots
-        pin = None if len(pf_pilots) == 1 and self.pilot.uid in pf_pilots else self.pilot.uid
-        checked = _PfTask._checked
-        for d, uid, (kind, target, args, kwargs) in zip(descs, self.next_uids(len(descs)),
-                                                         keyed):
-            values = templates.get((kind, id(target) if kind == "func" else target))
-            if values is None:
-                values = self._template(kind, target, uid)
+        rid, pin = self.uid, self._pin()
+        for d, uid, p in zip(descs, self.next_uids(len(descs)), plain):
             d["uid"] = uid
             d["raptor_id"] = rid
-            # (the template's fields, this call's own: what a copy of it would hold)
-            v = {"function": values["function"], "args": ((uid, None, None), args, kwargs),
-                 "name": rid}
-            if pin is not None:
-                v["pilot"] = pin
-            out.append((uid, checked(v)))
+            out.append((uid, self._plain_pf(p, uid, pin)))
         return out
 
-    def _template(self, kind: str, target, uid: str) -> dict:
-        """The checked values of a plain call of this target (made once, fully checked)."""
-        values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core: defaults)
-            "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
-            "name": self.uid, "pilot": self.pilot.uid}, 0)._values
-        assert set(values) == {"function", "args", "name", "pilot"}  # (what plain_calls sets)
-        self._templates[(kind, id(target) if kind == "func" else target)] = values
-        return values
+    def fits_plain(self) -> bool:
+        """A worker of this master takes a call of 1 rank x 1 core (any, before workers)."""
+        return not self.shapes or any(r >= 1 and c >= 1 for r, c, _ in self.shapes)
 
-    def _fast_pf(self, v: TaskDescription, uid: str) -> _PfTask | None:
-        """The function task of a call with no field but its function (and uid, name,
-        raptor_id): the checked values of the first such call of that target, copied, with
-        this call's arguments and name -- RAPTOR's hot path (a full translation costs more
-        than the call). None: not such a call (the full path decides)."""
-        mode = v.get("mode") or TASK_FUNCTION
-        fn = v.get("function")
-        if mode == TASK_FUNCTION and isinstance(fn, PythonTask):
-            target, kind, args, kwargs = fn.function, "func", fn.args, fn.kwargs
-        elif mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
-            target, kind, args, kwargs = fn, "method", (), {}
-        else:
-            return None
+    def _pin(self) -> str | None:
+        """The pilot its calls are pinned to: its own, unless that is its manager's only one."""
+        pf_pilots = self.tmgr._pf._pilots
+        return None if len(pf_pilots) == 1 and self.pilot.uid in pf_pilots else self.pilot.uid
+
+    def _plain_pf(self, plain: tuple, uid: str, pin: str | None) -> _PfTask:
+        """A plain call's function task: its target's callable (checked once, with the first
+        call of that target), this call's arguments, its master's uid as the name."""
+        kind, target, args, kwargs = plain
         values = self._templates.get((kind, id(target) if kind == "func" else target))
         if values is None:
-            if self.shapes and not any(r >= 1 and c >= 1 for r, c, _ in self.shapes):
-                return None  # (the full path says why no worker fits)
-            values = self._template(kind, target, uid)
-        out = dict(values)
-        out["args"] = ((uid, None, None), tuple(args), dict(kwargs))
-        out["name"] = uid
-        return _PfTask._checked(out)
+            values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core)
+                "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
+                "name": self.uid, "pilot": self.pilot.uid}, 0)._values
+            self._templates[(kind, id(target) if kind == "func" else target)] = values
+        v = {"function": values["function"], "args": ((uid, None, None), args, kwargs),
+             "name": self.uid}
+        if pin is not None:
+            v["pilot"] = pin
+        return _PfTask._checked(v)
+
+    def _fast_pf(self, v: TaskDescription, uid: str) -> _PfTask | None:
+        """A plain call met on the general path (it may carry uid, name, raptor_id), as
+        plain_calls makes it; None: not such a call (the full translation decides)."""
+        p = _plain(v) if self.fits_plain() else None
+        return None if p is None else self._plain_pf(p, uid, self._pin())
 
     def refused(self, uid: str) -> _PfTask:
         """A task request_cb did not return: it ends FAILED, saying why."""
