@@ -158,3 +158,21 @@ def test_state_maps():
     assert rp.states.TASK_STATES == rp.TASK_STATES and rp.states.CANCELED == "CANCELED"
     assert (rp.TASK_FUNC, rp.TASK_METH, rp.RAPTOR_MASTER, rp.RAPTOR_WORKER) == (
         "task.function", "task.method", "raptor.master", "raptor.worker")
+
+
+def test_a_service_that_ran_and_ended_counts_as_started(tmp_path, monkeypatch):
+    """RP's agent waits for each service to reach AGENT_EXECUTING; one that already ended
+    has started (RP's own agent_services.py runs a service that exits at once). Whether its
+    end was seen before the check was a race: the example failed 1 run in 8."""
+    monkeypatch.setenv("PILOTFISH_SESSIONS", str(tmp_path))
+    for _ in range(5):
+        with rp.Session() as s:
+            pd = rp.PilotDescription({"resource": "local.localhost", "cores": 2,
+                                      "runtime": 10})
+            pd["services"].append(rp.TaskDescription({"executable": "/bin/false"}))
+            pilot = rp.PilotManager(s).submit_pilots(pd)
+            tmgr = rp.TaskManager(s)
+            tmgr.add_pilots(pilot)
+            t = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true"}))
+            assert tmgr.wait_tasks(t.uid, timeout=60) == rp.DONE
+            assert [x.state for x in pilot.services] == [rp.FAILED]

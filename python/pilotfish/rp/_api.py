@@ -224,8 +224,9 @@ class Pilot:
 
     def _start_services(self, services: list) -> None:
         """RP 1.60's agent services: tasks started before any other task of the pilot, each
-        up once it runs -- or, with metadata {'startup_file': path}, once that file exists
-        (relative to the service's sandbox); all within SERVICE_READY_TIMEOUT."""
+        up once it runs (one that ran and already ended counts: it started) -- or, with
+        metadata {'startup_file': path}, once that file exists (relative to the service's
+        sandbox); all within SERVICE_READY_TIMEOUT. One that never ran fails the setup."""
         tm = TaskManager(self.pmgr.session)
         tm._during_setup = True  # (its submit must not wait for this very setup)
         tm.add_pilots(self)
@@ -244,8 +245,10 @@ class Pilot:
         deadline = time.monotonic() + SERVICE_READY_TIMEOUT
         tm.wait_tasks(state=RS.AGENT_EXECUTING, timeout=SERVICE_READY_TIMEOUT)
         while True:
+            # started = it ran (RP's agent waits for AGENT_EXECUTING): one that already ended
+            # did start -- whether its end is seen yet is a race, not an outcome
             bad = [(t.uid, t.state, t.exception_detail) for t in self._services
-                   if t.state != RS.AGENT_EXECUTING]
+                   if not any(s == S.EXECUTING for s, _ in t._pf.history)]
             if bad:
                 self._problem = f"services of {self.uid} did not start: {bad}"
                 return
