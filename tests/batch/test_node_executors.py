@@ -332,3 +332,36 @@ def test_escapee_of_a_canceled_remote_task_is_killed_by_its_node_executor(slurm,
         assert not Path(f"/proc/{escapee}").exists(), \
             ("the escapee outlived its task", _status(escapee))
         pilot.cancel()
+
+
+def test_explain_across_hosts(slurm, tmp_path):
+    """Why is it pending, asked of an agent on another host: task.explain() over the
+    session's TCP link (the Explain message), `pilotfish explain` from the login host
+    through the request file in the pilot's sandbox; a running task names its node (n2..n4
+    run through their node executors)."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot, tmgr = _pilot(s, nodes=2)
+        cores = pilot.nodes[0].cores
+        full = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
+                                                     cores_per_rank=cores)
+                                  for _ in range(2)])
+        deadline = time.monotonic() + 60
+        while not all(t.state == pf.EXECUTING for t in full) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        waiting = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        e = waiting.explain(timeout=20)
+        assert e["where"] == "queued", e
+        assert any("no node has 1 free core now" in w for w in e["waits_for"]), e
+        names = [n.name for n in pilot.nodes]
+        assert e["fits_ever"] == {"count": 2, "names": names}, e
+        e = full[1].explain(timeout=20)
+        assert e["where"] == "running" and e["nodes"] == [full[1].slots[0].node], e
+        assert e["nodes"][0] in names
+        r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "explain", str(s.path),
+                            waiting.uid, "--json", "--timeout", "20"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)[0]
+        assert got["where"] == "queued" and got["pilot"] == pilot.uid, got
+        tmgr.cancel_tasks()
+        pilot.cancel()
