@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 from ._errors import (DescriptionError, JournalError, PilotfishError, RemoteError,
                       SessionClosed, SessionError, TimeoutExpired)
+from ._running import task_uid
 from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
 from .client.services import ServiceGroup
 from .descriptions import PilotDescription, ServiceDescription, TaskDescription
@@ -25,7 +26,7 @@ __all__ = [
     "Session", "PilotManager", "TaskManager", "Pilot", "Task", "Executor",
     "PilotDescription", "TaskDescription", "ServiceDescription", "ServiceGroup", "ServiceError",
     "PilotfishError", "DescriptionError", "RemoteError", "SessionClosed", "TimeoutExpired",
-    "SessionError", "JournalError",
+    "SessionError", "JournalError", "task_uid",
     "NEW", "LAUNCHING", "ACTIVE", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING",
     "EXECUTING", "STAGING_OUTPUT", "DONE", "FAILED", "CANCELED", "FINAL",
 ]

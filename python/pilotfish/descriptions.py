@@ -845,6 +845,18 @@ def _service_name(kind: str, field: str, v: Any) -> str:
     return str.__str__(v)  # a str subclass (numpy.str_) as a plain str: the wire carries it
 
 
+class CheckedCall(TaskDescription):
+    """A function task's description its maker built from a template it checked whole
+    (check_complete) once, only `args` (a tuple) and `kwargs` (str keys) differing from
+    call to call, and that nobody else holds before it is submitted: submit does not check
+    it again. pilotfish.rp's RAPTOR calls are made so, by the thousand (RaptorState)."""
+
+    __slots__ = ()
+
+    def check_complete(self) -> None:
+        pass
+
+
 class ServiceDescription(_Description):
     """A long-running service: each member of a group (TaskManager.submit_service_group) is
     one of these, kept up by the pilot until the group shrinks or stops.

@@ -34,6 +34,7 @@ import traceback
 import cloudpickle
 import msgspec
 
+from .. import _running
 from .._wire import (RESULT_CANCELED, RESULT_ERROR, RESULT_IN_FILE, RESULT_OK,
                      RESULT_RETURNED)
 
@@ -140,6 +141,7 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
     """One call: its payload (OK + pickled value, IN_FILE + path, or ERROR + info). With
     ranks, every rank runs it and rank 0 gathers (an exception on one rank does not skip the
     gather, so the others are not left waiting); only rank 0's payload counts."""
+    _running.uid = uid
     try:
         args, kwargs = pickle.loads(call)
         if comm is not None:

@@ -804,7 +804,10 @@ def _journal_values(d: TaskDescription) -> dict:
         return v
     fn = v["function"]
     out = {k: x for k, x in v.items() if k not in ("function", "args", "kwargs")}
-    out["function"] = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+    name = getattr(fn, "__qualname__", None)
+    if name is None:  # a callable object: its class's name (its repr has its address)
+        name = type(fn).__qualname__
+    out["function"] = f"{getattr(fn, '__module__', '?')}.{name}"
     return out
 
 

@@ -578,7 +578,9 @@ class TaskManager:
         self._pf._spec_extra = self._spec_extra
         self._pilots: dict[str, Pilot] = {}
         self._tasks: dict[str, Task] = {}   # rp uid -> task
-        self._by_pf: dict[str, Task] = {}   # pilotfish uid -> task
+        # pilotfish uid -> task, for the tasks whose rp uid is not their pilotfish uid (the
+        # others are found in _tasks: _of_pf)
+        self._by_pf: dict[str, Task] = {}
         # id(pf description) -> its RP description, while a submit is under way: the IO
         # thread may report a task before submit_tasks returns (_wrap makes it then)
         self._rp_desc: dict[int, TaskDescription] = {}
@@ -591,6 +593,14 @@ class TaskManager:
         self._hidden: dict[int, tuple] = {}
         self._n_raptors = 0
         self._relaying = False
+        # a uid given by the user that looks like pilotfish's own (task.000042): plain RAPTOR
+        # calls then take the general path (their uids are pilotfish's there: no clash)
+        self._pf_like_uids = False
+
+    def _note_uid(self, uid) -> None:
+        """A uid the user gave: does it look like pilotfish's own task uids?"""
+        if isinstance(uid, str) and uid.startswith("task.") and uid[5:].isdigit():
+            self._pf_like_uids = True
 
     def _user_uid(self, key: int, uid: str) -> str:
         """The uid the user gave the RP description of pf description `key`, else uid."""
@@ -607,8 +617,17 @@ class TaskManager:
             wrap = self._wrap_locked
             return [wrap(t) for t in ts]
 
+    def _of_pf(self, pf_uid: str) -> Task | None:
+        """The rp Task of a pilotfish task (None: not one of this manager's)."""
+        task = self._by_pf.get(pf_uid)
+        if task is None:
+            task = self._tasks.get(pf_uid)
+            if task is not None and task._pf.uid != pf_uid:  # (a worker's: its master's)
+                return None
+        return task
+
     def _wrap_locked(self, t) -> Task:
-        task = self._by_pf.get(t.uid)
+        task = self._of_pf(t.uid)
         if task is None:
             key = id(t.description)
             d = self._rp_desc[key]
@@ -620,7 +639,8 @@ class TaskManager:
                 cls = RaptorTask if d.get("raptor_id") else Task
                 task = cls(self, t, d, d.get("uid") or t.uid)
             self._tasks[task.uid] = task
-            self._by_pf[t.uid] = task
+            if task.uid != t.uid:
+                self._by_pf[t.uid] = task
         return task
 
     # RP's per-task variables, and a sandbox of its own for every task (as in RP)
@@ -672,6 +692,7 @@ class TaskManager:
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
             if uid is not None:
                 given.add(uid)
+                self._note_uid(uid)
         if any(d.get("raptor_id") or d.get("mode") in (RAPTOR_MASTER, RAPTOR_WORKER)
                for d in rp_descs):
             out = self._submit_mixed(rp_descs)
@@ -684,25 +705,31 @@ class TaskManager:
         """RAPTOR's hot path: a batch of plain calls to one master (rp.TaskDescriptions with
         no field but mode and function -- a pythontask, or a worker method's name --, no
         uid, no request_cb to ask) in one pass, none of the general path's per-task sorting
-        and lookups. None: not such a batch (the general path takes it, and says what is
-        wrong with it)."""
-        if r.stopped or r.wants_requests or not descs:
+        and lookups. Each call's uid is its pilotfish task's (RP numbers client tasks so
+        too). None: not such a batch (the general path takes it, and says what is wrong
+        with it), or this manager holds a uid a user gave that looks like one of those."""
+        if r.stopped or r.wants_requests or not descs or self._pf_like_uids:
             return None
-        pairs = r.plain_calls(descs)
-        if pairs is None:
+        pf_descs = r.plain_calls(descs)
+        if pf_descs is None:
             return None
-        pf_descs = [pd for _, pd in pairs]
         if self._pf._callbacks:  # (a callback may see a task before submit returns)
             tasks = self._submit(descs, pf_descs)
+            for d, task in zip(descs, tasks):
+                d["uid"] = task.uid
         else:  # nothing else makes rp Tasks: paired with their descriptions by position
             self._pilots_ready()
             pf_tasks = self._pf.submit_tasks(pf_descs)
             with self._lock:
-                by_pf, mine = self._by_pf, self._tasks
-                tasks = [by_pf.get(t.uid) or RaptorTask(self, t, d, d["uid"])
-                         for t, d in zip(pf_tasks, descs)]
-                for t, task in zip(pf_tasks, tasks):
-                    by_pf[t.uid] = mine[task.uid] = task
+                mine = self._tasks  # (rp uid = pilotfish uid: no _by_pf entry)
+                tasks = []
+                add = tasks.append
+                for t, d in zip(pf_tasks, descs):
+                    uid = d["uid"] = t.uid
+                    task = mine[uid] = RaptorTask(self, t, d, uid)
+                    add(task)
+            r.track(pf_tasks)
+            return tasks
         r.track([t._pf for t in tasks])
         return tasks
 
@@ -842,6 +869,7 @@ class TaskManager:
             _raptor.check_master_mode(td)
             with self._lock:
                 uid = td.get("uid") or f"raptor.{self._n_raptors:04d}"
+                self._note_uid(td.get("uid"))
                 self._n_raptors += 1
             if uid in self._tasks or uid in self._raptors:
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
@@ -894,7 +922,7 @@ class TaskManager:
     def _raptor_relay(self, t, state: str) -> None:
         if state not in S.FINAL:
             return
-        task = self._by_pf.get(t.uid)
+        task = self._of_pf(t.uid)
         if task is None:
             h = self._hidden.pop(id(t.description), None)
             if h is None:
@@ -908,20 +936,26 @@ class TaskManager:
             if r is not None:
                 r.ended(task, state)
 
-    def _pf_uids(self, uids) -> tuple[list[str], bool]:
+    def _selected(self, uids) -> tuple[list[Task], bool]:
         if uids is None:
-            return [t._pf.uid for t in self._tasks.values()], True
+            return list(self._tasks.values()), True
         sel, many = _listify(uids)
+        tasks = self._tasks
         try:
-            return [self._tasks[u]._pf.uid for u in sel], many
+            return [tasks[u] for u in sel], many
         except KeyError as e:
             raise ValueError(f"no task {e.args[0]!r} in this TaskManager") from None
 
+    def _pf_uids(self, uids) -> tuple[list[str], bool]:
+        sel, many = self._selected(uids)
+        return [t._pf.uid for t in sel], many
+
     def wait_tasks(self, uids=None, state=None, timeout: float | None = None):
-        pf_uids, many = self._pf_uids(uids)
+        sel, many = self._selected(uids)
         pf_states = None if state is None else RS.task_states_to_pf(state)
-        self._pf.wait_tasks(pf_uids, state=pf_states, timeout=timeout)
-        out = [self._by_pf[u].state for u in pf_uids]
+        self._pf.wait_tasks([t._pf.uid for t in sel], state=pf_states, timeout=timeout)
+        names = RS.TASK_STATE  # (Task.state, inlined: a wait may name a million tasks)
+        out = [names[t._pf.state] for t in sel]
         return out if many else out[0]
 
     def cancel_tasks(self, uids=None) -> None:
@@ -954,7 +988,7 @@ class TaskManager:
         f = _callback(cb, cb_data)
 
         def relay(t, state: str) -> None:
-            task = self._by_pf.get(t.uid)
+            task = self._of_pf(t.uid)
             if task is None:
                 if id(t.description) in self._hidden:
                     return  # a RAPTOR master's own task: not the client's

@@ -13,12 +13,14 @@ from typing import Any
 
 from .. import states as _S
 from .._errors import DescriptionError, show
+from ..descriptions import CheckedCall, _Description
 from ..descriptions import TaskDescription as _PfTask
 from . import _states as RS
 from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EVAL, TASK_EXEC, TASK_EXECUTABLE,
                         TASK_FUNCTION, TASK_METHOD, TASK_PROC, TASK_SHELL, PythonTask,
                         TaskDescription, _shape, _translated)
-from .raptor import DefaultWorker, Master, MPIWorker, Run, Worker, _drain, load_class
+from .raptor import (DefaultWorker, Master, MPIWorker, PlainRun, Run, Worker, _drain,
+                     load_class)
 
 STOP_FILE = ".raptor_stop"
 # the master's task: holds its cores until the client writes STOP_FILE in its sandbox
@@ -37,6 +39,7 @@ _EMPTY = (None, "", [], {}, (), 0, 0.0, False)
 # a call with only these fields takes the fast path (RaptorState._fast_pf)
 _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
 _FAST_NEW = frozenset(("mode", "function"))
+_VALUES = _Description._values  # (a description's one slot: set directly in plain_calls)
 
 
 
@@ -72,6 +75,8 @@ class RaptorState:
         self.shapes: list[tuple[int, float, float]] = []
         self.runs: dict = {}
         self._templates: dict = {}  # (kind, target) -> a plain call's checked values
+        self._fast: dict = {}  # id(callable) -> its PlainRun (plain_calls)
+        self._fast_methods: dict = {}  # method name -> its PlainRun
         # its tasks' pilotfish Tasks in submit order (rpc('stop') cancels the unfinished;
         # those found final when the list is pruned are counted in self.counts)
         self.tasks: list = []
@@ -141,6 +146,11 @@ class RaptorState:
                                        f"{self.worker_cls.__name__}: one class per master "
                                        "here (submit another raptor for another class)",
                                        index=i)
+            if cls is not self.worker_cls:  # (the calls' callables name it)
+                self.runs.clear()
+                self._fast.clear()
+                self._fast_methods.clear()
+                self._templates.clear()
             self.worker_cls = cls
             self.custom_worker = cls not in (DefaultWorker, MPIWorker, Worker)
             shape = _shape(td)
@@ -148,6 +158,7 @@ class RaptorState:
                                 shape["gpus_per_rank"]))
             with self.lock:
                 uid = td.get("uid") or f"{self.uid}.{len(self.workers):04d}"
+                self.tmgr._note_uid(td.get("uid"))
                 td["uid"] = uid
                 td["raptor_id"] = self.uid
                 w = Task(self.tmgr, self.handle._pf, td, uid)
@@ -251,28 +262,66 @@ class RaptorState:
                 out[k] = v[k]
         return _translated(_PfTask, "rp.TaskDescription", out, index)
 
-    def plain_calls(self, descs: list) -> list[tuple[str, _PfTask]] | None:
-        """[(uid, function task)] for a batch of new plain calls (a pythontask or a method
-        name, no field but mode and function), in one pass; None if any is not, or no
-        worker takes a 1-core call (the general path then takes the batch and says what is
-        wrong)."""
+    def plain_calls(self, descs: list) -> list[_PfTask] | None:
+        """The function tasks of a batch of new plain calls (a pythontask or a method name,
+        no field but mode and function), in one pass, each marked as this master's
+        (raptor_id; its uid is its pilotfish task's, set once submitted); None if any is
+        not such a call, or no worker takes a 1-core call (the general path then takes the
+        batch and says what is wrong). Each is a CheckedCall: its template was checked
+        whole (_plain_run), its arguments here."""
         if not self.fits_plain():
             return None
-        plain = []
-        for d in descs:
-            if type(d) is not TaskDescription or not d.keys() <= _FAST_NEW:
-                return None
-            p = _plain(d)
-            if p is None:
-                return None
-            plain.append(p)
-        out = []
+        fast, func, td, pt, get = self._fast, TASK_FUNCTION, TaskDescription, PythonTask, dict.get
         rid, pin = self.uid, self._pin()
-        for d, uid, p in zip(descs, self.next_uids(len(descs)), plain):
-            d["uid"] = uid
+        new, put, cls = object.__new__, _VALUES.__set__, CheckedCall
+        out: list = []
+        add = out.append
+        for d in descs:  # (per call: a microsecond here is 3 % of a call's whole cost)
+            if type(d) is not td:
+                return None
+            n = len(d)
+            fn = get(d, "function")
+            if fn is None or n > 2 or (n == 2 and "mode" not in d):
+                return None  # (a field but mode and function)
+            if type(fn) is pt and (get(d, "mode") or func) == func:
+                target = fn.function
+                run = fast.get(id(target)) or self._plain_run("func", target)
+                args, kwargs = fn.args, fn.kwargs
+            else:
+                p = _plain(d)
+                if p is None:
+                    return None
+                run = self._plain_run(p[0], p[1])
+                args, kwargs = p[2], p[3]
+            v = {"function": run, "name": rid}
+            if args:
+                v["args"] = args  # (a tuple: rp.PythonTask made it one)
+            if kwargs:
+                v["kwargs"] = kwargs  # (str keys: rp.PythonTask checked them)
+            if pin is not None:
+                v["pilot"] = pin
+            pd = new(cls)
+            put(pd, v)
+            add(pd)
+        for d in descs:
             d["raptor_id"] = rid
-            out.append((uid, self._plain_pf(p, uid, pin)))
         return out
+
+    def _plain_run(self, kind: str, target: Any):
+        """A plain call's PlainRun for its target (checked as a description once, with the
+        first call of that target)."""
+        key = id(target) if kind == "func" else target
+        run = self._fast.get(key) if kind == "func" else self._fast_methods.get(key)
+        if run is None:
+            run = PlainRun(kind, target, self.worker_cls, self.uid)
+            _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core)
+                "function": run, "name": self.uid, "pilot": self.pilot.uid},
+                0).check_complete()
+            if kind == "func":
+                self._fast[key] = run  # (run.target keeps the callable alive: its id stays)
+            else:
+                self._fast_methods[key] = run
+        return run
 
     def fits_plain(self) -> bool:
         """A worker of this master takes a call of 1 rank x 1 core (any, before workers)."""

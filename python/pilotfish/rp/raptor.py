@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any
 
+from .. import _running
 from .._errors import DescriptionError
 
 log = logging.getLogger("pilotfish.rp.raptor")
@@ -246,6 +247,20 @@ def _inject_comm(comm, args: list, kwargs: dict, py_func: bool) -> None:
 
 
 _SINGLE = False  # this worker's RP_RANK / RP_RANKS are 0 / 1 (set by a plain call)
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def _set_task_id(uid: str) -> None:
+    """A call's RP_TASK_ID, in os.environ: what the call's Python code reads (it stays until
+    the next call sets its own). The process's C environment -- what a child started
+    without env= inherits -- is not rewritten per call: glibc's setenv costs ~2 us and
+    keeps every value it was ever given, a string per call for the life of the worker.
+    TASK_PROC and TASK_SHELL pass os.environ to their process; a call that starts one
+    itself passes env=os.environ."""
+    if _ENV_DATA is not None:
+        _ENV_DATA[b"RP_TASK_ID"] = uid.encode()
+    else:
+        os.environ["RP_TASK_ID"] = uid
 
 
 class Run:
@@ -270,10 +285,9 @@ class Run:
         uid, env, payload = info
         global _SINGLE
         if comm is None and not env:  # the common call: its id; rank 0 of 1 (set once)
-            environ = os.environ
-            environ["RP_TASK_ID"] = uid  # (stays until the next call sets its own)
+            _set_task_id(uid)
             if not _SINGLE:  # (reading os.environ costs as much as writing it: remembered)
-                environ["RP_RANK"], environ["RP_RANKS"] = "0", "1"
+                os.environ["RP_RANK"], os.environ["RP_RANKS"] = "0", "1"
                 _SINGLE = True
             if self.kind == "func" and self.is_async is False:  # (the hot path, once known)
                 return self.target(*args, **kwargs) if kwargs else self.target(*args)
@@ -347,6 +361,27 @@ class Run:
                 raise TaskExit(int(ret), str(exc) if exc else None)
             return val
         raise ValueError(f"unknown RAPTOR call kind {kind!r}")
+
+
+class PlainRun(Run):
+    """A plain call's callable (an rp.PythonTask, or a worker method by name; 1 rank, no
+    environment of its own), called with the call's own arguments, as pilotfish's function
+    tasks are: its RP_TASK_ID is the uid of the pilotfish task it runs as (such a call's RP
+    uid is that uid, as RP numbers client tasks), read from the worker (pf.task_uid()) and
+    not carried with every call."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        global _SINGLE
+        uid = _running.uid or ""
+        _set_task_id(uid)
+        if not _SINGLE:
+            os.environ["RP_RANK"], os.environ["RP_RANKS"] = "0", "1"
+            _SINGLE = True
+        if self.kind == "func" and self.is_async is False:  # (the hot path, once known)
+            return self.target(*args, **kwargs)
+        return self._run(uid, None, list(args), kwargs, None)
 
 
 def _call(fn, args, kwargs):

@@ -18,6 +18,12 @@ def hello_world(msg, sleep):
 
 
 @rp.pythontask
+def whoami(x, y=0):
+    import os
+    return os.environ["RP_TASK_ID"], x + y
+
+
+@rp.pythontask
 def broken(x):
     raise ValueError("bad value %s" % x)
 
@@ -86,6 +92,18 @@ if __name__ == "__main__":
         assert bad.exception.startswith("ValueError(") and "bad value 7" in bad.exception
         assert "bad value 7" in bad.exception_detail
         assert nomethod.state == rp.FAILED and "no_such_method" in nomethod.exception
+
+        # a bulk of plain calls, each with its own arguments: each sees its own uid (RP
+        # numbers client tasks task.NNNNNN and sets the description's uid and raptor_id)
+        many = raptor.submit_tasks([rp.TaskDescription({"mode": rp.TASK_FUNCTION,
+                                                        "function": whoami(i, y=1)})
+                                    for i in range(300)])
+        tmgr.wait_tasks([t.uid for t in many])
+        for i, t in enumerate(many):
+            assert t.state == rp.DONE and t.return_value == (t.uid, i + 1), t.as_dict()
+            assert t.uid.startswith("task.") and t.description["uid"] == t.uid, t.uid
+            assert t.description["raptor_id"] == raptor.uid
+        assert len({t.uid for t in many}) == 300 and tmgr.get_tasks(many[7].uid) is many[7]
 
         # tasks given raptor_id through the TaskManager go to the master too
         t = tmgr.submit_tasks(rp.TaskDescription({"mode": rp.TASK_FUNC, "function": "hello",
