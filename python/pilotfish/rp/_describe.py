@@ -291,7 +291,7 @@ class PythonTask:
         self.function = func
         self.args = args if type(args) is tuple else tuple(args or ())
         self.kwargs = dict(kwargs) if kwargs else {}
-        if any(type(k) is not str for k in self.kwargs):
+        if kwargs and any(type(k) is not str for k in self.kwargs):
             raise ValueError(f"task kwargs must have str keys (keyword names): "
                              f"{show(self.kwargs, 60)}")
 

@@ -77,10 +77,9 @@ class RaptorState:
         self._templates: dict = {}  # (kind, target) -> a plain call's checked values
         self._fast: dict = {}  # id(callable) -> its PlainRun (plain_calls)
         self._fast_methods: dict = {}  # method name -> its PlainRun
-        # its tasks' pilotfish Tasks in submit order (rpc('stop') cancels the unfinished;
-        # those found final when the list is pruned are counted in self.counts)
+        # its tasks' pilotfish Tasks in submit order (rpc('stop') counts the ended and
+        # cancels the others)
         self.tasks: list = []
-        self._kept = 0  # the list's length after its last pruning
         self.lock = threading.Lock()
         self.n = 0
         self.stopped = False
@@ -416,18 +415,11 @@ class RaptorState:
 
     def track(self, pf_tasks) -> None:
         """Its new tasks (pilotfish Tasks). Ends are read from them, never reported one by
-        one: no per-task work on the IO thread for a master without hooks."""
+        one: no per-task work on the IO thread for a master without hooks. (Kept whole,
+        not pruned as they end: the TaskManager holds every Task anyway, and a pruning
+        pass cost more than the rest of a call's bookkeeping here.)"""
         with self.lock:
             self.tasks.extend(pf_tasks)
-            if len(self.tasks) > 2 * self._kept + 10_000:  # prune the finished (amortized)
-                live = []
-                for t in self.tasks:
-                    if t.state in _FINAL:
-                        if t.state in self.counts:
-                            self.counts[t.state] += 1
-                    else:
-                        live.append(t)
-                self.tasks, self._kept = live, len(live)
 
     def ended(self, task, state: str, waiter=None) -> None:
         """A task of a master with hooks ended: its result to result_cb (or the waiter)."""
