@@ -4,6 +4,7 @@
     python bench/bench_hetero.py --plan-cost      # the planner's cost per queue size
     python bench/bench_hetero.py --null-ab 3      # null tasks: utilization vs plan, ABBA
     python bench/bench_hetero.py --virtual --seeds 10   # the policies on a virtual clock
+    python bench/bench_hetero.py --blind 10 --seeds 10  # what a planner without durations gains
 
 The mix (seed 000, durations / 100): 90 % of the tasks 1 rank x U[1,9] cores for U[4.8,6.0] s,
 10 % 1 rank x U[68,84] cores + 1 GPU for U[9.6,12.0] s, submitted at once in generation order.
@@ -268,6 +269,59 @@ def plan_cost() -> None:
               flush=True)
 
 
+def blind(seeds: range, budget_s: float, scenarios: int) -> None:
+    """What a planner that does not know each task's duration can gain, on the model (first
+    fit, backfill at every end: what the scheduler does, to the digit on a virtual clock).
+    Per seed, from today's blind order (GPU tasks first, larger first; arrival order among
+    equals): (1) the planner's search, `budget_s` of CPU, no margin, on a model where every
+    task takes its kind's mean -- what the learned estimates tell -- and (2) a search for the
+    order with the best mean makespan over `scenarios` draws of every task's duration from
+    its kind's range -- a planner that knows the distributions, not the draws. Each found
+    order is then run on the true durations. RU as in the bench."""
+    from pilotfish.agent.planner import Snapshot, search, simulate
+
+    def snap(tasks, order, dur):
+        return Snapshot([[CORES, GPUS, 0] for _ in range(NODES)], [],
+                        [(i, 1, tasks[i][0], tasks[i][1], 0, dur(i)) for i in order])
+
+    rows = []
+    for seed in seeds:
+        tasks = mix(seed, 550)
+        n, work = len(tasks), sum(c * d for c, _, d in tasks)
+        ru = (lambda m: round(work / (NODES * CORES * m), 4))
+        order = sorted(range(n), key=lambda i: (-tasks[i][1], -tasks[i][0]))
+        true = snap(tasks, order, lambda i: tasks[i][2])
+        today = simulate(true, list(range(n)))
+        small = statistics.mean(d for _, g, d in tasks if not g)
+        large = statistics.mean(d for _, g, d in tasks if g)
+        out = search(snap(tasks, order, lambda i: large if tasks[i][1] else small), budget_s,
+                     margin=0.0, patience=10 ** 9)
+        pos = {i: k for k, i in enumerate(order)}
+        means = today if out.plan is None else simulate(true, [pos[i] for i in out.plan.order])
+        rng = random.Random(1000 + seed)
+        draws = [snap(tasks, order, lambda i: rng.uniform(9.6, 12.0) if tasks[i][1]
+                      else rng.uniform(4.8, 6.0)) for _ in range(scenarios)]
+        cur = list(range(n))
+        best = statistics.mean(simulate(d, cur) for d in draws)
+        model0, window, t0 = best, max(8, n // 8), time.thread_time()
+        while time.thread_time() - t0 < budget_s:
+            cand = list(cur)
+            for _ in range(rng.randint(1, 3)):
+                a = rng.randrange(n)
+                cand.insert(min(n - 1, max(0, a + rng.randint(-window, window))), cand.pop(a))
+            m = statistics.mean(simulate(d, cand) for d in draws)
+            if m <= best:
+                best, cur = m, cand
+        row = {"seed": seed, "today_blind": ru(today), "planned_on_means": ru(means),
+               "planned_on_draws": ru(simulate(true, cur)),
+               "draws_model_gain": round(1 - best / model0, 4),
+               "offline_with_durations": offline_largest_first(tasks)["ru"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"mean_ru": {k: round(statistics.mean(r[k] for r in rows), 4)
+                                  for k in rows[0] if k != "seed"}}))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
@@ -277,6 +331,9 @@ def main() -> None:
     ap.add_argument("--plan-cost", action="store_true", help="the planner's cost, no pilot")
     ap.add_argument("--null-ab", type=int, default=0, help="null tasks, utilization vs plan")
     ap.add_argument("--virtual", action="store_true", help="on a virtual clock, no pilot")
+    ap.add_argument("--blind", type=float, default=0,
+                    help="what a planner without per-task durations can gain: CPU s per search")
+    ap.add_argument("--scenarios", type=int, default=6, help="--blind: duration draws")
     ap.add_argument("--runs", default=None,
                     help="only these runs, comma-separated (e.g. utilization+dur,plan+dur)")
     a = ap.parse_args()
@@ -285,6 +342,9 @@ def main() -> None:
         return
     if a.null_ab:
         null_ab(a.null_ab)
+        return
+    if a.blind:
+        blind(range(a.first_seed, a.first_seed + a.seeds), a.blind, a.scenarios)
         return
     runs = ((("fifo", "fifo", False),) if a.fifo else ()) + (
         ("utilization", "utilization", False), ("utilization+dur", "utilization", True),
