@@ -69,40 +69,47 @@ def mix(seed: int, n: int) -> list[tuple[int, int, float]]:
     return out
 
 
-def offline_largest_first(tasks: list[tuple[int, int, float]], durations: bool = True) -> dict:
-    """List schedule, largest first (GPUs, then cores), first fit; ties longest first when it
-    knows the durations, else in arrival order; at each end, every task that fits starts."""
-    order = sorted(range(len(tasks)),  # stable: ties stay in arrival order
-                   key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2] if durations else 0))
+def list_schedule(tasks, order, cap: int | None = None) -> tuple[float, float]:
+    """(TTX, RU) of the offline list schedule of `order` (first fit; at each end every
+    waiting task that fits starts, in order), at most `cap` GPU tasks running at once."""
     free = [[CORES, GPUS] for _ in range(NODES)]
-    running: list[tuple[float, int, int]] = []  # (end, node, i)
-    waiting = list(order)
-    now = 0.0
-    busy = 0.0
+    running: list = []
+    waiting, now, busy, large = list(order), 0.0, 0.0, 0
     while waiting or running:
         still = []
         for i in waiting:
             c, g, d = tasks[i]
+            if g and cap is not None and large >= cap:
+                still.append(i)
+                continue
             for node, f in enumerate(free):
                 if f[0] >= c and f[1] >= g:
                     f[0] -= c
                     f[1] -= g
                     running.append((now + d, node, i))
                     busy += c * d
+                    large += 1 if g else 0
                     break
             else:
                 still.append(i)
         waiting = still
         running.sort()
-        end, node, i = running.pop(0)
-        now = end
-        free[node][0] += tasks[i][0]
-        free[node][1] += tasks[i][1]
+        now = running[0][0]
         while running and running[0][0] <= now:
             _, node, i = running.pop(0)
             free[node][0] += tasks[i][0]
             free[node][1] += tasks[i][1]
-    return {"ttx": round(now, 2), "ru": round(busy / (NODES * CORES * now), 3)}
+            large -= 1 if tasks[i][1] else 0
+    return now, busy / (NODES * CORES * now)
+
+
+def offline_largest_first(tasks: list[tuple[int, int, float]], durations: bool = True) -> dict:
+    """List schedule, largest first (GPUs, then cores), first fit; ties longest first when it
+    knows the durations, else in arrival order; at each end, every task that fits starts."""
+    order = sorted(range(len(tasks)),  # stable: ties stay in arrival order
+                   key=lambda i: (-tasks[i][1], -tasks[i][0], -tasks[i][2] if durations else 0))
+    ttx, ru = list_schedule(tasks, order)
+    return {"ttx": round(ttx, 2), "ru": round(ru, 3)}
 
 
 def ru_bound(tasks: list[tuple[int, int, float]]) -> float:
@@ -269,6 +276,28 @@ def plan_cost() -> None:
               flush=True)
 
 
+def _ru(tasks, order, cap: int | None = None) -> float:
+    return round(list_schedule(tasks, order, cap)[1], 4)
+
+
+def shapes(tasks) -> dict:
+    """Other shapes of schedule, offline: what knowing durations of which tasks is worth, and
+    blind shapes that hold large tasks back or start small ones first."""
+    n, t = len(tasks), tasks
+    large = sum(1 for x in t if x[1])
+    waves = -(-large // (NODES * (CORES // min(x[0] for x in t if x[1]))))
+    blind_order = sorted(range(n), key=lambda i: (-t[i][1], -t[i][0]))
+    out = {"small_by_size_then_longest": _ru(t, sorted(range(n), key=lambda i: (
+        -t[i][1], -t[i][0], 0 if t[i][1] else -t[i][2]))),
+        "small_longest_first": _ru(t, sorted(range(n), key=lambda i: (
+            -t[i][1], -t[i][0] if t[i][1] else -t[i][2]))),
+        "blind_balanced_waves": _ru(t, blind_order, -(-large // waves)),
+        "blind_small_first": _ru(t, sorted(range(n), key=lambda i: (t[i][1], -t[i][0])))}
+    for cap in (24, 26, 28, 30):
+        out[f"blind_cap_{cap}"] = _ru(t, blind_order, cap)
+    return out
+
+
 def blind(seeds: range, budget_s: float, scenarios: int) -> None:
     """What a planner that does not know each task's duration can gain, on the model (first
     fit, backfill at every end: what the scheduler does, to the digit on a virtual clock).
@@ -315,7 +344,7 @@ def blind(seeds: range, budget_s: float, scenarios: int) -> None:
         row = {"seed": seed, "today_blind": ru(today), "planned_on_means": ru(means),
                "planned_on_draws": ru(simulate(true, cur)),
                "draws_model_gain": round(1 - best / model0, 4),
-               "offline_with_durations": offline_largest_first(tasks)["ru"]}
+               "offline_with_durations": offline_largest_first(tasks)["ru"], **shapes(tasks)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(json.dumps({"mean_ru": {k: round(statistics.mean(r[k] for r in rows), 4)
