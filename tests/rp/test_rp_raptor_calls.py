@@ -54,7 +54,7 @@ def test_plain_calls_are_pilotfish_tasks_with_their_own_uid(raptor):
 def test_a_user_uid_of_pilotfish_form_turns_the_batch_path_off(raptor):
     """A uid the user gave that looks like pilotfish's own (task.NNNNNN) could be the uid a
     later call's pilotfish task gets: the calls then take the general path (uids of their
-    master's), and no task hides another."""
+    master's), and no call hides the user's task."""
     s, tmgr, r = raptor
     mine = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true",
                                                  "uid": "task.000040"}))
@@ -104,3 +104,73 @@ def test_journal_names_a_callable_object_by_its_class_not_its_address():
     d = pf.TaskDescription(function=Adder(), args=(1,))
     name = _journal_values(d)["function"]
     assert name.endswith("Adder") and "0x" not in name, name
+
+
+def test_a_callback_sees_each_plain_calls_uid_in_its_description(raptor):
+    """A callback runs as the calls are submitted (NEW, TMGR_SCHEDULING), before submit
+    returns: the description already carries the call's uid, as RP sets it."""
+    s, tmgr, r = raptor
+    seen = []
+    tmgr.register_callback(lambda t, state: seen.append((t.uid, t.description.get("uid"))))
+    tasks = r.submit_tasks([_call(i) for i in range(50)])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=60)
+    mine = [x for x in seen if x[0] in {t.uid for t in tasks}]
+    assert len(mine) >= 3 * 50 and all(u == d for u, d in mine), mine[:5]
+
+
+def test_a_worker_may_not_take_a_tasks_uid(raptor):
+    s, tmgr, r = raptor
+    e = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true"}))
+    with pytest.raises(ValueError, match="already used"):
+        r.submit_workers(rp.TaskDescription({"mode": rp.RAPTOR_WORKER, "uid": e.uid}))
+    assert tmgr.wait_tasks(e.uid, timeout=60) == rp.DONE and tmgr.get_tasks(e.uid) is e
+
+
+MASTER = '''
+import pilotfish.rp as rp
+
+
+class Collect(rp.raptor.Master):
+    def __init__(self):
+        super().__init__()
+        self.got = []
+
+    def result_cb(self, tasks):
+        self.got.extend(t["uid"] for t in tasks)
+'''
+
+
+def test_result_cb_gets_calls_that_end_before_their_submit_returns(tmp_path, monkeypatch):
+    """A master with result_cb hears of every end on pilotfish's IO thread; a call may end
+    before the submit that sent it has made its rp Task. It was dropped then."""
+    monkeypatch.setenv("PILOTFISH_SESSIONS", str(tmp_path))
+    (tmp_path / "collect.py").write_text(MASTER)
+    monkeypatch.chdir(tmp_path)
+    from pilotfish.rp import _api
+
+    slow = _api.TaskManager._wrap_all
+
+    def late(self, ts):  # the submit is slow to make its rp Tasks: the calls end first
+        import time
+        time.sleep(2)
+        return slow(self, ts)
+
+    monkeypatch.setattr(_api.TaskManager, "_wrap_all", late)
+    with rp.Session() as s:
+        pilot = rp.PilotManager(s).submit_pilots(rp.PilotDescription(
+            {"resource": "local.localhost", "cores": 3, "runtime": 10}))
+        tmgr = rp.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        r = pilot.submit_raptors(rp.TaskDescription({"mode": rp.RAPTOR_MASTER,
+                                                     "raptor_file": "collect.py",
+                                                     "raptor_class": "Collect"}))[0]
+        r.submit_workers(rp.TaskDescription({"mode": rp.RAPTOR_WORKER}))
+        r.submit_tasks([_call(0)])  # (workers up: the next calls end within the sleep)
+        tasks = r.submit_tasks([_call(i) for i in range(5)])
+        tmgr.wait_tasks([t.uid for t in tasks], timeout=60)
+        import time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not {t.uid for t in tasks} <= set(r.master.got):
+            time.sleep(0.05)
+        assert {t.uid for t in tasks} <= set(r.master.got), (r.master.got, tasks)
+        r.rpc("stop")

@@ -149,6 +149,8 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
         part = (True, fn(*args, **kwargs))
     except BaseException as e:  # noqa: BLE001 -- SystemExit from a call fails that call only
         part = (False, error_payload(e))
+    finally:
+        _running.uid = None
     if comm is not None:
         parts = comm.gather(part, root=0)
         if comm.rank != 0:

@@ -635,9 +635,11 @@ class TaskManager:
                 task = RaptorMaster(self, t, d, self._user_uid(key, t.uid))
                 task._raptor = self._raptors[task.uid]
                 task._raptor.handle = task
+            elif d.get("raptor_id"):
+                task = RaptorTask(self, t, d, d.get("uid") or t.uid)
+                d["uid"] = task.uid  # (RP sets it; a callback may look before submit returns)
             else:
-                cls = RaptorTask if d.get("raptor_id") else Task
-                task = cls(self, t, d, d.get("uid") or t.uid)
+                task = Task(self, t, d, d.get("uid") or t.uid)
             self._tasks[task.uid] = task
             if task.uid != t.uid:
                 self._by_pf[t.uid] = task
@@ -923,6 +925,8 @@ class TaskManager:
         if state not in S.FINAL:
             return
         task = self._of_pf(t.uid)
+        if task is None and id(t.description) in self._rp_desc:
+            task = self._wrap(t)  # (it ended before its submit made its rp Task)
         if task is None:
             h = self._hidden.pop(id(t.description), None)
             if h is None:

@@ -155,6 +155,9 @@ class RaptorState:
             shape = _shape(td)
             self.shapes.append((shape["ranks"], shape["cores_per_rank"],
                                 shape["gpus_per_rank"]))
+            if td.get("uid") is not None and (td["uid"] in self.tmgr._tasks or
+                                              td["uid"] in self.tmgr._raptors):
+                raise ValueError(f"rp.TaskDescription[{i}].uid = {td['uid']!r}: already used")
             with self.lock:
                 uid = td.get("uid") or f"{self.uid}.{len(self.workers):04d}"
                 self.tmgr._note_uid(td.get("uid"))

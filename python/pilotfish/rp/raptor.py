@@ -268,18 +268,21 @@ class Run:
     per master, so a callable travels once per submit. Called as run(info, args, kwargs)
     (comm= on several ranks), info = (uid, env or None, payload)."""
 
-    __slots__ = ("kind", "target", "worker", "raptor_id", "is_async")
+    # __qualname__: what the session's journal names a call's function by (a resume matches
+    # tasks by it): its kind and target, not the class alone
+    __slots__ = ("kind", "target", "worker", "raptor_id", "is_async", "__qualname__")
 
     def __init__(self, kind: str, target: Any, worker: type, raptor_id: str):
         self.kind, self.target, self.worker, self.raptor_id = kind, target, worker, raptor_id
         self.is_async = None  # (a func: whether it is a coroutine function, once asked)
+        self.__qualname__ = f"{type(self).__name__}[{kind} " \
+                            f"{getattr(target, '__qualname__', target)}]"
 
     def __getstate__(self):
         return (self.kind, self.target, self.worker, self.raptor_id)
 
     def __setstate__(self, s):
-        self.kind, self.target, self.worker, self.raptor_id = s
-        self.is_async = None
+        self.__init__(*s)
 
     def __call__(self, info, args=(), kwargs=None, comm=None):
         uid, env, payload = info
