@@ -174,3 +174,22 @@ def test_result_cb_gets_calls_that_end_before_their_submit_returns(tmp_path, mon
             time.sleep(0.05)
         assert {t.uid for t in tasks} <= set(r.master.got), (r.master.got, tasks)
         r.rpc("stop")
+
+
+def test_a_callable_per_call_keeps_the_masters_caches_bounded(raptor):
+    """A script that makes a callable per call (a lambda, a closure): the master's caches of
+    callables (a PlainRun and a checked template each) stay bounded, and each call still
+    runs its own callable."""
+    from pilotfish.rp import _raptor
+
+    s, tmgr, r = raptor
+
+    def one(i):
+        return rp.TaskDescription({"mode": rp.TASK_FUNCTION,
+                                   "function": rp.PythonTask(lambda: i * 2)})
+
+    n = _raptor._CACHE_MAX + 500
+    tasks = r.submit_tasks([one(i) for i in range(n)])
+    tmgr.wait_tasks([t.uid for t in tasks], timeout=300)
+    assert [t.return_value for t in tasks] == [2 * i for i in range(n)]
+    assert 0 < len(r._raptor._fast) <= _raptor._CACHE_MAX

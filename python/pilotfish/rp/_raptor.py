@@ -54,6 +54,19 @@ def _plain(d: TaskDescription) -> tuple | None:
         return "method", fn, (), {}
     return None
 
+# callables kept per master (one entry per target): a script that makes a callable per call
+# (a lambda, a partial) would otherwise keep every one of them alive for the master's life
+_CACHE_MAX = 4096
+
+
+def _bounded(cache: dict) -> dict:
+    """The cache, emptied first when full (an entry keeps its target alive, so a key -- the
+    target's id -- never names another object while it is there)."""
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    return cache
+
+
 def _is_custom(cls: type, name: str) -> bool:
     return getattr(cls, name) is not getattr(Master, name)
 
@@ -178,7 +191,7 @@ class RaptorState:
         r = self.runs.get(key)
         if r is None:
             # (r.target keeps a callable alive, so its id stays its key)
-            r = self.runs[key] = Run(kind, target, self.worker_cls, self.uid)
+            r = _bounded(self.runs)[key] = Run(kind, target, self.worker_cls, self.uid)
         return r
 
     def to_pf(self, td: TaskDescription, index: int, uid: str) -> _PfTask:
@@ -320,9 +333,10 @@ class RaptorState:
                 "function": run, "name": self.uid, "pilot": self.pilot.uid},
                 0).check_complete()
             if kind == "func":
-                self._fast[key] = run  # (run.target keeps the callable alive: its id stays)
+                # (run.target keeps the callable alive: its id stays its key)
+                _bounded(self._fast)[key] = run
             else:
-                self._fast_methods[key] = run
+                _bounded(self._fast_methods)[key] = run
         return run
 
     def fits_plain(self) -> bool:
@@ -343,7 +357,7 @@ class RaptorState:
             values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core)
                 "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
                 "name": self.uid, "pilot": self.pilot.uid}, 0)._values
-            self._templates[(kind, id(target) if kind == "func" else target)] = values
+            _bounded(self._templates)[(kind, id(target) if kind == "func" else target)] = values
         v = {"function": values["function"], "args": ((uid, None, None), args, kwargs),
              "name": self.uid}
         if pin is not None:
