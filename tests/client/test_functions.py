@@ -4,6 +4,7 @@ feeds, results through their result logs, failures isolated, pf.Executor's futur
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import signal
 import threading
@@ -190,23 +191,27 @@ def test_large_results_travel_by_file(fpilot):
     assert t.result == bytes(3 << 20)
 
 
-def test_workers_are_recycled(tmp_path):
-    with pf.Session(path=tmp_path / "s") as s:
+@contextlib.contextmanager
+def _worker_pilot(path, cores: int, **workers):
+    """A session with one local pilot of `cores` cores whose function workers take `workers`
+    (max_calls, max_mem_mib), and a TaskManager on it."""
+    with pf.Session(path=path) as s:
         pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=1, runtime="10m", workers={"max_calls": 10}))
+            nodes=1, cores_per_node=cores, runtime="10m", workers=workers))
         tmgr = pf.TaskManager(s)
         tmgr.add_pilots(pilot)
+        yield tmgr
+
+
+def test_workers_are_recycled(tmp_path):
+    with _worker_pilot(tmp_path / "s", 1, max_calls=10) as tmgr:
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
                                    for i in range(60)])
         assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 60
         pids = [t.result for t in tasks]
         assert len(set(pids)) >= 6, pids  # at most 10 calls each
         assert max(pids.count(p) for p in set(pids)) <= 10
-    with pf.Session(path=tmp_path / "m") as s:  # above a memory bound (a worker is ~20 MiB)
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=1, runtime="10m", workers={"max_mem_mib": 1}))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
+    with _worker_pilot(tmp_path / "m", 1, max_mem_mib=1) as tmgr:  # (a worker is ~20 MiB)
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
                                    for i in range(5)])
         assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * 5
@@ -456,11 +461,7 @@ def test_a_recycled_worker_fails_no_call(tmp_path):
     """A worker recycled after max_calls says bye, then exits: its exit may be reaped before
     its bye is read. None of the calls it handed back unrun may fail as if it had died (it
     did: ~1 recycle in 130 here, 'its worker ... died: exit code 0')."""
-    with pf.Session(path=tmp_path / "s") as s:
-        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
-            nodes=1, cores_per_node=2, runtime="10m", workers={"max_calls": 20}))
-        tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
+    with _worker_pilot(tmp_path / "s", 2, max_calls=20) as tmgr:
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=_same, args=(i,))
                                    for i in range(8000)])  # ~400 recycles
         tmgr.wait_tasks(timeout=280)

@@ -495,11 +495,7 @@ class FunctionPool:
             return {"worker": w.uid, "worker_state": w.state}
         for shape, q in self.queues.items():
             if call in q:
-                ahead = 0
-                for c in q:
-                    if c is call:
-                        break
-                    ahead += 1
+                ahead = q.index(call)  # (Calls compare by identity)
                 live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
                 ready = sum(1 for w in live if w.state == "ready")
                 return {"shape": list(shape), "ahead": ahead, "ready": ready,

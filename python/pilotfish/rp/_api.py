@@ -716,9 +716,7 @@ class TaskManager:
         if pf_descs is None:
             return None
         if self._pf._callbacks:  # (a callback may see a task before submit returns)
-            tasks = self._submit(descs, pf_descs)
-            for d, task in zip(descs, tasks):
-                d["uid"] = task.uid
+            tasks = self._submit(descs, pf_descs)  # (_wrap_locked sets each uid)
         else:  # nothing else makes rp Tasks: paired with their descriptions by position
             self._pilots_ready()
             pf_tasks = self._pf.submit_tasks(pf_descs)

@@ -38,9 +38,7 @@ _FINAL = _S.FINAL
 _EMPTY = (None, "", [], {}, (), 0, 0.0, False)
 # a call with only these fields takes the fast path (RaptorState._fast_pf)
 _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
-_FAST_NEW = frozenset(("mode", "function"))
 _VALUES = _Description._values  # (a description's one slot: set directly in plain_calls)
-
 
 
 def _plain(d: TaskDescription) -> tuple | None:
@@ -53,6 +51,7 @@ def _plain(d: TaskDescription) -> tuple | None:
     if mode in (TASK_FUNCTION, TASK_METHOD) and isinstance(fn, str) and fn:
         return "method", fn, (), {}
     return None
+
 
 # callables kept per master (one entry per target): a script that makes a callable per call
 # (a lambda, a partial) would otherwise keep every one of them alive for the master's life
@@ -87,16 +86,15 @@ class RaptorState:
         self.workers: list = []  # rp Tasks (their state is the master's)
         self.shapes: list[tuple[int, float, float]] = []
         self.runs: dict = {}
-        self._templates: dict = {}  # (kind, target) -> a plain call's checked values
-        self._fast: dict = {}  # id(callable) -> its PlainRun (plain_calls)
-        self._fast_methods: dict = {}  # method name -> its PlainRun
+        # a plain call's PlainRun (plain_calls) by its target: id(callable) or method name
+        self._fast: dict = {}
+        self._template_checked = False  # a plain call's description, checked whole once
         # its tasks' pilotfish Tasks in submit order (rpc('stop') counts the ended and
         # cancels the others)
         self.tasks: list = []
         self.lock = threading.Lock()
         self.n = 0
         self.stopped = False
-        self.counts = {"DONE": 0, "FAILED": 0, "CANCELED": 0}
         cls = type(master)
         self.wants_requests = _is_custom(cls, "request_cb")
         self.wants_results = _is_custom(cls, "result_cb")
@@ -161,8 +159,6 @@ class RaptorState:
             if cls is not self.worker_cls:  # (the calls' callables name it)
                 self.runs.clear()
                 self._fast.clear()
-                self._fast_methods.clear()
-                self._templates.clear()
             self.worker_cls = cls
             self.custom_worker = cls not in (DefaultWorker, MPIWorker, Worker)
             shape = _shape(td)
@@ -323,21 +319,24 @@ class RaptorState:
         return out
 
     def _plain_run(self, kind: str, target: Any):
-        """A plain call's PlainRun for its target (checked as a description once, with the
-        first call of that target)."""
+        """A plain call's PlainRun for its target (by id for a callable, which the PlainRun
+        keeps alive; by name for a method: the two kinds of key cannot meet)."""
         key = id(target) if kind == "func" else target
-        run = self._fast.get(key) if kind == "func" else self._fast_methods.get(key)
+        run = self._fast.get(key)
         if run is None:
             run = PlainRun(kind, target, self.worker_cls, self.uid)
-            _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core)
-                "function": run, "name": self.uid, "pilot": self.pilot.uid},
-                0).check_complete()
-            if kind == "func":
-                # (run.target keeps the callable alive: its id stays its key)
-                _bounded(self._fast)[key] = run
-            else:
-                _bounded(self._fast_methods)[key] = run
+            self._check_template(run)
+            _bounded(self._fast)[key] = run
         return run
+
+    def _check_template(self, run: Run) -> None:
+        """A plain call's description (its callable, this master's uid as its name, its
+        pilot; 1 rank, 1 core), checked whole once: per call only the callable and the
+        arguments differ, and those are checked where they are made."""
+        if not self._template_checked:
+            _translated(_PfTask, "rp.TaskDescription", {
+                "function": run, "name": self.uid, "pilot": self.pilot.uid}, 0).check_complete()
+            self._template_checked = True
 
     def fits_plain(self) -> bool:
         """A worker of this master takes a call of 1 rank x 1 core (any, before workers)."""
@@ -349,17 +348,12 @@ class RaptorState:
         return None if len(pf_pilots) == 1 and self.pilot.uid in pf_pilots else self.pilot.uid
 
     def _plain_pf(self, plain: tuple, uid: str, pin: str | None) -> _PfTask:
-        """A plain call's function task: its target's callable (checked once, with the first
-        call of that target), this call's arguments, its master's uid as the name."""
+        """A plain call's function task on the general path: its target's Run, this call's
+        uid and arguments, its master's uid as the name."""
         kind, target, args, kwargs = plain
-        values = self._templates.get((kind, id(target) if kind == "func" else target))
-        if values is None:
-            values = _translated(_PfTask, "rp.TaskDescription", {  # (1 rank, 1 core)
-                "function": self._run(kind, target), "args": ((uid, None, None), (), {}),
-                "name": self.uid, "pilot": self.pilot.uid}, 0)._values
-            _bounded(self._templates)[(kind, id(target) if kind == "func" else target)] = values
-        v = {"function": values["function"], "args": ((uid, None, None), args, kwargs),
-             "name": self.uid}
+        run = self._run(kind, target)
+        self._check_template(run)
+        v = {"function": run, "args": ((uid, None, None), args, kwargs), "name": self.uid}
         if pin is not None:
             v["pilot"] = pin
         return _PfTask._checked(v)
@@ -449,7 +443,7 @@ class RaptorState:
             if self.stopped:
                 return
             self.stopped = True
-            c = dict(self.counts)
+            c = {"DONE": 0, "FAILED": 0, "CANCELED": 0}
             live = []
             for t in self.tasks:
                 if t.state in _FINAL:

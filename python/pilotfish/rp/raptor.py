@@ -250,17 +250,23 @@ _SINGLE = False  # this worker's RP_RANK / RP_RANKS are 0 / 1 (set by a plain ca
 _ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 
 
-def _set_task_id(uid: str) -> None:
-    """A call's RP_TASK_ID, in os.environ: what the call's Python code reads (it stays until
-    the next call sets its own). The process's C environment -- what a child started
-    without env= inherits -- is not rewritten per call: glibc's setenv costs ~2 us and
-    keeps every value it was ever given, a string per call for the life of the worker.
-    TASK_PROC and TASK_SHELL pass os.environ to their process; a call that starts one
-    itself passes env=os.environ."""
+def _single_call_env(uid: str) -> None:
+    """A call of one rank with no environment of its own: its RP_TASK_ID, and RP_RANK /
+    RP_RANKS 0 / 1 (set once: reading os.environ costs as much as writing it). RP_TASK_ID is
+    set in os.environ -- what the call's Python code reads; it stays until the next call
+    sets its own. The process's C environment -- what a child started without env=
+    inherits -- is not rewritten per call: glibc's setenv costs ~2 us and keeps every value
+    it was ever given, a string per call for the life of the worker. TASK_PROC and
+    TASK_SHELL pass os.environ to their process; a call that starts one itself passes
+    env=os.environ."""
+    global _SINGLE
     if _ENV_DATA is not None:
         _ENV_DATA[b"RP_TASK_ID"] = uid.encode()
     else:
         os.environ["RP_TASK_ID"] = uid
+    if not _SINGLE:
+        os.environ["RP_RANK"], os.environ["RP_RANKS"] = "0", "1"
+        _SINGLE = True
 
 
 class Run:
@@ -287,11 +293,8 @@ class Run:
     def __call__(self, info, args=(), kwargs=None, comm=None):
         uid, env, payload = info
         global _SINGLE
-        if comm is None and not env:  # the common call: its id; rank 0 of 1 (set once)
-            _set_task_id(uid)
-            if not _SINGLE:  # (reading os.environ costs as much as writing it: remembered)
-                os.environ["RP_RANK"], os.environ["RP_RANKS"] = "0", "1"
-                _SINGLE = True
+        if comm is None and not env:  # the common call: its id; rank 0 of 1
+            _single_call_env(uid)
             if self.kind == "func" and self.is_async is False:  # (the hot path, once known)
                 return self.target(*args, **kwargs) if kwargs else self.target(*args)
             return self._run(uid, payload, list(args), dict(kwargs or {}), comm)
@@ -376,12 +379,8 @@ class PlainRun(Run):
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
-        global _SINGLE
         uid = _running.uid or ""
-        _set_task_id(uid)
-        if not _SINGLE:
-            os.environ["RP_RANK"], os.environ["RP_RANKS"] = "0", "1"
-            _SINGLE = True
+        _single_call_env(uid)
         if self.kind == "func" and self.is_async is False:  # (the hot path, once known)
             return self.target(*args, **kwargs)
         return self._run(uid, None, list(args), kwargs, None)
