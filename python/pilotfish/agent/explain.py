@@ -18,8 +18,13 @@ ServiceRegistry.explain). This module only words them.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import math
 import os
+import stat
+import time
 from typing import Any
 
 from .. import _explain as X
@@ -28,10 +33,15 @@ from .._util import write_private
 from .partition import READY
 from .tasks import BACKOFF, DROPPED, FINAL, HELD, NEW, PLACED, RUNNING, WAITING
 
+log = logging.getLogger("pilotfish.agent")
+
 REQUEST_DIR = "explain"   # <sandbox>/explain/<id>.req (a JSON list of uids) -> <id>.json
 POLL_S = 1.0              # how often the loop looks for request files
 MAX_UIDS = 1000           # uids per request at most
 MAX_REQUEST_BYTES = 1 << 20
+MAX_PER_POLL = 16         # request files answered per look at most (the rest: the next)
+MAX_REMEMBERED = 4096     # answered entries that could not be removed, remembered at most
+LOG_EVERY_S = 60.0        # refused requests are logged as one line per this at most
 NAMES = 8                 # node names listed per answer at most (the counts are exact)
 
 
@@ -277,47 +287,209 @@ def _member(facts: dict | None, waits: list) -> None:
 
 
 # -- requests from `pilotfish explain` -----------------------------------------------------
-def requests(sandbox: str, answer) -> int:
-    """Answer every request file in <sandbox>/explain/: <id>.req holds a JSON list of uids;
-    the answer goes to <id>.json (0600, written whole, then renamed). answer(uids) -> list.
-    A request that is not a list of strings, too large, or a link is answered with why.
-    Returns how many were answered."""
-    d = os.path.join(sandbox, REQUEST_DIR)
-    try:
-        entries = [e for e in os.scandir(d) if e.name.endswith(".req")]
-    except OSError:
-        return 0
-    n = 0
-    for e in entries:
+# Any task of the pilot can write into <sandbox>/explain/ (it runs as the user): what lies
+# there is read as hostile. A request is parsed alone -- whatever it holds (nested 200 KB
+# deep, not UTF-8, not a list of strings) is answered with why and counted, never raised
+# into the loop -- and only a regular file is read (opened without following a link, without
+# blocking on a FIFO). An entry the agent cannot take away after answering it (a directory:
+# the agent removes none, nor what is inside) is remembered by its name, inode and kind, and
+# never answered again; a new entry of that name is a new request.
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
+          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+
+
+class RequestReader:
+    """The request files of one sandbox, read once a second by the agent's loop (poll):
+    what it answered, refused and dropped (counts), and the entries it answered but could
+    not remove (remembered, at most MAX_REMEMBERED; past that such an entry is skipped
+    unanswered and counted)."""
+
+    def __init__(self, sandbox: str):
+        self.dir = os.path.join(sandbox, REQUEST_DIR)
+        self.counts = {"answered": 0, "refused": 0, "dropped": 0, "skipped": 0}
+        self._left: set[tuple[str, int, int]] = set()  # (name, inode, kind) answered, still there
+        self._logged = {"refused": 0, "dropped": 0, "skipped": 0}
+        self._last_log = -math.inf
+        self._last_why = ""
+        self._traced = False
+
+    @property
+    def remembered(self) -> int:
+        return len(self._left)
+
+    def poll(self, answer) -> int:
+        """Answer the request files there (MAX_PER_POLL at most; the rest the next time):
+        <id>.req holds a JSON list of uids; the answer goes to <id>.json (0600, written whole,
+        then renamed): {"answers": answer(uids)}, or {"error": why}. Returns how many were
+        answered."""
+        try:
+            it = os.scandir(self.dir)
+        except OSError:
+            return 0
+        n = 0
+        seen: set[tuple[str, int, int]] = set()
+        complete = True
+        with it:
+            for e in it:
+                if not e.name.endswith(".req"):
+                    continue
+                if n >= MAX_PER_POLL:
+                    complete = False
+                    break
+                try:
+                    key = (e.name, e.inode(), _kind(e))
+                except OSError:  # gone since it was listed
+                    continue
+                seen.add(key)
+                if key in self._left:
+                    continue
+                try:
+                    n += self._one(e, key, answer)
+                except Exception as err:  # noqa: BLE001 -- a request never ends the loop
+                    self._count("refused", f"{e.name}: {type(err).__name__}: {err}")
+        if complete:  # what is no longer there is forgotten (a new entry is a new request)
+            self._left &= seen
+        self._log()
+        return n
+
+    def _one(self, e: os.DirEntry, key: tuple[str, int, int], answer) -> int:
         rid = e.name[:-4]
         if not rid or not all(ch.isalnum() or ch in "-_" for ch in rid):
-            _unlink(e.path)
-            continue
+            # not a name `pilotfish explain` makes: dropped unanswered (its answer's name
+            # could be anything)
+            self._count("dropped", f"{e.name!r}: not a request id")
+            if not _remove(e.path, key[2]):
+                self._remember(key)
+            return 0
         try:
-            fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            uids = self._read(e.path, key[2])
+        except _Refused as why:
+            body: Any = {"error": f"request {e.name}: {why}"}
+            self._count("refused", body["error"])
+        else:
             try:
-                raw = os.read(fd, MAX_REQUEST_BYTES + 1)
-            finally:
-                os.close(fd)
-            if len(raw) > MAX_REQUEST_BYTES:
-                raise ValueError(f"larger than {MAX_REQUEST_BYTES} bytes")
-            uids = json.loads(raw)
-            if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
-                raise ValueError("not a JSON list of task uids")
-            body: Any = {"answers": answer(uids[:MAX_UIDS])}
-        except (OSError, ValueError) as err:
-            body = {"error": f"request {e.name}: {err}"}
-        _unlink(e.path)
+                body = {"answers": answer(uids[:MAX_UIDS])}
+            except Exception as err:  # noqa: BLE001 -- read only: an asker's bad luck, not the run's
+                if not self._traced:  # the agent's own fault: its trace, once
+                    self._traced = True
+                    log.exception("explain request %s: the answer failed", e.name)
+                body = {"error": f"request {e.name}: the agent could not answer it: "
+                                 f"{type(err).__name__}: {err}"}
+                self._count("refused", body["error"])
+            else:
+                self.counts["answered"] += 1
+        if not _remove(e.path, key[2]):
+            if not self._remember(key):
+                return 0
         try:
-            write_private(os.path.join(d, rid + ".json"), json.dumps(body).encode())
+            write_private(os.path.join(self.dir, rid + ".json"), json.dumps(body).encode())
         except OSError:
             pass
-        n += 1
-    return n
+        return 1
+
+    def _read(self, path: str, kind: int) -> list[str]:
+        """The uids of a request file, or _Refused(why)."""
+        if kind != stat.S_IFREG:
+            raise _Refused(f"not a regular file ({_KINDS.get(kind, 'of another kind')})")
+        try:
+            fd = os.open(path, _OPEN)
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # replaced by a link since it was listed
+                raise _Refused("not a regular file (a symbolic link)") from None
+            raise _Refused(err.strerror or str(err)) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # replaced since it was listed
+                raise _Refused(f"not a regular file "
+                               f"({_KINDS.get(stat.S_IFMT(st.st_mode), 'of another kind')})")
+            raw = os.read(fd, MAX_REQUEST_BYTES + 1)
+        except OSError as err:
+            raise _Refused(err.strerror or str(err)) from None
+        finally:
+            os.close(fd)
+        if len(raw) > MAX_REQUEST_BYTES:
+            raise _Refused(f"larger than {MAX_REQUEST_BYTES} bytes")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _Refused(f"not UTF-8 (byte {err.start})") from None
+        try:
+            uids = json.loads(text)
+        except RecursionError:  # (the C parser counts its depth against the recursion limit)
+            raise _Refused("nested too deep (a request is a flat JSON list of task "
+                           "uids)") from None
+        except ValueError as err:
+            raise _Refused(f"not JSON: {err}"[:300]) from None
+        if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
+            raise _Refused("not a JSON list of task uids")
+        return uids
+
+    def _remember(self, key: tuple[str, int, int]) -> bool:
+        """Remember an entry that stays; False (counted) when too many are remembered."""
+        if len(self._left) >= MAX_REMEMBERED:
+            self._count("skipped", f"{key[0]}: more than {MAX_REMEMBERED} entries left there")
+            return False
+        self._left.add(key)
+        return True
+
+    def _count(self, what: str, why: str) -> None:
+        self.counts[what] += 1
+        self._last_why = why
+
+    def _log(self) -> None:
+        """One line per LOG_EVERY_S at most, with the counts since the last: a task writing
+        bad requests as fast as it can does not flood agent.log."""
+        new = {k: self.counts[k] - v for k, v in self._logged.items()}
+        if not any(new.values()):
+            return
+        now = time.monotonic()
+        if now - self._last_log < LOG_EVERY_S:
+            return
+        self._last_log = now
+        self._logged = {k: self.counts[k] for k in self._logged}
+        log.warning("explain requests refused: %d, dropped: %d, skipped: %d since the last "
+                    "report (%d refused in all); the latest: %s", new["refused"],
+                    new["dropped"], new["skipped"], self.counts["refused"], self._last_why)
 
 
-def _unlink(path: str) -> None:
+class _Refused(Exception):
+    """Why a request is answered with an error."""
+
+
+def _kind(e: os.DirEntry) -> int:
+    """An entry's file type (S_IFREG, S_IFDIR, ...), without following a link."""
+    if e.is_symlink():
+        return stat.S_IFLNK
+    if e.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    if e.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    return stat.S_IFMT(e.stat(follow_symlinks=False).st_mode)
+
+
+def _remove(path: str, kind: int) -> bool:
+    """Take an answered entry away (a directory never: it stays); whether it is gone."""
+    if kind == stat.S_IFDIR:
+        return False
     try:
         os.unlink(path)
+    except FileNotFoundError:
+        return True
     except OSError:
-        pass
+        return False
+    return True
+
+
+_READERS: dict[str, RequestReader] = {}
+
+
+def requests(sandbox: str, answer) -> int:
+    """Answer every request file in <sandbox>/explain/ (RequestReader.poll, one reader per
+    sandbox kept across calls: the agent's loop calls this once a second). answer(uids) ->
+    list. Returns how many were answered."""
+    reader = _READERS.get(sandbox)
+    if reader is None:
+        reader = _READERS[sandbox] = RequestReader(sandbox)
+    return reader.poll(answer)
