@@ -5,6 +5,8 @@ Private files and directories (`private_dir`, `open_private`, `read_private`,
 configuration) is opened without following a symbolic link (O_NOFOLLOW), closed on exec
 (O_CLOEXEC), created 0600 in a 0700 directory of the user's own; a directory or file another
 user made, or could have changed, is refused with a SessionError naming the path and why.
+`private_tree` takes group and others' bits off what another tool made inside such a
+directory with modes of its own.
 """
 
 from __future__ import annotations
@@ -215,6 +217,40 @@ def private_dir(path: str) -> bool:
     if mode != 0o700:
         os.chmod(path, 0o700)
     return made
+
+
+def private_tree(path: str) -> int:
+    """Take group and others' bits off everything of this user's under `path` (a directory
+    0700, a file 0600 or stricter): for what a tool made there with its own modes (PSI/J
+    copies its launcher scripts 0644 from site-packages, whatever the umask). Never through a
+    symbolic link (each entry is opened O_NOFOLLOW and changed by its descriptor); entries
+    that are not ours, or cannot be opened (a socket), are left as they are. Returns how many
+    were changed. OSErrors other than a vanished entry are raised."""
+    changed = 0
+    me = os.geteuid()
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    stack = [path]
+    while stack:
+        top = stack.pop()
+        try:
+            fd = os.open(top, flags)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno in (_errno.ELOOP, _errno.ENXIO, _errno.EOPNOTSUPP):
+                continue  # a link (never followed), a socket
+            raise
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == me and _stat.S_IMODE(st.st_mode) & 0o077:
+                os.fchmod(fd, _stat.S_IMODE(st.st_mode) & ~0o077)
+                changed += 1
+            if _stat.S_ISDIR(st.st_mode) and st.st_uid == me:
+                with os.scandir(fd) as it:
+                    stack.extend(os.path.join(top, e.name) for e in it)
+        finally:
+            os.close(fd)
+    return changed
 
 
 def now() -> float:

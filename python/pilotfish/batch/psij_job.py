@@ -33,24 +33,66 @@ code, `scontrol show job` state/reason for Slurm while it holds the record) plus
 agent's stderr. A rejected submission raises with
 the submit command's own error text.
 
+A node that fails is the pilot's to handle, not the batch system's: the agent fences it and
+runs on with the others (agent/nodes.py). So the script asks the batch system neither to kill
+nor to requeue the job when one of its nodes fails (`NODE_FAILURE_DIRECTIVES`, rendered right
+after the script's first line, before PSI/J's own directives):
+
+    slurm            #SBATCH --no-kill, #SBATCH --no-requeue (without them Slurm kills and
+                     requeues the whole job once SlurmdTimeout passes: the agent dies with it)
+    pbs              #PBS -r n (not rerunnable), #PBS -W tolerate_node_failures=all (PBS Pro /
+                     OpenPBS 19.1 and later: a PBS that does not know it rejects the job, and
+                     says so in the submit error)
+    lsf              #BSUB -rn (not rerunnable; LSF has no job option against the kill)
+    flux             nothing: PSI/J's Flux executor builds a jobspec, not a script, and drops
+                     custom attributes; Flux ends a plain job that loses a node
+
+The script's first command is `umask 077`: what the job creates (PSI/J's `<id>.out`, `.ec` and
+`.nodefile`, `agent.out`/`agent.err`, and everything of the agent, its node executors and
+tasks, which inherit it: srun passes the umask on to its steps) is 0600 in 0700 directories.
+PSI/J's own files written here (the submit script, its launcher scripts, which it copies 0644
+from site-packages) are made private after each submit (`_util.private_tree`).
+
 PSI/J polls the queue in a thread; its interval is `PILOTFISH_BATCH_POLL_S` seconds (default 5).
+A poll that fails (squeue/qstat/bjobs exits non-zero: a slurmctld restarting, a timeout) fails
+nothing here -- PSI/J's own answer is to fail every job it follows on the third failure in a
+row, and with it the pilot and its tasks. It is retried with back-off instead (the interval
+doubling per failure up to `POLL_BACKOFF_MAX_S`; `poll_trouble()` says how it stands) until
+the batch system answers again: only the agent's silence (client/pilot.py) or the batch
+system's own word ends a pilot.
 """
 
 from __future__ import annotations
 
 import inspect
+import io
+import logging
 import math
 import os
 import subprocess
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from .._util import private_dir, private_tree
 from .base import BatchJob, JobState, file_tail
+
+log = logging.getLogger("pilotfish.client")
 
 EXECUTORS = {"slurm": "slurm", "pbs": "pbs", "lsf": "lsf", "flux": "flux"}
 _NAME_ATTRIBUTE = {"slurm": "slurm.job-name", "pbs": "pbs.N", "lsf": "lsf.J"}
+
+# Directives no PSI/J attribute renders (a flag with no value cannot be a custom attribute:
+# PSI/J writes `--key="value"`, which sbatch refuses for --no-requeue): see the docstring.
+NODE_FAILURE_DIRECTIVES: dict[str, tuple[str, ...]] = {
+    "slurm": ("#SBATCH --no-kill", "#SBATCH --no-requeue"),
+    "pbs": ("#PBS -r n", "#PBS -W tolerate_node_failures=all"),
+    "lsf": ("#BSUB -rn",),
+}
+SCRIPT_UMASK = "umask 077"
+POLL_BACKOFF_MAX_S = 30.0  # the longest wait between two tries of a failing queue poll
 
 
 def _poll_interval() -> float:
@@ -78,6 +120,7 @@ class PsijBatchJob(BatchJob):
         self._job: Any = None
         self._canceled = False
         self._lock = threading.Lock()
+        self._trouble: tuple[int, str, float] | None = None  # see poll_trouble
 
     # -- PSI/J objects -----------------------------------------------------------------------
 
@@ -95,11 +138,62 @@ class PsijBatchJob(BatchJob):
                     work_directory=Path(self.work_dir),
                     queue_polling_interval=_poll_interval(),  # type: ignore[arg-type]
                     initial_queue_polling_delay=1, keep_files=True)
+            private_dir(self.work_dir)  # (PSI/J makes it 0755 else, and what it holds)
             try:
-                self._executor = psij.JobExecutor.get_instance(name, config=config)
+                ex = psij.JobExecutor.get_instance(name, config=config)
             except ValueError as e:
                 raise RuntimeError(f"PSI/J executor {name!r} is not usable here: {e}") from None
+            if hasattr(ex, "generate_submit_script"):  # (the instance's own: submit calls it)
+                ex.generate_submit_script = self._script_writer(ex.generate_submit_script)
+            thread = getattr(ex, "_queue_poll_thread", None)
+            if thread is not None and hasattr(thread, "_handle_poll_error"):
+                # (no job is registered yet: the thread polls nothing before this is set)
+                thread._handle_poll_error = lambda *a, t=thread: self._poll_failed(t, *a)
+            self._executor = ex
         return self._executor
+
+    def _script_writer(self, generate):
+        """PSI/J's script generator, followed by harden_script."""
+        def write(job, context, submit_file) -> None:
+            out = io.StringIO()
+            generate(job, context, out)
+            submit_file.write(harden_script(self.resource, out.getvalue()))
+        return write
+
+    # -- failed queue polls ------------------------------------------------------------------
+
+    def _poll_failed(self, thread: Any, executor: Any, immediate: bool, error: Exception,
+                     message: str) -> None:
+        """In PSI/J's poll thread, in place of its _handle_poll_error (which fails every job
+        the executor follows): count the failure, say so, and wait before the next try --
+        the poll interval doubled per failure in a row, up to POLL_BACKOFF_MAX_S. The job
+        keeps the state it last had; PSI/J resets the count on the first poll that works."""
+        thread._poll_error_count += 1
+        n = thread._poll_error_count
+        text = " ".join(str(error).split())[:300] or type(error).__name__
+        with self._lock:
+            since = time.time() if self._trouble is None else self._trouble[2]
+            self._trouble = (n, text, since)
+        if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure in a row
+            log.warning("pilot %s: polling %s for job %s failed (%d in a row): %s; retrying",
+                        self.pilot_uid, self.resource, self.native_id, n, text)
+        interval = float(thread.config.queue_polling_interval)
+        backoff = min(POLL_BACKOFF_MAX_S, interval * 2 ** (n - 1))
+        end = time.monotonic() + backoff - interval  # (PSI/J sleeps the interval itself)
+        while not thread.done and time.monotonic() < end:
+            time.sleep(min(0.5, max(0.0, end - time.monotonic())))
+
+    def poll_trouble(self) -> tuple[int, str, float] | None:
+        """While the batch system's queue polls fail: (failures in a row, the last error, since
+        when, epoch seconds); None once a poll works again."""
+        thread = getattr(self._executor, "_queue_poll_thread", None)
+        with self._lock:
+            if self._trouble is not None and thread is not None and \
+                    thread._poll_error_count == 0:
+                log.info("pilot %s: polling %s works again (%d failed in a row)",
+                         self.pilot_uid, self.resource, self._trouble[0])
+                self._trouble = None
+            return self._trouble
 
     def make_job(self) -> Any:
         """The PSI/J Job for this pilot (not submitted)."""
@@ -169,6 +263,8 @@ class PsijBatchJob(BatchJob):
             # Node count specification invalid"
             text = " ".join(str(e).split()) or repr(e)
             raise RuntimeError(f"{self.resource} rejected the pilot job: {text}") from None
+        finally:
+            private_tree(self.work_dir)  # the submit script, PSI/J's launcher scripts
         self._job = job
 
     @property
@@ -182,6 +278,8 @@ class PsijBatchJob(BatchJob):
 
         status = self._job.status
         state = status.state
+        if self._trouble is not None:
+            self.poll_trouble()  # (says when the polls work again)
         if state in (S.NEW, S.QUEUED):
             return "QUEUED", None
         if state == S.ACTIVE:
@@ -232,6 +330,21 @@ class PsijBatchJob(BatchJob):
             return text
 
 
+def harden_script(resource: str, script: str) -> str:
+    """PSI/J's submit script with NODE_FAILURE_DIRECTIVES[resource] right after its first line
+    (the `#!` line: directives must come before any command) and SCRIPT_UMASK as its first
+    command (before the first line that is neither blank nor a comment)."""
+    lines = script.splitlines(keepends=True)
+    at = 1 if lines and lines[0].startswith("#!") else 0
+    extra = [d + "\n" for d in NODE_FAILURE_DIRECTIVES.get(resource, ())]
+    lines[at:at] = extra
+    first = next((i for i, ln in enumerate(lines)
+                  if i >= at + len(extra) and ln.strip() and not ln.lstrip().startswith("#")),
+                 len(lines))
+    lines.insert(first, f"{SCRIPT_UMASK}  # pilotfish: the job's files are its owner's alone\n")
+    return "".join(lines)
+
+
 def _slurm_job_info(native_id: str) -> str:
     """Slurm's own account of a finished job (while slurmctld still holds its record)."""
     try:
@@ -246,4 +359,4 @@ def _slurm_job_info(native_id: str) -> str:
     return ("slurm: " + " ".join(keep)) if keep else ""
 
 
-__all__ = ["EXECUTORS", "PsijBatchJob"]
+__all__ = ["EXECUTORS", "NODE_FAILURE_DIRECTIVES", "PsijBatchJob", "harden_script"]
