@@ -114,7 +114,7 @@ class NodeLink:
             argv.append(f"--jobid={jobid}")
         argv += ["--overlap", f"--nodes={len(names)}", f"--ntasks={len(names)}",
                  "--ntasks-per-node=1", f"--nodelist={','.join(names)}", "--cpus-per-task=1",
-                 "--kill-on-bad-exit=0", "--mpi=none",
+                 "--kill-on-bad-exit=0", "--no-kill", "--mpi=none",  # a dead node: not the step
                  str(options.get("python") or sys.executable), "-m", "pilotfish.agent.node",
                  self.config_path]
         self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
