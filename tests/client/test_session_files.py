@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -330,3 +331,64 @@ def test_a_sessions_link_another_user_owns_is_refused(shared, monkeypatch):
     with pytest.raises(pf.PilotfishError, match=re.escape(link) + ".*link owned by"):
         pf.Session()
     assert os.listdir(ours) == []
+
+
+# -- issue 42, row 11: private all the way down ----------------------------------------------
+
+def not_private(root) -> list[str]:
+    """Everything under root (root too) that group or others may use: 'path mode kind' each,
+    for a directory not 0700 or anything else with a group/other bit; links are listed too
+    (pilotfish makes none)."""
+    bad = []
+    for top, dirs, files in os.walk(root):
+        for name in [None] + dirs + files:
+            p = top if name is None else os.path.join(top, name)
+            if name is None and top != str(root):
+                continue  # (each directory is checked from its parent's listing)
+            st = os.lstat(p)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                bad.append(f"{p} link")
+            elif stat.S_ISDIR(st.st_mode) and mode != 0o700:
+                bad.append(f"{p} {mode:04o} dir")
+            elif not stat.S_ISDIR(st.st_mode) and mode & 0o077:
+                bad.append(f"{p} {mode:04o} {'file' if stat.S_ISREG(st.st_mode) else 'other'}")
+    return bad
+
+
+def _big(n):
+    return b"x" * n
+
+
+def test_the_whole_session_is_private_and_big_results_go_with_it(tmp_path):
+    """umask 022, a local pilot: tasks (their own files and directories too), a function call
+    with a large result (a file of its own), one whose result nobody reads. Every file under
+    the session directory -- the agent's log, the keeper's files, spool, task sandboxes, the
+    function pool's -- is 0600 or stricter, every directory 0700; once the session is closed
+    no functions/*.result is left. (Before: agent.log, the tasks' and the pool's files 0644
+    in 0755 directories, and the results stayed.)"""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "s"
+        with pf.Session(path=path) as s:
+            pilot, tmgr = start_pilot(s, runtime="5m")
+            tasks = tmgr.submit_tasks([pf.TaskDescription(
+                executable="/bin/sh",
+                arguments=["-c", "echo out; echo err >&2; mkdir -p made/deeper; echo x > made/f"])
+                for _ in range(4)])
+            read, unread = tmgr.submit_tasks([
+                pf.TaskDescription(function=_big, args=(1 << 20,)),
+                pf.TaskDescription(function=_big, args=(2 << 20,))])
+            assert tmgr.wait_tasks([t.uid for t in tasks + [read, unread]], timeout=60) == \
+                [pf.DONE] * 6, [t.reason for t in tasks + [read, unread]]
+            assert read.result == b"x" * (1 << 20)
+            results = list(Path(pilot.sandbox).rglob("*.result"))
+            assert len(results) == 2, results  # (the large results did go by file)
+            bad = not_private(path)
+            assert bad == [], "\n".join(bad)
+    finally:
+        os.umask(old)
+    bad = not_private(path)
+    assert bad == [], "\n".join(bad)
+    assert list(path.rglob("*.result")) == []
+    assert read.result == b"x" * (1 << 20)  # (read before the close: still there)

@@ -28,7 +28,7 @@ from .. import states as S
 from .._events import EventWriter
 from .._journal import Journal
 from .._sockets import client_link
-from .._util import hostname, raise_nofile_limit
+from .._util import hostname, open_private, raise_nofile_limit
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .elastic import Elastic
@@ -499,6 +499,8 @@ class Agent:
         left = kill_marked(self.sandbox) if not self.sim else 0
         if left:
             self.events.record(self.uid, E.LEFTOVERS_KILLED, str(left))
+        if self.pool is not None:  # (its workers are gone: no result is being written)
+            self.pool.drop_results()
         self._flush(force=True)
         self.journal.close()
         self.events.record(self.uid, E.AGENT_STOP, reason)
@@ -520,9 +522,15 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m pilotfish.agent AGENT_CONFIG.json", file=sys.stderr)
         return 2
+    # Everything the agent, its steps and its tasks create in the sandbox is its owner's alone
+    # (0600 files, 0700 directories), whatever umask the agent was started with: a local
+    # pilot's is the client's (often 022); a batch script sets 077 itself (psij_job.py).
+    os.umask(0o077)
     with open(argv[0]) as f:
         config = json.load(f)
-    logging.basicConfig(filename=os.path.join(config["sandbox"], "agent.log"), level=logging.INFO,
+    log_fd = open_private(os.path.join(config["sandbox"], "agent.log"),  # (never via a link)
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    logging.basicConfig(stream=os.fdopen(log_fd, "a", buffering=1), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)

@@ -101,7 +101,7 @@ class FunctionPool:
         self.agent = agent
         self.clock = agent.clock
         self.dir = os.path.join(agent.sandbox, "functions")
-        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         # only our workers may connect (CURVE; the key file's path goes to them)
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(agent.ctx, self.key_file, "functions")
@@ -684,3 +684,22 @@ class FunctionPool:
             os.unlink(self.key_file)
         except OSError:
             pass
+
+    def drop_results(self) -> None:
+        """Large results (worker.py: above BIG_RESULT, a file each here, which the client reads
+        when a task's result is first asked for) go with the pilot: one nobody read stayed
+        for good (2 GB of them). The agent drops them as it stops, before its bye: a closed
+        session holds none. PILOTFISH_KEEP_RESULTS=1 in the agent's environment (the
+        client's, which a pilot inherits) keeps them. (unlink: never through a link.)"""
+        if os.environ.get("PILOTFISH_KEEP_RESULTS") == "1":
+            return
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            if name.endswith(".result"):
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass
