@@ -59,6 +59,7 @@ import re
 import select
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -84,6 +85,8 @@ _READS_PER_WAKE = 8                 # one connection cannot starve the others
 STALE_ENV = ("PMI_PORT", "PMI_ID", "PMI_SPAWNED", "PMI_TOTALVIEW", "PMI_HOSTNAME",
              "PMI2_CONNECT_TO_SERVER", "PRTE_LAUNCHED")
 STALE_PREFIXES = ("PMIX_",)
+
+SHM_DIR = "/dev/shm"
 
 _KVSNAME_OK = re.compile(r"[A-Za-z0-9_.:+-]{1,%d}\Z" % (KVSNAME_MAX - 1))
 
@@ -115,6 +118,17 @@ def process_mapping(node_of_rank: Sequence[int]) -> str:
         else:
             blocks.append([n, 1, c])
     return "(vector," + ",".join(f"({a},{b},{c})" for a, b, c in blocks) + ")"
+
+
+def mpich_world_id(kvsname: str) -> int:
+    """MPICH's world id of a job: FNV-1a of its KVS name (MPICH 4.x/5.0; MPICH's main branch
+    hashes `<kvsname>-<init count>`). It names the job's shared-memory segments on a node,
+    /dev/shm/mpich_shm_<id:x>_<node id>: two live jobs of one id on a node would share one,
+    and a segment left by a killed run is opened again by the next job of that name."""
+    h = 2166136261
+    for b in kvsname.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
 
 
 def rank_environment(base: Mapping[str, str], job: PmiJob, rank: int,
@@ -183,6 +197,16 @@ class PmiJob:
         self._rank_socks: dict[int, socket.socket] = {}
         self._on_fence = on_fence
         self._new_bytes = 0
+        self.node_id = 0                        # this node's id in PMI_process_mapping
+
+    def shm_paths(self) -> list[str]:
+        """The shared-memory files MPICH makes for this job on this node (a run whose ranks
+        were killed leaves them: 2 MiB each); close() removes them."""
+        out = []
+        for wid in {mpich_world_id(self.kvsname), mpich_world_id(f"{self.kvsname}-1")}:
+            for kind in ("shm", "vci"):
+                out.append(f"{SHM_DIR}/mpich_{kind}_{wid:x}_{self.node_id}")
+        return out
 
     # -- for the spawner ----------------------------------------------------------------------
     def env(self, rank: int, fd: int | None = None) -> dict[str, str]:
@@ -255,8 +279,9 @@ class PmiJob:
         """The owner fails the job (a rank died, a node was lost): stop serving it."""
         self.server._fail(self, None, reason, report=False)
 
-    def close(self) -> None:
-        """Forget the job: close every connection and descriptor. Idempotent."""
+    def close(self, remove_shm: bool = True) -> None:
+        """Forget the job: close every connection and descriptor and (once its local ranks
+        are reaped: the caller's word) remove what MPICH left in /dev/shm. Idempotent."""
         if self.closed:
             return
         self.closed = True
@@ -264,6 +289,15 @@ class PmiJob:
         for c in list(self.conns.values()):
             self.server._close(c)
         self.server._jobs.pop(self.kvsname, None)
+        if remove_shm:
+            uid = os.getuid()
+            for p in self.shm_paths():
+                try:  # only our own regular files (unlink never follows a link)
+                    st = os.lstat(p)
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+                        os.unlink(p)
+                except OSError:
+                    pass
 
     # -- internal -----------------------------------------------------------------------------
     def _arrive(self, c: _Conn, thrid: str | None) -> None:
@@ -362,9 +396,8 @@ class PmiServer:
         """A job with `size` ranks of which `local_ranks` live on this node; one socketpair
         per local rank (job.rank_fds: the ends to hand to the ranks).
 
-        node_of_rank: the node of every rank (any ids), for PMI_process_mapping; by default
-        all ranks on this node when every rank is local, else no mapping (MPICH then
-        allgathers host names). on_fence: this job's (else the server's); a job with ranks
+        node_of_rank: the node of every rank (any ids; needed when ranks live elsewhere, by
+        default all on this node), for PMI_process_mapping. on_fence: this job's (else the server's); a job with ranks
         elsewhere needs one. attrs: more job attributes served to get / info-getjobattr
         (e.g. PMI_hwloc_xmlfile)."""
         if not isinstance(kvsname, str) or not _KVSNAME_OK.match(kvsname):
@@ -372,6 +405,12 @@ class PmiServer:
                              "[A-Za-z0-9_.:+-] (it travels in PMI lines)")
         if kvsname in self._jobs:
             raise ValueError(f"kvsname={kvsname!r}: a job of that name is already served")
+        wid = mpich_world_id(kvsname)
+        for other in self._jobs.values():
+            if mpich_world_id(other.kvsname) == wid:
+                raise ValueError(f"kvsname={kvsname!r}: MPICH's world id {wid:x} is that of "
+                                 f"live job {other.kvsname!r} (they would share shared "
+                                 "memory); pick another name")
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size={size!r}: a positive int")
         ranks = tuple(sorted(local_ranks))
@@ -392,18 +431,21 @@ class PmiServer:
                 or universe_size < size:
             raise ValueError(f"universe_size={universe_size!r}: an int >= size ({size})")
         job_attrs: dict[str, str] = {}
-        if node_of_rank is None and len(ranks) == size:
+        if node_of_rank is None:
+            if len(ranks) < size:
+                raise ValueError(f"node_of_rank=None for local_ranks={list(ranks)!r} of "
+                                 f"size={size}: a job with ranks elsewhere needs every "
+                                 "rank's node")
             node_of_rank = [0] * size
-        if node_of_rank is not None:
-            if len(node_of_rank) != size or any(
-                    not isinstance(n, int) or isinstance(n, bool) or n < 0
-                    for n in node_of_rank):
-                raise ValueError(f"node_of_rank: {size} non-negative ints (one per rank), "
-                                 f"got {list(node_of_rank)[:8]!r}"
-                                 + ("..." if len(node_of_rank) > 8 else ""))
-            mapping = process_mapping(node_of_rank)
-            if len(mapping) <= VALLEN_MAX:  # else MPICH's allgather of host names does it
-                job_attrs["PMI_process_mapping"] = mapping
+        if len(node_of_rank) != size or any(
+                not isinstance(n, int) or isinstance(n, bool) or n < 0
+                for n in node_of_rank):
+            raise ValueError(f"node_of_rank: {size} non-negative ints (one per rank), "
+                             f"got {list(node_of_rank)[:8]!r}"
+                             + ("..." if len(node_of_rank) > 8 else ""))
+        mapping = process_mapping(node_of_rank)
+        if len(mapping) <= VALLEN_MAX:  # else MPICH's allgather of host names does it
+            job_attrs["PMI_process_mapping"] = mapping
         job_attrs["universeSize"] = str(universe_size)  # PMI-2's name for it
         for k, v in (attrs or {}).items():
             if not isinstance(k, str) or not isinstance(v, str) or not k \
@@ -413,6 +455,19 @@ class PmiServer:
                                  f"(..{VALLEN_MAX}) without space, ';', '=', '\\\\' or newline")
             job_attrs[k] = v
         job = PmiJob(self, kvsname, size, ranks, appnum, universe_size, job_attrs, fence)
+        ids: dict[int, int] = {}  # MPICH's node ids: as process_mapping numbers them (and
+        for n in node_of_rank:    # as its allgather of host names would, without a mapping)
+            ids.setdefault(n, len(ids))
+        here = {node_of_rank[r] for r in ranks}
+        if len(here) != 1:
+            raise ValueError(f"node_of_rank: the local ranks {list(ranks)} are on nodes "
+                             f"{sorted(here)}, not one node")
+        job.node_id = ids[here.pop()]
+        taken = [p for p in job.shm_paths() if os.path.lexists(p)]
+        if taken:  # a killed run of that name, or another pilot's job of the same world id
+            raise ValueError(f"kvsname={kvsname!r}: {taken[0]} exists (a killed run of that "
+                             "name, or another job of the same MPICH world id): pick another "
+                             "name")
         try:
             for r in ranks:
                 mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
