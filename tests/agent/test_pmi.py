@@ -75,9 +75,15 @@ class Owner:
     def add(self, server, kvsname, size, local, argv, env=None, outdir=None, **kw):
         job = server.add_job(kvsname, size, local, **kw)
         self.jobs.setdefault(kvsname, []).append(job)
-        out = (lambda r: open(outdir / f"{kvsname}.{r}.out", "wb")) if outdir else None
-        procs = spawn_local(job, argv, env, stdout=out or subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+        files = {r: open(outdir / f"{kvsname}.{r}.out", "wb") for r in job.ranks} \
+            if outdir else {}
+        try:
+            procs = spawn_local(job, argv, env,
+                                stdout=(lambda r: files[r]) if files else subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        finally:
+            for f in files.values():  # the ranks hold their own copies
+                f.close()
         self.procs.setdefault(kvsname, {}).update(procs)
         return job
 
@@ -191,6 +197,20 @@ def test_an_mpi4py_world_forms_through_the_server(owner, tmp_path):
     assert owner.codes(kvs) == {r: 0 for r in range(n)}, owner.events
     for r, words in enumerate(_lines(tmp_path, kvs, n)):
         assert words == ["rank", str(r), "size", str(n), "host", HOST, "sum", "6", "bcast", "ok"]
+
+
+@pytest.mark.mpi
+def test_mpi_comm_spawn_is_refused_not_hung(owner, tmp_path):
+    """PMI-1's multi-line spawn command (mcmd=spawn ... endcmd) is read whole and answered
+    with an error: MPI_Comm_spawn raises instead of waiting forever."""
+    pytest.importorskip("mpi4py")
+    kvs = _kvs("spawn")
+    env = dict(os.environ, MPI4PY_LIBMPI=str(LIBMPI))
+    owner.add(owner.server(), kvs, 1, [0], [sys.executable, str(PROGS / "mpi4py_spawn.py")],
+              env=env, outdir=tmp_path)
+    owner.run()
+    assert owner.codes(kvs) == {0: 0}, owner.events
+    assert _lines(tmp_path, kvs, 1)[0][:2] == ["spawn", "refused"]
 
 
 # -- two nodes: two servers, the test merging their fences --------------------------------------

@@ -658,7 +658,7 @@ class PmiServer:
     def _spawn1(self, c: _Conn, line: str) -> None:
         """PMI-1's multi-line spawn (`mcmd=spawn` ... `endcmd`): read it whole, refuse it."""
         if c.mcmd is None:
-            c.mcmd, c.mcmd_bytes = [1, 0], 0
+            c.mcmd, c.mcmd_bytes = [1, -1], 0  # spawnssofar -1: not sent (then one endcmd ends)
         c.mcmd_bytes += len(line) + 1
         if c.mcmd_bytes > self.max_line:
             raise PmiProtocolError(f"a PMI-1 spawn command longer than {self.max_line} bytes")
@@ -667,7 +667,7 @@ class PmiServer:
             if not v.isdigit():
                 raise PmiProtocolError(f"malformed: {k}={v!r} in a PMI-1 spawn")
             c.mcmd[0 if k == "totspawns" else 1] = int(v)
-        elif line == "endcmd" and c.mcmd[1] >= c.mcmd[0]:
+        elif line == "endcmd" and (c.mcmd[1] < 0 or c.mcmd[1] >= c.mcmd[0]):
             c.mcmd = None
             self._reply1(c, "spawn_result", rc="-1", msg="spawn_not_supported")
 
