@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 
+from ._door import MAX_FRAME, harden, split_socket_class
 from ._util import hostname, write_private
 
 
@@ -20,12 +21,15 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
-def curve_router(ctx, key_file: str, name: str):
+def curve_router(ctx, key_file: str, name: str, max_frame: int = MAX_FRAME):
     """A CURVE-server ROUTER bound to an abstract ipc socket (this host), its public key
-    written to key_file: (socket, address). bind_tcp() adds a TCP endpoint."""
+    written to key_file: (socket, address). bind_tcp() adds a TCP endpoint. Hardened before
+    it binds (_door.harden: frames of at most max_frame, a handshake timeout); its owner puts
+    a _door.Door on it."""
     import zmq
 
     sock = ctx.socket(zmq.ROUTER)
+    harden(sock, max_frame)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting peer keeps its identity
     public, secret = zmq.curve_keypair()
@@ -49,7 +53,7 @@ def curve_dealer(ctx, key_file: str, address: str, identity: bytes | None = None
     """A DEALER that proves itself with the server key in key_file, connected to address."""
     import zmq
 
-    sock = ctx.socket(zmq.DEALER)
+    sock = ctx.socket(zmq.DEALER, socket_class=split_socket_class())  # frames the door takes
     sock.setsockopt(zmq.LINGER, linger)
     with open(key_file, "rb") as f:
         sock.setsockopt(zmq.CURVE_SERVERKEY, f.read().strip())
@@ -68,7 +72,7 @@ def client_link(ctx, pilot_uid: str, address: str, curve: dict | None):
     key, the agent with the pilot's. Unbounded queues; lingers 5 s for the last bye."""
     import zmq
 
-    sock = ctx.socket(zmq.DEALER)
+    sock = ctx.socket(zmq.DEALER, socket_class=split_socket_class())  # frames the door takes
     sock.setsockopt(zmq.ROUTING_ID, pilot_uid.encode())
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)

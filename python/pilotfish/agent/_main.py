@@ -28,6 +28,7 @@ from .. import states as S
 from .._events import EventWriter
 from .._journal import Journal
 from .._sockets import client_link
+from .._door import Reserve
 from .._util import hostname, open_private, raise_nofile_limit
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
@@ -60,6 +61,7 @@ class Agent:
                                            enabled=config.get("profile", True), now=clock.now)
         events.record(self.uid, E.BOOTSTRAP_START, None, self.t_start)
         raise_nofile_limit()
+        self.reserve = Reserve()  # descriptors for shutdown, whatever a flood holds (_door.py)
         # task processes that leave their group or session (setsid) stay our descendants
         self.subreaper = become_subreaper()
         # finals are journaled before they are sent: a resumed client learns what ran here
@@ -305,10 +307,21 @@ class Agent:
                 self._last_sent = real
             if real - last_asked >= POLL_S:  # `pilotfish explain` asks through files
                 last_asked = real
+                self._doors_said()
                 requests(self.sandbox, self._explain)
             if sim and real - self._last_heard >= AUTOJUMP_S:
                 self._sim_jump()
         return self._shutdown()
+
+    def _doors_said(self, final: bool = False) -> None:
+        """What the doors of the pool's and the registry's sockets refused, as one event per
+        interval each (the node port's: NodeLink.tick); final: all that is left untold."""
+        rooms = [self.pool, self.services] + ([self.nodes] if final else [])
+        for room in rooms:
+            if room is not None:
+                said = room.door.take_summary(force=final)
+                if said:
+                    self.events.record(self.uid, E.REFUSED, said)
 
     # -- simulated time ---------------------------------------------------------------------
     def _next_event(self) -> float:
@@ -496,6 +509,7 @@ class Agent:
         self.events.record(self.uid, E.DRAIN_STOP)
         self.launchers.stop_all(self.partitions)  # all at once
         # the pilot ends: nothing it started outlives it (setsid escapees included)
+        self.reserve.release()  # the cleanup opens /proc files: never short of them
         left = kill_marked(self.sandbox) if not self.sim else 0
         if left:
             self.events.record(self.uid, E.LEFTOVERS_KILLED, str(left))
@@ -503,6 +517,7 @@ class Agent:
             self.pool.drop_results()
         self._flush(force=True)
         self.journal.close()
+        self._doors_said(final=True)
         self.events.record(self.uid, E.AGENT_STOP, reason)
         self.sock.send(_wire.encode(_wire.Bye(self.uid, pilot_state, reason, clock.now())))
         self.events.close()

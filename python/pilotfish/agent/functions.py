@@ -29,6 +29,7 @@ import zmq
 
 from .. import _wire
 from .. import states as S
+from .._door import Door, joined
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import rank_capacity
@@ -105,6 +106,7 @@ class FunctionPool:
         # only our workers may connect (CURVE; the key file's path goes to them)
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(agent.ctx, self.key_file, "functions")
+        self.door = Door(self.sock, "function pool")  # before login: bounded (_door.py)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone worker raises
         from ..launch import may_span_hosts, remote_nodes
 
@@ -275,9 +277,12 @@ class FunctionPool:
         sock = self.sock
         while True:
             try:
-                ident, payload = sock.recv_multipart(zmq.NOBLOCK)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if len(frames) < 2:
+                continue
+            ident, payload = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
             try:
                 msg = _decode(payload)
                 kind = msg[0]
@@ -679,6 +684,7 @@ class FunctionPool:
                                        f"pilot stopped before the call started: {reason}")
 
     def close(self) -> None:
+        self.door.close()
         self.sock.close()
         try:
             os.unlink(self.key_file)

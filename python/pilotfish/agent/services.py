@@ -30,6 +30,7 @@ import zmq
 from .. import _events as E
 from .. import _wire, service
 from .. import states as S
+from .._door import Door, joined
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname, write_private
 
@@ -142,6 +143,7 @@ class ServiceRegistry:
         # only the pilot's own tasks may speak here (every task gets the key file's path)
         self.key_file = os.path.join(self.dir, "server.key")
         self.sock, self.address = curve_router(ctx, self.key_file, "services")
+        self.door = Door(self.sock, "service registry")  # before login: bounded (_door.py)
         from ..launch import may_span_hosts
 
         if may_span_hosts(agent.desc["resource"], agent.resources):
@@ -551,11 +553,12 @@ class ServiceRegistry:
         sock = self.sock
         while True:
             try:
-                ident, payload = sock.recv_multipart(zmq.NOBLOCK)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            except ValueError:  # not two frames: not ours
+            if len(frames) < 2:  # not an identity and a payload: not ours
                 continue
+            ident, payload = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
             try:
                 msg = _decode(payload)
                 self._on_peer(ident, msg[0], msg)
@@ -699,6 +702,7 @@ class ServiceRegistry:
         return False
 
     def close(self) -> None:
+        self.door.close()
         self.sock.close(0)
         for path in [self.key_file] + [g.fn_path for g in self.groups.values() if g.fn_path]:
             try:

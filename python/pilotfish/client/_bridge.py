@@ -10,10 +10,13 @@ Locked (secure=True, the default): the ROUTER is a CURVE server; each pilot's ag
 own key pair (written 0600 into its agent.json, in a 0700 directory). The IO thread answers
 ZAP requests itself: a connection is let in only with a pilot's public key, and is labelled
 with that pilot's uid (ZMQ's User-Id); a frame whose routing id is not the uid its key proves
-is dropped, so no one can speak for a pilot without its secret. Refusals are logged and
-recorded as session events -- those that never reach ZAP too (a peer that speaks no CURVE, or
-not with the session's key: a monitor on the socket sees its failed handshake). TCP binds one interface (the host's address by default), never
-every interface.
+is dropped, so no one can speak for a pilot without its secret. Before any of that, the
+socket is hardened and has a door (_door.py): frames of at most MAX_FRAME (agents split larger
+messages), a handshake timeout, unproven connections capped per peer and in all. Refusals --
+unknown keys, failed handshakes (a peer that speaks no CURVE, or not with the session's key),
+connections over the caps -- are logged and recorded as session events, one summary per
+interval at most. TCP binds one interface (the host's address by default), never every
+interface.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Callable
 import zmq
 
 from .. import _wire
+from .._door import SUMMARY_S, Door, harden, joined
 
 log = logging.getLogger("pilotfish.client")
 
@@ -59,6 +63,7 @@ class Bridge:
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
+        harden(self._router)  # before it binds: what a stranger may send (_door.py)
         self.public_key = keys[0] if keys else None
         self._pilot_keys: dict[bytes, str] = {}  # agent public key -> pilot uid
         for uid, key in (pilot_keys or {}).items():
@@ -72,10 +77,12 @@ class Bridge:
             self._router.setsockopt(zmq.ZAP_DOMAIN, b"pilotfish")
             self._router.setsockopt(zmq.CURVE_SERVER, 1)
             self._router.setsockopt(zmq.CURVE_SECRETKEY, keys[1])
-        self._monitor = None
-        if keys is not None:
-            self._monitor = self._router.get_monitor_socket(
-                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        # connections before their handshake: capped, their refusals counted (_door.py); told
+        # to on_refused as one summary per interval with the keys ZAP refused (_refusals)
+        self._door = Door(self._router, "client control plane")
+        self._zap_refused = 0
+        self._zap_last = ""
+        self._next_summary = 0.0
         self._ipc_path: str | None = None
         if address is not None:
             self._router.bind(address)
@@ -164,15 +171,15 @@ class Bridge:
     def forget(self, pilot_uid: str) -> list:
         """Drop a pilot (it ended): returns the frames that never reached it."""
         self._connected.discard(pilot_uid)
+        self._hello_seen.discard(pilot_uid)
         return self._outbox.pop(pilot_uid, [])
 
     def close(self) -> None:
         self._stop = True
         self._wake()
         self._thread.join(5)
-        if self._monitor is not None:
-            self._router.disable_monitor()
-        for s in (self._router, self._wake_in, self._wake_out, self._zap, self._monitor):
+        self._door.close()
+        for s in (self._router, self._wake_in, self._wake_out, self._zap):
             if s is not None:
                 s.close(0)
         self._ctx.term()
@@ -196,9 +203,6 @@ class Bridge:
         zap = self._zap
         if zap is not None:
             poller.register(zap, zmq.POLLIN)
-        monitor = self._monitor
-        if monitor is not None:
-            poller.register(monitor, zmq.POLLIN)
         router, wake_in = self._router, self._wake_in
         secure = zap is not None
         beat = _wire.encode(_wire.Heartbeat(0.0))
@@ -212,26 +216,25 @@ class Bridge:
                 self._drain_queue()
             if zap is not None and zap in ready:
                 self._answer_zap()
-            if monitor is not None and monitor in ready:
-                self._failed_handshakes()
+            self._refusals()
             if router in ready:
                 while True:
                     try:
                         frames = router.recv_multipart(zmq.NOBLOCK, copy=not secure)
                     except zmq.Again:
                         break
-                    if len(frames) != 2:
+                    if len(frames) < 2:
                         continue
                     if secure:
-                        ident, payload = frames[0].bytes, frames[1]
+                        ident = frames[0].bytes
                         claimed = ident.decode(errors="replace")
-                        proven = payload.get("User-Id")
+                        proven = frames[1].get("User-Id")
                         if proven != claimed:  # speaks as a pilot its key does not prove
                             self._refuse(f"frame from {proven!r} claiming to be {claimed!r} dropped")
                             continue
-                        payload = payload.bytes
                     else:
-                        ident, payload = frames
+                        ident = frames[0]
+                    payload = joined(frames, 1)  # (split by the agent: _door.py)
                     self._dispatch(ident.decode(errors="replace"), payload)
             now = time.monotonic()
             if now >= next_beat:  # the agents' proof that their client is alive
@@ -243,6 +246,7 @@ class Bridge:
                         log.debug("heartbeat to %s dropped: %s", uid, e)  # to keep or warn of
                         self._connected.discard(uid)
         self._drain_queue()
+        self._refusals(final=True)  # what the last summary did not tell yet
 
     def _answer_zap(self) -> None:
         """ZAP (RFC 27): let in only the public keys of this session's pilots."""
@@ -256,24 +260,27 @@ class Bridge:
             uid = self._pilot_keys.get(msg[6])
             if uid is not None:
                 user, status, text = uid.encode(), b"200", b"OK"
-        if status != b"200":
-            self._refuse(f"connection from {address.decode(errors='replace') or 'a local socket'} "
-                         f"refused ({mechanism.decode(errors='replace')}: {text.decode()})")
+        if status != b"200":  # counted; told in the next summary (_refusals)
+            self._zap_refused += 1
+            self._zap_last = (f"from {address.decode(errors='replace') or 'a local socket'} "
+                              f"({mechanism.decode(errors='replace')}: {text.decode()})")
         self._zap.send_multipart([version, request_id, status, text, user, b""])
 
-    def _failed_handshakes(self) -> None:
-        """Connections refused before ZAP was asked (the socket monitor's events)."""
-        from zmq.utils.monitor import recv_monitor_message
-
-        while True:
-            try:
-                ev = recv_monitor_message(self._monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            why = ("not CURVE, or not with the session's key"
-                   if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else "no detail")
-            self._refuse(f"connection to {ev['endpoint'].decode(errors='replace')} refused in "
-                         f"its handshake ({why})")
+    def _refusals(self, final: bool = False) -> None:
+        """What was refused -- keys ZAP did not know, handshakes that failed before it was
+        asked (not CURVE, not the session's key), connections over the door's caps -- told
+        to on_refused as one summary, at most once per SUMMARY_S (the first at once)."""
+        now = time.monotonic()
+        if now < self._next_summary and not final:
+            return
+        said = self._door.take_summary(now, force=True)
+        if self._zap_refused:
+            said = (f"client control plane: {self._zap_refused} connections refused with an "
+                    f"unknown key (the last {self._zap_last})" + (f"; {said}" if said else ""))
+            self._zap_refused = 0
+        if said:
+            self._next_summary = now + SUMMARY_S
+            self._refuse(said)
 
     def _refuse(self, what: str) -> None:
         log.warning("%s", what)
@@ -323,6 +330,12 @@ class Bridge:
         except Exception:
             log.exception("undecodable frame from %s", pilot_uid)
             return
+        if pilot_uid not in self._connected and pilot_uid in self._hello_seen:
+            # its link came back (a send failed while it reconnected): frames flow again --
+            # else its heartbeats stop for good and the agent ends its pilot, client silent
+            self._connected.add(pilot_uid)
+            for frame, on_sent in self._outbox.pop(pilot_uid, []):
+                self._send_now(pilot_uid, frame, on_sent)
         if isinstance(msg, _wire.Heartbeat):
             if pilot_uid in self._hello_seen:
                 return

@@ -24,6 +24,8 @@ with its endpoint (info["auth"]) so that clients follow:
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 import hmac
 
@@ -31,6 +33,10 @@ PLAIN_AUTH, CURVE, NONE = "plain-auth", "curve", "none"
 MODES = (PLAIN_AUTH, CURVE, NONE)
 ENV = "PILOTFISH_INSITU_SECURE"  # the servers' mode (set by StagingArea)
 ZAP_DOMAIN = b"pilotfish-insitu"
+# the largest frame a client or peer may send a staging server (one staged block, one image):
+# what a stranger can make a server allocate before its handshake, times the door's 8
+# unproven connections (_door.py); the client refuses a larger one at once, naming it
+MAX_FRAME = int(os.environ.get("PILOTFISH_INSITU_FRAME_MB", "64")) << 20
 
 
 def _token(secret: bytes, *parts: str) -> bytes:

@@ -76,6 +76,13 @@ class _Channel:
         return s
 
     def send(self, endpoint: str, hdr: dict, data: list | None = None) -> int:
+        for i, d in enumerate(data or ()):
+            n = memoryview(d).nbytes
+            if n > _auth.MAX_FRAME:  # the server would drop the connection at its header
+                raise InsituError(
+                    f"data[{i}] of {hdr.get('op', 'a request')} is {n} bytes: a staging "
+                    f"server takes frames of at most {_auth.MAX_FRAME} bytes (split the block, or "
+                    f"set PILOTFISH_INSITU_FRAME_MB for the client and the servers alike)")
         rid = next(self.ids)
         hdr["id"] = rid
         self.sock(endpoint).send_multipart([b"req", _enc(hdr)] + (data or []), copy=False)

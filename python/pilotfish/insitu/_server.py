@@ -40,6 +40,7 @@ import zmq
 from zmq.utils import z85
 
 from .. import service
+from .._door import Door, harden
 from .._sockets import host_address
 from . import _auth
 from ._collectives import Collectives, MPICollectives, build_mpi_comm
@@ -48,6 +49,7 @@ from ._pipeline import InsituError, lookup
 PEER_TIMEOUT_S = 60.0
 VIEW_WAIT_S = 5.0       # an activate may wait this long for the view it names (parked)
 INBOX_MAX = int(os.environ.get("PILOTFISH_INSITU_INBOX_MB", "1024")) << 20
+MAX_FRAME = _auth.MAX_FRAME
 LOG_FIRST = 20          # drops and refusals logged one by one; then every LOG_EVERY-th
 LOG_EVERY = 1000
 
@@ -143,6 +145,9 @@ class Server:
         self.gate: _Gate | None = None
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
+        # before login: frames of at most MAX_FRAME (a staged block or an image per frame),
+        # a handshake timeout (_door.py)
+        harden(self.sock, MAX_FRAME)
         info: dict = {"role": "staging", "auth": mode}
         if self.secure:
             view = self.group.wait(lambda v: v.client_key is not None, 60.0)
@@ -160,11 +165,12 @@ class Server:
                 info["curve"] = self.public.decode()
             else:
                 self.sock.setsockopt(zmq.PLAIN_SERVER, 1)
-        self.monitor = self.sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | zmq.EVENT_HANDSHAKE_FAILED_AUTH) if self.secure else None
         host = host_address()
         port = self.sock.bind_to_random_port(f"tcp://{host}")
+        # unproven connections capped (a few per peer: clients and peers connect once), the
+        # refusals counted (_door.py; the "refused" count, logged as they come)
+        self.door = Door(self.sock, f"staging server {self.uid}", per_peer=4, total=8,
+                         proven_bytes=128)  # (PLAIN's handshake is shorter than CURVE's)
         self.endpoint = f"tcp://{host}:{port}"
         self.peers: dict[str, zmq.Socket] = {}
         self.inbox: dict[tuple, tuple] = {}  # (tag, seq, frm) -> (sender, buffers, bytes)
@@ -318,19 +324,13 @@ class Server:
             self.count("dropped", f"a message of unknown kind {kind[:16]!r}")
 
     def _refusals(self) -> None:
-        """Count and log the connections refused since (the socket monitor's events)."""
-        from zmq.utils.monitor import recv_monitor_message
-
-        names = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "no detail",
-                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "not CURVE, or not with our key",
-                 zmq.EVENT_HANDSHAKE_FAILED_AUTH: "a key we do not know"}
-        while True:
-            try:
-                ev = recv_monitor_message(self.monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            self.count("refused", f"a connection from {ev.get('endpoint', b'?')!r}: "
-                                  f"{names.get(ev['event'], ev['event'])}")
+        """Count and log the connections refused since (the door's counts: failed handshakes
+        -- no credentials, not our key, a key we do not know -- and connections over its
+        caps), one line per summary interval."""
+        self.stats["refused"] = self.door.counts["refused"]
+        said = self.door.take_summary()
+        if said:
+            print(f"pilotfish.insitu {self.uid}: refused: {said}", file=sys.stderr, flush=True)
 
     def _drop_inbox(self, name: str, it) -> None:
         """Collective messages of pipeline `name`'s iteration `it` nobody will consume."""
@@ -341,8 +341,6 @@ class Server:
     def run(self) -> int:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        if self.monitor is not None:
-            poller.register(self.monitor, zmq.POLLIN)
         while True:
             while self.backlog:
                 self._request(self.backlog.popleft())
@@ -351,8 +349,7 @@ class Server:
                 for since, frames in parked:
                     self._request(frames, since)
             ready = dict(poller.poll(10 if self.parked else 100))
-            if self.monitor is not None and self.monitor in ready:
-                self._refusals()
+            self._refusals()
             if self.sock in ready:
                 while True:
                     try:

@@ -218,6 +218,10 @@ unsafe fn child_steps(a: &ChildArgs) -> c_int {
         if let Some(dir) = &act.cwd {
             sys(libc::syscall(libc::SYS_chdir, dir.as_ptr()))?;
         }
+        // Nothing of the parent's but what we set up below: the task inherits no descriptor
+        // (close-on-exec does that too), and a parent whose table is full -- a flood of
+        // connections at the agent's ports -- cannot make the task's opens fail (EMFILE).
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
         open_onto(0, DEV_NULL, libc::O_RDONLY)?;
         match &act.stdout {
             Some(p) => open_onto(1, p, file_flags)?,
