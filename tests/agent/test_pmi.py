@@ -25,7 +25,7 @@ PROGS = Path(__file__).resolve().parent / "pmi_progs"
 BIN = Path(sys.executable).parent
 MPICC = BIN / "mpicc"
 LIBMPI = BIN.parent / "lib" / "libmpi.so.12"
-PMI2_H = Path("/usr/include/slurm/pmi2.h")  # Debian's libpmi2-0-dev (scripts/substrates/install.sh)
+PMI2_H = Path("/usr/include/slurm/pmi2.h")  # libpmi2-0-dev: scripts/substrates/install.sh
 HOST = socket.gethostname()
 TIMEOUT = 60  # generous: a world of 4 forms in ~0.1 s
 

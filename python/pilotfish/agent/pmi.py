@@ -397,9 +397,10 @@ class PmiServer:
         per local rank (job.rank_fds: the ends to hand to the ranks).
 
         node_of_rank: the node of every rank (any ids; needed when ranks live elsewhere, by
-        default all on this node), for PMI_process_mapping. on_fence: this job's (else the server's); a job with ranks
-        elsewhere needs one. attrs: more job attributes served to get / info-getjobattr
-        (e.g. PMI_hwloc_xmlfile)."""
+        default all on this node), for PMI_process_mapping. on_fence: this job's (else the
+        server's); a job with ranks elsewhere needs one. attrs: more job attributes served to
+        get / info-getjobattr (e.g. PMI_hwloc_xmlfile: a topology file made once per node
+        saves each rank its discovery, ~4 ms of a 2-rank job's 77 ms here)."""
         if not isinstance(kvsname, str) or not _KVSNAME_OK.match(kvsname):
             raise ValueError(f"kvsname={kvsname!r}: 1..{KVSNAME_MAX - 1} characters of "
                              "[A-Za-z0-9_.:+-] (it travels in PMI lines)")

@@ -26,7 +26,8 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "exit") == 0 && rank == atoi(argv[2]))
         _exit(atoi(argv[3]));
     MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int n = snprintf(line, sizeof(line), "rank %d size %d host %s sum %d\n", rank, size, name, sum);
+    int n = snprintf(line, sizeof(line), "rank %d size %d host %s sum %d\n",
+                     rank, size, name, sum);
     if (write(1, line, n) != n)
         return 4;
     MPI_Finalize();
