@@ -246,7 +246,7 @@ class Door:
                 self.counts["accept_failed"] += 1
         else:  # a handshake failed: a stranger, or a peer without the key
             with self._lock:
-                self.counts["refused"] += 1
+                self.counts["handshakes"] += 1
 
     def _forget(self, fd: int) -> tuple | None:
         got = self.pending.pop(fd, None)
@@ -302,12 +302,12 @@ class Door:
             return None
         with self._lock:
             new = {k: self.counts[k] - self._reported[k]
-                   for k in ("refused", "evicted", "accept_failed")}
+                   for k in ("handshakes", "evicted", "accept_failed")}
             self._reported.update(new)
         if not any(new.values()):
             return None  # (the next refusal is told at once)
         self._next_summary = now + self.summary_s
-        return (f"{self.name}: {new['refused']} handshakes refused, {new['evicted']} unproven "
+        return (f"{self.name}: {new['handshakes']} handshakes refused, {new['evicted']} unproven "
                 f"connections closed over the caps ({self.per_peer} per peer, {self.total} "
                 f"in all), {new['accept_failed']} accepts failed, since the last summary "
                 f"(one per {self.summary_s:.0f} s at most)")

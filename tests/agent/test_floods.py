@@ -121,13 +121,13 @@ def test_descriptor_flood_fails_no_task(tmp_path):
     with pf.Session(path=tmp_path / "s", bind="tcp", interface="127.0.0.1") as s:
         pilot, tmgr, agent = _local(s)
         resource.prlimit(agent, resource.RLIMIT_NOFILE, (4096, 4096))
-        targets = _targets(s, agent)
+        targets = _targets(s, agent)[1:]  # the agent's: 6,000 > its 4,096 descriptors
         floods = [attack("hold:1000", 25, targets) for _ in range(6)]
         time.sleep(3)  # (they have connected)
         held = len(os.listdir(f"/proc/{agent}/fd"))
         _run(tmgr, 2000)
         got = [finished(f) for f in floods]
-        assert sum(g["opened"] for g in got) > 6000, got  # they really tried
+        assert sum(g["opened"] for g in got) >= 6000, got  # they really tried
         assert held < 1024, held  # the door closed what it could not prove
         pilot.cancel()
     assert pilot.state == pf.CANCELED, (pilot.state, pilot.reason)

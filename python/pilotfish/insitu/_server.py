@@ -327,7 +327,7 @@ class Server:
         """Count and log the connections refused since (the door's counts: failed handshakes
         -- no credentials, not our key, a key we do not know -- and connections over its
         caps), one line per summary interval."""
-        self.stats["refused"] = self.door.counts["refused"]
+        self.stats["refused"] = self.door.counts["handshakes"]
         said = self.door.take_summary()
         if said:
             print(f"pilotfish.insitu {self.uid}: refused: {said}", file=sys.stderr, flush=True)
