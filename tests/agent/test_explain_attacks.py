@@ -81,7 +81,7 @@ def test_reader_answers_every_hostile_entry_once(tmp_path):
     assert "not a regular file (a socket)" in why["sock"]
     assert "not a regular file (a symbolic link)" in why["link"]
     assert "a symbolic link" in why["dirlink"]
-    assert n == 17 and reader.counts["answered"] == 1 and reader.counts["refused"] == 16
+    assert n == 17 and reader.counts["answered"] == 1 and reader.counts["rejected"] == 16
     assert reader.counts["dropped"] == 1            # 'bad name.req': never answered
     assert took < 10, took                           # (generous: 2 MB parsed, 20 entries)
     # what could be removed is gone; the directories stay (the agent removes none) ...
@@ -94,7 +94,7 @@ def test_reader_answers_every_hostile_entry_once(tmp_path):
         p.unlink()
     for _ in range(3):
         assert reader.poll(answer) == 0
-    assert not list(d.glob("*.json")) and reader.counts["refused"] == 16
+    assert not list(d.glob("*.json")) and reader.counts["rejected"] == 16
     assert reader.remembered == 3
     # a new entry of the same name (another inode, another kind) is a new request
     os.rmdir(d / "x.req")

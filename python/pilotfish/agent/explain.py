@@ -308,9 +308,9 @@ class RequestReader:
 
     def __init__(self, sandbox: str):
         self.dir = os.path.join(sandbox, REQUEST_DIR)
-        self.counts = {"answered": 0, "refused": 0, "dropped": 0, "skipped": 0}
+        self.counts = {"answered": 0, "rejected": 0, "dropped": 0, "skipped": 0}
         self._left: set[tuple[str, int, int]] = set()  # (name, inode, kind) answered, still there
-        self._logged = {"refused": 0, "dropped": 0, "skipped": 0}
+        self._logged = {"rejected": 0, "dropped": 0, "skipped": 0}
         self._last_log = -math.inf
         self._last_why = ""
         self._traced = False
@@ -348,7 +348,7 @@ class RequestReader:
                 try:
                     n += self._one(e, key, answer)
                 except Exception as err:  # noqa: BLE001 -- a request never ends the loop
-                    self._count("refused", f"{e.name}: {type(err).__name__}: {err}")
+                    self._count("rejected", f"{e.name}: {type(err).__name__}: {err}")
         if complete:  # what is no longer there is forgotten (a new entry is a new request)
             self._left &= seen
         self._log()
@@ -367,7 +367,7 @@ class RequestReader:
             uids = self._read(e.path, key[2])
         except _Refused as why:
             body: Any = {"error": f"request {e.name}: {why}"}
-            self._count("refused", body["error"])
+            self._count("rejected", body["error"])
         else:
             try:
                 body = {"answers": answer(uids[:MAX_UIDS])}
@@ -377,7 +377,7 @@ class RequestReader:
                     log.exception("explain request %s: the answer failed", e.name)
                 body = {"error": f"request {e.name}: the agent could not answer it: "
                                  f"{type(err).__name__}: {err}"}
-                self._count("refused", body["error"])
+                self._count("rejected", body["error"])
             else:
                 self.counts["answered"] += 1
         if not _remove(e.path, key[2]):
@@ -450,8 +450,8 @@ class RequestReader:
         self._last_log = now
         self._logged = {k: self.counts[k] for k in self._logged}
         log.warning("explain requests refused: %d, dropped: %d, skipped: %d since the last "
-                    "report (%d refused in all); the latest: %s", new["refused"],
-                    new["dropped"], new["skipped"], self.counts["refused"], self._last_why)
+                    "report (%d refused in all); the latest: %s", new["rejected"],
+                    new["dropped"], new["skipped"], self.counts["rejected"], self._last_why)
 
 
 class _Refused(Exception):
