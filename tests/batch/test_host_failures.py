@@ -206,8 +206,9 @@ def test_a_failing_squeue_is_retried_and_the_pilot_lives(slurm, tmp_path, monkey
     """squeue fails for 20 s while tasks run (the client's every poll gets slurmctld's
     "Unable to contact slurm controller"): the agent goes on heartbeating, so the client
     retries with back-off -- the pilot stays ACTIVE, 0 tasks FAIL, the polls resume once
-    squeue answers, and the pilot ends normally when canceled. (Before: PSI/J failed the job
-    on its third failed poll, and with it the pilot and every task not yet DONE.)"""
+    squeue answers. Canceled while squeue fails again, the pilot ends CANCELED on its
+    agent's bye. (Before: PSI/J failed the job on its third failed poll, and with it the
+    pilot and every task not yet DONE.)"""
     poll_s = float(os.environ.get("PILOTFISH_BATCH_POLL_S", "0.5"))
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = _pilot(s, nodes=2)
@@ -238,5 +239,15 @@ def test_a_failing_squeue_is_retried_and_the_pilot_lives(slurm, tmp_path, monkey
         assert pilot.state == pf.ACTIVE, pilot.reason
         assert _job_state(job) == "RUNNING"
         print(f"{failed_polls} failed polls in {failing_s:g}s (interval {poll_s:g}s)")
-        pilot.cancel()
-        assert pilot.wait(timeout=60) == pf.CANCELED, pilot.reason
+        # squeue fails again as the pilot is canceled: the agent's bye ends it all the same
+        # (before: ACTIVE until squeue answered, its last known job state being RUNNING)
+        flag.touch()
+        try:
+            pilot.cancel()
+            assert pilot.wait(timeout=30) == pf.CANCELED, (pilot.state, pilot.reason)
+        finally:
+            flag.unlink()
+        deadline = time.monotonic() + 60  # (the job did end: Slurm's word, once it answers)
+        while time.monotonic() < deadline and _job_state(job) not in ("", "COMPLETED"):
+            time.sleep(0.5)
+        assert _job_state(job) in ("", "COMPLETED"), _job_state(job)

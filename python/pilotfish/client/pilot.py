@@ -775,7 +775,8 @@ class PilotManager:
             self._advance(pilot, final, reason)
 
     def _watch(self) -> None:
-        """Follow batch jobs: a job that ends without the agent's bye fails the pilot."""
+        """Follow batch jobs: a job that ends without the agent's bye fails the pilot; a batch
+        system that cannot be asked ends nothing (the agent's silence or bye still does)."""
         while not self._stop.is_set():
             last_seen = self.session._bridge.last_seen
             now = time.monotonic()
@@ -803,6 +804,12 @@ class PilotManager:
                     job_state, message = "RUNNING", None
                     log.warning("poll of %s failed: %s", pilot.uid, e)
                 if job_state in ("QUEUED", "RUNNING"):
+                    # A failed queue poll is retried, never the pilot's end (psij_job.py): the
+                    # state is the last one known. An agent that said bye has ended, though:
+                    # its word ends the pilot when the batch system cannot be asked.
+                    trouble = getattr(pilot._job, "poll_trouble", None)
+                    if pilot._bye is not None and trouble is not None and trouble():
+                        self._finish(pilot, "DONE", None)
                     continue
                 self._finish(pilot, job_state, message)
             # Every wake-up costs CPU the tasks could use (~0.2 ms on this kind of VM): poll
