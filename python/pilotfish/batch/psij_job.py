@@ -178,7 +178,7 @@ class PsijBatchJob(BatchJob):
             log.warning("pilot %s: polling %s for job %s failed (%d in a row): %s; retrying",
                         self.pilot_uid, self.resource, self.native_id, n, text)
         interval = float(thread.config.queue_polling_interval)
-        backoff = min(POLL_BACKOFF_MAX_S, interval * 2 ** (n - 1))
+        backoff = min(POLL_BACKOFF_MAX_S, interval * 2 ** min(n - 1, 20))  # (hours of it)
         end = time.monotonic() + backoff - interval  # (PSI/J sleeps the interval itself)
         while not thread.done and time.monotonic() < end:
             time.sleep(min(0.5, max(0.0, end - time.monotonic())))
