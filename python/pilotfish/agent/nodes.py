@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from .. import _events as E
 from .. import _node_wire as W
+from .._door import Door, joined
 from .._util import write_private
 
 log = logging.getLogger("pilotfish.agent")
@@ -73,11 +74,10 @@ class NodeLink:
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.address = bind_tcp(self.sock)
-        self.refused = 0
-        self._monitor = self.sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-        self.fds = (self.sock, self._monitor)  # what the agent's poller watches
+        # what a stranger may hold of this port before its handshake (_door.py); its refusals
+        # reach the events as one summary per interval (tick)
+        self.door = Door(self.sock, "node executor port")
+        self.fds = (self.sock,)  # what the agent's poller watches
         self.beat_s = beat_s
         self.lost_after_s = lost_after_s
         self.deadline_epoch = deadline_epoch
@@ -130,11 +130,12 @@ class NodeLink:
         sock = self.sock
         while True:
             try:
-                ident, frame = sock.recv_multipart(zmq.NOBLOCK)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            except ValueError:  # not two frames: dropped
+            if len(frames) < 2:  # not an identity and a payload: dropped
                 continue
+            ident, frame = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
             name = ident.decode(errors="replace")
             node = self.nodes.get(name)
             if node is None and name in self.gone:
@@ -167,14 +168,6 @@ class NodeLink:
                     self.events.record(self.uid, E.NODE_UP, f"{name} {msg.host} {msg.pid}")
                 if msg.exits:
                     self._exits(node, msg.exits)
-        mon = self._monitor
-        while mon is not None:
-            try:
-                mon.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            self.refused += 1
-            self.events.record(self.uid, E.REFUSED, "node executor handshake")
 
     def _exits(self, node: Node, rows: list) -> None:
         acks = self._acks.setdefault(node.name, [])
@@ -229,8 +222,12 @@ class NodeLink:
 
     # -- time ----------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Acknowledge exits, heartbeat, find lost nodes, keep lost nodes fenced."""
+        """Acknowledge exits, heartbeat, find lost nodes, keep lost nodes fenced; what the
+        door refused, summed up."""
         now = self.clock.real_mono()
+        refused = self.door.take_summary()
+        if refused:
+            self.events.record(self.uid, E.REFUSED, refused)
         for name, keys in self._acks.items():
             node = self.nodes.get(name)
             if keys and node is not None and node.lost is None:
@@ -318,10 +315,7 @@ class NodeLink:
             del self.nodes[node.name]
 
     def close(self) -> None:
-        if self._monitor is not None:
-            self.sock.disable_monitor()
-            self._monitor.close(0)
-            self._monitor = None
+        self.door.close()
         self.sock.close(0)
 
 
