@@ -1,7 +1,7 @@
 """The dashboard's costs, each beside its baseline in one run (issue 30, "Measure").
 
     .venv/bin/python bench/bench_dashboard.py [--big 1000000] [--live 100000] [--null 3000]
-                                              [--rounds 3] [--json OUT]
+                                              [--rounds 3] [--only CASE] [--json OUT]
 
 Cases:
   finished  a finished --big-task session (synthetic: analytics/synthetic.py, written as the
@@ -19,6 +19,11 @@ Cases:
             a dashboard attached (its own process, polled every second as the page does) and
             without, alternating rounds in one run: the client's rate (submit -> all DONE)
             and the agent's (first AGENT_SCHEDULING -> last final, from its events)
+  flood     `pilotfish dashboard` (its own process, a 1,024-descriptor limit) while 8
+            threads of another process hold 1,200 connections that each send one byte and
+            open new ones as fast as they can (the oldest closed past 150 each): the owner's
+            request latency (median, max of 20), the server's CPU share, the connections
+            opened per second, the server's descriptors (issue 42, row 8)
 
 Timings are wall clock on whatever machine runs this; compare ratios, not seconds.
 """
@@ -283,6 +288,84 @@ def null(n: int, rounds: int, base: str) -> dict:
             "polls": [x["dashboard"] for x in on]}
 
 
+# ---------------------------------------------------------------------------------- flood
+
+def flood(root: str, seconds: float = 10.0) -> dict:
+    """The owner's latency and the server's CPU while idle connections flood it."""
+    import collections
+    import resource
+    import socket
+
+    from pilotfish.analytics.synthetic import write_synthetic_session
+
+    session = os.path.join(root, "flood")
+    if not os.path.isdir(session):
+        write_synthetic_session(session, n_tasks=1000, nodes=4)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    dash = subprocess.Popen([sys.executable, "-m", "pilotfish.analytics.dashboard", session],
+                            stdout=subprocess.PIPE, text=True, preexec_fn=limit)
+    line = ""
+    while "open: " not in line:
+        line = dash.stdout.readline()
+    link = line.split("open: ", 1)[1].strip().replace("/?", "/api/summary?")
+    port = int(link.split(":")[2].split("/")[0])
+    stop = threading.Event()
+    opened = [0]
+
+    def attacker():
+        held = collections.deque()
+        while not stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.send(b"G")
+                held.append(s)
+                opened[0] += 1
+            except OSError:
+                pass
+            if len(held) > 150:
+                held.popleft().close()
+        for s in held:
+            s.close()
+
+    def cpu() -> float:
+        with open(f"/proc/{dash.pid}/stat") as f:
+            x = f.read().rsplit(")", 1)[1].split()
+        return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
+
+    ths = [threading.Thread(target=attacker, daemon=True) for _ in range(8)]
+    for t in ths:
+        t.start()
+    time.sleep(2.0)
+    c0, t0, n0 = cpu(), time.monotonic(), opened[0]
+    took, codes = [], []
+    while time.monotonic() - t0 < seconds or len(took) < 20:
+        t = time.perf_counter()
+        try:
+            with urllib.request.urlopen(link, timeout=10) as r:
+                r.read()
+                codes.append(r.status)
+        except OSError as e:
+            codes.append(str(e))
+        took.append(time.perf_counter() - t)
+        time.sleep(max(0.0, seconds / 20 - took[-1]))
+    wall = time.monotonic() - t0
+    out = {"owner_ms_median": round(1000 * statistics.median(took), 1),
+           "owner_ms_max": round(1000 * max(took), 1),
+           "owner_ok": sum(c == 200 for c in codes), "owner_asked": len(codes),
+           "server_cpu_share": round((cpu() - c0) / wall, 3),
+           "connects_per_s": round((opened[0] - n0) / wall),
+           "server_fds": len(os.listdir(f"/proc/{dash.pid}/fd"))}
+    stop.set()
+    for t in ths:
+        t.join()
+    dash.terminate()
+    dash.wait()
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_replay":
         return _replay(sys.argv[2], sys.argv[3], float(sys.argv[4]))
@@ -293,12 +376,12 @@ def main() -> None:
     ap.add_argument("--live", type=int, default=100_000)
     ap.add_argument("--null", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=("finished", "live", "null"), action="append")
+    ap.add_argument("--only", choices=("finished", "live", "null", "flood"), action="append")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "pilotfish-bench-dashboard"))
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
-    only = set(a.only or ("finished", "live", "null"))
+    only = set(a.only or ("finished", "live", "null", "flood"))
     res = {}
     if "finished" in only:
         res["finished"] = finished(a.big, a.dir)
@@ -309,6 +392,9 @@ def main() -> None:
     if "null" in only:
         res["null"] = null(a.null, a.rounds, a.dir)
         print(json.dumps({"null": res["null"]}, indent=1), flush=True)
+    if "flood" in only:
+        res["flood"] = flood(a.dir)
+        print(json.dumps({"flood": res["flood"]}, indent=1), flush=True)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(res, fh, indent=1)

@@ -62,6 +62,7 @@ def dashboard(session_dir: str, port: int, host: str) -> None:
                    "sees the URL can read this session (plain HTTP)", err=True)
     click.echo("  Ctrl-C to stop")
     sys.stdout.flush()
+    server.report = lambda line: click.echo(line, err=True)  # idle connections closed
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

@@ -1,12 +1,26 @@
 """The dashboard's web server: the page and its JSON, behind a token.
 
-Python's own ThreadingHTTPServer: the dashboard serves one user (through `ssh -L`) a page that
-polls a few small JSON documents once a second, which needs no web framework -- nothing to
-install on a login node, no dependency for the base package. Every request -- the page, its
-JSON, any other path -- needs the token printed with the URL (`?token=...`, compared in
-constant time): without it the answer is 403 and nothing else. The server binds 127.0.0.1 by
-default; the page sends no request off this server (a Content-Security-Policy forbids it) and
-its URL (with the token) is not sent on as a Referer.
+The dashboard serves one user (through `ssh -L`) a page that polls a few small JSON
+documents once a second, which needs no web framework -- nothing to install on a login node,
+no dependency for the base package. Every request -- the page, its JSON, any other path --
+needs the token printed with the URL (`?token=...`, compared in constant time): without it
+the answer is 403 and nothing else. The server binds 127.0.0.1 by default; the page sends no
+request off this server (a Content-Security-Policy forbids it) and its URL (with the token)
+is not sent on as a Referer.
+
+Anyone on the login node can connect to that port, token or not, so the server holds under
+idle connections (issue 42): one thread and a selector (DashboardServer), not a thread per
+connection -- an idle connection costs a descriptor and a few bytes, never a thread or CPU.
+A request's head must arrive within HEAD_TIMEOUT_S of its connection (a slowloris trickle
+gains nothing) and within MAX_HEAD bytes; at most `cap` connections are held (a share of the
+descriptor limit, so the server never runs out of descriptors -- and never spins on accept()
+when it would: a spare descriptor is given up to take the connection and close it). At the
+cap a new connection makes room by closing the oldest one whose request has not arrived:
+the owner's connection brings its whole request at once, so it is answered however many idle
+ones others open and reopen. Each closing is counted (DashboardServer.counts) and reported
+one line per REPORT_S at most. One connection, one request (HTTP/1.0): the answer is
+written without blocking, then the connection closes. The request is parsed and answered by
+Python's BaseHTTPRequestHandler, on the head read into memory.
 
 One SessionWatch holds the aggregates; a request refreshes it (reads what was appended to
 the session's files) when the last refresh is older than REFRESH_S, under one lock, so
@@ -15,18 +29,32 @@ several open pages cost no more reading than one.
 
 from __future__ import annotations
 
+import errno
 import hmac
+import io
 import json
+import os
+import resource
 import secrets
+import selectors
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from pilotfish.analytics.dashboard.page import PAGE
 from pilotfish.analytics.dashboard.state import SessionWatch
 
 REFRESH_S = 0.5
+HEAD_TIMEOUT_S = 5.0      # a request's head arrives within this of its connection, or it closes
+WRITE_TIMEOUT_S = 30.0    # an answer is taken within this, or its connection closes
+MAX_HEAD = 16 * 1024      # bytes of a request's head at most (431 past them)
+MAX_CONNECTIONS = 256     # connections held at once at most (a page makes 8 a second)
+FD_RESERVE = 64           # descriptors left to the rest (the session's files, stdio, ...)
+BACKLOG = 128             # connections the kernel queues before accept
+REPORT_S = 60.0           # closed connections are reported one line per this at most
 _CSP = ("default-src 'none'; connect-src 'self'; img-src 'self' data:; "
         "style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; "
         "form-action 'none'; frame-ancestors 'none'")
@@ -92,9 +120,22 @@ def _plain(x):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One request, from its head read into memory; the answer is written into `out`."""
+
     dashboard: Dashboard   # set on the class made per server
     server_version = "pilotfish-dashboard"
     sys_version = ""
+
+    def __init__(self, head: bytes, address, server, out: io.BytesIO):
+        self._head, self._out = head, out
+        super().__init__(None, address, server)
+
+    def setup(self):
+        self.rfile = io.BytesIO(self._head)
+        self.wfile = self._out
+
+    def finish(self):
+        pass
 
     def log_message(self, fmt, *args):
         """Quiet: a line per poll would flood the terminal."""
@@ -142,17 +183,304 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_POST
 
 
+class _Conn:
+    __slots__ = ("sock", "address", "deadline", "head", "out", "closed")
+
+    def __init__(self, sock: socket.socket, address, deadline: float):
+        self.sock, self.address, self.deadline = sock, address, deadline
+        self.head = bytearray()
+        self.out: memoryview | None = None
+        self.closed = False
+
+
+class DashboardServer:
+    """One thread, one selector: connections read until their request's head is whole (or
+    HEAD_TIMEOUT_S passed, or MAX_HEAD bytes came), answered by `handler`, written without
+    blocking, closed. At most `cap` held: a new one closes the oldest still reading its head.
+    The interface of socketserver's servers that the dashboard uses: server_address,
+    serve_forever, shutdown, server_close."""
+
+    def __init__(self, address: tuple[str, int], handler: type, cap: int | None = None):
+        host, port = address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        self.socket.setblocking(False)
+        self.server_address = self.socket.getsockname()
+        self.handler = handler
+        self.cap = cap if cap is not None else default_cap()
+        self.counts = {"accepted": 0, "answered": 0, "timed_out": 0, "evicted": 0,
+                       "refused": 0, "too_large": 0}
+        self.report: Callable[[str], None] | None = None  # a line per REPORT_S at most
+        # reading: accept order is deadline order (one HEAD_TIMEOUT_S each), so the oldest --
+        # the first to expire, the first to make room -- is first; writing likewise
+        self._reading: dict[int, _Conn] = {}
+        self._writing: dict[int, _Conn] = {}
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.socket, selectors.EVENT_READ, None)
+        self._spare = _spare()
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._reported = dict(self.counts)
+        self._last_report = time.monotonic()
+
+    @property
+    def open(self) -> int:
+        """Connections held now."""
+        return len(self._reading) + len(self._writing)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Serve until shutdown() (looked at every poll_interval at least)."""
+        self._stop.clear()
+        self._done.clear()
+        try:
+            while not self._stop.is_set():
+                timeout = poll_interval
+                nxt = self._next_deadline()
+                if nxt is not None:
+                    timeout = max(0.0, min(timeout, nxt - time.monotonic()))
+                for key, mask in self._sel.select(timeout):
+                    conn = key.data
+                    if conn is None:
+                        self._accept()
+                    elif conn.closed:  # (closed earlier in this round: made room)
+                        continue
+                    elif mask & selectors.EVENT_READ and conn.out is None:
+                        self._read(conn)
+                    elif mask & selectors.EVENT_WRITE:
+                        self._write(conn)
+                self._expire(time.monotonic())
+                self._report()
+        finally:
+            self._done.set()
+
+    def shutdown(self) -> None:
+        """Stop serve_forever (from another thread) and wait for it."""
+        self._stop.set()
+        self._done.wait()
+
+    def server_close(self) -> None:
+        """Close every connection and the listening socket."""
+        for conn in [*self._reading.values(), *self._writing.values()]:
+            self._close(conn)
+        try:
+            self._sel.unregister(self.socket)
+        except (KeyError, ValueError):
+            pass
+        self._sel.close()
+        self.socket.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    # -- connections ------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(64):  # a batch: then the connections already held get their turn
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if self._out_of_descriptors():
+                        continue
+                    time.sleep(0.05)  # nothing to give up: never spin on a readable socket
+                    return
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # that one is gone; the next
+                return
+            self.counts["accepted"] += 1
+            if self.open >= self.cap and not self._evict():
+                self.counts["refused"] += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            conn = _Conn(sock, address, time.monotonic() + HEAD_TIMEOUT_S)
+            self._reading[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _out_of_descriptors(self) -> bool:
+        """accept() found no descriptor (something else holds them): close the oldest idle
+        connection, or take the waiting connection on the spare descriptor and close it.
+        Whether one was freed."""
+        if self._evict():
+            return True
+        if self._spare is None:
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            sock, _ = self.socket.accept()
+            sock.close()
+            self.counts["refused"] += 1
+        except OSError:
+            pass
+        self._spare = _spare()
+        return False
+
+    def _evict(self) -> bool:
+        """Close the oldest connection still reading its head (room for a new one)."""
+        for conn in self._reading.values():
+            self.counts["evicted"] += 1
+            self._close(conn)
+            return True
+        return False
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(8192)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not data:
+            self._close(conn)
+            return
+        start = max(0, len(conn.head) - 3)
+        conn.head += data
+        end = _head_end(conn.head, start)
+        if end < 0 or end > MAX_HEAD:
+            if len(conn.head) > MAX_HEAD:
+                self.counts["too_large"] += 1
+                self._answer(conn, _TOO_LARGE)
+            return
+        self._answer(conn, self._handle(bytes(conn.head[:end]), conn.address))
+
+    def _handle(self, head: bytes, address) -> bytes:
+        out = io.BytesIO()
+        try:
+            self.handler(head, address, self, out)
+        except Exception:  # noqa: BLE001 -- that request's problem; the server serves on
+            return b""
+        return out.getvalue()
+
+    def _answer(self, conn: _Conn, data: bytes) -> None:
+        fd = conn.sock.fileno()
+        del self._reading[fd]
+        if not data:
+            conn.closed = True
+            self._unregister(conn)
+            conn.sock.close()
+            return
+        conn.out = memoryview(data)
+        conn.deadline = time.monotonic() + WRITE_TIMEOUT_S
+        self._writing[fd] = conn
+        self._write(conn)
+        if not conn.closed:
+            self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _write(self, conn: _Conn) -> None:
+        try:
+            n = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        conn.out = conn.out[n:]
+        if not conn.out:
+            self.counts["answered"] += 1
+            self._close(conn, drain=True)
+
+    def _close(self, conn: _Conn, drain: bool = False) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        fd = conn.sock.fileno()
+        self._reading.pop(fd, None)
+        self._writing.pop(fd, None)
+        self._unregister(conn)
+        if drain:  # what the client sent past its head, read: a close then sends no reset
+            try:                        # that could cut the answer short on its side
+                conn.sock.shutdown(socket.SHUT_WR)
+                for _ in range(8):
+                    if not conn.sock.recv(65536):
+                        break
+            except OSError:
+                pass
+        conn.sock.close()
+
+    def _unregister(self, conn: _Conn) -> None:
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _next_deadline(self) -> float | None:
+        out = None
+        for held in (self._reading, self._writing):
+            for conn in held.values():
+                out = conn.deadline if out is None else min(out, conn.deadline)
+                break
+        return out
+
+    def _expire(self, now: float) -> None:
+        for held in (self._reading, self._writing):
+            while held:
+                conn = next(iter(held.values()))
+                if conn.deadline > now:
+                    break
+                self.counts["timed_out"] += 1
+                self._close(conn)
+
+    def _report(self) -> None:
+        """A line per REPORT_S at most when connections were closed unanswered."""
+        now = time.monotonic()
+        if self.report is None or now - self._last_report < REPORT_S:
+            return
+        new = {k: self.counts[k] - self._reported[k]
+               for k in ("timed_out", "evicted", "refused", "too_large")}
+        self._last_report = now
+        if not any(new.values()):
+            return
+        self._reported = dict(self.counts)
+        self.report(f"dashboard: {sum(new.values())} connections closed unanswered in the last "
+                    f"{REPORT_S:g} s ({new['timed_out']} sent no request within "
+                    f"{HEAD_TIMEOUT_S:g} s, {new['evicted']} idle made room at the cap of "
+                    f"{self.cap}, {new['refused']} refused, {new['too_large']} too large); "
+                    f"{self.counts['answered']} answered in all")
+
+
+_TOO_LARGE = (b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+              b"Content-Length: 23\r\nConnection: close\r\n\r\nrequest head too large\n")
+
+
+def _head_end(buf: bytearray, start: int) -> int:
+    """Where the head ends (past its blank line), or -1."""
+    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := buf.find(sep, start)) >= 0]
+    return min(ends) if ends else -1
+
+
+def _spare() -> int | None:
+    """A descriptor held to be given up when accept() finds none."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def default_cap() -> int:
+    """Connections held at most: MAX_CONNECTIONS, or fewer where the descriptor limit is low
+    (half of what is left past FD_RESERVE)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, (soft - FD_RESERVE) // 2))
+
+
 def make_server(session_dir: str, host: str = "127.0.0.1", port: int = 0,
-                token: str | None = None) -> tuple[ThreadingHTTPServer, Dashboard]:
-    """A server (not yet serving) for the session; its URL is url(server, dashboard)."""
+                token: str | None = None,
+                cap: int | None = None) -> tuple[DashboardServer, Dashboard]:
+    """A server (not yet serving) for the session; its URL is url(server, dash). cap:
+    connections held at most (default_cap())."""
     dash = Dashboard(session_dir, token)
     handler = type("Handler", (_Handler,), {"dashboard": dash})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server, dash
+    return DashboardServer((host, port), handler, cap), dash
 
 
-def url(server: ThreadingHTTPServer, dash: Dashboard) -> str:
+def url(server: DashboardServer, dash: Dashboard) -> str:
     """The URL to open: the server's address and the token."""
     host, port = server.server_address[:2]
     if ":" in host:
