@@ -209,7 +209,7 @@ class DashboardServer:
         self.handler = handler
         self.cap = cap if cap is not None else default_cap()
         self.counts = {"accepted": 0, "answered": 0, "timed_out": 0, "evicted": 0,
-                       "refused": 0, "too_large": 0}
+                       "turned_away": 0, "too_large": 0}
         self.report: Callable[[str], None] | None = None  # a line per REPORT_S at most
         # reading: accept order is deadline order (one HEAD_TIMEOUT_S each), so the oldest --
         # the first to expire, the first to make room -- is first; writing likewise
@@ -292,7 +292,7 @@ class DashboardServer:
                 return
             self.counts["accepted"] += 1
             if self.open >= self.cap and not self._evict():
-                self.counts["refused"] += 1
+                self.counts["turned_away"] += 1
                 sock.close()
                 continue
             sock.setblocking(False)
@@ -313,7 +313,7 @@ class DashboardServer:
         try:
             sock, _ = self.socket.accept()
             sock.close()
-            self.counts["refused"] += 1
+            self.counts["turned_away"] += 1
         except OSError:
             pass
         self._spare = _spare()
@@ -431,7 +431,7 @@ class DashboardServer:
         if self.report is None or now - self._last_report < REPORT_S:
             return
         new = {k: self.counts[k] - self._reported[k]
-               for k in ("timed_out", "evicted", "refused", "too_large")}
+               for k in ("timed_out", "evicted", "turned_away", "too_large")}
         self._last_report = now
         if not any(new.values()):
             return
@@ -439,7 +439,7 @@ class DashboardServer:
         self.report(f"dashboard: {sum(new.values())} connections closed unanswered in the last "
                     f"{REPORT_S:g} s ({new['timed_out']} sent no request within "
                     f"{HEAD_TIMEOUT_S:g} s, {new['evicted']} idle made room at the cap of "
-                    f"{self.cap}, {new['refused']} refused, {new['too_large']} too large); "
+                    f"{self.cap}, {new['turned_away']} refused, {new['too_large']} too large); "
                     f"{self.counts['answered']} answered in all")
 
 
