@@ -7,24 +7,61 @@ routing id, the node's name.
 A spawn spec travels as a tuple: (key, argv, env ["K=V", ...] or None, cwd or None, stdout,
 stderr), where stdout/stderr are None (discarded), True (captured: the node executor writes it
 to its own spool and sends the text back with the exit) or a path (the user's file).
+
+What a node executor sends is typed all the way down (rows of fixed shape, integers within
+their ranges, texts of bounded length): the agent reads frames from any holder of the node key
+(a task of the owner can read it), so a frame that is not exactly a node's message fails to
+decode -- one error, which the agent counts and drops (agent/nodes.py) -- and never reaches
+code that would take it apart. Trailing fields a decoder does not know are ignored (a newer
+executor's additions). What the agent sends (spawn specs) the executor checks spec by spec.
 """
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
+# what a node may say, bounded: the agent trusts none of it further than its shape
+Key = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # the agent's spawn keys
+Pid = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]  # a pid, or -errno
+Code = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
+Sig = Annotated[int, msgspec.Meta(ge=0, le=255)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.0)]  # (NaN is refused too)
+Name = Annotated[str, msgspec.Meta(max_length=255)]
+Text = Annotated[str, msgspec.Meta(max_length=1 << 21)]  # captured output (1 MiB cap, utf-8)
+
+
+class ExitRow(msgspec.Struct, array_like=True):
+    """One process that ended, in a node's Exits and NodeHello: its key, pid, exit code,
+    signal, time, user and system CPU seconds, max RSS (KiB), captured stdout and stderr
+    (None: not captured) and whether the executor killed it fencing itself (agent/node.py:
+    it had not heard the agent for fence_after_s)."""
+
+    key: Key
+    pid: Pid
+    code: Code
+    sig: Sig
+    t: Seconds
+    ut: Seconds = 0.0
+    st: Seconds = 0.0
+    rss: Count = 0
+    stdout: Union[Text, None] = None
+    stderr: Union[Text, None] = None
+    fenced: bool = False
+
 
 class NodeHello(msgspec.Struct, tag="hello", array_like=True):
-    """node -> agent, on connecting (and again on a resync): who it is and what it holds --
-    keys still running and exits the agent has not acknowledged (a restarted agent's resync)."""
+    """node -> agent, on connecting and whenever the agent asks (Resync): who it is and what it
+    holds -- keys still running and exits the agent has not acknowledged (a restarted agent's
+    resync; a lost node's reconciliation, agent/nodes.py)."""
 
-    node: str
-    pid: int
-    host: str
-    running: list[int] = []
-    exits: list[tuple] = []
+    node: Name
+    pid: Pid
+    host: Name
+    running: list[Key] = []
+    exits: list[ExitRow] = []
 
 
 class Spawn(msgspec.Struct, tag="spawn", array_like=True):
@@ -36,14 +73,13 @@ class Spawn(msgspec.Struct, tag="spawn", array_like=True):
 class Spawned(msgspec.Struct, tag="spawned", array_like=True):
     """node -> agent: per spec (key, pid, t_spawn) or (key, -errno, message)."""
 
-    results: list[tuple]
+    results: list[tuple[Key, Pid, Union[float, Annotated[str, msgspec.Meta(max_length=4096)]]]]
 
 
 class Exits(msgspec.Struct, tag="exits", array_like=True):
-    """node -> agent: (key, pid, code, signal, t_exit, utime, stime, maxrss_kib, stdout,
-    stderr) per process that ended, in the order they were reaped."""
+    """node -> agent: the processes that ended, in the order they were reaped."""
 
-    exits: list[tuple]
+    exits: list[ExitRow]
 
 
 class Kill(msgspec.Struct, tag="kill", array_like=True):
@@ -51,21 +87,30 @@ class Kill(msgspec.Struct, tag="kill", array_like=True):
     outside their group); uids: tasks stopped for good whose escapees (processes marked
     with their PILOTFISH_TASK_UID, e.g. after setsid) must go too."""
 
-    keys: list[int]
-    signal: int
+    keys: list[Key]
+    signal: Sig
     uids: list[str] = []
 
 
 class Ack(msgspec.Struct, tag="ack", array_like=True):
     """agent -> node: exits it has recorded; the node executor may forget them."""
 
-    keys: list[int]
+    keys: list[Key]
 
 
 class Beat(msgspec.Struct, tag="beat", array_like=True):
-    """either way: still here (sent when nothing else was for a heartbeat period)."""
+    """either way: still here (sent when nothing else was for a heartbeat period). fenced
+    (node -> agent): the executor fenced itself and takes no spawn until a Resync."""
 
     t: float
+    fenced: bool = False
+
+
+class Resync(msgspec.Struct, tag="resync", array_like=True):
+    """agent -> node: the agent hears you again (after it declared you lost, or after you
+    fenced yourself): say hello with all you hold, and take spawns again."""
+
+    why: str
 
 
 class Stop(msgspec.Struct, tag="stop", array_like=True):
@@ -74,7 +119,8 @@ class Stop(msgspec.Struct, tag="stop", array_like=True):
     reason: str
 
 
-NodeMessage = Union[NodeHello, Spawn, Spawned, Exits, Kill, Ack, Beat, Stop]
+NodeMessage = Union[NodeHello, Spawn, Spawned, Exits, Kill, Ack, Beat, Stop, Resync]
+FROM_NODE = (NodeHello, Spawned, Exits, Beat)  # what an agent takes from a node executor
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(NodeMessage)

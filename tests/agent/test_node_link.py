@@ -72,7 +72,7 @@ def test_bad_frames_are_dropped_and_the_node_goes_on(tmp_path):
         other.close(0)
     finally:
         link.close()
-        ctx.term()
+        ctx.destroy(0)  # (sockets an assertion left open too)
 
 
 def test_wrong_key_is_refused_and_counted(tmp_path):
@@ -83,15 +83,18 @@ def test_wrong_key_is_refused_and_counted(tmp_path):
         forged.write_bytes(zmq.curve_keypair()[0])
         sock = curve_dealer(ctx, str(forged), link.address, identity=b"n2")
         sock.send(W.encode(W.NodeHello("n2", 1, "n2")))
-        assert _pump(link, lambda: link.refused > 0)
+        assert _pump(link, lambda: link.door.counts["handshakes"] > 0)  # (refused: _door.py)
         assert not link.nodes["n2"].up and ev.named(E.NODE_UP) == []
         sock.close(0)
     finally:
         link.close()
-        ctx.term()
+        ctx.destroy(0)  # (sockets an assertion left open too)
 
 
 def test_silent_node_is_lost_and_its_processes_end_with_why(tmp_path):
+    """Lost after lost_after_s of silence: nothing more goes there at once, its processes are
+    held (they may be running to their end: the module docstring) until its verdict,
+    verdict_after_s later, which ends them with why."""
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.3)
     try:
         link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
@@ -102,12 +105,290 @@ def test_silent_node_is_lost_and_its_processes_end_with_why(tmp_path):
         time.sleep(0.5)
         link.tick()
         assert link.nodes["n2"].lost and "no heartbeat" in link.nodes["n2"].lost
+        assert link.take() == ([], [])  # held: their end is not known
+        assert [d.split()[0] for d in ev.named(E.NODE_LOST)] == ["n2"]
+        assert "2 processes held" in ev.named(E.NODE_LOST)[0]
+        assert link.spawn("n2", [(3, ["z"], None, None, None, None)]).startswith("node n2 lost")
+        time.sleep(link.verdict_after_s)
+        link.tick()
         _, exits = link.take()
         assert sorted(e[0] for e in exits) == [1, 2]
         assert all(e[8].startswith("node n2 lost: no heartbeat") for e in exits)
-        assert [d.split()[0] for d in ev.named(E.NODE_LOST)] == ["n2"]
-        assert link.spawn("n2", [(3, ["z"], None, None, None, None)]).startswith("node n2 lost")
         sock.close(0)
     finally:
         link.close()
-        ctx.term()
+        ctx.destroy(0)  # (sockets an assertion left open too)
+
+
+# -- a holder of the node key (any task of the owner can read nodes.key) -------------------------
+
+def _raw(*fields) -> bytes:
+    """A frame as a forger builds it: any msgpack at all."""
+    import msgspec
+
+    return msgspec.msgpack.encode(list(fields))
+
+
+MALFORMED = [
+    ("short spawned row", _raw("spawned", [[1]])),
+    ("spawned row of wrong types", _raw("spawned", [["x", "y", "z"]])),
+    ("spawned rows not a list", _raw("spawned", 7)),
+    ("short exit row", _raw("exits", [[7, 1, 0]])),
+    ("exit row of wrong types", _raw("exits", [["k", 1, 0, 0, 1.0, 0.0, 0.0, 0, None, None]])),
+    ("huge key", _raw("exits", [[(1 << 64) - 1, 1, 0, 0, 1.0, 0.0, 0.0, 0, None, None]])),
+    ("huge pid", _raw("spawned", [[7, 1 << 62, 1.0]])),
+    ("negative key", _raw("exits", [[-7, 1, 0, 0, 1.0, 0.0, 0.0, 0, None, None]])),
+    ("huge signal", _raw("exits", [[7, 1, 0, 1 << 40, 1.0, 0.0, 0.0, 0, None, None]])),
+    ("NaN time", _raw("exits", [[7, 1, 0, 0, float("nan"), 0.0, 0.0, 0, None, None]])),
+    ("hello of wrong types", _raw("hello", "n2", "pid", "host")),
+    ("hello with short exit rows", _raw("hello", "n2", 1, "n2", [], [[1]])),
+    ("hello running not keys", _raw("hello", "n2", 1, "n2", ["a"], [])),
+    ("hello for another node", _raw("hello", "n3", 1, "n3")),
+    ("unknown kind", _raw("nonsense", 1, 2)),
+    ("no kind", _raw()),
+    ("a map", b"\x81\xa4kind\xa5exits"),
+    ("agent's kind from a node", _raw("spawn", [[1, ["/bin/true"], None, None, None, None]])),
+    ("deep nesting", b"\x91" * 5000 + b"\xc0"),
+    ("not msgpack", b"\xc1\xc1\xc1"),
+]
+
+
+def test_malformed_frames_with_the_real_key_are_dropped_counted_and_the_link_goes_on(tmp_path):
+    """Row 10 of issue 42: `["spawned", [[1]]]` from a holder of the node key raised ValueError
+    out of on_readable and killed the agent. Every node frame is validated: a malformed one
+    is dropped, counted and logged; the node's real frames before and after still count."""
+    ctx, ev, link = _link(tmp_path)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
+        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
+        sock.send(W.encode(W.NodeHello("n2", 123, "n2")))
+        assert _pump(link, lambda: link.nodes["n2"].up)
+        assert link.spawn("n2", [(7, ["/bin/true"], None, None, None, None),
+                                 (8, ["/bin/true"], None, None, None, None)]) is None
+        for _why, frame in MALFORMED:
+            sock.send(frame)
+        sock.send(W.encode(W.Spawned([(7, 4242, 1.0)])))
+        sock.send(W.encode(W.Exits([(7, 4242, 0, 0, 1.0, 0.0, 0.0, 0, "out", None)])))
+        assert _pump(link, lambda: link.exits)
+        assert link.bad_frames == len(MALFORMED), (link.bad_frames, len(MALFORMED))
+        bad = ev.named(E.BAD_FRAME)
+        assert bad and all("node n2" in d for d in bad), bad
+        spawned, exits = link.take()
+        assert [(k, p) for k, p, _ in spawned] == [(7, 4242)]
+        assert [e[0] for e in exits] == [7] and link.outputs == {7: ("out", None)}
+        # a well-formed frame about a key that is not this node's touches nothing
+        link.nodes["n3"] = Node("n3", time.monotonic() + 60, None)
+        link.nodes["n3"].up = True
+        link.nodes["n3"].last_heard = time.monotonic()
+        assert link.spawn("n3", [(9, ["/bin/true"], None, None, None, None)]) is None
+        sock.send(W.encode(W.Spawned([(9, -2, "forged failure")])))
+        sock.send(W.encode(W.Exits([(9, 1, 0, 0, 1.0, 0.0, 0.0, 0, None, None)])))
+        sock.send(W.encode(W.Exits([(8, 4243, 0, 0, 1.0, 0.0, 0.0, 0, None, None)])))
+        assert _pump(link, lambda: link.exits)
+        spawned, exits = link.take()
+        assert spawned == [] and [e[0] for e in exits] == [8]
+        assert link.owner.get(9) == "n3" and 9 in link.nodes["n3"].keys
+        assert link.nodes["n2"].up and link.nodes["n2"].lost is None
+        sock.close(0)
+    finally:
+        link.close()
+        ctx.destroy(0)  # (sockets an assertion left open too)
+
+
+# -- a node that is lost and comes back ---------------------------------------------------------
+
+def _tick(link, seconds, until=None):
+    """The agent's loop for a while: read, tick (heartbeats, losses, verdicts)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        link.on_readable()
+        link.tick()
+        if until is not None and until():
+            return True
+        time.sleep(0.02)
+    return until is None
+
+
+class _Partition:
+    """What NodeLink needs of a partition: its node names and placer (a real one), and a
+    scheduler to give fences back through."""
+
+    def __init__(self, names, cores):
+        from pilotfish import _core
+
+        self.names = names
+        self.placer = _core.Placer([cores] * len(names), [0] * len(names), [0] * len(names))
+        self.scheduler = self
+
+    def release(self, keys, now=None):
+        self.placer.release_batch(keys)
+
+
+def _executor(tmp_path, link, node="n2"):
+    """A real node executor (python -m pilotfish.agent.node) on this host, for `node`."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "pilotfish.agent.node", link.config_path],
+                            env=dict(os.environ, SLURMD_NODENAME=node))
+
+
+def test_a_stopped_executor_fences_itself_and_its_node_rejoins_reconciled(tmp_path):
+    """Row 6 of issue 42 on one host: the node executor SIGSTOPped for longer than lost_after
+    while its tasks run. The agent declares the node lost but holds its tasks' verdict; on
+    SIGCONT the executor, having heard nothing for fence_after_s, kills what still runs
+    before anything else, and reports what ended while it was stopped. The task that
+    completed ends with its real exit (not "node lost"), the killed one says it was killed
+    by the fence; the node rejoins, its fences are lifted and it runs tasks again."""
+    import os
+    import signal
+
+    side = tmp_path / "side"
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.5)
+    link.partitions.append(_Partition(["n2"], 4))
+    proc = _executor(tmp_path, link)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
+        assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
+        assert link.spawn("n2", [
+            (1, ["/bin/sh", "-c", f"sleep 0.3; echo 1 >> {side}"], None, str(tmp_path), None,
+             None),
+            (2, ["/bin/sh", "-c", f"sleep 30; echo 2 >> {side}"], None, str(tmp_path), None,
+             None)]) is None
+        assert _tick(link, 10, lambda: len([s for s in link.spawned if s[1] > 0]) == 2)
+        link.take()
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            assert _tick(link, 10, lambda: link.nodes["n2"].lost is not None)
+            assert _tick(link, 1.0, lambda: side.exists()) and side.read_text() == "1\n"
+            # stopped for twice fence_after_s, well before the verdict (lost + 5 x lost_after_s)
+            _tick(link, stopped + 2 * link.fence_after_s - time.monotonic())
+            spawned, exits = link.take()
+            assert exits == [], ("decided while the node's fate was unknown", exits)
+            assert [d.split()[0] for d in ev.named(E.NODE_LOST)] == ["n2"]
+            assert link.partitions[0].placer.free(0)[0] == 0  # its free cores fenced
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        got = {}
+
+        def reconciled():
+            for e in link.take()[1]:
+                got[e[0]] = e
+            return len(got) == 2 and link.nodes["n2"].lost is None
+
+        assert _tick(link, 15, reconciled), (got, link.nodes["n2"].lost)
+        assert got[1][2:4] == (0, 0) and got[1][8] is None, got[1]  # completed: its real end
+        assert got[2][3] == signal.SIGKILL and "fence" in got[2][8], got[2]
+        assert side.read_text() == "1\n"  # the killed one never ran to its end
+        up = ev.named(E.NODE_UP)
+        assert len(up) == 2 and "rejoined" in up[1], up
+        assert link.partitions[0].placer.free(0)[0] == 4  # fences lifted
+        assert link.spawn("n2", [(3, ["/bin/true"], None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(e[0] == 3 for e in link.exits))
+    finally:
+        proc.kill()
+        proc.wait()
+        link.close()
+        ctx.destroy(0)  # (sockets an assertion left open too)
+
+
+def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_path):
+    """The node stays silent past the verdict time (5 x lost_after_s after its loss): each of
+    its tasks ends as its journal on the shared file system says (its executor writes every
+    exit there as it reaps), or, with no word of it, as lost. When the node comes back, exits
+    for tasks already decided are late: dropped and counted; a task the agent decided that
+    still runs there is killed, and the node rejoins only once it runs none of them."""
+    from pilotfish._journal import exit_record
+
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
+        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
+        sock.send(W.encode(W.NodeHello("n2", 1, "n2")))
+        assert _tick(link, 5, lambda: link.nodes["n2"].up)
+        assert link.spawn("n2", [(k, ["x"], None, None, None, None)
+                                 for k in (1, 2, 3, 4)]) is None
+        assert _tick(link, 5, lambda: link.nodes["n2"].lost is not None)
+        assert link.take() == ([], [])  # held
+        journal = tmp_path / "nodes" / "n2"
+        journal.mkdir(parents=True)
+        (journal / "exits").write_bytes(exit_record(1, 0, 0, 5.0) + exit_record(2, 0, 9, 6.0))
+        got = {}
+
+        def decided():
+            for e in link.take()[1]:
+                got[e[0]] = e
+            return len(got) == 4
+
+        assert _tick(link, 5, decided), got
+        assert got[1][2:5] == (0, 0, 5.0) and got[1][8] is None  # completed, says its journal
+        assert got[2][3] == 9 and "killed by signal 9" in got[2][8], got[2]
+        for k in (3, 4):
+            assert got[k][2] != 0 and got[k][8].startswith("node n2 lost") \
+                and "no word" in got[k][8], got[k]
+        # it comes back: key 3 ran to its end after all (late, counted), key 4 still runs
+        while sock.poll(0):
+            sock.recv()
+        sock.send(W.encode(W.NodeHello("n2", 1, "n2", [4], [
+            (3, 11, 0, 0, 7.0, 0.0, 0.0, 0, None, None)])))
+        assert _tick(link, 5, lambda: link.late == 1)
+        kinds = []
+        while sock.poll(300):
+            kinds.append(W.decode(sock.recv()))
+        kills = [m for m in kinds if isinstance(m, W.Kill)]
+        assert kills and kills[0].keys == [4] and kills[0].signal == 9, kinds
+        assert link.nodes["n2"].lost is not None  # not before it proves key 4 stopped
+        sock.send(W.encode(W.NodeHello("n2", 1, "n2", [], [
+            (4, 12, 0, 9, 8.0, 0.0, 0.0, 0, None, None)])))
+        assert _tick(link, 5, lambda: link.nodes["n2"].lost is None)
+        assert link.late == 2
+        up = ev.named(E.NODE_UP)
+        assert "rejoined" in up[-1] and "1 ran to its end after its verdict" in up[-1], up
+        assert link.take() == ([], [])  # nothing decided twice
+        sock.close(0)
+    finally:
+        link.close()
+        ctx.destroy(0)  # (sockets an assertion left open too)
+
+
+def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path):
+    """The agent (not the node) falls silent for longer than fence_after_s but less than its
+    own lost_after_s would catch (it was not running its loop at all): the executor fences
+    itself -- kills what it runs, refuses a spawn that reaches it meanwhile (it never
+    started: queued again) -- and once the agent hears its fenced heartbeat and answers, takes
+    spawns again. The killed task's end says it was the fence."""
+    import signal
+
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.5)
+    proc = _executor(tmp_path, link)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
+        assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
+        assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
+        link.take()
+        time.sleep(2 * link.fence_after_s)  # the agent's loop does not run
+        assert link.spawn("n2", [(2, ["/bin/true"], None, None, None, None)]) is None
+        got, spawned = {}, {}
+
+        def seen():
+            s, e = link.take()
+            spawned.update((k, (p, i)) for k, p, i in s)
+            got.update((r[0], r) for r in e)
+            return 1 in got and 2 in spawned
+
+        assert _tick(link, 10, seen), (got, spawned)
+        assert got[1][3] == signal.SIGKILL and "fence" in got[1][8], got[1]
+        assert spawned[2][0] == -113 and "never started" in spawned[2][1], spawned[2]
+        assert link.nodes["n2"].lost is None  # it never was: the agent was the slow one
+        _tick(link, 0.5)  # (the refusal asked for a Resync: it is answered by now)
+        assert link.spawn("n2", [(3, ["/bin/true"], None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(r[0] == 3 and r[2] == 0 for r in link.exits)), \
+            "no spawn taken after the agent answered"
+    finally:
+        proc.kill()
+        proc.wait()
+        link.close()
+        ctx.destroy(0)

@@ -350,7 +350,11 @@ class TaskRunner(Runner):
                 if self.profile:
                     events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
                 continue
-            if t.reason is None:
+            if pid == UNREACHABLE and t.kill_reason is None:
+                # it never started there (its node was lost, or fenced itself, before): back
+                # to the queue once all its processes are accounted for, as in launch()
+                t.kill_reason = (E.REQUEUE, info)
+            elif t.reason is None:
                 t.reason = f"cannot execute {t.spec.executable!r}: {info} (errno {-pid})"
             exits.append((key, 0, 127, 0, now, 0.0, 0.0, 0))
         for row in away:

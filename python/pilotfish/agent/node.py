@@ -14,15 +14,27 @@ in the pilot's sandbox: only a process that can read it completes the handshake)
 - is a child subreaper, so what its tasks start outside their process group (setsid
   escapees) stays its descendant; a kill with SIGKILL also kills the task's marked
   processes (PILOTFISH_TASK_UID), as the agent does on its own host;
-- heartbeats; when the agent falls silent it finishes what runs, keeps the exits (journal
-  and memory) and sends them when the agent is back; it exits when nothing runs and the
-  agent stays away, and at the pilot's walltime kills what still runs.
+- heartbeats; keeps every exit (journal and memory) until the agent acknowledges it, and
+  sends those again in each hello;
+- *fences itself* when it has not heard the agent for fence_after_s (2 x the agent's
+  lost_after_s, in the config): it SIGKILLs every task it runs and refuses every spawn (answers
+  it -EHOSTUNREACH, "never started") until the agent answers it again with a Resync, to which
+  it says hello with what it still runs and every exit not acknowledged. The agent has
+  declared the node lost by then and holds its tasks' verdict until it hears how they ended
+  (agent/nodes.py: exactly once across a lost node that comes back). The check comes first in
+  every round, before any frame is read: an executor that was stopped (SIGSTOP) fences the
+  moment it runs again, and a spawn the agent sent before the loss never starts late. An exit
+  of a task the fence killed says so (ExitRow.fenced);
+- does not fence when the agent died and its keeper holds the pilot's tasks (`keeper.json`):
+  then it finishes what runs, as the keeper expects; it exits when nothing runs and the agent
+  stays away (agent_timeout_s), and at the pilot's walltime kills what still runs.
 
     python -m pilotfish.agent.node CONFIG.json
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -54,6 +66,8 @@ class NodeExecutor:
         os.makedirs(os.path.join(self.dir, "spool"), mode=0o700, exist_ok=True)
         self.beat_s = float(config.get("beat_s", 1.0))
         self.agent_timeout = float(config.get("agent_timeout_s", 60.0))
+        # None: never (an agent that does not hold a lost node's verdict does not ask it)
+        self.fence_after = float(config.get("fence_after_s") or 0) or None
         self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
         become_subreaper()
         self.core = _core.Executor(None, exit_log=os.path.join(self.dir, "exits"))
@@ -66,6 +80,8 @@ class NodeExecutor:
         self.unacked: dict[int, tuple] = {}  # key -> exit, until the agent acknowledges it
         self.stopping: str | None = None
         self.escapees: set[int] = set()  # killed escapees not reaped yet
+        self.fenced = False  # killed what ran, takes no spawn: until the agent's Resync
+        self.fenced_keys: set[int] = set()  # killed by the fence, not reaped yet
         self.last_heard = self.last_sent = time.monotonic()
 
     def send(self, msg) -> None:
@@ -85,7 +101,10 @@ class NodeExecutor:
             log.warning("dropped an undecodable frame (%d bytes): %s", len(frame), e)
             return
         if isinstance(msg, W.Spawn):
-            self.spawn(msg.specs)
+            if self.fenced:
+                self.refuse(msg.specs)
+            else:
+                self.spawn(msg.specs)
         elif isinstance(msg, W.Kill):
             self.kill(msg.keys, msg.signal)
             if msg.uids:
@@ -95,6 +114,40 @@ class NodeExecutor:
                 self.unacked.pop(k, None)
         elif isinstance(msg, W.Stop):
             self.stopping = msg.reason
+        elif isinstance(msg, W.Resync):  # the agent hears us again: take spawns, say all
+            if self.fenced:
+                log.warning("the agent is back (%s): taking spawns again", msg.why[:200])
+            self.fenced = False
+            self.hello()
+
+    # -- fencing ------------------------------------------------------------------------------
+    def fence(self, silent: float) -> None:
+        """No word from the agent for fence_after_s: kill every task (the agent gives their
+        verdict, or retries them elsewhere, only once they cannot still be running here)."""
+        from .._journal import keeper_state
+
+        if keeper_state(self.sandbox) is not None:
+            log.warning("agent silent for %.0f s, and its keeper holds the pilot's tasks: "
+                        "finishing what runs", silent)
+            self.fence_after = None  # (the agent died: nobody decides these tasks twice)
+            return
+        self.fenced = True
+        keys = list(self.running)
+        log.warning("agent silent for %.1f s: fencing -- killing %d tasks, taking no spawn "
+                    "until it answers", silent, len(keys))
+        if keys:
+            self.fenced_keys.update(keys)
+            self.kill(keys, signal.SIGKILL)
+        self.send(W.Beat(time.time(), True))
+
+    def refuse(self, specs: list) -> None:
+        """Spawns that reach a fenced executor: never started (the agent queues them again,
+        or has decided them already)."""
+        why = "its node executor fenced itself (no word from the agent): never started"
+        keys = [spec[0] for spec in specs if isinstance(spec, (list, tuple)) and spec
+                and isinstance(spec[0], int) and spec[0] >= 0]
+        log.warning("refused %d spawns: fenced", len(keys))
+        self.send(W.Spawned([(k, -errno.EHOSTUNREACH, why) for k in keys]))
 
     def spawn(self, specs: list) -> None:
         built, keys, bad = [], [], []
@@ -198,22 +251,24 @@ class NodeExecutor:
             r = self.running.pop(key, None)
             if r is None:
                 continue  # an escapee reaped as our descendant
-            ended.append([key, pid, code, sig, t_exit, ut, st, rss, None, None])
+            fenced = key in self.fenced_keys and sig != 0  # (one that ended first: its end)
+            self.fenced_keys.discard(key)
+            ended.append(W.ExitRow(key, pid, code, sig, t_exit, ut, st, rss, fenced=fenced))
             paths.append((r[1], r[2]))
         if not ended:
             return
         texts = read_outputs(paths, OUTPUT_CAP) if any(o or e for o, e in paths) else \
             [(None, None, True)] * len(paths)
         for row, (o, e), (so, se, _ok) in zip(ended, paths, texts):
-            row[8], row[9] = so, se
+            row.stdout, row.stderr = so, se
             for p in (o, e):
                 if p:
                     try:
                         os.unlink(p)
                     except OSError:
                         pass
-            self.unacked[row[0]] = tuple(row)
-        self.send(W.Exits([tuple(r) for r in ended]))
+            self.unacked[row.key] = row
+        self.send(W.Exits(ended))
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -226,6 +281,10 @@ class NodeExecutor:
         last_scan = 0.0
         while True:
             ready = dict(poller.poll(int(self.beat_s * 1000)))
+            # first: after a stop (SIGSTOP) the silence is judged before what waited is read
+            silent = time.monotonic() - self.last_heard
+            if self.fence_after is not None and not self.fenced and silent > self.fence_after:
+                self.fence(silent)
             if self.sock in ready:
                 while True:
                     try:
@@ -255,7 +314,7 @@ class NodeExecutor:
                 if now - self.last_sent >= self.beat_s:
                     self.hello()  # (the agent answers once it is back)
             elif now - self.last_sent >= self.beat_s:
-                self.send(W.Beat(time.time()))
+                self.send(W.Beat(time.time(), self.fenced))
 
     def stop(self) -> int:
         """Kill what runs (TERM, a grace, KILL), report the exits, exit."""

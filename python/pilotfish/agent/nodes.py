@@ -12,17 +12,58 @@ launcher (srun, mpiexec, prrte). NodeLink implements launch.nodes.NodeStarter.
 
 NodeLink owns the ROUTER the executors connect to (CURVE; its server key in a 0600 file of
 the sandbox: an executor started with another key fails the handshake, and is counted), and
-knows which node is up. A node whose executor stops heartbeating (or never starts) is *lost*:
-an event names it and why, its running processes end as failures with "node nK lost: why"
-(TaskRunner gives them to the table: they FAIL, or run again elsewhere with retries), and its
-free resources are fenced off in the placer so that nothing more is placed there.
+knows which node is up. Every frame is typed to the last field (_node_wire.py): the key is
+readable by any task of the owner, so a frame of any other shape is dropped, counted
+(bad_frames) and logged -- one BAD_FRAME event per node per second at most -- and the agent goes
+on; a node's frame about a process that is not its own touches nothing.
+
+A node whose executor stops heartbeating for lost_after_s (or never starts) is *lost*: an event
+names it and why, and its free resources are fenced off in the placer so that nothing more is
+placed there. Its running tasks are not decided then: a silent node is not a dead one (its
+link may be down, its executor stopped), and a task there may be running to its end right
+now. Deciding it at once ran tasks twice (retried elsewhere) or FAILED tasks that had run to
+their end (issue 42). So, exactly once across a lost node that comes back:
+
+- **Its executor fences itself** (node.py): when it has not heard the agent for
+  fence_after_s (2 x lost_after_s; the agent heartbeats no node it lost) it SIGKILLs every task
+  it runs, and takes no spawn until the agent answers it again (a Resync) -- so a spawn sent
+  before the loss and delivered after it never starts late. It checks before anything else in
+  each round: an executor that was stopped (SIGSTOP) fences the moment it runs again, before
+  it reads what waited. (Not when the agent died and its keeper holds the pilot's tasks: those
+  run to their end, as before.)
+- **The agent holds a lost node's verdict** until it knows how its tasks ended:
+  * the node comes back (link up, SIGCONT): whatever it sends gets a Resync, which it answers
+    with a hello -- what it still runs and every exit not acknowledged. Those exits are the
+    tasks' real ends: one that ran to its end while the node was unheard ends DONE (or FAILED by
+    its own exit code), one the fence killed FAILS "killed by its node executor's fence" (or
+    runs again with retries: it never ran to its end), one the node never heard of never
+    started and is queued again; what still runs there runs on. The node then *rejoins*: its
+    fences are lifted, the placer uses it again, NODE_UP says "rejoined";
+  * the node stays silent for verdict_after_s (5 x lost_after_s) after its loss: its executor,
+    if it runs at all, fenced 3 x lost_after_s before. Each task ends as the node's journal on
+    the shared file system says (`nodes/<node>/exits`: the executor records each exit as it
+    reaps), or, with no word of it there, as lost ("node nK lost: ...; no word of it ...": it
+    FAILS, or runs again elsewhere with retries). A node that comes back later rejoins once its
+    hello shows it runs none of the tasks decided without it (the agent kills those first);
+    their exits are *late*: dropped, counted (late), and the rejoin event says how many of them
+    ran to their end after their verdict.
+
+So no task runs twice to its end and none FAILS that ran to its end when a lost node comes back
+within the verdict time, or its executor lives and is not frozen, or its journal is readable.
+What cannot be told apart from a dead host is an executor frozen (SIGSTOP, a paused VM) for
+longer than lost_after_s + verdict_after_s, or one that died alone while its tasks ran on, with a
+journal that has no word of them: a task of such a node that ends after its verdict has run
+twice (with retries) or FAILED although it ended -- the rejoin event counts such ends, if the
+node ever comes back.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -34,11 +75,14 @@ from .._util import write_private
 log = logging.getLogger("pilotfish.agent")
 
 FENCE_KEY0 = 1 << 50  # placer keys of fences on lost nodes (apart from tasks' and processes')
+NEVER_STARTED = -errno.EHOSTUNREACH  # a spawn result (executor.UNREACHABLE): queued again
+BAD_EVENT_S = 1.0  # at most one BAD_FRAME event per node (and one for strangers) per second
 
 
 class Node:
     __slots__ = ("name", "pid", "host", "up", "lost", "last_heard", "last_sent", "keys",
-                 "expected_by", "starter")
+                 "expected_by", "starter", "lost_at", "decided", "kills", "kill_uids",
+                 "fences", "late", "late_ran", "resynced")
 
     def __init__(self, name: str, expected_by: float, starter: Any):
         self.name = name
@@ -51,6 +95,16 @@ class Node:
         self.keys: set[int] = set()  # its running processes' spawn keys
         self.expected_by = expected_by  # its executor must have said hello by then
         self.starter = starter  # the NodeExecutors method that started it
+        # while lost (the module docstring): its keys are held, undecided, until its hello or
+        # its verdict; then what was decided without it, and what is asked of it meanwhile
+        self.lost_at = 0.0
+        self.decided: dict[int, bool] = {}  # key -> decided without word of its end
+        self.kills: set[int] = set()  # keys killed while it was lost: killed when it rejoins
+        self.kill_uids: set[str] = set()  # tasks whose escapees go then too
+        self.fences: list[tuple[Any, int]] = []  # (partition, placer key) held on it
+        self.late = 0  # exits of decided keys since it was lost
+        self.late_ran = 0  # ... of which ran to their end after a verdict without word
+        self.resynced = 0.0  # when it was last sent a Resync (one per heartbeat period)
 
 
 class NodeLink:
@@ -80,7 +134,16 @@ class NodeLink:
         self.fds = (self.sock,)  # what the agent's poller watches
         self.beat_s = beat_s
         self.lost_after_s = lost_after_s
+        # the executor kills its tasks after fence_after_s without the agent; the agent gives a
+        # silent lost node's tasks their verdict verdict_after_s after the loss: by then the
+        # executor, if it runs, fenced 3 x lost_after_s before (the module docstring)
+        self.fence_after_s = 2.0 * lost_after_s
+        self.verdict_after_s = 5.0 * lost_after_s
         self.deadline_epoch = deadline_epoch
+        self.bad_frames = 0  # frames dropped as malformed
+        self.late = 0  # exits of tasks decided while their node was lost (all nodes)
+        self._bad_at: dict[str, float] = {}  # node (or "?") -> last BAD_FRAME event
+        self._bad_since: dict[str, int] = {}  # ... frames dropped since, unreported
         self.nodes: dict[str, Node] = {}
         self.gone: set[str] = set()  # nodes whose executors were stopped (a drained unit)
         self.owner: dict[int, str] = {}  # running spawn key -> node
@@ -94,6 +157,7 @@ class NodeLink:
         write_private(self.config_path, json.dumps({
             "pilot": uid, "sandbox": sandbox, "address": self.address,
             "key_file": self.key_file, "beat_s": beat_s,
+            "fence_after_s": self.fence_after_s,
             "agent_timeout_s": max(60.0, 6 * lost_after_s),
             "deadline": deadline_epoch}).encode())
 
@@ -106,6 +170,9 @@ class NodeLink:
         timeout = float(options.get("start_timeout", 60.0))
         now = self.clock.real_mono()
         for n in names:
+            old = self.nodes.get(n)
+            if old is not None and old.keys:
+                self._verdict(old)  # (a new executor knows nothing of the old one's tasks)
             self.nodes[n] = Node(n, now + timeout, starter)
         srun = str(options.get("srun") or "srun")
         argv = [srun]
@@ -141,46 +208,205 @@ class NodeLink:
             if node is None and name in self.gone:
                 continue
             if node is None:
-                log.warning("a node executor for %r, which is not a node of this pilot", name)
-                self.events.record(self.uid, E.BAD_FRAME, f"unknown node {name[:40]!r}")
+                self._bad(None, f"unknown node {name[:40]!r}")
                 continue
             try:
                 msg = W.decode(frame)
             except Exception as e:  # noqa: BLE001 -- a frame that does not decode is dropped
-                log.warning("dropped an undecodable frame from %s: %s", name, e)
-                self.events.record(self.uid, E.BAD_FRAME, f"node {name}: {str(e)[:200]}")
+                self._bad(node, str(e))
                 continue
-            if node.lost is not None:
-                continue  # what a lost node says comes too late: its tasks are decided
-            node.last_heard = self.clock.real_mono()
-            if isinstance(msg, W.Exits):
+            try:
+                self._on_message(node, msg)
+            except Exception as e:  # noqa: BLE001 -- a well-formed frame we cannot take: alone
+                log.exception("node %s: a frame failed", name)
+                self._bad(node, f"{type(e).__name__}: {e}")
+
+    def _bad(self, node: Node | None, why: str) -> None:
+        """A frame dropped as malformed: counted, logged, an event -- at a bounded rate."""
+        self.bad_frames += 1
+        name = node.name if node is not None else "?"
+        now = self.clock.real_mono()
+        if now - self._bad_at.get(name, -BAD_EVENT_S) < BAD_EVENT_S:
+            self._bad_since[name] = self._bad_since.get(name, 0) + 1
+            return
+        self._bad_at[name] = now
+        more = self._bad_since.pop(name, 0)
+        what = f"node {name}: {why[:200]}" if node is not None else why[:200]
+        if more:
+            what += f" (and {more} more dropped since)"
+        log.warning("dropped a malformed node frame: %s", what)
+        self.events.record(self.uid, E.BAD_FRAME, what)
+
+    def _on_message(self, node: Node, msg: Any) -> None:
+        if not isinstance(msg, W.FROM_NODE):
+            self._bad(node, f"a {type(msg).__name__} message, which no node sends")
+            return
+        if isinstance(msg, W.NodeHello) and msg.node != node.name:
+            self._bad(node, f"a hello naming node {msg.node[:40]!r}")
+            return
+        if isinstance(msg, W.Spawned):
+            bad = _bad_spawned(msg.results)
+            if bad:
+                self._bad(node, bad)
+                return
+        if node.lost is not None:
+            self._from_lost(node, msg)
+            return
+        node.last_heard = self.clock.real_mono()
+        if isinstance(msg, W.Exits):
+            self._exits(node, msg.exits)
+        elif isinstance(msg, W.Spawned):
+            self._spawned(node, msg.results)
+            if any(pid == NEVER_STARTED for _, pid, _ in msg.results):
+                self._resync(node, "the agent hears you")  # (it fenced itself: see below)
+        elif isinstance(msg, W.NodeHello):
+            first = not node.up
+            node.up, node.pid, node.host = True, msg.pid, msg.host
+            if first:
+                self.events.record(self.uid, E.NODE_UP, f"{node.name} {msg.host} {msg.pid}")
+            if msg.exits:
                 self._exits(node, msg.exits)
-            elif isinstance(msg, W.Spawned):
-                for key, pid, info in msg.results:
-                    if pid <= 0:
-                        node.keys.discard(key)
-                        self.owner.pop(key, None)
-                    self.spawned.append((key, pid, info if pid > 0 else f"{info} (on {name})"))
-            elif isinstance(msg, W.NodeHello):
-                first = not node.up
-                node.up, node.pid, node.host = True, msg.pid, msg.host
-                if first:
-                    self.events.record(self.uid, E.NODE_UP, f"{name} {msg.host} {msg.pid}")
-                if msg.exits:
-                    self._exits(node, msg.exits)
+        elif msg.fenced:
+            # it fenced itself though we never lost it (this agent was slow): it may spawn
+            # again; its killed tasks' exits come as usual, saying so
+            self._resync(node, "the agent hears you")
+
+    def _resync(self, node: Node, why: str) -> None:
+        """Ask it for a hello, which also lets it spawn again: at most once per heartbeat
+        period (what it refused meanwhile is queued again)."""
+        now = self.clock.real_mono()
+        if now - node.resynced >= self.beat_s:
+            node.resynced = now
+            self._send(node, W.Resync(why[:300]))
+
+    def _spawned(self, node: Node, rows: list) -> None:
+        for key, pid, info in rows:
+            if key not in node.keys:
+                continue  # not a process of this node's (or decided while it was lost)
+            if pid <= 0:
+                node.keys.discard(key)
+                node.kills.discard(key)
+                self.owner.pop(key, None)
+                info = f"{info} (on {node.name})"
+            self.spawned.append((key, pid, info))
 
     def _exits(self, node: Node, rows: list) -> None:
         acks = self._acks.setdefault(node.name, [])
         for r in rows:
-            key = r[0]
+            key = r.key
             acks.append(key)
             if key not in node.keys:
-                continue  # already known (a resent exit)
+                if key in node.decided:  # its verdict was given while the node was lost
+                    self._late(node, r, node.decided.pop(key))
+                continue  # (or already known: a resent exit)
             node.keys.discard(key)
+            node.kills.discard(key)
             self.owner.pop(key, None)
-            self.exits.append(tuple(r[:8]) + (None,))
-            if r[8] is not None or r[9] is not None:
-                self.outputs[key] = (r[8], r[9])
+            reason = None
+            if r.fenced and r.sig:
+                reason = (f"node {node.name}: killed by its node executor's fence (no word from "
+                          f"the agent for {self.fence_after_s:g} s)")
+                if node.lost is not None:
+                    reason += f"; node {node.name} lost: {node.lost}"
+            self.exits.append((r.key, r.pid, r.code, r.sig, r.t, r.ut, r.st, r.rss, reason))
+            if r.stdout is not None or r.stderr is not None:
+                self.outputs[key] = (r.stdout, r.stderr)
+
+    def _late(self, node: Node, r: Any, without_word: bool) -> None:
+        """The exit of a task decided while its node was lost: dropped, counted. One that ran to
+        its end after a verdict given without word of it is what exactly-once could not hold."""
+        node.late += 1
+        self.late += 1
+        if without_word and not r.sig:
+            node.late_ran += 1
+            log.error("node %s: key %d ran to its end (code %d) after its verdict", node.name,
+                      r.key, r.code)
+
+    # -- a lost node ---------------------------------------------------------------------------
+    def _from_lost(self, node: Node, msg: Any) -> None:
+        """What a lost node sends: the real ends of its held tasks; a hello, its rejoin.
+        Anything else from it gets a Resync (at most one per heartbeat period): its answer is
+        a hello."""
+        if isinstance(msg, W.NodeHello):
+            self._rejoin(node, msg)
+            return
+        if isinstance(msg, W.Exits):
+            self._exits(node, msg.exits)
+        elif isinstance(msg, W.Spawned):
+            self._spawned(node, msg.results)
+        self._resync(node, f"you were lost: {node.lost}")
+
+    def _rejoin(self, node: Node, hello: Any) -> None:
+        """A lost node's hello: its exits are its tasks' ends; it rejoins unless it still runs
+        a task decided without it (killed first: its next hello decides)."""
+        self._exits(node, hello.exits)
+        running = set(hello.running)
+        stale = sorted(k for k in running if k in node.decided)
+        if stale:
+            log.warning("node %s is back but runs %d tasks decided without it: killing them",
+                        node.name, len(stale))
+            self._send(node, W.Kill(stale, int(signal.SIGKILL)))
+            return
+        never = sorted(k for k in node.keys if k not in running)
+        for k in never:  # neither running there nor ended: its spawn never reached it
+            node.keys.discard(k)
+            node.kills.discard(k)
+            self.owner.pop(k, None)
+            self.spawned.append((k, NEVER_STARTED,
+                                 f"node {node.name} lost ({node.lost}): never started there"))
+        now = self.clock.real_mono()
+        was = node.lost
+        node.lost = None
+        node.up, node.pid, node.host = True, hello.pid, hello.host
+        node.last_heard = now
+        self._unfence(node)
+        if node.kills:  # stopped (canceled, timed out) while it was lost
+            self._send(node, W.Kill(sorted(node.kills), int(signal.SIGKILL)))
+        if node.kill_uids:
+            self._send(node, W.Kill([], int(signal.SIGKILL), sorted(node.kill_uids)))
+        node.kills, node.kill_uids = set(), set()
+        what = (f"{node.name} {hello.host} {hello.pid} rejoined after {now - node.lost_at:.0f} s "
+                f"lost ({was}): {len(node.keys)} running, {len(never)} never started")
+        if node.late:
+            what += (f", {node.late} late exits ({node.late_ran} ran to its end after its "
+                     f"verdict)")
+        log.warning("%s", what)
+        self.events.record(self.uid, E.NODE_UP, what[:500])
+        node.late = node.late_ran = 0
+
+    def _verdict(self, node: Node) -> None:
+        """A lost node silent for verdict_after_s: its held tasks end as its journal says, or,
+        with no word of them there, as lost."""
+        from .._journal import read_node_exit_logs
+
+        try:
+            ended, pids = read_node_exit_logs(self.sandbox)
+        except (OSError, ValueError) as e:
+            log.warning("cannot read the node executors' journals: %s", e)
+            ended, pids = {}, {}
+        t = self.clock.now()
+        why = f"node {node.name} lost: {node.lost}"
+        known = 0
+        for key in sorted(node.keys):
+            self.owner.pop(key, None)
+            e = ended.get(key)
+            if e is not None:
+                code, sig, t_exit = e
+                known += 1
+                self.exits.append((key, pids.get(key, 0), code, sig, t_exit, 0.0, 0.0, 0,
+                                   f"{why}; killed by signal {sig} there (its journal)"
+                                   if sig else None))
+                node.decided[key] = False
+            else:
+                self.exits.append((key, 0, 255, 0, t, 0.0, 0.0, 0,
+                                   f"{why}; no word of it for {self.verdict_after_s:g} s since: "
+                                   f"taken as ended (its node executor kills what it runs "
+                                   f"after {self.fence_after_s:g} s without the agent)"))
+                node.decided[key] = True
+        log.warning("node %s: verdict on %d tasks (%d ended as its journal says)", node.name,
+                    len(node.keys), known)
+        node.keys.clear()
+        node.kills.clear()
 
     # -- to the executors ----------------------------------------------------------------------
     def spawn(self, name: str, specs: list[tuple]) -> str | None:
@@ -203,14 +429,18 @@ class NodeLink:
                 by.setdefault(n, []).append(k)
         for n, ks in by.items():
             node = self.nodes.get(n)
-            if node is not None and node.up and node.lost is None:
+            if node is not None and node.lost is not None:
+                node.kills.update(ks)  # (sent if it rejoins; its verdict otherwise)
+            elif node is not None and node.up:
                 self._send(node, W.Kill(ks, int(sig)))
 
     def kill_marked(self, uids_by_node: dict[str, set[str]]) -> None:
         """Tasks stopped for good: their nodes' executors kill what they left behind."""
         for name, uids in uids_by_node.items():
             node = self.nodes.get(name)
-            if node is not None and node.up and node.lost is None:
+            if node is not None and node.lost is not None:
+                node.kill_uids.update(uids)
+            elif node is not None and node.up:
                 self._send(node, W.Kill([], 9, sorted(uids)))
 
     def _send(self, node: Node, msg: Any) -> None:
@@ -230,11 +460,13 @@ class NodeLink:
             self.events.record(self.uid, E.REFUSED, refused)
         for name, keys in self._acks.items():
             node = self.nodes.get(name)
-            if keys and node is not None and node.lost is None:
-                self._send(node, W.Ack(keys))
+            if keys and node is not None and (node.up or node.lost is not None):
+                self._send(node, W.Ack(keys))  # (a lost node that talks: it may forget them)
         self._acks.clear()
         for node in self.nodes.values():
             if node.lost is not None:
+                if node.keys and now - node.lost_at >= self.verdict_after_s:
+                    self._verdict(node)
                 continue
             if not node.up:
                 if now > node.expected_by:
@@ -271,31 +503,43 @@ class NodeLink:
         return f"; launcher stderr: {text[-300:]}" if text else ""
 
     def lose(self, node: Node, why: str) -> None:
+        """Nothing more goes there; its running tasks are held until their end is known (the
+        module docstring)."""
         node.lost = why
         node.up = False
-        reason = f"node {node.name} lost: {why}"
-        log.warning("%s", reason)
-        self.events.record(self.uid, E.NODE_LOST, f"{node.name} {why}"[:500])
-        t = self.clock.now()
-        for key in sorted(node.keys):
-            self.owner.pop(key, None)
-            self.exits.append((key, 0, 255, 0, t, 0.0, 0.0, 0, reason))
-        node.keys.clear()
+        node.lost_at = self.clock.real_mono()
+        held = (f"; its {len(node.keys)} processes held until their end is known"
+                if node.keys else "")
+        log.warning("node %s lost: %s%s", node.name, why, held)
+        self.events.record(self.uid, E.NODE_LOST, f"{node.name} {why}{held}"[:500])
         self._fence()
 
     def _fence(self) -> None:
-        """Hold whatever is free on lost nodes, so that the placer never uses them again."""
-        lost = {n.name for n in self.nodes.values() if n.lost is not None}
+        """Hold whatever is free on lost nodes, so that the placer uses them no more (until
+        they rejoin)."""
+        lost = {n.name: n for n in self.nodes.values() if n.lost is not None}
         for p in self.partitions:
             for i, name in enumerate(p.names):
-                if name not in lost:
+                node = lost.get(name)
+                if node is None:
                     continue
                 cores, gpus, mem = p.placer.free(i)
                 if cores <= 0 and gpus <= 0:
                     continue
                 self._fences += 1
-                p.placer.place_batch([FENCE_KEY0 + self._fences], [1], [cores], [gpus],
-                                     [mem], node_hint=[i])
+                key = FENCE_KEY0 + self._fences
+                got = p.placer.place_batch([key], [1], [cores], [gpus], [mem], node_hint=[i])
+                if got[0] is None:
+                    continue
+                if got[0][0][0] != i:  # (a hint: placed elsewhere, it fences nothing here)
+                    p.scheduler.release([key])
+                    continue
+                node.fences.append((p, key))
+
+    def _unfence(self, node: Node) -> None:
+        for p, key in node.fences:
+            p.scheduler.release([key])
+        node.fences.clear()
 
     def take(self) -> tuple[list[tuple], list[tuple]]:
         """(spawn results, exits) sent since the last call."""
@@ -311,12 +555,22 @@ class NodeLink:
                 continue
             if node.up and node.lost is None:
                 self._send(node, W.Stop(reason))
+            elif node.keys:
+                self._verdict(node)  # (held tasks of a lost node: nobody would decide them)
             self.gone.add(node.name)
             del self.nodes[node.name]
 
     def close(self) -> None:
         self.door.close()
         self.sock.close(0)
+
+
+def _bad_spawned(rows: list) -> str | None:
+    """Why these spawn results are not a node's (a pid with a time, -errno with a message)."""
+    for key, pid, info in rows:
+        if (pid > 0) != isinstance(info, float):
+            return f"spawn result {key}: pid {pid} with {type(info).__name__} info"
+    return None
 
 
 def wanted(desc: dict, resource: str) -> bool:
