@@ -392,3 +392,40 @@ def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path)
         proc.wait()
         link.close()
         ctx.destroy(0)
+
+
+def test_a_node_back_before_its_fence_rejoins_with_its_tasks_running(tmp_path):
+    """Stopped for longer than lost_after_s but less than fence_after_s: lost, then back. Its
+    executor never fenced, so what it runs runs on: the node rejoins with it, and that task is
+    the agent's again (killed on demand like any other)."""
+    import os
+    import signal
+
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.5)
+    proc = _executor(tmp_path, link)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
+        assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
+        assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
+        link.take()
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            assert _tick(link, 10, lambda: link.nodes["n2"].lost is not None)
+            _tick(link, stopped + 0.6 * link.fence_after_s - time.monotonic())
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert _tick(link, 10, lambda: link.nodes["n2"].lost is None)
+        up = ev.named(E.NODE_UP)[-1]
+        assert "rejoined" in up and "1 running" in up, up
+        assert link.take() == ([], [])  # nothing ended
+        link.kill([1], signal.SIGTERM)
+        assert _tick(link, 10, lambda: link.exits)
+        _, exits = link.take()
+        assert [(e[0], e[3], e[8]) for e in exits] == [(1, signal.SIGTERM, None)], exits
+    finally:
+        proc.kill()
+        proc.wait()
+        link.close()
+        ctx.destroy(0)
