@@ -263,8 +263,9 @@ def test_a_stopped_executor_fences_itself_and_its_node_rejoins_reconciled(tmp_pa
         try:
             assert _tick(link, 10, lambda: link.nodes["n2"].lost is not None)
             assert _tick(link, 1.0, lambda: side.exists()) and side.read_text() == "1\n"
-            # stopped for twice fence_after_s, well before the verdict (lost + 5 x lost_after_s)
-            _tick(link, stopped + 2 * link.fence_after_s - time.monotonic())
+            # stopped for longer than fence_after_s, well before the verdict (5 x lost_after_s
+            # after the loss)
+            _tick(link, stopped + link.fence_after_s + 0.5 - time.monotonic())
             spawned, exits = link.take()
             assert exits == [], ("decided while the node's fate was unknown", exits)
             assert [d.split()[0] for d in ev.named(E.NODE_LOST)] == ["n2"]
@@ -369,7 +370,7 @@ def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path)
         assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
         assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
         link.take()
-        time.sleep(2 * link.fence_after_s)  # the agent's loop does not run
+        time.sleep(link.fence_after_s + 0.5)  # the agent's loop does not run
         assert link.spawn("n2", [(2, ["/bin/true"], None, None, None, None)]) is None
         got, spawned = {}, {}
 

@@ -16,7 +16,7 @@ in the pilot's sandbox: only a process that can read it completes the handshake)
   processes (PILOTFISH_TASK_UID), as the agent does on its own host;
 - heartbeats; keeps every exit (journal and memory) until the agent acknowledges it, and
   sends those again in each hello;
-- *fences itself* when it has not heard the agent for fence_after_s (2 x the agent's
+- *fences itself* when it has not heard the agent for fence_after_s (3 x the agent's
   lost_after_s, in the config): it SIGKILLs every task it runs and refuses every spawn (answers
   it -EHOSTUNREACH, "never started") until the agent answers it again with a Resync, to which
   it says hello with what it still runs and every exit not acknowledged. The agent has

@@ -25,7 +25,7 @@ now. Deciding it at once ran tasks twice (retried elsewhere) or FAILED tasks tha
 their end (issue 42). So, exactly once across a lost node that comes back:
 
 - **Its executor fences itself** (node.py): when it has not heard the agent for
-  fence_after_s (2 x lost_after_s; the agent heartbeats no node it lost) it SIGKILLs every task
+  fence_after_s (3 x lost_after_s; the agent heartbeats no node it lost) it SIGKILLs every task
   it runs, and takes no spawn until the agent answers it again (a Resync) -- so a spawn sent
   before the loss and delivered after it never starts late. It checks before anything else in
   each round: an executor that was stopped (SIGSTOP) fences the moment it runs again, before
@@ -40,7 +40,7 @@ their end (issue 42). So, exactly once across a lost node that comes back:
     started and is queued again; what still runs there runs on. The node then *rejoins*: its
     fences are lifted, the placer uses it again, NODE_UP says "rejoined";
   * the node stays silent for verdict_after_s (5 x lost_after_s) after its loss: its executor,
-    if it runs at all, fenced 3 x lost_after_s before. Each task ends as the node's journal on
+    if it runs at all, fenced 2 x lost_after_s before. Each task ends as the node's journal on
     the shared file system says (`nodes/<node>/exits`: the executor records each exit as it
     reaps), or, with no word of it there, as lost ("node nK lost: ...; no word of it ...": it
     FAILS, or runs again elsewhere with retries). A node that comes back later rejoins once its
@@ -134,10 +134,11 @@ class NodeLink:
         self.fds = (self.sock,)  # what the agent's poller watches
         self.beat_s = beat_s
         self.lost_after_s = lost_after_s
-        # the executor kills its tasks after fence_after_s without the agent; the agent gives a
-        # silent lost node's tasks their verdict verdict_after_s after the loss: by then the
-        # executor, if it runs, fenced 3 x lost_after_s before (the module docstring)
-        self.fence_after_s = 2.0 * lost_after_s
+        # the executor kills its tasks after fence_after_s without the agent (3 x: an agent
+        # slow for 2 x lost_after_s costs no task); the agent gives a silent lost node's tasks
+        # their verdict verdict_after_s after the loss: by then the executor, if it runs,
+        # fenced at least 2 x lost_after_s before (the module docstring)
+        self.fence_after_s = 3.0 * lost_after_s
         self.verdict_after_s = 5.0 * lost_after_s
         self.deadline_epoch = deadline_epoch
         self.bad_frames = 0  # frames dropped as malformed
