@@ -430,3 +430,33 @@ def test_a_node_back_before_its_fence_rejoins_with_its_tasks_running(tmp_path):
         proc.wait()
         link.close()
         ctx.destroy(0)
+
+
+def test_an_executor_whose_agent_died_finishes_its_tasks_unfenced(tmp_path):
+    """The agent died and its keeper holds the pilot's tasks (keeper.json, agent/keeper.py):
+    the executor does not fence -- its tasks run to their end, and the keeper records them --
+    however long the agent stays silent."""
+    import json
+
+    side = tmp_path / "side"
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
+    proc = _executor(tmp_path, link)
+    try:
+        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
+        assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
+        (tmp_path / "keeper.json").write_text(json.dumps({"pid": 1, "adopted": None}))
+        assert link.spawn("n2", [(1, ["/bin/sh", "-c", f"sleep {3 * link.fence_after_s}; "
+                                                        f"echo 1 > {side}"],
+                                  None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
+        time.sleep(3 * link.fence_after_s + 1.0)  # the agent is silent (dead)
+        assert side.exists(), "the task was killed"
+        assert _tick(link, 10, lambda: any(r[0] == 1 for r in link.exits))
+        assert [r[2:4] for r in link.exits if r[0] == 1] == [(0, 0)]
+        log = (tmp_path / "nodes" / "n2.log").read_text()
+        assert "keeper holds" in log and "fencing" not in log, log
+    finally:
+        proc.kill()
+        proc.wait()
+        link.close()
+        ctx.destroy(0)
