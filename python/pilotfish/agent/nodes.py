@@ -40,21 +40,23 @@ their end (issue 42). So, exactly once across a lost node that comes back:
     started and is queued again; what still runs there runs on. The node then *rejoins*: its
     fences are lifted, the placer uses it again, NODE_UP says "rejoined";
   * the node stays silent for verdict_after_s (5 x lost_after_s) after its loss: its executor,
-    if it runs at all, fenced 2 x lost_after_s before. Each task ends as the node's journal on
-    the shared file system says (`nodes/<node>/exits`: the executor records each exit as it
-    reaps), or, with no word of it there, as lost ("node nK lost: ...; no word of it ...": it
-    FAILS, or runs again elsewhere with retries). A node that comes back later rejoins once its
-    hello shows it runs none of the tasks decided without it (the agent kills those first);
-    their exits are *late*: dropped, counted (late), and the rejoin event says how many of them
-    ran to their end after their verdict.
+    if it runs at all, fenced at least 2 x lost_after_s before. Each task ends as its node's
+    journal on the shared file system says (`nodes/<node>/exits`: the executor records each
+    exit as it reaps), or, with no word of it there, as lost ("node nK lost: ...; no word of
+    it ...": it FAILS, or runs again elsewhere with retries). A node that comes back later
+    rejoins once its hello shows it runs none of the tasks decided without it (the agent kills
+    those first); their exits are *late*: dropped, counted (late), and the rejoin event says
+    how many of them ran to their end after a verdict without word of them.
 
 So no task runs twice to its end and none FAILS that ran to its end when a lost node comes back
-within the verdict time, or its executor lives and is not frozen, or its journal is readable.
-What cannot be told apart from a dead host is an executor frozen (SIGSTOP, a paused VM) for
-longer than lost_after_s + verdict_after_s, or one that died alone while its tasks ran on, with a
-journal that has no word of them: a task of such a node that ends after its verdict has run
-twice (with retries) or FAILED although it ended -- the rejoin event counts such ends, if the
-node ever comes back.
+within the verdict time, or when its journal records its tasks' ends (its executor, alive,
+writes them, its fence's kills included, as long as it reaches the shared file system). What
+cannot be told apart from a dead host is a node unheard for longer than lost_after_s +
+verdict_after_s whose journal has no word of a task that did run: one that ran to its end
+before the fence while the node could not write its journal, or one that ends after its
+verdict because its executor was frozen (SIGSTOP, a paused VM) or died alone. Such a task has
+run twice (with retries) or FAILED although it ended; the rejoin event counts such ends, if
+the node ever comes back.
 """
 
 from __future__ import annotations
