@@ -4,16 +4,20 @@ servers on this host, the test as the owner that merges their fence dicts); the 
 the owner naming the rank; what a rank may send that breaks the protocol fails that job only.
 
 Ranks are spawned with subprocess (pmi.spawn_local), each holding its end of a socketpair as
-PMI_FD. The programs: tests/agent/pmi_progs/.
+PMI_FD; and by the Rust core (pass_fd: the end as descriptor 3, PMI_FD=3), the path node
+executors take. The programs: tests/agent/pmi_progs/.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -462,4 +466,101 @@ def test_rank_environment_drops_another_managers_variables():
     with pytest.raises(ValueError, match="released"):
         job.env(0)
     assert job.env(0, fd=3)["PMI_FD"] == "3"
+    srv.close()
+
+
+# -- through the Rust core: the path node executors take ----------------------------------------
+
+def _spawn_core(owner, core, server, kvsname, size, local, argv, outdir, **kw):
+    """The ranks of one job on one server, spawned by the Rust core (one batch): each holds
+    its end as descriptor pmi.RANK_FD (the spec's pass_fd) and PMI_FD says so."""
+    job = server.add_job(kvsname, size, local, **kw)
+    owner.jobs.setdefault(kvsname, []).append(job)
+    # (pytest holds descriptors 3 and up: the ends are elsewhere, so the core moves them)
+    assert all(fd != pmi.RANK_FD for fd in job.rank_fds.values())
+    specs = []
+    for r in job.ranks:
+        fd, env = pmi.core_rank(job, r)
+        specs.append((r, argv, [f"{k}={v}" for k, v in env.items()], None,
+                      str(outdir / f"{kvsname}.{r}.out"), None, False, fd))
+    try:
+        out = core.spawn_batch(specs)
+    finally:
+        job.close_rank_fds()
+    assert all(pid > 0 for pid, _ in out), out
+    return job, [pid for pid, _ in out]
+
+
+def _serve_core(owner, core, pids, timeout=TIMEOUT) -> dict[int, int]:
+    """Serve the owner's servers until the core has reaped every one of `pids`: {rank: exit
+    code} (the spawn keys are the ranks). What still runs at the timeout is killed."""
+    codes: dict[int, int] = {}
+    sel = select.epoll()
+    by_fd = {s.fileno(): s for s in owner.servers}
+    for fd in (*by_fd, core.notify_fd):
+        sel.register(fd, select.EPOLLIN)
+    end = time.monotonic() + timeout
+    try:
+        while len(codes) < len(pids):
+            left = end - time.monotonic()
+            if left <= 0:
+                core.kill(pids, signal.SIGKILL)
+                pytest.fail(f"ranks still running after {timeout} s: done {codes}, "
+                            f"events {owner.events}")
+            for fd, _ in sel.poll(min(left, 1.0)):
+                if fd in by_fd:
+                    by_fd[fd].poll(0)
+            for key, pid, code, *_ in core.reap():
+                if pid in pids:
+                    codes[key] = code
+            for s in owner.servers:
+                s.poll(0)
+    finally:
+        sel.close()
+    return codes
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("layout", [[0, 0], [0, 1]], ids=["one-node", "two-nodes"])
+def test_a_world_forms_from_ranks_the_rust_core_spawns(owner, mpi_hello, tmp_path, layout):
+    """A real MPICH world of 2 ranks, each spawned by `_core.Executor` with its socketpair
+    end passed as descriptor 3 (PMI_FD=3), no subprocess and no launcher: on one server, and
+    on two (the owner merging their fences, as the agent will for two node executors)."""
+    from pilotfish._core import Executor
+
+    kvs = _kvs("core" + "".join(map(str, layout)))
+    base = pmi.clean_environment(os.environ)
+    core = Executor(base_env=[f"{k}={v}" for k, v in base.items()])
+    servers = [owner.server() for _ in set(layout)]
+    pids, jobs = [], []
+    for i, s in enumerate(servers):
+        job, p = _spawn_core(owner, core, s, kvs, 2, [r for r in range(2) if layout[r] == i],
+                             [mpi_hello], tmp_path, node_of_rank=layout)
+        jobs.append(job)
+        pids += p
+    assert _serve_core(owner, core, pids) == {0: 0, 1: 0}, owner.events
+    assert owner.events == []
+    for r, words in enumerate(_lines(tmp_path, kvs, 2)):
+        assert words == ["rank", str(r), "size", "2", "host", HOST, "sum", "1"]
+    assert all(j.finished and not j.not_inited() for j in jobs)
+    per: dict[int, list[int]] = {}  # one on_fence per server per epoch
+    for k, e, s in owner.fences:
+        per.setdefault(e, []).append(s)
+    assert per and all(sorted(v) == list(range(len(servers))) for v in per.values()), per
+    for j in jobs:
+        j.close()
+    _no_shm_left(jobs)
+
+
+def test_core_rank_names_descriptor_3():
+    srv = PmiServer()
+    job = srv.add_job(_kvs("corerank"), 2, [0, 1])
+    fd, env = pmi.core_rank(job, 1)
+    assert fd == job.rank_fds[1] and env["PMI_FD"] == "3" == str(pmi.RANK_FD)
+    assert (env["PMI_RANK"], env["PMI_SIZE"]) == ("1", "2")
+    job.close_rank_fds()
+    with pytest.raises(ValueError, match="released"):
+        pmi.core_rank(job, 0)
+    with pytest.raises(ValueError, match="not a local rank"):
+        pmi.core_rank(job, 5)
     srv.close()

@@ -133,13 +133,13 @@ class TaskRunner(Runner):
         here: list[int] = []
         away: dict[str, list[int]] = {}
         for i, s in enumerate(specs):
-            if len(s) > 7 and s[7] is not None:
-                away.setdefault(s[7], []).append(i)
+            if len(s) > 8 and s[8] is not None:
+                away.setdefault(s[8], []).append(i)
             else:
                 here.append(i)
         results: list[Any] = [None] * len(specs)
         if here:
-            for i, r in zip(here, self._spawn_here([specs[i][:7] for i in here])):
+            for i, r in zip(here, self._spawn_here([specs[i][:8] for i in here])):
                 results[i] = r
         for node, idx in away.items():
             why = self.nodes.spawn(node, [specs[i][:6] for i in idx])
@@ -157,6 +157,9 @@ class TaskRunner(Runner):
         return out
 
     def _build(self, t: AgentTask) -> list[tuple]:
+        """The spawn specs of a task's processes: the core's (rank in place of the key, argv,
+        env, cwd, stdout, stderr, outputs_empty[, pass_fd: a ProcSpec's pmi_fd, only when it
+        has one]), and for a process on another node (None, node) after those seven."""
         spec = t.spec
         launcher = t.lm  # its partition's instance, ready (the agent checked)
         t.rkeys = None
@@ -181,9 +184,13 @@ class TaskRunner(Runner):
             t.extra_outs = 0
             o = True if spec.stdout is True else self._output_path(-1, spec.stdout, "out", cwd)
             e = True if spec.stderr is True else self._output_path(-1, spec.stderr, "err", cwd)
+            for p in procs:
+                if p.pmi_fd is not None:  # (its node executor gives a rank its own)
+                    raise ValueError(f"pmi_fd={p.pmi_fd} for rank {p.rank} on node {p.node}: "
+                                     "a descriptor of the agent cannot reach another node")
             return [(p.rank if p.rank is not None else 0, p.argv,
                      [f"{k}={v}" for k, v in p.env.items()] if p.env else None, cwd, o, e,
-                     False, p.node) for p in procs]
+                     False, None, p.node) for p in procs]
         # A spool file from the free list is empty (read_outputs emptied every file it read):
         # the child opens it without O_TRUNC. Truncated as before: a new number (creating
         # costs more anyway), a spool kept for a retry (the failed attempt's output), and
@@ -208,7 +215,10 @@ class TaskRunner(Runner):
             if i and spec.stderr is True:
                 e = f"{err}.{i}"
             env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
-            built.append((rank, p.argv, env, cwd, o, e, empty))
+            if p.pmi_fd is None:
+                built.append((rank, p.argv, env, cwd, o, e, empty))
+            else:  # its PMI connection: the core passes it as the child's descriptor 3
+                built.append((rank, p.argv, env, cwd, o, e, empty, p.pmi_fd))
         return built
 
     def _new_spool(self) -> int:

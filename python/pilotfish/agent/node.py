@@ -149,7 +149,10 @@ class NodeExecutor:
         log.warning("refused %d spawns: fenced", len(keys))
         self.send(W.Spawned([(k, -errno.EHOSTUNREACH, why) for k in keys]))
 
-    def spawn(self, specs: list) -> None:
+    def spawn(self, specs: list, pmi_fds: dict[int, int] | None = None) -> None:
+        """Spawn the agent's specs (key, argv, env, cwd, stdout, stderr) with the core.
+        pmi_fds: key -> a descriptor of this process that the key's process inherits as its
+        3 (its PMI connection, agent/pmi.py): this executor's own, never the agent's."""
         built, keys, bad = [], [], []
         spool = os.path.join(self.dir, "spool")
         for spec in specs:
@@ -158,7 +161,11 @@ class NodeExecutor:
                 key = int(key)
                 o = os.path.join(spool, f"{key}.out") if out is True else out
                 e = os.path.join(spool, f"{key}.err") if err is True else err
-                built.append((key, [str(a) for a in argv], env, cwd, o, e))
+                if pmi_fds is None or key not in pmi_fds:
+                    built.append((key, [str(a) for a in argv], env, cwd, o, e))
+                else:
+                    built.append((key, [str(a) for a in argv], env, cwd, o, e, False,
+                                  pmi_fds[key]))
                 keys.append((key, o if out is True else None, e if err is True else None))
             except Exception as ex:  # noqa: BLE001 -- a spec it cannot take fails alone
                 k = spec[0] if isinstance(spec, (list, tuple)) and spec and \

@@ -42,7 +42,8 @@ descriptor, `fds()` / `on_readable(fd)` / `on_writable(fd)` do the same work.)
     server = PmiServer(on_fence=..., on_abort=..., on_error=..., on_lost=...)
     job = server.add_job("pf.task.000001", size=4, local_ranks=[0, 1],
                          node_of_rank=[0, 0, 1, 1])
-    # spawn rank r with job.rank_fds[r] inherited and rank_environment(os.environ, job, r)
+    # spawn rank r with job.rank_fds[r] inherited and rank_environment(os.environ, job, r);
+    # through the Rust core: core_rank(job, r) -> (pass_fd, PMI variables), see there
     job.close_rank_fds()             # the parent's copies: EOF must reach us when a rank dies
     ... poll server.fileno() ...; server.poll()
     job.close()                      # once its ranks are reaped
@@ -88,6 +89,10 @@ STALE_PREFIXES = ("PMIX_",)
 
 SHM_DIR = "/dev/shm"
 
+# the descriptor a rank holds its connection as when the Rust core spawns it: the core's
+# pass_fd (`_core.Executor.spawn_batch`, a spec's 8th field) puts it there by default
+RANK_FD = 3
+
 _KVSNAME_OK = re.compile(r"[A-Za-z0-9_.:+-]{1,%d}\Z" % (KVSNAME_MAX - 1))
 
 FenceFn = Callable[["PmiJob", int, dict], None]
@@ -131,16 +136,31 @@ def mpich_world_id(kvsname: str) -> int:
     return h
 
 
+def clean_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` without another process manager's variables (STALE_ENV, STALE_PREFIXES)."""
+    return {k: v for k, v in base.items()
+            if k not in STALE_ENV and not k.startswith(STALE_PREFIXES)}
+
+
 def rank_environment(base: Mapping[str, str], job: PmiJob, rank: int,
                      fd: int | None = None) -> dict[str, str]:
     """`base` without another process manager's variables, plus what rank `rank` of `job`
     needs: PMI_FD (the descriptor number the rank will hold: by default the number of
-    job.rank_fds[rank], which subprocess's pass_fds keeps), PMI_RANK, PMI_SIZE and PMI_JOBID
-    (the KVS name: Slurm's libpmi2 sends it in fullinit)."""
-    env = {k: v for k, v in base.items()
-           if k not in STALE_ENV and not k.startswith(STALE_PREFIXES)}
+    job.rank_fds[rank], which subprocess's pass_fds keeps; RANK_FD for the Rust core),
+    PMI_RANK, PMI_SIZE and PMI_JOBID (the KVS name: Slurm's libpmi2 sends it in fullinit)."""
+    env = clean_environment(base)
     env.update(job.env(rank, fd))
     return env
+
+
+def core_rank(job: PmiJob, rank: int) -> tuple[int, dict[str, str]]:
+    """What a spawn of local rank `rank` through the Rust core takes: its pass_fd (the rank's
+    end, which the child holds as RANK_FD) and its PMI variables, naming RANK_FD. The
+    variables are an overlay: the executor's base environment must be clean already
+    (clean_environment), since an overlay cannot remove another manager's variables."""
+    if rank not in job.rank_fds:
+        job.env(rank)  # (raises, naming why: not a local rank, or already released)
+    return job.rank_fds[rank], job.env(rank, RANK_FD)
 
 
 class _Conn:

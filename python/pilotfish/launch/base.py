@@ -49,13 +49,15 @@ class ProcSpec:
     environment, the rank it runs (None: one process that starts all ranks), and for
     supervised launch methods the launcher's handle of this launch (what its rank notes and
     daemon-health reports refer to; see prrte.py), and the node whose executor spawns it
-    (agent/nodes.py; None: the agent's own core)."""
+    (agent/nodes.py; None: the agent's own core). pmi_fd: a descriptor of the agent the
+    process inherits as its 3 (its PMI connection, agent/pmi.py; agent/executor.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     rank: int | None = None
     handle: Any = None
     node: str | None = None  # the node executor that spawns it (None: the agent's own core)
+    pmi_fd: int | None = None
 
 
 class LaunchError(ValueError):

@@ -1,8 +1,9 @@
 //! Spawning and reaping task processes with no file descriptor per running task.
 //!
 //! Children open their own stdio between clone and exec (see `spawn`), so the agent holds one
-//! fd in total (the notify eventfd) however many tasks run. Exits are collected by the
-//! process-wide reaper thread (see `reaper`).
+//! fd in total (the notify eventfd) however many tasks run; a spec may hand its child one
+//! descriptor of ours (`PassFd`: an MPI rank's PMI connection), no other. Exits are
+//! collected by the process-wide reaper thread (see `reaper`).
 
 mod env;
 pub mod output;
@@ -18,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use env::BaseEnv;
 use reaper::Sink;
+pub use spawn::PassFd;
 use spawn::{ChildActions, SignalReset, Stack};
 
 /// One process to start. Strings are raw bytes; a NUL inside one fails that spec (EINVAL).
@@ -33,6 +35,9 @@ pub struct SpawnSpec {
     pub stderr: Option<Vec<u8>>,
     /// The output files are known to be empty or absent: opened without O_TRUNC.
     pub outputs_empty: bool,
+    /// One of this process's descriptors the child inherits, as `target` (see `PassFd`);
+    /// None: the child has no descriptor above stdio.
+    pub pass_fd: Option<PassFd>,
 }
 
 /// Outcome of one spec: (pid, CLOCK_REALTIME seconds) or (errno, message).
@@ -258,6 +263,24 @@ impl Executor {
         } else {
             None
         };
+        if let Some(p) = spec.pass_fd {
+            if p.fd < 0 {
+                return Err((
+                    -libc::EINVAL,
+                    format!("pass_fd: fd {} is not a descriptor", p.fd),
+                ));
+            }
+            if p.target < 3 {
+                return Err((
+                    -libc::EINVAL,
+                    format!(
+                        "pass_fd: target {} is stdio (the task's /dev/null or outputs): \
+                         3 or more",
+                        p.target
+                    ),
+                ));
+            }
+        }
         let envp = extra.as_ref().map(|x| self.base.overlaid(x));
         let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(std::ptr::null());
@@ -400,7 +423,15 @@ impl SpawnJob<'_> {
             let envp = p.envp.as_deref().unwrap_or(self.base_envp);
             let actions = p.actions.as_ref().unwrap_or(self.default_actions);
             sink.log_spawn_record(spec.key, 0, reaper::INTENT_MARK, 0.0);
-            match spawn::spawn(&p.path, &p.argv, envp, actions, self.reset, &stack) {
+            match spawn::spawn(
+                &p.path,
+                &p.argv,
+                envp,
+                actions,
+                spec.pass_fd,
+                self.reset,
+                &stack,
+            ) {
                 Ok(pid) => {
                     let t = now();
                     // before any exit record of it
@@ -444,10 +475,15 @@ fn error_message(spec: &SpawnSpec, errno: i32) -> String {
         .map(|a| String::from_utf8_lossy(a))
         .unwrap_or_default();
     let reason = io::Error::from_raw_os_error(errno);
-    match &spec.cwd {
+    let mut msg = match &spec.cwd {
         Some(cwd) => format!("{arg0} (cwd {}): {reason}", String::from_utf8_lossy(cwd)),
         None => format!("{arg0}: {reason}"),
+    };
+    if let (Some(p), libc::EBADF) = (spec.pass_fd, errno) {
+        // (the one descriptor a spawn names: not open here, or the target above the limit)
+        msg.push_str(&format!(" (pass_fd {} -> {})", p.fd, p.target));
     }
+    msg
 }
 
 #[cfg(test)]

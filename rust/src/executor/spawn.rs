@@ -14,6 +14,10 @@
 //! wrappers can be replaced by LD_PRELOAD libraries -- I/O profilers such as Darshan take
 //! locks and allocate in theirs), allocates nothing, and reports a failure through the shared
 //! `ChildArgs` before it exits.
+//!
+//! The child closes every descriptor above stdio before it opens its outputs, but one: a
+//! spawn may pass one of the parent's descriptors on as a given number (`PassFd`: an MPI
+//! rank's PMI connection).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::io;
@@ -134,6 +138,23 @@ impl ChildActions {
     }
 }
 
+/// One descriptor of the parent that the child inherits as `target` (>= 3; the task's stdio
+/// is set up after it): an MPI rank's end of its PMI socketpair (`PMI_FD`, agent/pmi.py).
+/// The caller keeps `fd` open until the spawn returns, and closes its copy afterwards if the
+/// child's end must see EOF when the other side goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassFd {
+    pub fd: c_int,
+    pub target: c_int,
+}
+
+impl PassFd {
+    /// `fd` as the child's descriptor 3, the first after stdio.
+    pub fn at3(fd: c_int) -> PassFd {
+        PassFd { fd, target: 3 }
+    }
+}
+
 /// Shared between the parent and the child (CLONE_VM): the child writes `errno` before it
 /// exits when a step fails; the parent reads it after clone returns (CLONE_VFORK: by then
 /// the child has exec'd or exited).
@@ -142,6 +163,7 @@ struct ChildArgs<'a> {
     argv: *const *const c_char,
     envp: *const *const c_char,
     actions: &'a ChildActions,
+    pass_fd: Option<PassFd>,
     reset: &'a [c_int],
     errno: c_int,
 }
@@ -221,7 +243,26 @@ unsafe fn child_steps(a: &ChildArgs) -> c_int {
         // Nothing of the parent's but what we set up below: the task inherits no descriptor
         // (close-on-exec does that too), and a parent whose table is full -- a flood of
         // connections at the agent's ports -- cannot make the task's opens fail (EMFILE).
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        // A passed descriptor is put in place first (it may be one of the parent's 0-2,
+        // which the opens below replace), without close-on-exec, and the rest closed
+        // around it.
+        match a.pass_fd {
+            None => {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            }
+            Some(PassFd { fd, target }) => {
+                if fd == target {
+                    // dup3 onto itself is EINVAL; FD_CLOEXEC is the only descriptor flag
+                    sys(libc::syscall(libc::SYS_fcntl, fd, libc::F_SETFD, 0))?;
+                } else {
+                    sys(libc::syscall(libc::SYS_dup3, fd, target, 0))?;
+                }
+                if target > 3 {
+                    libc::syscall(libc::SYS_close_range, 3u32, target as u32 - 1, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, target as u32 + 1, u32::MAX, 0u32);
+            }
+        }
         open_onto(0, DEV_NULL, libc::O_RDONLY)?;
         match &act.stdout {
             Some(p) => open_onto(1, p, file_flags)?,
@@ -268,21 +309,25 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
 /// (it exists and must be reaped: see `reap_failed`), if one was created.
 pub type SpawnError = (i32, Option<libc::pid_t>);
 
-/// Starts `path` with NULL-terminated `argv` and `envp` on `stack`; returns the pid.
+/// Starts `path` with NULL-terminated `argv` and `envp` on `stack`, with `pass_fd` (if any)
+/// inherited; returns the pid. `pass_fd.target` must be at least 3 (checked by the caller).
 pub fn spawn(
     path: &CStr,
     argv: &[*const c_char],
     envp: &[*const c_char],
     actions: &ChildActions,
+    pass_fd: Option<PassFd>,
     reset: &SignalReset,
     stack: &Stack,
 ) -> Result<libc::pid_t, SpawnError> {
     debug_assert!(argv.last() == Some(&ptr::null()) && envp.last() == Some(&ptr::null()));
+    debug_assert!(pass_fd.is_none_or(|p| p.fd >= 0 && p.target >= 3));
     let mut args = ChildArgs {
         path,
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
         actions,
+        pass_fd,
         reset: &reset.signals,
         errno: 0,
     };

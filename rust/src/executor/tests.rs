@@ -147,3 +147,131 @@ fn batch_results_stay_in_spec_order_across_workers() {
         assert_eq!((e.key, e.exit_code), (k, (k % 7) as i32));
     }
 }
+
+/// A socketpair: (ours, theirs), both close-on-exec, as Python and Rust make descriptors.
+fn socketpair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [-1; 2];
+    // SAFETY: plain syscall filling two ints.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, 0, "{}", io::Error::last_os_error());
+    // SAFETY: two fresh descriptors that nothing else owns.
+    unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+/// Reads what the peer writes until EOF (every holder of the other end closed it).
+fn read_to_eof(fd: std::os::fd::OwnedFd) -> String {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::from(fd).read_to_string(&mut s).unwrap();
+    s
+}
+
+/// A private scratch directory of this test process.
+fn scratch(name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let d = std::env::temp_dir().join(format!("pilotfish-core-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+    d
+}
+
+#[test]
+fn passes_one_descriptor_as_3_and_no_other() {
+    // A child writes over descriptor 3 and exits: our end reads what it wrote, and EOF comes
+    // once it has exited -- no other process holds its end (the parent's copy is closed
+    // below, the batch's other children never get it). `ls /proc/self/fd` shows 0-3 and its
+    // own directory (4) with the option, 0-2 and its directory (3) without.
+    use std::os::fd::AsRawFd;
+    let ex = exec();
+    let dir = scratch("passfd");
+    let out_of = |name: &str| Some(dir.join(name).into_os_string().into_encoded_bytes());
+    let (ours, theirs) = socketpair();
+    let (ours2, theirs2) = socketpair();
+    let (_ours3, theirs3) = socketpair();
+    let fd2 = theirs2.as_raw_fd();
+    let specs = vec![
+        SpawnSpec {
+            pass_fd: Some(PassFd::at3(theirs.as_raw_fd())),
+            ..spec(1, &["sh", "-c", "echo hello >&3"])
+        },
+        // one whose descriptor already is the target: only its close-on-exec flag goes
+        SpawnSpec {
+            pass_fd: Some(PassFd {
+                fd: fd2,
+                target: fd2,
+            }),
+            ..spec(2, &["sh", "-c", &format!("echo moved >&{fd2}")])
+        },
+        SpawnSpec {
+            pass_fd: Some(PassFd::at3(theirs3.as_raw_fd())),
+            stdout: out_of("with"),
+            ..spec(3, &["ls", "/proc/self/fd"])
+        },
+        SpawnSpec {
+            stdout: out_of("without"),
+            ..spec(4, &["ls", "/proc/self/fd"])
+        },
+    ];
+    let out = ex.spawn_batch(&specs);
+    assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    drop((theirs, theirs2, theirs3));
+    assert_eq!(read_to_eof(ours), "hello\n");
+    assert_eq!(read_to_eof(ours2), "moved\n");
+    let exits = collect(&ex, 4);
+    assert!(exits.iter().all(|e| e.exit_code == 0), "{exits:?}");
+    let fds = |name: &str| {
+        let mut v: Vec<i32> = std::fs::read_to_string(dir.join(name))
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(fds("with"), [0, 1, 2, 3, 4]);
+    assert_eq!(fds("without"), [0, 1, 2, 3]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_pass_fd_fails_its_spec_alone() {
+    let ex = exec();
+    let bad = |key, fd, target| SpawnSpec {
+        pass_fd: Some(PassFd { fd, target }),
+        ..spec(key, &["true"])
+    };
+    // (descriptor 1 exists: a target among stdio is refused before any spawn)
+    let out = ex.spawn_batch(&[
+        bad(1, -1, 3),
+        bad(2, 1, 2),
+        bad(3, 1_000_000, 3),
+        spec(4, &["true"]),
+    ]);
+    let err = |i: usize| out[i].as_ref().unwrap_err().clone();
+    assert_eq!(err(0).0, -libc::EINVAL);
+    assert!(
+        err(0).1.contains("pass_fd") && err(0).1.contains("-1"),
+        "{:?}",
+        err(0)
+    );
+    assert_eq!(err(1).0, -libc::EINVAL);
+    assert!(err(1).1.contains("target 2"), "{:?}", err(1));
+    // not open here: the child's dup3 fails, reported as the spawn's error
+    assert_eq!(err(2).0, -libc::EBADF);
+    assert!(err(2).1.contains("pass_fd 1000000"), "{:?}", err(2));
+    assert!(out[3].is_ok());
+    assert_eq!(collect(&ex, 1)[0].key, 4);
+}

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::executor::{Executor, Exit, SpawnSpec};
+use crate::executor::{Executor, Exit, PassFd, SpawnSpec};
 
 type PySpecFields = (
     i64,
@@ -19,6 +19,23 @@ type PySpecFields = (
     Option<PathBuf>,
     Option<PathBuf>,
 );
+
+/// A spec's pass_fd: None, a descriptor (the child's 3), or (descriptor, the child's number).
+fn pass_fd(v: &Bound<'_, PyAny>) -> PyResult<Option<PassFd>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    if let Ok(fd) = v.extract::<i32>() {
+        return Ok(Some(PassFd::at3(fd)));
+    }
+    match v.extract::<(i32, i32)>() {
+        Ok((fd, target)) => Ok(Some(PassFd { fd, target })),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "pass_fd={}: None, a descriptor (the child's 3) or (descriptor, child's number)",
+            v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))),
+    }
+}
 
 fn bytes(s: OsString) -> Vec<u8> {
     s.into_vec()
@@ -88,9 +105,12 @@ impl PyExecutor {
         self.inner.running()
     }
 
-    /// specs: (key, argv, env|None, cwd|None, stdout|None, stderr|None[, outputs_empty]) each;
-    /// outputs_empty: the output files are known to be empty or absent (opened without
-    /// O_TRUNC). Returns (pid, t_spawn) or (-errno, message) per spec.
+    /// specs: (key, argv, env|None, cwd|None, stdout|None, stderr|None[, outputs_empty[,
+    /// pass_fd]]) each; outputs_empty: the output files are known to be empty or absent
+    /// (opened without O_TRUNC); pass_fd: None, a descriptor of this process the child
+    /// inherits as its descriptor 3, or (descriptor, the child's number >= 3) -- the child
+    /// has no other descriptor above stdio; the caller keeps it open until this returns.
+    /// Returns (pid, t_spawn) or (-errno, message) per spec.
     fn spawn_batch<'py>(
         &self,
         py: Python<'py>,
@@ -99,16 +119,30 @@ impl PyExecutor {
         let specs: Vec<SpawnSpec> = specs
             .iter()
             .map(|spec| {
-                // (6 fields, or 7 with outputs_empty; default False)
-                let ((key, argv, env, cwd, stdout, stderr), outputs_empty): (PySpecFields, bool) =
-                    if spec.len() == 7 {
-                        (
-                            spec.get_slice(0, 6).extract()?,
-                            spec.get_item(6)?.extract()?,
-                        )
-                    } else {
-                        (spec.extract()?, false)
-                    };
+                // (6 fields, 7 with outputs_empty -- default False --, 8 with pass_fd)
+                let n = spec.len();
+                let ((key, argv, env, cwd, stdout, stderr), outputs_empty, pass): (
+                    PySpecFields,
+                    bool,
+                    Option<PassFd>,
+                ) = match n {
+                    6 => (spec.extract()?, false, None),
+                    7 | 8 => (
+                        spec.get_slice(0, 6).extract()?,
+                        spec.get_item(6)?.extract()?,
+                        if n == 8 {
+                            pass_fd(&spec.get_item(7)?)?
+                        } else {
+                            None
+                        },
+                    ),
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                            "spec of {n} fields: (key, argv, env, cwd, stdout, stderr[, \
+                             outputs_empty[, pass_fd]])"
+                        )))
+                    }
+                };
                 Ok(SpawnSpec {
                     key,
                     argv: argv.into_iter().map(bytes).collect(),
@@ -117,6 +151,7 @@ impl PyExecutor {
                     stdout: stdout.map(|p| bytes(p.into_os_string())),
                     stderr: stderr.map(|p| bytes(p.into_os_string())),
                     outputs_empty,
+                    pass_fd: pass,
                 })
             })
             .collect::<PyResult<_>>()?;
