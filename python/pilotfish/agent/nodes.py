@@ -397,8 +397,10 @@ class NodeLink:
                 code, sig, t_exit = e
                 known += 1
                 self.exits.append((key, pids.get(key, 0), code, sig, t_exit, 0.0, 0.0, 0,
-                                   f"{why}; killed by signal {sig} there (its journal)"
-                                   if sig else None))
+                                   (f"{why}; killed by signal {sig} there (its journal)"
+                                    if sig else
+                                    f"{why}; it ended there with exit code {code} (its journal)")
+                                   if sig or code else None))
                 node.decided[key] = False
             else:
                 self.exits.append((key, 0, 255, 0, t, 0.0, 0.0, 0,
