@@ -40,7 +40,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("pilotfish.door")
 
@@ -97,61 +97,60 @@ def joined(frames: list, start: int) -> bytes:
     return b"".join(f if isinstance(f, bytes) else f.buffer for f in frames[start:])
 
 
+def _borrowed(fd: int, what: Callable[[socket.socket], Any], otherwise: Any) -> Any:
+    """what(a socket object on libzmq's descriptor), which stays libzmq's (detached, never
+    closed here); otherwise when fd is no socket, or what raised OSError."""
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return otherwise
+    try:
+        return what(s)
+    except OSError:
+        return otherwise
+    finally:
+        s.detach()
+
+
+def _identify(s: socket.socket) -> tuple[Any, tuple]:
+    if s.family == socket.AF_UNIX:
+        cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _gid = struct.unpack("3i", cred)
+        return f"uid {uid}", (s.getsockname(), pid)
+    peer = s.getpeername()
+    return peer[0], (s.getsockname(), peer)
+
+
 def _peer_of(fd: int) -> tuple[Any, tuple] | None:
     """(peer, proof) of a connected descriptor: the peer's address (TCP) or uid (local), and
     what identifies this connection (names at both ends, or the peer's pid) -- None when the
     descriptor is no connected socket any more."""
-    try:
-        s = socket.socket(fileno=fd)
-    except OSError:
-        return None
-    try:
-        if s.family == socket.AF_UNIX:
-            cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid, uid, _gid = struct.unpack("3i", cred)
-            return f"uid {uid}", (s.getsockname(), pid)
-        peer = s.getpeername()
-        return peer[0], (s.getsockname(), peer)
-    except OSError:
-        return None
-    finally:
-        s.detach()
+    return _borrowed(fd, _identify, None)
+
+
+def _bytes_in(s: socket.socket) -> int:
+    if s.family == socket.AF_UNIX:
+        return 0
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 136)
+    return int.from_bytes(info[128:136], "little") if len(info) >= 136 else 0
 
 
 def _received(fd: int) -> int:
     """Bytes a TCP connection has received (tcp_info.tcpi_bytes_received); a local
     socket's: unknown, 0."""
-    try:
-        s = socket.socket(fileno=fd)
-    except OSError:
-        return 0
-    try:
-        if s.family == socket.AF_UNIX:
-            return 0
-        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 136)
-        return int.from_bytes(info[128:136], "little") if len(info) >= 136 else 0
-    except OSError:
-        return 0
-    finally:
-        s.detach()
+    return _borrowed(fd, _bytes_in, 0)
 
 
 def _shut(fd: int, proof: tuple) -> bool:
     """shutdown(2) the connection on fd if it is still the one `proof` names."""
-    got = _peer_of(fd)
-    if got is None or got[1] != proof:
-        return False  # closed meanwhile (the number may be another's now): leave it
-    try:
-        s = socket.socket(fileno=fd)
-    except OSError:
-        return False
-    try:
+
+    def shut(s: socket.socket) -> bool:
+        if _identify(s)[1] != proof:
+            return False  # closed meanwhile (the number may be another's now): leave it
         s.shutdown(socket.SHUT_RDWR)
         return True
-    except OSError:
-        return False
-    finally:
-        s.detach()
+
+    return _borrowed(fd, shut, False)
 
 
 class Reserve:

@@ -27,27 +27,10 @@ from pathlib import Path
 import pytest
 
 import pilotfish as pf
+from cluster import hosts, WHERE, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-WHERE = 'echo "$(hostname) $PILOTFISH_NODE"'
-
-
-@pytest.fixture(autouse=True)
-def _hosts(slurm):
-    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
-        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start, "
-                    "PILOTFISH_CLUSTER=hosts)")
-
-
-def _pilot(s, nodes=4, **kw):
-    pmgr = pf.PilotManager(s)
-    pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=nodes,
-                                                   runtime="15m", **kw))
-    tmgr = pf.TaskManager(s)
-    tmgr.add_pilots(pilot)
-    assert pilot.wait(pf.ACTIVE, timeout=180) == pf.ACTIVE, pilot.reason
-    return pilot, tmgr
 
 
 def _slurm(*argv: str, timeout: float = 20) -> str:
@@ -72,14 +55,10 @@ def _job_state(job: str) -> str:
     return _slurm("squeue", "-h", "-j", job, "-o", "%T")
 
 
-def _netns(node: str) -> str:
-    return f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{node}"
-
-
 def _kill_whole_host(node: str) -> list[str]:
     """SIGKILL every process in that host's network namespace, its slurmd included: the host
     is gone as far as Slurm and the pilot can tell."""
-    pids = subprocess.run(["ip", "netns", "pids", _netns(node)], capture_output=True,
+    pids = subprocess.run(["ip", "netns", "pids", netns(node)], capture_output=True,
                           text=True, check=True).stdout.split()
     killed = []
     for pid in map(int, pids):
@@ -95,10 +74,10 @@ def _kill_whole_host(node: str) -> list[str]:
 def _restore_host(node: str) -> None:
     """Start the host's slurmd again as scripts/substrates/slurm.sh start does (its netns, a
     UTS namespace of its own named after it) and resume the node: the cluster is whole."""
-    running = subprocess.run(["ip", "netns", "pids", _netns(node)], capture_output=True,
+    running = subprocess.run(["ip", "netns", "pids", netns(node)], capture_output=True,
                              text=True).stdout.split()
     if not any(_comm(p) == "slurmd" for p in running):
-        subprocess.run(["ip", "netns", "exec", _netns(node), "unshare", "--uts", "sh", "-c",
+        subprocess.run(["ip", "netns", "exec", netns(node), "unshare", "--uts", "sh", "-c",
                         'hostname "$1" && exec slurmd -N "$1" -f "$2" </dev/null', "slurmd",
                         node, os.environ["SLURM_CONF"]], check=True, timeout=60)
     deadline = time.monotonic() + 90
@@ -132,7 +111,7 @@ def test_a_dead_host_leaves_the_pilot_running_on_the_others(slurm, tmp_path):
     job = None
     try:
         with pf.Session(path=tmp_path / "s") as s:
-            pilot, tmgr = _pilot(s, launcher_options={"nodes": {"lost_after_s": 3}})
+            pilot, tmgr = slurm_pilot(s, active_timeout=180, launcher_options={"nodes": {"lost_after_s": 3}})
             job = pilot._job.native_id
             n = 4 * slurm.cpus  # one per core: every host busy
             tasks = tmgr.submit_tasks([pf.TaskDescription(
@@ -211,7 +190,7 @@ def test_a_failing_squeue_is_retried_and_the_pilot_lives(slurm, tmp_path, monkey
     pilot and every task not yet DONE.)"""
     poll_s = float(os.environ.get("PILOTFISH_BATCH_POLL_S", "0.5"))
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, nodes=2)
+        pilot, tmgr = slurm_pilot(s, active_timeout=180, nodes=2)
         job = pilot._job.native_id
         bin_dir, flag, calls = _squeue_wrapper(tmp_path)
         monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")

@@ -21,40 +21,17 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _events as E
-from pilotfish._events import read_all_events
+from cluster import hosts, WHERE, agent_events, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-WHERE = 'echo "$(hostname) $PILOTFISH_NODE"'
-
-
-@pytest.fixture(autouse=True)
-def _hosts(slurm):
-    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
-        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start, "
-                    "PILOTFISH_CLUSTER=hosts)")
-
-
-def _events(pilot, name=None):
-    evs = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
-    return [e for e in evs if name is None or e[2] == name]
-
-
-def _pilot(s, nodes=4, **kw):
-    pmgr = pf.PilotManager(s)
-    pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=nodes,
-                                                   runtime="15m", **kw))
-    tmgr = pf.TaskManager(s)
-    tmgr.add_pilots(pilot)
-    assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
-    return pilot, tmgr
 
 
 def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
     """2,000 single-node tasks run through node executors: each prints the host it ran on,
     which is the node it was placed on; every host gets tasks; no srun step per task."""
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s)
+        pilot, tmgr = slurm_pilot(s)
         assert pilot.launcher == "srun"  # the nodes are other hosts: direct is refused
         # the agent (on n1) reached the session on the login host over TCP, on one address
         address = json.loads(Path(pilot.sandbox, "agent.json").read_text())["address"]
@@ -71,9 +48,9 @@ def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
             assert host == node == t.slots[0].node, (t.uid, t.stdout, t.slots)
             hosts[host] += 1
         assert set(hosts) == {"n1", "n2", "n3", "n4"}, hosts
-        up = {e[3].split()[0] for e in _events(pilot, E.NODE_UP)}
+        up = {e[3].split()[0] for e in agent_events(pilot, E.NODE_UP)}
         assert up == {"n2", "n3", "n4"}  # one executor per other node; n1 is the agent's
-        assert len(_events(pilot, E.NODES_START)) == 1  # one srun step started them all
+        assert len(agent_events(pilot, E.NODES_START)) == 1  # one srun step started them all
         pilot.cancel()
 
 
@@ -82,7 +59,7 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
     tasks FAIL naming the node (or run again elsewhere, with retries), every other task is
     DONE, and nothing more is placed on n3."""
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, launcher_options={"nodes": {"lost_after_s": 3}})
+        pilot, tmgr = slurm_pilot(s, launcher_options={"nodes": {"lost_after_s": 3}})
         n = 4 * slurm.cpus  # one per core: every node busy
         tasks = tmgr.submit_tasks([
             pf.TaskDescription(executable="/bin/sh", arguments=["-c", f"sleep 6; {WHERE}"],
@@ -109,7 +86,7 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
                 # (the kill may reach a task before its node executor, which then reports
                 # it: killed by SIGKILL -- the truth; else the node's loss names it)
                 assert "node n3 lost" in t.reason or t.reason == "killed by SIGKILL", t.reason
-        lost = _events(pilot, E.NODE_LOST)
+        lost = agent_events(pilot, E.NODE_LOST)
         assert [e[3].split()[0] for e in lost] == ["n3"], lost
         later = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", WHERE])
@@ -131,7 +108,7 @@ def _status(pid: int) -> str:
 
 def _kill_host(node: str) -> list[int]:
     """SIGKILL every process in that host's network namespace but its slurmd."""
-    ns = f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{node}"
+    ns = netns(node)
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
                          check=True).stdout.split()
     killed = []
@@ -154,7 +131,7 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
     """A process that claims to be a node's executor without the pilot's key never completes the
     handshake: the agent counts the refusal, sends it nothing, and the pilot runs on."""
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, nodes=2)
+        pilot, tmgr = slurm_pilot(s, nodes=2)
         cfg = json.loads(Path(pilot.sandbox, "nodes.json").read_text())
         import zmq
 
@@ -171,9 +148,9 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not [
-                    e for e in _events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]:
+                    e for e in agent_events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]:
                 time.sleep(0.3)
-            refused = [e for e in _events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]
+            refused = [e for e in agent_events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]
             assert refused, "the forged executor's handshake was not refused"
             tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                           arguments=["-c", WHERE])
@@ -204,7 +181,7 @@ def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
     agent over TCP from there."""
     echo = str(Path(__file__).parents[1] / "services" / "echo_service.py")
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s)
+        pilot, tmgr = slurm_pilot(s)
         whole = slurm.cpus  # a worker per node: the placer fills n1 first otherwise
         calls = tmgr.submit_tasks([pf.TaskDescription(function=_where_am_i, args=(0.5,),
                                                       cores_per_rank=whole)
@@ -220,7 +197,7 @@ def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
         group.wait_ready(timeout=120)
         nodes = sorted(m.node for m in group.members)
         assert len(nodes) == 3 and set(nodes) - {"n1"}, nodes
-        up = {e[3].split()[0] for e in _events(pilot, E.NODE_UP)}
+        up = {e[3].split()[0] for e in agent_events(pilot, E.NODE_UP)}
         assert up == {"n2", "n3", "n4"}
         group.stop()
         pilot.cancel()
@@ -230,7 +207,7 @@ def _kill_and_resume_program(path, side, cpus, resume):
     """One program, run once (its agent SIGKILLed while tasks run on the other hosts) and
     again with resume=True: the same tasks submitted in the same order."""
     with pf.Session(path=path, resume=resume) as s:
-        pilot, tmgr = _pilot(s)
+        pilot, tmgr = slurm_pilot(s)
         hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["8"])
                                   for _ in range(cpus)])  # n1 (first fit) is full
         if not resume:
@@ -279,7 +256,7 @@ def test_node_whose_executor_never_starts(slurm, tmp_path):
                        f'exit 3; fi\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, launcher_options={"nodes": {"python": str(wrapper),
+        pilot, tmgr = slurm_pilot(s, launcher_options={"nodes": {"python": str(wrapper),
                                                             "start_timeout": 5}})
         tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", f"sleep 0.2; {WHERE}"])
@@ -288,7 +265,7 @@ def test_node_whose_executor_never_starts(slurm, tmp_path):
         assert collections.Counter(states) == {pf.DONE: len(tasks)}, \
             [t.reason for t in tasks if t.reason][:3]
         assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2", "n4"}
-        lost = _events(pilot, E.NODE_LOST)
+        lost = agent_events(pilot, E.NODE_LOST)
         assert len(lost) == 1 and lost[0][3].startswith("n3 "), lost
         assert "no python on n3" in lost[0][3], lost[0][3]
         pilot.cancel()
@@ -311,7 +288,7 @@ def test_escapee_of_a_canceled_remote_task_is_killed_by_its_node_executor(slurm,
     escapee too."""
     pids = tmp_path / "escapee"
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, nodes=2)
+        pilot, tmgr = slurm_pilot(s, nodes=2)
         hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["60"])
                                   for _ in range(slurm.cpus)])  # n1 full (first fit)
         for t in hold:
@@ -342,7 +319,7 @@ def test_explain_across_hosts(slurm, tmp_path):
     through the request file in the pilot's sandbox; a running task names its node (n2..n4
     run through their node executors)."""
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, nodes=2)
+        pilot, tmgr = slurm_pilot(s, nodes=2)
         cores = pilot.nodes[0].cores
         full = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
                                                      cores_per_rank=cores)

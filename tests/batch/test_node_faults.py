@@ -33,11 +33,10 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _events as E
-from pilotfish._events import read_all_events
+from cluster import hosts, WHERE, agent_events, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-WHERE = 'echo "$(hostname) $PILOTFISH_NODE"'
 HOST = "n3"  # the host that fails (the agent runs on n1)
 # lost after 3 s of silence; the executor fences itself after 9 s without the agent; a verdict
 # without word from the node 15 s after the loss (agent/nodes.py)
@@ -47,41 +46,15 @@ PAST_VERDICT_S = 22.0  # longer than the verdict too (lost at 3 s, verdict 15 s 
 PAUSES = (1.0, 3.0, 30.0)  # ends before, during, and long after the outage
 
 
-@pytest.fixture(autouse=True)
-def _hosts(slurm):
-    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
-        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start, "
-                    "PILOTFISH_CLUSTER=hosts)")
-
-
-def _events(pilot, name=None):
-    evs = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
-    return [e for e in evs if name is None or e[2] == name]
-
-
-def _pilot(s, nodes=4, **kw):
-    pmgr = pf.PilotManager(s)
-    pilot = pmgr.submit_pilots(pf.PilotDescription(resource="slurm", nodes=nodes,
-                                                   runtime="15m", **kw))
-    tmgr = pf.TaskManager(s)
-    tmgr.add_pilots(pilot)
-    assert pilot.wait(pf.ACTIVE, timeout=120) == pf.ACTIVE, pilot.reason
-    return pilot, tmgr
-
-
-def _netns(node: str) -> str:
-    return f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{node}"
-
-
 def _link(node: str, state: str) -> None:
     """That host's only interface (slurm.sh ns_up: eth0 in its namespace) down or up."""
-    subprocess.run(["ip", "netns", "exec", _netns(node), "ip", "link", "set", "eth0", state],
+    subprocess.run(["ip", "netns", "exec", netns(node), "ip", "link", "set", "eth0", state],
                    check=True, timeout=30)
 
 
 def _executor_pid(node: str) -> int:
     """The node executor's pid on that host (its namespace's processes, by command line)."""
-    out = subprocess.run(["ip", "netns", "pids", _netns(node)], capture_output=True,
+    out = subprocess.run(["ip", "netns", "pids", netns(node)], capture_output=True,
                          text=True, check=True).stdout.split()
     found = []
     for pid in map(int, out):
@@ -110,7 +83,7 @@ def _fault(slurm, tmp_path, fail, restore, outage=OUTAGE_S):
     outage seconds, then restore(); the checks. Returns the rejoin event's detail."""
     side = tmp_path / "side"
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, launcher_options=LOST)
+        pilot, tmgr = slurm_pilot(s, launcher_options=LOST)
         tasks = _marked_tasks(tmgr, side, 4 * slurm.cpus)  # one per core: every host busy
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and any(t.state != pf.EXECUTING for t in tasks):
@@ -147,9 +120,9 @@ def _fault(slurm, tmp_path, fail, restore, outage=OUTAGE_S):
             if final[t.uid] != pf.DONE:
                 assert t.description.retries == 0, (t.uid, t.reason)
                 assert "fence" in t.reason or "killed by signal 9" in t.reason, t.reason
-        assert [e[3].split()[0] for e in _events(pilot, E.NODE_LOST)] == [HOST]
-        rejoined = [e[3] for e in _events(pilot, E.NODE_UP) if "rejoined" in (e[3] or "")]
-        assert rejoined and rejoined[0].startswith(HOST), _events(pilot, E.NODE_UP)
+        assert [e[3].split()[0] for e in agent_events(pilot, E.NODE_LOST)] == [HOST]
+        rejoined = [e[3] for e in agent_events(pilot, E.NODE_UP) if "rejoined" in (e[3] or "")]
+        assert rejoined and rejoined[0].startswith(HOST), agent_events(pilot, E.NODE_UP)
         # HOST is a node of the pilot again: later tasks run there
         later = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", f"sleep 0.5; {WHERE}"])
@@ -219,7 +192,7 @@ def test_malformed_frames_with_the_real_node_key_leave_the_agent_up(slurm, tmp_p
         raw("spawn", [[1, ["/bin/true"], None, None, None, None]]), b"\x91" * 5000 + b"\xc0",
     ]
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = _pilot(s, nodes=2)
+        pilot, tmgr = slurm_pilot(s, nodes=2)
         cfg = json.loads(Path(pilot.sandbox, "nodes.json").read_text())
         name = pilot.nodes[1].name  # a node of the pilot (its executor's identity)
         ctx = zmq.Context()
@@ -231,12 +204,12 @@ def test_malformed_frames_with_the_real_node_key_leave_the_agent_up(slurm, tmp_p
                     forger.send(frame)
                 time.sleep(0.05)
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and not _events(pilot, E.BAD_FRAME):
+            while time.monotonic() < deadline and not agent_events(pilot, E.BAD_FRAME):
                 time.sleep(0.2)
         finally:
             forger.close(0)
             ctx.term()
-        bad = _events(pilot, E.BAD_FRAME)
+        bad = agent_events(pilot, E.BAD_FRAME)
         assert bad and all(f"node {name}" in e[3] for e in bad), bad
         assert pilot.state == pf.ACTIVE, (pilot.state, pilot.reason)
         tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",

@@ -22,6 +22,7 @@ import pytest
 import pilotfish as pf
 from pilotfish import _events as E
 from pilotfish._events import read_all_events
+from cluster import hosts, netns  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 from test_floods import BOUND_MB, _rss_mb, attack, finished  # noqa: E402
@@ -30,15 +31,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as user nobody")]
 
 
-@pytest.fixture(autouse=True)
-def _hosts(slurm):
-    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
-        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start)")
-
-
 def _ports(pid: int, host: str) -> list[str]:
-    ns = f"{os.environ.get('PILOTFISH_NETNS', 'pilotfish')}-{host}"
-    out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnpH"], capture_output=True,
+    out = subprocess.run(["ip", "netns", "exec", netns(host), "ss", "-ltnpH"], capture_output=True,
                          text=True, check=True).stdout
     return [f"tcp://{line.split()[3]}" for line in out.splitlines() if f"pid={pid}," in line]
 

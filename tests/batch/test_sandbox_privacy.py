@@ -12,40 +12,18 @@ from __future__ import annotations
 
 import collections
 import os
-import stat
+import sys
 from pathlib import Path
 
 import pytest
 
 import pilotfish as pf
+from cluster import hosts  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "client"))
+from test_session_files import not_private  # noqa: E402 -- one walk for both tests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(autouse=True)
-def _hosts(slurm):
-    if os.environ.get("PILOTFISH_CLUSTER") != "hosts":
-        pytest.skip("needs the cluster of hosts (scripts/substrates/slurm.sh start, "
-                    "PILOTFISH_CLUSTER=hosts)")
-
-
-def not_private(root) -> list[str]:
-    """Everything under root that group or others may use ('path mode kind'): a directory
-    not 0700, anything else with a group/other bit, any symbolic link."""
-    bad = []
-    for top, dirs, files in os.walk(root):
-        for name in dirs + files:
-            p = os.path.join(top, name)
-            st = os.lstat(p)
-            mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISLNK(st.st_mode):
-                bad.append(f"{p} link")
-            elif stat.S_ISDIR(st.st_mode) and mode != 0o700:
-                bad.append(f"{p} {mode:04o} dir")
-            elif not stat.S_ISDIR(st.st_mode) and mode & 0o077:
-                bad.append(f"{p} {mode:04o} {'file' if stat.S_ISREG(st.st_mode) else 'other'}")
-    mode = stat.S_IMODE(os.lstat(root).st_mode)
-    return bad + ([f"{root} {mode:04o} dir"] if mode != 0o700 else [])
 
 
 def _big(n):

@@ -884,18 +884,7 @@ def _parse1(line: str) -> dict[str, str]:
         toks.append("".join(cur))
     else:
         toks = line.split(" ")
-    kv: dict[str, str] = {}
-    for t in toks:
-        if not t:
-            continue
-        k, eq, v = t.partition("=")
-        if not eq or not k:
-            raise PmiProtocolError(f"malformed: token {_show(t.encode())} in a PMI-1 line "
-                                   "is not key=value")
-        kv.setdefault(k, v)
-    if not kv.get("cmd"):
-        raise PmiProtocolError(f"malformed: a PMI-1 line without cmd=: {_show(line.encode())}")
-    return kv
+    return _pairs(toks, "a PMI-1 line", line)
 
 
 def _parse2(body: str) -> dict[str, str]:
@@ -919,17 +908,23 @@ def _parse2(body: str) -> dict[str, str]:
             toks.append("".join(cur))
     else:
         toks = body.split(";")
+    return _pairs(toks, "a PMI-2 frame", body)
+
+
+def _pairs(toks: list[str], where: str, whole: str) -> dict[str, str]:
+    """key=value tokens -> dict (the first of a key wins); a token that is not key=value, or
+    no cmd=, is PmiProtocolError naming it."""
     kv: dict[str, str] = {}
     for t in toks:
         if not t:
             continue
         k, eq, v = t.partition("=")
         if not eq or not k:
-            raise PmiProtocolError(f"malformed: token {_show(t.encode())} in a PMI-2 frame "
+            raise PmiProtocolError(f"malformed: token {_show(t.encode())} in {where} "
                                    "is not key=value")
         kv.setdefault(k, v)
     if not kv.get("cmd"):
-        raise PmiProtocolError(f"malformed: a PMI-2 frame without cmd=: {_show(body.encode())}")
+        raise PmiProtocolError(f"malformed: {where} without cmd=: {_show(whole.encode())}")
     return kv
 
 
