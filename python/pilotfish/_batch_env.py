@@ -21,6 +21,7 @@ MAX_HOSTS = 1_000_000
 
 # -- host lists -----------------------------------------------------------------------------
 
+
 def expand_hostlist(text: str, what: str = "host list") -> list[str]:
     """Expand a Slurm-style compressed host list, keeping order and zero padding.
 
@@ -29,6 +30,7 @@ def expand_hostlist(text: str, what: str = "host list") -> list[str]:
     Commas inside brackets separate ranges, outside they separate hosts. `what` names the
     source (e.g. the variable) in the ValueError raised for an empty or garbled list.
     """
+
     def bad(why: str) -> ValueError:
         return ValueError(f"{what} = {text!r}: {why}")
 
@@ -49,10 +51,10 @@ def expand_hostlist(text: str, what: str = "host list") -> list[str]:
             close_at = expr.find("]", open_at)
             if close_at < 0:
                 raise bad(f"unclosed '[' in {expr!r}")
-            if "[" in expr[open_at + 1:close_at]:
+            if "[" in expr[open_at + 1 : close_at]:
                 raise bad(f"nested '[' in {expr!r}")
             parts.append([expr[pos:open_at]])
-            parts.append(_expand_ranges(expr[open_at + 1:close_at], bad))
+            parts.append(_expand_ranges(expr[open_at + 1 : close_at], bad))
             pos = close_at + 1
         count = 1
         for p in parts:
@@ -120,6 +122,7 @@ def expand_counts(text: str, what: str = "count list") -> list[int]:
 
 # -- Slurm ----------------------------------------------------------------------------------
 
+
 def slurm_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
     var = "SLURM_JOB_NODELIST" if "SLURM_JOB_NODELIST" in env else "SLURM_NODELIST"
     if var not in env:
@@ -130,8 +133,10 @@ def slurm_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
     if "SLURM_JOB_CPUS_PER_NODE" in env:
         cores = expand_counts(env["SLURM_JOB_CPUS_PER_NODE"], "SLURM_JOB_CPUS_PER_NODE")
         if len(cores) != len(names):
-            raise ValueError(f"SLURM_JOB_CPUS_PER_NODE = {env['SLURM_JOB_CPUS_PER_NODE']!r} "
-                             f"describes {len(cores)} nodes but {var} has {len(names)}")
+            raise ValueError(
+                f"SLURM_JOB_CPUS_PER_NODE = {env['SLURM_JOB_CPUS_PER_NODE']!r} "
+                f"describes {len(cores)} nodes but {var} has {len(names)}"
+            )
     elif "SLURM_CPUS_ON_NODE" in env:
         cores = [_int_var(env, "SLURM_CPUS_ON_NODE")] * len(names)
     else:
@@ -167,6 +172,7 @@ def _int_var(env: Mapping[str, str], var: str) -> int:
 
 # -- PBS ------------------------------------------------------------------------------------
 
+
 def pbs_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
     if "PBS_NODEFILE" not in env:
         raise ValueError("PBS_NODEFILE is not set: not inside a PBS allocation")
@@ -185,6 +191,7 @@ def pbs_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
 
 # -- LSF ------------------------------------------------------------------------------------
 
+
 def lsf_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
     # LSB_MCPU_HOSTS = "host1 n1 host2 n2 ...". On machines like Summit the first host is the
     # batch (launch) node where the job script and so the agent run; it is kept in the list
@@ -197,14 +204,16 @@ def lsf_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
         slots: dict[str, int] = {}
         for host, count in zip(words[::2], words[1::2]):
             if not count.isdigit():
-                raise ValueError(f"LSB_MCPU_HOSTS = {value!r}: count {count!r} of {host} "
-                                 "is not a number")
+                raise ValueError(
+                    f"LSB_MCPU_HOSTS = {value!r}: count {count!r} of {host} is not a number"
+                )
             slots[host] = slots.get(host, 0) + int(count)
         pairs = list(slots.items())
     elif "LSB_DJOB_HOSTFILE" in env:
         path = env["LSB_DJOB_HOSTFILE"]
-        pairs = _count_slot_lines(_read_lines(path, "LSB_DJOB_HOSTFILE"),
-                                  f"LSB_DJOB_HOSTFILE ({path})")
+        pairs = _count_slot_lines(
+            _read_lines(path, "LSB_DJOB_HOSTFILE"), f"LSB_DJOB_HOSTFILE ({path})"
+        )
     elif "LSB_HOSTS" in env:
         pairs = _count_slot_lines(env["LSB_HOSTS"].split(), "LSB_HOSTS")
     else:
@@ -214,6 +223,7 @@ def lsf_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
 
 
 # -- host files -----------------------------------------------------------------------------
+
 
 def hostfile_nodes(path: str) -> list[NodeInfo]:
     """Lines "host", "host slots=N" (Open MPI), "host:N" (MPICH); '#' starts a comment.
@@ -270,6 +280,7 @@ def _count_slot_lines(lines: Iterable[str], what: str) -> list[tuple[str, int]]:
 
 
 # -- Slurm's time strings ------------------------------------------------------------------
+
 
 def parse_slurm_time(text: str) -> float | None:
     """Slurm's time format ("[D-]HH:MM:SS", "MM:SS", "SS") in seconds; None for

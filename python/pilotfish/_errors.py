@@ -45,7 +45,7 @@ def show(value: object, limit: int = _SHOWN_CHARS) -> str:
     if not isinstance(text, str):
         text = f"<{type(value).__name__} object>"
     if len(text) > limit:
-        text = text[:limit - 3] + "..."
+        text = text[: limit - 3] + "..."
     return text
 
 
@@ -129,7 +129,8 @@ class JournalError(PilotfishError):
         super().__init__(
             f"{path}: damaged at byte {offset}: {why}. pilotfish will not guess what ran: "
             f"start a new session (another path) to run everything afresh, keeping this "
-            f"directory to look at; or restore the journal from a copy")
+            f"directory to look at; or restore the journal from a copy"
+        )
 
     def __reduce__(self):
         return type(self), (self.path, self.offset, self.why)

@@ -27,34 +27,34 @@ Event = tuple  # (t, uid, name, detail)
 # their names are states.py's. The detail of each event is said beside it.
 
 # A task in the agent (its uid)
-SCHEDULE_OK = "schedule_ok"        # placed on its slots; detail: "<ranks>x<cores>/<gpus> @<n>,..."
-                                   # (the pilot's node index of each rank: a live per-node view)
-UNSCHEDULE = "unschedule"          # its slots are free again
-EXEC_START = "exec_start"          # its launch is being built; detail: "nodes" when its node
-                                   # executor spawns it (agent/nodes.py), else None
-EXEC_OK = "exec_ok"                # spawned (the launcher's process, or the task's own)
-LAUNCH_OK = "launch_ok"            # its first rank started (supervised launchers; simulated)
-EXEC_STOP = "exec_stop"            # its last process ended
-LAUNCH_RETRY = "launch_retry"      # launched again: its launcher failed before it ran; detail: why
-LAUNCH_HUNG = "launch_hung"        # its launcher outlived its ranks and was killed; detail: why
+SCHEDULE_OK = "schedule_ok"  # placed on its slots; detail: "<ranks>x<cores>/<gpus> @<n>,..."
+# (the pilot's node index of each rank: a live per-node view)
+UNSCHEDULE = "unschedule"  # its slots are free again
+EXEC_START = "exec_start"  # its launch is being built; detail: "nodes" when its node
+# executor spawns it (agent/nodes.py), else None
+EXEC_OK = "exec_ok"  # spawned (the launcher's process, or the task's own)
+LAUNCH_OK = "launch_ok"  # its first rank started (supervised launchers; simulated)
+EXEC_STOP = "exec_stop"  # its last process ended
+LAUNCH_RETRY = "launch_retry"  # launched again: its launcher failed before it ran; detail: why
+LAUNCH_HUNG = "launch_hung"  # its launcher outlived its ranks and was killed; detail: why
 LAUNCH_PARTIAL = "launch_partial"  # some ranks started, others never did: the launch is
-                                   # stopped and the task fails (retries apply); detail: which
-RETRY = "retry"                    # run again after a failure (retries=); detail: attempt, backoff
-REQUEUE = "requeue"                # queued again (a restartable task stopped by a drain)
+# stopped and the task fails (retries apply); detail: which
+RETRY = "retry"  # run again after a failure (retries=); detail: attempt, backoff
+REQUEUE = "requeue"  # queued again (a restartable task stopped by a drain)
 
 # The pilot's agent (the pilot's uid)
 BOOTSTRAP_START = "bootstrap_start"
-RESOURCES_OK = "resources_ok"      # detail: "<n> nodes, <c> cores, <g> gpus (<source>)"
-PILOT_NODES = "pilot_nodes"        # (client) the nodes, once the agent said hello; detail: JSON
-MPI_LAUNCHER = "mpi_launcher"      # the MPI launcher multi-rank tasks get; detail: its name
-PARTITION = "partition"            # detail: JSON {index, nodes, launcher}
+RESOURCES_OK = "resources_ok"  # detail: "<n> nodes, <c> cores, <g> gpus (<source>)"
+PILOT_NODES = "pilot_nodes"  # (client) the nodes, once the agent said hello; detail: JSON
+MPI_LAUNCHER = "mpi_launcher"  # the MPI launcher multi-rank tasks get; detail: its name
+PARTITION = "partition"  # detail: JSON {index, nodes, launcher}
 PARTITION_CLOSED = "partition_closed"  # its launcher could not start; detail: JSON
-QUEUE_PLAN = "queue_plan"          # the scheduler planned its queue (policy "plan"); detail:
-                                   # JSON {partition_index, why, tasks, iterations, elapsed_s,
-                                   # made_at, baseline_s, best_s, estimates: [learned kinds]}
-BAD_FRAME = "bad_frame"            # a frame from the client that did not decode; detail: why
+QUEUE_PLAN = "queue_plan"  # the scheduler planned its queue (policy "plan"); detail:
+# JSON {partition_index, why, tasks, iterations, elapsed_s,
+# made_at, baseline_s, best_s, estimates: [learned kinds]}
+BAD_FRAME = "bad_frame"  # a frame from the client that did not decode; detail: why
 CLIENT_REATTACH = "client_reattach"  # a resumed client; detail: tasks asked
-DRAIN_START = "drain_start"        # detail: why
+DRAIN_START = "drain_start"  # detail: why
 DRAIN_STOP = "drain_stop"
 LEFTOVERS_KILLED = "leftovers_killed"  # detail: processes killed at the end
 AGENT_STOP = "agent_stop"
@@ -70,41 +70,50 @@ LAUNCHER_STUCK = "launcher_stuck"
 LAUNCHER_STOP = "launcher_stop"
 
 # The session (the client; uid "session", or a pilot's)
-SESSION_START = "session_start"    # detail: the session uid
+SESSION_START = "session_start"  # detail: the session uid
 SESSION_RESUME = "session_resume"  # detail: the session uid
 SESSION_STOP = "session_stop"
-REFUSED = "refused"                # a connection or frame the client let not in; detail: why
-REATTACHED = "reattached"          # (a pilot) a resumed session found its agent alive
+REFUSED = "refused"  # a connection or frame the client let not in; detail: why
+REATTACHED = "reattached"  # (a pilot) a resumed session found its agent alive
 
 # Service groups and elastic pilots (agent/services.py, agent/_main.py; analytics reads them).
 # A member's events carry its uid; a group's its name; the pilot's its uid.
-MEMBER_START = "member_start"      # detail: group name
-MEMBER_READY = "member_ready"      # detail: endpoint
-MEMBER_LEAVE = "member_leave"      # asked to leave; detail: why
-MEMBER_LEFT = "member_left"        # it is gone after a leave
-MEMBER_FAIL = "member_fail"        # detail: why
+MEMBER_START = "member_start"  # detail: group name
+MEMBER_READY = "member_ready"  # detail: endpoint
+MEMBER_LEAVE = "member_leave"  # asked to leave; detail: why
+MEMBER_LEFT = "member_left"  # it is gone after a leave
+MEMBER_FAIL = "member_fail"  # detail: why
 MEMBER_RESTART = "member_restart"  # detail: the member it replaces
 ANNOUNCE_REFUSED = "announce_refused"  # detail: why
-GROUP_EPOCH = "group_epoch"        # detail: "<epoch> <members>"
-GROUP_RESIZE = "group_resize"      # detail: the target
-PILOT_GROW = "pilot_grow"          # detail: "<unit> <nodes added> <nodes now>"
-PILOT_DRAIN = "pilot_drain"        # detail: "<unit> <nodes>"
-PILOT_SHRINK = "pilot_shrink"      # detail: "<unit> <nodes removed> <nodes now>"
+GROUP_EPOCH = "group_epoch"  # detail: "<epoch> <members>"
+GROUP_RESIZE = "group_resize"  # detail: the target
+PILOT_GROW = "pilot_grow"  # detail: "<unit> <nodes added> <nodes now>"
+PILOT_DRAIN = "pilot_drain"  # detail: "<unit> <nodes>"
+PILOT_SHRINK = "pilot_shrink"  # detail: "<unit> <nodes removed> <nodes now>"
 
 # Node executors (agent/nodes.py), the pilot's uid
-NODES_START = "nodes_start"        # one launcher step starts executors; detail: "<n> <nodes>"
-NODE_UP = "node_up"                # an executor said hello; detail: "<node> <host> <pid>"
-NODE_LOST = "node_lost"            # detail: "<node> <why>": its tasks fail, nothing more goes there
+NODES_START = "nodes_start"  # one launcher step starts executors; detail: "<n> <nodes>"
+NODE_UP = "node_up"  # an executor said hello; detail: "<node> <host> <pid>"
+NODE_LOST = "node_lost"  # detail: "<node> <why>": its tasks fail, nothing more goes there
 
-NAMES = frozenset(v for k, v in list(globals().items())
-                  if k.isupper() and isinstance(v, str) and not k.startswith("_"))
+NAMES = frozenset(
+    v
+    for k, v in list(globals().items())
+    if k.isupper() and isinstance(v, str) and not k.startswith("_")
+)
 
 
 class EventWriter:
     """Buffers events and writes them in frames. Thread-safe (one lock per append batch)."""
 
-    def __init__(self, path: str | os.PathLike | None, enabled: bool = True,
-                 flush_every: int = 4096, flush_interval: float = 0.5, now=time.time):
+    def __init__(
+        self,
+        path: str | os.PathLike | None,
+        enabled: bool = True,
+        flush_every: int = 4096,
+        flush_interval: float = 0.5,
+        now=time.time,
+    ):
         """now: the clock of events recorded without a time (the agent passes its own: a
         simulated pilot's is virtual)."""
         self.path = None if path is None else os.fspath(path)
@@ -122,7 +131,9 @@ class EventWriter:
             fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             self._fh = os.fdopen(fd, "ab")
 
-    def record(self, uid: str, name: str, detail: str | None = None, t: float | None = None) -> None:
+    def record(
+        self, uid: str, name: str, detail: str | None = None, t: float | None = None
+    ) -> None:
         if not self.enabled:
             return
         self._buf.append((self._now() if t is None else t, uid, name, detail))
@@ -173,7 +184,7 @@ def read_events(path: str | os.PathLike) -> Iterator[list[Event]]:
         end = pos + 4 + length
         if end > n:
             break
-        yield _decode_batch(data[pos + 4:end])
+        yield _decode_batch(data[pos + 4 : end])
         pos = end
 
 

@@ -12,31 +12,31 @@ from typing import Any
 
 # keys (plain values only: msgpack and JSON carry them)
 UID = "uid"
-WHERE = "where"            # one of the values below
-WAITS_FOR = "waits_for"    # sentences, most telling first
-REQUEST = "request"        # [ranks, cores_per_rank, gpus_per_rank, mem_per_rank MiB]
+WHERE = "where"  # one of the values below
+WAITS_FOR = "waits_for"  # sentences, most telling first
+REQUEST = "request"  # [ranks, cores_per_rank, gpus_per_rank, mem_per_rank MiB]
 PARTITION = "partition_index"  # its partition's index
-PILOT = "pilot"            # its pilot's uid (added by whoever asked the agent)
-STATE = "state"            # its state as the client (or the events) know it
-ESTIMATE = "estimate"      # {seconds, source: given|learned, std, n, from} or absent
-WAITED_S = "waited_s"      # seconds in the queue so far
-NODES = "nodes"            # the nodes it is placed or runs on
-FREE_NOW = "free_now"      # {count, names}: nodes with room for one of its ranks now
-FITS_EVER = "fits_ever"    # {count, names}: nodes that could hold one of its ranks, empty
+PILOT = "pilot"  # its pilot's uid (added by whoever asked the agent)
+STATE = "state"  # its state as the client (or the events) know it
+ESTIMATE = "estimate"  # {seconds, source: given|learned, std, n, from} or absent
+WAITED_S = "waited_s"  # seconds in the queue so far
+NODES = "nodes"  # the nodes it is placed or runs on
+FREE_NOW = "free_now"  # {count, names}: nodes with room for one of its ranks now
+FITS_EVER = "fits_ever"  # {count, names}: nodes that could hold one of its ranks, empty
 RANKS_EVER = "ranks_ever"  # ranks of it its partition could hold at once, empty
-NEVER = "never"            # why it can never start there (absent: it can)
-AT = "at"                  # when the answer was made (the agent's clock, epoch seconds)
+NEVER = "never"  # why it can never start there (absent: it can)
+AT = "at"  # when the answer was made (the agent's clock, epoch seconds)
 
 # where it is
-NOT_SENT = "not sent"      # in the client, not sent to any pilot yet
-ARRIVING = "arriving"      # the agent has it, not in a queue yet
-QUEUED = "queued"          # in its partition's queue (or a function call in its pool's)
-HELD = "placed"            # placed, waiting for its launcher (or being launched)
+NOT_SENT = "not sent"  # in the client, not sent to any pilot yet
+ARRIVING = "arriving"  # the agent has it, not in a queue yet
+QUEUED = "queued"  # in its partition's queue (or a function call in its pool's)
+HELD = "placed"  # placed, waiting for its launcher (or being launched)
 RUNNING = "running"
-BACKOFF = "backoff"        # failed, waiting out its retry backoff
-ENDING = "ending"          # its final state is on its way
-FINAL = "final"            # DONE, FAILED or CANCELED
-UNKNOWN = "unknown"        # the agent holds no such live task
+BACKOFF = "backoff"  # failed, waiting out its retry backoff
+ENDING = "ending"  # its final state is on its way
+FINAL = "final"  # DONE, FAILED or CANCELED
+UNKNOWN = "unknown"  # the agent holds no such live task
 
 
 class Explanation(dict):
@@ -57,15 +57,20 @@ def render(e: dict) -> str:
     if e.get(STATE):
         head += f" ({e[STATE]})"
     if e.get(PILOT):
-        head += f" on {e[PILOT]}" + (f" partition p{e[PARTITION]}" if e.get(PARTITION) is not None
-                                     else "")
+        head += f" on {e[PILOT]}" + (
+            f" partition p{e[PARTITION]}" if e.get(PARTITION) is not None else ""
+        )
     lines = [head]
     req = e.get(REQUEST)
     if req:
         ranks, c, g, m = req
-        lines.append(f"  asks for {ranks} rank{'s' if ranks != 1 else ''} x ({c} core"
-                     f"{'s' if c != 1 else ''}" + (f", {g} GPU{'s' if g != 1 else ''}" if g else "")
-                     + (f", {m} MiB" if m else "") + ")")
+        lines.append(
+            f"  asks for {ranks} rank{'s' if ranks != 1 else ''} x ({c} core"
+            f"{'s' if c != 1 else ''}"
+            + (f", {g} GPU{'s' if g != 1 else ''}" if g else "")
+            + (f", {m} MiB" if m else "")
+            + ")"
+        )
     if e.get(WAITED_S) is not None:
         lines.append(f"  waited {e[WAITED_S]:.1f} s so far")
     for w in e.get(WAITS_FOR) or ():
@@ -73,9 +78,10 @@ def render(e: dict) -> str:
     if e.get(FREE_NOW) is not None:
         lines.append(f"  nodes with room for a rank now: {_count_names(e[FREE_NOW])}")
     if e.get(FITS_EVER) is not None:
-        lines.append(f"  nodes that could ever hold a rank: {_count_names(e[FITS_EVER])}"
-                     + (f"; {e[RANKS_EVER]} ranks at once" if e.get(RANKS_EVER) is not None
-                        else ""))
+        lines.append(
+            f"  nodes that could ever hold a rank: {_count_names(e[FITS_EVER])}"
+            + (f"; {e[RANKS_EVER]} ranks at once" if e.get(RANKS_EVER) is not None else "")
+        )
     if e.get(NEVER):
         lines.append(f"  never: {e[NEVER]}")
     est = e.get(ESTIMATE)
@@ -83,8 +89,10 @@ def render(e: dict) -> str:
         if est.get("source") == "given":
             lines.append(f"  expected to run {est['seconds']:.3g} s (its duration)")
         else:
-            lines.append(f"  expected to run {est['seconds']:.3g} s +- {est.get('std', 0):.2g}"
-                         f" (learned from {est.get('n', '?')} {est.get('from', 'finished tasks')})")
+            lines.append(
+                f"  expected to run {est['seconds']:.3g} s +- {est.get('std', 0):.2g}"
+                f" (learned from {est.get('n', '?')} {est.get('from', 'finished tasks')})"
+            )
     return "\n".join(lines)
 
 
@@ -97,8 +105,14 @@ def _count_names(v: dict) -> str:
     return ", ".join(names) + more
 
 
-def from_history(uid: str, state: str, history: list, reason: str | None,
-                 pilot: str | None, nodes: list[str] | None = None) -> Explanation:
+def from_history(
+    uid: str,
+    state: str,
+    history: list,
+    reason: str | None,
+    pilot: str | None,
+    nodes: list[str] | None = None,
+) -> Explanation:
     """What the client (or the events) alone can say: a task not sent yet, or ended."""
     from . import states as S
 
@@ -127,12 +141,16 @@ def from_history(uid: str, state: str, history: list, reason: str | None,
             waits.append(f"it waited {start - sub:.3g} s from submit to start")
     elif state in (S.NEW, S.SCHEDULING) and not pilot:
         e[WHERE] = NOT_SENT
-        waits.append("not sent to a pilot yet: its TaskManager routes it once a pilot "
-                     "that can hold it is added (and ACTIVE or launching)")
+        waits.append(
+            "not sent to a pilot yet: its TaskManager routes it once a pilot "
+            "that can hold it is added (and ACTIVE or launching)"
+        )
     else:
         e[WHERE] = UNKNOWN
-        waits.append(f"last known state {state}" + (f" at {_clock(times[state])}"
-                                                    if times.get(state) else ""))
+        waits.append(
+            f"last known state {state}"
+            + (f" at {_clock(times[state])}" if times.get(state) else "")
+        )
     return e
 
 

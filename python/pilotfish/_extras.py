@@ -42,4 +42,6 @@ def require(module: str, feature: str) -> ModuleType:
             raise
         raise MissingExtra(
             f"{feature} needs {top}, which is not installed in this Python ({sys.executable}): "
-            f"pip install 'pilotfish[{extra}]'", name=top) from e
+            f"pip install 'pilotfish[{extra}]'",
+            name=top,
+        ) from e

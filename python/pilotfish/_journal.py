@@ -72,8 +72,7 @@ class Journal:
     frames (the client does this on resume). A write that fails is taken back and raised
     (OSError); if it cannot be taken back, every later write raises too."""
 
-    def __init__(self, path: str, sync_s: float = 1.0, enabled: bool = True,
-                 repair: bool = False):
+    def __init__(self, path: str, sync_s: float = 1.0, enabled: bool = True, repair: bool = False):
         self.path = path
         self.enabled = enabled
         self.sync_s = sync_s
@@ -97,8 +96,12 @@ class Journal:
         data = read_private(self.path)
         end = whole_frames_end(data)
         if end is not None and end < len(data):
-            log.warning("journal %s: the last %d bytes are a record torn by a kill mid-write: "
-                        "cut off before appending", self.path, len(data) - end)
+            log.warning(
+                "journal %s: the last %d bytes are a record torn by a kill mid-write: "
+                "cut off before appending",
+                self.path,
+                len(data) - end,
+            )
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
             self._size = end
@@ -119,9 +122,12 @@ class Journal:
             if self._fd < 0:
                 return
             if self._broken is not None:
-                raise OSError(self._broken.errno, f"nothing more is written to this journal: a "
-                              f"failed write could not be taken back ({self._broken.strerror})",
-                              self.path)
+                raise OSError(
+                    self._broken.errno,
+                    f"nothing more is written to this journal: a "
+                    f"failed write could not be taken back ({self._broken.strerror})",
+                    self.path,
+                )
             view = memoryview(data)
             try:
                 while view:
@@ -141,8 +147,13 @@ class Journal:
             os.ftruncate(self._fd, self._size)
         except OSError as again:
             self._broken = e
-            log.error("journal %s: a failed write (%s) could not be cut off (%s): nothing more "
-                      "is written to it", self.path, e.strerror, again.strerror)
+            log.error(
+                "journal %s: a failed write (%s) could not be cut off (%s): nothing more "
+                "is written to it",
+                self.path,
+                e.strerror,
+                again.strerror,
+            )
 
     def maybe_sync(self) -> None:
         if self._dirty and time.monotonic() - self._last_sync >= self.sync_s:
@@ -179,11 +190,22 @@ _TASK_UID = re.compile(r"task\.\d+")
 
 # kind -> (number of items after the kind (min, max), [(types, uid pattern or None)] per item)
 RECORD_SHAPES: dict[str, tuple[tuple[int, int], list[tuple[tuple[type, ...], Any]]]] = {
-    "pilot": ((3, 4), [((str,), _PILOT_UID), ((dict,), None), ((str,), None),
-                       ((str, _NONE), _PILOT_UID)]),
+    "pilot": (
+        (3, 4),
+        [((str,), _PILOT_UID), ((dict,), None), ((str,), None), ((str, _NONE), _PILOT_UID)],
+    ),
     "task": ((3, 3), [((str,), _TASK_UID), ((str,), _PILOT_UID), ((dict,), None)]),
-    "final": ((6, 6), [((str,), None), ((str,), _STATES), ((int, _NONE), None),
-                       ((int, _NONE), None), ((str, _NONE), None), ((float, int), None)]),
+    "final": (
+        (6, 6),
+        [
+            ((str,), None),
+            ((str,), _STATES),
+            ((int, _NONE), None),
+            ((int, _NONE), None),
+            ((str, _NONE), None),
+            ((float, int), None),
+        ],
+    ),
     "spawn": ((3, 3), [((str,), None), ((list,), None), ((bool,), None)]),
     "out": ((3, 3), [((str,), None), ((str, bytes, _NONE), None), ((str, bytes, _NONE), None)]),
     "session": ((2, 2), [((int,), None), ((int,), None)]),
@@ -203,8 +225,10 @@ def check_record(rec: object) -> str | None:
         return f"a {rec[0]!r} record has {want} items after its kind, not {len(rec) - 1}"
     for i, (value, (types, form)) in enumerate(zip(rec[1:], items), 1):
         if type(value) not in types:
-            return (f"item {i} of a {rec[0]!r} record is a {type(value).__name__}, not "
-                    f"{' or '.join('None' if t is _NONE else t.__name__ for t in types)}")
+            return (
+                f"item {i} of a {rec[0]!r} record is a {type(value).__name__}, not "
+                f"{' or '.join('None' if t is _NONE else t.__name__ for t in types)}"
+            )
         if isinstance(form, tuple) and value not in form:
             return f"item {i} of a {rec[0]!r} record is {value!r}, not one of {', '.join(form)}"
         if isinstance(form, re.Pattern) and type(value) is str and not form.fullmatch(value):
@@ -227,15 +251,15 @@ def _object_end(data: bytes, pos: int, limit: int) -> int | None:
         b = data[pos]
         pos += 1
         pending -= 1
-        if b <= 0x7f or b >= 0xe0 or b in (0xc0, 0xc2, 0xc3):  # fixint, nil, bool
+        if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):  # fixint, nil, bool
             continue
-        if b <= 0x8f:  # fixmap
-            pending += 2 * (b & 0x0f)
-        elif b <= 0x9f:  # fixarray
-            pending += b & 0x0f
-        elif b <= 0xbf:  # fixstr
-            pos += b & 0x1f
-        elif b == 0xc1:
+        if b <= 0x8F:  # fixmap
+            pending += 2 * (b & 0x0F)
+        elif b <= 0x9F:  # fixarray
+            pending += b & 0x0F
+        elif b <= 0xBF:  # fixstr
+            pos += b & 0x1F
+        elif b == 0xC1:
             raise ValueError("byte 0xc1 is never msgpack")
         elif b in _FIXED:
             pos += _FIXED[b]
@@ -243,7 +267,7 @@ def _object_end(data: bytes, pos: int, limit: int) -> int | None:
             width, extra, kind = _SIZED[b]
             if pos + width > limit:
                 return None
-            count = int.from_bytes(data[pos:pos + width], "big")
+            count = int.from_bytes(data[pos : pos + width], "big")
             pos += width
             if kind == "bytes":
                 pos += extra + count
@@ -255,17 +279,43 @@ def _object_end(data: bytes, pos: int, limit: int) -> int | None:
 
 
 # msgpack types of a fixed size after their first byte: floats, ints, fixext
-_FIXED = {0xca: 4, 0xcb: 8, 0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4,
-          0xd3: 8, 0xd4: 2, 0xd5: 3, 0xd6: 5, 0xd7: 9, 0xd8: 17}
+_FIXED = {
+    0xCA: 4,
+    0xCB: 8,
+    0xCC: 1,
+    0xCD: 2,
+    0xCE: 4,
+    0xCF: 8,
+    0xD0: 1,
+    0xD1: 2,
+    0xD2: 4,
+    0xD3: 8,
+    0xD4: 2,
+    0xD5: 3,
+    0xD6: 5,
+    0xD7: 9,
+    0xD8: 17,
+}
 # ... and those with a size: first byte -> (width of the size, bytes before the data, kind)
-_SIZED = {0xc4: (1, 0, "bytes"), 0xc5: (2, 0, "bytes"), 0xc6: (4, 0, "bytes"),
-          0xc7: (1, 1, "bytes"), 0xc8: (2, 1, "bytes"), 0xc9: (4, 1, "bytes"),
-          0xd9: (1, 0, "bytes"), 0xda: (2, 0, "bytes"), 0xdb: (4, 0, "bytes"),
-          0xdc: (2, 0, "array"), 0xdd: (4, 0, "array"), 0xde: (2, 0, "map"), 0xdf: (4, 0, "map")}
+_SIZED = {
+    0xC4: (1, 0, "bytes"),
+    0xC5: (2, 0, "bytes"),
+    0xC6: (4, 0, "bytes"),
+    0xC7: (1, 1, "bytes"),
+    0xC8: (2, 1, "bytes"),
+    0xC9: (4, 1, "bytes"),
+    0xD9: (1, 0, "bytes"),
+    0xDA: (2, 0, "bytes"),
+    0xDB: (4, 0, "bytes"),
+    0xDC: (2, 0, "array"),
+    0xDD: (4, 0, "array"),
+    0xDE: (2, 0, "map"),
+    0xDF: (4, 0, "map"),
+}
 
 
 def _is_array_start(b: int) -> bool:
-    return 0x90 <= b <= 0x9f or b in (0xdc, 0xdd)
+    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
 
 
 def _torn_or_why(data: bytes, pos: int) -> str | None:
@@ -285,8 +335,10 @@ def _torn_or_why(data: bytes, pos: int) -> str | None:
         return f"a frame of {length} bytes is not msgpack ({e})"
     if end is None:
         return None  # the start of a frame whose write was cut short
-    return (f"the frame's length says {length} bytes, but its records end after "
-            f"{end - pos - 4} and the file goes on")
+    return (
+        f"the frame's length says {length} bytes, but its records end after "
+        f"{end - pos - 4} and the file goes on"
+    )
 
 
 def _frame(data: bytes, pos: int, shapes: bool) -> tuple[str, int, Any]:
@@ -301,13 +353,16 @@ def _frame(data: bytes, pos: int, shapes: bool) -> tuple[str, int, Any]:
         end = pos + 4 + length
         if length and end <= n:
             try:
-                records = _decode(data[pos + 4:end])
+                records = _decode(data[pos + 4 : end])
             except Exception as e:  # noqa: BLE001 -- DecodeError, UnicodeDecodeError (a bad
                 # string), whatever garbage makes the decoder raise: damage, reported as such
                 return "bad", pos, f"a frame of {length} bytes does not decode ({e})"
             if type(records) is not list:
-                return "bad", pos, (f"a frame holds a {type(records).__name__}, not a list of "
-                                    f"records")
+                return (
+                    "bad",
+                    pos,
+                    (f"a frame holds a {type(records).__name__}, not a list of records"),
+                )
             if shapes:
                 for i, rec in enumerate(records):
                     why = check_record(rec)
@@ -326,10 +381,10 @@ def _torn_prefix(data: bytes, start: int, cut: int) -> bool:
     before its count is reached. (Cut at a boundary between records, it is rather a length
     or a count that was damaged.)"""
     b = data[start]
-    width = 0 if b <= 0x9f else 2 if b == 0xdc else 4
+    width = 0 if b <= 0x9F else 2 if b == 0xDC else 4
     if start + 1 + width > cut:
         return True
-    count = b & 0x0f if not width else int.from_bytes(data[start + 1:start + 1 + width], "big")
+    count = b & 0x0F if not width else int.from_bytes(data[start + 1 : start + 1 + width], "big")
     i, whole = start + 1 + width, 0
     while i < cut:
         try:
@@ -382,8 +437,10 @@ def _after_torn(data: bytes, pos: int) -> int | str | None:
         if kind in ("end", "torn") and frames:
             if _torn_prefix(data, pos + 4, q):
                 return q
-            return (f"whole frames follow from byte {q}, but what is before them is no "
-                    f"write cut short (a damaged length or count)")
+            return (
+                f"whole frames follow from byte {q}, but what is before them is no "
+                f"write cut short (a damaged length or count)"
+            )
     return None
 
 
@@ -414,8 +471,12 @@ def read_journal(path: str, strict: bool = False) -> Iterator[list]:
             if isinstance(resumed, int):
                 if (path, at) not in _warned:
                     _warned.add((path, at))
-                    log.warning("journal %s: a record torn by a kill at byte %d, written to "
-                                "after (an older pilotfish): read past it", path, at)
+                    log.warning(
+                        "journal %s: a record torn by a kill at byte %d, written to "
+                        "after (an older pilotfish): read past it",
+                        path,
+                        at,
+                    )
                 pos = resumed
                 continue
             if resumed is not None:
@@ -426,8 +487,9 @@ def read_journal(path: str, strict: bool = False) -> Iterator[list]:
             raise JournalError(path, at, value)
         if (path, at) not in _warned:
             _warned.add((path, at))
-            log.warning("journal %s damaged at byte %d (%s): what follows is not read",
-                        path, at, value)
+            log.warning(
+                "journal %s damaged at byte %d (%s): what follows is not read", path, at, value
+            )
         return
 
 
@@ -456,8 +518,9 @@ SPAWN_MARK = -1  # an exit-log record with this in its signal field is a spawn: 
 INTENT_MARK = -2  # ... with this: written just before the spawn of that key was tried
 
 
-def read_exit_log(sandbox: str, intents: set[int] | None = None
-                  ) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+def read_exit_log(
+    sandbox: str, intents: set[int] | None = None
+) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
     """({key: (exit code, signal, time)}, {key: pid}) from a pilot's `agent.exits`: the Rust
     core writes an intent record before each spawn, a spawn record (pid) as the child
     exists and an exit record as it is reaped; the agent's keeper appends the exits of what
@@ -485,8 +548,9 @@ def read_node_exit_logs(sandbox: str) -> tuple[dict[int, tuple[int, int, float]]
     return exits, pids
 
 
-def _read_exits(path: str, intents: set[int] | None
-                ) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
+def _read_exits(
+    path: str, intents: set[int] | None
+) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -509,8 +573,9 @@ def exit_record(key: int, code: int, sig: int, t: float) -> bytes:
     return _EXIT.pack(key, code, sig, t)
 
 
-def spawn_records(sandbox: str, strict: bool = False
-                  ) -> tuple[dict[str, list], dict[str, tuple[list[int], bool]]]:
+def spawn_records(
+    sandbox: str, strict: bool = False
+) -> tuple[dict[str, list], dict[str, tuple[list[int], bool]]]:
     """(finals, spawns) of an agent journal: {uid: final record}, {uid: (keys of its last
     spawn, done on exit)}. strict: see read_journal."""
     out: dict[str, list] = {}
@@ -541,9 +606,15 @@ def agent_finals(sandbox: str, strict: bool = False) -> dict[str, list]:
     for uid, (keys, _) in pending.items():
         ends = [exits.get(k) for k in keys]
         if keys and all(e is not None and e[0] == 0 and e[1] == 0 for e in ends):
-            out[uid] = ["final", uid, "DONE", 0, None,
-                        "recovered from the exit log (its agent ended before reporting it)",
-                        max(e[2] for e in ends)]  # type: ignore[index]
+            out[uid] = [
+                "final",
+                uid,
+                "DONE",
+                0,
+                None,
+                "recovered from the exit log (its agent ended before reporting it)",
+                max(e[2] for e in ends),
+            ]  # type: ignore[index]
     return out
 
 

@@ -13,26 +13,52 @@ from typing import Any
 
 from ._errors import show
 
-MODEL_KEYS = ("startup_s", "startup_per_node_s", "latency_s", "latency_per_inflight_s",
-              "fail_rate", "hang_rate", "hang_s")
+MODEL_KEYS = (
+    "startup_s",
+    "startup_per_node_s",
+    "latency_s",
+    "latency_per_inflight_s",
+    "fail_rate",
+    "hang_rate",
+    "hang_s",
+)
 
 # Fitted here (BENCHMARKS.md, "Simulation"): PRRTE from the 16-node seed-000 runs of
 # bench_partitions.py, direct from the null-task runs.
 DEFAULT_MODEL: dict[str, dict[str, float]] = {
-    "direct": {"startup_s": 0.0, "startup_per_node_s": 0.0, "latency_s": 0.0004,
-               "latency_per_inflight_s": 0.0, "fail_rate": 0.0, "hang_rate": 0.0,
-               "hang_s": 0.0},
+    "direct": {
+        "startup_s": 0.0,
+        "startup_per_node_s": 0.0,
+        "latency_s": 0.0004,
+        "latency_per_inflight_s": 0.0,
+        "fail_rate": 0.0,
+        "hang_rate": 0.0,
+        "hang_s": 0.0,
+    },
     # median of the fits of the five runs of `bench_partitions.py seed000` (P = 1..16);
     # startup_per_node_s: not measurable on one host (0); fail_rate: 0 in those runs, 0.5 %
     # as shared/notes/substrates.md measured for prterun calls here
     # node executors (agent/nodes.py): `pilotfish simulate --fit` of six real pilots of 2-4
     # hosts on the project's cluster of hosts (BENCHMARKS.md, "Node executors"); every host's
     # executor started on the same two cores here, hence the per-node start-up
-    "nodes": {"startup_s": 0.327, "startup_per_node_s": 0.0859, "latency_s": 0.0176,
-              "latency_per_inflight_s": 0.0, "fail_rate": 0.0, "hang_rate": 0.0, "hang_s": 0.0},
-    "prrte": {"startup_s": 0.047, "startup_per_node_s": 0.0, "latency_s": 0.063,
-              "latency_per_inflight_s": 0.0117, "fail_rate": 0.005, "hang_rate": 0.0,
-              "hang_s": 10.0},
+    "nodes": {
+        "startup_s": 0.327,
+        "startup_per_node_s": 0.0859,
+        "latency_s": 0.0176,
+        "latency_per_inflight_s": 0.0,
+        "fail_rate": 0.0,
+        "hang_rate": 0.0,
+        "hang_s": 0.0,
+    },
+    "prrte": {
+        "startup_s": 0.047,
+        "startup_per_node_s": 0.0,
+        "latency_s": 0.063,
+        "latency_per_inflight_s": 0.0117,
+        "fail_rate": 0.005,
+        "hang_rate": 0.0,
+        "hang_s": 10.0,
+    },
 }
 for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
     DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
@@ -47,8 +73,9 @@ def read_model(path: str) -> Any:
     with open(path, "rb") as f:
         data = f.read(MAX_MODEL_BYTES + 1)
     if len(data) > MAX_MODEL_BYTES:
-        raise ValueError(f"larger than {MAX_MODEL_BYTES} bytes, the most a launch model "
-                         f"file may hold")
+        raise ValueError(
+            f"larger than {MAX_MODEL_BYTES} bytes, the most a launch model file may hold"
+        )
     return json.loads(data)
 
 
@@ -73,8 +100,12 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
             if not (isinstance(k, str) and k in MODEL_KEYS):
                 return f"{name}.{show(k, 60)}: unknown cost (expected {', '.join(MODEL_KEYS)})"
             try:  # (math.isfinite of an int too large for a float raises OverflowError)
-                bad = isinstance(v, bool) or not isinstance(v, (int, float)) \
-                    or not math.isfinite(v) or v < 0
+                bad = (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not math.isfinite(v)
+                    or v < 0
+                )
             except OverflowError:
                 bad = True
             if bad:

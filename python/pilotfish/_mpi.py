@@ -75,4 +75,5 @@ def check_world(MPI, error: type[Exception] = RuntimeError) -> None:
             f"the launcher started {want} ranks but MPI_COMM_WORLD has size 1: mpi4py loaded "
             f"a different MPI ({lib!r}, MPI4PY_LIBMPI={os.environ.get('MPI4PY_LIBMPI')!r}) "
             "than the launcher's. Set MPI4PY_LIBMPI to the launcher's libmpi "
-            "(MPICH: <prefix>/lib/libmpi.so.12, Open MPI: <prefix>/lib/libmpi.so.40).")
+            "(MPICH: <prefix>/lib/libmpi.so.12, Open MPI: <prefix>/lib/libmpi.so.40)."
+        )

@@ -53,12 +53,14 @@ def sandbox_relative(kind: str, field: str, value: object, path: object) -> str:
     if not path.strip():
         raise DescriptionError(kind, field, value, "path must not be empty")
     if path.startswith("/"):
-        raise DescriptionError(kind, field, value,
-                               f"path {_show(path)} must be relative to the task sandbox")
+        raise DescriptionError(
+            kind, field, value, f"path {_show(path)} must be relative to the task sandbox"
+        )
     norm = os.path.normpath(path)
     if norm == ".." or norm.startswith("../"):
-        raise DescriptionError(kind, field, value,
-                               f"path {_show(path)} leaves the task sandbox ('..')")
+        raise DescriptionError(
+            kind, field, value, f"path {_show(path)} leaves the task sandbox ('..')"
+        )
     return norm
 
 
@@ -132,8 +134,15 @@ def own_directory(task) -> bool:
     staging, output files, shell, pre/post_exec (a TaskDescription or a wire TaskSpec: the
     same field names). Not every task: mkdir costs 130-240 us of kernel time on this
     machine's ext4 (measured), more than a whole null task."""
-    return bool(task.input_staging or task.output_staging or task.shell or task.pre_exec
-                or task.post_exec or isinstance(task.stdout, str) or isinstance(task.stderr, str))
+    return bool(
+        task.input_staging
+        or task.output_staging
+        or task.shell
+        or task.pre_exec
+        or task.post_exec
+        or isinstance(task.stdout, str)
+        or isinstance(task.stderr, str)
+    )
 
 
 def task_cwd(task, uid: str, tasks_dir: str) -> str:
@@ -158,5 +167,13 @@ def _show(value: object) -> str:
     return show(value, 80)
 
 
-__all__ = ["TASKS_DIR", "clean_text", "sandbox_relative", "confined", "own_directory",
-           "protected", "resolve", "task_cwd"]
+__all__ = [
+    "TASKS_DIR",
+    "clean_text",
+    "sandbox_relative",
+    "confined",
+    "own_directory",
+    "protected",
+    "resolve",
+    "task_cwd",
+]

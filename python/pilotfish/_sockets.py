@@ -48,8 +48,9 @@ def bind_tcp(sock) -> str:
     return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
 
 
-def curve_dealer(ctx, key_file: str, address: str, identity: bytes | None = None,
-                 linger: int = 1000):
+def curve_dealer(
+    ctx, key_file: str, address: str, identity: bytes | None = None, linger: int = 1000
+):
     """A DEALER that proves itself with the server key in key_file, connected to address."""
     import zmq
 

@@ -14,8 +14,9 @@ import tarfile
 import tempfile
 
 
-def stage(directives: list[dict[str, str]], cwd: str, outbound: bool = False,
-          sandbox: str | None = None) -> None:
+def stage(
+    directives: list[dict[str, str]], cwd: str, outbound: bool = False, sandbox: str | None = None
+) -> None:
     """Run staging directives. Inbound: source -> cwd/target; outbound: cwd/source -> target.
 
     Sandbox-side paths are relative to the task's working directory `cwd` and may not leave
@@ -58,8 +59,7 @@ def _tarball(src: str, dst: str) -> None:
     """src (a file or a tree) packed into one archive next to dst, and unpacked as dst: what
     crosses between the two sides is one file. Unpacking uses tarfile's 'data' filter: no
     member may leave dst, be a device, or be a link that points out of it."""
-    fd, archive = tempfile.mkstemp(prefix=".stage.", suffix=".tar",
-                                   dir=os.path.dirname(dst) or ".")
+    fd, archive = tempfile.mkstemp(prefix=".stage.", suffix=".tar", dir=os.path.dirname(dst) or ".")
     os.close(fd)
     try:
         with tarfile.open(archive, "w") as tar:

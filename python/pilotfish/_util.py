@@ -46,7 +46,9 @@ def parse_duration(value: object) -> float:
         else:
             m = _HMS.match(value)
             if not m:
-                raise ValueError("not a duration; use seconds or e.g. '90s', '30m', '2h', 'HH:MM:SS'")
+                raise ValueError(
+                    "not a duration; use seconds or e.g. '90s', '30m', '2h', 'HH:MM:SS'"
+                )
             # float(), not int(): int() of more than 4300 digits raises; float() gives inf
             days, a, b, c = (float(g) if g is not None else None for g in m.groups())
             if c is None:  # MM:SS
@@ -80,7 +82,7 @@ def write_private(path: str, data: bytes) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -118,9 +120,13 @@ def open_private(path: str, flags: int, mode: int = 0o600, own: bool = True) -> 
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     except OSError as e:
         if e.errno == _errno.ELOOP:
-            raise _refuse(path, "is a symbolic link: pilotfish never follows one to its own files "
-                                "(another user may have planted it); remove it, or use another "
-                                "path", e.errno) from e
+            raise _refuse(
+                path,
+                "is a symbolic link: pilotfish never follows one to its own files "
+                "(another user may have planted it); remove it, or use another "
+                "path",
+                e.errno,
+            ) from e
         raise
     try:
         st = os.fstat(fd)
@@ -134,8 +140,10 @@ def open_private(path: str, flags: int, mode: int = 0o600, own: bool = True) -> 
         elif st.st_nlink > 1:
             why = f"has {st.st_nlink} names (hard links): what is written there goes to all of them"
         if why is not None:
-            raise _refuse(path, why + "; pilotfish uses only files it made itself: remove it, or "
-                                      "use another path")
+            raise _refuse(
+                path,
+                why + "; pilotfish uses only files it made itself: remove it, or use another path",
+            )
         if own and flags & (os.O_WRONLY | os.O_RDWR) and _stat.S_IMODE(st.st_mode) & ~mode:
             os.fchmod(fd, mode)  # one made by an older pilotfish (0644): ours alone from now
         os.set_blocking(fd, True)
@@ -179,18 +187,27 @@ def private_dir(path: str) -> bool:
     os.makedirs(parent, exist_ok=True)
     st = os.lstat(parent)
     if _stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
-        raise _refuse(parent, f"is a symbolic link owned by {user_name(st.st_uid)}, who can "
-                              f"point it elsewhere at any time; use a directory of your own")
+        raise _refuse(
+            parent,
+            f"is a symbolic link owned by {user_name(st.st_uid)}, who can "
+            f"point it elsewhere at any time; use a directory of your own",
+        )
     st = os.stat(parent)
     if st.st_uid not in (me, 0):
-        raise _refuse(parent, f"is owned by {user_name(st.st_uid)}, who could replace "
-                              f"{os.path.basename(path)!r} in it with a directory of theirs; "
-                              f"put it in a directory of your own")
+        raise _refuse(
+            parent,
+            f"is owned by {user_name(st.st_uid)}, who could replace "
+            f"{os.path.basename(path)!r} in it with a directory of theirs; "
+            f"put it in a directory of your own",
+        )
     if st.st_mode & _stat.S_IWOTH and not st.st_mode & _stat.S_ISVTX:
-        raise _refuse(parent, f"is writable by every user and has no sticky bit (mode "
-                              f"{_stat.S_IMODE(st.st_mode):04o}): anyone could replace "
-                              f"{os.path.basename(path)!r} in it; chmod +t {parent}, or use a "
-                              f"directory of your own")
+        raise _refuse(
+            parent,
+            f"is writable by every user and has no sticky bit (mode "
+            f"{_stat.S_IMODE(st.st_mode):04o}): anyone could replace "
+            f"{os.path.basename(path)!r} in it; chmod +t {parent}, or use a "
+            f"directory of your own",
+        )
     try:
         os.mkdir(path, 0o700)
         made = True
@@ -199,21 +216,30 @@ def private_dir(path: str) -> bool:
     st = os.lstat(path)
     if _stat.S_ISLNK(st.st_mode):
         if st.st_uid != me:
-            raise _refuse(path, f"is a symbolic link owned by {user_name(st.st_uid)}: it may "
-                                f"point anywhere they like; use another path")
+            raise _refuse(
+                path,
+                f"is a symbolic link owned by {user_name(st.st_uid)}: it may "
+                f"point anywhere they like; use another path",
+            )
         st = os.stat(path)
     if not _stat.S_ISDIR(st.st_mode):
         raise _refuse(path, "exists and is not a directory; use another path", _errno.ENOTDIR)
     if st.st_uid != me:
-        raise _refuse(path, f"is owned by {user_name(st.st_uid)}, not by you: another user made "
-                            f"it beforehand, and anything in it may be theirs; use another path "
-                            f"(or have it removed)")
+        raise _refuse(
+            path,
+            f"is owned by {user_name(st.st_uid)}, not by you: another user made "
+            f"it beforehand, and anything in it may be theirs; use another path "
+            f"(or have it removed)",
+        )
     mode = _stat.S_IMODE(st.st_mode)
     if mode & 0o022:
         who = {0o020: "its group", 0o002: "others", 0o022: "its group and others"}[mode & 0o022]
-        raise _refuse(path, f"is writable by {who} (mode {mode:04o}): they may have planted files "
-                            f"or links in it; if it holds only your files, chmod 700 {path}, "
-                            f"else use another path")
+        raise _refuse(
+            path,
+            f"is writable by {who} (mode {mode:04o}): they may have planted files "
+            f"or links in it; if it holds only your files, chmod 700 {path}, "
+            f"else use another path",
+        )
     if mode != 0o700:
         os.chmod(path, 0o700)
     return made

@@ -52,8 +52,13 @@ class TaskSpec(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 # (agent/worker.py makes it, client/task.py reads it). R: pickle of the value; F: the path of
 # a file holding that pickle (a large value); E: msgpack [type name, message, traceback text,
 # pickle of the exception or None]; C: canceled before it started; B: handed back unrun.
-RESULT_OK, RESULT_ERROR, RESULT_IN_FILE, RESULT_CANCELED, RESULT_RETURNED = \
-    b"R", b"E", b"F", b"C", b"B"
+RESULT_OK, RESULT_ERROR, RESULT_IN_FILE, RESULT_CANCELED, RESULT_RETURNED = (
+    b"R",
+    b"E",
+    b"F",
+    b"C",
+    b"B",
+)
 
 
 class RankSlot(msgspec.Struct, array_like=True):
@@ -73,6 +78,7 @@ class NodeInfo(msgspec.Struct, array_like=True):
 
 
 # -- client -> agent ---------------------------------------------------------------------
+
 
 class Submit(msgspec.Struct, tag="submit", array_like=True):
     tasks: list[TaskSpec]
@@ -157,11 +163,24 @@ class Explain(msgspec.Struct, tag="explain", array_like=True):
     uids: list[str]
 
 
-ToAgent = Union[Submit, Cancel, Shutdown, Heartbeat, Resync, GroupStart, GroupResize,
-                GroupHold, GroupRelease, Grow, Shrink, Explain]
+ToAgent = Union[
+    Submit,
+    Cancel,
+    Shutdown,
+    Heartbeat,
+    Resync,
+    GroupStart,
+    GroupResize,
+    GroupHold,
+    GroupRelease,
+    Grow,
+    Shrink,
+    Explain,
+]
 
 
 # -- agent -> client ---------------------------------------------------------------------
+
 
 class Update(msgspec.Struct, array_like=True, omit_defaults=True):
     """One task's state change; the details come with the state they belong to."""
@@ -270,8 +289,9 @@ class Explained(msgspec.Struct, tag="explained", array_like=True):
     items: list[dict[str, Any]]
 
 
-ToClient = Union[Hello, Updates, Bye, Heartbeat, Missing, GroupView, MemberNews, GroupAck,
-                 Resized, Explained]
+ToClient = Union[
+    Hello, Updates, Bye, Heartbeat, Missing, GroupView, MemberNews, GroupAck, Resized, Explained
+]
 
 _enc = msgspec.msgpack.Encoder()
 encode = _enc.encode
@@ -289,8 +309,9 @@ def salvage_submit(frame: bytes) -> tuple[list[TaskSpec], list[tuple[str, str]]]
         raw = _decode_any(frame)
     except Exception:
         return None
-    if not (isinstance(raw, list) and len(raw) == 2 and raw[0] == "submit"
-            and isinstance(raw[1], list)):
+    if not (
+        isinstance(raw, list) and len(raw) == 2 and raw[0] == "submit" and isinstance(raw[1], list)
+    ):
         return None
     good, bad = [], []
     for item in raw[1]:

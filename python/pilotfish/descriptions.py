@@ -24,8 +24,18 @@ except ImportError:  # the Rust core not built (docs, linters): its value
     MAX_GPUS_PER_NODE = 64
 
 RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
-LAUNCHERS = ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte", "flux", "jsrun", "aprun",
-             "nodes")
+LAUNCHERS = (
+    "direct",
+    "ssh",
+    "mpirun",
+    "mpiexec",
+    "srun",
+    "prrte",
+    "flux",
+    "jsrun",
+    "aprun",
+    "nodes",
+)
 # transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
 # archive, carried across, and unpacked at the target (one file to move instead of many)
 STAGING_ACTIONS = ("copy", "link", "move", "transfer", "tarball")
@@ -45,40 +55,59 @@ def _split_url(kind: str, field: str, whole: Any, path: str, sandbox_side: bool)
         return path
     scheme, _, rest = path.partition("://")
     if scheme not in STAGING_SCHEMES:
-        raise _fail(kind, field, whole, f"{show(path, 60)}: URL scheme {scheme!r} is not "
-                    f"supported ({', '.join(s + '://' for s in STAGING_SCHEMES)} or a path)")
+        raise _fail(
+            kind,
+            field,
+            whole,
+            f"{show(path, 60)}: URL scheme {scheme!r} is not "
+            f"supported ({', '.join(s + '://' for s in STAGING_SCHEMES)} or a path)",
+        )
     if rest.startswith("/") and scheme != "file":
         rest = rest[1:]  # client:///a.dat: a.dat where the client runs (RADICAL-Pilot's form)
     if sandbox_side:
         if scheme != "task":
-            raise _fail(kind, field, whole, f"{show(path, 60)}: the task's side of staging is "
-                        f"its own directory: a relative path or task:///path")
+            raise _fail(
+                kind,
+                field,
+                whole,
+                f"{show(path, 60)}: the task's side of staging is "
+                f"its own directory: a relative path or task:///path",
+            )
         return rest or "."
     if scheme == "task":
-        raise _fail(kind, field, whole, f"{show(path, 60)}: task:// names the task's own "
-                    f"directory, which is the other side of this directive")
+        raise _fail(
+            kind,
+            field,
+            whole,
+            f"{show(path, 60)}: task:// names the task's own "
+            f"directory, which is the other side of this directive",
+        )
     if scheme == "pilot":
         norm = os.path.normpath(rest or ".")
         if norm.startswith("..") or os.path.isabs(norm):
-            raise _fail(kind, field, whole, f"{show(path, 60)} leaves the pilot's shared "
-                        f"directory")
+            raise _fail(kind, field, whole, f"{show(path, 60)} leaves the pilot's shared directory")
         return "pilot://" + norm
     if scheme == "file" and not rest.startswith("/"):
-        raise _fail(kind, field, whole, f"{show(path, 60)}: file:// needs an absolute path "
-                    f"(file:///abs/path)")
+        raise _fail(
+            kind,
+            field,
+            whole,
+            f"{show(path, 60)}: file:// needs an absolute path (file:///abs/path)",
+        )
     return rest
+
 
 # -- limits: what the agent and its Rust placer can represent (rust/src/placer) ------------
 # Far beyond any real machine; each keeps a number inside a type or a memory budget.
-MAX_NODES = 1_000_000                 # a pilot's per-node state is built at submit and at start
-MAX_CORES_PER_NODE = 65_536           # placer: per-core bitsets and one cached int per core id
-MAX_TOTAL_CORES = 2**30               # nodes x cores_per_node: the placer's core bitsets
-MAX_MEM_MIB = 2**32 - 1               # placer: a rank's memory is a u32 (MiB)
-MAX_PLACER_ENCODED = 2**28            # placer: ranks x (3 + cores + gpus) numbers per task
-MAX_RANKS = MAX_PLACER_ENCODED // 4   # the most 1-core ranks the placer encodes in one task
-MAX_DURATION_S = 10 * 365 * 86400.0   # 10 years: a timeout/walltime beyond is a mistake
-_INT64 = (-(2**63), 2**64 - 1)        # what msgpack (the wire, the journal) carries
-_MAX_NESTING = 32                     # JSON-like data (tags, launcher options)
+MAX_NODES = 1_000_000  # a pilot's per-node state is built at submit and at start
+MAX_CORES_PER_NODE = 65_536  # placer: per-core bitsets and one cached int per core id
+MAX_TOTAL_CORES = 2**30  # nodes x cores_per_node: the placer's core bitsets
+MAX_MEM_MIB = 2**32 - 1  # placer: a rank's memory is a u32 (MiB)
+MAX_PLACER_ENCODED = 2**28  # placer: ranks x (3 + cores + gpus) numbers per task
+MAX_RANKS = MAX_PLACER_ENCODED // 4  # the most 1-core ranks the placer encodes in one task
+MAX_DURATION_S = 10 * 365 * 86400.0  # 10 years: a timeout/walltime beyond is a mistake
+_INT64 = (-(2**63), 2**64 - 1)  # what msgpack (the wire, the journal) carries
+_MAX_NESTING = 32  # JSON-like data (tags, launcher options)
 
 
 def _fail(kind: str, field: str, value: object, why: str) -> DescriptionError:
@@ -98,6 +127,7 @@ def _text(kind: str, field: str, whole: Any, s: str, what: str = "") -> str:
 
 # -- field checkers: (kind, field, value) -> normalized value, or raise -------------------
 
+
 def _int(lo: int, hi: int, why_hi: str = "") -> Callable[[str, str, Any], int]:
     def check(kind: str, field: str, v: Any) -> int:
         if type(v) is not int:
@@ -114,12 +144,14 @@ def _int(lo: int, hi: int, why_hi: str = "") -> Callable[[str, str, Any], int]:
         if v > hi:
             raise _fail(kind, field, v, f"must be <= {hi}{why_hi}")
         return v
+
     return check
 
 
 def _opt(check: Callable[[str, str, Any], Any]) -> Callable[[str, str, Any], Any]:
     def opt(kind: str, field: str, v: Any) -> Any:
         return None if v is None else check(kind, field, v)
+
     return opt
 
 
@@ -153,7 +185,9 @@ def _number_text(kind: str, field: str, whole: Any, item: Any) -> str | None:
         try:
             return int.__repr__(item)  # the digits, whatever a subclass's __str__ says
         except ValueError:  # over 4300 digits: CPython refuses the conversion
-            raise _fail(kind, field, whole, f"number of {item.bit_length()} bits is too long") from None
+            raise _fail(
+                kind, field, whole, f"number of {item.bit_length()} bits is too long"
+            ) from None
     if isinstance(item, float):
         return float.__repr__(item)
     return None
@@ -251,8 +285,11 @@ _NOT_FOR_FUNCTIONS = {
 }
 
 
-WORKER_OPTIONS = {"max_calls": (1, 10**9), "max_mem_mib": (0, MAX_MEM_MIB),
-                  "idle_s": (0, MAX_DURATION_S)}
+WORKER_OPTIONS = {
+    "max_calls": (1, 10**9),
+    "max_mem_mib": (0, MAX_MEM_MIB),
+    "idle_s": (0, MAX_DURATION_S),
+}
 
 
 def _workers(kind: str, field: str, v: Any) -> dict:
@@ -261,11 +298,11 @@ def _workers(kind: str, field: str, v: Any) -> dict:
         raise _fail(kind, field, v, f"must be a dict with keys among {', '.join(WORKER_OPTIONS)}")
     for k, x in v.items():
         if type(k) is not str or k not in WORKER_OPTIONS:  # (type first: a key's own __eq__)
-            raise _fail(kind, field, v, f"unknown key {show(k, 30)} (known: "
-                        f"{', '.join(WORKER_OPTIONS)})")
+            raise _fail(
+                kind, field, v, f"unknown key {show(k, 30)} (known: {', '.join(WORKER_OPTIONS)})"
+            )
         lo, hi = WORKER_OPTIONS[k]
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi \
-                or x != x:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi or x != x:
             raise _fail(kind, field, v, f"{k} = {show(x, 30)}: must be a number in [{lo}, {hi}]")
     return dict(v)
 
@@ -276,9 +313,14 @@ def _pilot_runtime(kind: str, field: str, v: Any) -> float:
     for a pilot that short."""
     seconds = _duration(kind, field, v)
     if isinstance(v, (int, float)) and not isinstance(v, bool) and seconds < 60:
-        raise _fail(kind, field, v, f"a bare number is seconds, and a {v:g} s pilot is most "
-                    f"likely minutes meant (as in RADICAL-Pilot): write '{v:g}m', or "
-                    f"'{v:g}s' for seconds")
+        raise _fail(
+            kind,
+            field,
+            v,
+            f"a bare number is seconds, and a {v:g} s pilot is most "
+            f"likely minutes meant (as in RADICAL-Pilot): write '{v:g}m', or "
+            f"'{v:g}s' for seconds",
+        )
     return seconds
 
 
@@ -342,6 +384,7 @@ def _choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:
         if not isinstance(v, str) or v not in options:
             raise _fail(kind, field, v, f"must be one of {', '.join(options)}")
         return str.__str__(v)
+
     return check
 
 
@@ -364,14 +407,24 @@ def _staging(kind: str, field: str, v: Any) -> list[dict[str, str]]:
             raise _fail(kind, field, v, f"item has unknown keys {show(unknown, 80)}")
         action = item.get("action", "copy")
         if not isinstance(action, str) or action not in STAGING_ACTIONS:
-            raise _fail(kind, field, v,
-                        f"action {show(action, 40)} must be one of {', '.join(STAGING_ACTIONS)}")
-        src = _split_url(kind, field, v, _text(kind, field, v, item["source"], "source "),
-                         sandbox_side=not inbound)
+            raise _fail(
+                kind,
+                field,
+                v,
+                f"action {show(action, 40)} must be one of {', '.join(STAGING_ACTIONS)}",
+            )
+        src = _split_url(
+            kind,
+            field,
+            v,
+            _text(kind, field, v, item["source"], "source "),
+            sandbox_side=not inbound,
+        )
         target = item.get("target")
         if isinstance(target, str):
-            target = _split_url(kind, field, v, _text(kind, field, v, target, "target "),
-                                sandbox_side=inbound)
+            target = _split_url(
+                kind, field, v, _text(kind, field, v, target, "target "), sandbox_side=inbound
+            )
         if target is None:
             target = os.path.basename(os.path.normpath(src.replace("pilot://", "", 1)))
             if target in ("", ".", "..", "/"):
@@ -403,7 +456,9 @@ def _launcher_options(kind: str, field: str, v: Any) -> dict[str, dict]:
         raise _fail(kind, field, v, "must map launcher names to option dicts")
     for name, opts in v.items():
         if not isinstance(name, str) or name not in LAUNCHERS:
-            raise _fail(kind, field, v, f"{show(name, 60)} is not a launcher ({', '.join(LAUNCHERS)})")
+            raise _fail(
+                kind, field, v, f"{show(name, 60)} is not a launcher ({', '.join(LAUNCHERS)})"
+            )
         if not isinstance(opts, dict):
             raise _fail(kind, field, v, f"options of {name!r} must be a dict")
         # they travel in agent.json and on the command lines of launchers: JSON-like only
@@ -421,8 +476,12 @@ def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
     if isinstance(v, (int, float)):
         return _int(1, MAX_NODES)(kind, field, v)
     if isinstance(v, (str, bytes, bytearray, dict)) or not isinstance(v, Iterable):
-        raise _fail(kind, field, v, "must be a partition count or a list of "
-                    "{'nodes': N, 'launcher': NAME} dicts")
+        raise _fail(
+            kind,
+            field,
+            v,
+            "must be a partition count or a list of {'nodes': N, 'launcher': NAME} dicts",
+        )
     out = []
     for i, item in enumerate(v):
         if not isinstance(item, dict):
@@ -430,8 +489,12 @@ def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
         # (type first: `in` would call a key's own __eq__)
         unknown = [k for k in item if not (type(k) is str and k in ("nodes", "launcher"))]
         if unknown:
-            raise _fail(kind, field, v, f"item {i}: unknown key {show(unknown[0], 40)} "
-                        f"(expected 'nodes', 'launcher')")
+            raise _fail(
+                kind,
+                field,
+                v,
+                f"item {i}: unknown key {show(unknown[0], 40)} (expected 'nodes', 'launcher')",
+            )
         if "nodes" not in item:
             raise _fail(kind, field, v, f"item {i} has no 'nodes'")
         n = item["nodes"]
@@ -439,8 +502,13 @@ def _partitions(kind: str, field: str, v: Any) -> int | list[dict]:
             raise _fail(kind, field, v, f"item {i}: nodes = {show(n, 40)} must be an integer >= 1")
         launcher = item.get("launcher")
         if launcher is not None and (not isinstance(launcher, str) or launcher not in LAUNCHERS):
-            raise _fail(kind, field, v, f"item {i}: launcher = {show(launcher, 40)} is not a "
-                        f"launch method ({', '.join(LAUNCHERS)})")
+            raise _fail(
+                kind,
+                field,
+                v,
+                f"item {i}: launcher = {show(launcher, 40)} is not a "
+                f"launch method ({', '.join(LAUNCHERS)})",
+            )
         out.append({"nodes": int(n), "launcher": None if launcher is None else str(launcher)})
     if not out:
         raise _fail(kind, field, v, "an empty list: give at least one partition")
@@ -459,8 +527,9 @@ def _launch_model(kind: str, field: str, v: Any) -> Any:
     return os.path.abspath(v) if isinstance(v, str) else {str(k): dict(c) for k, c in v.items()}
 
 
-def partition_layout(n_nodes: int, partitions: int | list[dict] | None,
-                     launcher: str | None = None) -> list[tuple[int, int, str | None]]:
+def partition_layout(
+    n_nodes: int, partitions: int | list[dict] | None, launcher: str | None = None
+) -> list[tuple[int, int, str | None]]:
     """[(first node index, node count, launcher or None for the pilot's)] of each partition.
     One contract for the client (which checks tasks against partitions at submit) and the
     agent (which builds them): P equal partitions take consecutive nodes, the first
@@ -538,10 +607,18 @@ class _Description:
             return str.__str__(name)
         # (difflib is quadratic: no suggestion for a name far longer than any field's)
         alias = self._aliases.get(name) if isinstance(name, str) else None
-        close = difflib.get_close_matches(name, self._fields, n=1) \
-            if alias is None and len(name) <= 64 else []
-        hint = (f" (did you mean {alias}?)" if alias else
-                f" (did you mean {close[0]!r}?)" if close else "")
+        close = (
+            difflib.get_close_matches(name, self._fields, n=1)
+            if alias is None and len(name) <= 64
+            else []
+        )
+        hint = (
+            f" (did you mean {alias}?)"
+            if alias
+            else f" (did you mean {close[0]!r}?)"
+            if close
+            else ""
+        )
         raise DescriptionError(self._kind, name, value, f"unknown field{hint}")
 
     def __getattr__(self, name: str) -> Any:
@@ -597,8 +674,18 @@ def _field_repr(name: str, value: Any) -> str:
         return show(value, 400)
 
 
-_CONTAINER_FIELDS = frozenset(("arguments", "environment", "pre_exec", "post_exec", "tags",
-                               "input_staging", "output_staging", "metadata"))
+_CONTAINER_FIELDS = frozenset(
+    (
+        "arguments",
+        "environment",
+        "pre_exec",
+        "post_exec",
+        "tags",
+        "input_staging",
+        "output_staging",
+        "metadata",
+    )
+)
 
 
 class TaskDescription(_Description):
@@ -635,17 +722,23 @@ class TaskDescription(_Description):
     _kind = "TaskDescription"
     _aliases = {
         "cores": "'cores_per_rank' (cores of each rank; 'ranks' = processes)",
-        "cpu_processes": "'ranks'", "processes": "'ranks'", "ntasks": "'ranks'",
-        "cpu_threads": "'cores_per_rank'", "threads_per_process": "'cores_per_rank'",
+        "cpu_processes": "'ranks'",
+        "processes": "'ranks'",
+        "ntasks": "'ranks'",
+        "cpu_threads": "'cores_per_rank'",
+        "threads_per_process": "'cores_per_rank'",
         "cpu_process_type": "'launcher' (e.g. 'mpiexec', 'prrte')",
-        "gpus": "'gpus_per_rank'", "gpu_processes": "'gpus_per_rank'",
+        "gpus": "'gpus_per_rank'",
+        "gpu_processes": "'gpus_per_rank'",
         "gpus_per_process": "'gpus_per_rank'",
-        "mem": "'mem_per_rank' (MiB)", "memory": "'mem_per_rank' (MiB)",
+        "mem": "'mem_per_rank' (MiB)",
+        "memory": "'mem_per_rank' (MiB)",
         "mem_per_process": "'mem_per_rank' (MiB)",
         "runtime": "'timeout' (a limit: seconds or '90s') or 'duration' (an estimate)",
         "walltime": "'timeout' (a limit: seconds or '90s') or 'duration' (an estimate)",
         "uid": "'name' (uids are given by the TaskManager)",
-        "input_files": "'input_staging'", "output_files": "'output_staging'",
+        "input_files": "'input_staging'",
+        "output_files": "'output_staging'",
     }
     _fields = {
         "executable": (None, _opt(_nonempty_str)),
@@ -688,28 +781,46 @@ class TaskDescription(_Description):
         values = self._values
         if values.get("function") is not None:
             if values.get("executable") is not None:
-                raise DescriptionError(self._kind, "function", values["function"],
-                                       "give either executable or function, not both "
-                                       f"(executable = {show(values['executable'], 40)})")
+                raise DescriptionError(
+                    self._kind,
+                    "function",
+                    values["function"],
+                    "give either executable or function, not both "
+                    f"(executable = {show(values['executable'], 40)})",
+                )
             for name, why in _NOT_FOR_FUNCTIONS.items():
                 if name in values and values[name] not in ((), [], {}, False, None):
-                    raise DescriptionError(self._kind, name, values[name],
-                                           f"not for a function task: {why}")
+                    raise DescriptionError(
+                        self._kind, name, values[name], f"not for a function task: {why}"
+                    )
             if values.get("timeout") is not None and values.get("ranks", 1) > 1:
-                raise DescriptionError(self._kind, "timeout", values["timeout"],
-                                       "not for a function on several ranks (it is raised "
-                                       "inside the call, which all ranks would have to see)")
+                raise DescriptionError(
+                    self._kind,
+                    "timeout",
+                    values["timeout"],
+                    "not for a function on several ranks (it is raised "
+                    "inside the call, which all ranks would have to see)",
+                )
             if isinstance(values.get("stdout"), str) or isinstance(values.get("stderr"), str):
                 field = "stdout" if isinstance(values.get("stdout"), str) else "stderr"
-                raise DescriptionError(self._kind, field, values[field],
-                                       "not for a function task: its output is captured")
+                raise DescriptionError(
+                    self._kind,
+                    field,
+                    values[field],
+                    "not for a function task: its output is captured",
+                )
         elif values.get("executable") is None:
-            raise DescriptionError(self._kind, "executable", None,
-                                   "is required (or function=, for a Python function)")
+            raise DescriptionError(
+                self._kind, "executable", None, "is required (or function=, for a Python function)"
+            )
         elif "args" in values or "kwargs" in values:
             field = "args" if "args" in values else "kwargs"
-            raise DescriptionError(self._kind, field, values[field],
-                                   "is for function tasks: an executable takes 'arguments'")
+            raise DescriptionError(
+                self._kind,
+                field,
+                values[field],
+                "is for function tasks: an executable takes 'arguments'",
+            )
         fields = self._fields
         for name, value in values.items():
             if name in _CONTAINER_FIELDS:  # (replacing a value keeps the dict's size: safe)
@@ -759,16 +870,22 @@ class PilotDescription(_Description):
 
     _kind = "PilotDescription"
     _aliases = {
-        "cores": "'cores_per_node' (per node)", "gpus": "'gpus_per_node' (per node)",
-        "walltime": "'runtime'", "time": "'runtime'", "access_schema": "'launcher'",
-        "account": "'project'", "partition": "'queue' (the batch queue) or 'partitions' "
-        "(launcher partitions of the pilot)",
+        "cores": "'cores_per_node' (per node)",
+        "gpus": "'gpus_per_node' (per node)",
+        "walltime": "'runtime'",
+        "time": "'runtime'",
+        "access_schema": "'launcher'",
+        "account": "'project'",
+        "partition": "'queue' (the batch queue) or 'partitions' (launcher partitions of the pilot)",
     }
     _fields = {
         "resource": ("local", _choice(RESOURCES)),
         "nodes": (1, _int(1, MAX_NODES)),
         "cores_per_node": (None, _opt(_int(1, MAX_CORES_PER_NODE))),
-        "gpus_per_node": (None, _opt(_int(0, MAX_GPUS_PER_NODE, " (the most GPUs a node can have)"))),
+        "gpus_per_node": (
+            None,
+            _opt(_int(0, MAX_GPUS_PER_NODE, " (the most GPUs a node can have)")),
+        ),
         "mem_per_node": (None, _opt(_int(0, MAX_MEM_MIB, " MiB"))),
         "runtime": (3600.0, _pilot_runtime),
         "workers": (dict, _workers),
@@ -807,22 +924,36 @@ class PilotDescription(_Description):
         values = self._values
         nodes, cores = values.get("nodes", 1), values.get("cores_per_node")
         if cores is not None and nodes * cores > MAX_TOTAL_CORES:
-            raise DescriptionError(self._kind, "nodes", nodes,
-                                   f"nodes x cores_per_node = {nodes * cores} must be <= "
-                                   f"{MAX_TOTAL_CORES} (the most cores a pilot can have)")
+            raise DescriptionError(
+                self._kind,
+                "nodes",
+                nodes,
+                f"nodes x cores_per_node = {nodes * cores} must be <= "
+                f"{MAX_TOTAL_CORES} (the most cores a pilot can have)",
+            )
         if values.get("launch_model") is not None and values.get("resource") != "simulated":
-            raise DescriptionError(self._kind, "launch_model", values["launch_model"],
-                                   "only a simulated pilot (resource='simulated') has a "
-                                   "launch model")
+            raise DescriptionError(
+                self._kind,
+                "launch_model",
+                values["launch_model"],
+                "only a simulated pilot (resource='simulated') has a launch model",
+            )
         parts = values.get("partitions", 1)
         if isinstance(parts, int) and parts > nodes:
-            raise DescriptionError(self._kind, "partitions", parts,
-                                   f"more partitions than nodes ({nodes}): a partition owns "
-                                   f"whole nodes")
+            raise DescriptionError(
+                self._kind,
+                "partitions",
+                parts,
+                f"more partitions than nodes ({nodes}): a partition owns whole nodes",
+            )
         if isinstance(parts, list) and sum(p["nodes"] for p in parts) != nodes:
-            raise DescriptionError(self._kind, "partitions", parts,
-                                   f"partition sizes add up to {sum(p['nodes'] for p in parts)} "
-                                   f"nodes, the pilot has {nodes}")
+            raise DescriptionError(
+                self._kind,
+                "partitions",
+                parts,
+                f"partition sizes add up to {sum(p['nodes'] for p in parts)} "
+                f"nodes, the pilot has {nodes}",
+            )
 
 
 _MISSING = object()
@@ -832,8 +963,12 @@ RESTART_POLICIES = ("on-failure", "never")
 
 def service_name_problem(v: Any) -> str | None:
     """Why v cannot name a service group (it names its members' uids too), or None."""
-    if not isinstance(v, str) or not v or len(v) > 64 or \
-            not all(c.isalnum() or c in "_-" for c in v):
+    if (
+        not isinstance(v, str)
+        or not v
+        or len(v) > 64
+        or not all(c.isalnum() or c in "_-" for c in v)
+    ):
         return "must be 1-64 letters, digits, '_' or '-' (it names the group and its members)"
     return None
 
@@ -879,8 +1014,11 @@ class ServiceDescription(_Description):
     """
 
     _kind = "ServiceDescription"
-    _aliases = {"replicas": "submit_service_group(desc, replicas=N)",
-                "cores": "'cores_per_rank'", "gpus": "'gpus_per_rank'"}
+    _aliases = {
+        "replicas": "submit_service_group(desc, replicas=N)",
+        "cores": "'cores_per_rank'",
+        "gpus": "'gpus_per_rank'",
+    }
     _fields = {
         "name": (None, _opt(_service_name)),
         "executable": (None, _opt(_nonempty_str)),
@@ -889,9 +1027,18 @@ class ServiceDescription(_Description):
         "args": ((), _args),
         "kwargs": (dict, _kwargs),
         # as a task's (one definition, one check)
-        **{k: TaskDescription._fields[k] for k in (
-            "environment", "pre_exec", "ranks", "cores_per_rank", "gpus_per_rank",
-            "mem_per_rank", "launcher")},
+        **{
+            k: TaskDescription._fields[k]
+            for k in (
+                "environment",
+                "pre_exec",
+                "ranks",
+                "cores_per_rank",
+                "gpus_per_rank",
+                "mem_per_rank",
+                "launcher",
+            )
+        },
         "ready_timeout": (60.0, _duration),
         "restart": ("on-failure", _choice(RESTART_POLICIES)),
         "max_restarts": (3, _int(0, 1000)),
@@ -909,15 +1056,27 @@ class ServiceDescription(_Description):
             raise DescriptionError(self._kind, "name", None, "is required (it names the group)")
         if (values.get("function") is None) == (values.get("executable") is None):
             field = "function" if values.get("function") is not None else "executable"
-            raise DescriptionError(self._kind, field, values.get(field),
-                                   "give either executable or function (one of them)")
+            raise DescriptionError(
+                self._kind,
+                field,
+                values.get(field),
+                "give either executable or function (one of them)",
+            )
         if values.get("function") is not None and values.get("arguments"):
-            raise DescriptionError(self._kind, "arguments", values["arguments"],
-                                   "a function service takes args=(...), kwargs={...}")
+            raise DescriptionError(
+                self._kind,
+                "arguments",
+                values["arguments"],
+                "a function service takes args=(...), kwargs={...}",
+            )
         if values.get("function") is None and ("args" in values or "kwargs" in values):
             field = "args" if "args" in values else "kwargs"
-            raise DescriptionError(self._kind, field, values[field],
-                                   "is for function services: an executable takes 'arguments'")
+            raise DescriptionError(
+                self._kind,
+                field,
+                values[field],
+                "is for function services: an executable takes 'arguments'",
+            )
         for name in ("arguments", "environment", "pre_exec"):
             if name in values:
                 values[name] = self._fields[name][1](self._kind, name, values[name])
@@ -926,16 +1085,18 @@ class ServiceDescription(_Description):
 def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[Any]:
     """Accept descriptions or dicts; re-check each one, naming its index on error."""
     if isinstance(descs, (str, bytes, bytearray)) or not isinstance(descs, Iterable):
-        raise DescriptionError(cls._kind, "(itself)", descs,
-                               f"expected a {cls.__name__}, a dict or a list of them")
+        raise DescriptionError(
+            cls._kind, "(itself)", descs, f"expected a {cls.__name__}, a dict or a list of them"
+        )
     out = []
     for i, d in enumerate(descs):
         try:
             if isinstance(d, dict):
                 d = cls(d)
             elif not isinstance(d, cls):
-                raise DescriptionError(cls._kind, "(itself)", d,
-                                       f"expected a {cls.__name__} or a dict")
+                raise DescriptionError(
+                    cls._kind, "(itself)", d, f"expected a {cls.__name__} or a dict"
+                )
             # (no copy: what runs is fixed when the task is submitted, later edits to the
             # description change nothing, and a queued task costs half the memory)
             d.check_complete()
@@ -945,8 +1106,13 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
     return out
 
 
-def rank_capacity(shape: list, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
-                  enough: int | None = None) -> int:
+def rank_capacity(
+    shape: list,
+    cores_per_rank: int,
+    gpus_per_rank: int,
+    mem_per_rank: int,
+    enough: int | None = None,
+) -> int:
     """How many ranks of this size nodes of these (cores, gpus, mem) hold at once (counting
     stops at `enough`: node lists can be long)."""
     capacity = 0
@@ -962,8 +1128,13 @@ def rank_capacity(shape: list, cores_per_rank: int, gpus_per_rank: int, mem_per_
     return capacity
 
 
-def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
-           shape: list[tuple[int, int, int]]) -> tuple[str, str] | None:
+def misfit(
+    ranks: int,
+    cores_per_rank: int,
+    gpus_per_rank: int,
+    mem_per_rank: int,
+    shape: list[tuple[int, int, int]],
+) -> tuple[str, str] | None:
     """None if nodes of this shape [(cores, gpus, mem MiB; 0 = not tracked)] can ever hold
     the request, else (field, why) -- shared by the client (at submit) and the agent (on
     receipt). None also promises that the Rust placer accepts the request: the agent relies
@@ -989,13 +1160,19 @@ def misfit(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: in
     return "ranks", f"more ranks of this size than the pilot holds ({capacity})"
 
 
-def misfit_partitions(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int,
-                      shapes: list[list[tuple[int, int, int]]]) -> tuple[str, str] | None:
+def misfit_partitions(
+    ranks: int,
+    cores_per_rank: int,
+    gpus_per_rank: int,
+    mem_per_rank: int,
+    shapes: list[list[tuple[int, int, int]]],
+) -> tuple[str, str] | None:
     """misfit() against a pilot made of partitions (a task never spans two): None if some
     partition can hold the request, else the reason the largest one cannot."""
     if len(shapes) <= 1:
-        return misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank,
-                      shapes[0] if shapes else [])
+        return misfit(
+            ranks, cores_per_rank, gpus_per_rank, mem_per_rank, shapes[0] if shapes else []
+        )
     first = None
     for shape in shapes:
         problem = misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank, shape)
@@ -1004,32 +1181,53 @@ def misfit_partitions(ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_p
         first = first or problem
     biggest = max(shapes, key=lambda s: sum(c for c, _, _ in s))
     problem = misfit(ranks, cores_per_rank, gpus_per_rank, mem_per_rank, biggest) or first
-    return problem[0], (f"{problem[1].replace('the pilot holds', 'a partition holds')} -- "
-                        f"larger than every one of the pilot's {len(shapes)} partitions "
-                        f"(a task never spans partitions)")
+    return problem[0], (
+        f"{problem[1].replace('the pilot holds', 'a partition holds')} -- "
+        f"larger than every one of the pilot's {len(shapes)} partitions "
+        f"(a task never spans partitions)"
+    )
 
 
-def _unplaceable(ranks: Any, cores_per_rank: Any, gpus_per_rank: Any,
-                 mem_per_rank: Any) -> tuple[str, str] | None:
+def _unplaceable(
+    ranks: Any, cores_per_rank: Any, gpus_per_rank: Any, mem_per_rank: Any
+) -> tuple[str, str] | None:
     """(field, why) for a request outside what the placer's types hold (u32 counts, at most
     MAX_PLACER_ENCODED numbers per allocation), else None."""
-    for field, v, lo, hi in (("ranks", ranks, 1, MAX_RANKS),
-                             ("cores_per_rank", cores_per_rank, 1, MAX_CORES_PER_NODE),
-                             ("gpus_per_rank", gpus_per_rank, 0, MAX_GPUS_PER_NODE),
-                             ("mem_per_rank", mem_per_rank, 0, MAX_MEM_MIB)):
+    for field, v, lo, hi in (
+        ("ranks", ranks, 1, MAX_RANKS),
+        ("cores_per_rank", cores_per_rank, 1, MAX_CORES_PER_NODE),
+        ("gpus_per_rank", gpus_per_rank, 0, MAX_GPUS_PER_NODE),
+        ("mem_per_rank", mem_per_rank, 0, MAX_MEM_MIB),
+    ):
         if isinstance(v, bool) or not isinstance(v, int):
             return field, "must be an integer"
         if not lo <= v <= hi:
             return field, f"must be between {lo} and {hi}"
     if ranks * (3 + cores_per_rank + gpus_per_rank) > MAX_PLACER_ENCODED:
-        return "ranks", (f"ranks x (3 + cores_per_rank + gpus_per_rank) must be <= "
-                         f"{MAX_PLACER_ENCODED} (the most the placer holds for one task)")
+        return "ranks", (
+            f"ranks x (3 + cores_per_rank + gpus_per_rank) must be <= "
+            f"{MAX_PLACER_ENCODED} (the most the placer holds for one task)"
+        )
     return None
 
 
-__all__ = ["TaskDescription", "PilotDescription", "check_descriptions", "misfit", "misfit_partitions", "partition_layout", "RESOURCES",
-           "LAUNCHERS", "MAX_NODES", "MAX_CORES_PER_NODE", "MAX_GPUS_PER_NODE", "MAX_TOTAL_CORES",
-           "MAX_MEM_MIB", "MAX_RANKS", "MAX_DURATION_S"]
+__all__ = [
+    "TaskDescription",
+    "PilotDescription",
+    "check_descriptions",
+    "misfit",
+    "misfit_partitions",
+    "partition_layout",
+    "RESOURCES",
+    "LAUNCHERS",
+    "MAX_NODES",
+    "MAX_CORES_PER_NODE",
+    "MAX_GPUS_PER_NODE",
+    "MAX_TOTAL_CORES",
+    "MAX_MEM_MIB",
+    "MAX_RANKS",
+    "MAX_DURATION_S",
+]
 
 
 def declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
@@ -1041,9 +1239,13 @@ def declared_shape(d: PilotDescription) -> list[tuple[int, int, int]] | None:
 
     if d.resource in ("local", "simulated"):
         cores, gpus, mem = machine_shape()
-        return [(d.cores_per_node or cores,
-                 gpus if d.gpus_per_node is None else d.gpus_per_node,
-                 mem if d.mem_per_node is None else d.mem_per_node)] * d.nodes
+        return [
+            (
+                d.cores_per_node or cores,
+                gpus if d.gpus_per_node is None else d.gpus_per_node,
+                mem if d.mem_per_node is None else d.mem_per_node,
+            )
+        ] * d.nodes
     if d.cores_per_node is not None:
         return [(d.cores_per_node, d.gpus_per_node or 0, d.mem_per_node or 0)] * d.nodes
     return None

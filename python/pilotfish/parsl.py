@@ -37,8 +37,16 @@ from . import states as S  # noqa: E402
 from .client.executor import Executor
 from .descriptions import PilotDescription, TaskDescription
 
-RESOURCE_KEYS = ("cores", "memory", "gpus", "num_ranks", "num_nodes", "ranks_per_node",
-                 "running_time", "priority")
+RESOURCE_KEYS = (
+    "cores",
+    "memory",
+    "gpus",
+    "num_ranks",
+    "num_nodes",
+    "ranks_per_node",
+    "running_time",
+    "priority",
+)
 
 
 class PilotfishExecutor(ParslExecutor):
@@ -46,9 +54,14 @@ class PilotfishExecutor(ParslExecutor):
     this machine's cores) for a pilot it starts and stops; or tmgr: run on an existing
     TaskManager's pilots (then nothing is started or stopped here)."""
 
-    def __init__(self, label: str = "pilotfish", pilot: PilotDescription | dict | None = None,
-                 tmgr=None, session_path: str | None = None,
-                 bash_apps_as_executables: bool = True):
+    def __init__(
+        self,
+        label: str = "pilotfish",
+        pilot: PilotDescription | dict | None = None,
+        tmgr=None,
+        session_path: str | None = None,
+        bash_apps_as_executables: bool = True,
+    ):
         super().__init__()
         self.label = label
         self.pilot_description = pilot
@@ -66,8 +79,9 @@ class PilotfishExecutor(ParslExecutor):
     def monitor_resources(self) -> bool:
         return False  # calls run inside persistent workers: no process tree per task
 
-    def submit(self, func: Callable, resource_specification: dict[str, Any], *args: Any,
-               **kwargs: Any) -> Future:
+    def submit(
+        self, func: Callable, resource_specification: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Future:
         if self._ex is None:
             raise RuntimeError(f"executor {self.label} was not started")
         shape = _shape(resource_specification or {})
@@ -86,11 +100,15 @@ class PilotfishExecutor(ParslExecutor):
             if not isinstance(cmd, str):
                 raise ValueError(f"Expected a str for bash_app commandline, got {type(cmd)}")
         except AttributeError as e:
-            return _failed(pe.AppBadFormatting(
-                f"App formatting failed for app '{name}' with AttributeError: {e}"))
+            return _failed(
+                pe.AppBadFormatting(
+                    f"App formatting failed for app '{name}' with AttributeError: {e}"
+                )
+            )
         except IndexError as e:
-            return _failed(pe.AppBadFormatting(
-                f"App formatting failed for app '{name}' with IndexError: {e}"))
+            return _failed(
+                pe.AppBadFormatting(f"App formatting failed for app '{name}' with IndexError: {e}")
+            )
         except Exception as e:  # noqa: BLE001
             return _failed(e)
         # Parsl appends to a bash app's stdout/stderr files (and writes the command line to
@@ -111,8 +129,14 @@ class PilotfishExecutor(ParslExecutor):
         timeout = kwargs.get("walltime")
         if timeout:
             shape = dict(shape, timeout=timeout)
-        d = TaskDescription(executable="/bin/bash", arguments=["-c", script],
-                            sandbox=os.getcwd(), stdout=False, stderr=False, **shape)
+        d = TaskDescription(
+            executable="/bin/bash",
+            arguments=["-c", script],
+            sandbox=os.getcwd(),
+            stdout=False,
+            stderr=False,
+            **shape,
+        )
         outputs = list(kwargs.get("outputs", []))
 
         def finish(task):
@@ -176,8 +200,11 @@ def _bash_app(func: Callable) -> Callable | None:
 
 def _plain_std(kwargs: dict) -> bool:
     """stdout/stderr given as plain paths (or not at all): what an executable task does."""
-    return all(isinstance(kwargs.get(k), (str, os.PathLike, type(None)))
-               and not hasattr(kwargs.get(k), "filepath") for k in ("stdout", "stderr"))
+    return all(
+        isinstance(kwargs.get(k), (str, os.PathLike, type(None)))
+        and not hasattr(kwargs.get(k), "filepath")
+        for k in ("stdout", "stderr")
+    )
 
 
 def _failed(e: BaseException) -> Future:

@@ -59,8 +59,10 @@ class _Peer:
         address = os.environ.get("PILOTFISH_SERVICES")
         key_file = os.environ.get("PILOTFISH_SERVICES_KEYFILE")
         if not address or not key_file:
-            raise ServiceError("not in a pilotfish task: PILOTFISH_SERVICES is not set (service "
-                               "groups are reached from tasks of the pilot that runs them)")
+            raise ServiceError(
+                "not in a pilotfish task: PILOTFISH_SERVICES is not set (service "
+                "groups are reached from tasks of the pilot that runs them)"
+            )
         self._pid = os.getpid()
         from ._sockets import curve_dealer
 
@@ -136,8 +138,14 @@ class _Peer:
             self._answer((kind, msg[1], msg[2]), msg)
         elif kind == "view":
             for g in self.groups.get(msg[1], ()):
-                g._on_view(View(msg[2], [Member(*m) for m in msg[3]], msg[4],
-                                client_key(msg[5] if len(msg) > 5 else None)))
+                g._on_view(
+                    View(
+                        msg[2],
+                        [Member(*m) for m in msg[3]],
+                        msg[4],
+                        client_key(msg[5] if len(msg) > 5 else None),
+                    )
+                )
         elif kind == "leave":
             m = self.members.get(msg[1])
             if m is not None:
@@ -189,8 +197,9 @@ class Membership:
             cb()
 
 
-def announce(endpoint: str, *, probe: Callable[[], bool] | None = None,
-             timeout: float = 30.0, **info: Any) -> Membership:
+def announce(
+    endpoint: str, *, probe: Callable[[], bool] | None = None, timeout: float = 30.0, **info: Any
+) -> Membership:
     """Say where this member serves; the member is READY (and joins the group's view) now.
 
     Only rank 0 of a multi-rank member announces (the others get a Membership that is never
@@ -200,15 +209,16 @@ def announce(endpoint: str, *, probe: Callable[[], bool] | None = None,
     uid = os.environ.get("PILOTFISH_MEMBER_UID")
     group = os.environ.get("PILOTFISH_SERVICE_GROUP", "")
     if not uid:
-        raise ServiceError("announce: this process is not a member of a service group "
-                           "(PILOTFISH_MEMBER_UID is not set)")
+        raise ServiceError(
+            "announce: this process is not a member of a service group "
+            "(PILOTFISH_MEMBER_UID is not set)"
+        )
     m = Membership(uid, group, endpoint, probe)
     if os.environ.get("PILOTFISH_RANK", "0") != "0":  # (every launch method sets it)
         return m
     peer = _Peer.get()
     if uid in peer.members:
-        raise ServiceError(f"{uid} announced its endpoint already "
-                           f"({peer.members[uid].endpoint!r})")
+        raise ServiceError(f"{uid} announced its endpoint already ({peer.members[uid].endpoint!r})")
     peer.members[uid] = m
     reply = peer.ask(["announce", uid, endpoint, info], ("announce", uid), timeout)
     if reply[0] == "refused":
@@ -221,8 +231,11 @@ def announce(endpoint: str, *, probe: Callable[[], bool] | None = None,
 
 def announce_line(endpoint: str, **info: Any) -> str:
     """The stdout line that announces a plain executable's endpoint."""
-    return f"{ANNOUNCE_PREFIX} {endpoint} {json.dumps(info)}" if info else \
-        f"{ANNOUNCE_PREFIX} {endpoint}"
+    return (
+        f"{ANNOUNCE_PREFIX} {endpoint} {json.dumps(info)}"
+        if info
+        else f"{ANNOUNCE_PREFIX} {endpoint}"
+    )
 
 
 class Member:
@@ -240,7 +253,10 @@ class Member:
         return f"<Member {self.uid} {self.endpoint} on {self.node}>"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Member) and (self.uid, self.endpoint) == (other.uid, other.endpoint)
+        return isinstance(other, Member) and (self.uid, self.endpoint) == (
+            other.uid,
+            other.endpoint,
+        )
 
     def __hash__(self) -> int:
         return hash((self.uid, self.endpoint))
@@ -256,8 +272,11 @@ def view_hash(epoch: int, members) -> str:
 
 def client_key(pair: Any) -> tuple[bytes, bytes] | None:
     """The group's client key pair from a view message ([z85 public, z85 secret]), or None."""
-    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(
-            isinstance(k, str) and len(k) == 40 for k in pair):
+    if (
+        isinstance(pair, (list, tuple))
+        and len(pair) == 2
+        and all(isinstance(k, str) and len(k) == 40 for k in pair)
+    ):
         return pair[0].encode(), pair[1].encode()
     return None
 
@@ -269,8 +288,13 @@ class View:
 
     __slots__ = ("epoch", "members", "target", "client_key")
 
-    def __init__(self, epoch: int, members: list[Member], target: int = 0,
-                 client_key: tuple[bytes, bytes] | None = None):
+    def __init__(
+        self,
+        epoch: int,
+        members: list[Member],
+        target: int = 0,
+        client_key: tuple[bytes, bytes] | None = None,
+    ):
         self.epoch = epoch
         self.members = members
         self.target = target
@@ -306,16 +330,19 @@ class Group:
         """The latest view (None until the group exists and the agent said it)."""
         return self._view
 
-    def wait(self, until: Callable[[View], bool] | None = None,
-             timeout: float | None = None) -> View:
+    def wait(
+        self, until: Callable[[View], bool] | None = None, timeout: float | None = None
+    ) -> View:
         """Block until a view satisfies `until` (default: any view); raises ServiceError on
         timeout."""
         until = until or (lambda v: True)
         with self._cond:
-            if not self._cond.wait_for(lambda: self._view is not None and until(self._view),
-                                       timeout):
-                raise ServiceError(f"group {self.name!r}: no such view within {timeout}s "
-                                   f"(now {self._view})")
+            if not self._cond.wait_for(
+                lambda: self._view is not None and until(self._view), timeout
+            ):
+                raise ServiceError(
+                    f"group {self.name!r}: no such view within {timeout}s (now {self._view})"
+                )
             return self._view  # type: ignore[return-value]
 
     def on_change(self, cb: Callable[[View], Any]) -> None:
@@ -327,9 +354,11 @@ class Group:
         leaves wait until the last hold of the group is released."""
         token = uuid.uuid4().hex[:12]
         try:
-            reply = self._peer.ask(["hold", self.name, token,
-                                    os.environ.get("PILOTFISH_TASK_UID") or ""],
-                                   ("held", self.name, token), timeout)
+            reply = self._peer.ask(
+                ["hold", self.name, token, os.environ.get("PILOTFISH_TASK_UID") or ""],
+                ("held", self.name, token),
+                timeout,
+            )
         except ServiceError:  # it may be in place: never leave a hold nobody will release
             self._peer.send(["release", self.name, token])
             raise

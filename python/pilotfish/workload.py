@@ -50,8 +50,13 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from ._errors import DescriptionError, _printable, show
-from .descriptions import (PilotDescription, TaskDescription, declared_shape, misfit_partitions,
-                           partition_layout)
+from .descriptions import (
+    PilotDescription,
+    TaskDescription,
+    declared_shape,
+    misfit_partitions,
+    partition_layout,
+)
 
 MAX_FILE_BYTES = 4 << 20
 MAX_DEPTH = 64
@@ -70,7 +75,7 @@ class WorkloadError(ValueError):
 
 def _cut(text: str, limit: int = 200) -> str:
     """text, cut to `limit` characters (an error message stays short whatever was given)."""
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _name(path: str) -> str:
@@ -96,12 +101,14 @@ def read_file(path: str, limit: int, what: str) -> bytes:
         why = (e.strerror if isinstance(e, OSError) else None) or _cut(str(e), 100)
         raise WorkloadError(f"{_name(path)}: cannot read it: {why}") from None
     if len(data) > limit:
-        raise WorkloadError(f"{_name(path)}: larger than {_bytes(limit)}, the most a {what} "
-                            f"may hold")
+        raise WorkloadError(
+            f"{_name(path)}: larger than {_bytes(limit)}, the most a {what} may hold"
+        )
     return data
 
 
 # -- YAML, with limits ----------------------------------------------------------------------
+
 
 class _LimitExceeded(Exception):
     """A YAML limit, raised by the composer with the place; load_workload adds the file."""
@@ -135,25 +142,34 @@ class _LimitedComposer(Composer):
             size = self._sizes.get(event.anchor)
             if size is None:
                 if event.anchor in self.anchors:  # still being composed: it holds itself
-                    raise self._refuse(event, f"alias *{_cut(event.anchor, 40)} stands inside "
-                                       "the node it names: a recursive structure is not data "
-                                       "a task can carry")
+                    raise self._refuse(
+                        event,
+                        f"alias *{_cut(event.anchor, 40)} stands inside "
+                        "the node it names: a recursive structure is not data "
+                        "a task can carry",
+                    )
                 return Composer.compose_node(self, parent, index)  # PyYAML: undefined alias
             values, chars, height = size
             if len(self._open) + height > MAX_DEPTH:
-                raise self._refuse(event, f"alias *{_cut(event.anchor, 40)} makes it nested "
-                                   f"deeper than {MAX_DEPTH} levels (the most a workload "
-                                   "file may nest)")
+                raise self._refuse(
+                    event,
+                    f"alias *{_cut(event.anchor, 40)} makes it nested "
+                    f"deeper than {MAX_DEPTH} levels (the most a workload "
+                    "file may nest)",
+                )
             self._count(event, values, chars, f"alias *{_cut(event.anchor, 40)}")
             self._add_to_parent(values, chars, height)
             return Composer.compose_node(self, parent, index)
         if isinstance(event, ScalarEvent):
             chars = len(event.value)
             if chars > MAX_SCALAR:
-                raise self._refuse(event, f"{show(event.value, 60)}: a string of {chars} "
-                                   f"characters, longer than {MAX_SCALAR} (Linux's "
-                                   "MAX_ARG_STRLEN: no program can be given a longer argument "
-                                   "or variable)")
+                raise self._refuse(
+                    event,
+                    f"{show(event.value, 60)}: a string of {chars} "
+                    f"characters, longer than {MAX_SCALAR} (Linux's "
+                    "MAX_ARG_STRLEN: no program can be given a longer argument "
+                    "or variable)",
+                )
             self._count(event, 1, chars, "this string")
             self._add_to_parent(1, chars, 0)
             node = Composer.compose_node(self, parent, index)
@@ -162,8 +178,9 @@ class _LimitedComposer(Composer):
             return node
         # a sequence or a mapping
         if len(self._open) >= MAX_DEPTH:
-            raise self._refuse(event, f"nested deeper than {MAX_DEPTH} levels (the most a "
-                               "workload file may nest)")
+            raise self._refuse(
+                event, f"nested deeper than {MAX_DEPTH} levels (the most a workload file may nest)"
+            )
         self._count(event, 1, 0, "this collection")
         self._open.append([1, 0, 0])
         try:
@@ -179,10 +196,13 @@ class _LimitedComposer(Composer):
         self._values += values
         self._chars += chars
         if self._values > MAX_NODES or self._chars > MAX_TEXT:
-            raise self._refuse(event, f"{what} brings the document to {self._values} values "
-                               f"and {self._chars} characters, aliases expanded (an alias "
-                               f"counts as a copy of what it names): more than the {MAX_NODES} "
-                               f"values or {MAX_TEXT} characters a workload file may hold")
+            raise self._refuse(
+                event,
+                f"{what} brings the document to {self._values} values "
+                f"and {self._chars} characters, aliases expanded (an alias "
+                f"counts as a copy of what it names): more than the {MAX_NODES} "
+                f"values or {MAX_TEXT} characters a workload file may hold",
+            )
 
     def _add_to_parent(self, values: int, chars: int, height: int) -> None:
         if self._open:
@@ -211,8 +231,9 @@ class _LimitedComposer(Composer):
 
     def _refuse(self, event, why: str) -> _LimitExceeded:
         mark = event.start_mark
-        return _LimitExceeded(f"line {mark.line + 1}, column {mark.column + 1}: "
-                              f"{self._path()}: {why}")
+        return _LimitExceeded(
+            f"line {mark.line + 1}, column {mark.column + 1}: {self._path()}: {why}"
+        )
 
 
 class _Constructor(SafeConstructor):
@@ -223,9 +244,13 @@ class _Constructor(SafeConstructor):
         try:
             return SafeConstructor.construct_yaml_int(self, node)
         except ValueError:
-            raise ConstructorError(None, None, f"an integer of {len(node.value)} characters: "
-                                   f"Python reads at most {sys.get_int_max_str_digits()} digits",
-                                   node.start_mark) from None
+            raise ConstructorError(
+                None,
+                None,
+                f"an integer of {len(node.value)} characters: "
+                f"Python reads at most {sys.get_int_max_str_digits()} digits",
+                node.start_mark,
+            ) from None
 
 
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)
@@ -248,6 +273,7 @@ try:
 except ImportError:  # PyYAML built without libyaml
     _CLoader = None
 else:
+
     class _CLoader(_LimitedComposer, CParser, _Constructor, Resolver):
         """yaml.CSafeLoader with the limits: libyaml parses (4x faster here), the composer is
         the counting one above, fed libyaml's events."""
@@ -257,6 +283,7 @@ else:
             _LimitedComposer.__init__(self)
             _Constructor.__init__(self)
             Resolver.__init__(self)
+
 
 _Loader = _CLoader or _PyLoader
 
@@ -291,6 +318,7 @@ def _parse(data: bytes, name: str):
 
 
 # -- the workload ---------------------------------------------------------------------------
+
 
 @dataclass
 class TaskGroup:
@@ -342,30 +370,42 @@ class Workload:
         Raises WorkloadError naming the group, the field, the value and why."""
         d = pilot or self.pilot
         shape = declared_shape(d)
-        shapes = None if shape is None else \
-            [shape[first:first + n] for first, n, _ in
-             partition_layout(len(shape), d.partitions, d.launcher)]
+        shapes = (
+            None
+            if shape is None
+            else [
+                shape[first : first + n]
+                for first, n, _ in partition_layout(len(shape), d.partitions, d.launcher)
+            ]
+        )
         for gi, g in enumerate(self.groups):
             t = g.template
             where = f"{self.source}: tasks[{gi}] ({_label(g.name)})"
             if t.named_env is not None:
-                raise WorkloadError(f"{where}.named_env = {show(t.named_env, 60)}: no "
-                                    "environment of that name is prepared (a workload file "
-                                    "prepares none: use the Python API, Pilot.prepare_env)")
+                raise WorkloadError(
+                    f"{where}.named_env = {show(t.named_env, 60)}: no "
+                    "environment of that name is prepared (a workload file "
+                    "prepares none: use the Python API, Pilot.prepare_env)"
+                )
             if d.resource == "simulated" and t.duration is None:
-                raise WorkloadError(f"{where}.duration = None: required on a simulated pilot "
-                                    "(a simulated task runs for its duration)")
+                raise WorkloadError(
+                    f"{where}.duration = None: required on a simulated pilot "
+                    "(a simulated task runs for its duration)"
+                )
             if shapes is None:
                 continue
-            problem = misfit_partitions(t.ranks, t.cores_per_rank, t.gpus_per_rank,
-                                        t.mem_per_rank, shapes)
+            problem = misfit_partitions(
+                t.ranks, t.cores_per_rank, t.gpus_per_rank, t.mem_per_rank, shapes
+            )
             if problem is not None:
                 field, why = problem
                 c, gpus, mem = shape[0]
-                mine = f"{len(shape)} nodes x {c} cores, {gpus} GPUs" + \
-                    (f", {mem} MiB" if mem else "")
-                raise WorkloadError(f"{where}.{field} = {show(getattr(t, field), 60)}: {why} "
-                                    f"(the pilot: {mine})")
+                mine = f"{len(shape)} nodes x {c} cores, {gpus} GPUs" + (
+                    f", {mem} MiB" if mem else ""
+                )
+                raise WorkloadError(
+                    f"{where}.{field} = {show(getattr(t, field), 60)}: {why} (the pilot: {mine})"
+                )
 
     @property
     def task_count(self) -> int:
@@ -418,16 +458,20 @@ def load_workload(path: str) -> Workload:
             raise WorkloadError(f"{name}: tasks[{gi}]: expected a mapping, not {show(g, 60)}")
         count = g.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_TASKS:
-            raise WorkloadError(f"{name}: tasks[{gi}] ({_label(g.get('name') or f'group{gi}')})"
-                                f".count = {show(count, 60)}: must be an integer 1..{MAX_TASKS} "
-                                "(the most tasks one workload file may hold, all groups "
-                                "together)")
+            raise WorkloadError(
+                f"{name}: tasks[{gi}] ({_label(g.get('name') or f'group{gi}')})"
+                f".count = {show(count, 60)}: must be an integer 1..{MAX_TASKS} "
+                "(the most tasks one workload file may hold, all groups "
+                "together)"
+            )
         counts.append(count)
     total = sum(counts)
     if total > MAX_TASKS:
-        raise WorkloadError(f"{name}: tasks: {len(counts)} groups hold {total} tasks: more "
-                            f"than {MAX_TASKS}, the most one workload file may hold (all "
-                            "groups together)")
+        raise WorkloadError(
+            f"{name}: tasks: {len(counts)} groups hold {total} tasks: more "
+            f"than {MAX_TASKS}, the most one workload file may hold (all "
+            "groups together)"
+        )
     groups = []
     total_bytes = 0
     for gi, (g, count) in enumerate(zip(groups_doc, counts)):
@@ -451,7 +495,8 @@ def load_workload(path: str) -> Workload:
                     raise WorkloadError(
                         f"{name}: {where}.arguments[{ai}] = {show(a, 60)}: {longest} "
                         f"characters with {{i}} = {last}, longer than {MAX_SCALAR} (Linux's "
-                        "MAX_ARG_STRLEN: no program can be given a longer argument)")
+                        "MAX_ARG_STRLEN: no program can be given a longer argument)"
+                    )
             values["arguments"] = [a.replace("{i}", last) for a in args]
         try:
             size = len(msgspec.msgpack.encode(values))
@@ -459,9 +504,11 @@ def load_workload(path: str) -> Workload:
             raise WorkloadError(f"{name}: {where}: cannot be encoded: {show(e, 120)}") from None
         total_bytes += count * size
         if total_bytes > MAX_TOTAL_BYTES:
-            raise WorkloadError(f"{name}: {where}: {count} tasks of {size} bytes each "
-                                f"(encoded) bring the workload to {total_bytes} bytes: more "
-                                f"than {_bytes(MAX_TOTAL_BYTES)}, the most one workload file "
-                                "may submit")
+            raise WorkloadError(
+                f"{name}: {where}: {count} tasks of {size} bytes each "
+                f"(encoded) bring the workload to {total_bytes} bytes: more "
+                f"than {_bytes(MAX_TOTAL_BYTES)}, the most one workload file "
+                "may submit"
+            )
         groups.append(TaskGroup(group_name, template, count))
     return Workload(pilot, groups, name)

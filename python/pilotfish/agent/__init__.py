@@ -17,5 +17,9 @@ import sys
 def keeper_argv(cfg_path: str) -> list[str]:
     """The command that starts a pilot's agent under its keeper (agent/keeper.py), which
     outlives it (-I: nothing from the environment or the script's folder on its path)."""
-    return [sys.executable, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                               "keeper.py"), cfg_path]
+    return [
+        sys.executable,
+        "-I",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "keeper.py"),
+        cfg_path,
+    ]

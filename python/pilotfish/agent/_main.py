@@ -57,42 +57,61 @@ class Agent:
         self.uid: str = config["pilot_uid"]
         self.sandbox: str = config["sandbox"]
         self.desc = desc
-        self.events = events = EventWriter(os.path.join(self.sandbox, "agent.events"),
-                                           enabled=config.get("profile", True), now=clock.now)
+        self.events = events = EventWriter(
+            os.path.join(self.sandbox, "agent.events"),
+            enabled=config.get("profile", True),
+            now=clock.now,
+        )
         events.record(self.uid, E.BOOTSTRAP_START, None, self.t_start)
         raise_nofile_limit()
         self.reserve = Reserve()  # descriptors for shutdown, whatever a flood holds (_door.py)
         # task processes that leave their group or session (setsid) stay our descendants
         self.subreaper = become_subreaper()
         # finals are journaled before they are sent: a resumed client learns what ran here
-        self.journal = Journal(os.path.join(self.sandbox, "agent.journal"),
-                               enabled=config.get("journal", True))
+        self.journal = Journal(
+            os.path.join(self.sandbox, "agent.journal"), enabled=config.get("journal", True)
+        )
         self.heartbeat_s = float(config.get("heartbeat_s", 5.0))
         self.client_timeout = float(config.get("client_timeout", 60.0))
 
         from .resources import discover  # after the profiler: part of startup
 
-        self.resources = discover(desc["resource"], desc["nodes"], desc.get("cores_per_node"),
-                                  desc.get("gpus_per_node"), desc.get("mem_per_node"))
+        self.resources = discover(
+            desc["resource"],
+            desc["nodes"],
+            desc.get("cores_per_node"),
+            desc.get("gpus_per_node"),
+            desc.get("mem_per_node"),
+        )
         # both may run a command (squeue, scontrol): before the executor's reaper starts
         job_left = batch_time_left(desc["resource"])
         from ..launch import default_launcher
 
-        self.default_launcher = desc.get("launcher") or default_launcher(desc["resource"],
-                                                                         self.resources)
+        self.default_launcher = desc.get("launcher") or default_launcher(
+            desc["resource"], self.resources
+        )
         nodes = self.resources.nodes
-        events.record(self.uid, E.RESOURCES_OK,
-                      f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
-                      f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})")
+        events.record(
+            self.uid,
+            E.RESOURCES_OK,
+            f"{len(nodes)} nodes, {sum(n.cores for n in nodes)} cores, "
+            f"{sum(n.gpus for n in nodes)} gpus ({self.resources.source})",
+        )
         # the partitions (one by default): each its nodes, placer, queue and launchers
         # (plan: opt in -- it gains only where durations are known, see README)
         policy = os.environ.get("PILOTFISH_SCHEDULER", "utilization")
-        self.partitions = make_partitions(self.resources, desc.get("partitions"),
-                                          self.default_launcher, policy, clock)
+        self.partitions = make_partitions(
+            self.resources, desc.get("partitions"), self.default_launcher, policy, clock
+        )
         if len(self.partitions) > 1:
             for p in self.partitions:
-                events.record(self.uid, E.PARTITION, json.dumps(
-                    {"index": p.index, "nodes": p.names, "launcher": p.default_launcher}))
+                events.record(
+                    self.uid,
+                    E.PARTITION,
+                    json.dumps(
+                        {"index": p.index, "nodes": p.names, "launcher": p.default_launcher}
+                    ),
+                )
 
         base_env = dict(os.environ)
         base_env.update(desc.get("environment") or {})
@@ -105,11 +124,25 @@ class Agent:
         # a multi-rank task on a local pilot that names no launcher anywhere gets an
         # installed MPI launcher (looked up on first need)
         self.table = table = TaskTable(
-            uid=self.uid, sandbox=self.sandbox, tasks_dir=self.tasks_dir, desc=desc,
-            resources=self.resources, ctx=self.ctx, clock=clock, events=events,
-            reports=self.reports, partitions=self.partitions, sim=self.sim,
-            mpi_launcher=(False if desc.get("launcher") or desc["resource"] != "local"
-                          or self.default_launcher != "direct" else None))
+            uid=self.uid,
+            sandbox=self.sandbox,
+            tasks_dir=self.tasks_dir,
+            desc=desc,
+            resources=self.resources,
+            ctx=self.ctx,
+            clock=clock,
+            events=events,
+            reports=self.reports,
+            partitions=self.partitions,
+            sim=self.sim,
+            mpi_launcher=(
+                False
+                if desc.get("launcher")
+                or desc["resource"] != "local"
+                or self.default_launcher != "direct"
+                else None
+            ),
+        )
         self.services = None  # service groups (services.py); every task learns where they are
         if not self.sim:
             from .services import ServiceRegistry
@@ -129,21 +162,31 @@ class Agent:
         else:
             from .. import _core
 
-            self.core = _core.Executor([f"{k}={v}" for k, v in base_env.items()],
-                                       exit_log=os.path.join(self.sandbox, "agent.exits")
-                                       if self.journal.enabled else None)
-            self.runner = TaskRunner(self.core, self.tasks_dir, profile=events.enabled,
-                                     clock=clock)
+            self.core = _core.Executor(
+                [f"{k}={v}" for k, v in base_env.items()],
+                exit_log=os.path.join(self.sandbox, "agent.exits")
+                if self.journal.enabled
+                else None,
+            )
+            self.runner = TaskRunner(self.core, self.tasks_dir, profile=events.enabled, clock=clock)
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
-                [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items])
+                [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items]
+            )
         self.poller = zmq.Poller()
         if self.core is not None:
             self.poller.register(self.core.notify_fd, zmq.POLLIN)
         if self.services is not None:
             self.poller.register(self.services.sock, zmq.POLLIN)
-        self.wiring = LaunchWiring(table, self.runner, self.poller, desc, self.sandbox, clock,
-                                   self.model if self.sim else None)
+        self.wiring = LaunchWiring(
+            table,
+            self.runner,
+            self.poller,
+            desc,
+            self.sandbox,
+            clock,
+            self.model if self.sim else None,
+        )
         # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py)
         self.nodes = None
         from .nodes import wanted as nodes_wanted
@@ -154,20 +197,33 @@ class Agent:
             from .nodes import NodeLink
 
             opts = (desc.get("launcher_options") or {}).get("nodes", {})
-            self.nodes = NodeLink(self.ctx, self.sandbox, clock, events, self.uid,
-                                  self.partitions, clock.now() + float(desc["runtime"]),
-                                  beat_s=float(opts.get("beat_s", 1.0)),
-                                  lost_after_s=float(opts.get("lost_after_s", 10.0)))
+            self.nodes = NodeLink(
+                self.ctx,
+                self.sandbox,
+                clock,
+                events,
+                self.uid,
+                self.partitions,
+                clock.now() + float(desc["runtime"]),
+                beat_s=float(opts.get("beat_s", 1.0)),
+                lost_after_s=float(opts.get("lost_after_s", 10.0)),
+            )
             self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes
             table.single_node_launcher = "nodes"
             for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
-        self.launchers = Launchers(self.wiring.make, self.wiring.spawn_aux, events, self.uid,
-                                   clock)
+        self.launchers = Launchers(self.wiring.make, self.wiring.spawn_aux, events, self.uid, clock)
         table.use(self.runner, self.launchers)
-        self.elastic = Elastic(table, self.launchers, self.resources, self.default_launcher,
-                               policy, os.environ.get("PILOTFISH_REBALANCE", "1") != "0",
-                               self.wiring.changed, self.wiring.forget)
+        self.elastic = Elastic(
+            table,
+            self.launchers,
+            self.resources,
+            self.default_launcher,
+            policy,
+            os.environ.get("PILOTFISH_REBALANCE", "1") != "0",
+            self.wiring.changed,
+            self.wiring.forget,
+        )
         if self.services is not None:
             self.elastic.leaving.append(self.services)
         self.pool = None  # function tasks' workers and queues (functions.py), made on first use
@@ -183,9 +239,15 @@ class Agent:
             if table.single_node_launcher is not None:
                 self.launchers.get(p, "nodes")
         changed = self.launchers.poll()
-        self.wiring.changed(changed + [lm for p in self.partitions
-                                       for lm in p.launchers.values()
-                                       if lm.state == FAILED and lm not in changed])
+        self.wiring.changed(
+            changed
+            + [
+                lm
+                for p in self.partitions
+                for lm in p.launchers.values()
+                if lm.state == FAILED and lm not in changed
+            ]
+        )
 
         self.sock = client_link(self.ctx, self.uid, config["address"], config.get("curve"))
         t = clock.now()
@@ -199,9 +261,18 @@ class Agent:
         return self.table.stopping
 
     def _hello(self, t: float) -> None:
-        self.sock.send(_wire.encode(_wire.Hello(self.uid, self.resources.nodes,
-                                                self.default_launcher, t, os.getpid(),
-                                                hostname())))
+        self.sock.send(
+            _wire.encode(
+                _wire.Hello(
+                    self.uid,
+                    self.resources.nodes,
+                    self.default_launcher,
+                    t,
+                    os.getpid(),
+                    hostname(),
+                )
+            )
+        )
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -300,8 +371,12 @@ class Agent:
             if now >= self.drain_at:
                 table.stop(S.DONE, "walltime reached", "walltime")
             elif real - self._last_heard > self.client_timeout:
-                table.stop(S.CANCELED, f"client silent for {real - self._last_heard:.0f}s "
-                           f"(bound {self.client_timeout:g}s)", "client gone")
+                table.stop(
+                    S.CANCELED,
+                    f"client silent for {real - self._last_heard:.0f}s "
+                    f"(bound {self.client_timeout:g}s)",
+                    "client gone",
+                )
             elif real - self._last_sent >= self.heartbeat_s:
                 self.sock.send(_wire.encode(_wire.Heartbeat(now)))
                 self._last_sent = real
@@ -383,8 +458,9 @@ class Agent:
             self.table.stop(S.DONE, msg.reason, "shutdown")
         elif isinstance(msg, _wire.Resync):
             self._resync(msg.uids)
-        elif isinstance(msg, (_wire.GroupStart, _wire.GroupResize, _wire.GroupHold,
-                              _wire.GroupRelease)):
+        elif isinstance(
+            msg, (_wire.GroupStart, _wire.GroupResize, _wire.GroupHold, _wire.GroupRelease)
+        ):
             self._on_group(msg)
         elif isinstance(msg, _wire.Grow):
             self.elastic.grow(msg)
@@ -448,8 +524,14 @@ class Agent:
             self.services.on_client(msg)
             return
         name = msg.spec.name if isinstance(msg, _wire.GroupStart) else msg.name
-        self.reports.send(_wire.GroupAck(name, getattr(msg, "token", "start"), -1,
-                                         "service groups do not run on a simulated pilot"))
+        self.reports.send(
+            _wire.GroupAck(
+                name,
+                getattr(msg, "token", "start"),
+                -1,
+                "service groups do not run on a simulated pilot",
+            )
+        )
 
     def _resync(self, uids: list[str]) -> None:
         """A resumed client re-attached: hello again, then what became of each task."""
@@ -457,10 +539,11 @@ class Agent:
         self.events.record(self.uid, E.CLIENT_REATTACH, f"{len(uids)} tasks asked")
         self._flush(force=True)  # journal and send what is pending first
         self._hello(now)
-        ups, missing = resync(self.table.tasks, self.pool.calls if self.pool else {},
-                              self.journal.path, uids, now)
+        ups, missing = resync(
+            self.table.tasks, self.pool.calls if self.pool else {}, self.journal.path, uids, now
+        )
         for i in range(0, len(ups), 4096):
-            self.sock.send(_wire.encode(_wire.Updates(ups[i:i + 4096])))
+            self.sock.send(_wire.encode(_wire.Updates(ups[i : i + 4096])))
         self.sock.send(_wire.encode(_wire.Missing(missing)))
         self._last_sent = self.clock.real_mono()
 
@@ -469,9 +552,14 @@ class Agent:
         # running through virtual time, one frame per jump would be one per task end: a
         # simulated pilot sends what gathered every SIM_POLL_S of real time instead
         real = self.clock.real_mono()
-        hold = bool(self.sim and not force and self.reports.updates
-                    and real - self._last_sent < SIM_POLL_S
-                    and len(self.reports.updates) < 4096 and self._next_event() < math.inf)
+        hold = bool(
+            self.sim
+            and not force
+            and self.reports.updates
+            and real - self._last_sent < SIM_POLL_S
+            and len(self.reports.updates) < 4096
+            and self._next_event() < math.inf
+        )
         if self.reports.flush(self.sock, self.journal, hold_updates=hold):
             self._last_sent = real
         self.journal.maybe_sync()
@@ -484,15 +572,17 @@ class Agent:
         table = self.table
         self.events.record(self.uid, E.DRAIN_START, reason)
         if self.pool is not None:
-            self.pool.drain(S.FAILED if why == "walltime" else S.CANCELED,
-                            "killed: the pilot reached its walltime" if why == "walltime"
-                            else f"pilot stopped: {reason}")
+            self.pool.drain(
+                S.FAILED if why == "walltime" else S.CANCELED,
+                "killed: the pilot reached its walltime"
+                if why == "walltime"
+                else f"pilot stopped: {reason}",
+            )
         if why == "walltime":
             task_state, task_reason = S.FAILED, "killed: the pilot reached its walltime"
         else:
             task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
-        table.stop_all(task_state, task_reason,
-                       f"pilot stopped before the task started: {reason}")
+        table.stop_all(task_state, task_reason, f"pilot stopped before the task started: {reason}")
         deadline = clock.real_mono() + KILL_GRACE + 2.0
         while self.runner.running and clock.real_mono() < deadline:
             if self.nodes is not None:
@@ -543,14 +633,20 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     with open(argv[0]) as f:
         config = json.load(f)
-    log_fd = open_private(os.path.join(config["sandbox"], "agent.log"),  # (never via a link)
-                          os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    logging.basicConfig(stream=os.fdopen(log_fd, "a", buffering=1), level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_fd = open_private(
+        os.path.join(config["sandbox"], "agent.log"),  # (never via a link)
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+    )
+    logging.basicConfig(
+        stream=os.fdopen(log_fd, "a", buffering=1),
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
-    _signal.signal(_signal.SIGTERM, lambda *_: agent.table.stop(
-        S.CANCELED, "terminated by signal", "signal"))
+    _signal.signal(
+        _signal.SIGTERM, lambda *_: agent.table.stop(S.CANCELED, "terminated by signal", "signal")
+    )
     # An open of a spool file while the output reader holds its write lease (for an instant)
     # signals the lease holder: SIGIO, whose default would kill the agent. (Tasks get it back
     # at its default.)

@@ -12,7 +12,7 @@ _SHAPE_FIELDS = ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank")
 
 
 def misfit_reason(key: tuple, shapes: list, memo: dict | None = None) -> str | None:
-    """"field = value: why" when no partition can ever hold a request of this shape (ranks,
+    """ "field = value: why" when no partition can ever hold a request of this shape (ranks,
     cores, GPUs, memory per rank), else None; memoized per shape (misfit is O(nodes))."""
     r = memo.get(key, memo) if memo is not None else memo
     if r is memo:
@@ -24,14 +24,16 @@ def misfit_reason(key: tuple, shapes: list, memo: dict | None = None) -> str | N
     return f"{r[0]} = {key[_SHAPE_FIELDS.index(r[0])]}: {r[1]}"
 
 
-def check_spec(spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str,
-               memo: dict | None = None) -> str | None:
+def check_spec(
+    spec: _wire.TaskSpec, shapes: list, tasks_dir: str, sandbox: str, memo: dict | None = None
+) -> str | None:
     """Why the agent cannot run this task, or None. The client checked it already; the agent
     checks again because the wire is an API too (a task must never kill the agent).
     shapes: per partition, its nodes' (cores, gpus, mem); memo: misfit per request shape
     (it is O(nodes); the request's numbers are checked by misfit itself the first time)."""
-    why = misfit_reason((spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank),
-                        shapes, memo)
+    why = misfit_reason(
+        (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank), shapes, memo
+    )
     if why is not None:
         return why
     if not spec.uid or not spec.executable:

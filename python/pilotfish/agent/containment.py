@@ -31,7 +31,9 @@ def become_subreaper() -> bool:
         return False
 
 
-def marked(scope: str, var: str | None = None, values: set[str] | None = None) -> dict[str, list[int]]:
+def marked(
+    scope: str, var: str | None = None, values: set[str] | None = None
+) -> dict[str, list[int]]:
     """Live processes (not this one) of this pilot -- PILOTFISH_SANDBOX=scope in their
     environment: task uids repeat across sessions, sandboxes do not. With var: {value: [pids]}
     of those whose var is one of values; without: {scope: [pids]}."""
@@ -62,8 +64,9 @@ def marked(scope: str, var: str | None = None, values: set[str] | None = None) -
     return out
 
 
-def kill_marked(scope: str, var: str | None = None, values: set[str] | None = None,
-                sig: int = _signal.SIGKILL) -> int:
+def kill_marked(
+    scope: str, var: str | None = None, values: set[str] | None = None, sig: int = _signal.SIGKILL
+) -> int:
     """Signal every process marked as above; returns how many."""
     n = 0
     for pids in marked(scope, var, values).values():

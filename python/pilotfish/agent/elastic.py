@@ -16,8 +16,7 @@ from typing import Any, Callable
 
 from .. import _events as E
 from .. import _wire
-from ..descriptions import (LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB,
-                            misfit)
+from ..descriptions import LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit
 from .partition import Partition, add_work, task_work
 from .ports import NodeLeaving
 from .resources import Resources
@@ -25,10 +24,17 @@ from .table import REQUEUE, TaskTable
 
 
 class Elastic:
-    def __init__(self, table: TaskTable, launchers: Any, resources: Any, default_launcher: str,
-                 policy: str, may_rebalance: bool,
-                 launchers_changed: Callable[[list], None],
-                 forget_partition: Callable[[Partition], None]):
+    def __init__(
+        self,
+        table: TaskTable,
+        launchers: Any,
+        resources: Any,
+        default_launcher: str,
+        policy: str,
+        may_rebalance: bool,
+        launchers_changed: Callable[[list], None],
+        forget_partition: Callable[[Partition], None],
+    ):
         """launchers_changed(changed): what the loop does with launcher instances that became
         ready or failed; forget_partition(p): the loop drops p's sockets (rank notes)."""
         self.table = table
@@ -66,8 +72,15 @@ class Elastic:
                     t.work = task_work(t.spec)
                     add_work(t.partition, t.spec, t.work)
         res = Resources(list(msg.nodes), self.resources.source, self.resources.overrides)
-        p = Partition(self._next_part, list(msg.nodes), self._next_node, res,
-                      msg.launcher or self.default_launcher, self.policy, table.clock)
+        p = Partition(
+            self._next_part,
+            list(msg.nodes),
+            self._next_node,
+            res,
+            msg.launcher or self.default_launcher,
+            self.policy,
+            table.clock,
+        )
         self._next_node += len(msg.nodes)
         self._next_part += 1
         p.unit = msg.unit
@@ -75,11 +88,16 @@ class Elastic:
         self.partitions.append(p)
         table.misfits.clear()
         self.rebalance_on = self.may_rebalance
-        table.events.record(table.uid, E.PILOT_GROW,
-                            f"{msg.unit} {len(msg.nodes)} {len(self.nodes())}", now)
-        table.events.record(table.uid, E.PARTITION, json.dumps(
-            {"index": p.index, "nodes": p.names, "launcher": p.default_launcher,
-             "unit": p.unit}))
+        table.events.record(
+            table.uid, E.PILOT_GROW, f"{msg.unit} {len(msg.nodes)} {len(self.nodes())}", now
+        )
+        table.events.record(
+            table.uid,
+            E.PARTITION,
+            json.dumps(
+                {"index": p.index, "nodes": p.names, "launcher": p.default_launcher, "unit": p.unit}
+            ),
+        )
         lm = self.launchers.get(p, None)
         started = [lm]
         if table.single_node_launcher is not None:  # its node executors start now too
@@ -92,8 +110,10 @@ class Elastic:
         for q in self.partitions:
             if q is p or not q.scheduler.waiting or room <= 0:
                 continue
-            moved = q.scheduler.take(room, lambda key, shape=p.shape: misfit(
-                key[0], key[1], key[2], key[3], shape) is None)
+            moved = q.scheduler.take(
+                room,
+                lambda key, shape=p.shape: misfit(key[0], key[1], key[2], key[3], shape) is None,
+            )
             if moved:
                 room -= sum(t.spec.ranks * t.spec.cores_per_rank for t in moved)
                 table.move_to(p, moved)
@@ -107,9 +127,16 @@ class Elastic:
         for unit in msg.units:
             p = next((q for q in self.partitions if q.unit == unit), None)
             if p is None or p.draining:
-                table.send(_wire.Resized(unit, self.nodes(), now,
-                                         f"no grown unit {unit!r} in this pilot" if p is None
-                                         else f"unit {unit!r} is being drained already"))
+                table.send(
+                    _wire.Resized(
+                        unit,
+                        self.nodes(),
+                        now,
+                        f"no grown unit {unit!r} in this pilot"
+                        if p is None
+                        else f"unit {unit!r} is being drained already",
+                    )
+                )
                 continue
             p.draining = True
             table.events.record(table.uid, E.PILOT_DRAIN, f"{unit} {len(p.nodes)}", now)
@@ -124,11 +151,14 @@ class Elastic:
             theirs: dict[int, set[str]] = {}
             requeue = []
             for t in table.tasks.values():
-                if t.partition is not p or not t.running or t.final_state is not None \
-                        or t.kill_reason is not None:
+                if (
+                    t.partition is not p
+                    or not t.running
+                    or t.final_state is not None
+                    or t.kill_reason is not None
+                ):
                     continue
-                room = next((i for i, r in enumerate(self.leaving) if r.owns(t.spec.uid)),
-                            None)
+                room = next((i for i, r in enumerate(self.leaving) if r.owns(t.spec.uid)), None)
                 if room is not None:
                     theirs.setdefault(room, set()).add(t.spec.uid)
                 elif t.spec.restartable:
@@ -158,8 +188,9 @@ class Elastic:
                 self.rebalance_on = False
             now = table.clock.now()
             nodes = self.nodes()
-            table.events.record(table.uid, E.PILOT_SHRINK,
-                                f"{p.unit} {len(p.nodes)} {len(nodes)}", now)
+            table.events.record(
+                table.uid, E.PILOT_SHRINK, f"{p.unit} {len(p.nodes)} {len(nodes)}", now
+            )
             table.send(_wire.Resized(p.unit, nodes, now))  # type: ignore[arg-type]
 
 
@@ -171,11 +202,17 @@ def _grow_problem(msg: _wire.Grow, partitions: list[Partition], names: set[str])
         return f"unit {msg.unit!r} joined already"
     if names & {n.name for n in msg.nodes}:
         return f"nodes {sorted(names & {n.name for n in msg.nodes})} are in the pilot already"
-    if any(not n.name or not 1 <= n.cores <= MAX_CORES_PER_NODE
-           or not 0 <= n.gpus <= MAX_GPUS_PER_NODE
-           or not 0 <= n.mem <= MAX_MEM_MIB for n in msg.nodes):
-        return (f"nodes: each needs a name, 1..{MAX_CORES_PER_NODE} cores, "
-                f"0..{MAX_GPUS_PER_NODE} GPUs, mem >= 0")
+    if any(
+        not n.name
+        or not 1 <= n.cores <= MAX_CORES_PER_NODE
+        or not 0 <= n.gpus <= MAX_GPUS_PER_NODE
+        or not 0 <= n.mem <= MAX_MEM_MIB
+        for n in msg.nodes
+    ):
+        return (
+            f"nodes: each needs a name, 1..{MAX_CORES_PER_NODE} cores, "
+            f"0..{MAX_GPUS_PER_NODE} GPUs, mem >= 0"
+        )
     if len({n.name for n in msg.nodes}) != len(msg.nodes):
         return "nodes: names repeat"
     if msg.launcher is not None and msg.launcher not in LAUNCHERS:

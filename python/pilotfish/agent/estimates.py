@@ -24,8 +24,7 @@ MIN_SAMPLES = 2  # a kind's own estimate once this many of it ended; before, its
 
 
 def kind_of(spec: Any) -> tuple:
-    return (spec.executable, spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
-            spec.mem_per_rank)
+    return (spec.executable, spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
 
 
 def class_of(spec: Any) -> tuple:
@@ -103,7 +102,16 @@ class Estimates:
 
     def summary(self) -> list[dict]:
         """One row per learned kind (for the report): executable, shape, samples, mean, std."""
-        return [{"executable": k[0], "ranks": k[1], "cores_per_rank": k[2],
-                 "gpus_per_rank": k[3], "mem_per_rank": k[4], "samples": st.n,
-                 "mean_s": round(st.mean, 3), "std_s": round(st.std, 3)}
-                for k, st in self._kinds.items()]
+        return [
+            {
+                "executable": k[0],
+                "ranks": k[1],
+                "cores_per_rank": k[2],
+                "gpus_per_rank": k[3],
+                "mem_per_rank": k[4],
+                "samples": st.n,
+                "mean_s": round(st.mean, 3),
+                "std_s": round(st.std, 3),
+            }
+            for k, st in self._kinds.items()
+        ]

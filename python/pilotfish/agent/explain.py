@@ -35,14 +35,14 @@ from .tasks import BACKOFF, DROPPED, FINAL, HELD, NEW, PLACED, RUNNING, WAITING
 
 log = logging.getLogger("pilotfish.agent")
 
-REQUEST_DIR = "explain"   # <sandbox>/explain/<id>.req (a JSON list of uids) -> <id>.json
-POLL_S = 1.0              # how often the loop looks for request files
-MAX_UIDS = 1000           # uids per request at most
+REQUEST_DIR = "explain"  # <sandbox>/explain/<id>.req (a JSON list of uids) -> <id>.json
+POLL_S = 1.0  # how often the loop looks for request files
+MAX_UIDS = 1000  # uids per request at most
 MAX_REQUEST_BYTES = 1 << 20
-MAX_PER_POLL = 16         # request files answered per look at most (the rest: the next)
-MAX_REMEMBERED = 4096     # answered entries that could not be removed, remembered at most
-LOG_EVERY_S = 60.0        # refused requests are logged as one line per this at most
-NAMES = 8                 # node names listed per answer at most (the counts are exact)
+MAX_PER_POLL = 16  # request files answered per look at most (the rest: the next)
+MAX_REMEMBERED = 4096  # answered entries that could not be removed, remembered at most
+LOG_EVERY_S = 60.0  # refused requests are logged as one line per this at most
+NAMES = 8  # node names listed per answer at most (the counts are exact)
 
 
 def explain(uids: list[str], table: Any, pool: Any, services: Any, clock: Any) -> list[dict]:
@@ -57,12 +57,19 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
         facts = pool.explain(uid) if pool is not None else None
         if facts is not None:
             return _call(uid, facts, table)
-        return {X.UID: uid, X.WHERE: X.UNKNOWN, X.WAITS_FOR: [
-            "the agent holds no such live task: it ended (its final state is in the "
-            "session's events), was never sent to this pilot, or is still on its way"]}
+        return {
+            X.UID: uid,
+            X.WHERE: X.UNKNOWN,
+            X.WAITS_FOR: [
+                "the agent holds no such live task: it ended (its final state is in the "
+                "session's events), was never sent to this pilot, or is still on its way"
+            ],
+        }
     spec = t.spec
-    out: dict = {X.UID: uid, X.REQUEST: [spec.ranks, spec.cores_per_rank, spec.gpus_per_rank,
-                                          spec.mem_per_rank]}
+    out: dict = {
+        X.UID: uid,
+        X.REQUEST: [spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank],
+    }
     p = t.partition
     if p is not None:
         out[X.PARTITION] = p.index
@@ -84,20 +91,26 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
         out[X.NODES] = _slot_nodes(t)
         lm = t.held
         if lm is not None:
-            waits.append(f"placed on {', '.join(out[X.NODES][:NAMES])}; waits for its launcher "
-                         f"{lm.name} (partition p{lm.partition.index}) to start"
-                         + (f": {lm.reason}" if lm.reason else ""))
+            waits.append(
+                f"placed on {', '.join(out[X.NODES][:NAMES])}; waits for its launcher "
+                f"{lm.name} (partition p{lm.partition.index}) to start"
+                + (f": {lm.reason}" if lm.reason else "")
+            )
         else:
             waits.append(f"placed on {', '.join(out[X.NODES][:NAMES])}; being launched")
     elif state is RUNNING:
         out[X.WHERE] = X.RUNNING
         out[X.NODES] = _slot_nodes(t)
-        waits.append(f"running on {', '.join(out[X.NODES][:NAMES])}"
-                     + (f" (attempt {t.attempt + 1})" if t.attempt else ""))
+        waits.append(
+            f"running on {', '.join(out[X.NODES][:NAMES])}"
+            + (f" (attempt {t.attempt + 1})" if t.attempt else "")
+        )
     elif state is BACKOFF:
         out[X.WHERE] = X.BACKOFF
-        waits.append(f"attempt {t.attempt} failed ({t.reason or 'no reason'}); queued again "
-                     f"after its retry backoff")
+        waits.append(
+            f"attempt {t.attempt} failed ({t.reason or 'no reason'}); queued again "
+            f"after its retry backoff"
+        )
     elif state in (DROPPED, FINAL):
         out[X.WHERE] = X.ENDING
         waits.append(f"ending: {t.final_state or ''} {t.reason or ''}".strip())
@@ -114,8 +127,14 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
 
 
 # the task state (states.py) the client sees while the agent holds it so
-_STATE = {NEW: S.AGENT_SCHEDULING, WAITING: S.AGENT_SCHEDULING, PLACED: S.AGENT_SCHEDULING,
-          HELD: S.AGENT_SCHEDULING, RUNNING: S.EXECUTING, BACKOFF: S.AGENT_SCHEDULING}
+_STATE = {
+    NEW: S.AGENT_SCHEDULING,
+    WAITING: S.AGENT_SCHEDULING,
+    PLACED: S.AGENT_SCHEDULING,
+    HELD: S.AGENT_SCHEDULING,
+    RUNNING: S.EXECUTING,
+    BACKOFF: S.AGENT_SCHEDULING,
+}
 
 
 def _queued(t, p, mono: float, out: dict, waits: list) -> None:
@@ -125,53 +144,76 @@ def _queued(t, p, mono: float, out: dict, waits: list) -> None:
     names = p.names
     now_nodes = _fit_now(spec, p)
     out[X.FREE_NOW] = _names(names, now_nodes)
-    per = (f"{spec.cores_per_rank} free core{'s' if spec.cores_per_rank != 1 else ''}"
-           + (f" and {spec.gpus_per_rank} GPU{'s' if spec.gpus_per_rank != 1 else ''}"
-              if spec.gpus_per_rank else "")
-           + (f" and {spec.mem_per_rank} MiB" if spec.mem_per_rank else ""))
+    per = (
+        f"{spec.cores_per_rank} free core{'s' if spec.cores_per_rank != 1 else ''}"
+        + (
+            f" and {spec.gpus_per_rank} GPU{'s' if spec.gpus_per_rank != 1 else ''}"
+            if spec.gpus_per_rank
+            else ""
+        )
+        + (f" and {spec.mem_per_rank} MiB" if spec.mem_per_rank else "")
+    )
     fit_ranks = sum(n for _, n in now_nodes)
     group_node = q.get("group_node")
     if group_node is not None:
         free = p.placer.free(group_node)
-        waits.append(f"its colocation group {spec.colocate!r} is on {names[group_node]}: "
-                     f"waits for {spec.ranks} x {per} there (free now: {free[0]} cores, "
-                     f"{free[1]} GPUs)")
+        waits.append(
+            f"its colocation group {spec.colocate!r} is on {names[group_node]}: "
+            f"waits for {spec.ranks} x {per} there (free now: {free[0]} cores, "
+            f"{free[1]} GPUs)"
+        )
     elif not now_nodes:
-        waits.append(f"no node has {per} now" + (f" for any of its {spec.ranks} ranks"
-                                                  if spec.ranks > 1 else ""))
+        waits.append(
+            f"no node has {per} now"
+            + (f" for any of its {spec.ranks} ranks" if spec.ranks > 1 else "")
+        )
     elif fit_ranks < spec.ranks:
-        waits.append(f"only {fit_ranks} of its {spec.ranks} ranks fit now ({len(now_nodes)} "
-                     f"node{'s' if len(now_nodes) != 1 else ''} with {per})")
+        waits.append(
+            f"only {fit_ranks} of its {spec.ranks} ranks fit now ({len(now_nodes)} "
+            f"node{'s' if len(now_nodes) != 1 else ''} with {per})"
+        )
     if "reserved" in q:
         rn = [names[i] for i in q["reserved"]]
-        waits.append(f"holds a reservation on {', '.join(rn[:NAMES])}"
-                     f"{' ...' if len(rn) > NAMES else ''} (it waited longest): starts there "
-                     "as soon as the tasks running on them end")
+        waits.append(
+            f"holds a reservation on {', '.join(rn[:NAMES])}"
+            f"{' ...' if len(rn) > NAMES else ''} (it waited longest): starts there "
+            "as soon as the tasks running on them end"
+        )
     elif "reserved_by" in q:
         other, rn = q["reserved_by"]
         rn = [names[i] for i in rn]
-        waits.append(f"task {other} holds a reservation on {', '.join(rn[:NAMES])}"
-                     f"{' ...' if len(rn) > NAMES else ''}: nothing else starts there "
-                     "until it does")
+        waits.append(
+            f"task {other} holds a reservation on {', '.join(rn[:NAMES])}"
+            f"{' ...' if len(rn) > NAMES else ''}: nothing else starts there "
+            "until it does"
+        )
     if q.get("ahead"):
-        waits.append(f"{q['ahead']} earlier task{'s' if q['ahead'] != 1 else ''} of the "
-                     f"same shape go{'es' if q['ahead'] == 1 else ''} first")
+        waits.append(
+            f"{q['ahead']} earlier task{'s' if q['ahead'] != 1 else ''} of the "
+            f"same shape go{'es' if q['ahead'] == 1 else ''} first"
+        )
     if q.get("heads_before"):
-        waits.append(f"the {q['policy']} policy starts {q['heads_before']} other shape"
-                     f"{'s' if q['heads_before'] != 1 else ''} of work before it (harder to "
-                     f"place, higher priority or waiting longer)")
+        waits.append(
+            f"the {q['policy']} policy starts {q['heads_before']} other shape"
+            f"{'s' if q['heads_before'] != 1 else ''} of work before it (harder to "
+            f"place, higher priority or waiting longer)"
+        )
     if "plan_rank" in q:
         waits.append(f"the plan in force starts it as number {q['plan_rank'] + 1}")
     if q.get("blocked_s"):
         waits.append(f"its shape has found no room for {q['blocked_s']:.1f} s")
     if not q["aged"] and q["policy"] != "fifo":
-        waits.append(f"after {q['aging_s']:g} s of waiting it goes ahead of every task of "
-                     f"its priority that waited less")
+        waits.append(
+            f"after {q['aging_s']:g} s of waiting it goes ahead of every task of "
+            f"its priority that waited less"
+        )
     if p.launchers and not p.is_ready:
         lm = p.launchers.get(p.default_launcher)
         if lm is not None and lm.state != READY:
-            waits.append(f"its partition's launcher {lm.name} is {lm.state}"
-                         + (f": {lm.reason}" if lm.reason else ""))
+            waits.append(
+                f"its partition's launcher {lm.name} is {lm.state}"
+                + (f": {lm.reason}" if lm.reason else "")
+            )
     if not waits:
         waits.append("nothing: it fits now and starts in the next scheduling round")
 
@@ -192,15 +234,15 @@ def _fit_now(spec, p) -> list[tuple[int, int]]:
 def _capacity(spec, p) -> dict:
     """Which nodes could ever hold it (empty, all theirs) and whether the partition could."""
     c, g, m = spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank
-    ever = [(i, n) for i, (nc, ng, nm) in enumerate(p.shape)
-            if (n := _ranks(nc, ng, nm, c, g, m))]
+    ever = [(i, n) for i, (nc, ng, nm) in enumerate(p.shape) if (n := _ranks(nc, ng, nm, c, g, m))]
     if spec.colocate is not None:  # all its ranks on one node
         ever = [(i, n) for i, n in ever if n >= spec.ranks]
     total = sum(n for _, n in ever)
     out = {X.FITS_EVER: _names(p.names, ever), X.RANKS_EVER: total}
     if total < spec.ranks:
-        out[X.NEVER] = (f"partition p{p.index} holds at most {total} of its {spec.ranks} "
-                        f"ranks even empty")
+        out[X.NEVER] = (
+            f"partition p{p.index} holds at most {total} of its {spec.ranks} ranks even empty"
+        )
     return out
 
 
@@ -233,9 +275,15 @@ def _estimate(t, p) -> dict | None:
     e = p.scheduler.expected(t.spec)
     if e is None:
         return None
-    return {"seconds": e.seconds, "source": "learned", "std": e.std, "n": e.n,
-            "from": "finished tasks of its kind (same executable and shape)" if e.source == "kind"
-            else "finished tasks of its executable"}
+    return {
+        "seconds": e.seconds,
+        "source": "learned",
+        "std": e.std,
+        "n": e.n,
+        "from": "finished tasks of its kind (same executable and shape)"
+        if e.source == "kind"
+        else "finished tasks of its executable",
+    }
 
 
 def _call(uid: str, facts: dict, table) -> dict:
@@ -260,10 +308,12 @@ def _call(uid: str, facts: dict, table) -> dict:
         return out
     ranks, cores, gpus, _ = out[X.REQUEST] = facts["shape"]
     ahead, ready = facts["ahead"], facts["ready"]
-    waits.append(f"a function call queued for a worker of {ranks} x ({cores} cores, "
-                 f"{gpus} GPUs): {ahead} call{'s' if ahead != 1 else ''} ahead; "
-                 f"{ready} worker{'s' if ready != 1 else ''} ready, {facts['starting']} "
-                 f"starting (at most {facts['cap']} at once)")
+    waits.append(
+        f"a function call queued for a worker of {ranks} x ({cores} cores, "
+        f"{gpus} GPUs): {ahead} call{'s' if ahead != 1 else ''} ahead; "
+        f"{ready} worker{'s' if ready != 1 else ''} ready, {facts['starting']} "
+        f"starting (at most {facts['cap']} at once)"
+    )
     if facts["misfit"]:
         waits.append(f"no worker of that shape can start: {facts['misfit']}")
     return out
@@ -276,14 +326,18 @@ def _member(facts: dict | None, waits: list) -> None:
     line = f"a member of service group {facts['group']!r} ({facts['state']}"
     if facts["endpoint"]:
         line += f", at {facts['endpoint']}"
-    line += (f"; the group's view is epoch {facts['epoch']} with {facts['view']} of "
-             f"{facts['target']} members)")
+    line += (
+        f"; the group's view is epoch {facts['epoch']} with {facts['view']} of "
+        f"{facts['target']} members)"
+    )
     waits.append(line)
     if "pending" in facts:
         holders = facts["holders"]
         who = ", ".join("the client" if o is None else f"task {o}" for o in holders)
-        waits.append(f"its {facts['pending']} waits for the view's "
-                     f"hold{'s' if len(holders) != 1 else ''} to be released (held by {who})")
+        waits.append(
+            f"its {facts['pending']} waits for the view's "
+            f"hold{'s' if len(holders) != 1 else ''} to be released (held by {who})"
+        )
 
 
 # -- requests from `pilotfish explain` -----------------------------------------------------
@@ -294,9 +348,14 @@ def _member(facts: dict | None, waits: list) -> None:
 # blocking on a FIFO). An entry the agent cannot take away after answering it (a directory:
 # the agent removes none, nor what is inside) is remembered by its name, inode and kind, and
 # never answered again; a new entry of that name is a new request.
-_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO",
-          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device"}
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 
 
@@ -375,8 +434,10 @@ class RequestReader:
                 if not self._traced:  # the agent's own fault: its trace, once
                     self._traced = True
                     log.exception("explain request %s: the answer failed", e.name)
-                body = {"error": f"request {e.name}: the agent could not answer it: "
-                                 f"{type(err).__name__}: {err}"}
+                body = {
+                    "error": f"request {e.name}: the agent could not answer it: "
+                    f"{type(err).__name__}: {err}"
+                }
                 self._count("rejected", body["error"])
             else:
                 self.counts["answered"] += 1
@@ -402,8 +463,9 @@ class RequestReader:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # replaced since it was listed
-                raise _Refused(f"not a regular file "
-                               f"({_KINDS.get(stat.S_IFMT(st.st_mode), 'of another kind')})")
+                raise _Refused(
+                    f"not a regular file ({_KINDS.get(stat.S_IFMT(st.st_mode), 'of another kind')})"
+                )
             raw = os.read(fd, MAX_REQUEST_BYTES + 1)
         except OSError as err:
             raise _Refused(err.strerror or str(err)) from None
@@ -418,8 +480,7 @@ class RequestReader:
         try:
             uids = json.loads(text)
         except RecursionError:  # (the C parser counts its depth against the recursion limit)
-            raise _Refused("nested too deep (a request is a flat JSON list of task "
-                           "uids)") from None
+            raise _Refused("nested too deep (a request is a flat JSON list of task uids)") from None
         except ValueError as err:
             raise _Refused(f"not JSON: {err}"[:300]) from None
         if not isinstance(uids, list) or not all(isinstance(u, str) for u in uids):
@@ -449,9 +510,15 @@ class RequestReader:
             return
         self._last_log = now
         self._logged = {k: self.counts[k] for k in self._logged}
-        log.warning("explain requests refused: %d, dropped: %d, skipped: %d since the last "
-                    "report (%d refused in all); the latest: %s", new["rejected"],
-                    new["dropped"], new["skipped"], self.counts["rejected"], self._last_why)
+        log.warning(
+            "explain requests refused: %d, dropped: %d, skipped: %d since the last "
+            "report (%d refused in all); the latest: %s",
+            new["rejected"],
+            new["dropped"],
+            new["skipped"],
+            self.counts["rejected"],
+            self._last_why,
+        )
 
 
 class _Refused(Exception):

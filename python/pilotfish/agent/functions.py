@@ -38,21 +38,21 @@ from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
 
-BATCH_S = 0.005          # about this much work per batch (from the measured call time)
-MAX_BATCH = 1024         # calls per batch at most
-IDLE_S = 5.0             # a worker with nothing to do this long stops
-STUCK_S = 0.05           # a worker without a result for this long is in a long call: no
-                         # more calls for it, and the ones it holds but has not started are
-                         # taken back for the other workers
-MAX_CALLS = 100_000      # a worker is recycled after this many calls
-MAX_RSS_MIB = 4096.0     # ... or above this resident memory
+BATCH_S = 0.005  # about this much work per batch (from the measured call time)
+MAX_BATCH = 1024  # calls per batch at most
+IDLE_S = 5.0  # a worker with nothing to do this long stops
+STUCK_S = 0.05  # a worker without a result for this long is in a long call: no
+# more calls for it, and the ones it holds but has not started are
+# taken back for the other workers
+MAX_CALLS = 100_000  # a worker is recycled after this many calls
+MAX_RSS_MIB = 4096.0  # ... or above this resident memory
 MAX_STARTS_WITHOUT_PROGRESS = 3
-READY_TIMEOUT_S = 60.0   # a worker running this long without connecting is stopped
-TIMEOUT_GRACE_S = 1.0    # a call past its timeout by this much has its worker stopped
-BYE_WAIT_S = 0.5         # a worker that exited 0 without a bye seen: its bye may be this late
-INITIAL_WORKERS = 8      # per shape, before any call time is known
-PARK_S = 300.0           # a call that names a callable the agent never got fails after this
-DRAIN_S = 0.2            # then: enough workers to run what waits in about this long
+READY_TIMEOUT_S = 60.0  # a worker running this long without connecting is stopped
+TIMEOUT_GRACE_S = 1.0  # a call past its timeout by this much has its worker stopped
+BYE_WAIT_S = 0.5  # a worker that exited 0 without a bye seen: its bye may be this late
+INITIAL_WORKERS = 8  # per shape, before any call time is known
+PARK_S = 300.0  # a call that names a callable the agent never got fails after this
+DRAIN_S = 0.2  # then: enough workers to run what waits in about this long
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -73,9 +73,25 @@ class Call:
 
 
 class Worker:
-    __slots__ = ("uid", "shape", "ident", "state", "inflight", "fns", "log", "log_path",
-                 "read_off", "idle_since", "leaving", "progress_at", "reclaiming", "inline",
-                 "batches", "killed_for_cancel", "running_since")
+    __slots__ = (
+        "uid",
+        "shape",
+        "ident",
+        "state",
+        "inflight",
+        "fns",
+        "log",
+        "log_path",
+        "read_off",
+        "idle_since",
+        "leaving",
+        "progress_at",
+        "reclaiming",
+        "inline",
+        "batches",
+        "killed_for_cancel",
+        "running_since",
+    )
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
         self.uid = uid
@@ -154,8 +170,9 @@ class FunctionPool:
                 self._define(ref, spec.function, touched)  # type: ignore[arg-type]
             shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
             problem = self._misfit(shape)
-            if problem is None and (spec.call is None or not spec.uid or
-                                    (spec.function is None and spec.fn_ref is None)):
+            if problem is None and (
+                spec.call is None or not spec.uid or (spec.function is None and spec.fn_ref is None)
+            ):
                 problem = "a function task needs its callable (or its fn_ref), call and uid"
             if problem is not None:
                 agent.call_final(spec.uid, S.FAILED, now, now, None, problem)
@@ -163,8 +180,12 @@ class FunctionPool:
             # the client sends a callable once: the first of its tasks carries it, the others
             # name it by digest (fn_ref)
             fn_id = self.fn_ids.get(ref)  # type: ignore[arg-type]
-            call = Call(spec.uid, -1 if fn_id is None else fn_id, spec.call,  # type: ignore[arg-type]
-                        spec.timeout)
+            call = Call(
+                spec.uid,
+                -1 if fn_id is None else fn_id,
+                spec.call,  # type: ignore[arg-type]
+                spec.timeout,
+            )
             self.calls[spec.uid] = call
             if profile:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
@@ -213,9 +234,15 @@ class FunctionPool:
             t = self.clock.now()
             for _, c in calls:
                 if self.calls.pop(c.uid, None) is not None and c.canceled is None:
-                    self.agent.call_final(c.uid, S.FAILED, None, t, None,
-                                           f"its callable (digest {ref.hex()[:12]}) did not "
-                                           f"reach the agent within {self.park_s:g}s")
+                    self.agent.call_final(
+                        c.uid,
+                        S.FAILED,
+                        None,
+                        t,
+                        None,
+                        f"its callable (digest {ref.hex()[:12]}) did not "
+                        f"reach the agent within {self.park_s:g}s",
+                    )
 
     def _queue(self, shape: tuple) -> collections.deque:
         q = self.queues.get(shape)
@@ -251,8 +278,7 @@ class FunctionPool:
         if self.call_s is None:
             want = min(self._cap(shape), total, max(len(live), INITIAL_WORKERS))
         else:
-            want = min(self._cap(shape), total,
-                       max(1, math.ceil(total * self.call_s / DRAIN_S)))
+            want = min(self._cap(shape), total, max(1, math.ceil(total * self.call_s / DRAIN_S)))
         for _ in range(want - len(live)):
             self._start_worker(shape)
 
@@ -262,13 +288,27 @@ class FunctionPool:
         log_path = os.path.join(self.dir, uid + ".log")
         ranks, cores, gpus, mem = shape
         spec = _wire.TaskSpec(
-            uid=uid, executable=sys.executable,
-            arguments=("-m", "pilotfish.agent.worker", self.address, uid, log_path,
-                       str(self.max_calls), str(self.max_mem), hostname(),
-                       self.remote_address),
-            ranks=ranks, cores_per_rank=cores, gpus_per_rank=gpus, mem_per_rank=mem,
+            uid=uid,
+            executable=sys.executable,
+            arguments=(
+                "-m",
+                "pilotfish.agent.worker",
+                self.address,
+                uid,
+                log_path,
+                str(self.max_calls),
+                str(self.max_mem),
+                hostname(),
+                self.remote_address,
+            ),
+            ranks=ranks,
+            cores_per_rank=cores,
+            gpus_per_rank=gpus,
+            mem_per_rank=mem,
             environment={"PILOTFISH_FN_KEYFILE": self.key_file},
-            stdout=False, stderr=True)
+            stdout=False,
+            stderr=True,
+        )
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
         self.agent.accept([spec])
 
@@ -294,9 +334,13 @@ class FunctionPool:
                     w.ident = ident
                     w.state = "ready"
                     w.inline = bool(len(msg) > 3 and msg[3])
-                    log.info("function worker %s ready (pid %s, via %s, results %s)", w.uid,
-                             msg[2], msg[4] if len(msg) > 4 else "?",
-                             "with its messages" if w.inline else "in its log")
+                    log.info(
+                        "function worker %s ready (pid %s, via %s, results %s)",
+                        w.uid,
+                        msg[2],
+                        msg[4] if len(msg) > 4 else "?",
+                        "with its messages" if w.inline else "in its log",
+                    )
                     if not w.inline:
                         w.log = ResultLog(w.log_path, create=False)
                     self.by_ident[ident] = w
@@ -360,8 +404,7 @@ class FunctionPool:
             else:
                 state, reason = S.DONE, None
             if call.canceled is not None:  # canceled after it was sent: its result is dropped
-                agent.call_final(uid, call.canceled[0], started, ended, None,
-                                  call.canceled[1])
+                agent.call_final(uid, call.canceled[0], started, ended, None, call.canceled[1])
                 continue
             agent.call_final(uid, state, started, ended, payload, reason, out, err)
         self._give_back(w.shape, returned)
@@ -402,7 +445,8 @@ class FunctionPool:
         sock = self.sock
         now = self.clock.mono()
         share: dict[tuple, int] = collections.Counter(
-            w.shape for w in self.workers.values() if not w.leaving)  # workers per shape
+            w.shape for w in self.workers.values() if not w.leaving
+        )  # workers per shape
         for w in list(self.workers.values()):  # (a stuck worker may start others)
             if w.state != "ready" or w.leaving:
                 continue
@@ -412,8 +456,10 @@ class FunctionPool:
                 if c.timeout and stuck > c.timeout + TIMEOUT_GRACE_S and c.canceled is None:
                     # past its timeout and the SIGALRM inside did not end it (C code, or a
                     # handler that swallowed the TimeoutError): its worker is stopped
-                    c.canceled = (S.FAILED, f"timed out after {c.timeout:g}s (its worker "
-                                            f"was stopped)")
+                    c.canceled = (
+                        S.FAILED,
+                        f"timed out after {c.timeout:g}s (its worker was stopped)",
+                    )
                     w.leaving = w.killed_for_cancel = True
                     self.agent.cancel([w.uid], f"stopped: call {c.uid} ran past its timeout")
                     continue
@@ -423,8 +469,9 @@ class FunctionPool:
                 if len(w.inflight) > 1 and not w.reclaiming:
                     w.reclaiming = True
                     try:
-                        sock.send_multipart([w.ident, _encode(
-                            ["reclaim", [c.uid for c in list(w.inflight)[1:]]])])
+                        sock.send_multipart(
+                            [w.ident, _encode(["reclaim", [c.uid for c in list(w.inflight)[1:]]])]
+                        )
                     except zmq.ZMQError:
                         pass
                 continue
@@ -476,11 +523,17 @@ class FunctionPool:
                             w.leaving = True
                             late.append(w.uid)
             if late:
-                self.agent.cancel(late, f"never connected to the agent within "
-                                         f"{READY_TIMEOUT_S:.0f} s of starting")
+                self.agent.cancel(
+                    late, f"never connected to the agent within {READY_TIMEOUT_S:.0f} s of starting"
+                )
             for w in self.workers.values():
-                if w.state == "ready" and not w.leaving and not w.inflight \
-                        and not self.queues.get(w.shape) and now - w.idle_since > self.idle_s:
+                if (
+                    w.state == "ready"
+                    and not w.leaving
+                    and not w.inflight
+                    and not self.queues.get(w.shape)
+                    and now - w.idle_since > self.idle_s
+                ):
                     w.leaving = True
                     try:
                         sock.send_multipart([w.ident, _encode(["stop"])])
@@ -503,9 +556,14 @@ class FunctionPool:
                 ahead = q.index(call)  # (Calls compare by identity)
                 live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
                 ready = sum(1 for w in live if w.state == "ready")
-                return {"shape": list(shape), "ahead": ahead, "ready": ready,
-                        "starting": len(live) - ready, "cap": self._cap(shape),
-                        "misfit": self._misfit(shape)}
+                return {
+                    "shape": list(shape),
+                    "ahead": ahead,
+                    "ready": ready,
+                    "starting": len(live) - ready,
+                    "cap": self._cap(shape),
+                    "misfit": self._misfit(shape),
+                }
         return {"parked": True}
 
     def retire(self, uids: set[str]) -> None:
@@ -575,8 +633,9 @@ class FunctionPool:
         agent = self.agent
         # dead unless it left as asked or announced (a call's os._exit(0) is a death too)
         died = not (w.leaving and t.exit_code == 0)
-        why = t.reason or (f"exit code {t.exit_code}" if t.exit_code is not None else
-                           "it never started")
+        why = t.reason or (
+            f"exit code {t.exit_code}" if t.exit_code is not None else "it never started"
+        )
         if w.state != "ready" and not w.inflight:  # never came up
             self.failed_starts[w.shape] += 1
         back = []
@@ -603,8 +662,9 @@ class FunctionPool:
             elif died and first and not w.killed_for_cancel:  # the call it died in
                 c.worker = None
                 self.calls.pop(c.uid, None)
-                agent.call_final(c.uid, S.FAILED, None, now, None,
-                                  f"its worker {w.uid} died: {why}"[:1000])
+                agent.call_final(
+                    c.uid, S.FAILED, None, now, None, f"its worker {w.uid} died: {why}"[:1000]
+                )
             else:
                 back.append(c)
             first = False
@@ -620,8 +680,7 @@ class FunctionPool:
                     agent.call_final(c.uid, S.FAILED, None, now, None, reason)
             return
         live = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
-        if died and w.state == "ready" and self.stopping is None and \
-                live < self._cap(w.shape):
+        if died and w.state == "ready" and self.stopping is None and live < self._cap(w.shape):
             self._start_worker(w.shape)  # replaced (it stops again if it finds nothing to do)
         self._ensure_workers(w.shape)
         self.dispatch()
@@ -680,8 +739,14 @@ class FunctionPool:
         for c in waiting:
             self.calls.pop(c.uid, None)
             if c.canceled is None:
-                self.agent.call_final(c.uid, S.CANCELED, None, now, None,
-                                       f"pilot stopped before the call started: {reason}")
+                self.agent.call_final(
+                    c.uid,
+                    S.CANCELED,
+                    None,
+                    now,
+                    None,
+                    f"pilot stopped before the call started: {reason}",
+                )
 
     def close(self) -> None:
         self.door.close()

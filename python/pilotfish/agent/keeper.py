@@ -116,8 +116,10 @@ def _environ(pid: int) -> dict[str, str] | None:
         return None
     if not raw:
         return None
-    return {k.decode(errors="replace"): v.decode(errors="replace")
-            for k, _, v in (item.partition(b"=") for item in raw.split(b"\0") if item)}
+    return {
+        k.decode(errors="replace"): v.decode(errors="replace")
+        for k, _, v in (item.partition(b"=") for item in raw.split(b"\0") if item)
+    }
 
 
 class Keeper:
@@ -148,10 +150,18 @@ class Keeper:
         left = _children()
         if code != 0 and left and not self.stop_signal:
             # at once, before any import: a client that looks now must know to wait for us
-            self._write_state({"pid": os.getpid(), "host": socket.gethostname(),
-                               "scope": _pid_scope(), "agent_pid": self.agent,
-                               "agent_status": _describe(status),
-                               "adopted": None, "done": False, "t": time.time()})
+            self._write_state(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "scope": _pid_scope(),
+                    "agent_pid": self.agent,
+                    "agent_status": _describe(status),
+                    "adopted": None,
+                    "done": False,
+                    "t": time.time(),
+                }
+            )
             self.adopt(status, left)
         else:
             self.stop(left)
@@ -170,10 +180,17 @@ class Keeper:
     # -- after the agent died --------------------------------------------------------------
     def adopt(self, status: int, children: list[int]) -> None:
         # the package only now: the agent's end is not a hot path
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
-        from pilotfish._journal import (KEEPER_BEAT_S, Journal, exit_record, read_exit_log,
-                                        read_node_exit_logs, spawn_records)
+        sys.path.insert(
+            0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        )
+        from pilotfish._journal import (
+            KEEPER_BEAT_S,
+            Journal,
+            exit_record,
+            read_exit_log,
+            read_node_exit_logs,
+            spawn_records,
+        )
 
         finals, spawned = spawn_records(self.sandbox)
         intents: set[int] = set()
@@ -222,8 +239,11 @@ class Keeper:
             else:
                 anonymous = []
         # away: tasks all of whose unfinished processes a node executor started
-        away = {uid: set(keys) for uid, keys in waiting.items()
-                if keys and all(k in node_pids for k in keys)}
+        away = {
+            uid: set(keys)
+            for uid, keys in waiting.items()
+            if keys and all(k in node_pids for k in keys)
+        }
         adopted = {uid for uid, keys in waiting.items() if keys <= held_keys} | set(away)
         lost = [pid for pid, (_, uid) in held.items() if uid not in adopted]
         _signal_groups(lost, signal.SIGKILL)  # part of a task is gone: it runs again whole
@@ -235,13 +255,23 @@ class Keeper:
 
         runtime = self._runtime()
         deadline = self.started + runtime if runtime else float("inf")
-        state = {"pid": os.getpid(), "host": socket.gethostname(), "scope": _pid_scope(),
-                 "agent_pid": self.agent, "agent_status": _describe(status),
-                 "adopted": sorted(adopted), "done": False, "t": time.time()}
+        state = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "scope": _pid_scope(),
+            "agent_pid": self.agent,
+            "agent_status": _describe(status),
+            "adopted": sorted(adopted),
+            "done": False,
+            "t": time.time(),
+        }
         self._write_state(state)
         journal = Journal(os.path.join(self.sandbox, "keeper.journal"), sync_s=0.0)
-        exit_fd = os.open(os.path.join(self.sandbox, "agent.exits"),
-                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        exit_fd = os.open(
+            os.path.join(self.sandbox, "agent.exits"),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
+        )
         last_beat = time.monotonic()
         try:
             held.update(group)
@@ -295,9 +325,19 @@ class Keeper:
                     keys = waiting[uid]
                     keys.discard(key)
                     if not keys and uid not in failed and done_on_exit[uid]:
-                        journal.write([["final", uid, "DONE", 0, None,
-                                        "ended after its agent died; seen by the pilot's keeper",
-                                        t]])
+                        journal.write(
+                            [
+                                [
+                                    "final",
+                                    uid,
+                                    "DONE",
+                                    0,
+                                    None,
+                                    "ended after its agent died; seen by the pilot's keeper",
+                                    t,
+                                ]
+                            ]
+                        )
         finally:
             journal.close()
             os.close(exit_fd)
@@ -316,12 +356,28 @@ class Keeper:
                 continue
             del away[uid]
             if all(e[0] == 0 and e[1] == 0 for e in ends) and done_on_exit[uid]:
-                journal.write([["final", uid, "DONE", 0, None,
-                                "ended after its agent died; seen by its node executor", t]])
+                journal.write(
+                    [
+                        [
+                            "final",
+                            uid,
+                            "DONE",
+                            0,
+                            None,
+                            "ended after its agent died; seen by its node executor",
+                            t,
+                        ]
+                    ]
+                )
 
-    def _name_children(self, unknown: list[int], doubt: set[int], owner: dict[int, str],
-                       order: dict[str, list[int]], held: dict[int, tuple[int, str]]
-                       ) -> tuple[list[int], list[int]]:
+    def _name_children(
+        self,
+        unknown: list[int],
+        doubt: set[int],
+        owner: dict[int, str],
+        order: dict[str, list[int]],
+        held: dict[int, tuple[int, str]],
+    ) -> tuple[list[int], list[int]]:
         """Name children that no spawn record names by their environment mark (one still
         between fork and exec shows the agent's environment: look again shortly). Returns
         (still unknown live children, zombies)."""

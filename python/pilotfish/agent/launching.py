@@ -16,8 +16,16 @@ from .supervisor import Supervisor
 
 
 class LaunchWiring:
-    def __init__(self, table: Any, runner: Any, poller: Any, desc: dict, sandbox: str,
-                 clock: Any, model: dict | None):
+    def __init__(
+        self,
+        table: Any,
+        runner: Any,
+        poller: Any,
+        desc: dict,
+        sandbox: str,
+        clock: Any,
+        model: dict | None,
+    ):
         """model: a simulated pilot's launch model (methods are ModeledLaunchers), else None."""
         self.table = table
         self.runner = runner

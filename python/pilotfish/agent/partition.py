@@ -67,8 +67,16 @@ class Partition:
     node list is the concatenation of the partitions'); launcher: its default launch method.
     """
 
-    def __init__(self, index: int, nodes: list, first: int, resources: Any, launcher: str,
-                 policy: str, clock: Any):
+    def __init__(
+        self,
+        index: int,
+        nodes: list,
+        first: int,
+        resources: Any,
+        launcher: str,
+        policy: str,
+        clock: Any,
+    ):
         from .. import _core
 
         self.index = index
@@ -80,10 +88,15 @@ class Partition:
         self.shape = [(n.cores, n.gpus, n.mem) for n in nodes]
         self.cores = sum(n.cores for n in nodes)
         self.gpus = sum(n.gpus for n in nodes)
-        self.placer = _core.Placer([n.cores for n in nodes], [n.gpus for n in nodes],
-                                   [n.mem for n in nodes])
-        self.scheduler = Scheduler(self.placer, capacity=self.shape, policy=policy,
-                                   plan_sync=getattr(clock, "virtual", False))  # simulated: inline
+        self.placer = _core.Placer(
+            [n.cores for n in nodes], [n.gpus for n in nodes], [n.mem for n in nodes]
+        )
+        self.scheduler = Scheduler(
+            self.placer,
+            capacity=self.shape,
+            policy=policy,
+            plan_sync=getattr(clock, "virtual", False),
+        )  # simulated: inline
         self.clock = clock
         self.launchers: dict[str, Launcher] = {}
         self.supervisor: Any = None  # a Supervisor once a launcher of it needs watching
@@ -120,9 +133,9 @@ class Partition:
         return ok
 
 
-
-def make_partitions(resources: Any, layout: Any, default_launcher: str, policy: str,
-                    clock: Any) -> list[Partition]:
+def make_partitions(
+    resources: Any, layout: Any, default_launcher: str, policy: str, clock: Any
+) -> list[Partition]:
     """The pilot's partitions (one by default) from its description's `partitions`: each its
     nodes, placer, queue and default launcher."""
     from ..descriptions import partition_layout
@@ -130,12 +143,14 @@ def make_partitions(resources: Any, layout: Any, default_launcher: str, policy: 
 
     nodes = resources.nodes
     out = []
-    for i, (first, n, launcher) in enumerate(partition_layout(len(nodes), layout,
-                                                              default_launcher)):
-        part_nodes = nodes[first:first + n]
+    for i, (first, n, launcher) in enumerate(
+        partition_layout(len(nodes), layout, default_launcher)
+    ):
+        part_nodes = nodes[first : first + n]
         res = Resources(part_nodes, resources.source, resources.overrides)
-        out.append(Partition(i, part_nodes, first, res, launcher or default_launcher, policy,
-                             clock))
+        out.append(
+            Partition(i, part_nodes, first, res, launcher or default_launcher, policy, clock)
+        )
     return out
 
 
@@ -168,7 +183,8 @@ def bind(partitions: list[Partition], spec, work: float) -> Partition | None:
 def size_class(spec) -> int:
     """Cores (and GPUs) per task by powers of two: tasks of one class are alike to place."""
     return (spec.ranks * spec.cores_per_rank).bit_length() * 8 + min(
-        7, (spec.ranks * spec.gpus_per_rank).bit_length())
+        7, (spec.ranks * spec.gpus_per_rank).bit_length()
+    )
 
 
 def task_work(spec) -> float:
@@ -202,8 +218,10 @@ def rebalance(partitions: list[Partition]) -> list[tuple[Partition, list]]:
         if not victims:
             break
         q = max(victims, key=lambda q: q.scheduler.waiting)
-        taken = q.scheduler.take(p.cores - p.busy_cores, lambda key, shape=p.shape: misfit(
-            key[0], key[1], key[2], key[3], shape) is None)
+        taken = q.scheduler.take(
+            p.cores - p.busy_cores,
+            lambda key, shape=p.shape: misfit(key[0], key[1], key[2], key[3], shape) is None,
+        )
         if taken:
             moves.append((p, taken))
     return moves
@@ -213,8 +231,14 @@ class Launchers:
     """Starts, polls and stops the launcher instances of every partition -- concurrently:
     `begin` spawns a daemon and returns, `poll` moves each instance along its states."""
 
-    def __init__(self, make: Callable[[Partition, str], LaunchMethod], spawn_aux: Callable,
-                 events: Any, pilot_uid: str, clock: Any):
+    def __init__(
+        self,
+        make: Callable[[Partition, str], LaunchMethod],
+        spawn_aux: Callable,
+        events: Any,
+        pilot_uid: str,
+        clock: Any,
+    ):
         self.make = make  # (partition, name) -> a LaunchMethod over the partition's nodes
         self.spawn_aux = spawn_aux  # (launcher detail, argv, env, stdout, stderr) -> pid
         self.events = events
@@ -240,8 +264,11 @@ class Launchers:
             p.launchers[name] = lm
             self.by_method[id(method)] = lm
             detail = lm.detail
-            method.begin(lambda argv, env, stdout=None, stderr=None: self.spawn_aux(
-                detail, argv, env, stdout, stderr))
+            method.begin(
+                lambda argv, env, stdout=None, stderr=None: self.spawn_aux(
+                    detail, argv, env, stdout, stderr
+                )
+            )
         except (LaunchError, OSError) as e:
             lm = p.launchers.get(name) or Launcher(name, None, p)  # type: ignore[arg-type]
             p.launchers[name] = lm
@@ -304,8 +331,12 @@ class Launchers:
     def stop_all(self, partitions: list[Partition]) -> None:
         """Stop every instance; daemons are asked to stop first, all at once, then waited
         for (a DVM's stop is mostly waiting: P of them in about the time of one)."""
-        instances = [lm for p in partitions for lm in p.launchers.values()
-                     if lm.method is not None and lm.state != STOPPED]
+        instances = [
+            lm
+            for p in partitions
+            for lm in p.launchers.values()
+            if lm.method is not None and lm.state != STOPPED
+        ]
         for lm in instances:
             try:
                 lm.method.stop_begin()

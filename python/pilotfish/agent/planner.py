@@ -87,8 +87,13 @@ class Outcome:
     version: int = 0
 
 
-def simulate(snap: Snapshot, order: list[int], deadline: float = float("inf"),
-             clock=time.thread_time, last: list | None = None) -> float | None:
+def simulate(
+    snap: Snapshot,
+    order: list[int],
+    deadline: float = float("inf"),
+    clock=time.thread_time,
+    last: list | None = None,
+) -> float | None:
     """The model's makespan (seconds from the snapshot) of starting snap.queue in `order`
     (indices into queue); None if the deadline (of `clock`) passed first. last: a list that
     gets the queue index of the task that ends last (the search moves it).
@@ -187,8 +192,12 @@ def _place(free: list, nodes: int, ranks: int, cpr: int, gpr: int, mpr: int):
     left = ranks
     for n in range(nodes):
         f = free[n]
-        k = min(left, f[0] // cpr if cpr else left, f[1] // gpr if gpr else left,
-                f[2] // mpr if mpr else left)
+        k = min(
+            left,
+            f[0] // cpr if cpr else left,
+            f[1] // gpr if gpr else left,
+            f[2] // mpr if mpr else left,
+        )
         if k > 0:
             got.append((n, k * cpr, k * gpr, k * mpr))
             left -= k
@@ -212,8 +221,14 @@ def _free(free: list, holds) -> None:
         f[2] += m
 
 
-def search(snap: Snapshot, budget_s: float, margin: float = 0.005, patience: int = 400,
-           seed: int = 0, clock=time.thread_time) -> Outcome:
+def search(
+    snap: Snapshot,
+    budget_s: float,
+    margin: float = 0.005,
+    patience: int = 400,
+    seed: int = 0,
+    clock=time.thread_time,
+) -> Outcome:
     """The best order the budget finds (see the module docstring)."""
     t0 = clock()
     deadline = t0 + budget_s
@@ -221,8 +236,9 @@ def search(snap: Snapshot, budget_s: float, margin: float = 0.005, patience: int
     base_order = list(range(n))
     base = simulate(snap, base_order, deadline, clock)
     if base is None:
-        return Outcome(None, "out of time", clock() - t0, 0, n, made_at=snap.made_at,
-                       version=snap.version)
+        return Outcome(
+            None, "out of time", clock() - t0, 0, n, made_at=snap.made_at, version=snap.version
+        )
     rng = random.Random(seed)
     best, order = base, base_order
     it = 1
@@ -259,8 +275,16 @@ def search(snap: Snapshot, budget_s: float, margin: float = 0.005, patience: int
             since += 1
     elapsed = clock() - t0
     if best < base * (1 - margin):
-        plan = Plan([snap.queue[i][0] for i in order], best, base, elapsed, it,
-                    snap.made_at, snap.version, n)
+        plan = Plan(
+            [snap.queue[i][0] for i in order],
+            best,
+            base,
+            elapsed,
+            it,
+            snap.made_at,
+            snap.version,
+            n,
+        )
         return Outcome(plan, "planned", elapsed, it, n, base, best, snap.made_at, snap.version)
     return Outcome(None, "no gain", elapsed, it, n, base, best, snap.made_at, snap.version)
 

@@ -26,8 +26,14 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._batch_env import (expand_counts, expand_hostlist, hostfile_nodes,  # noqa: F401
-                          lsf_nodes, pbs_nodes, slurm_nodes)
+from .._batch_env import (
+    expand_counts,
+    expand_hostlist,
+    hostfile_nodes,  # noqa: F401
+    lsf_nodes,
+    pbs_nodes,
+    slurm_nodes,
+)
 from .._util import machine_shape
 from .._wire import NodeInfo
 
@@ -47,9 +53,15 @@ class Resources:
         return self.source in ("local", "declared")
 
 
-def discover(resource: str, nodes: int | None = None, cores_per_node: int | None = None,
-             gpus_per_node: int | None = None, mem_per_node: int | None = None,
-             env: Mapping[str, str] = os.environ, hostfile: str | None = None) -> Resources:
+def discover(
+    resource: str,
+    nodes: int | None = None,
+    cores_per_node: int | None = None,
+    gpus_per_node: int | None = None,
+    mem_per_node: int | None = None,
+    env: Mapping[str, str] = os.environ,
+    hostfile: str | None = None,
+) -> Resources:
     """The nodes this pilot holds.
 
     resource: "local", "slurm", "pbs" or "lsf" ("flux" needs a hostfile). A hostfile, when
@@ -59,8 +71,11 @@ def discover(resource: str, nodes: int | None = None, cores_per_node: int | None
     """
     if resource == "simulated":  # nothing runs: the declared shape, nothing found
         r = _local(nodes, cores_per_node, gpus_per_node, mem_per_node)
-        return Resources([NodeInfo(f"node{i:04d}", n.cores, n.gpus, n.mem)
-                          for i, n in enumerate(r.nodes)], "simulated", r.overrides)
+        return Resources(
+            [NodeInfo(f"node{i:04d}", n.cores, n.gpus, n.mem) for i, n in enumerate(r.nodes)],
+            "simulated",
+            r.overrides,
+        )
     if hostfile is None and resource == "local":
         return _local(nodes, cores_per_node, gpus_per_node, mem_per_node)
     if hostfile is not None:
@@ -73,21 +88,26 @@ def discover(resource: str, nodes: int | None = None, cores_per_node: int | None
         found, source = lsf_nodes(env), "lsf"
     elif resource == "flux":
         # Flux gives a job no node-list variable; `flux resource` would need the broker.
-        raise ValueError("resource 'flux': node discovery is not supported; pass a hostfile "
-                         "(e.g. written by `flux hostlist`) or declare the nodes")
+        raise ValueError(
+            "resource 'flux': node discovery is not supported; pass a hostfile "
+            "(e.g. written by `flux hostlist`) or declare the nodes"
+        )
     else:
         raise ValueError(f"unknown resource {resource!r}; expected one of local, slurm, pbs, lsf")
     if nodes is not None:
         if nodes < 1:
             raise ValueError(f"nodes = {nodes}: must be >= 1")
         if len(found) < nodes:
-            raise ValueError(f"{nodes} nodes requested but {source} gives {len(found)}: "
-                             f"{', '.join(n.name for n in found[:8])}")
+            raise ValueError(
+                f"{nodes} nodes requested but {source} gives {len(found)}: "
+                f"{', '.join(n.name for n in found[:8])}"
+            )
         found = found[:nodes]
     return _override(found, source, cores_per_node, gpus_per_node, mem_per_node)
 
 
 # -- local and emulated machines ----------------------------------------------------------
+
 
 def _local(nodes: int | None, cores: int | None, gpus: int | None, mem: int | None) -> Resources:
     m_cores, m_gpus, m_mem = machine_shape()
@@ -97,20 +117,30 @@ def _local(nodes: int | None, cores: int | None, gpus: int | None, mem: int | No
     c = m_cores if cores is None else cores
     g = m_gpus if gpus is None else gpus
     mb = m_mem if mem is None else mem
-    overrides = tuple(k for k, v in (("cores", cores), ("gpus", gpus), ("mem", mem)) if v is not None)
+    overrides = tuple(
+        k for k, v in (("cores", cores), ("gpus", gpus), ("mem", mem)) if v is not None
+    )
     fits = n == 1 and c <= m_cores and g <= m_gpus and (m_mem == 0 or mb <= m_mem)
     if fits:
         return Resources([NodeInfo(socket.gethostname(), c, g, mb)], "local", overrides)
     return Resources([NodeInfo(f"node{i:04d}", c, g, mb) for i in range(n)], "declared", overrides)
 
 
-def _override(found: list[NodeInfo], source: str, cores: int | None, gpus: int | None,
-              mem: int | None) -> Resources:
-    out = [NodeInfo(n.name,
-                    n.cores if cores is None else cores,
-                    n.gpus if gpus is None else gpus,
-                    n.mem if mem is None else mem) for n in found]
-    overrides = tuple(k for k, v in (("cores", cores), ("gpus", gpus), ("mem", mem)) if v is not None)
+def _override(
+    found: list[NodeInfo], source: str, cores: int | None, gpus: int | None, mem: int | None
+) -> Resources:
+    out = [
+        NodeInfo(
+            n.name,
+            n.cores if cores is None else cores,
+            n.gpus if gpus is None else gpus,
+            n.mem if mem is None else mem,
+        )
+        for n in found
+    ]
+    overrides = tuple(
+        k for k, v in (("cores", cores), ("gpus", gpus), ("mem", mem)) if v is not None
+    )
     return Resources(out, source, overrides)
 
 

@@ -12,8 +12,9 @@ from .._journal import read_journal
 from .tasks import RUNNING
 
 
-def resync(tasks: dict, calls: Any, journal_path: str, uids: list[str],
-           now: float) -> tuple[list[_wire.Update], list[str]]:
+def resync(
+    tasks: dict, calls: Any, journal_path: str, uids: list[str], now: float
+) -> tuple[list[_wire.Update], list[str]]:
     """(updates, missing uids) for the uids a re-attached client asks about. tasks: the
     table's live tasks; calls: the function pool's live calls (or empty)."""
     done, outputs = _finals_and_outputs(journal_path, set(uids)) if uids else ({}, {})
@@ -22,8 +23,9 @@ def resync(tasks: dict, calls: Any, journal_path: str, uids: list[str],
         t = tasks.get(uid)
         if t is not None:
             if t.state is RUNNING:
-                ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
-                                        partition=t.partition.index))
+                ups.append(
+                    _wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=t.partition.index)
+                )
             else:  # waiting, held for its launcher, or in its retry backoff
                 ups.append(_wire.Update(uid, S.AGENT_SCHEDULING, now))
             continue
@@ -36,8 +38,18 @@ def resync(tasks: dict, calls: Any, journal_path: str, uids: list[str],
             continue
         _, _, state, code, sig, reason, t_final = r
         out, err = outputs.get(uid, ("", ""))
-        ups.append(_wire.Update(uid, state, t_final, exit_code=code, signal=sig, reason=reason,
-                                stdout=out, stderr=err))
+        ups.append(
+            _wire.Update(
+                uid,
+                state,
+                t_final,
+                exit_code=code,
+                signal=sig,
+                reason=reason,
+                stdout=out,
+                stderr=err,
+            )
+        )
     return ups, missing
 
 

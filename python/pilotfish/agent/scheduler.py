@@ -62,9 +62,14 @@ def shape_key(spec) -> ShapeKey:
     given) -- so that within a shape arrival order stays exact and across shapes the longer
     ones can go first."""
     d = spec.duration
-    return (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank,
-            spec.colocate,
-            -1 if d is None else max(0, math.floor(DURATION_STEPS * (math.log2(d) + 8))))
+    return (
+        spec.ranks,
+        spec.cores_per_rank,
+        spec.gpus_per_rank,
+        spec.mem_per_rank,
+        spec.colocate,
+        -1 if d is None else max(0, math.floor(DURATION_STEPS * (math.log2(d) + 8))),
+    )
 
 
 @dataclass
@@ -85,11 +90,17 @@ class _Shape:
 class Scheduler:
     """Decides which waiting tasks to place now; the placer decides where."""
 
-    def __init__(self, placer: Any, starvation_s: float = 2.0,
-                 capacity: list[tuple[int, int, int]] | None = None,
-                 policy: str = "utilization", aging_s: float = 60.0,
-                 plan_budget_s: float = 0.5, plan_sync: bool = False,
-                 plan_margin: float = 0.01):
+    def __init__(
+        self,
+        placer: Any,
+        starvation_s: float = 2.0,
+        capacity: list[tuple[int, int, int]] | None = None,
+        policy: str = "utilization",
+        aging_s: float = 60.0,
+        plan_budget_s: float = 0.5,
+        plan_sync: bool = False,
+        plan_margin: float = 0.01,
+    ):
         """capacity: per-node (cores, gpus, mem MiB; 0 = untracked), to tell a colocated task
         that can never fit its group's node (default: asked from the placer, all free).
         policy "plan": plan_budget_s of CPU per plan, inline if plan_sync (simulated pilots),
@@ -106,9 +117,10 @@ class Scheduler:
         self.capacity = capacity
         # a filler fits on every node (the smallest one counts)
         self._filler_cores = min((c for c, _, _ in capacity), default=0) // FILLER_SHARE
-        mems = [m for _, _, m in capacity if m > 0]    # 0: memory not tracked on that node
-        self._filler_mem = min(mems) // FILLER_SHARE if mems and len(mems) == len(capacity) \
-            else None
+        mems = [m for _, _, m in capacity if m > 0]  # 0: memory not tracked on that node
+        self._filler_mem = (
+            min(mems) // FILLER_SHARE if mems and len(mems) == len(capacity) else None
+        )
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
         self._shapes: dict[ShapeKey, _Shape] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
@@ -208,13 +220,14 @@ class Scheduler:
                 continue
             if not shape.heap or not fits(shape.key):
                 continue
-            live = sorted(e for e in shape.heap
-                          if e[2].state is WAITING and e[2] is not self._reserved)
+            live = sorted(
+                e for e in shape.heap if e[2].state is WAITING and e[2] is not self._reserved
+            )
             kept = [e for e in shape.heap if e[2] is self._reserved]
             k = min(cores // size, len(live))
             cores -= k * size
-            out.extend(e[2] for e in live[len(live) - k:])
-            shape.heap = live[:len(live) - k] + kept
+            out.extend(e[2] for e in live[len(live) - k :])
+            shape.heap = live[: len(live) - k] + kept
             heapq.heapify(shape.heap)
         self.waiting -= len(out)
         return out
@@ -237,8 +250,11 @@ class Scheduler:
         longest duration, then cores."""
         ranks, cpr, gpr, mpr, _, dur = key
         cores = ranks * cpr
-        filler = gpr == 0 and cores <= self._filler_cores and (
-            not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
+        filler = (
+            gpr == 0
+            and cores <= self._filler_cores
+            and (not mpr or self._filler_mem is None or ranks * mpr <= self._filler_mem)
+        )
         # a task without a duration counts as the longest (as Slurm takes a job without a
         # time limit to need the most): started late, it would make the longest tail
         return (-ranks * gpr, 0 if filler else -cores, -dur if dur >= 0 else -math.inf, -cores)
@@ -271,8 +287,9 @@ class Scheduler:
         gen = self._gen
         may_reserve = self._reserved is None
         # a plan times the starts itself: a reservation only once a task waited aging_s
-        starvation_before = now - (max(self.starvation_s, self.aging_s) if planned
-                                   else self.starvation_s)
+        starvation_before = now - (
+            max(self.starvation_s, self.aging_s) if planned else self.starvation_s
+        )
         # per GPU count, the most free cores on one node: a rank larger than that fits nowhere
         mf = self.placer.max_free()
         maxg = len(mf) - 1
@@ -281,8 +298,12 @@ class Scheduler:
             if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
             key = shape.key
-            if key[0] * key[1] > free_cores or key[0] * key[2] > free_gpus or key[2] > maxg \
-                    or mf[key[2]] < key[1]:
+            if (
+                key[0] * key[1] > free_cores
+                or key[0] * key[2] > free_gpus
+                or key[2] > maxg
+                or mf[key[2]] < key[1]
+            ):
                 # larger than what is free (in all, or on any one node): blocked (and starving)
                 # without being tried --
                 # unless it is due for a reservation, which goes by the heads' order below
@@ -315,8 +336,7 @@ class Scheduler:
             if room and (gpr > maxg or mf[gpr] < cpr):
                 room = 0  # no node has a rank's worth free any more
             # under a plan, a shape starts its tasks ranked before the next head's task
-            limit = heads[0][0][3] if planned and heads and heads[0][0][2] == 0 \
-                else math.inf
+            limit = heads[0][0][3] if planned and heads and heads[0][0][2] == 0 else math.inf
             n = self._place_shape(shape, room, placed, limit) if room else 0
             if n:
                 mf = self.placer.max_free()
@@ -330,8 +350,7 @@ class Scheduler:
                 if h is None:
                     continue
                 if limited and n:  # not blocked: its next task waits for its rank
-                    heapq.heappush(heads, (self._head_key(h, shape, planned, aged_before),
-                                           shape))
+                    heapq.heappush(heads, (self._head_key(h, shape, planned, aged_before), shape))
                 else:
                     self._blocked(shape, now, starving=(n == 0))
         if self.planner is not None and placed:
@@ -350,13 +369,17 @@ class Scheduler:
         priority); reserved -- the nodes (indices) reserved for it, or reserved_by (uid,
         nodes) for another task's reservation; group_node -- the node its colocation group
         is on; plan_rank -- its start number in the plan in force; policy."""
-        out: dict = {"policy": self.policy, "aged": t.queued <= now - self.aging_s,
-                     "aging_s": self.aging_s}
+        out: dict = {
+            "policy": self.policy,
+            "aged": t.queued <= now - self.aging_s,
+            "aging_s": self.aging_s,
+        }
         shape = self._shapes.get(shape_key(t.spec))
         if shape is not None:
             mine = (-t.spec.priority, self._sortval(t))
-            out["ahead"] = sum(1 for e in shape.heap
-                               if e[2].state is WAITING and e[2] is not t and e[:2] < mine)
+            out["ahead"] = sum(
+                1 for e in shape.heap if e[2].state is WAITING and e[2] is not t and e[:2] < mine
+            )
             if shape.blocked_since is not None:
                 out["blocked_s"] = max(0.0, now - shape.blocked_since)
             if self.policy != "fifo":
@@ -368,8 +391,7 @@ class Scheduler:
                     n = 0
                     for other in self._shapes.values():
                         oh = other.head() if other is not shape else None
-                        if oh is not None and self._head_key(oh, other, planned,
-                                                             aged_before) < me:
+                        if oh is not None and self._head_key(oh, other, planned, aged_before) < me:
                             n += 1
                     out["heads_before"] = n
         r = self._reserved
@@ -391,14 +413,22 @@ class Scheduler:
         today's order and the best (baseline_s, best_s), and the learned estimates."""
         notes, self.plan_notes = self.plan_notes, []
         kinds = self.estimates.summary() if self.estimates is not None and notes else []
-        return [json.dumps({"partition_index": partition, "why": o.why, "tasks": o.tasks,
-                            "iterations": o.iterations, "elapsed_s": round(o.elapsed_s, 4),
-                            "made_at": round(o.made_at, 3),
-                            "baseline_s": None if o.baseline_s is None else
-                            round(o.baseline_s, 3),
-                            "best_s": None if o.best_s is None else round(o.best_s, 3),
-                            "estimates": kinds[:32]})
-                for o in notes]
+        return [
+            json.dumps(
+                {
+                    "partition_index": partition,
+                    "why": o.why,
+                    "tasks": o.tasks,
+                    "iterations": o.iterations,
+                    "elapsed_s": round(o.elapsed_s, 4),
+                    "made_at": round(o.made_at, 3),
+                    "baseline_s": None if o.baseline_s is None else round(o.baseline_s, 3),
+                    "best_s": None if o.best_s is None else round(o.best_s, 3),
+                    "estimates": kinds[:32],
+                }
+            )
+            for o in notes
+        ]
 
     def expected(self, spec) -> Any:
         """What the scheduler expects of a task: estimates.Estimate (the user's duration, else
@@ -417,10 +447,13 @@ class Scheduler:
         # again when tasks arrived, or a tenth of the last plan's queue started since
         # (and at least REPLAN_S after the last): between, the plan in force holds
         if now - self._last_plan_at < REPLAN_S or not (
-                self._plan_added or self._started >= self._replan_at):
+            self._plan_added or self._started >= self._replan_at
+        ):
             return
-        if sum(1 for sh in self._shapes.values() if sh.head() is not None) < 2 \
-                or not self._more_than_a_wave():
+        if (
+            sum(1 for sh in self._shapes.values() if sh.head() is not None) < 2
+            or not self._more_than_a_wave()
+        ):
             return  # nothing to choose between, or one wave: the plan in force runs out
         snap = self._snapshot(now)
         self._last_plan_at = now
@@ -461,8 +494,9 @@ class Scheduler:
             if shape_key(s) in hard:
                 run_c += s.ranks * s.cores_per_rank
                 run_g += s.ranks * s.gpus_per_rank
-        return (waiting_c + run_c > self._cores_total
-                or (self._gpus_total and waiting_g + run_g > self._gpus_total))
+        return waiting_c + run_c > self._cores_total or (
+            self._gpus_total and waiting_g + run_g > self._gpus_total
+        )
 
     def _snapshot(self, now: float) -> Snapshot | None:
         est = self.estimates
@@ -487,8 +521,9 @@ class Scheduler:
             if e is None:
                 return None
             learned += e.source != "duration"
-            queue.append((t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank,
-                          e.seconds))
+            queue.append(
+                (t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank, e.seconds)
+            )
         running = []
         for t, at, raw in self._holding.values():
             e = est.expected(t.spec)
@@ -513,8 +548,7 @@ class Scheduler:
             del self.plan_notes[:128]
         if out.plan is not None and out.made_at < self._added_at:
             return  # tasks arrived since its snapshot: it does not know them (planned again)
-        self._set_ranks({} if out.plan is None else
-                        {k: i for i, k in enumerate(out.plan.order)})
+        self._set_ranks({} if out.plan is None else {k: i for i, k in enumerate(out.plan.order)})
 
     def _set_ranks(self, ranks: dict) -> None:
         """The plan in force changes: every shape's heap is ordered by it (O(waiting))."""
@@ -522,8 +556,11 @@ class Scheduler:
             return
         self._rank = ranks
         for shape in self._shapes.values():
-            shape.heap = [(-t.spec.priority, self._sortval(t), t)
-                          for _, _, t in shape.heap if t.state is WAITING]
+            shape.heap = [
+                (-t.spec.priority, self._sortval(t), t)
+                for _, _, t in shape.heap
+                if t.state is WAITING
+            ]
             heapq.heapify(shape.heap)
         self._dirty = True
 
@@ -543,8 +580,7 @@ class Scheduler:
     def _shape_of(self, t) -> _Shape:
         return self._shapes[shape_key(t.spec)]
 
-    def _place_shape(self, shape: _Shape, room: int, placed: list,
-                     limit: float = math.inf) -> int:
+    def _place_shape(self, shape: _Shape, room: int, placed: list, limit: float = math.inf) -> int:
         heap = shape.heap
         batch = []
         while heap and len(batch) < room:
@@ -562,8 +598,9 @@ class Scheduler:
         if hint >= 0 and not self._fits_node(shape.key, hint):
             self._reject_shape(shape, batch, hint)
             return 0
-        res = self.placer.place_batch([t.key for t in batch], [ranks] * n, [cpr] * n, [gpr] * n,
-                                      [mpr] * n, [hint] * n, False)
+        res = self.placer.place_batch(
+            [t.key for t in batch], [ranks] * n, [cpr] * n, [gpr] * n, [mpr] * n, [hint] * n, False
+        )
         count = 0
         for t, slots in zip(batch, res):
             if slots is None:
@@ -583,8 +620,15 @@ class Scheduler:
         must not take its turn: the reserved nodes are kept for this key alone)."""
         s = t.spec
         hint = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
-        (slots,) = self.placer.place_batch([t.key], [s.ranks], [s.cores_per_rank],
-                                           [s.gpus_per_rank], [s.mem_per_rank], [hint], False)
+        (slots,) = self.placer.place_batch(
+            [t.key],
+            [s.ranks],
+            [s.cores_per_rank],
+            [s.gpus_per_rank],
+            [s.mem_per_rank],
+            [hint],
+            False,
+        )
         if slots is None:
             return False
         placed.append((t, slots))
@@ -598,8 +642,11 @@ class Scheduler:
     def _fits_node(self, key: ShapeKey, node: int) -> bool:
         ranks, cpr, gpr, mpr = key[:4]
         cores, gpus, mem = self.capacity[node]
-        return (ranks * cpr <= cores and ranks * gpr <= gpus
-                and (not mem or not mpr or ranks * mpr <= mem))
+        return (
+            ranks * cpr <= cores
+            and ranks * gpr <= gpus
+            and (not mem or not mpr or ranks * mpr <= mem)
+        )
 
     def _check_group(self, colocate: str, node: int) -> None:
         """The group's node is fixed: its waiting tasks that can never fit there fail now."""
@@ -610,9 +657,11 @@ class Scheduler:
     def _reject_shape(self, shape: _Shape, batch: list, node: int) -> None:
         ranks, cpr, gpr, mpr, colocate, _ = shape.key
         cores, gpus, mem = self.capacity[node]
-        why = (f"colocation group {colocate!r} is on node {node} ({cores} cores, {gpus} GPUs"
-               f"{f', {mem} MiB' if mem else ''}), which can never hold {ranks} x "
-               f"({cpr} cores, {gpr} GPUs{f', {mpr} MiB' if mpr else ''})")
+        why = (
+            f"colocation group {colocate!r} is on node {node} ({cores} cores, {gpus} GPUs"
+            f"{f', {mem} MiB' if mem else ''}), which can never hold {ranks} x "
+            f"({cpr} cores, {gpr} GPUs{f', {mpr} MiB' if mpr else ''})"
+        )
         tasks = list(batch) + [e[2] for e in shape.heap if e[2].state is WAITING]
         shape.heap.clear()
         self._shapes.pop(shape.key, None)
@@ -630,7 +679,8 @@ class Scheduler:
         if shape.blocked_since is None:
             shape.blocked_since = now
         elif self._reserved is None and now - shape.blocked_since >= (
-                max(self.starvation_s, self.aging_s) if self._rank else self.starvation_s):
+            max(self.starvation_s, self.aging_s) if self._rank else self.starvation_s
+        ):
             head = shape.head()
             if head is None:
                 return
@@ -639,7 +689,9 @@ class Scheduler:
                 return  # its node is fixed: reserving other nodes would only idle them
             t = head[2]
             s = t.spec
-            nodes = self.placer.reserve(t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank)
+            nodes = self.placer.reserve(
+                t.key, s.ranks, s.cores_per_rank, s.gpus_per_rank, s.mem_per_rank
+            )
             if nodes is not None:
                 self._reserved = t
 

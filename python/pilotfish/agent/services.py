@@ -37,10 +37,10 @@ from .._util import hostname, write_private
 log = logging.getLogger("pilotfish.agent")
 
 ANNOUNCE_PREFIX = f"{service.ANNOUNCE_PREFIX} ".encode()  # a plain executable's stdout line
-SCAN_S = 0.01          # stdout scan (and ready-timeout check) interval while members start
-HEALTH_MISSES = 3      # health intervals without an answer before a member has failed
+SCAN_S = 0.01  # stdout scan (and ready-timeout check) interval while members start
+HEALTH_MISSES = 3  # health intervals without an answer before a member has failed
 MAX_ENDPOINT = 1024
-MAX_INFO = 65536       # bytes of a member's info, encoded
+MAX_INFO = 65536  # bytes of a member's info, encoded
 MAX_REPLICAS = 100_000  # members of one group (the wire is an API: a bound on one message)
 
 STARTING, READY, LEAVING, GONE = "starting", "ready", "leaving", "gone"
@@ -50,9 +50,25 @@ _decode = msgspec.msgpack.decode
 
 
 class Member:
-    __slots__ = ("uid", "k", "group", "slot", "restarts", "state", "endpoint", "info", "node",
-                 "ident", "run_since", "offset", "last_pong", "ping_due", "leave_at", "why",
-                 "told")
+    __slots__ = (
+        "uid",
+        "k",
+        "group",
+        "slot",
+        "restarts",
+        "state",
+        "endpoint",
+        "info",
+        "node",
+        "ident",
+        "run_since",
+        "offset",
+        "last_pong",
+        "ping_due",
+        "leave_at",
+        "why",
+        "told",
+    )
 
     def __init__(self, uid: str, k: int, group: "Group", slot: int, restarts: int):
         self.uid = uid
@@ -101,10 +117,14 @@ class Group:
         return [m for m in self.members.values() if m.state in (STARTING, READY)]
 
     def view_msg(self, t: float) -> _wire.GroupView:
-        return _wire.GroupView(self.name, self.epoch,
-                               [_wire.MemberInfo(m.uid, m.endpoint or "", m.node, m.info)
-                                for m in self.view.values()], t, self.target,
-                               self.client_key)
+        return _wire.GroupView(
+            self.name,
+            self.epoch,
+            [_wire.MemberInfo(m.uid, m.endpoint or "", m.node, m.info) for m in self.view.values()],
+            t,
+            self.target,
+            self.client_key,
+        )
 
 
 def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | None:
@@ -127,9 +147,14 @@ def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | No
 
 def _peer_view(msg: _wire.GroupView) -> list:
     """A view as peers get it (pilotfish.service reads it)."""
-    return ["view", msg.name, msg.epoch,
-            [[x.uid, x.endpoint, x.node, x.info] for x in msg.members], msg.target,
-            msg.client_key]
+    return [
+        "view",
+        msg.name,
+        msg.epoch,
+        [[x.uid, x.endpoint, x.node, x.info] for x in msg.members],
+        msg.target,
+        msg.client_key,
+    ]
 
 
 class ServiceRegistry:
@@ -205,9 +230,14 @@ class ServiceRegistry:
         changed = _changed_field(spec, g.spec)
         if changed is not None:
             field, new, old = changed
-            self._ack(g.name, "start", -1, f"resume: service group {g.name!r} runs in this "
-                      f"pilot with another description ({field} = {old!r}, not {new!r}); "
-                      f"start it as it was"[:1000])
+            self._ack(
+                g.name,
+                "start",
+                -1,
+                f"resume: service group {g.name!r} runs in this "
+                f"pilot with another description ({field} = {old!r}, not {new!r}); "
+                f"start it as it was"[:1000],
+            )
             return
         for token, owner in list(g.holds.items()):
             if owner is None:
@@ -241,12 +271,17 @@ class ServiceRegistry:
             return f"max_restarts = {spec.max_restarts}: must be 0..1000"
         for field in ("ready_timeout", "leave_timeout", "health_interval"):
             v = getattr(spec, field)
-            if (v is not None or field != "health_interval") and \
-                    not (isinstance(v, (int, float)) and 0 < v < 1e9 and math.isfinite(v)):
+            if (v is not None or field != "health_interval") and not (
+                isinstance(v, (int, float)) and 0 < v < 1e9 and math.isfinite(v)
+            ):
                 return f"{field} = {v!r}: must be > 0 and finite"
-        probe = msgspec.structs.replace(spec.template, uid=f"{name}.0000",
-                                        executable=spec.template.executable or sys.executable,
-                                        function=None, call=None)
+        probe = msgspec.structs.replace(
+            spec.template,
+            uid=f"{name}.0000",
+            executable=spec.template.executable or sys.executable,
+            function=None,
+            call=None,
+        )
         try:
             return self.agent.check(probe)
         except Exception as e:  # noqa: BLE001 -- whatever the template holds
@@ -269,7 +304,7 @@ class ServiceRegistry:
         elif n < len(live):
             # the ones that are not serving yet first, then the newest
             order = sorted(live, key=lambda m: (m.state == READY, -m.k))
-            for m in order[:len(live) - n]:
+            for m in order[: len(live) - n]:
                 self._ask_leave(m, f"group {name} resized to {n}")
         g.dirty = True  # (the target changed)
         self._ack(name, "resize", g.epoch, None)
@@ -283,8 +318,14 @@ class ServiceRegistry:
         if m is None:
             return None
         g = m.group
-        out = {"group": g.name, "state": m.state, "endpoint": m.endpoint, "epoch": g.epoch,
-               "view": len(g.view), "target": g.target}
+        out = {
+            "group": g.name,
+            "state": m.state,
+            "endpoint": m.endpoint,
+            "epoch": g.epoch,
+            "view": len(g.view),
+            "target": g.target,
+        }
         if g.holds and any(mm is m for _, mm in g.pending):
             out["pending"] = "join" if uid not in g.view else "leave"
             out["holders"] = list(g.holds.values())
@@ -328,8 +369,9 @@ class ServiceRegistry:
             g.next_slot += 1
         self.agent.accept(specs)
 
-    def _member_spec(self, g: Group, slot: int, restarts: int,
-                     replaces: str | None = None) -> _wire.TaskSpec:
+    def _member_spec(
+        self, g: Group, slot: int, restarts: int, replaces: str | None = None
+    ) -> _wire.TaskSpec:
         """A new member of g in `slot`, as the task to accept (callers accept a batch: a
         spec the agent refuses comes back through member_exited)."""
         # ".m" keeps members apart from other agent tasks (task.*, worker.*) whatever the name
@@ -345,11 +387,15 @@ class ServiceRegistry:
         env["PILOTFISH_MEMBER_UID"] = uid
         extra = {}
         if g.fn_path is not None:
-            extra = {"executable": sys.executable,
-                     "arguments": ("-m", "pilotfish.service", g.fn_path),
-                     "function": None, "call": None}
-        spec = msgspec.structs.replace(tpl, uid=uid, environment=env, stdout=True, stderr=True,
-                                       **extra)
+            extra = {
+                "executable": sys.executable,
+                "arguments": ("-m", "pilotfish.service", g.fn_path),
+                "function": None,
+                "call": None,
+            }
+        spec = msgspec.structs.replace(
+            tpl, uid=uid, environment=env, stdout=True, stderr=True, **extra
+        )
         now = self.clock.now()
         events = self.agent.events
         if replaces:
@@ -425,15 +471,23 @@ class ServiceRegistry:
         if self.agent.stopping is not None:
             return
         failed = state != S.DONE or m.why is not None
-        if failed and g.spec.restart == "on-failure" and m.restarts < g.spec.max_restarts \
-                and len(g.live()) + self._restarts_for(g) < g.target:
+        if (
+            failed
+            and g.spec.restart == "on-failure"
+            and m.restarts < g.spec.max_restarts
+            and len(g.live()) + self._restarts_for(g) < g.target
+        ):
             # started from tick(): a replacement refused at once must not recurse back here
             self.restarts.append((g, m.slot, m.restarts + 1, m.uid))
             self.due = self.clock.mono()
         elif len(g.live()) + self._restarts_for(g) < g.target:
-            more = (f"restarted {m.restarts} times already (max_restarts = "
-                    f"{g.spec.max_restarts})" if failed and g.spec.restart == "on-failure"
-                    else "restart = 'never'" if failed else "it exited by itself")
+            more = (
+                f"restarted {m.restarts} times already (max_restarts = {g.spec.max_restarts})"
+                if failed and g.spec.restart == "on-failure"
+                else "restart = 'never'"
+                if failed
+                else "it exited by itself"
+            )
             g.short = f"member {m.uid} is not replaced ({more}): {why}"[:1000]
             self._news(g, g.name, "short", reason=g.short)
 
@@ -492,10 +546,16 @@ class ServiceRegistry:
             return f"{uid} announced its endpoint already ({m.endpoint!r})"
         if m.state != STARTING:
             return f"{uid} is {m.state}"
-        if not isinstance(endpoint, str) or not endpoint or len(endpoint) > MAX_ENDPOINT \
-                or any(c.isspace() for c in endpoint):
-            return (f"endpoint {str(endpoint)[:80]!r}: must be a non-empty string without "
-                    f"spaces, at most {MAX_ENDPOINT} characters")
+        if (
+            not isinstance(endpoint, str)
+            or not endpoint
+            or len(endpoint) > MAX_ENDPOINT
+            or any(c.isspace() for c in endpoint)
+        ):
+            return (
+                f"endpoint {str(endpoint)[:80]!r}: must be a non-empty string without "
+                f"spaces, at most {MAX_ENDPOINT} characters"
+            )
         other = self.endpoints.get(endpoint)
         if other is not None:
             return f"endpoint {endpoint!r} is announced by {other} already"
@@ -536,16 +596,23 @@ class ServiceRegistry:
             if g.dirty:
                 self._send_view(g)
 
-    def _news(self, g: Group, uid: str, state: str, reason: str | None = None,
-              node: str | None = None, endpoint: str | None = None,
-              info: dict | None = None) -> None:
+    def _news(
+        self,
+        g: Group,
+        uid: str,
+        state: str,
+        reason: str | None = None,
+        node: str | None = None,
+        endpoint: str | None = None,
+        info: dict | None = None,
+    ) -> None:
         if g.dirty:  # news never overtakes the view it follows (a client woken by a "short"
             self._send_view(g)  # must find the members that did join)
-        self.agent.send(_wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node,
-                                         endpoint, info))
+        self.agent.send(
+            _wire.MemberNews(g.name, uid, state, self.clock.now(), reason, node, endpoint, info)
+        )
 
-    def _ack(self, name: str, token: str, epoch: int, error: str | None,
-             target: int = -1) -> None:
+    def _ack(self, name: str, token: str, epoch: int, error: str | None, target: int = -1) -> None:
         self.agent.send(_wire.GroupAck(name, token, epoch, error, target))
 
     # -- the socket --------------------------------------------------------------------------
@@ -568,8 +635,9 @@ class ServiceRegistry:
     def _reply(self, ident: bytes, msg: list | bytes) -> None:
         """To one peer; one that is gone is dropped by the ROUTER (no error to handle)."""
         try:
-            self.sock.send_multipart([ident, msg if isinstance(msg, bytes) else _encode(msg)],
-                                     zmq.NOBLOCK)
+            self.sock.send_multipart(
+                [ident, msg if isinstance(msg, bytes) else _encode(msg)], zmq.NOBLOCK
+            )
         except zmq.ZMQError:  # (its queue is full: it is not reading)
             pass
 
@@ -624,9 +692,13 @@ class ServiceRegistry:
         """Stdout announcements, ready timeouts, health checks, leave deadlines."""
         if self.restarts and self.agent.stopping is None:
             restarts, self.restarts = self.restarts, []
-            self.agent.accept([self._member_spec(g, slot, n, replaces=replaces)
-                                for g, slot, n, replaces in restarts
-                                if len(g.live()) < g.target])
+            self.agent.accept(
+                [
+                    self._member_spec(g, slot, n, replaces=replaces)
+                    for g, slot, n, replaces in restarts
+                    if len(g.live()) < g.target
+                ]
+            )
         mono = self.clock.mono()
         due = float("inf")
         tasks = self.agent.tasks
@@ -642,8 +714,11 @@ class ServiceRegistry:
                 if self._scan(m, t):
                     continue
                 if mono - m.run_since > g.spec.ready_timeout:
-                    self._fail(m, f"did not announce its endpoint within "
-                                  f"{g.spec.ready_timeout:g}s (ready_timeout)")
+                    self._fail(
+                        m,
+                        f"did not announce its endpoint within "
+                        f"{g.spec.ready_timeout:g}s (ready_timeout)",
+                    )
                     continue
                 due = min(due, mono + SCAN_S)
             elif m.state == READY and g.spec.health_interval and m.ident is not None:
@@ -658,8 +733,9 @@ class ServiceRegistry:
             elif m.state == LEAVING and m.leave_at is not None:
                 if mono >= m.leave_at:
                     m.leave_at = None
-                    self._stop(m, f"did not leave within {g.spec.leave_timeout:g}s "
-                                  f"(leave_timeout)", S.DONE)
+                    self._stop(
+                        m, f"did not leave within {g.spec.leave_timeout:g}s (leave_timeout)", S.DONE
+                    )
                 else:
                     due = min(due, m.leave_at)
         self.due = due
@@ -682,7 +758,7 @@ class ServiceRegistry:
         for line in data[:end].split(b"\n"):
             if not line.startswith(ANNOUNCE_PREFIX):
                 continue
-            parts = line[len(ANNOUNCE_PREFIX):].decode(errors="replace").strip().split(None, 1)
+            parts = line[len(ANNOUNCE_PREFIX) :].decode(errors="replace").strip().split(None, 1)
             endpoint = parts[0] if parts else ""
             info: dict = {}
             why = self._endpoint_problem(m, m.uid, endpoint)

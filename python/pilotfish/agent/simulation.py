@@ -155,8 +155,14 @@ class SimRunner(Runner):
             elif t.exit_code is None:
                 t.exit_code = 0
             if profile:
-                events.append((base + end, t.spec.uid, E.EXEC_STOP,
-                               str(-t.signal if t.signal else t.exit_code)))
+                events.append(
+                    (
+                        base + end,
+                        t.spec.uid,
+                        E.EXEC_STOP,
+                        str(-t.signal if t.signal else t.exit_code),
+                    )
+                )
             finished.append(t)
         return finished, events, []
 

@@ -132,8 +132,7 @@ class Supervisor:
         for lm in self.launchers:
             d = lm.daemons[-1] if lm.daemons else None
             if d is not None and d.state == "live" and d.launches >= lm.recycle_after:
-                self._replace(lm, d, retire=True,
-                              why=f"recycled after {d.launches} launches")
+                self._replace(lm, d, retire=True, why=f"recycled after {d.launches} launches")
 
     def read_notes(self, lm: Any) -> None:
         notes = lm.notes.read() if lm.notes is not None else ()
@@ -149,8 +148,9 @@ class Supervisor:
             d = rec.handle.daemon
             if n.kind == "S":
                 if not rec.started:  # the payload runs: the end of the launcher's part
-                    self.events.record(t.spec.uid, E.LAUNCH_OK, n.host,
-                                       n.t if n.t > 0 else self.clock.now())
+                    self.events.record(
+                        t.spec.uid, E.LAUNCH_OK, n.host, n.t if n.t > 0 else self.clock.now()
+                    )
                     if t.spec.ranks > 1:
                         self._seq += 1
                         when = now + t.lm.launch_timeout
@@ -166,8 +166,7 @@ class Supervisor:
                 rec.ended[n.rank] = n.value
                 if len(rec.ended) == t.spec.ranks and t.running:
                     self._seq += 1
-                    heapq.heappush(self._hang_checks,
-                                   (now + t.lm.hang_grace, self._seq, n.key, t))
+                    heapq.heappush(self._hang_checks, (now + t.lm.hang_grace, self._seq, n.key, t))
                     self.due = min(self.due, now + t.lm.hang_grace)
 
     def exited(self, tasks: list) -> list:
@@ -224,16 +223,19 @@ class Supervisor:
         notes_on = d is not None and lm.notes is not None
         why = None
         if notes_on and not rec.started:
-            why = (f"the launch ended ({_status(t)}) before any rank started"
-                   + (f" (PRRTE DVM {d.number} was replaced)" if d.state == "dead" else ""))
+            why = f"the launch ended ({_status(t)}) before any rank started" + (
+                f" (PRRTE DVM {d.number} was replaced)" if d.state == "dead" else ""
+            )
         elif not rec.started and not t.signal and lm.retryable(t.exit_code, _tail(t)):
             why = f"the launcher failed before the task ran ({_status(t)})"
         if why is None:
             if d is not None and d.state == "dead":
                 t.signal = None
-                t.reason = (f"the PRRTE DVM {d.number} was lost while the task ran "
-                            f"({len(rec.started)} of {t.spec.ranks} ranks started, "
-                            f"{len(rec.ended)} ended)")
+                t.reason = (
+                    f"the PRRTE DVM {d.number} was lost while the task ran "
+                    f"({len(rec.started)} of {t.spec.ranks} ranks started, "
+                    f"{len(rec.ended)} ended)"
+                )
                 self.kill_orphans(t)
             elif rec.noted_exit():  # a rank failed: its exit code, not the launcher's
                 t.signal = None
@@ -248,8 +250,12 @@ class Supervisor:
 
     def _relaunch(self, again: list) -> None:
         now = self.clock.now()
-        self.events.record_many([(now, t.spec.uid, E.LAUNCH_RETRY,
-                                  f"attempt {t.launch.attempt + 1}: {why}") for t, why in again])
+        self.events.record_many(
+            [
+                (now, t.spec.uid, E.LAUNCH_RETRY, f"attempt {t.launch.attempt + 1}: {why}")
+                for t, why in again
+            ]
+        )
         self.agent.relaunch([t for t, _ in again])
 
     # -- now and then --------------------------------------------------------------------------
@@ -260,14 +266,22 @@ class Supervisor:
         while checks and checks[0][0] <= now:
             _, _, key, t = heapq.heappop(checks)
             rec = t.launch
-            if (rec is None or rec.handle is None or rec.handle.key != key or not t.running
-                    or t.kill_reason is not None):
+            if (
+                rec is None
+                or rec.handle is None
+                or rec.handle.key != key
+                or not t.running
+                or t.kill_reason is not None
+            ):
                 continue
             rec.hung = True
             d = rec.handle.daemon
-            self.events.record(t.spec.uid, E.LAUNCH_HUNG,
-                               f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
-                               f"killing the launcher (PRRTE DVM {d.number})")
+            self.events.record(
+                t.spec.uid,
+                E.LAUNCH_HUNG,
+                f"all {t.spec.ranks} ranks ended {t.lm.hang_grace:g}s ago; "
+                f"killing the launcher (PRRTE DVM {d.number})",
+            )
             self.agent.signal([t], _signal.SIGKILL)
             self._strike(t.lm, d, "hung or failed before running")
         if checks:
@@ -289,15 +303,23 @@ class Supervisor:
         while checks and checks[0][0] <= now:
             _, _, key, t = heapq.heappop(checks)
             rec = t.launch
-            if (rec is None or rec.handle is None or rec.handle.key != key or not t.running
-                    or t.kill_reason is not None or len(rec.started) >= t.spec.ranks):
+            if (
+                rec is None
+                or rec.handle is None
+                or rec.handle.key != key
+                or not t.running
+                or t.kill_reason is not None
+                or len(rec.started) >= t.spec.ranks
+            ):
                 continue
             missing = [r for r in range(t.spec.ranks) if r not in rec.started]
             where = sorted({t.slots[r].node for r in missing if t.slots and r < len(t.slots)})
-            why = (f"launch failed: rank{'s' if len(missing) > 1 else ''} "
-                   f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''} of "
-                   f"{t.spec.ranks} never started ({', '.join(where[:4])}) within "
-                   f"{t.lm.launch_timeout:g}s of the first ({t.lm.name})")
+            why = (
+                f"launch failed: rank{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''} of "
+                f"{t.spec.ranks} never started ({', '.join(where[:4])}) within "
+                f"{t.lm.launch_timeout:g}s of the first ({t.lm.name})"
+            )
             self.events.record(t.spec.uid, E.LAUNCH_PARTIAL, why)
             self.agent.cancel([t.spec.uid], why, running_state=S.FAILED)
         if checks:
@@ -320,17 +342,20 @@ class Supervisor:
             spawned = next(iter(waiting.values())).launch.spawned
             if now - spawned <= lm.launch_timeout or d.last_start >= spawned:
                 continue
-            stuck = [t for t in waiting.values()
-                     if now - t.launch.spawned > lm.launch_timeout and t.running]
+            stuck = [
+                t
+                for t in waiting.values()
+                if now - t.launch.spawned > lm.launch_timeout and t.running
+            ]
             for t in stuck:
                 waiting.pop(t.launch.handle.key, None)
-            why = (f"{len(stuck)} launches waited over {lm.launch_timeout:g}s and no rank "
-                   f"started")
+            why = f"{len(stuck)} launches waited over {lm.launch_timeout:g}s and no rank started"
             if d.state == "live":
                 self._replace(lm, d, retire=True, why=why)
             else:
-                self.events.record(self.agent.uid, E.LAUNCHER_STUCK,
-                                   f"{lm.name} DVM {d.number}: {why}")
+                self.events.record(
+                    self.agent.uid, E.LAUNCHER_STUCK, f"{lm.name} DVM {d.number}: {why}"
+                )
             self.agent.signal(stuck, _signal.SIGKILL)  # never ran: judged, relaunched when reaped
 
     def daemon_exited(self, pid: int, code: int, sig: int) -> None:

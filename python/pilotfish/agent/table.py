@@ -30,8 +30,7 @@ from .._staging import stage
 from .checks import check_spec, misfit_reason
 from .containment import kill_marked
 from .executor import REASON_TAIL, signal_name
-from .partition import (DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work,
-                        task_work)
+from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
 from .ports import CallPool, TaskEnded
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
@@ -45,9 +44,22 @@ KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL for timeouts, cancels, s
 class TaskTable:
     """Live tasks by uid, and what is done to them. Implements ports.Host."""
 
-    def __init__(self, *, uid: str, sandbox: str, tasks_dir: str, desc: dict, resources: Any,
-                 ctx: Any, clock: Any, events: Any, reports: Reports,
-                 partitions: list[Partition], sim: bool, mpi_launcher: str | None | bool):
+    def __init__(
+        self,
+        *,
+        uid: str,
+        sandbox: str,
+        tasks_dir: str,
+        desc: dict,
+        resources: Any,
+        ctx: Any,
+        clock: Any,
+        events: Any,
+        reports: Reports,
+        partitions: list[Partition],
+        sim: bool,
+        mpi_launcher: str | None | bool,
+    ):
         """The runner and the launchers come after (use()): the service registry, a room of
         this table, must exist before the runner (its address is in every task's
         environment, which the core is made with)."""
@@ -115,20 +127,39 @@ class TaskTable:
     def signal(self, tasks: list[AgentTask], sig: int) -> None:
         self.runner.kill(tasks, sig)
 
-    def call_final(self, uid: str, state: str, started: float | None, ended: float,
-                   result: bytes | None, reason: str | None, stdout: str | None = None,
-                   stderr: str | None = None) -> None:
+    def call_final(
+        self,
+        uid: str,
+        state: str,
+        started: float | None,
+        ended: float,
+        result: bytes | None,
+        reason: str | None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+    ) -> None:
         """A function call's end (functions.py): its events, journal record and update."""
         if started is not None:
-            self.events.record_many([(started, uid, S.EXECUTING, None),
-                                     (ended, uid, state, reason)])
+            self.events.record_many(
+                [(started, uid, S.EXECUTING, None), (ended, uid, state, reason)]
+            )
         else:
             self.events.record(uid, state, reason, ended)
         if stdout or stderr:  # journaled with the final, as a task's outputs are
             self.reports.journal.append(["out", uid, stdout, stderr])
         self.reports.journal.append(["final", uid, state, None, None, reason, ended])
-        self.reports.update(_wire.Update(uid, state, ended, reason=reason, result=result,
-                                         started=started, stdout=stdout, stderr=stderr))
+        self.reports.update(
+            _wire.Update(
+                uid,
+                state,
+                ended,
+                reason=reason,
+                result=result,
+                started=started,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        )
 
     # -- arrival -----------------------------------------------------------------------------
     def _with_mpi_launcher(self, spec: _wire.TaskSpec) -> _wire.TaskSpec:
@@ -162,8 +193,10 @@ class TaskTable:
                     spec = t.spec = self._with_mpi_launcher(spec)
                 problem = check_spec(spec, shapes, self.tasks_dir, self.sandbox, self.misfits)
                 if problem is None and self.sim and spec.duration is None:
-                    problem = ("duration = None: required on a simulated pilot (a task runs "
-                               "for its duration)")
+                    problem = (
+                        "duration = None: required on a simulated pilot (a task runs "
+                        "for its duration)"
+                    )
                 if problem is None and spec.input_staging:
                     try:
                         stage(spec.input_staging, self.cwd_of(spec), sandbox=self.sandbox)
@@ -199,9 +232,11 @@ class TaskTable:
             p = bind(parts, t.spec, work)
             if p is None:
                 t.partition = None
-                t.reason = ((f"{why}; " if why else "") + "no open partition can hold it: "
-                            + "; ".join(f"p{q.index}: {q.closed_reason or 'too small'}"
-                                        for q in parts))[:1000]
+                t.reason = (
+                    (f"{why}; " if why else "")
+                    + "no open partition can hold it: "
+                    + "; ".join(f"p{q.index}: {q.closed_reason or 'too small'}" for q in parts)
+                )[:1000]
                 self.final(t, S.FAILED)
                 continue
             t.partition = p
@@ -254,9 +289,15 @@ class TaskTable:
                 s = t.spec
                 busy += s.ranks * s.cores_per_rank
                 if profile:  # where: "<ranks>x<cores>/<gpus> @<node index per rank>"
-                    events.append((now, s.uid, E.SCHEDULE_OK,
-                                   f"{s.ranks}x{s.cores_per_rank}/{s.gpus_per_rank} @"
-                                   + ",".join([str(first + r[0]) for r in raw])))
+                    events.append(
+                        (
+                            now,
+                            s.uid,
+                            E.SCHEDULE_OK,
+                            f"{s.ranks}x{s.cores_per_rank}/{s.gpus_per_rank} @"
+                            + ",".join([str(first + r[0]) for r in raw]),
+                        )
+                    )
                 launching.append(t)
             p.busy_cores += busy
         if launching:
@@ -277,8 +318,12 @@ class TaskTable:
         single = self.single_node_launcher
         for t in tasks:
             name = t.spec.launcher
-            if name is None and single is not None and t.slots \
-                    and all(s.node == t.slots[0].node for s in t.slots):
+            if (
+                name is None
+                and single is not None
+                and t.slots
+                and all(s.node == t.slots[0].node for s in t.slots)
+            ):
                 name = single
             lm = get(t.partition, name)
             if lm.state == READY:
@@ -289,10 +334,13 @@ class TaskTable:
                     continue  # the client knows it runs; this is the supervisor's retry
                 uid = t.spec.uid
                 if profile:
-                    events += ((now, uid, S.EXECUTING, None),
-                               (now, uid, E.EXEC_START, "nodes" if name == "nodes" else None))
-                ups.append(_wire.Update(uid, S.EXECUTING, now, slots=t.slots,
-                                        partition=t.partition.index))
+                    events += (
+                        (now, uid, S.EXECUTING, None),
+                        (now, uid, E.EXEC_START, "nodes" if name == "nodes" else None),
+                    )
+                ups.append(
+                    _wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=t.partition.index)
+                )
             else:  # starting (or degraded): it waits; failed: launchers_changed judges it
                 lm.held.append(t)
                 t.held = lm
@@ -318,8 +366,12 @@ class TaskTable:
             self.release(failed)
             now = self.clock.now()
             for t in failed:
-                if not t.procs and t.kill_reason is not None and t.kill_reason[0] == REQUEUE \
-                        and self._stopping is None:
+                if (
+                    not t.procs
+                    and t.kill_reason is not None
+                    and t.kill_reason[0] == REQUEUE
+                    and self._stopping is None
+                ):
                     t.reason = None
                     self.requeue(t, now)  # (a node executor's node was lost: it never ran)
                 elif not t.procs:
@@ -340,8 +392,11 @@ class TaskTable:
             t.signal = None
             t.reason = None
         now = self.clock.now()
-        self.launch(tasks, [(now, t.spec.uid, E.EXEC_START, None) for t in tasks]
-                    if self.events.enabled else [], relaunch=True)
+        self.launch(
+            tasks,
+            [(now, t.spec.uid, E.EXEC_START, None) for t in tasks] if self.events.enabled else [],
+            relaunch=True,
+        )
 
     def _signal_ranks(self, t: AgentTask, sig: int) -> None:
         sup = t.partition.supervisor if t.partition is not None else None
@@ -369,24 +424,30 @@ class TaskTable:
             # (node executors that cannot start at all: the partition's small tasks have no
             # way to run either)
             if lm.name in (p.default_launcher, self.single_node_launcher) and p.open:
-                self.close_partition(p, f"launcher {lm.name} cannot be started: {lm.reason}",
-                                     held)
+                self.close_partition(p, f"launcher {lm.name} cannot be started: {lm.reason}", held)
             else:
                 self.release(held)
                 for t in held:
                     if t.final_state is None:
-                        t.reason = (f"launch failed: launcher {lm.name} of partition "
-                                    f"{p.index} cannot be started: {lm.reason}")
+                        t.reason = (
+                            f"launch failed: launcher {lm.name} of partition "
+                            f"{p.index} cannot be started: {lm.reason}"
+                        )
                         self.final(t, S.FAILED)
 
     def close_partition(self, p: Partition, why: str, held: list) -> None:
         """Nothing can run on p any more: its nodes are reported, its waiting and held tasks
         go to the other partitions (or fail with the reason if none can hold them)."""
-        self.events.record(self.uid, E.PARTITION_CLOSED,
-                           f"p{p.index} ({', '.join(p.names[:8])}"
-                           f"{'...' if len(p.names) > 8 else ''}): {why}"[:500])
-        log.error("partition %d closed (%d nodes: %s): %s", p.index, len(p.names),
-                  ",".join(p.names), why)
+        self.events.record(
+            self.uid,
+            E.PARTITION_CLOSED,
+            f"p{p.index} ({', '.join(p.names[:8])}{'...' if len(p.names) > 8 else ''}): {why}"[
+                :500
+            ],
+        )
+        log.error(
+            "partition %d closed (%d nodes: %s): %s", p.index, len(p.names), ",".join(p.names), why
+        )
         moved = self.evacuate(p, held, why)
         if not any(q.open for q in self.partitions):
             self.stop(S.FAILED, f"no partition can launch: {why}", "launchers")
@@ -455,9 +516,15 @@ class TaskTable:
                 state = S.DONE
             else:
                 state = S.FAILED
-            if state == S.FAILED and t.attempt < t.spec.retries and stopping is None \
-                    and (t.kill_reason is None
-                         or t.kill_reason[1].startswith(("timed out", "launch failed"))):
+            if (
+                state == S.FAILED
+                and t.attempt < t.spec.retries
+                and stopping is None
+                and (
+                    t.kill_reason is None
+                    or t.kill_reason[1].startswith(("timed out", "launch failed"))
+                )
+            ):
                 self.retry(t, now)
                 continue
             self.final(t, state, now, ran=True, outputs=outputs.get(t, (None, None)))
@@ -497,8 +564,9 @@ class TaskTable:
     def retry(self, t: AgentTask, now: float) -> None:
         """Run a failed task again after a backoff (0.5 s doubling, at most 30 s). The client
         sees a `retry` sub-event with the reason, never a FAILED it would have to take back."""
-        why = t.reason or (f"killed by {signal_name(t.signal)}" if t.signal
-                           else f"exit code {t.exit_code}")
+        why = t.reason or (
+            f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}"
+        )
         t.attempt += 1
         delay = min(30.0, 0.5 * 2 ** (t.attempt - 1))
         detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
@@ -515,8 +583,14 @@ class TaskTable:
         t.timed = False
 
     # -- the end -------------------------------------------------------------------------------
-    def final(self, t: AgentTask, state: str, now: float | None = None, ran: bool = False,
-              outputs: tuple[str | None, str | None] | None = None) -> None:
+    def final(
+        self,
+        t: AgentTask,
+        state: str,
+        now: float | None = None,
+        ran: bool = False,
+        outputs: tuple[str | None, str | None] | None = None,
+    ) -> None:
         """Report a task's end: output staging, captured output, exit code, signal, reason."""
         now = self.clock.now() if now is None else now
         spec = t.spec
@@ -528,8 +602,12 @@ class TaskTable:
             # often missing, and the task's own failure is the reason to report
             if spec.output_staging and (state != S.FAILED or spec.stage_on_error):
                 try:
-                    stage(spec.output_staging, t.cwd or self.cwd_of(spec), outbound=True,
-                          sandbox=self.sandbox)
+                    stage(
+                        spec.output_staging,
+                        t.cwd or self.cwd_of(spec),
+                        outbound=True,
+                        sandbox=self.sandbox,
+                    )
                 except Exception as e:
                     if state == S.FAILED:
                         also = f"output staging failed too: {e}"
@@ -541,8 +619,9 @@ class TaskTable:
             if stdout or stderr:  # journaled with the final: a re-attached client gets them
                 self.reports.journal.append(["out", spec.uid, stdout, stderr])
             if state == S.FAILED and t.reason is None:
-                t.reason = (f"killed by {signal_name(t.signal)}" if t.signal
-                            else f"exit code {t.exit_code}")
+                t.reason = (
+                    f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}"
+                )
                 if stderr:
                     t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
             if also:
@@ -557,18 +636,33 @@ class TaskTable:
             t.work = 0.0
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)
-        self.reports.journal.append(["final", spec.uid, state, t.exit_code if ran else None,
-                                     t.signal, t.reason, now])
-        self.reports.update(_wire.Update(
-            spec.uid, state, now, exit_code=t.exit_code if ran else None,
-            signal=t.signal, reason=t.reason, stdout=stdout, stderr=stderr))
+        self.reports.journal.append(
+            ["final", spec.uid, state, t.exit_code if ran else None, t.signal, t.reason, now]
+        )
+        self.reports.update(
+            _wire.Update(
+                spec.uid,
+                state,
+                now,
+                exit_code=t.exit_code if ran else None,
+                signal=t.signal,
+                reason=t.reason,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        )
         if t.partition is not None and t.partition.draining:
             self.drain_check = True
         for listener in self.ended:
             listener.task_ended(t, state, stderr)
 
-    def cancel(self, uids: list[str], reason: str = "canceled by the user",
-               running_state: str = S.CANCELED, waiting_state: str = S.CANCELED) -> None:
+    def cancel(
+        self,
+        uids: list[str],
+        reason: str = "canceled by the user",
+        running_state: str = S.CANCELED,
+        waiting_state: str = S.CANCELED,
+    ) -> None:
         if self.calls is not None and self.calls.calls:
             uids = self.calls.cancel(uids, running_state, reason)
         to_kill = []
@@ -599,8 +693,9 @@ class TaskTable:
         self.runner.kill(tasks, _signal.SIGTERM)
         # what left the task's process group (setsid) is signalled by its environment mark
         if not self.sim:
-            kill_marked(self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks},
-                        _signal.SIGTERM)
+            kill_marked(
+                self.sandbox, "PILOTFISH_TASK_UID", {t.spec.uid for t in tasks}, _signal.SIGTERM
+            )
         when = self.clock.now() + KILL_GRACE
         for t in tasks:
             self.timer(when, "kill", t)

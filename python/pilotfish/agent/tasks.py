@@ -39,8 +39,12 @@ class TaskState(enum.Enum):
 
 
 NEW, WAITING, PLACED, HELD = TaskState.NEW, TaskState.WAITING, TaskState.PLACED, TaskState.HELD
-RUNNING, BACKOFF, DROPPED, FINAL = (TaskState.RUNNING, TaskState.BACKOFF, TaskState.DROPPED,
-                                    TaskState.FINAL)
+RUNNING, BACKOFF, DROPPED, FINAL = (
+    TaskState.RUNNING,
+    TaskState.BACKOFF,
+    TaskState.DROPPED,
+    TaskState.FINAL,
+)
 
 # from -> the states it may go to (and why)
 LEGAL: dict[TaskState, frozenset[TaskState]] = {
@@ -71,18 +75,45 @@ class IllegalTransition(RuntimeError):
 def move(task: "AgentTask", to: TaskState) -> None:
     """The one place a task's state changes."""
     if to not in LEGAL[task.state]:
-        raise IllegalTransition(f"task {task.spec.uid}: {task.state.name} -> {to.name} is not "
-                                f"a move the agent makes (tasks.LEGAL)")
+        raise IllegalTransition(
+            f"task {task.spec.uid}: {task.state.name} -> {to.name} is not "
+            f"a move the agent makes (tasks.LEGAL)"
+        )
     task.state = to
 
 
 class AgentTask:
     """The agent's view of one task."""
 
-    __slots__ = ("spec", "seq", "key", "state", "slots", "procs", "running", "exit_code",
-                 "signal", "reason", "kill_reason", "out_paths", "cwd", "final_state", "released",
-                 "lm", "launch", "attempt", "queued", "spool", "partition", "work", "held",
-                 "timed", "extra_outs", "gen", "rkeys")
+    __slots__ = (
+        "spec",
+        "seq",
+        "key",
+        "state",
+        "slots",
+        "procs",
+        "running",
+        "exit_code",
+        "signal",
+        "reason",
+        "kill_reason",
+        "out_paths",
+        "cwd",
+        "final_state",
+        "released",
+        "lm",
+        "launch",
+        "attempt",
+        "queued",
+        "spool",
+        "partition",
+        "work",
+        "held",
+        "timed",
+        "extra_outs",
+        "gen",
+        "rkeys",
+    )
 
     def __init__(self, spec, seq: int):
         self.spec = spec

@@ -24,8 +24,13 @@ def batch_time_left(resource: str, env=os.environ) -> float | None:
     if resource != "slurm" or not job:
         return None
     try:
-        r = subprocess.run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True,
-                           text=True, timeout=10, check=False)
+        r = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%L"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_slurm_time(r.stdout.strip())

@@ -35,21 +35,25 @@ import cloudpickle
 import msgspec
 
 from .. import _running
-from .._wire import (RESULT_CANCELED, RESULT_ERROR, RESULT_IN_FILE, RESULT_OK,
-                     RESULT_RETURNED)
+from .._wire import RESULT_CANCELED, RESULT_ERROR, RESULT_IN_FILE, RESULT_OK, RESULT_RETURNED
 
-LOG_BYTES = 1 << 30          # the result log's size (sparse: only what is written costs)
-BIG_RESULT = 64 << 10        # larger results go to a file of their own, named in the log
-MAX_OUTPUT = 1 << 20         # a call's captured stdout/stderr, as a task's (1 MiB each)
+LOG_BYTES = 1 << 30  # the result log's size (sparse: only what is written costs)
+BIG_RESULT = 64 << 10  # larger results go to a file of their own, named in the log
+MAX_OUTPUT = 1 << 20  # a call's captured stdout/stderr, as a task's (1 MiB each)
 MAX_RECORD = BIG_RESULT + 2 * 4 * MAX_OUTPUT + 4096  # the most one result record can take
-FLUSH_S = 0.002              # tell the agent how far the log is at least this often
+FLUSH_S = 0.002  # tell the agent how far the log is at least this often
 _LEN = struct.Struct("<I")
 
-CHECK_S = 0.001              # look for cancels and new batches between calls this often
+CHECK_S = 0.001  # look for cancels and new batches between calls this often
 
 # the first byte of a result payload (_wire says what follows each)
-OK, ERROR, IN_FILE, CANCELED, RETURNED = (RESULT_OK, RESULT_ERROR, RESULT_IN_FILE,
-                                          RESULT_CANCELED, RESULT_RETURNED)
+OK, ERROR, IN_FILE, CANCELED, RETURNED = (
+    RESULT_OK,
+    RESULT_ERROR,
+    RESULT_IN_FILE,
+    RESULT_CANCELED,
+    RESULT_RETURNED,
+)
 
 
 class ResultLog:
@@ -62,8 +66,9 @@ class ResultLog:
         try:
             if create:
                 os.ftruncate(fd, LOG_BYTES)
-            self.map = mmap.mmap(fd, LOG_BYTES, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | (mmap.PROT_WRITE if create else 0))
+            self.map = mmap.mmap(
+                fd, LOG_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | (mmap.PROT_WRITE if create else 0)
+            )
         finally:
             os.close(fd)
         self.offset = 0
@@ -74,7 +79,7 @@ class ResultLog:
     def append(self, record: bytes) -> None:
         off = self.offset
         end = off + _LEN.size + len(record)
-        self.map[off + _LEN.size:end] = record
+        self.map[off + _LEN.size : end] = record
         _LEN.pack_into(self.map, off, len(record))  # the commit
         self.offset = end
 
@@ -86,7 +91,7 @@ class ResultLog:
             n = _LEN.unpack_from(m, off)[0]
             if n == 0:
                 break
-            out.append(m[off + _LEN.size:off + _LEN.size + n])
+            out.append(m[off + _LEN.size : off + _LEN.size + n])
             off += _LEN.size + n
         return off, out
 
@@ -164,8 +169,9 @@ def run_call(fn, call: bytes, comm, result_dir: str, uid: str) -> bytes:
     try:
         data = cloudpickle.dumps(part[1], protocol=5)
     except Exception as e:  # noqa: BLE001 -- the result cannot travel: say so
-        return error_payload(TypeError(f"the result ({type(part[1]).__qualname__}) cannot be "
-                                       f"pickled: {e}"))
+        return error_payload(
+            TypeError(f"the result ({type(part[1]).__qualname__}) cannot be pickled: {e}")
+        )
     if len(data) > BIG_RESULT:
         path = os.path.join(result_dir, uid + ".result")
         with open(path, "wb") as f:
@@ -222,8 +228,9 @@ def main(argv: list[str]) -> int:
 
     ctx = zmq.Context(1)
     # (the same identity after a reconnect)
-    sock = curve_dealer(ctx, os.environ.pop("PILOTFISH_FN_KEYFILE"), address,
-                        identity=uid.encode(), linger=2000)
+    sock = curve_dealer(
+        ctx, os.environ.pop("PILOTFISH_FN_KEYFILE"), address, identity=uid.encode(), linger=2000
+    )
     # On the agent's host the results go through the shared result log (a crash loses
     # nothing written). On another node the agent cannot map our pages: the records travel
     # with the "done" messages instead, and a crash loses the results of the last few ms,
@@ -285,7 +292,7 @@ def main(argv: list[str]) -> int:
             last_flush = last_check = time.monotonic()
             for call_uid, fn_id, fn_bytes, call, timeout in batch:
                 if log is not None and not log.room(MAX_RECORD):  # recycle before a result
-                    bye = "result log full"                      # could not be kept
+                    bye = "result log full"  # could not be kept
                     break
                 now = time.monotonic()
                 if comm is None and now - last_check >= CHECK_S:  # cancels, more batches

@@ -27,15 +27,43 @@ from __future__ import annotations
 
 from . import _runtime
 from ._collection import Collection, Element, ElementProxy
-from ._errors import (AmtError, CollectiveMismatchError, HandlerError, IndexOutOfRangeError,
-                      MigrationError, UnknownHandlerError)
+from ._errors import (
+    AmtError,
+    CollectiveMismatchError,
+    HandlerError,
+    IndexOutOfRangeError,
+    MigrationError,
+    UnknownHandlerError,
+)
 from ._instrument import LBStats, LoadModel, PhaseStats, imbalance
 
 __all__ = [
-    "AmtError", "CollectiveMismatchError", "Collection", "Element", "ElementProxy",
-    "HandlerError", "IndexOutOfRangeError", "LBStats", "LoadModel", "MigrationError",
-    "PhaseStats", "UnknownHandlerError", "configure", "epoch", "finalize", "imbalance", "mpi",
-    "phase", "progress", "quiesce", "rank", "rebalance", "run", "size", "stats", "strategies",
+    "AmtError",
+    "CollectiveMismatchError",
+    "Collection",
+    "Element",
+    "ElementProxy",
+    "HandlerError",
+    "IndexOutOfRangeError",
+    "LBStats",
+    "LoadModel",
+    "MigrationError",
+    "PhaseStats",
+    "UnknownHandlerError",
+    "configure",
+    "epoch",
+    "finalize",
+    "imbalance",
+    "mpi",
+    "phase",
+    "progress",
+    "quiesce",
+    "rank",
+    "rebalance",
+    "run",
+    "size",
+    "stats",
+    "strategies",
 ]
 
 
@@ -44,6 +72,7 @@ def mpi():
     import MPI through this (or import pilotfish.amt first) when both MPICH and Open MPI are
     installed in one environment."""
     from ._mpi import mpi as _mpi
+
     return _mpi()
 
 
@@ -57,10 +86,15 @@ def size() -> int:
     return _runtime.get().size
 
 
-def configure(measure: bool | None = None, sync_timeout: float | None = None,
-              batch_max: int | None = None, inband_max: int | None = None,
-              clock: str | None = None, idle: str | None = None,
-              send_ahead: float | None = None) -> None:
+def configure(
+    measure: bool | None = None,
+    sync_timeout: float | None = None,
+    batch_max: int | None = None,
+    inband_max: int | None = None,
+    clock: str | None = None,
+    idle: str | None = None,
+    send_ahead: float | None = None,
+) -> None:
     """Runtime settings (local to this rank; set them the same everywhere).
 
     measure       time handlers as element load (default True); False: only add_load() counts
@@ -77,9 +111,15 @@ def configure(measure: bool | None = None, sync_timeout: float | None = None,
                   (0: before every handler; short handlers in a row then no longer share
                   batches)
     """
-    _runtime.get().configure(measure=measure, sync_timeout=sync_timeout, batch_max=batch_max,
-                             inband_max=inband_max, clock=clock, idle=idle,
-                             send_ahead=send_ahead)
+    _runtime.get().configure(
+        measure=measure,
+        sync_timeout=sync_timeout,
+        batch_max=batch_max,
+        inband_max=inband_max,
+        clock=clock,
+        idle=idle,
+        send_ahead=send_ahead,
+    )
 
 
 class epoch:
@@ -115,15 +155,17 @@ def phase() -> PhaseStats:
     return _runtime.get().phase()
 
 
-def rebalance(strategy: str = "greedy", model: str = "last", collections=None,
-              **options) -> LBStats:
+def rebalance(
+    strategy: str = "greedy", model: str = "last", collections=None, **options
+) -> LBStats:
     """Collective: predict each element's load with `model` ('last', 'median:N', 'mean:N', 'linear:N')
     from the closed phases, place elements with `strategy` ('greedy', 'greedy_refine',
     'hierarchical', 'tempered', or 'home' to send all back home) and migrate them.
     collections: only these collections' elements (default: every migratable collection).
     Options go to the strategy (see docs/amt.md). Returns LBStats."""
-    return _runtime.get().rebalance(strategy=strategy, model=model, collections=collections,
-                                    **options)
+    return _runtime.get().rebalance(
+        strategy=strategy, model=model, collections=collections, **options
+    )
 
 
 def finalize() -> None:
@@ -134,12 +176,18 @@ def finalize() -> None:
 def stats() -> dict:
     """This rank's counters (handlers run, messages forwarded, batches, bytes, waves ...)."""
     rt = _runtime.get()
-    return {**rt.stats, **rt.messenger.stats, "waves": rt.td.waves, "rank": rt.rank,
-            "size": rt.size}
+    return {
+        **rt.stats,
+        **rt.messenger.stats,
+        "waves": rt.td.waves,
+        "rank": rt.rank,
+        "size": rt.size,
+    }
 
 
 def strategies() -> list[str]:
     from .lb import STRATEGIES
+
     return sorted(STRATEGIES)
 
 
@@ -159,8 +207,10 @@ def run(main, *args, **kwargs):
             rt.finalize()
             raise
         rt.failed = True
-        sys.stderr.write(f"[pilotfish.amt rank {rt.rank}/{rt.size}] "
-                         f"{type(exc).__name__} in main; aborting all ranks\n")
+        sys.stderr.write(
+            f"[pilotfish.amt rank {rt.rank}/{rt.size}] "
+            f"{type(exc).__name__} in main; aborting all ranks\n"
+        )
         traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()

@@ -39,8 +39,10 @@ class Element:
         """Add synthetic load to this element's current phase (see amt.configure(measure=))."""
         coll = self.collection
         if not (isinstance(load, numbers.Real) and math.isfinite(load) and load >= 0):
-            raise ValueError(f"{coll.describe(self._amt_flat)}.add_load({load!r}): a load must "
-                             "be a finite number >= 0")
+            raise ValueError(
+                f"{coll.describe(self._amt_flat)}.add_load({load!r}): a load must "
+                "be a finite number >= 0"
+            )
         coll._synth[self._amt_flat] = coll._synth.get(self._amt_flat, 0.0) + float(load)
 
     def migrate(self, rank: int) -> None:
@@ -75,6 +77,7 @@ class ElementProxy:
 
         def send(*args, **kwargs):
             rt.send_invoke(coll, flat, name, args, kwargs)
+
         send.__name__ = name
         return send
 
@@ -90,14 +93,12 @@ class Collection:
     distribution of their row-major flat index over the ranks.
     """
 
-    def __init__(self, element_class, shape, args=(), kwargs=None, name=None,
-                 migratable=True):
+    def __init__(self, element_class, shape, args=(), kwargs=None, name=None, migratable=True):
         if not (isinstance(element_class, type) and issubclass(element_class, Element)):
-            raise TypeError(f"amt.Collection: {element_class!r} is not a subclass of "
-                            "amt.Element")
+            raise TypeError(f"amt.Collection: {element_class!r} is not a subclass of amt.Element")
         self.shape = _normalise_shape(shape)
         self.n = prod(self.shape)
-        self._n1 = self.n if len(self.shape) == 1 else 0   # 1-D: an int index is its flat
+        self._n1 = self.n if len(self.shape) == 1 else 0  # 1-D: an int index is its flat
         self.element_class = element_class
         self.name = name or element_class.__name__
         self.migratable = migratable
@@ -107,11 +108,11 @@ class Collection:
         self.cid = rt.register(self)
         self.loc = LocationManager(rt.rank, rt.size, self.n)
         self._local: dict[int, Element] = {}
-        self._meta: dict[int, list] = {}      # flat -> [version, load history]
-        self._load: dict[int, float] = {}     # flat -> measured load this phase
-        self._synth: dict[int, float] = {}    # flat -> synthetic load this phase
+        self._meta: dict[int, list] = {}  # flat -> [version, load history]
+        self._load: dict[int, float] = {}  # flat -> measured load this phase
+        self._synth: dict[int, float] = {}  # flat -> synthetic load this phase
         self._handlers: dict[str, bool] = {}
-        self._lost: dict[int, str] = {}       # flat -> why (state could not be unpickled)
+        self._lost: dict[int, str] = {}  # flat -> why (state could not be unpickled)
         # (flat, handler) -> wall seconds of its last run here; (-1, hook) for the migration
         # hooks: whether a handler is short enough to run before pending sends leave
         self._span: dict[tuple, float] = {}
@@ -153,8 +154,10 @@ class Collection:
                     return flat
         except TypeError:
             pass
-        raise IndexOutOfRangeError(f"index {index!r} is outside collection {self.name!r} of "
-                                   f"shape {self.shape if len(shape) > 1 else shape[0]}")
+        raise IndexOutOfRangeError(
+            f"index {index!r} is outside collection {self.name!r} of "
+            f"shape {self.shape if len(shape) > 1 else shape[0]}"
+        )
 
     def _unflat(self, flat: int):
         if len(self.shape) == 1:
@@ -172,22 +175,25 @@ class Collection:
         ok = self._handlers.get(name)
         if ok is None:
             attr = getattr(self.element_class, name, None)
-            ok = (callable(attr) and not name.startswith("_")
-                  and not isinstance(attr, property))
+            ok = callable(attr) and not name.startswith("_") and not isinstance(attr, property)
             self._handlers[name] = ok
         if not ok:
-            raise UnknownHandlerError(f"{self.describe(flat)} has no handler {name!r} "
-                                      f"({self.element_class.__qualname__} defines no public "
-                                      f"method {name!r})")
+            raise UnknownHandlerError(
+                f"{self.describe(flat)} has no handler {name!r} "
+                f"({self.element_class.__qualname__} defines no public "
+                f"method {name!r})"
+            )
 
     # -- messages ------------------------------------------------------------------------------
     def __getitem__(self, index) -> ElementProxy:
-        return ElementProxy(self, self._flat(index))      # (a destroyed one fails at the send)
+        return ElementProxy(self, self._flat(index))  # (a destroyed one fails at the send)
 
     def _check_alive(self) -> None:
         if self.destroyed:
-            raise AmtError(f"collection {self.name!r} was destroyed: its elements can no "
-                           "longer be messaged or migrated")
+            raise AmtError(
+                f"collection {self.name!r} was destroyed: its elements can no "
+                "longer be messaged or migrated"
+            )
 
     def send(self, index, method: str, *args, **kwargs) -> None:
         """coll.send(i, "m", *args) == coll[i].m(*args) (a little faster)."""
@@ -220,8 +226,9 @@ class Collection:
         flat = self._flat(index)
         rank = operator.index(rank)
         if not 0 <= rank < self._rt.size:
-            raise ValueError(f"migrate {self.describe(flat)}: no rank {rank} "
-                             f"(size {self._rt.size})")
+            raise ValueError(
+                f"migrate {self.describe(flat)}: no rank {rank} (size {self._rt.size})"
+            )
         if not self.migratable:
             raise AmtError(f"collection {self.name!r} is not migratable")
         self._rt.send_migrate(self, flat, rank)
@@ -254,8 +261,10 @@ class Collection:
         self._rt.destroy(self)
 
     def __repr__(self) -> str:
-        return (f"<amt.Collection {self.name!r} shape={self.shape} "
-                f"local={len(self._local)} on rank {self._rt.rank}>")
+        return (
+            f"<amt.Collection {self.name!r} shape={self.shape} "
+            f"local={len(self._local)} on rank {self._rt.rank}>"
+        )
 
 
 def _normalise_shape(shape) -> tuple[int, ...]:
@@ -265,8 +274,9 @@ def _normalise_shape(shape) -> tuple[int, ...]:
         else:
             dims = (operator.index(shape),)
     except TypeError:
-        raise TypeError(f"amt.Collection shape must be an int or a tuple of ints, "
-                        f"not {shape!r}") from None
+        raise TypeError(
+            f"amt.Collection shape must be an int or a tuple of ints, not {shape!r}"
+        ) from None
     if not dims or any(d < 1 for d in dims):
         raise ValueError(f"amt.Collection shape must be positive, got {shape!r}")
     return dims

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-HISTORY = 32   # phases kept per element
+HISTORY = 32  # phases kept per element
 
 
 class LoadModel:
@@ -27,14 +27,15 @@ class LoadModel:
         self.spec = spec
         kind, _, arg = spec.partition(":")
         if kind not in ("last", "median", "mean", "linear"):
-            raise ValueError(f"unknown load model {spec!r}: use 'last', 'median:N', 'mean:N' "
-                             "or 'linear:N'")
+            raise ValueError(
+                f"unknown load model {spec!r}: use 'last', 'median:N', 'mean:N' or 'linear:N'"
+            )
         if kind == "last":
             if arg:
                 raise ValueError(f"load model 'last' takes no argument (got {spec!r})")
             self.n = 1
         else:
-            least = 2 if kind == "linear" else 1       # a line needs two points
+            least = 2 if kind == "linear" else 1  # a line needs two points
             try:
                 self.n = int(arg)
             except ValueError:
@@ -48,7 +49,7 @@ class LoadModel:
             return 0.0
         if self.kind == "last":
             return history[-1]
-        recent = history[-self.n:]
+        recent = history[-self.n :]
         if self.kind == "median":
             return float(statistics.median(recent))
         if self.kind == "linear" and len(recent) > 1:
@@ -87,8 +88,8 @@ class PhaseStats:
     imbalance: float
     max_load: float
     mean_load: float
-    elements: int                       # elements on this rank
-    collections: dict = field(default_factory=dict)   # collection name -> per-rank loads
+    elements: int  # elements on this rank
+    collections: dict = field(default_factory=dict)  # collection name -> per-rank loads
 
     def imbalance_of(self, name: str) -> float:
         """max/mean of one collection's per-rank loads in this phase."""
@@ -101,12 +102,12 @@ class LBStats:
 
     strategy: str
     model: str
-    imbalance_before: float             # max/mean of predicted rank loads before
-    imbalance_after: float              # ... with the new placement (prediction)
-    migrations: int                     # elements that changed rank, all ranks
-    migrated_bytes: int                 # serialised size of the migrated elements, all ranks
-    strategy_seconds: float             # time to decide (max over ranks)
-    migrate_seconds: float              # time to move the elements (max over ranks)
+    imbalance_before: float  # max/mean of predicted rank loads before
+    imbalance_after: float  # ... with the new placement (prediction)
+    migrations: int  # elements that changed rank, all ranks
+    migrated_bytes: int  # serialised size of the migrated elements, all ranks
+    strategy_seconds: float  # time to decide (max over ranks)
+    migrate_seconds: float  # time to move the elements (max over ranks)
     rank_loads_before: list[float] = field(default_factory=list)
     rank_loads_after: list[float] = field(default_factory=list)
-    details: dict = field(default_factory=dict)   # strategy-specific (e.g. tempered's trials)
+    details: dict = field(default_factory=dict)  # strategy-specific (e.g. tempered's trials)

@@ -38,8 +38,8 @@ class LocationManager:
         self.size = size
         self.n = n
         self.bounds = block_bounds(n, size)
-        self.where: dict[int, tuple[int, int]] = {}   # flat -> (rank, version)
-        self.parked: dict[int, list] = {}             # flat -> messages waiting for arrival
+        self.where: dict[int, tuple[int, int]] = {}  # flat -> (rank, version)
+        self.parked: dict[int, list] = {}  # flat -> messages waiting for arrival
         self.forwarded = 0
 
     def home(self, flat: int) -> int:

@@ -35,12 +35,13 @@ def _raise(msg, exc):
 
 
 def _out_of_band(buf):
-    return False      # probing picklability: large buffers are not copied
+    return False  # probing picklability: large buffers are not copied
 
 
 class Messenger:
-    def __init__(self, MPI, comm, batch_max: int = 512, inband_max: int = 8192,
-                 batch_bytes: int = 1 << 20):
+    def __init__(
+        self, MPI, comm, batch_max: int = 512, inband_max: int = 8192, batch_bytes: int = 1 << 20
+    ):
         self.MPI = MPI
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -56,8 +57,14 @@ class Messenger:
         # called with (message, exception) for a message that cannot be pickled: it is left
         # out of its batch (the others still go) and the owner reports it
         self.on_unpicklable = _raise
-        self.stats = {"batches_sent": 0, "messages_sent": 0, "bytes_sent": 0,
-                      "oob_buffers_sent": 0, "batches_received": 0, "messages_received": 0}
+        self.stats = {
+            "batches_sent": 0,
+            "messages_sent": 0,
+            "bytes_sent": 0,
+            "oob_buffers_sent": 0,
+            "batches_received": 0,
+            "messages_received": 0,
+        }
 
     # -- sending ------------------------------------------------------------------------------
     def post(self, dest: int, msg: tuple, nbytes: int = 0) -> None:
@@ -91,9 +98,9 @@ class Messenger:
         def callback(pb):
             m = pb.raw()
             if m.nbytes < inband_max:
-                return True          # small: in the stream
+                return True  # small: in the stream
             bufs.append(m)
-            return False             # large: its own Isend, no copy
+            return False  # large: its own Isend, no copy
 
         try:
             data = pickle.dumps(batch, protocol=5, buffer_callback=callback)
@@ -153,7 +160,7 @@ class Messenger:
                 b = bytearray(size)
                 comm.Recv([b, MPI.BYTE], src, BUF_TAG)
                 bufs.append(b)
-            batch = pickle.loads(memoryview(head)[4 + 8 * n:], buffers=bufs)
+            batch = pickle.loads(memoryview(head)[4 + 8 * n :], buffers=bufs)
             got.append((src, batch))
             self.stats["batches_received"] += 1
             self.stats["messages_received"] += len(batch)

@@ -34,14 +34,13 @@ from ._mpi import check_world, mpi
 from ._termination import TerminationDetector
 
 INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
-GID_SHIFT = 40          # global object id = cid << GID_SHIFT | flat
-MAX_HOPS = 10_000       # a routing loop would be a bug: reported, never silent
-STEP_SECONDS = 0.001    # a scheduler step sends its batches after at most ~this long
-SEND_AHEAD = 50e-6      # a handler expected to run longer than this sends what is pending
-                        # for other ranks before it starts (~ a few times a batch's own cost)
+GID_SHIFT = 40  # global object id = cid << GID_SHIFT | flat
+MAX_HOPS = 10_000  # a routing loop would be a bug: reported, never silent
+STEP_SECONDS = 0.001  # a scheduler step sends its batches after at most ~this long
+SEND_AHEAD = 50e-6  # a handler expected to run longer than this sends what is pending
+# for other ranks before it starts (~ a few times a batch's own cost)
 
-COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce",
-               "destroy")
+COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce", "destroy")
 
 _RUNTIME: Runtime | None = None
 
@@ -103,27 +102,42 @@ class Runtime:
         self.early: dict[int, list] = {}
         self.epoch_counter = 0
         self.epoch_stack: list[int] = [0]
-        self.ctx_epoch: int | None = None     # epoch of the handler running now
-        self.ctx_elem = None                  # (collection, flat) of the handler running now
+        self.ctx_epoch: int | None = None  # epoch of the handler running now
+        self.ctx_elem = None  # (collection, flat) of the handler running now
         self.phase_id = 0
         self.op_seq = 0
         self.broken: str | None = None
         self.finalized = False
         self.failed = False
         self.measure = True
-        self.clock = time.perf_counter         # handler timing: wall clock by default
-        self._wall = time.perf_counter         # handler spans, for _send_ahead
-        self._cpu = None                       # self.clock when it is not the wall clock
-        self.idle_sleep = True                 # back off with short sleeps when idle
+        self.clock = time.perf_counter  # handler timing: wall clock by default
+        self._wall = time.perf_counter  # handler spans, for _send_ahead
+        self._cpu = None  # self.clock when it is not the wall clock
+        self.idle_sleep = True  # back off with short sleeps when idle
         self.send_ahead = SEND_AHEAD
         self.sync_timeout = _env_float("PILOTFISH_AMT_SYNC_TIMEOUT", 120.0)
-        self.stats = {"handlers": 0, "local_messages": 0, "forwarded": 0, "parked": 0,
-                      "migrations_in": 0, "migrations_out": 0, "hints": 0}
+        self.stats = {
+            "handlers": 0,
+            "local_messages": 0,
+            "forwarded": 0,
+            "parked": 0,
+            "migrations_in": 0,
+            "migrations_out": 0,
+            "hints": 0,
+        }
         self._install_hooks()
 
     # -- configuration / hooks -----------------------------------------------------------------
-    def configure(self, measure=None, sync_timeout=None, batch_max=None, inband_max=None,
-                  clock=None, idle=None, send_ahead=None):
+    def configure(
+        self,
+        measure=None,
+        sync_timeout=None,
+        batch_max=None,
+        inband_max=None,
+        clock=None,
+        idle=None,
+        send_ahead=None,
+    ):
         if measure is not None:
             self.measure = bool(measure)
         if clock is not None:
@@ -144,7 +158,7 @@ class Runtime:
             self.messenger.inband_max = int(inband_max)
         if send_ahead is not None:
             send_ahead = float(send_ahead)
-            if not send_ahead >= 0:      # also rejects nan
+            if not send_ahead >= 0:  # also rejects nan
                 raise ValueError(f"amt.configure(send_ahead={send_ahead!r}): seconds >= 0")
             self.send_ahead = send_ahead
 
@@ -154,8 +168,10 @@ class Runtime:
         def hook(et, ev, tb):
             self.failed = True
             try:
-                sys.stderr.write(f"[pilotfish.amt rank {self.rank}/{self.size}] uncaught "
-                                 "exception; aborting all ranks\n")
+                sys.stderr.write(
+                    f"[pilotfish.amt rank {self.rank}/{self.size}] uncaught "
+                    "exception; aborting all ranks\n"
+                )
                 previous(et, ev, tb)
                 sys.stderr.flush()
             finally:
@@ -243,8 +259,10 @@ class Runtime:
     def _forward(self, coll, flat, msg):
         hops = msg[-1] + 1
         if hops > MAX_HOPS:
-            self._drop(msg[1], f"message for {coll.describe(flat)} routed {hops} times "
-                               "(location manager loop)")
+            self._drop(
+                msg[1],
+                f"message for {coll.describe(flat)} routed {hops} times (location manager loop)",
+            )
             return
         self.stats["forwarded"] += 1
         coll.loc.forwarded += 1
@@ -262,8 +280,11 @@ class Runtime:
         coll = self.colls.get(cid)
         name = coll.name if coll is not None else f"#{cid}"
         if kind == INVOKE:
-            who = coll.describe(msg[3]) if coll is not None else \
-                f"element {msg[3]} of collection {name}"
+            who = (
+                coll.describe(msg[3])
+                if coll is not None
+                else f"element {msg[3]} of collection {name}"
+            )
             return f"{who}.{msg[4]}()"
         if kind == BCAST:
             return f"broadcast .{msg[3]}() to collection {name!r}"
@@ -271,8 +292,11 @@ class Runtime:
 
     def _unpicklable(self, msg, exc):
         """A message to another rank that cannot be pickled (the messenger left it out)."""
-        self._drop(msg[1], f"cannot send {self._describe(msg)} to another rank: its arguments "
-                           f"cannot be pickled: {type(exc).__name__}: {exc}")
+        self._drop(
+            msg[1],
+            f"cannot send {self._describe(msg)} to another rank: its arguments "
+            f"cannot be pickled: {type(exc).__name__}: {exc}",
+        )
 
     def _post_loc(self, ep, coll, flat, to_rank, version):
         self.td.produced[ep] += 1
@@ -284,9 +308,8 @@ class Runtime:
         ep = msg[1]
         coll = self.colls.get(msg[2])
         if coll is None:
-            if msg[2] < self.next_cid:       # sent before the sender knew: reported, counted
-                self._drop(ep, f"{self._describe(msg)} arrived after its collection was "
-                               "destroyed")
+            if msg[2] < self.next_cid:  # sent before the sender knew: reported, counted
+                self._drop(ep, f"{self._describe(msg)} arrived after its collection was destroyed")
                 return
             self.early.setdefault(msg[2], []).append(msg)  # not created here yet
             return
@@ -299,8 +322,8 @@ class Runtime:
                 else:
                     self._forward(coll, flat, msg)
                 return
-            if msg[8] and msg[7] != self.rank:   # it was forwarded: tell the sender, before
-                self.stats["hints"] += 1         # the handler runs (the hint leaves with
+            if msg[8] and msg[7] != self.rank:  # it was forwarded: tell the sender, before
+                self.stats["hints"] += 1  # the handler runs (the hint leaves with
                 self._post_loc(ep, coll, flat, msg[7], coll.loc.version(flat))  # its sends)
             # the handler, inline (the hot path of every message): timed as the element's
             # load (self.clock) and, on the wall clock, as its span (see _send_ahead)
@@ -308,7 +331,8 @@ class Runtime:
             fn = getattr(el, method, None)
             if fn is None or not callable(fn):
                 self.td.errors[ep].append(
-                    f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}")
+                    f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}"
+                )
             else:
                 spans = coll._span
                 key = (flat, method)
@@ -327,7 +351,8 @@ class Runtime:
                 except Exception as exc:  # noqa: BLE001 - reported on every rank at epoch end
                     self.td.errors[ep].append(
                         f"rank {self.rank}: {coll.describe(flat)}.{method}() raised "
-                        f"{type(exc).__name__}: {exc}\n" + traceback.format_exc())
+                        f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()
+                    )
                 finally:
                     dt = wall() - t0
                     spans[key] = dt
@@ -345,8 +370,7 @@ class Runtime:
             _, ep, cid, method, args, kwargs = msg
             for flat in coll.loc.home_range(self.rank):
                 self.td.produced[ep] += 1
-                self._route(coll, flat, (INVOKE, ep, cid, flat, method, args, kwargs,
-                                         self.rank, 0))
+                self._route(coll, flat, (INVOKE, ep, cid, flat, method, args, kwargs, self.rank, 0))
             self.td.consumed[ep] += 1
         elif kind == ELEMENT:
             self._arrive(coll, msg)
@@ -371,7 +395,8 @@ class Runtime:
                 except Exception as exc:  # noqa: BLE001 - reported at epoch end
                     self.td.errors[ep].append(
                         f"rank {self.rank}: cannot migrate {coll.describe(flat)}: state not "
-                        f"serialisable: {type(exc).__name__}: {exc}")
+                        f"serialisable: {type(exc).__name__}: {exc}"
+                    )
                 else:
                     self._depart(coll, flat, dest, ep, data, bufs)
             self.td.consumed[ep] += 1
@@ -387,24 +412,28 @@ class Runtime:
             self.messenger.flush()
 
     def _lost_message(self, coll, flat, what, ep):
-        self._drop(ep, f"{coll.describe(flat)}{what}: the element was lost in migration "
-                       f"({coll._lost[flat]})")
+        self._drop(
+            ep,
+            f"{coll.describe(flat)}{what}: the element was lost in migration ({coll._lost[flat]})",
+        )
 
     def _hook(self, coll, flat, el, name, ep):
         """Run on_migrated_in/out as a handler of epoch ep: what it sends belongs to that epoch
         (the migration's), so the epoch's end waits for it."""
         spans = coll._span
-        key = (-1, name)                 # per collection: the element may be new here
+        key = (-1, name)  # per collection: the element may be new here
         if self.messenger.dirty:
-            self._send_ahead(spans, key)     # e.g. the departing element's own state
+            self._send_ahead(spans, key)  # e.g. the departing element's own state
         prev_ep, prev_el = self.ctx_epoch, self.ctx_elem
         self.ctx_epoch, self.ctx_elem = ep, (coll, flat)
         t0 = time.perf_counter()
         try:
             getattr(el, name)()
         except Exception:  # noqa: BLE001 - reported at epoch end
-            self.td.errors[ep].append(f"rank {self.rank}: {coll.describe(flat)}.{name}() "
-                                      "raised:\n" + traceback.format_exc())
+            self.td.errors[ep].append(
+                f"rank {self.rank}: {coll.describe(flat)}.{name}() "
+                "raised:\n" + traceback.format_exc()
+            )
         finally:
             spans[key] = time.perf_counter() - t0
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
@@ -416,11 +445,20 @@ class Runtime:
         cur = coll._load.pop(flat, 0.0)
         syn = coll._synth.pop(flat, 0.0)
         el = coll._local.pop(flat)
-        coll.loc.learn(flat, dest, version)     # forwarding pointer
+        coll.loc.learn(flat, dest, version)  # forwarding pointer
         self.td.produced[ep] += 1
-        self.messenger.post(dest, (ELEMENT, ep, coll.cid, flat, data,
-                                   [pickle.PickleBuffer(b) for b in bufs],
-                                   (version, meta[1], cur, syn)))
+        self.messenger.post(
+            dest,
+            (
+                ELEMENT,
+                ep,
+                coll.cid,
+                flat,
+                data,
+                [pickle.PickleBuffer(b) for b in bufs],
+                (version, meta[1], cur, syn),
+            ),
+        )
         self.stats["migrations_out"] += 1
         self._hook(coll, flat, el, "on_migrated_out", ep)
 
@@ -432,10 +470,13 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001
             # the sender no longer has it: keep a tombstone here (and tell its home), so that
             # every later message to it fails at once, naming it, instead of circling
-            self.td.errors[ep].append(f"rank {self.rank}: cannot unpickle migrated "
-                                      f"{coll.describe(flat)}:\n" + traceback.format_exc())
-            coll._lost[flat] = f"its state could not be unpickled on rank {self.rank}: " \
-                               f"{type(exc).__name__}: {exc}"
+            self.td.errors[ep].append(
+                f"rank {self.rank}: cannot unpickle migrated "
+                f"{coll.describe(flat)}:\n" + traceback.format_exc()
+            )
+            coll._lost[flat] = (
+                f"its state could not be unpickled on rank {self.rank}: {type(exc).__name__}: {exc}"
+            )
             self._settled_here(coll, flat, version, ep)
             return
         el.index = coll._unflat(flat)
@@ -515,8 +556,10 @@ class Runtime:
 
     def open_epoch(self) -> int:
         if self.ctx_epoch is not None:
-            raise AmtError("amt.epoch() is collective: open it in the main program on every "
-                           "rank, not inside a handler")
+            raise AmtError(
+                "amt.epoch() is collective: open it in the main program on every "
+                "rank, not inside a handler"
+            )
         ep = self.new_epoch()
         self.epoch_stack.append(ep)
         return ep
@@ -537,12 +580,15 @@ class Runtime:
             req, result, _ = td.wave(ep)
             self.wait_until(req.Test)
             p, c, e, s1, s2 = (int(x) for x in result)
-            if s1 * s1 != s2 * self.size:    # sum(ep)^2 == n * sum(ep^2) iff all ranks' ep agree
-                self.broken = (f"rank {self.rank} waited for epoch {ep} while another rank "
-                               "waited for a different epoch")
+            if s1 * s1 != s2 * self.size:  # sum(ep)^2 == n * sum(ep^2) iff all ranks' ep agree
+                self.broken = (
+                    f"rank {self.rank} waited for epoch {ep} while another rank "
+                    "waited for a different epoch"
+                )
                 raise CollectiveMismatchError(
                     f"amt.epoch(): ranks closed different epochs (rank {self.rank}: epoch {ep}); "
-                    "every rank must open and close the same epochs in the same order")
+                    "every rank must open and close the same epochs in the same order"
+                )
             # handler errors are raised once the epoch has ended, not at the first wave that
             # sees one: what the failing handlers' siblings sent still runs within the epoch
             if p == c and prev == (p, c):
@@ -560,13 +606,16 @@ class Runtime:
         everyone = self.comm_td.allgather(mine)
         failures = [(r, text) for r, texts in enumerate(everyone) for text in texts]
         first = failures[0][1] if failures else "?"
-        raise HandlerError(f"{len(failures)} handler failure(s) in epoch {ep}; first: {first}",
-                           failures)
+        raise HandlerError(
+            f"{len(failures)} handler failure(s) in epoch {ep}; first: {first}", failures
+        )
 
     def _require_top_level(self, what: str):
         if self.ctx_epoch is not None:
-            raise AmtError(f"amt.{what}() is collective: call it from the main program on "
-                           "every rank, not inside a handler")
+            raise AmtError(
+                f"amt.{what}() is collective: call it from the main program on "
+                "every rank, not inside a handler"
+            )
         if len(self.epoch_stack) > 1:
             raise AmtError(f"amt.{what}() must be called outside `with amt.epoch():` blocks")
 
@@ -577,8 +626,10 @@ class Runtime:
         raises CollectiveMismatchError instead of hanging; ranks that entered different
         collectives all raise it at once, naming who called what."""
         if self.broken:
-            raise CollectiveMismatchError(f"amt.{what}(): the runtime is unusable after an "
-                                          f"earlier collective failure: {self.broken}")
+            raise CollectiveMismatchError(
+                f"amt.{what}(): the runtime is unusable after an "
+                f"earlier collective failure: {self.broken}"
+            )
         np = self.np
         self.op_seq += 1
         code = COLLECTIVES.index(what)
@@ -587,13 +638,16 @@ class Runtime:
         req = self.comm_ctl.Iallgather(send, recv)
         timeout = self.sync_timeout if timeout is None else timeout
         if not self.wait_until(req.Test, time.monotonic() + timeout):
-            self.broken = (f"rank {self.rank} entered amt.{what}() (collective #{self.op_seq}) "
-                           f"and the other ranks did not enter it within {timeout:g}s")
+            self.broken = (
+                f"rank {self.rank} entered amt.{what}() (collective #{self.op_seq}) "
+                f"and the other ranks did not enter it within {timeout:g}s"
+            )
             raise CollectiveMismatchError(
                 f"amt.{what}() was called on rank {self.rank} but not on every rank: the "
                 f"others did not call it within {timeout:g}s (collectives must be called by "
                 "all ranks, in the same order; timeout: amt.configure(sync_timeout=...) or "
-                "PILOTFISH_AMT_SYNC_TIMEOUT)")
+                "PILOTFISH_AMT_SYNC_TIMEOUT)"
+            )
         if (recv[:, 0] != code).any() or (recv[:, 1] != self.op_seq).any():
             calls: dict[str, list[int]] = {}
             for r, (c, s) in enumerate(recv.tolist()):
@@ -633,9 +687,15 @@ class Runtime:
         rows = self.comm_ctl.allgather((local, per_coll))
         loads = [row[0] for row in rows]
         by_coll = {name: [row[1].get(name, 0.0) for row in rows] for name in per_coll}
-        stats = PhaseStats(phase=self.phase_id, rank_loads=loads, imbalance=imbalance(loads),
-                           max_load=max(loads), mean_load=sum(loads) / len(loads),
-                           elements=count, collections=by_coll)
+        stats = PhaseStats(
+            phase=self.phase_id,
+            rank_loads=loads,
+            imbalance=imbalance(loads),
+            max_load=max(loads),
+            mean_load=sum(loads) / len(loads),
+            elements=count,
+            collections=by_coll,
+        )
         self.phase_id += 1
         return stats
 
@@ -681,8 +741,7 @@ class Runtime:
         self.finalized = True
 
     # -- load balancing ------------------------------------------------------------------------
-    def rebalance(self, strategy="greedy", model="last", collections=None,
-                  **options) -> LBStats:
+    def rebalance(self, strategy="greedy", model="last", collections=None, **options) -> LBStats:
         from .lb import make_strategy
 
         self._require_top_level("rebalance")
@@ -704,8 +763,10 @@ class Runtime:
                 loads.append(lm.predict(meta[flat][1]))
         ids = np.array(ids, dtype=np.int64)
         loads = np.array(loads, dtype=np.float64)
-        homes = np.array([self.colls[g >> GID_SHIFT].loc.home(g & ((1 << GID_SHIFT) - 1))
-                          for g in ids.tolist()], dtype=np.int64)
+        homes = np.array(
+            [self.colls[g >> GID_SHIFT].loc.home(g & ((1 << GID_SHIFT) - 1)) for g in ids.tolist()],
+            dtype=np.int64,
+        )
         # a strategy that fails on some ranks only would leave the others in its collectives:
         # loads are checked here, collectively, before any strategy runs
         bad = np.nonzero(~np.isfinite(loads) | (loads < 0))[0]
@@ -716,8 +777,10 @@ class Runtime:
             first = f"rank {self.rank}: {what} has predicted load {float(loads[bad[0]])!r}"
         firsts = [f for f in comm.allgather(first) if f]
         if firsts:
-            raise AmtError(f"rebalance: load model {lm.spec!r} predicted a negative or non-finite "
-                           f"load: {firsts[0]} (loads must be finite and >= 0)")
+            raise AmtError(
+                f"rebalance: load model {lm.spec!r} predicted a negative or non-finite "
+                f"load: {firsts[0]} (loads must be finite and >= 0)"
+            )
         comm.Barrier()
         t0 = time.perf_counter()
         dest = strat.run(comm, ids, loads, homes=homes)
@@ -742,17 +805,21 @@ class Runtime:
             try:
                 data, bufs, size = serialise(coll._local[flat])
             except Exception as exc:  # noqa: BLE001
-                failures.append(f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
-                                f"rank {int(dest[k])}: state not serialisable: "
-                                f"{type(exc).__name__}: {exc}")
+                failures.append(
+                    f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
+                    f"rank {int(dest[k])}: state not serialisable: "
+                    f"{type(exc).__name__}: {exc}"
+                )
                 continue
             prepared.append((coll, flat, int(dest[k]), data, bufs))
             nbytes += size
         all_failures = [f for fs in comm.allgather(failures) for f in fs]
         if all_failures:
-            raise MigrationError(f"rebalance({strat.name!r}) moved nothing: "
-                                 f"{len(all_failures)} element(s) cannot be serialised; "
-                                 f"first: {all_failures[0]}")
+            raise MigrationError(
+                f"rebalance({strat.name!r}) moved nothing: "
+                f"{len(all_failures)} element(s) cannot be serialised; "
+                f"first: {all_failures[0]}"
+            )
         ep = self.new_epoch()
         for coll, flat, d, data, bufs in prepared:
             self._depart(coll, flat, d, ep, data, bufs)
@@ -761,11 +828,19 @@ class Runtime:
         rows = comm.allgather((len(prepared), nbytes, t_strategy, t_migrate))
         totals = (sum(r[0] for r in rows), sum(r[1] for r in rows))
         times = (max(r[2] for r in rows), max(r[3] for r in rows))
-        return LBStats(strategy=strat.name, model=lm.spec, imbalance_before=imbalance(before),
-                       imbalance_after=imbalance(after.tolist()), migrations=int(totals[0]),
-                       migrated_bytes=int(totals[1]), strategy_seconds=times[0],
-                       migrate_seconds=times[1], rank_loads_before=before,
-                       rank_loads_after=after.tolist(), details=getattr(strat, "details", {}))
+        return LBStats(
+            strategy=strat.name,
+            model=lm.spec,
+            imbalance_before=imbalance(before),
+            imbalance_after=imbalance(after.tolist()),
+            migrations=int(totals[0]),
+            migrated_bytes=int(totals[1]),
+            strategy_seconds=times[0],
+            migrate_seconds=times[1],
+            rank_loads_before=before,
+            rank_loads_after=after.tolist(),
+            details=getattr(strat, "details", {}),
+        )
 
 
 def _combiner(op):
@@ -773,10 +848,18 @@ def _combiner(op):
 
     if callable(op):
         return op
-    table = {"sum": operator.add, "+": operator.add, "prod": operator.mul, "*": operator.mul,
-             "max": max, "min": min}
+    table = {
+        "sum": operator.add,
+        "+": operator.add,
+        "prod": operator.mul,
+        "*": operator.mul,
+        "max": max,
+        "min": min,
+    }
     try:
         return table[op]
     except KeyError:
-        raise ValueError(f"unknown reduction op {op!r}: use 'sum', 'prod', 'max', 'min' or a "
-                         "function of two values") from None
+        raise ValueError(
+            f"unknown reduction op {op!r}: use 'sum', 'prod', 'max', 'min' or a "
+            "function of two values"
+        ) from None

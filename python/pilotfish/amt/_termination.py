@@ -55,8 +55,16 @@ class TerminationDetector:
         np = self.np
         # epoch and epoch^2 ride along: their sums tell whether every rank waves for the same
         # epoch (a program that opens epochs on some ranks only would mix counters silently)
-        send = np.array([self.produced[epoch], self.consumed[epoch], len(self.errors[epoch]),
-                         epoch, epoch * epoch], dtype=np.int64)
+        send = np.array(
+            [
+                self.produced[epoch],
+                self.consumed[epoch],
+                len(self.errors[epoch]),
+                epoch,
+                epoch * epoch,
+            ],
+            dtype=np.int64,
+        )
         recv = np.zeros(5, dtype=np.int64)
         req = self.comm.Iallreduce(send, recv, op=self.MPI.SUM)
         self.waves += 1

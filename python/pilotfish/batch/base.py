@@ -35,8 +35,9 @@ class BatchJob:
         if state is None:
             return None
         n = len(state.get("adopted") or ())
-        return (f"agent process ended with {state.get('agent_status')}"
-                + (f"; its keeper saw {n} running task(s) through to their end" if n else ""))
+        return f"agent process ended with {state.get('agent_status')}" + (
+            f"; its keeper saw {n} running task(s) through to their end" if n else ""
+        )
 
     def stderr_tail(self, nbytes: int = 2048) -> str:
         """The end of the agent's stderr, for failure messages."""

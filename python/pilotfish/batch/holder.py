@@ -26,14 +26,21 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
     d = pilot.description
     active = next((t for s, t in pilot.history if s == "ACTIVE"), time.time())
     left = float(d.runtime) - (time.time() - active)
-    desc = PilotDescription(resource="slurm", nodes=nodes, runtime=max(60.0, left),
-                            queue=d.queue, project=d.project, reservation=d.reservation,
-                            environment=d.environment)
+    desc = PilotDescription(
+        resource="slurm",
+        nodes=nodes,
+        runtime=max(60.0, left),
+        queue=d.queue,
+        project=d.project,
+        reservation=d.reservation,
+        environment=d.environment,
+    )
     sandbox = os.path.join(pilot.sandbox, "grow", unit)
     os.makedirs(sandbox, mode=0o700, exist_ok=True)
     path = os.path.join(sandbox, "nodes.json")
-    job = PsijBatchJob(f"{pilot.uid}.{unit}", desc, sandbox,
-                       [sys.executable, "-m", "pilotfish.batch.holder", path])
+    job = PsijBatchJob(
+        f"{pilot.uid}.{unit}", desc, sandbox, [sys.executable, "-m", "pilotfish.batch.holder", path]
+    )
     job.submit()
     try:
         while not os.path.exists(path):
@@ -41,22 +48,29 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
                 raise PilotfishError(f"grow: {pilot.uid} ended ({pilot.state})")
             state, message = job.poll()
             if state not in ("QUEUED", "RUNNING"):
-                raise PilotfishError(f"grow: the batch job of {unit} ended ({state}) before "
-                                     f"it ran: {message or job.stderr_tail()}")
+                raise PilotfishError(
+                    f"grow: the batch job of {unit} ended ({state}) before "
+                    f"it ran: {message or job.stderr_tail()}"
+                )
             if deadline is not None and time.monotonic() > deadline:
-                raise PilotfishError(f"grow: the batch job of {unit} ({job.native_id}) did "
-                                     f"not start in time")
+                raise PilotfishError(
+                    f"grow: the batch job of {unit} ({job.native_id}) did not start in time"
+                )
             time.sleep(0.05)
         with open(path) as f:
             found = json.load(f)
     except BaseException:
         job.cancel()
         raise
-    infos = [_wire.NodeInfo(name,
-                            d.cores_per_node if d.cores_per_node is not None else cores,
-                            d.gpus_per_node if d.gpus_per_node is not None else gpus,
-                            d.mem_per_node if d.mem_per_node is not None else mem)
-             for name, cores, gpus, mem in found["nodes"]]
+    infos = [
+        _wire.NodeInfo(
+            name,
+            d.cores_per_node if d.cores_per_node is not None else cores,
+            d.gpus_per_node if d.gpus_per_node is not None else gpus,
+            d.mem_per_node if d.mem_per_node is not None else mem,
+        )
+        for name, cores, gpus, mem in found["nodes"]
+    ]
     return job, infos
 
 
@@ -69,8 +83,13 @@ def main(argv: list[str]) -> int:
     nodes = slurm_nodes(os.environ)
     tmp = argv[0] + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"job": os.environ.get("SLURM_JOB_ID"),
-                   "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in nodes]}, f)
+        json.dump(
+            {
+                "job": os.environ.get("SLURM_JOB_ID"),
+                "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in nodes],
+            },
+            f,
+        )
     os.replace(tmp, argv[0])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:  # held until the job is canceled (shrink) or its walltime ends

@@ -33,8 +33,14 @@ class LocalJob(BatchJob):
             raise
         try:
             self._proc = subprocess.Popen(
-                self.agent_argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                cwd=self.sandbox, start_new_session=True, close_fds=True)
+                self.agent_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=self.sandbox,
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             os.close(out)
             os.close(err)

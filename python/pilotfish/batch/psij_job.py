@@ -109,8 +109,10 @@ class PsijBatchJob(BatchJob):
         super().__init__(pilot_uid, description, sandbox, agent_argv)
         self.resource = description.resource
         if self.resource not in EXECUTORS:
-            raise ValueError(f"PsijBatchJob: no PSI/J executor for resource {self.resource!r} "
-                             f"(one of {', '.join(EXECUTORS)})")
+            raise ValueError(
+                f"PsijBatchJob: no PSI/J executor for resource {self.resource!r} "
+                f"(one of {', '.join(EXECUTORS)})"
+            )
         if not self.agent_argv:
             raise ValueError("PsijBatchJob: agent_argv is empty")
         self.work_dir = os.path.join(sandbox, "psij")
@@ -137,7 +139,9 @@ class PsijBatchJob(BatchJob):
                 config = BatchSchedulerExecutorConfig(
                     work_directory=Path(self.work_dir),
                     queue_polling_interval=_poll_interval(),  # type: ignore[arg-type]
-                    initial_queue_polling_delay=1, keep_files=True)
+                    initial_queue_polling_delay=1,
+                    keep_files=True,
+                )
             private_dir(self.work_dir)  # (PSI/J makes it 0755 else, and what it holds)
             try:
                 ex = psij.JobExecutor.get_instance(name, config=config)
@@ -154,16 +158,19 @@ class PsijBatchJob(BatchJob):
 
     def _script_writer(self, generate):
         """PSI/J's script generator, followed by harden_script."""
+
         def write(job, context, submit_file) -> None:
             out = io.StringIO()
             generate(job, context, out)
             submit_file.write(harden_script(self.resource, out.getvalue()))
+
         return write
 
     # -- failed queue polls ------------------------------------------------------------------
 
-    def _poll_failed(self, thread: Any, executor: Any, immediate: bool, error: Exception,
-                     message: str) -> None:
+    def _poll_failed(
+        self, thread: Any, executor: Any, immediate: bool, error: Exception, message: str
+    ) -> None:
         """In PSI/J's poll thread, in place of its _handle_poll_error (which fails every job
         the executor follows): count the failure, say so, and wait before the next try --
         the poll interval doubled per failure in a row, up to POLL_BACKOFF_MAX_S. The job
@@ -175,8 +182,14 @@ class PsijBatchJob(BatchJob):
             since = time.time() if self._trouble is None else self._trouble[2]
             self._trouble = (n, text, since)
         if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure in a row
-            log.warning("pilot %s: polling %s for job %s failed (%d in a row): %s; retrying",
-                        self.pilot_uid, self.resource, self.native_id, n, text)
+            log.warning(
+                "pilot %s: polling %s for job %s failed (%d in a row): %s; retrying",
+                self.pilot_uid,
+                self.resource,
+                self.native_id,
+                n,
+                text,
+            )
         interval = float(thread.config.queue_polling_interval)
         backoff = min(POLL_BACKOFF_MAX_S, interval * 2 ** min(n - 1, 20))  # (hours of it)
         end = time.monotonic() + backoff - interval  # (PSI/J sleeps the interval itself)
@@ -188,10 +201,13 @@ class PsijBatchJob(BatchJob):
         when, epoch seconds); None once a poll works again."""
         thread = getattr(self._executor, "_queue_poll_thread", None)
         with self._lock:
-            if self._trouble is not None and thread is not None and \
-                    thread._poll_error_count == 0:
-                log.info("pilot %s: polling %s works again (%d failed in a row)",
-                         self.pilot_uid, self.resource, self._trouble[0])
+            if self._trouble is not None and thread is not None and thread._poll_error_count == 0:
+                log.info(
+                    "pilot %s: polling %s works again (%d failed in a row)",
+                    self.pilot_uid,
+                    self.resource,
+                    self._trouble[0],
+                )
                 self._trouble = None
             return self._trouble
 
@@ -211,9 +227,11 @@ class PsijBatchJob(BatchJob):
         if d.mem_per_node:
             resources["memory"] = int(d.mem_per_node) * 1024 * 1024
         minutes = max(1, math.ceil(float(d.runtime) / 60.0))
-        attrs: dict[str, Any] = {"duration": timedelta(minutes=minutes),
-                                 "queue_name": d.queue or None,
-                                 "reservation_id": d.reservation or None}
+        attrs: dict[str, Any] = {
+            "duration": timedelta(minutes=minutes),
+            "queue_name": d.queue or None,
+            "reservation_id": d.reservation or None,
+        }
         if d.project and self.resource == "lsf":
             # PSI/J renders an LSF account as both `-G` (fair-share user group: a job is
             # rejected where the user is not in such a group) and `-P` (project): only -P
@@ -338,9 +356,14 @@ def harden_script(resource: str, script: str) -> str:
     at = 1 if lines and lines[0].startswith("#!") else 0
     extra = [d + "\n" for d in NODE_FAILURE_DIRECTIVES.get(resource, ())]
     lines[at:at] = extra
-    first = next((i for i, ln in enumerate(lines)
-                  if i >= at + len(extra) and ln.strip() and not ln.lstrip().startswith("#")),
-                 len(lines))
+    first = next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if i >= at + len(extra) and ln.strip() and not ln.lstrip().startswith("#")
+        ),
+        len(lines),
+    )
     lines.insert(first, f"{SCRIPT_UMASK}  # pilotfish: the job's files are its owner's alone\n")
     return "".join(lines)
 
@@ -348,8 +371,13 @@ def harden_script(resource: str, script: str) -> str:
 def _slurm_job_info(native_id: str) -> str:
     """Slurm's own account of a finished job (while slurmctld still holds its record)."""
     try:
-        r = subprocess.run(["scontrol", "show", "job", "-o", str(native_id)], capture_output=True,
-                           text=True, timeout=10, check=False)
+        r = subprocess.run(
+            ["scontrol", "show", "job", "-o", str(native_id)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     if r.returncode != 0:

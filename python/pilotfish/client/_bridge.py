@@ -44,12 +44,20 @@ _BIND_TCP = object()  # a queue item: bind TCP too (the IO thread owns the socke
 class Bridge:
     """Moves frames between user threads and agents; hands what agents send to `deliver`."""
 
-    def __init__(self, session_path: str, session_uid: str, bind: str = "ipc",
-                 keys: tuple[bytes, bytes] | None = None, interface: str | None = None,
-                 address: str | None = None, on_refused: Callable[[str], None] | None = None,
-                 heartbeat_s: float = 5.0, pilot_keys: dict[str, bytes] | None = None,
-                 deliver: Callable[[str, object], None] | None = None,
-                 tcp_address: str | None = None):
+    def __init__(
+        self,
+        session_path: str,
+        session_uid: str,
+        bind: str = "ipc",
+        keys: tuple[bytes, bytes] | None = None,
+        interface: str | None = None,
+        address: str | None = None,
+        on_refused: Callable[[str], None] | None = None,
+        heartbeat_s: float = 5.0,
+        pilot_keys: dict[str, bytes] | None = None,
+        deliver: Callable[[str, object], None] | None = None,
+        tcp_address: str | None = None,
+    ):
         """keys: the session's CURVE (public, secret) key pair; None: no encryption (for
         measuring its cost). address: bind exactly this one (a resumed session's).
         pilot_keys: {pilot uid: public key} let in from the start -- a resumed session's
@@ -88,7 +96,7 @@ class Bridge:
             self._router.bind(address)
             self.address = address
             if address.startswith("ipc://"):
-                self._ipc_path = address[len("ipc://"):]
+                self._ipc_path = address[len("ipc://") :]
         elif bind == "ipc":
             path = os.path.join(session_path, "client.sock")
             if len(path) > _MAX_IPC_PATH:  # a private directory, not a socket in /tmp itself
@@ -142,9 +150,13 @@ class Bridge:
     def _allow(self, pilot_uid: str, public_key: bytes) -> None:
         from zmq.utils import z85  # ZAP hands over the raw 32 bytes, not the Z85 text
 
-        self._pilot_keys[z85.decode(public_key) if len(public_key) == 40 else public_key] = pilot_uid
+        self._pilot_keys[z85.decode(public_key) if len(public_key) == 40 else public_key] = (
+            pilot_uid
+        )
 
-    def send(self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None) -> None:
+    def send(
+        self, pilot_uid: str, payload: bytes, on_sent: Callable[[float], None] | None = None
+    ) -> None:
         self._queue.append((pilot_uid, payload, on_sent))
         self._wake()
 
@@ -230,7 +242,9 @@ class Bridge:
                         claimed = ident.decode(errors="replace")
                         proven = frames[1].get("User-Id")
                         if proven != claimed:  # speaks as a pilot its key does not prove
-                            self._refuse(f"frame from {proven!r} claiming to be {claimed!r} dropped")
+                            self._refuse(
+                                f"frame from {proven!r} claiming to be {claimed!r} dropped"
+                            )
                             continue
                     else:
                         ident = frames[0]
@@ -262,8 +276,10 @@ class Bridge:
                 user, status, text = uid.encode(), b"200", b"OK"
         if status != b"200":  # counted; told in the next summary (_refusals)
             self._zap_refused += 1
-            self._zap_last = (f"from {address.decode(errors='replace') or 'a local socket'} "
-                              f"({mechanism.decode(errors='replace')}: {text.decode()})")
+            self._zap_last = (
+                f"from {address.decode(errors='replace') or 'a local socket'} "
+                f"({mechanism.decode(errors='replace')}: {text.decode()})"
+            )
         self._zap.send_multipart([version, request_id, status, text, user, b""])
 
     def _refusals(self, final: bool = False) -> None:
@@ -275,8 +291,10 @@ class Bridge:
             return
         said = self._door.take_summary(now, force=True)
         if self._zap_refused:
-            said = (f"client control plane: {self._zap_refused} connections refused with an "
-                    f"unknown key (the last {self._zap_last})" + (f"; {said}" if said else ""))
+            said = (
+                f"client control plane: {self._zap_refused} connections refused with an "
+                f"unknown key (the last {self._zap_last})" + (f"; {said}" if said else "")
+            )
             self._zap_refused = 0
         if said:
             self._next_summary = now + SUMMARY_S
@@ -386,7 +404,9 @@ def _interface_address(name: str) -> str | None:
 
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        packed = fcntl.ioctl(
+            s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15])
+        )  # SIOCGIFADDR
         return socket.inet_ntoa(packed[20:24])
     except OSError:
         return None

@@ -34,9 +34,13 @@ def pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byte
                 _by_value(fn)
                 fb = _cloudpickle().dumps(fn, protocol=5)
             except Exception as e:  # noqa: BLE001
-                raise DescriptionError("TaskDescription", "function", fn,
-                                       f"cannot be pickled: {type(e).__name__}: {e}",
-                                       index=i) from None
+                raise DescriptionError(
+                    "TaskDescription",
+                    "function",
+                    fn,
+                    f"cannot be pickled: {type(e).__name__}: {e}",
+                    index=i,
+                ) from None
             got = fns[id(fn)] = (fb, hashlib.blake2b(fb, digest_size=16).digest())
         fb, ref = got
         payload = (v.get("args", ()), v.get("kwargs") or {})
@@ -49,16 +53,21 @@ def pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byte
                 cb = _cloudpickle().dumps(payload, protocol=5)
             except Exception as e:  # noqa: BLE001
                 field = "args" if v.get("args") else "kwargs"
-                raise DescriptionError("TaskDescription", field, v.get(field),
-                                       f"cannot be pickled: {type(e).__name__}: {e}",
-                                       index=i) from None
+                raise DescriptionError(
+                    "TaskDescription",
+                    field,
+                    v.get(field),
+                    f"cannot be pickled: {type(e).__name__}: {e}",
+                    index=i,
+                ) from None
         out[i] = (fb, cb, ref)
     return out
 
 
 _BY_VALUE: set[bytes] = {b"__main__"}  # modules whose objects travel by value
-_INSTALLED = tuple({os.path.realpath(p) + os.sep for p in
-                    (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+_INSTALLED = tuple(
+    {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+)
 
 
 def _by_value(fn) -> None:
@@ -70,8 +79,12 @@ def _by_value(fn) -> None:
         return
     mod = sys.modules.get(name)
     path = getattr(mod, "__file__", None)
-    if mod is None or not path or os.path.realpath(path).startswith(_INSTALLED) \
-            or name.split(".")[0] == "pilotfish":
+    if (
+        mod is None
+        or not path
+        or os.path.realpath(path).startswith(_INSTALLED)
+        or name.split(".")[0] == "pilotfish"
+    ):
         return
     _cloudpickle().register_pickle_by_value(mod)
     _BY_VALUE.add(name.encode())

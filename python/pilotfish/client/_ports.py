@@ -47,8 +47,7 @@ class TaskOwner(Protocol):
     def _apply(self, pairs: "list[tuple[Any, _wire.Update]]", journal: bool = True) -> None:
         """Apply (task, update) pairs of this manager's tasks, in order (IO thread)."""
 
-    def _finish_locally(self, tasks: list, state: str, reason: str,
-                        journal: bool = False) -> None:
+    def _finish_locally(self, tasks: list, state: str, reason: str, journal: bool = False) -> None:
         """Finalize tasks the agent will never report on."""
 
 
@@ -68,8 +67,9 @@ class TaskCounts(Protocol):
 
     def __len__(self) -> int: ...
 
-    def wait_tasks(self, uids: Any = None, state: Any = None,
-                   timeout: float | None = None) -> list[str]: ...
+    def wait_tasks(
+        self, uids: Any = None, state: Any = None, timeout: float | None = None
+    ) -> list[str]: ...
 
     def get_tasks(self, uids: Any = None) -> list: ...
 
@@ -103,8 +103,9 @@ class PilotPort(Protocol):
     @property
     def partition_shapes(self) -> list[list[tuple[int, int, int]]] | None: ...
 
-    def misfit(self, ranks: int, cores_per_rank: int, gpus_per_rank: int,
-               mem_per_rank: int) -> tuple[str, str] | None: ...
+    def misfit(
+        self, ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int
+    ) -> tuple[str, str] | None: ...
 
     def grow(self, nodes: int = 1, timeout: float | None = 600.0) -> list[str]: ...
 

@@ -37,8 +37,9 @@ class TaskRegistry:
             if t is None:
                 if resumed is not None:  # a re-attached agent's news of a task not resubmitted yet
                     old = resumed.answers.get(u.uid)
-                    if old is None or \
-                            S.TASK_RANK.get(u.state, -1) >= S.TASK_RANK.get(old.state, -1):
+                    if old is None or S.TASK_RANK.get(u.state, -1) >= S.TASK_RANK.get(
+                        old.state, -1
+                    ):
                         resumed.answers[u.uid] = u
                 continue
             per_tmgr.setdefault(t._tmgr, []).append((t, u))

@@ -30,9 +30,15 @@ TASKS, PILOT, GROUP = "tasks", "pilot", "group"
 
 ROUTES: dict[type, str] = {
     _wire.Updates: TASKS,
-    _wire.Hello: PILOT, _wire.Bye: PILOT, _wire.Heartbeat: PILOT, _wire.Missing: PILOT,
-    _wire.Resized: PILOT, _wire.Explained: PILOT,
-    _wire.GroupView: GROUP, _wire.MemberNews: GROUP, _wire.GroupAck: GROUP,
+    _wire.Hello: PILOT,
+    _wire.Bye: PILOT,
+    _wire.Heartbeat: PILOT,
+    _wire.Missing: PILOT,
+    _wire.Resized: PILOT,
+    _wire.Explained: PILOT,
+    _wire.GroupView: GROUP,
+    _wire.MemberNews: GROUP,
+    _wire.GroupAck: GROUP,
 }
 assert set(ROUTES) == set(typing.get_args(_wire.ToClient)), "a message kind without a route"
 

@@ -46,8 +46,9 @@ class Adopter:
         with self._lock:
             self._watched.setdefault(sandbox, {}).update((t.uid, t) for t in tasks)
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="pilotfish-adopter",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="pilotfish-adopter", daemon=True
+                )
                 self._thread.start()
 
     def close(self, terminate: bool = True) -> None:
@@ -95,12 +96,19 @@ class Adopter:
         ended = {uid: rec for uid, rec in got.items() if uid in tasks}
         left = [] if alive else [t for uid, t in tasks.items() if uid not in ended]
         if ended:  # journaled: these tasks are final for every later resume
-            self._tasks.take([_wire.Update(uid, state, t, exit_code=code, signal=sig,
-                                           reason=reason)
-                              for uid, (_, _, state, code, sig, reason, t) in ended.items()])
+            self._tasks.take(
+                [
+                    _wire.Update(uid, state, t, exit_code=code, signal=sig, reason=reason)
+                    for uid, (_, _, state, code, sig, reason, t) in ended.items()
+                ]
+            )
         if left:
-            self._tasks.finish_locally(left, S.FAILED, "its agent died and the agent's keeper "
-                                       "ended without seeing it succeed; it runs again on resume")
+            self._tasks.finish_locally(
+                left,
+                S.FAILED,
+                "its agent died and the agent's keeper "
+                "ended without seeing it succeed; it runs again on resume",
+            )
         if ended or left:
             with self._lock:
                 watched = self._watched.get(sandbox, {})

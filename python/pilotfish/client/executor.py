@@ -53,20 +53,35 @@ class Executor(cf.Executor):
               the shape of each call's worker (default: one core)
     """
 
-    def __init__(self, tmgr=None, *, pilot: PilotDescription | dict | None = None,
-                 session_path: str | None = None, ranks: int = 1, cores_per_rank: int = 1,
-                 gpus_per_rank: int = 0, mem_per_rank: int = 0):
-        self._shape = {k: v for k, v, default in (
-            ("ranks", ranks, 1), ("cores_per_rank", cores_per_rank, 1),
-            ("gpus_per_rank", gpus_per_rank, 0), ("mem_per_rank", mem_per_rank, 0))
-            if v != default}
+    def __init__(
+        self,
+        tmgr=None,
+        *,
+        pilot: PilotDescription | dict | None = None,
+        session_path: str | None = None,
+        ranks: int = 1,
+        cores_per_rank: int = 1,
+        gpus_per_rank: int = 0,
+        mem_per_rank: int = 0,
+    ):
+        self._shape = {
+            k: v
+            for k, v, default in (
+                ("ranks", ranks, 1),
+                ("cores_per_rank", cores_per_rank, 1),
+                ("gpus_per_rank", gpus_per_rank, 0),
+                ("mem_per_rank", mem_per_rank, 0),
+            )
+            if v != default
+        }
         TaskDescription(function=print, **self._shape)  # bad shapes fail here, naming the field
         self._own = None
         if tmgr is None:
             session = Session(path=session_path)
             try:
-                pd = pilot if pilot is not None else PilotDescription(
-                    nodes=1, runtime="24h")  # (a local pilot: this machine's shape)
+                pd = (
+                    pilot if pilot is not None else PilotDescription(nodes=1, runtime="24h")
+                )  # (a local pilot: this machine's shape)
                 p = PilotManager(session).submit_pilots(pd)
                 tmgr = TaskManager(session)
                 tmgr.add_pilots(p)
@@ -81,8 +96,9 @@ class Executor(cf.Executor):
         self._futures: dict[str, _TaskFuture] = {}  # task uid -> future, until it resolves
         self._shutdown = False
         tmgr.register_callback(self._on_state)
-        self._sender = threading.Thread(target=self._send_loop, name="pilotfish-executor",
-                                        daemon=True)
+        self._sender = threading.Thread(
+            target=self._send_loop, name="pilotfish-executor", daemon=True
+        )
         self._sender.start()
 
     # -- concurrent.futures API -------------------------------------------------------------
@@ -136,13 +152,13 @@ class Executor(cf.Executor):
             if wait:
                 own.close()
             else:  # its pilot ends when what was sent has ended, without blocking here
+
                 def close() -> None:
                     self._sender.join()
                     cf.wait(list(self._futures.values()))
                     own.close()
 
-                threading.Thread(target=close, name="pilotfish-executor-close",
-                                 daemon=True).start()
+                threading.Thread(target=close, name="pilotfish-executor-close", daemon=True).start()
 
     # -- internals ------------------------------------------------------------------------
     def _send_loop(self) -> None:

@@ -23,8 +23,13 @@ from .._journal import keeper_state
 from .._util import machine_shape, private_dir, write_private
 from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
-from ..descriptions import (PilotDescription, check_descriptions, declared_shape,
-                            misfit_partitions, partition_layout)
+from ..descriptions import (
+    PilotDescription,
+    check_descriptions,
+    declared_shape,
+    misfit_partitions,
+    partition_layout,
+)
 from .session import Session
 from .task import TaskManager
 
@@ -76,13 +81,17 @@ class Pilot:
             return self._nodes
         if self.state not in S.FINAL:
             if threading.current_thread().name == "pilotfish-bridge":
-                raise PilotfishError(f"{self.uid} is {self.state}: its nodes are known once it "
-                                     f"is ACTIVE (a callback cannot wait for that: it would "
-                                     f"block the thread that brings them)")
+                raise PilotfishError(
+                    f"{self.uid} is {self.state}: its nodes are known once it "
+                    f"is ACTIVE (a callback cannot wait for that: it would "
+                    f"block the thread that brings them)"
+                )
             self.wait([S.ACTIVE])
         if not self._nodes:
-            raise PilotfishError(f"{self.uid} ended {self.state} before its agent ran, so its "
-                                 f"nodes were never known: {self.reason or 'no reason given'}")
+            raise PilotfishError(
+                f"{self.uid} ended {self.state} before its agent ran, so its "
+                f"nodes were never known: {self.reason or 'no reason given'}"
+            )
         return self._nodes
 
     @property
@@ -100,17 +109,21 @@ class Pilot:
         if self._parts is None or self._parts[0] is not shape:  # cut once per shape
             d = self.description
             grown = sum(len(nodes) for nodes, _ in self._grown.values())
-            own = shape[:len(shape) - grown]  # the pilot's own nodes, then each grown unit's
-            parts = [own[first:first + n] for first, n, _ in
-                     partition_layout(len(own), d.partitions, d.launcher)]
-            parts += [[(n.cores, n.gpus, n.mem) for n in nodes]
-                      for nodes, _ in self._grown.values()]
+            own = shape[: len(shape) - grown]  # the pilot's own nodes, then each grown unit's
+            parts = [
+                own[first : first + n]
+                for first, n, _ in partition_layout(len(own), d.partitions, d.launcher)
+            ]
+            parts += [
+                [(n.cores, n.gpus, n.mem) for n in nodes] for nodes, _ in self._grown.values()
+            ]
             self._parts = (shape, parts)
             self._misfits = {}
         return self._parts[1]
 
-    def misfit(self, ranks: int, cores_per_rank: int, gpus_per_rank: int,
-               mem_per_rank: int) -> tuple[str, str] | None:
+    def misfit(
+        self, ranks: int, cores_per_rank: int, gpus_per_rank: int, mem_per_rank: int
+    ) -> tuple[str, str] | None:
         """(field, why) if no partition of this pilot can ever hold the request, else None
         (None also while its shape is unknown). Memoized per request shape: misfit is
         O(nodes), and a bulk submit asks for every task."""
@@ -150,22 +163,27 @@ class Pilot:
 
         field = "input_staging" if inbound else "output_staging"
         if not inbound:  # checked as a task's output staging: source on the shared side
-            directives = [{**d, "source": d["source"].replace("pilot://", "task://", 1)}
-                          if isinstance(d, dict) and isinstance(d.get("source"), str) else d
-                          for d in ([directives] if isinstance(directives, (str, dict))
-                                    else directives)]
+            directives = [
+                {**d, "source": d["source"].replace("pilot://", "task://", 1)}
+                if isinstance(d, dict) and isinstance(d.get("source"), str)
+                else d
+                for d in ([directives] if isinstance(directives, (str, dict)) else directives)
+            ]
         else:
-            directives = [{**d, "target": d["target"].replace("pilot://", "task://", 1)}
-                          if isinstance(d, dict) and isinstance(d.get("target"), str) else d
-                          for d in ([directives] if isinstance(directives, (str, dict))
-                                    else directives)]
+            directives = [
+                {**d, "target": d["target"].replace("pilot://", "task://", 1)}
+                if isinstance(d, dict) and isinstance(d.get("target"), str)
+                else d
+                for d in ([directives] if isinstance(directives, (str, dict)) else directives)
+            ]
         checked = getattr(TaskDescription(executable="-", **{field: directives}), field)
         side = "source" if inbound else "target"
         absolute = [{**d, side: os.path.abspath(d[side])} for d in checked]
         os.makedirs(self.shared, exist_ok=True)
         stage(absolute, self.shared, outbound=not inbound, sandbox=self.sandbox)
-        return [os.path.join(self.shared, d["target"]) if inbound else d["target"]
-                for d in absolute]
+        return [
+            os.path.join(self.shared, d["target"]) if inbound else d["target"] for d in absolute
+        ]
 
     ENV_KEYS = ("type", "pre_exec", "packages", "python", "system_site_packages", "timeout")
 
@@ -190,12 +208,15 @@ class Pilot:
             raise ValueError(f"prepare_env: name {name!r} must be a non-empty name without '/'")
         unknown = sorted(set(spec) - set(self.ENV_KEYS))
         if unknown:
-            raise ValueError(f"prepare_env {name!r}: unknown keys {unknown} (known: "
-                             f"{', '.join(self.ENV_KEYS)})")
+            raise ValueError(
+                f"prepare_env {name!r}: unknown keys {unknown} (known: {', '.join(self.ENV_KEYS)})"
+            )
         kind = spec.get("type", "venv")
         if kind not in ("venv", "shell"):
-            raise ValueError(f"prepare_env {name!r}: type {kind!r} is not supported ('venv' or "
-                             f"'shell'; conda is not installed on this kind of machine)")
+            raise ValueError(
+                f"prepare_env {name!r}: type {kind!r} is not supported ('venv' or "
+                f"'shell'; conda is not installed on this kind of machine)"
+            )
         pre_exec = TaskDescription(executable="-", pre_exec=spec.get("pre_exec", [])).pre_exec
         packages = TaskDescription(executable="-", arguments=spec.get("packages", [])).arguments
         record = {"type": kind, "path": None, "pre_exec": pre_exec}
@@ -209,18 +230,37 @@ class Pilot:
                 make.insert(3, "--without-pip")  # seconds faster; nothing to install
             lines = ["set -e", shlex.join(make)]
             if packages:
-                lines.append(shlex.join([os.path.join(path, "bin", "python"), "-m", "pip",
-                                         "install", "-q", "--disable-pip-version-check",
-                                         *packages]))
+                lines.append(
+                    shlex.join(
+                        [
+                            os.path.join(path, "bin", "python"),
+                            "-m",
+                            "pip",
+                            "install",
+                            "-q",
+                            "--disable-pip-version-check",
+                            *packages,
+                        ]
+                    )
+                )
             tmgr = TaskManager(self._pmgr.session)
             tmgr.add_pilots(self)
-            t = tmgr.submit_tasks(TaskDescription(
-                executable="/bin/sh", arguments=["-c", "\n".join(lines)], pilot=self.uid,
-                name=f"prepare_env:{name}", stdout=True, stderr=True))
+            t = tmgr.submit_tasks(
+                TaskDescription(
+                    executable="/bin/sh",
+                    arguments=["-c", "\n".join(lines)],
+                    pilot=self.uid,
+                    name=f"prepare_env:{name}",
+                    stdout=True,
+                    stderr=True,
+                )
+            )
             state = t.wait(timeout=float(spec.get("timeout", 600)))
             if state != S.DONE:
-                raise PilotfishError(f"prepare_env {name!r} on {self.uid}: {state}: "
-                                     f"{t.reason or (t.stderr or '')[-2000:]}")
+                raise PilotfishError(
+                    f"prepare_env {name!r} on {self.uid}: {state}: "
+                    f"{t.reason or (t.stderr or '')[-2000:]}"
+                )
             record["path"] = path
         self.envs[name] = record
         return record
@@ -254,8 +294,9 @@ class Pilot:
         deadline = None if timeout is None else time.monotonic() + timeout
         if d.resource == "local":
             cores, gpus, mem = self._shape[0] if self._shape else machine_shape()
-            infos = [_wire.NodeInfo(f"{self.uid}.{unit}.n{i}", cores, gpus, mem)
-                     for i in range(nodes)]
+            infos = [
+                _wire.NodeInfo(f"{self.uid}.{unit}.n{i}", cores, gpus, mem) for i in range(nodes)
+            ]
         elif d.resource == "slurm":
             from ..batch.holder import submit_holder
 
@@ -324,28 +365,40 @@ class Pilot:
             if n != nodes:
                 sizes = [len(self._grown[u][0]) for u in reversed(units)]
                 raise DescriptionError(
-                    "Pilot.shrink", "nodes", nodes,
+                    "Pilot.shrink",
+                    "nodes",
+                    nodes,
                     f"{self.uid} has {sum(sizes)} grown node(s), in units of {sizes} (newest "
-                    "first): shrink gives back whole units" if sizes else
-                    f"{self.uid} has no grown nodes (its own nodes are its batch job's)")
+                    "first): shrink gives back whole units"
+                    if sizes
+                    else f"{self.uid} has no grown nodes (its own nodes are its batch job's)",
+                )
             return out
         if isinstance(nodes, str) or not all(isinstance(x, str) for x in nodes):
-            raise DescriptionError("Pilot.shrink", "nodes", nodes,
-                                   "must be a node count or a list of node names")
+            raise DescriptionError(
+                "Pilot.shrink", "nodes", nodes, "must be a node count or a list of node names"
+            )
         wanted = set(nodes)
         out = [u for u in units if {n.name for n in self._grown[u][0]} & wanted]
         covered = {n.name for u in out for n in self._grown[u][0]}
         unknown = sorted(wanted - covered)
         if unknown:
             own = {n.name for n in self._nodes}
-            raise DescriptionError("Pilot.shrink", "nodes", unknown,
-                                   "are the pilot's own nodes (its batch job's): only grown "
-                                   "nodes are given back" if set(unknown) <= own else
-                                   f"no such node in {self.uid}")
+            raise DescriptionError(
+                "Pilot.shrink",
+                "nodes",
+                unknown,
+                "are the pilot's own nodes (its batch job's): only grown nodes are given back"
+                if set(unknown) <= own
+                else f"no such node in {self.uid}",
+            )
         if covered != wanted:
-            raise DescriptionError("Pilot.shrink", "nodes", sorted(wanted),
-                                   f"grown units are given back whole: also name "
-                                   f"{sorted(covered - wanted)}")
+            raise DescriptionError(
+                "Pilot.shrink",
+                "nodes",
+                sorted(wanted),
+                f"grown units are given back whole: also name {sorted(covered - wanted)}",
+            )
         return out
 
     def _send(self, msg) -> None:
@@ -483,8 +536,11 @@ def _stop_stale_agent(pid: int, sandbox: str, grace: float = 5.0) -> None:
                 pass
             if kept:  # its keeper says what it holds before we go on
                 deadline = time.monotonic() + grace
-                while keeper_state(sandbox) is None and os.path.exists(f"/proc/{ppid}") \
-                        and time.monotonic() < deadline:
+                while (
+                    keeper_state(sandbox) is None
+                    and os.path.exists(f"/proc/{ppid}")
+                    and time.monotonic() < deadline
+                ):
                     time.sleep(0.02)
     deadline = time.monotonic() + grace
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
@@ -534,7 +590,8 @@ class PilotManager:
                     self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
                 except OSError as e:  # fails the call, nothing started
                     raise self.session._journal_error(
-                        e, f"journal pilot {uid} (it was not started) in") from e
+                        e, f"journal pilot {uid} (it was not started) in"
+                    ) from e
                 self.pilots[uid] = pilot
                 self._advance(pilot, S.NEW)
                 self._launch(pilot)
@@ -544,9 +601,12 @@ class PilotManager:
             self._monitor.start()
         return pilots[0] if single else pilots
 
-    def wait_pilots(self, uids: Iterable[str] | str | None = None,
-                    state: str | Iterable[str] | None = None,
-                    timeout: float | None = None) -> list[str]:
+    def wait_pilots(
+        self,
+        uids: Iterable[str] | str | None = None,
+        state: str | Iterable[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[str]:
         """Block until the pilots reach `state` (default ACTIVE... or any final state)."""
         pilots = self._select(uids)
         targets = {state} if isinstance(state, str) else set(state or S.FINAL)
@@ -587,10 +647,13 @@ class PilotManager:
         except KeyError as e:
             raise PilotfishError(f"no pilot {e.args[0]!r} in this manager") from None
 
-    def _advance(self, pilot: Pilot, state: str, reason: str | None = None, t: float | None = None) -> bool:
+    def _advance(
+        self, pilot: Pilot, state: str, reason: str | None = None, t: float | None = None
+    ) -> bool:
         with self._cond:
             if pilot.state in S.FINAL or (
-                    state != S.NEW and S.pilot_state_rank(state) <= S.pilot_state_rank(pilot.state)):
+                state != S.NEW and S.pilot_state_rank(state) <= S.pilot_state_rank(pilot.state)
+            ):
                 return False
             t = time.time() if t is None else t
             pilot.state = state
@@ -626,8 +689,10 @@ class PilotManager:
         uid, old_desc, sandbox = r.pilots[r.pilots_used]
         r.pilots_used += 1
         if old_desc != d.as_dict():
-            raise PilotfishError(f"resume: pilot {uid} was submitted with another description "
-                                 f"({old_desc}); submit the same pilots, in the same order")
+            raise PilotfishError(
+                f"resume: pilot {uid} was submitted with another description "
+                f"({old_desc}); submit the same pilots, in the same order"
+            )
         pilot = Pilot(self, uid, d, sandbox)
         try:
             with open(os.path.join(sandbox, "agent.json")) as f:
@@ -684,7 +749,8 @@ class PilotManager:
             "session_path": session.path,
             "sandbox": pilot.sandbox,
             # an agent on another host (a batch pilot) reaches the session over TCP
-            "address": session.address if d.resource in ("local", "simulated")
+            "address": session.address
+            if d.resource in ("local", "simulated")
             else session.reachable_address(),
             "description": d.as_dict(),
             "profile": session.profile,
@@ -697,8 +763,11 @@ class PilotManager:
             import zmq
 
             public, secret = zmq.curve_keypair()
-            config["curve"] = {"server": bridge.public_key.decode(), "public": public.decode(),
-                               "secret": secret.decode()}
+            config["curve"] = {
+                "server": bridge.public_key.decode(),
+                "public": public.decode(),
+                "secret": secret.decode(),
+            }
         self._attach(pilot, public)
         try:
             private_dir(pilot.sandbox)  # 0700, ours: one another user made or may write is refused
@@ -741,11 +810,22 @@ class PilotManager:
             pilot._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             info_path = os.path.join(pilot.sandbox, "pilot.json")
             try:  # (for analytics and resume: a full disk must not keep the pilot from ACTIVE)
-                write_private(info_path, json.dumps({
-                    "uid": pilot.uid, "description": pilot.description.as_dict(),
-                    "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
-                    "launcher": msg.launcher, "agent_cores": 0, "agent_gpus": 0,
-                    "agent_host": msg.host, "agent_pid": msg.pid}, indent=1).encode())
+                write_private(
+                    info_path,
+                    json.dumps(
+                        {
+                            "uid": pilot.uid,
+                            "description": pilot.description.as_dict(),
+                            "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
+                            "launcher": msg.launcher,
+                            "agent_cores": 0,
+                            "agent_gpus": 0,
+                            "agent_host": msg.host,
+                            "agent_pid": msg.pid,
+                        },
+                        indent=1,
+                    ).encode(),
+                )
             except OSError as e:
                 log.error("pilot %s: cannot write %s: %s", pilot.uid, info_path, e.strerror or e)
             self._advance(pilot, S.ACTIVE, t=msg.t)
@@ -784,8 +864,11 @@ class PilotManager:
                 if pilot.state == S.ACTIVE and not getattr(pilot, "_wanted", None):
                     silent = now - last_seen.get(pilot.uid, now)
                     if silent > self.session.agent_timeout:  # heartbeats stopped: agent gone
-                        self._lost(pilot, f"agent silent for {silent:.0f}s "
-                                          f"(bound {self.session.agent_timeout:g}s)")
+                        self._lost(
+                            pilot,
+                            f"agent silent for {silent:.0f}s "
+                            f"(bound {self.session.agent_timeout:g}s)",
+                        )
                         continue
                 if pilot.state in S.FINAL:
                     continue
@@ -795,8 +878,11 @@ class PilotManager:
                     else:
                         kept = keeper_state(pilot.sandbox)  # the agent died under its keeper
                         if kept is not None:
-                            self._finish(pilot, "FAILED",
-                                         f"agent process ended with {kept.get('agent_status')}")
+                            self._finish(
+                                pilot,
+                                "FAILED",
+                                f"agent process ended with {kept.get('agent_status')}",
+                            )
                     continue
                 try:
                     job_state, message = pilot._job.poll()
@@ -814,8 +900,11 @@ class PilotManager:
                 self._finish(pilot, job_state, message)
             # Every wake-up costs CPU the tasks could use (~0.2 ms on this kind of VM): poll
             # fast only while a pilot is starting or stopping; a bye or a shutdown pokes.
-            busy = any(p.state in (S.NEW, S.LAUNCHING) or getattr(p, "_wanted", None)
-                       for p in self.pilots.values() if p.state not in S.FINAL)
+            busy = any(
+                p.state in (S.NEW, S.LAUNCHING) or getattr(p, "_wanted", None)
+                for p in self.pilots.values()
+                if p.state not in S.FINAL
+            )
             self._poke.wait(self.poll_interval if busy else self.idle_poll_interval)
             self._poke.clear()
 
@@ -835,15 +924,22 @@ class PilotManager:
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye
         wanted = getattr(pilot, "_wanted", None)
-        if wanted is not None and (bye is not None or job_state != "FAILED") and \
-                (bye is None or bye.reason == wanted[1]):  # (else it had stopped on its own)
+        if (
+            wanted is not None
+            and (bye is not None or job_state != "FAILED")
+            and (bye is None or bye.reason == wanted[1])
+        ):  # (else it had stopped on its own)
             self._advance(pilot, wanted[0], wanted[1])  # what the user asked for
         elif bye is not None:
             self._advance(pilot, bye.state, bye.reason)  # the agent ended on its own
         elif job_state == "CANCELED":
             self._advance(pilot, S.CANCELED, message or "batch job canceled")
         else:
-            self._advance(pilot, S.FAILED, message or f"batch job ended ({job_state}) without the agent reporting")
+            self._advance(
+                pilot,
+                S.FAILED,
+                message or f"batch job ended ({job_state}) without the agent reporting",
+            )
         self.session._bridge.forget(pilot.uid)
 
     def _close(self, terminate: bool = True, grace: float = 30.0) -> None:

@@ -28,8 +28,7 @@ MemberNews = _wire.MemberNews
 class ServiceGroup:
     """A group of long-running members on one pilot, and its current view."""
 
-    def __init__(self, tmgr: Any, description: ServiceDescription, pilot: PilotPort,
-                 replicas: int):
+    def __init__(self, tmgr: Any, description: ServiceDescription, pilot: PilotPort, replicas: int):
         self.name: str = description.name
         self.description = description
         self.pilot = pilot
@@ -85,13 +84,17 @@ class ServiceGroup:
                 if self._short is not None:
                     raise ServiceError(f"service group {self.name!r}: {self._short}")
                 if self.pilot.state in S.FINAL:
-                    raise ServiceError(f"service group {self.name!r}: pilot {self.pilot.uid} "
-                                       f"ended ({self.pilot.state}: {self.pilot.reason})")
+                    raise ServiceError(
+                        f"service group {self.name!r}: pilot {self.pilot.uid} "
+                        f"ended ({self.pilot.state}: {self.pilot.reason})"
+                    )
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise ServiceError(f"service group {self.name!r}: not there within "
-                                       f"{timeout:g}s (view: {len(self._view.members)} of "
-                                       f"{self.target} members, epoch {self._view.epoch})")
+                    raise ServiceError(
+                        f"service group {self.name!r}: not there within "
+                        f"{timeout:g}s (view: {len(self._view.members)} of "
+                        f"{self.target} members, epoch {self._view.epoch})"
+                    )
                 self._cond.wait(1.0 if left is None else min(left, 1.0))
             return self._view
 
@@ -157,10 +160,12 @@ class ServiceGroup:
             self._acks.pop(token, None)
         self.pilot._send(msg)
         with self._cond:
-            if not self._cond.wait_for(lambda: token in self._acks
-                                       or self.pilot.state in S.FINAL, timeout):
-                raise ServiceError(f"service group {self.name!r}: the pilot did not answer "
-                                   f"within {timeout:g}s")
+            if not self._cond.wait_for(
+                lambda: token in self._acks or self.pilot.state in S.FINAL, timeout
+            ):
+                raise ServiceError(
+                    f"service group {self.name!r}: the pilot did not answer within {timeout:g}s"
+                )
             if token not in self._acks:
                 raise ServiceError(f"service group {self.name!r}: pilot {self.pilot.uid} ended")
             return self._acks.pop(token)
@@ -173,9 +178,12 @@ class ServiceGroup:
                 if msg.epoch < self._view.epoch:
                     return
                 changed = msg.epoch != self._view.epoch or not self.history
-                self._view = View(msg.epoch, [Member(m.uid, m.endpoint, m.node, dict(m.info))
-                                              for m in msg.members], msg.target,
-                                  client_key(msg.client_key))
+                self._view = View(
+                    msg.epoch,
+                    [Member(m.uid, m.endpoint, m.node, dict(m.info)) for m in msg.members],
+                    msg.target,
+                    client_key(msg.client_key),
+                )
                 if changed:
                     self.history.append((msg.t, msg.epoch, len(msg.members)))
                     cbs = list(self._cbs)
@@ -200,8 +208,10 @@ class ServiceGroup:
             self._cond.notify_all()
 
     def __repr__(self) -> str:
-        return (f"<ServiceGroup {self.name} {len(self._view.members)}/{self.target} members "
-                f"epoch {self._view.epoch}>")
+        return (
+            f"<ServiceGroup {self.name} {len(self._view.members)}/{self.target} members "
+            f"epoch {self._view.epoch}>"
+        )
 
 
 def _check_encodable(start: _wire.GroupStart, d: ServiceDescription) -> None:
@@ -216,23 +226,30 @@ def _check_encodable(start: _wire.GroupStart, d: ServiceDescription) -> None:
         try:
             _wire.encode(getattr(d, f, None))
         except (TypeError, ValueError, OverflowError) as e:
-            raise DescriptionError("ServiceDescription", f, getattr(d, f, None),
-                                   f"cannot be sent to the pilot: {e}") from None
-    raise DescriptionError("ServiceDescription", "description", d.name,
-                           f"cannot be sent to the pilot: {why}")
+            raise DescriptionError(
+                "ServiceDescription", f, getattr(d, f, None), f"cannot be sent to the pilot: {e}"
+            ) from None
+    raise DescriptionError(
+        "ServiceDescription", "description", d.name, f"cannot be sent to the pilot: {why}"
+    )
 
 
 def _check_replicas(replicas: Any, where: str) -> int:
     if type(replicas) is not int or replicas < (1 if where == "submit" else 0):
-        raise DescriptionError("ServiceGroup" if where == "submit" else "ServiceGroup.resize",
-                               "replicas", replicas,
-                               "must be an integer >= 1" if where == "submit"
-                               else "must be an integer >= 0 (0 stops every member)")
+        raise DescriptionError(
+            "ServiceGroup" if where == "submit" else "ServiceGroup.resize",
+            "replicas",
+            replicas,
+            "must be an integer >= 1"
+            if where == "submit"
+            else "must be an integer >= 0 (0 stops every member)",
+        )
     return replicas
 
 
-def _capacity_problem(d: ServiceDescription, pilot: PilotPort,
-                      replicas: int) -> tuple[str, int] | None:
+def _capacity_problem(
+    d: ServiceDescription, pilot: PilotPort, replicas: int
+) -> tuple[str, int] | None:
     """(why, nodes a grow would need) if the pilot cannot hold `replicas` members at once."""
     shapes = pilot.partition_shapes
     if shapes is None or replicas == 0:
@@ -244,13 +261,16 @@ def _capacity_problem(d: ServiceDescription, pilot: PilotPort,
     node = shapes[0][0] if shapes and shapes[0] else (1, 0, 0)
     per_node = max(1, rank_capacity([node], cores, gpus, mem)) / ranks
     nodes = max(1, math.ceil((replicas - cap) / per_node)) if per_node > 0 else 1
-    return (f"{replicas} members of {ranks} rank(s) x {cores} core(s) do not fit {pilot.uid} "
-            f"at once (it holds {cap}); resize(..., grow=True) or Pilot.grow() adds nodes",
-            nodes)
+    return (
+        f"{replicas} members of {ranks} rank(s) x {cores} core(s) do not fit {pilot.uid} "
+        f"at once (it holds {cap}); resize(..., grow=True) or Pilot.grow() adds nodes",
+        nodes,
+    )
 
 
-def submit_group(tmgr: Any, pilots: list[PilotPort], description: Any,
-                 replicas: int) -> ServiceGroup:
+def submit_group(
+    tmgr: Any, pilots: list[PilotPort], description: Any, replicas: int
+) -> ServiceGroup:
     """TaskManager.submit_service_group: start a group on the first live one of `pilots` (the
     manager's, in the order they were added) or on description.pilot. Its messages reach it
     through the session's router from its start request on."""
@@ -260,37 +280,68 @@ def submit_group(tmgr: Any, pilots: list[PilotPort], description: Any,
     if d.pilot is not None:
         pilots = [p for p in pilots if p.uid == d.pilot]
         if not pilots:
-            raise DescriptionError("ServiceDescription", "pilot", d.pilot,
-                                   "not a live pilot of this TaskManager")
+            raise DescriptionError(
+                "ServiceDescription", "pilot", d.pilot, "not a live pilot of this TaskManager"
+            )
     if not pilots:
         raise ServiceError("no live pilot: add one with TaskManager.add_pilots() first")
     pilot = pilots[0]
     if pilot._simulated:
-        raise DescriptionError("ServiceDescription", "pilot", pilot.uid,
-                               "service groups do not run on a simulated pilot")
+        raise DescriptionError(
+            "ServiceDescription",
+            "pilot",
+            pilot.uid,
+            "service groups do not run on a simulated pilot",
+        )
     router = tmgr.session.router
     if router.has_group(pilot.uid, d.name):
-        raise DescriptionError("ServiceDescription", "name", d.name,
-                               f"a service group of that name runs on {pilot.uid} already")
+        raise DescriptionError(
+            "ServiceDescription",
+            "name",
+            d.name,
+            f"a service group of that name runs on {pilot.uid} already",
+        )
     problem = pilot.misfit(d.ranks, d.cores_per_rank, d.gpus_per_rank, d.mem_per_rank)
     if problem is not None:
-        raise DescriptionError("ServiceDescription", problem[0], getattr(d, problem[0]),
-                               problem[1] + f" of {pilot.uid}")
+        raise DescriptionError(
+            "ServiceDescription",
+            problem[0],
+            getattr(d, problem[0]),
+            problem[1] + f" of {pilot.uid}",
+        )
     need = _capacity_problem(d, pilot, replicas)
     if need is not None:
         raise DescriptionError("ServiceGroup", "replicas", replicas, need[0])
-    shape = dict(ranks=d.ranks, cores_per_rank=d.cores_per_rank, gpus_per_rank=d.gpus_per_rank,
-                 mem_per_rank=d.mem_per_rank)
+    shape = dict(
+        ranks=d.ranks,
+        cores_per_rank=d.cores_per_rank,
+        gpus_per_rank=d.gpus_per_rank,
+        mem_per_rank=d.mem_per_rank,
+    )
     if d.function is not None:  # (the agent runs it with python -m pilotfish.service)
         fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
         fn, call, _ = pickle_calls([fd], [0])[0]
         what = dict(executable="", function=fn, call=call)
     else:
         what = dict(executable=d.executable, arguments=tuple(d.arguments))
-    template = _wire.TaskSpec(uid="-", environment=dict(d.environment),
-                              pre_exec=tuple(d.pre_exec), launcher=d.launcher, **shape, **what)
-    spec = _wire.ServiceSpec(d.name, template, replicas, d.restart, d.max_restarts,
-                             d.ready_timeout, d.health_interval, d.leave_timeout)
+    template = _wire.TaskSpec(
+        uid="-",
+        environment=dict(d.environment),
+        pre_exec=tuple(d.pre_exec),
+        launcher=d.launcher,
+        **shape,
+        **what,
+    )
+    spec = _wire.ServiceSpec(
+        d.name,
+        template,
+        replicas,
+        d.restart,
+        d.max_restarts,
+        d.ready_timeout,
+        d.health_interval,
+        d.leave_timeout,
+    )
     resume = tmgr.session.resumed is not None  # (a running group is re-attached)
     start = _wire.GroupStart(spec, resume)
     _check_encodable(start, d)

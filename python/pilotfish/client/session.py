@@ -74,11 +74,21 @@ class Session:
     every message from an agent; `resumed` is what a resumed session's journal says.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, uid: str | None = None,
-                 profile: bool = True, bind: str = "ipc", *, interface: str | None = None,
-                 secure: bool = True, resume: bool = False, heartbeat_s: float = 5.0,
-                 agent_timeout: float = 60.0, client_timeout: float = 60.0,
-                 journal: bool = True):
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        uid: str | None = None,
+        profile: bool = True,
+        bind: str = "ipc",
+        *,
+        interface: str | None = None,
+        secure: bool = True,
+        resume: bool = False,
+        heartbeat_s: float = 5.0,
+        agent_timeout: float = 60.0,
+        client_timeout: float = 60.0,
+        journal: bool = True,
+    ):
         self._lock_fd = -1
         self._closed = True  # (until it is open)
         self._lock = threading.Lock()
@@ -88,15 +98,19 @@ class Session:
                 raise PilotfishError("resume=True needs the path of the session to resume")
             base = os.environ.get("PILOTFISH_SESSIONS", DEFAULT_SESSIONS_DIR)
             if not base:
-                raise SessionError("$PILOTFISH_SESSIONS is set but empty: set it to the "
-                                   "directory sessions go in, or unset it (./pilotfish-sessions)")
+                raise SessionError(
+                    "$PILOTFISH_SESSIONS is set but empty: set it to the "
+                    "directory sessions go in, or unset it (./pilotfish-sessions)"
+                )
             uid = uid or new_session_uid()
             path = os.path.join(base, uid)
         elif not os.fspath(path):
-            raise SessionError("Session(path=''): an empty path names no directory (it would "
-                               "be the current one); give the session directory, or leave "
-                               "path out for a new one under $PILOTFISH_SESSIONS or "
-                               "./pilotfish-sessions")
+            raise SessionError(
+                "Session(path=''): an empty path names no directory (it would "
+                "be the current one); give the session directory, or leave "
+                "path out for a new one under $PILOTFISH_SESSIONS or "
+                "./pilotfish-sessions"
+            )
         self.path = os.path.abspath(os.fspath(path))
         meta_path = os.path.join(self.path, "session.json")
         if resume and not os.path.lexists(meta_path):
@@ -116,7 +130,8 @@ class Session:
                 raise PilotfishError(
                     f"{self.path} already holds session {previous.get('uid')}: pass "
                     f"resume=True to continue it (nothing finished is run again), or use "
-                    f"another path")
+                    f"another path"
+                )
             if previous is None and resume:
                 raise PilotfishError(f"nothing to resume: {meta_path} does not exist")
             self.uid = previous["uid"] if previous else (uid or new_session_uid())
@@ -129,30 +144,47 @@ class Session:
             self.client_timeout = float(client_timeout)
             self._resume = Resumed.load(self.path) if previous else None
             keys = _session_keys(self.path) if secure else None
-            self.events = _SessionEvents(os.path.join(self.path, "client.events"),
-                                         enabled=profile)
+            self.events = _SessionEvents(os.path.join(self.path, "client.events"), enabled=profile)
             self.events.record("session", E.SESSION_RESUME if previous else E.SESSION_START)
             self.tasks: dict[str, Any] = {}  # every task (task.Task) of the session, by uid
             self._registry = TaskRegistry(self.tasks, self._resume)
             # what agents send: bridge -> router -> the registry, the pilots, the groups
             self.router = Router(self._registry)
-            self._bridge = Bridge(self.path, self.uid, bind=bind, keys=keys, interface=interface,
-                                  address=previous.get("address") if previous else None,
-                                  tcp_address=previous.get("tcp_address") if previous else None,
-                                  on_refused=lambda what: self.events.record("session", E.REFUSED, what),
-                                  heartbeat_s=self.heartbeat_s,
-                                  pilot_keys=self._resume.pilot_keys() if self._resume else None,
-                                  deliver=self.router.dispatch)
+            self._bridge = Bridge(
+                self.path,
+                self.uid,
+                bind=bind,
+                keys=keys,
+                interface=interface,
+                address=previous.get("address") if previous else None,
+                tcp_address=previous.get("tcp_address") if previous else None,
+                on_refused=lambda what: self.events.record("session", E.REFUSED, what),
+                heartbeat_s=self.heartbeat_s,
+                pilot_keys=self._resume.pilot_keys() if self._resume else None,
+                deliver=self.router.dispatch,
+            )
             try:
                 with _os_errors("write", meta_path):
-                    write_private(meta_path, json.dumps({
-                        "uid": self.uid, "created": self.created, "version": __version__,
-                        "host": hostname(), "pid": os.getpid(), "address": self._bridge.address,
-                        "secure": keys is not None}, indent=1).encode())
+                    write_private(
+                        meta_path,
+                        json.dumps(
+                            {
+                                "uid": self.uid,
+                                "created": self.created,
+                                "version": __version__,
+                                "host": hostname(),
+                                "pid": os.getpid(),
+                                "address": self._bridge.address,
+                                "secure": keys is not None,
+                            },
+                            indent=1,
+                        ).encode(),
+                    )
                 journal_path = os.path.join(self.path, "journal")
                 with _os_errors("open the journal", journal_path):
-                    self.journal = Journal(journal_path, enabled=journal,
-                                           repair=previous is not None)
+                    self.journal = Journal(
+                        journal_path, enabled=journal, repair=previous is not None
+                    )
             except BaseException:
                 self._bridge.close()
                 raise
@@ -264,23 +296,42 @@ class Session:
         tasks did end; a resume would run them again."""
         if not self._journal_failed:
             self._journal_failed = True
-            log.error("session %s: cannot journal %d final states to %s: %s; a resume would "
-                      "run those tasks again (later failures are not logged)", self.uid, n,
-                      self.journal.path, e.strerror or e)
+            log.error(
+                "session %s: cannot journal %d final states to %s: %s; a resume would "
+                "run those tasks again (later failures are not logged)",
+                self.uid,
+                n,
+                self.journal.path,
+                e.strerror or e,
+            )
 
     def _write_task_records(self) -> None:
         records = []
         for t in self.tasks.values():
             d = t.description
-            records.append(TaskRecord(
-                t.uid, d.name, t.pilot, d.ranks, d.cores_per_rank, d.gpus_per_rank, t.state,
-                t.exit_code, [s.node_index for s in t.slots] if t.slots else []))
+            records.append(
+                TaskRecord(
+                    t.uid,
+                    d.name,
+                    t.pilot,
+                    d.ranks,
+                    d.cores_per_rank,
+                    d.gpus_per_rank,
+                    t.state,
+                    t.exit_code,
+                    [s.node_index for s in t.slots] if t.slots else [],
+                )
+            )
         path = os.path.join(self.path, "tasks.msgpack")
         try:  # (read by _events.read_task_records)
             write_private(path, _encode_records(records))
         except Exception as e:  # never lose the rest of close() to one record
-            log.error("session %s: cannot write the task records %s: %s", self.uid, path,
-                      getattr(e, "strerror", None) or e)
+            log.error(
+                "session %s: cannot write the task records %s: %s",
+                self.uid,
+                path,
+                getattr(e, "strerror", None) or e,
+            )
 
     def __enter__(self) -> "Session":
         return self
@@ -300,8 +351,10 @@ def new_session_uid(prefix: str = "pf") -> str:
     millisecond (readable; uids sort by time) and 48 random bits (unique across processes,
     hosts and containers whose pids are alike)."""
     t = time.time()
-    return (time.strftime(f"{prefix}.%Y%m%d.%H%M%S.", time.localtime(t))
-            + f"{int(t * 1000) % 1000:03d}.{secrets.token_hex(6)}")
+    return (
+        time.strftime(f"{prefix}.%Y%m%d.%H%M%S.", time.localtime(t))
+        + f"{int(t * 1000) % 1000:03d}.{secrets.token_hex(6)}"
+    )
 
 
 class _os_errors:
@@ -324,16 +377,15 @@ _ADVICE = {
     errno.ENOSPC: "the disk is full: free space there, or use another directory",
     errno.EDQUOT: "your disk quota is used up: free space there, or use another directory",
     errno.EROFS: "the file system is read-only: use a directory on a writable one "
-                 "($PILOTFISH_SESSIONS or path=)",
+    "($PILOTFISH_SESSIONS or path=)",
     errno.EACCES: "you may not write there: use a directory of your own ($PILOTFISH_SESSIONS "
-                  "or path=)",
+    "or path=)",
 }
 
 
 def _session_error(e: OSError, what: str, path: str) -> SessionError:
     where = e.filename if isinstance(e.filename, str) and e.filename != path else None
-    text = f"cannot {what} {path}" + (f" ({where})" if where else "") + \
-        f": {e.strerror or e}"
+    text = f"cannot {what} {path}" + (f" ({where})" if where else "") + f": {e.strerror or e}"
     advice = _ADVICE.get(e.errno)  # type: ignore[arg-type]
     return SessionError(text + (f" -- {advice}" if advice else ""), path, e.errno)
 
@@ -382,13 +434,19 @@ def _lock(path: str) -> int:
             raise SessionError(
                 f"{path} is in use by a live session (pid {holder}): two sessions never "
                 f"share a directory; close that one (or wait for it to end), or use another "
-                f"path", path, errno.EBUSY) from None
+                f"path",
+                path,
+                errno.EBUSY,
+            ) from None
         except OSError as e:
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise
-            log.warning("cannot lock %s (%s): this file system has no flock(); two sessions "
-                        "resuming this directory at once would not be told apart", lock_path,
-                        e.strerror)
+            log.warning(
+                "cannot lock %s (%s): this file system has no flock(); two sessions "
+                "resuming this directory at once would not be told apart",
+                lock_path,
+                e.strerror,
+            )
         with _os_errors("write", lock_path):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} on {hostname()}\n".encode(), 0)
@@ -412,11 +470,17 @@ def _read_meta(meta_path: str) -> dict | None:
         meta = json.loads(data)
     except ValueError as e:
         meta = e
-    if not isinstance(meta, dict) or not isinstance(meta.get("uid"), str) \
-            or not isinstance(meta.get("created"), (int, float)):
-        raise SessionError(f"{meta_path} is not a session's description (a JSON object with "
-                           f"its uid and time); was this directory made by pilotfish? Use "
-                           f"another path", meta_path)
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("uid"), str)
+        or not isinstance(meta.get("created"), (int, float))
+    ):
+        raise SessionError(
+            f"{meta_path} is not a session's description (a JSON object with "
+            f"its uid and time); was this directory made by pilotfish? Use "
+            f"another path",
+            meta_path,
+        )
     return meta
 
 
@@ -427,12 +491,25 @@ def _claim(meta_path: str, uid: str, created: float) -> bool:
         try:
             fd = open_private(meta_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
-            raise SessionError(f"{os.path.dirname(meta_path)} was just taken by another "
-                               f"session; use another path", meta_path, errno.EEXIST) from None
+            raise SessionError(
+                f"{os.path.dirname(meta_path)} was just taken by another session; use another path",
+                meta_path,
+                errno.EEXIST,
+            ) from None
         try:
             try:
-                os.write(fd, json.dumps({"uid": uid, "created": created, "version": __version__,
-                                         "host": hostname(), "pid": os.getpid()}).encode())
+                os.write(
+                    fd,
+                    json.dumps(
+                        {
+                            "uid": uid,
+                            "created": created,
+                            "version": __version__,
+                            "host": hostname(),
+                            "pid": os.getpid(),
+                        }
+                    ).encode(),
+                )
             finally:
                 os.close(fd)
         except BaseException:  # (a full disk) no half-written claim left behind
@@ -458,15 +535,19 @@ class _SessionEvents(EventWriter):
             super().flush()
         except OSError as e:
             self.enabled = False  # events are a profile: the run goes on without them
-            log.error("cannot write the session's events to %s: %s; no more events are "
-                      "recorded", self.path, e.strerror or e)
+            log.error(
+                "cannot write the session's events to %s: %s; no more events are recorded",
+                self.path,
+                e.strerror or e,
+            )
 
     def close(self) -> None:
         try:
             super().close()
         except OSError as e:
-            log.error("cannot write the session's last events to %s: %s", self.path,
-                      e.strerror or e)
+            log.error(
+                "cannot write the session's last events to %s: %s", self.path, e.strerror or e
+            )
 
 
 def _session_keys(path: str) -> tuple[bytes, bytes]:
@@ -486,12 +567,16 @@ def _session_keys(path: str) -> tuple[bytes, bytes]:
             k = json.loads(data)
             return k["public"].encode(), k["secret"].encode()
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise SessionError(f"{key_path} is not a session key (JSON with its public and "
-                               f"secret key); use another path", key_path) from None
+            raise SessionError(
+                f"{key_path} is not a session key (JSON with its public and "
+                f"secret key); use another path",
+                key_path,
+            ) from None
     public, secret = zmq.curve_keypair()
     with _os_errors("write", key_path):
-        write_private(key_path, json.dumps({"public": public.decode(),
-                                            "secret": secret.decode()}).encode())
+        write_private(
+            key_path, json.dumps({"public": public.decode(), "secret": secret.decode()}).encode()
+        )
     return public, secret
 
 

@@ -39,9 +39,24 @@ SUBMIT_BATCH = 2048  # tasks per Submit frame
 class Task:
     """A task as the client sees it. Fields are filled in as the agent reports."""
 
-    __slots__ = ("uid", "description", "state", "pilot", "exit_code", "signal", "stdout",
-                 "stderr", "reason", "slots", "partition", "_hist", "_tmgr", "_cbs", "_result",
-                 "_decoded")
+    __slots__ = (
+        "uid",
+        "description",
+        "state",
+        "pilot",
+        "exit_code",
+        "signal",
+        "stdout",
+        "stderr",
+        "reason",
+        "slots",
+        "partition",
+        "_hist",
+        "_tmgr",
+        "_cbs",
+        "_result",
+        "_decoded",
+    )
 
     def __init__(self, tmgr: "TaskManager", uid: str, description: TaskDescription, pilot: str):
         self.uid = uid
@@ -77,8 +92,9 @@ class Task:
 
         pilot = self._tmgr._pilots.get(self.pilot) if self.pilot else None
         if pilot is None:
-            return self.description.sandbox if os.path.isabs(self.description.sandbox or "") \
-                else None
+            return (
+                self.description.sandbox if os.path.isabs(self.description.sandbox or "") else None
+            )
         return task_cwd(self.description, self.uid, os.path.join(pilot.sandbox, TASKS_DIR))
 
     @property
@@ -97,12 +113,13 @@ class Task:
 
     def _outcome(self) -> tuple:
         if self._decoded is None:
-            if self.description._values.get("function") is None or \
-                    self.state not in S.FINAL:
+            if self.description._values.get("function") is None or self.state not in S.FINAL:
                 return (None, None)
             if self.state == S.DONE and self._result is None:  # (known from a journal)
-                raise PilotfishError(f"{self.uid}: the result of this call was not kept "
-                                     "(it ended before the session was resumed)")
+                raise PilotfishError(
+                    f"{self.uid}: the result of this call was not kept "
+                    "(it ended before the session was resumed)"
+                )
             self._decoded = decode_result(self._result, self.state, self.reason)
         return self._decoded
 
@@ -138,15 +155,15 @@ class Task:
         nodes = sorted({s.node for s in self.slots}) if self.slots else None
         state = self.state
         if state in S.FINAL or not self.pilot:
-            return X.from_history(self.uid, state, self.history, self.reason, self.pilot,
-                                  nodes)
+            return X.from_history(self.uid, state, self.history, self.reason, self.pilot, nodes)
         pilot = self._tmgr._pilots.get(self.pilot)
         answer = pilot._explain([self.uid], timeout) if pilot is not None else None
         if not answer:
-            e = X.from_history(self.uid, self.state, self.history, self.reason, self.pilot,
-                               nodes)
-            e[X.WAITS_FOR].append(f"its pilot {self.pilot} did not answer"
-                                  + (f" (it is {pilot.state})" if pilot is not None else ""))
+            e = X.from_history(self.uid, self.state, self.history, self.reason, self.pilot, nodes)
+            e[X.WAITS_FOR].append(
+                f"its pilot {self.pilot} did not answer"
+                + (f" (it is {pilot.state})" if pilot is not None else "")
+            )
             return e
         return X.merge(answer[0], self.state, self.pilot)
 
@@ -178,8 +195,10 @@ class TaskManager:
         A task that names its `pilot` goes there."""
         session._check_open()
         if scheduler not in self.SCHEDULERS:
-            raise ValueError(f"TaskManager scheduler {scheduler!r} is unknown: use one of "
-                             f"{', '.join(map(repr, self.SCHEDULERS))}")
+            raise ValueError(
+                f"TaskManager scheduler {scheduler!r} is unknown: use one of "
+                f"{', '.join(map(repr, self.SCHEDULERS))}"
+            )
         self.scheduler = scheduler
         self._turn = 0  # round_robin: the next pilot's turn
         # (uid, description, pilot) -> TaskSpec fields to add ("environment" is merged under
@@ -231,8 +250,10 @@ class TaskManager:
         # routed one after another, each seeing the cores routed before it in this call: a bulk
         # submit spreads over the pilots by their capacity (it all went to one pilot)
         pending: dict[str, int] = collections.defaultdict(int)
-        routes = [None if i in resumed else self._route(d, i, pilots, pending)
-                  for i, d in enumerate(descs)]
+        routes = [
+            None if i in resumed else self._route(d, i, pilots, pending)
+            for i, d in enumerate(descs)
+        ]
 
         # All or nothing: every wire spec and journal record is encoded before a task is
         # registered, so a description that cannot cross the wire fails the call, naming it.
@@ -262,14 +283,19 @@ class TaskManager:
         fn_sent: dict[str, set[bytes]] = {}  # callables each pilot's agent will have been sent
         for pilot_uid, idx in by_pilot_idx.items():
             for k in range(0, len(idx), SUBMIT_BATCH):
-                part = idx[k:k + SUBMIT_BATCH]
+                part = idx[k : k + SUBMIT_BATCH]
                 try:
                     pilot = self._pilots[pilot_uid]
                     shared = os.path.join(pilot.sandbox, "tasks", "shared")
-                    extra = None if self._spec_extra is None else \
-                        (lambda u, d, p=pilot: self._spec_extra(u, d, p))  # type: ignore[misc]
-                    specs = [_spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
-                             for i in part]
+                    extra = (
+                        None
+                        if self._spec_extra is None
+                        else (lambda u, d, p=pilot: self._spec_extra(u, d, p))
+                    )  # type: ignore[misc]
+                    specs = [
+                        _spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
+                        for i in part
+                    ]
                     if calls:
                         sent = fn_sent.get(pilot_uid)
                         if sent is None:  # (of this submit's callables only)
@@ -277,9 +303,14 @@ class TaskManager:
                         _first_carries_function(specs, sent)
                     frame = _wire.encode(_wire.Submit(specs))
                     if session.journal.enabled:
-                        journal.append(_journal_encode(
-                            [["task", uids[i], pilot_uid, _journal_values(descs[i])]
-                             for i in part]))
+                        journal.append(
+                            _journal_encode(
+                                [
+                                    ["task", uids[i], pilot_uid, _journal_values(descs[i])]
+                                    for i in part
+                                ]
+                            )
+                        )
                 except Exception:
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
@@ -290,8 +321,9 @@ class TaskManager:
             session.journal.write_encoded(journal)
         except OSError as e:
             raise session._journal_error(
-                e, f"journal the {len(to_send)} tasks of this submit (none was registered or "
-                   f"sent) in") from e
+                e,
+                f"journal the {len(to_send)} tasks of this submit (none was registered or sent) in",
+            ) from e
         del journal
 
         now = time.time()
@@ -333,8 +365,9 @@ class TaskManager:
                 self._pilots[pilot_uid]._fn_sent |= sent
             for pilot_uid, frame, part in frames:
                 batch = [tasks[i] for i in part]
-                session._bridge.send(pilot_uid, frame,
-                                     on_sent=lambda when, b=batch: self._sent(b, when))
+                session._bridge.send(
+                    pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when)
+                )
         return tasks[0] if single else tasks
 
     def submit_service_group(self, description, replicas: int = 1):
@@ -358,14 +391,19 @@ class TaskManager:
             if _normalized(values) != _normalized(_journal_values(d)):
                 raise PilotfishError(
                     f"resume: task {i} of this submit differs from {uid} in the journal; "
-                    f"submit the same tasks in the same order (then add new ones)")
+                    f"submit the same tasks in the same order (then add new ones)"
+                )
             r.tasks_used += 1
             pilot_uid = r.pilot_of.get(uid, pilot_uid)
             live = self._pilots.get(pilot_uid)
             if uid in r.finals or uid in r.adopted:  # (adopted: its agent's keeper runs it)
                 out[i] = (uid, pilot_uid)
-            elif live is not None and live.state not in S.FINAL and uid not in live._missing \
-                    and live._resync is not None:
+            elif (
+                live is not None
+                and live.state not in S.FINAL
+                and uid not in live._missing
+                and live._resync is not None
+            ):
                 out[i] = (uid, pilot_uid)  # its agent is still on it
             else:
                 out[i] = (uid, None)
@@ -401,9 +439,14 @@ class TaskManager:
         for sandbox, ts in kept.items():
             self.session._adopter.watch(sandbox, ts)
 
-    def wait_tasks(self, uids: Iterable[str] | str | None = None,
-                   state: str | Iterable[str] | None = None, timeout: float | None = None,
-                   return_when: str = "all", progress: bool = False) -> list[str]:
+    def wait_tasks(
+        self,
+        uids: Iterable[str] | str | None = None,
+        state: str | Iterable[str] | None = None,
+        timeout: float | None = None,
+        return_when: str = "all",
+        progress: bool = False,
+    ) -> list[str]:
         """Block until the tasks reach `state` (default: a final state) or the timeout passes.
 
         return_when="all" (default) or "any" (the first one to get there). progress=True
@@ -417,7 +460,11 @@ class TaskManager:
                 raise ValueError("progress=True waits for all tasks of the manager to end")
             return wait_with_progress(self, timeout=timeout)
         tasks = self._select(uids)
-        targets = S.FINAL if state is None else ({state} if isinstance(state, str) else set(state)) | S.FINAL
+        targets = (
+            S.FINAL
+            if state is None
+            else ({state} if isinstance(state, str) else set(state)) | S.FINAL
+        )
         deadline = None if timeout is None else time.monotonic() + timeout
         # Waiting for final states only needs to look at the tasks again once enough of the
         # manager's tasks have ended: the waiter sleeps until then (no O(tasks) scan per
@@ -503,8 +550,13 @@ class TaskManager:
                 raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
         return out
 
-    def _route(self, d: TaskDescription, index: int, pilots: list[PilotPort],
-               pending: dict[str, int] | None = None) -> PilotPort:
+    def _route(
+        self,
+        d: TaskDescription,
+        index: int,
+        pilots: list[PilotPort],
+        pending: dict[str, int] | None = None,
+    ) -> PilotPort:
         """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
         earlier in the same call) that can hold the request; else a DescriptionError.
         (Per task of every bulk submit: the description's values are read directly.)"""
@@ -513,19 +565,28 @@ class TaskManager:
         if pin is not None:  # pinned: that pilot or an error
             pinned = [p for p in pilots if p.uid == pin]
             if not pinned:
-                raise DescriptionError("TaskDescription", "pilot", pin,
-                                       f"not a live pilot of this TaskManager (live: "
-                                       f"{', '.join(p.uid for p in pilots) or 'none'})",
-                                       index=index)
+                raise DescriptionError(
+                    "TaskDescription",
+                    "pilot",
+                    pin,
+                    f"not a live pilot of this TaskManager (live: "
+                    f"{', '.join(p.uid for p in pilots) or 'none'})",
+                    index=index,
+                )
             pilots = pinned
         env = v.get("named_env")
         if env is not None:
             having = [p for p in pilots if env in p.envs]
             if not having:
-                raise DescriptionError("TaskDescription", "named_env", env,
-                                       "no environment of that name was prepared on "
-                                       f"{'pilot ' + pin if pin else 'any live pilot'}"
-                                       " (Pilot.prepare_env)", index=index)
+                raise DescriptionError(
+                    "TaskDescription",
+                    "named_env",
+                    env,
+                    "no environment of that name was prepared on "
+                    f"{'pilot ' + pin if pin else 'any live pilot'}"
+                    " (Pilot.prepare_env)",
+                    index=index,
+                )
             pilots = having
         ranks = v.get("ranks", 1)
         cores = v.get("cores_per_rank", 1)
@@ -533,21 +594,38 @@ class TaskManager:
             p = pilots[0]
             problem = p.misfit(ranks, cores, v.get("gpus_per_rank", 0), v.get("mem_per_rank", 0))
             if problem is not None:
-                raise DescriptionError("TaskDescription", problem[0], getattr(d, problem[0]),
-                                       problem[1] + f" of {p.uid}", index=index)
+                raise DescriptionError(
+                    "TaskDescription",
+                    problem[0],
+                    getattr(d, problem[0]),
+                    problem[1] + f" of {p.uid}",
+                    index=index,
+                )
             chosen = p
         else:
             chosen = self._choose(d, index, pilots, pending, ranks, cores)
         if pending is not None:
             pending[chosen.uid] += ranks * cores
         if chosen._simulated and v.get("duration") is None:
-            raise DescriptionError("TaskDescription", "duration", None,
-                                   f"required on a simulated pilot ({chosen.uid}): a simulated "
-                                   "task runs for its duration", index=index)
+            raise DescriptionError(
+                "TaskDescription",
+                "duration",
+                None,
+                f"required on a simulated pilot ({chosen.uid}): a simulated "
+                "task runs for its duration",
+                index=index,
+            )
         return chosen
 
-    def _choose(self, d: TaskDescription, index: int, pilots: list[PilotPort],
-                pending: dict[str, int] | None, ranks: int, cores: int) -> PilotPort:
+    def _choose(
+        self,
+        d: TaskDescription,
+        index: int,
+        pilots: list[PilotPort],
+        pending: dict[str, int] | None,
+        ranks: int,
+        cores: int,
+    ) -> PilotPort:
         fitting, unknown, why = [], [], None
         v = d._values
         for p in pilots:
@@ -572,8 +650,13 @@ class TaskManager:
             return chosen
         load = self._load
         extra = pending if pending is not None else {}
-        return min(candidates, key=lambda p: (load[p.uid] + extra.get(p.uid, 0)) / max(
-            1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)]))))
+        return min(
+            candidates,
+            key=lambda p: (
+                (load[p.uid] + extra.get(p.uid, 0))
+                / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)])))
+            ),
+        )
 
     def _sent(self, batch: list[Task], now: float) -> None:  # IO thread: the frame left
 
@@ -592,7 +675,9 @@ class TaskManager:
         if self._callbacks:
             self._run_callbacks([(t, S.STAGING_INPUT) for t in batch])
 
-    def _apply(self, pairs: list[tuple[Task, _wire.Update]], journal: bool = True) -> None:  # IO thread
+    def _apply(
+        self, pairs: list[tuple[Task, _wire.Update]], journal: bool = True
+    ) -> None:  # IO thread
         changed = []
         counts = self.counts
         ended = 0
@@ -628,8 +713,9 @@ class TaskManager:
                 changed.append((t, state))
         self._acknowledge(changed, ended, finals if journal else None)
 
-    def _finish_locally(self, tasks: list[Task], state: str, reason: str,
-                        journal: bool = False) -> None:
+    def _finish_locally(
+        self, tasks: list[Task], state: str, reason: str, journal: bool = False
+    ) -> None:
         """Finalize tasks the agent will never report on (pilot gone, never sent). Not
         journaled unless asked: a task its pilot took down with it runs again on resume."""
         now = time.time()
@@ -646,11 +732,17 @@ class TaskManager:
                 self._load[t.pilot] -= _cores(t.description)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
-        self._acknowledge(changed, len(changed), [["final", t.uid, state, None, None, reason, now]
-                                                  for t, _ in changed] if journal else None)
+        self._acknowledge(
+            changed,
+            len(changed),
+            [["final", t.uid, state, None, None, reason, now] for t, _ in changed]
+            if journal
+            else None,
+        )
 
-    def _acknowledge(self, changed: list[tuple[Task, str]], ended: int,
-                     finals: list | None) -> None:
+    def _acknowledge(
+        self, changed: list[tuple[Task, str]], ended: int, finals: list | None
+    ) -> None:
         """After a batch of state changes: journal the finals, run the callbacks, and only
         then wake the waiters -- wait() never returns a final state that a resume could lose
         or that the user's callbacks have not seen yet."""
@@ -674,9 +766,15 @@ class TaskManager:
             except BaseException as e:  # noqa: BLE001 -- sys.exit() in a callback too:
                 # it runs on the client's IO thread, which must live on (it would stop
                 # every update, every wait); reported, never raised
-                log.error("task callback %r failed on %s -> %s: %s: %s",
-                          getattr(cb, "__qualname__", cb), t.uid, state,
-                          type(e).__name__, e, exc_info=not isinstance(e, SystemExit))
+                log.error(
+                    "task callback %r failed on %s -> %s: %s: %s",
+                    getattr(cb, "__qualname__", cb),
+                    t.uid,
+                    state,
+                    type(e).__name__,
+                    e,
+                    exc_info=not isinstance(e, SystemExit),
+                )
 
     def _on_pilot_final(self, pilot: PilotPort) -> None:
         left = [t for t in self._tasks if t.pilot == pilot.uid and t.state not in S.FINAL]
@@ -689,7 +787,11 @@ class TaskManager:
             if left:
                 self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
         else:
-            self._finish_locally(left, S.CANCELED, f"pilot {pilot.uid} ended ({pilot.state}) before the task finished")
+            self._finish_locally(
+                left,
+                S.CANCELED,
+                f"pilot {pilot.uid} ended ({pilot.state}) before the task finished",
+            )
 
     def _close(self) -> None:
         pass
@@ -743,8 +845,7 @@ class RemoteTraceback(Exception):
 # The wire spec is derived from the description: every TaskSpec field but these is the
 # TaskDescription field of the same name (same default; tests/client/test_descriptions.py
 # checks it), copied only when set. These are computed from other fields.
-_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call",
-                 "fn_ref")
+_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call", "fn_ref")
 _SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
 
 
@@ -762,18 +863,28 @@ def _first_carries_function(specs: list[_wire.TaskSpec], sent: set[bytes]) -> No
             sent.add(ref)
 
 
-def _spec(uid: str, d: TaskDescription, shared: str | None = None,
-          envs: dict | None = None, extra=None, call: tuple | None = None) -> _wire.TaskSpec:
+def _spec(
+    uid: str,
+    d: TaskDescription,
+    shared: str | None = None,
+    envs: dict | None = None,
+    extra=None,
+    call: tuple | None = None,
+) -> _wire.TaskSpec:
     v = d._values  # only fields set away from their defaults
     if call is not None:  # a function task: its pickled callable and arguments
         kw = {k: v[k] for k in _CALL_COPIED.intersection(v)}
-        return _wire.TaskSpec(uid=uid, executable="", function=call[0], call=call[1],
-                              fn_ref=call[2], **kw)
+        return _wire.TaskSpec(
+            uid=uid, executable="", function=call[0], call=call[1], fn_ref=call[2], **kw
+        )
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     if "named_env" in v:  # (the route checked that the pilot has it)
         env = envs[v["named_env"]]  # type: ignore[index]
-        activate = [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"] \
-            if env["path"] else []
+        activate = (
+            [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"]
+            if env["path"]
+            else []
+        )
         kw["pre_exec"] = activate + list(env["pre_exec"]) + list(kw.get("pre_exec", ()))
     if extra is not None:
         more = extra(uid, d)
@@ -792,8 +903,9 @@ def _spec(uid: str, d: TaskDescription, shared: str | None = None,
 
 
 # what of a function task's description the agent needs (its worker's shape, mainly)
-_CALL_COPIED = frozenset(("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank",
-                          "priority", "timeout", "duration"))
+_CALL_COPIED = frozenset(
+    ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank", "priority", "timeout", "duration")
+)
 
 
 def _journal_values(d: TaskDescription) -> dict:
@@ -822,7 +934,7 @@ def _outer_absolute(directives: list | None, side: str, shared: str | None = Non
         if p.startswith("pilot://"):  # the pilot's shared directory (Pilot.stage_in)
             if shared is None:
                 raise ValueError(f"{p}: pilot:// needs the pilot the task goes to")
-            p = os.path.join(shared, p[len("pilot://"):])
+            p = os.path.join(shared, p[len("pilot://") :])
             out.append({**d, side: os.path.normpath(p)})
             continue
         out.append(d if os.path.isabs(p) else {**d, side: os.path.abspath(p)})
@@ -844,8 +956,9 @@ def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> D
             try:
                 _journal_encode(value)  # the wire and the journal encode alike (msgpack)
             except Exception as e:
-                return DescriptionError("TaskDescription", name, value,
-                                        f"cannot be sent to the agent: {e}", index=i)
+                return DescriptionError(
+                    "TaskDescription", name, value, f"cannot be sent to the agent: {e}", index=i
+                )
     return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
 
 
@@ -853,8 +966,13 @@ def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None
     """Absolute paths on the user's side of staging (and output files) may not name the
     pilot's own files (its events, journal, keys, configuration)."""
     v = d._values
-    if not (v.get("input_staging") or v.get("output_staging") or isinstance(v.get("stdout"), str)
-            or isinstance(v.get("stderr"), str) or isinstance(v.get("sandbox"), str)):
+    if not (
+        v.get("input_staging")
+        or v.get("output_staging")
+        or isinstance(v.get("stdout"), str)
+        or isinstance(v.get("stderr"), str)
+        or isinstance(v.get("sandbox"), str)
+    ):
         return
     from .._paths import protected
 
@@ -866,6 +984,10 @@ def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None
             continue
         full = os.path.abspath(path)
         if protected(full, pilot.sandbox):
-            raise DescriptionError("TaskDescription", field, path,
-                                   f"names the files of {pilot.uid} itself ({pilot.sandbox})",
-                                   index=index)
+            raise DescriptionError(
+                "TaskDescription",
+                field,
+                path,
+                f"names the files of {pilot.uid} itself ({pilot.sandbox})",
+                index=index,
+            )

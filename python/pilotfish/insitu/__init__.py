@@ -12,5 +12,13 @@ the same calls (pipeline(name, comm=MPI.COMM_WORLD): every rank stages its block
 from ._client import PipelineHandle, StagingArea, connect, hash_placement
 from ._pipeline import InsituError, Pipeline, lookup, pipeline
 
-__all__ = ["StagingArea", "connect", "PipelineHandle", "Pipeline", "pipeline", "lookup",
-           "InsituError", "hash_placement"]
+__all__ = [
+    "StagingArea",
+    "connect",
+    "PipelineHandle",
+    "Pipeline",
+    "pipeline",
+    "lookup",
+    "InsituError",
+    "hash_placement",
+]

@@ -82,7 +82,8 @@ class _Channel:
                 raise InsituError(
                     f"data[{i}] of {hdr.get('op', 'a request')} is {n} bytes: a staging "
                     f"server takes frames of at most {_auth.MAX_FRAME} bytes (split the block, or "
-                    f"set PILOTFISH_INSITU_FRAME_MB for the client and the servers alike)")
+                    f"set PILOTFISH_INSITU_FRAME_MB for the client and the servers alike)"
+                )
         rid = next(self.ids)
         hdr["id"] = rid
         self.sock(endpoint).send_multipart([b"req", _enc(hdr)] + (data or []), copy=False)
@@ -103,8 +104,10 @@ class _Channel:
                 frames = s.recv_multipart()
                 proof = self.proofs.get(ep)
                 if len(frames) < 3 or (proof is not None and not _auth.same(frames[1], proof)):
-                    print(f"pilotfish.insitu: a reply from {ep} without the server's proof "
-                          f"dropped", file=sys.stderr)  # (not what the view's server sent)
+                    print(
+                        f"pilotfish.insitu: a reply from {ep} without the server's proof dropped",
+                        file=sys.stderr,
+                    )  # (not what the view's server sent)
                     continue
                 rid, ok, err = _dec(frames[2])
                 result = None
@@ -139,8 +142,13 @@ class PipelineHandle:
     the client's ranks): every rank stages its own blocks; rank 0 holds the view and drives
     activate/execute/deactivate (all ranks call them: they are collective)."""
 
-    def __init__(self, area: "_AreaBase", name: str, comm: Any = None,
-                 placement: Callable[[Any, int], int] = hash_placement):
+    def __init__(
+        self,
+        area: "_AreaBase",
+        name: str,
+        comm: Any = None,
+        placement: Callable[[Any, int], int] = hash_placement,
+    ):
         self.area = area
         self.name = name
         self.comm = comm
@@ -172,8 +180,12 @@ class PipelineHandle:
             raise InsituError(err)
         self.epoch, self.members = view
         self.iteration = iteration
-        self._t = {"iteration": iteration, "servers": len(self.members),
-                   "activate": time.perf_counter() - t0, "stage": 0.0}
+        self._t = {
+            "iteration": iteration,
+            "servers": len(self.members),
+            "activate": time.perf_counter() - t0,
+            "stage": 0.0,
+        }
 
     def _activate_root(self, iteration: int):
         why = None
@@ -187,23 +199,32 @@ class PipelineHandle:
             endpoints = [ep for _, ep in members]
             try:
                 self.area._ensure_pipelines(self.ch, members)
-                why = self.ch.broadcast(endpoints, {
-                    "op": "activate", "pipeline": self.name, "iteration": iteration,
-                    "epoch": view.epoch, "members": [list(m) for m in members]})
+                why = self.ch.broadcast(
+                    endpoints,
+                    {
+                        "op": "activate",
+                        "pipeline": self.name,
+                        "iteration": iteration,
+                        "epoch": view.epoch,
+                        "members": [list(m) for m in members],
+                    },
+                )
             except InsituError as e:
                 why = str(e)
             if why is None:
                 self._hold = hold
                 return view.epoch, members
             # undo on the servers that activated, then refresh and retry if stale
-            self.ch.broadcast(endpoints, {"op": "deactivate", "pipeline": self.name,
-                                          "iteration": iteration})
+            self.ch.broadcast(
+                endpoints, {"op": "deactivate", "pipeline": self.name, "iteration": iteration}
+            )
             hold.release()
             if not why.startswith("stale view"):
                 raise InsituError(f"activate {iteration}: {why}")
             time.sleep(0.05 * (attempt + 1))
-        raise InsituError(f"activate {iteration}: the view stayed stale after "
-                          f"{STALE_RETRIES} refreshes: {why}")
+        raise InsituError(
+            f"activate {iteration}: the view stayed stale after {STALE_RETRIES} refreshes: {why}"
+        )
 
     def stage(self, block_id: Any, array: Any, meta: dict | None = None) -> None:
         """Send one block (a numpy array, sent from its own buffer) to its server."""
@@ -218,12 +239,23 @@ class PipelineHandle:
             if meta is not None:
                 json.dumps(meta)
         except (TypeError, ValueError) as e:
-            raise InsituError(f"block {block_id!r}: block_id and meta must be JSON-able: "
-                              f"{e}") from None
+            raise InsituError(
+                f"block {block_id!r}: block_id and meta must be JSON-able: {e}"
+            ) from None
         _, ep = self.members[self.placement(block_id, len(self.members))]
-        self.ch.send(ep, {"op": "stage", "pipeline": self.name, "iteration": self.iteration,
-                          "block": block_id, "dtype": a.dtype.str, "shape": list(a.shape),
-                          "meta": meta or {}}, [memoryview(a).cast("B") if a.size else b""])
+        self.ch.send(
+            ep,
+            {
+                "op": "stage",
+                "pipeline": self.name,
+                "iteration": self.iteration,
+                "block": block_id,
+                "dtype": a.dtype.str,
+                "shape": list(a.shape),
+                "meta": meta or {},
+            },
+            [memoryview(a).cast("B") if a.size else b""],
+        )
         self._t["stage"] += time.perf_counter() - t0
 
     def _flush_stages(self) -> str | None:
@@ -249,8 +281,10 @@ class PipelineHandle:
             raise InsituError(err)
         result = None
         if self._root:
-            rids = [self.ch.send(ep, {"op": "execute", "pipeline": self.name,
-                                      "iteration": iteration}) for _, ep in self.members]
+            rids = [
+                self.ch.send(ep, {"op": "execute", "pipeline": self.name, "iteration": iteration})
+                for _, ep in self.members
+            ]
             replies = self.ch.collect()
             errors = [replies[r][1] for r in rids if not replies[r][0]]
             if errors:
@@ -277,8 +311,10 @@ class PipelineHandle:
         if self.comm is not None:
             self.comm.Barrier()
         if self._root:
-            err = err or self.ch.broadcast([ep for _, ep in self.members], {
-                "op": "deactivate", "pipeline": self.name, "iteration": iteration})
+            err = err or self.ch.broadcast(
+                [ep for _, ep in self.members],
+                {"op": "deactivate", "pipeline": self.name, "iteration": iteration},
+            )
             hold, self._hold = self._hold, None
             if hold is not None:
                 hold.release()
@@ -290,10 +326,15 @@ class PipelineHandle:
 
     def _check(self, iteration: int, what: str) -> None:
         if self.iteration is None or self.iteration != iteration:
-            raise InsituError(f"pipeline {self.name!r}: {what} of iteration {iteration}, "
-                              f"which is not active" + (f" (iteration {self.iteration} is)"
-                                                        if self.iteration is not None else
-                                                        " (activate it first)"))
+            raise InsituError(
+                f"pipeline {self.name!r}: {what} of iteration {iteration}, "
+                f"which is not active"
+                + (
+                    f" (iteration {self.iteration} is)"
+                    if self.iteration is not None
+                    else " (activate it first)"
+                )
+            )
 
     def close(self) -> None:
         if self.iteration is not None:
@@ -318,8 +359,11 @@ class _AreaBase:
     def _learn_server(self, uid: str, endpoint: str, info: dict | None) -> None:
         info = info if isinstance(info, dict) else {}
         key = info.get("curve")
-        self._servers[endpoint] = (info.get("auth", _auth.NONE), uid,
-                                   key.encode() if isinstance(key, str) else None)
+        self._servers[endpoint] = (
+            info.get("auth", _auth.NONE),
+            uid,
+            key.encode() if isinstance(key, str) else None,
+        )
 
     def _keys(self, endpoint: str) -> tuple | None:
         """How to speak to the server at endpoint (see _Channel), as its view says."""
@@ -333,11 +377,14 @@ class _AreaBase:
         if mode == _auth.NONE:
             return None  # the area runs with secure=False
         if mode not in _auth.MODES or (mode == _auth.CURVE and key is None):
-            raise InsituError(f"staging area {self.name!r}: server {uid} announced "
-                              f"{mode!r}, which this client does not speak")
+            raise InsituError(
+                f"staging area {self.name!r}: server {uid} announced "
+                f"{mode!r}, which this client does not speak"
+            )
         if view is None or view.client_key is None:
-            raise InsituError(f"staging area {self.name!r}: its client key did not come "
-                              f"with its view")
+            raise InsituError(
+                f"staging area {self.name!r}: its client key did not come with its view"
+            )
         return mode, uid, key, view.client_key
 
     def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -384,7 +431,7 @@ class _AreaBase:
         try:
             m = view.members[0]
             ch.send(m.endpoint, {"op": "ping"})
-            (ok, _, result), = ch.collect().values()
+            ((ok, _, result),) = ch.collect().values()
         finally:
             ch.close()
         if ok and result:
@@ -392,8 +439,13 @@ class _AreaBase:
                 self._pipelines.setdefault(name, req)
                 self._created.setdefault(m.uid, set()).add(name)
 
-    def create_pipeline(self, name: str, config: dict | None = None, module: str | None = None,
-                        type: str | None = None) -> None:
+    def create_pipeline(
+        self,
+        name: str,
+        config: dict | None = None,
+        module: str | None = None,
+        type: str | None = None,
+    ) -> None:
         """Create pipeline `name` (of registered type `type`, default `name`) with a JSON-able
         config on every server, now and on servers that join later. InsituError with the
         servers' reason if it cannot be made (nothing is left half-made)."""
@@ -403,8 +455,7 @@ class _AreaBase:
             raise InsituError(f"pipeline {name!r}: config must be JSON-able: {e}") from None
         if name in self._pipelines:
             raise InsituError(f"pipeline {name!r} exists in this area")
-        req = {"op": "create", "pipeline": name, "config": config, "module": module,
-               "type": type}
+        req = {"op": "create", "pipeline": name, "config": config, "module": module, "type": type}
         ch = _Channel(self._keys)
         with self._views.hold() as view:
             members = [(m.uid, m.endpoint) for m in view.members]
@@ -429,15 +480,18 @@ class _AreaBase:
                 self._created.get(m.uid, set()).discard(name)
         ch.close()
 
-    def pipeline(self, name: str, comm: Any = None,
-                 placement: Callable[[Any, int], int] = hash_placement) -> PipelineHandle:
+    def pipeline(
+        self, name: str, comm: Any = None, placement: Callable[[Any, int], int] = hash_placement
+    ) -> PipelineHandle:
         """A client handle of pipeline `name` (see PipelineHandle)."""
         if comm is None or comm.Get_rank() == 0:
             if name not in self._pipelines:
                 self._learn()
             if name not in self._pipelines:
-                raise InsituError(f"unknown pipeline {name!r} in this area "
-                                  f"(create_pipeline first; known: {sorted(self._pipelines)})")
+                raise InsituError(
+                    f"unknown pipeline {name!r} in this area "
+                    f"(create_pipeline first; known: {sorted(self._pipelines)})"
+                )
         return PipelineHandle(self, name, comm, placement)
 
 
@@ -450,9 +504,17 @@ class StagingArea(_AreaBase):
     side). servers: how many; member_resources: ServiceDescription fields for each
     (cores_per_rank, mem_per_rank, ...)."""
 
-    def __init__(self, tmgr: Any, servers: int = 1, name: str | None = None,
-                 ready_timeout: float = 120.0, mpi: bool | None = None,
-                 secure: bool = True, encrypt: bool = False, **member_resources: Any):
+    def __init__(
+        self,
+        tmgr: Any,
+        servers: int = 1,
+        name: str | None = None,
+        ready_timeout: float = 120.0,
+        mpi: bool | None = None,
+        secure: bool = True,
+        encrypt: bool = False,
+        **member_resources: Any,
+    ):
         """mpi: the servers' collectives over MPI (each server its own `mpiexec -n 1` job,
         connected per view with MPI_Comm_accept/connect + merge; pipelines get the
         communicator as self.comm.mpi); None (default): where MPICH's mpiexec and mpi4py
@@ -482,9 +544,12 @@ class StagingArea(_AreaBase):
             # program run again on a resumed session names it alike, and re-attaches it (its
             # servers live on); an area that failed to start takes no number
             self.name = name or f"staging-{_AREAS_MADE[0]}"
-            desc = pf.ServiceDescription(name=self.name, executable=sys.executable,
-                                         arguments=["-m", "pilotfish.insitu._server"],
-                                         **member_resources)
+            desc = pf.ServiceDescription(
+                name=self.name,
+                executable=sys.executable,
+                arguments=["-m", "pilotfish.insitu._server"],
+                **member_resources,
+            )
             self.group = tmgr.submit_service_group(desc, replicas=servers)
             if name is None:
                 _AREAS_MADE[0] += 1
@@ -499,8 +564,7 @@ class StagingArea(_AreaBase):
             if why is not None:
                 raise InsituError(f"staging area {self.name!r}, resumed: {why}")
 
-    def resize(self, n: int, wait: bool = True, warm: bool = False,
-               timeout: float = 120.0) -> None:
+    def resize(self, n: int, wait: bool = True, warm: bool = False, timeout: float = 120.0) -> None:
         """n servers. Joins and leaves take effect between iterations (an active iteration
         holds the view); with wait, returns once the view has n servers. warm: new servers
         create every pipeline and warm it up (VTK's first render...) before they join, so
@@ -520,8 +584,10 @@ class StagingArea(_AreaBase):
                 if len(fresh) >= grow:
                     break
                 if time.monotonic() > deadline:
-                    raise InsituError(f"resize to {n}: {len(fresh)} of {grow} new servers "
-                                      f"ready within {timeout:g}s")
+                    raise InsituError(
+                        f"resize to {n}: {len(fresh)} of {grow} new servers "
+                        f"ready within {timeout:g}s"
+                    )
                 time.sleep(0.01)
             for x in fresh:  # not in the view yet: how to speak to them came with their news
                 self._learn_server(x.uid, x.endpoint, x.info)

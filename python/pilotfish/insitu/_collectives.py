@@ -21,8 +21,9 @@ from .._extras import require
 class Collectives:
     mpi: Any = None  # an mpi4py Intracomm of the same servers, where the area runs on MPI
 
-    def __init__(self, server: Any, rank: int, endpoints: list[str], tag: str,
-                 uids: list[str] | None = None):
+    def __init__(
+        self, server: Any, rank: int, endpoints: list[str], tag: str, uids: list[str] | None = None
+    ):
         self.server = server  # sends to peers, receives what peers sent (buffering the rest)
         self.rank = rank
         self.size = len(endpoints)
@@ -35,13 +36,16 @@ class Collectives:
         buffers: list = []
         payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         hdr = msgspec.msgpack.encode([self.tag, seq, self.rank, len(buffers)])
-        self.server.peer_send(self.endpoints[to], [b"coll", hdr, payload]
-                              + [b.raw() for b in buffers],
-                              self.uids[to] if self.uids is not None else None)
+        self.server.peer_send(
+            self.endpoints[to],
+            [b"coll", hdr, payload] + [b.raw() for b in buffers],
+            self.uids[to] if self.uids is not None else None,
+        )
 
     def _recv(self, seq: int, frm: int) -> Any:
-        frames = self.server.peer_recv(self.tag, seq, frm,
-                                       self.uids[frm] if self.uids is not None else None)
+        frames = self.server.peer_recv(
+            self.tag, seq, frm, self.uids[frm] if self.uids is not None else None
+        )
         return pickle.loads(frames[0], buffers=frames[1:])
 
     def gather(self, obj: Any, root: int = 0) -> list | None:

@@ -15,8 +15,10 @@ import importlib
 from typing import Any, Callable
 
 ENTRY_POINTS = "pilotfish.insitu.pipelines"
-SHIPPED = {"statistics": "pilotfish.insitu.pipelines.statistics",
-           "isosurface": "pilotfish.insitu.pipelines.isosurface"}
+SHIPPED = {
+    "statistics": "pilotfish.insitu.pipelines.statistics",
+    "isosurface": "pilotfish.insitu.pipelines.isosurface",
+}
 
 _REGISTRY: dict[str, type] = {}
 
@@ -57,9 +59,11 @@ class Pipeline:
 
 def pipeline(name: str) -> Callable[[type], type]:
     """Class decorator: register a pipeline under `name`."""
+
     def register(cls: type) -> type:
         _REGISTRY[name] = cls
         return cls
+
     return register
 
 
@@ -81,8 +85,9 @@ def lookup(name: str, module: str | None = None) -> type:
                 importlib.import_module(module)
             except (Exception, SystemExit) as e:  # noqa: BLE001 -- the client learns why
                 # (a module that exits on import -- unittest.__main__ -- must not end the server)
-                raise InsituError(f"pipeline {name!r}: cannot import {module!r}: "
-                                  f"{type(e).__name__}: {e}") from None
+                raise InsituError(
+                    f"pipeline {name!r}: cannot import {module!r}: {type(e).__name__}: {e}"
+                ) from None
         elif name in SHIPPED:
             importlib.import_module(SHIPPED[name])
         else:
@@ -92,6 +97,8 @@ def lookup(name: str, module: str | None = None) -> type:
     cls = _REGISTRY.get(name)
     if cls is None:
         known = sorted(set(_REGISTRY) | set(SHIPPED))
-        raise InsituError(f"unknown pipeline {name!r} (known: {', '.join(known)}; register "
-                          f"with @pilotfish.insitu.pipeline and pass module=)")
+        raise InsituError(
+            f"unknown pipeline {name!r} (known: {', '.join(known)}; register "
+            f"with @pilotfish.insitu.pipeline and pass module=)"
+        )
     return cls

@@ -47,10 +47,10 @@ from ._collectives import Collectives, MPICollectives, build_mpi_comm
 from ._pipeline import InsituError, lookup
 
 PEER_TIMEOUT_S = 60.0
-VIEW_WAIT_S = 5.0       # an activate may wait this long for the view it names (parked)
+VIEW_WAIT_S = 5.0  # an activate may wait this long for the view it names (parked)
 INBOX_MAX = int(os.environ.get("PILOTFISH_INSITU_INBOX_MB", "1024")) << 20
 MAX_FRAME = _auth.MAX_FRAME
-LOG_FIRST = 20          # drops and refusals logged one by one; then every LOG_EVERY-th
+LOG_FIRST = 20  # drops and refusals logged one by one; then every LOG_EVERY-th
 LOG_EVERY = 1000
 
 _enc = msgspec.msgpack.encode
@@ -96,9 +96,16 @@ class _Gate(threading.Thread):
             who = self.decide(msg[5] if len(msg) > 5 else b"", msg[6:])
             ok = who is not None
             try:
-                self.sock.send_multipart([version, request_id, b"200" if ok else b"400",
-                                          b"OK" if ok else b"not let in",
-                                          who.encode() if ok else b"", b""])
+                self.sock.send_multipart(
+                    [
+                        version,
+                        request_id,
+                        b"200" if ok else b"400",
+                        b"OK" if ok else b"not let in",
+                        who.encode() if ok else b"",
+                        b"",
+                    ]
+                )
             except zmq.ZMQError:
                 return
 
@@ -119,8 +126,11 @@ class _Gate(threading.Thread):
             if user == "client":
                 return user if _auth.same(credentials[1], srv.request_password) else None
             secret = srv.me.secret if srv.me is not None else None
-            if user.startswith("peer ") and secret and _auth.same(
-                    credentials[1], _auth.peer_password(secret, user[5:], srv.uid)):
+            if (
+                user.startswith("peer ")
+                and secret
+                and _auth.same(credentials[1], _auth.peer_password(secret, user[5:], srv.uid))
+            ):
                 return user
         return None  # (refusals are counted by the socket monitor)
 
@@ -169,8 +179,9 @@ class Server:
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         # unproven connections capped (a few per peer: clients and peers connect once), the
         # refusals counted (_door.py; the "refused" count, logged as they come)
-        self.door = Door(self.sock, f"staging server {self.uid}", per_peer=4, total=8,
-                         proven_bytes=128)  # (PLAIN's handshake is shorter than CURVE's)
+        self.door = Door(
+            self.sock, f"staging server {self.uid}", per_peer=4, total=8, proven_bytes=128
+        )  # (PLAIN's handshake is shorter than CURVE's)
         self.endpoint = f"tcp://{host}:{port}"
         self.peers: dict[str, zmq.Socket] = {}
         self.inbox: dict[tuple, tuple] = {}  # (tag, seq, frm) -> (sender, buffers, bytes)
@@ -211,8 +222,7 @@ class Server:
         self.stats[what] += 1
         n = self.stats[what]
         if n <= LOG_FIRST or n % LOG_EVERY == 0:
-            print(f"pilotfish.insitu {self.uid}: {what} #{n}: {why}", file=sys.stderr,
-                  flush=True)
+            print(f"pilotfish.insitu {self.uid}: {what} #{n}: {why}", file=sys.stderr, flush=True)
 
     # -- peers (collectives) -------------------------------------------------------------
     def peer_send(self, endpoint: str, frames: list, uid: str | None = None) -> None:
@@ -228,12 +238,16 @@ class Server:
                     uid = self.peer_at.get(endpoint)
                 if uid is None or self.me is None or not self.me.secret:
                     s.close(0)
-                    raise InsituError(f"cannot prove this server to {endpoint}: "
-                                      + ("no server there in the group's views" if uid is None
-                                         else "the pilot gave no member secret"))
+                    raise InsituError(
+                        f"cannot prove this server to {endpoint}: "
+                        + (
+                            "no server there in the group's views"
+                            if uid is None
+                            else "the pilot gave no member secret"
+                        )
+                    )
                 s.setsockopt(zmq.PLAIN_USERNAME, f"peer {self.uid}".encode())
-                s.setsockopt(zmq.PLAIN_PASSWORD,
-                             _auth.peer_password(self.me.secret, self.uid, uid))
+                s.setsockopt(zmq.PLAIN_PASSWORD, _auth.peer_password(self.me.secret, self.uid, uid))
             elif self.mode == _auth.CURVE:
                 key = self.peer_keys.get(endpoint)
                 if key is None:
@@ -261,13 +275,17 @@ class Server:
                 self.inbox_bytes -= size
                 if not self.secure or sender is None or who == f"peer {sender}":
                     return buffers
-                self.count("dropped", f"a collective message for {tag} step {seq} as rank "
-                                      f"{frm} ({sender}) from {who}")
+                self.count(
+                    "dropped",
+                    f"a collective message for {tag} step {seq} as rank "
+                    f"{frm} ({sender}) from {who}",
+                )
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
-                raise InsituError(f"server rank {frm} sent nothing for {PEER_TIMEOUT_S:g}s "
-                                  f"({tag}, step {seq})")
+                raise InsituError(
+                    f"server rank {frm} sent nothing for {PEER_TIMEOUT_S:g}s ({tag}, step {seq})"
+                )
             if self.sock.poll(min(left, 1.0) * 1000):
                 self._take(self.sock.recv_multipart(copy=False), during_collective=True)
 
@@ -301,14 +319,24 @@ class Server:
             key = (tag, seq, frm)
             size = sum(len(f) for f in frames[3:])
             if len(frames) != 4 + nbuf or key in self.inbox:
-                self.count("dropped", f"a collective message for {tag} step {seq} from rank "
-                                      f"{frm}: " + ("a duplicate" if key in self.inbox else
-                                                    f"{len(frames) - 3} frames, said {nbuf + 1}"))
+                self.count(
+                    "dropped",
+                    f"a collective message for {tag} step {seq} from rank "
+                    f"{frm}: "
+                    + (
+                        "a duplicate"
+                        if key in self.inbox
+                        else f"{len(frames) - 3} frames, said {nbuf + 1}"
+                    ),
+                )
                 return
             if self.inbox_bytes + size > INBOX_MAX:
-                self.count("dropped", f"a collective message of {size} bytes for {tag}: "
-                                      f"{self.inbox_bytes} bytes wait unconsumed already "
-                                      f"(PILOTFISH_INSITU_INBOX_MB={INBOX_MAX >> 20})")
+                self.count(
+                    "dropped",
+                    f"a collective message of {size} bytes for {tag}: "
+                    f"{self.inbox_bytes} bytes wait unconsumed already "
+                    f"(PILOTFISH_INSITU_INBOX_MB={INBOX_MAX >> 20})",
+                )
                 return
             self.inbox[key] = (who, [f.buffer for f in frames[3:]], size)
             self.inbox_bytes += size
@@ -368,8 +396,9 @@ class Server:
                 raise ValueError("not a map with an 'op'")
         except Exception as e:  # noqa: BLE001 -- any bad header: the client learns why
             self.count("dropped", f"a request with a bad header: {e}")
-            self.sock.send_multipart([ident, b"rep", self.reply_proof,
-                                      _enc([None, False, f"bad request: {e}"])])
+            self.sock.send_multipart(
+                [ident, b"rep", self.reply_proof, _enc([None, False, f"bad request: {e}"])]
+            )
             return
         rid = hdr.get("id")
         try:
@@ -430,27 +459,40 @@ class Server:
                     print(f"abandoning {n} iteration {a.iteration}: {e}", file=sys.stderr)
             return None
         if op == "ping":  # what this server runs, as the requests that made it
-            return {"uid": self.uid, "pipelines": {
-                n: {"op": "create", "pipeline": n, "config": c, "module": m,
-                    "type": getattr(self.pipelines[n], "_type", None)}
-                for n, (c, m) in self.configs.items()},
-                "dropped": self.stats["dropped"], "refused": self.stats["refused"],
-                "inbox_bytes": self.inbox_bytes}
+            return {
+                "uid": self.uid,
+                "pipelines": {
+                    n: {
+                        "op": "create",
+                        "pipeline": n,
+                        "config": c,
+                        "module": m,
+                        "type": getattr(self.pipelines[n], "_type", None),
+                    }
+                    for n, (c, m) in self.configs.items()
+                },
+                "dropped": self.stats["dropped"],
+                "refused": self.stats["refused"],
+                "inbox_bytes": self.inbox_bytes,
+            }
         p = self._pipeline(name)
         it = hdr.get("iteration")
         a = self.active.get(name)
         if op == "activate":
             if a is not None:
-                raise InsituError(f"pipeline {name!r}: iteration {a.iteration} is active "
-                                  f"(deactivate it first)")
+                raise InsituError(
+                    f"pipeline {name!r}: iteration {a.iteration} is active (deactivate it first)"
+                )
             epoch, members = hdr["epoch"], hdr["members"]
             self._check_view(epoch, since)
             uids = [m[0] for m in members]
             if self.uid not in uids:
-                raise InsituError(f"stale view: {self.uid} is not in the client's view "
-                                  f"(epoch {epoch})")
-            comm = Collectives(self, uids.index(self.uid), [m[1] for m in members],
-                               f"{name}/{it}/{epoch}", uids)
+                raise InsituError(
+                    f"stale view: {self.uid} is not in the client's view (epoch {epoch})"
+                )
+            comm = Collectives(
+                self, uids.index(self.uid), [m[1] for m in members], f"{name}/{it}/{epoch}", uids
+            )
             if self.use_mpi:
                 comm = self._mpi_for(tuple(uids), comm)
             p.comm = comm
@@ -460,9 +502,10 @@ class Server:
         if op == "deactivate":
             self._drop_inbox(name, it)
         if a is None or a.iteration != it:
-            raise InsituError(f"pipeline {name!r}: {op} of iteration {it}, which is not "
-                              f"active" + (f" (iteration {a.iteration} is)" if a else
-                                           " (activate it first)"))
+            raise InsituError(
+                f"pipeline {name!r}: {op} of iteration {it}, which is not "
+                f"active" + (f" (iteration {a.iteration} is)" if a else " (activate it first)")
+            )
         p.comm = a.comm
         if op == "stage":
             block = hdr["block"]
@@ -471,7 +514,9 @@ class Server:
                 raise InsituError(f"block {block!r} staged twice in iteration {it}")
             import numpy as np
 
-            array = np.frombuffer(data[0].buffer, dtype=np.dtype(hdr["dtype"])).reshape(hdr["shape"])
+            array = np.frombuffer(data[0].buffer, dtype=np.dtype(hdr["dtype"])).reshape(
+                hdr["shape"]
+            )
             a.blocks.add(key)
             p.stage(block, array, hdr.get("meta") or {})
             return None

@@ -20,19 +20,20 @@ from .jsrun import Jsrun
 from .mpiexec import Mpiexec
 from .mpirun import Mpirun
 from .nodes import NodeExecutors
+from .pmi import Pmi
 from .prrte import Prrte
 from .srun import Srun
 from .ssh import Ssh
 
 LAUNCHERS: dict[str, type[LaunchMethod]] = {
     cls.name: cls for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun,
-                               NodeExecutors)
+                               NodeExecutors, Pmi)
 }
 
 
 def get_launcher(name: str, resources: Any, options: dict | None = None) -> LaunchMethod:
     """A launch method by name ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte",
-    "flux", "jsrun", "aprun", "nodes"). Raises LaunchError for an unknown name or one that cannot
+    "flux", "jsrun", "aprun", "nodes", "pmi"). Raises LaunchError for an unknown name or one that cannot
     work with these resources."""
     cls = LAUNCHERS.get(name)
     if cls is None:

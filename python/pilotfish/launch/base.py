@@ -50,7 +50,9 @@ class ProcSpec:
     supervised launch methods the launcher's handle of this launch (what its rank notes and
     daemon-health reports refer to; see prrte.py), and the node whose executor spawns it
     (agent/nodes.py; None: the agent's own core). pmi_fd: a descriptor of the agent the
-    process inherits as its 3 (its PMI connection, agent/pmi.py; agent/executor.py)."""
+    process inherits as its 3 (its PMI connection, agent/pmi.py; agent/executor.py).
+    world: the PMI job this rank belongs to (launch method `pmi`): whoever spawns it serves
+    its PMI connection (agent/pmi_worlds.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -58,6 +60,17 @@ class ProcSpec:
     handle: Any = None
     node: str | None = None  # the node executor that spawns it (None: the agent's own core)
     pmi_fd: int | None = None
+    world: PmiWorld | None = None
+
+
+@dataclass(frozen=True)
+class PmiWorld:
+    """One task's PMI job (launch method `pmi`): its KVS name, its size, the node of every
+    rank (names, in rank order) -- what each node's PMI server needs to serve its ranks."""
+
+    kvsname: str
+    size: int
+    nodes: tuple[str, ...]
 
 
 class LaunchError(ValueError):

@@ -1,16 +1,16 @@
 """Load-balancing strategies, one module each behind `base.Strategy` (as in DARMA/vt).
 
-    greedy         centralised: heaviest object to the least loaded rank (heaps); ignores the
-                   current placement, so it migrates most objects
-    greedy_refine  centralised refinement from the current placement: moves objects from the
-                   most to the least loaded rank until max/mean <= tolerance, at most
-                   max_migrations moves
-    hierarchical   tree-structured diffusion from per-rank load summaries; each rank picks its
-                   own objects to send (no object list is ever gathered)
-    tempered       vt's TemperedLB (gossip-based, after GrapevineLB): inform rounds, transfers
-                   sampled from a CMF, an acceptance criterion, several trials/iterations and
-                   rollback to the best one
-    home           sends every element back to its home rank (benchmarks, resets)
+greedy         centralised: heaviest object to the least loaded rank (heaps); ignores the
+               current placement, so it migrates most objects
+greedy_refine  centralised refinement from the current placement: moves objects from the
+               most to the least loaded rank until max/mean <= tolerance, at most
+               max_migrations moves
+hierarchical   tree-structured diffusion from per-rank load summaries; each rank picks its
+               own objects to send (no object list is ever gathered)
+tempered       vt's TemperedLB (gossip-based, after GrapevineLB): inform rounds, transfers
+               sampled from a CMF, an acceptance criterion, several trials/iterations and
+               rollback to the best one
+home           sends every element back to its home rank (benchmarks, resets)
 """
 
 from __future__ import annotations
@@ -22,8 +22,14 @@ from .hierarchical import HierarchicalStrategy
 from .tempered import TemperedStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (GreedyStrategy, GreedyRefineStrategy, HierarchicalStrategy,
-                              TemperedStrategy, HomeStrategy)
+    cls.name: cls
+    for cls in (
+        GreedyStrategy,
+        GreedyRefineStrategy,
+        HierarchicalStrategy,
+        TemperedStrategy,
+        HomeStrategy,
+    )
 }
 
 
@@ -37,10 +43,19 @@ def make_strategy(strategy, **options) -> Strategy:
     try:
         cls = STRATEGIES[strategy]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown load-balancing strategy {strategy!r}: choose one of "
-                         f"{sorted(STRATEGIES)}") from None
+        raise ValueError(
+            f"unknown load-balancing strategy {strategy!r}: choose one of {sorted(STRATEGIES)}"
+        ) from None
     return cls(**options)
 
 
-__all__ = ["STRATEGIES", "GreedyRefineStrategy", "GreedyStrategy", "HierarchicalStrategy",
-           "HomeStrategy", "Strategy", "TemperedStrategy", "make_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "GreedyRefineStrategy",
+    "GreedyStrategy",
+    "HierarchicalStrategy",
+    "HomeStrategy",
+    "Strategy",
+    "TemperedStrategy",
+    "make_strategy",
+]

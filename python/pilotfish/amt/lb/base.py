@@ -15,13 +15,15 @@ import numpy as np
 
 class Strategy:
     name = "base"
-    options: dict = {}        # option name -> default
+    options: dict = {}  # option name -> default
 
     def __init__(self, **options):
         unknown = set(options) - set(self.options)
         if unknown:
-            raise TypeError(f"load-balancing strategy {self.name!r} has no option(s) "
-                            f"{sorted(unknown)}; options: {sorted(self.options) or 'none'}")
+            raise TypeError(
+                f"load-balancing strategy {self.name!r} has no option(s) "
+                f"{sorted(unknown)}; options: {sorted(self.options) or 'none'}"
+            )
         self.opts = {**self.options, **options}
         self.details: dict = {}
 
@@ -43,7 +45,7 @@ class CentralStrategy(Strategy):
             new = np.asarray(self.assign(all_loads, owner, size), dtype=np.int64)
             out = np.split(new, np.cumsum(counts)[:-1])
         mine = comm.scatter(out, root=0)
-        self.details = comm.bcast(self.details, root=0)   # LBStats: the same on every rank
+        self.details = comm.bcast(self.details, root=0)  # LBStats: the same on every rank
         return mine
 
     def assign(self, loads: np.ndarray, owner: np.ndarray, size: int) -> np.ndarray:

@@ -18,7 +18,7 @@ class GreedyStrategy(CentralStrategy):
 
     def assign(self, loads, owner, size):
         if not loads.sum() > 0:
-            return owner.copy()          # nothing measured yet: nothing to balance
+            return owner.copy()  # nothing measured yet: nothing to balance
         order = np.argsort(-loads, kind="stable")
         heap = [(0.0, 0, r) for r in range(size)]
         new = owner.copy()

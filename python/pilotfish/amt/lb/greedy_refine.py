@@ -61,12 +61,12 @@ class GreedyRefineStrategy(CentralStrategy):
             lst = objs[src]
             i = bisect_right(lst, (want, len(lv)))
             best = None
-            for j in (i - 1, i):   # the largest <= want, the smallest > want
+            for j in (i - 1, i):  # the largest <= want, the smallest > want
                 if 0 <= j < len(lst) and 0.0 < lst[j][0] < gap:
                     if best is None or abs(lst[j][0] - want) < abs(lst[best][0] - want):
                         best = j
             if best is None:
-                break           # no single move lowers the maximum
+                break  # no single move lowers the maximum
             load, k = lst.pop(best)
             insort(objs[dst], (load, k))
             new[k] = dst

@@ -59,7 +59,7 @@ def plan_flows(loads: list[float], fanout: int) -> dict[tuple[int, int], float]:
         G = g * fanout
         for start in range(0, P, G):
             ranks = range(start, min(start + G, P))
-            if len(ranks) <= g:          # a single child: balanced by the level below
+            if len(ranks) <= g:  # a single child: balanced by the level below
                 continue
             mean = sum(L[r] for r in ranks) / len(ranks)
             pos = [[L[r] - mean, r] for r in ranks if L[r] - mean > eps]
@@ -91,7 +91,7 @@ class HierarchicalStrategy(Strategy):
         rank, size = comm.Get_rank(), comm.Get_size()
         fanout = max(2, int(self.opts["fanout"]))
         dest = np.full(len(loads), rank, dtype=np.int64)
-        available = sorted(range(len(loads)), key=lambda k: -loads[k])   # heaviest first
+        available = sorted(range(len(loads)), key=lambda k: -loads[k])  # heaviest first
         my_load = float(loads.sum())
         rl = np.array(comm.allgather(my_load), dtype=np.float64)
         rounds = 0
@@ -101,15 +101,14 @@ class HierarchicalStrategy(Strategy):
                 break
             rounds += 1
             flows = plan_flows(rl.tolist(), fanout)
-            out = sorted(((d, a) for (o, d), a in flows.items() if o == rank),
-                         key=lambda x: -x[1])
+            out = sorted(((d, a) for (o, d), a in flows.items() if o == rank), key=lambda x: -x[1])
             delta = np.zeros(size)
             for d, amount in out:
                 left = amount
                 keep = []
                 for k in available:
                     x = float(loads[k])
-                    if left > 0 and 0 < x < 2 * left:      # a weightless object changes nothing
+                    if left > 0 and 0 < x < 2 * left:  # a weightless object changes nothing
                         dest[k] = d
                         left -= x
                         delta[d] += x

@@ -41,21 +41,32 @@ ORDERS = ("load_desc", "fewest_migrations", "small_objects")
 
 class TemperedStrategy(Strategy):
     name = "tempered"
-    options = {"trials": 2, "iterations": 8, "fanout": 2, "rounds": None,
-               "criterion": "modified", "cmf": "normbymax", "order": "fewest_migrations",
-               "threshold": 1.0, "seed": 0}
+    options = {
+        "trials": 2,
+        "iterations": 8,
+        "fanout": 2,
+        "rounds": None,
+        "criterion": "modified",
+        "cmf": "normbymax",
+        "order": "fewest_migrations",
+        "threshold": 1.0,
+        "seed": 0,
+    }
 
     def __init__(self, **options):
         super().__init__(**options)
         if self.opts["criterion"] not in ("modified", "grapevine"):
-            raise ValueError(f"tempered: criterion must be 'modified' or 'grapevine', not "
-                             f"{self.opts['criterion']!r}")
+            raise ValueError(
+                f"tempered: criterion must be 'modified' or 'grapevine', not "
+                f"{self.opts['criterion']!r}"
+            )
         if self.opts["cmf"] not in ("original", "normbymax", "normbyself"):
-            raise ValueError(f"tempered: cmf must be 'original', 'normbymax' or 'normbyself', "
-                             f"not {self.opts['cmf']!r}")
+            raise ValueError(
+                f"tempered: cmf must be 'original', 'normbymax' or 'normbyself', "
+                f"not {self.opts['cmf']!r}"
+            )
         if self.opts["order"] not in ORDERS:
-            raise ValueError(f"tempered: order must be one of {ORDERS}, not "
-                             f"{self.opts['order']!r}")
+            raise ValueError(f"tempered: order must be one of {ORDERS}, not {self.opts['order']!r}")
 
     # -- pieces ----------------------------------------------------------------------------
     def _order(self, hold: dict, my: float, mean: float) -> list:
@@ -171,6 +182,10 @@ class TemperedStrategy(Strategy):
         for lst in comm.alltoall(msgs):
             for gid, holder in lst:
                 where[gid] = holder
-        self.details = {"best_imbalance": best_imb, "best_trial_iteration": best_at,
-                        "imbalance_per_iteration": history, "rounds": int(rounds)}
+        self.details = {
+            "best_imbalance": best_imb,
+            "best_trial_iteration": best_at,
+            "imbalance_per_iteration": history,
+            "rounds": int(rounds),
+        }
         return np.array([where.get(int(g), rank) for g in ids.tolist()], dtype=np.int64)

@@ -28,8 +28,11 @@ def _check_config(config: dict) -> tuple[float, tuple[int, int], str, tuple]:
     color = config.get("color", [0.9, 0.6, 0.3])
     if not isinstance(iso, (int, float)) or isinstance(iso, bool):
         raise InsituError(f"isosurface: isovalue = {iso!r}: must be a number")
-    if not (isinstance(size, list) and len(size) == 2 and all(type(x) is int and 8 <= x <= 8192
-                                                             for x in size)):
+    if not (
+        isinstance(size, list)
+        and len(size) == 2
+        and all(type(x) is int and 8 <= x <= 8192 for x in size)
+    ):
         raise InsituError(f"isosurface: image_size = {size!r}: must be [w, h], 8..8192 each")
     if not isinstance(out, str) or not out:
         raise InsituError(f"isosurface: output = {out!r}: must be a directory path")
@@ -48,8 +51,13 @@ def camera_for(bounds) -> dict:
     direction = np.array([1.0, -1.4, 0.9])
     direction /= np.linalg.norm(direction)
     dist = 1.7 * diag
-    return {"focal": center.tolist(), "position": (center + dist * direction).tolist(),
-            "up": [0.0, 0.0, 1.0], "clip": [dist - diag, dist + diag], "angle": 30.0}
+    return {
+        "focal": center.tolist(),
+        "position": (center + dist * direction).tolist(),
+        "up": [0.0, 0.0, 1.0],
+        "clip": [dist - diag, dist + diag],
+        "angle": 30.0,
+    }
 
 
 def block_bounds(array: np.ndarray, meta: dict) -> list[float]:
@@ -62,8 +70,13 @@ def block_bounds(array: np.ndarray, meta: dict) -> list[float]:
     return out
 
 
-def render(blocks: list[tuple[np.ndarray, dict]], isovalue: float, size: tuple[int, int],
-           camera: dict, color=(0.9, 0.6, 0.3)) -> tuple[np.ndarray, np.ndarray]:
+def render(
+    blocks: list[tuple[np.ndarray, dict]],
+    isovalue: float,
+    size: tuple[int, int],
+    camera: dict,
+    color=(0.9, 0.6, 0.3),
+) -> tuple[np.ndarray, np.ndarray]:
     """Contour and render blocks offscreen: (rgb uint8 [h, w, 3], depth float32 [h, w] in
     [0, 1], 1 = background), rows bottom-up as OpenGL gives them."""
     vtk = require("vtk", "the isosurface pipeline")
@@ -74,8 +87,10 @@ def render(blocks: list[tuple[np.ndarray, dict]], isovalue: float, size: tuple[i
     keep = []
     for array, meta in blocks:
         if array.ndim != 3 or min(array.shape) < 2:
-            raise InsituError(f"isosurface: blocks must be 3-D with >= 2 points per axis "
-                              f"(got shape {array.shape})")
+            raise InsituError(
+                f"isosurface: blocks must be 3-D with >= 2 points per axis "
+                f"(got shape {array.shape})"
+            )
         img = vtk.vtkImageData()
         nz, ny, nx = array.shape
         img.SetDimensions(nx, ny, nz)
@@ -166,11 +181,15 @@ class Isosurface(Pipeline):
         every = [b for part in comm.allgather(mine) for b in part]
         if not every:
             raise InsituError(f"isosurface: nothing was staged in iteration {iteration}")
-        bounds = [min(b[i] for b in every) if i % 2 == 0 else max(b[i] for b in every)
-                  for i in range(6)]
+        bounds = [
+            min(b[i] for b in every) if i % 2 == 0 else max(b[i] for b in every) for i in range(6)
+        ]
         camera = camera_for(bounds)
-        part = render(self.blocks, self.isovalue, self.size, camera, self.color) \
-            if self.blocks else None
+        part = (
+            render(self.blocks, self.isovalue, self.size, camera, self.color)
+            if self.blocks
+            else None
+        )
         parts = comm.gather(part, root=0)
         if comm.rank != 0:
             return None
