@@ -64,10 +64,65 @@ class NodeHello(msgspec.Struct, tag="hello", array_like=True):
     exits: list[ExitRow] = []
 
 
+class PmiStart(msgspec.Struct, array_like=True):
+    """In a Spawn: a PMI world some of whose ranks the node spawns (launch method `pmi`): its KVS
+    name, size, the node of every rank (rank order), this node's ranks as (rank, spawn key),
+    and how long a rank may take to reach PMI init. The executor serves their PMI connections
+    (agent/pmi_node.py) and passes each its descriptor."""
+
+    kvsname: str
+    size: int
+    nodes: list[str]
+    ranks: list[tuple[int, int]]
+    init_timeout: float = 60.0
+
+
 class Spawn(msgspec.Struct, tag="spawn", array_like=True):
-    """agent -> node: processes to start now (spec tuples, see the module docstring)."""
+    """agent -> node: processes to start now (spec tuples, see the module docstring), and the
+    PMI worlds some of them are ranks of."""
 
     specs: list[tuple]
+    worlds: list[PmiStart] = []
+
+
+PmiKey = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]  # pmi.KEYLEN_MAX
+PmiValue = Annotated[str, msgspec.Meta(max_length=1024)]  # pmi.VALLEN_MAX
+PmiKeys = Annotated[dict[PmiKey, PmiValue], msgspec.Meta(max_length=1 << 16)]
+
+
+class PmiFence(msgspec.Struct, tag="pmi_fence", array_like=True):
+    """node -> agent: every rank of this world on the node entered fence `epoch`; the keys they
+    put since the last one. One message per node per fence, whatever its ranks."""
+
+    kvsname: Name
+    epoch: Count
+    keys: PmiKeys
+
+
+class PmiFenceDone(msgspec.Struct, tag="pmi_done", array_like=True):
+    """agent -> node: every node of the world arrived at fence `epoch`: the union of their
+    keys (the ranks are answered, and served gets from it)."""
+
+    kvsname: str
+    epoch: int
+    merged: dict[str, str]
+
+
+class PmiFail(msgspec.Struct, tag="pmi_fail", array_like=True):
+    """node -> agent: a world cannot go on (agent/pmi_node.py: kind abort, error, lost, noinit,
+    timeout), naming the rank (-1: the job) and why."""
+
+    kvsname: Name
+    rank: Annotated[int, msgspec.Meta(ge=-1, le=(1 << 31) - 1)]
+    why: Annotated[str, msgspec.Meta(max_length=4096)]
+    kind: Annotated[str, msgspec.Meta(max_length=16)]
+
+
+class PmiDrop(msgspec.Struct, tag="pmi_drop", array_like=True):
+    """agent -> node: stop serving this world (its task failed elsewhere)."""
+
+    kvsname: str
+    why: str
 
 
 class Spawned(msgspec.Struct, tag="spawned", array_like=True):
@@ -119,8 +174,9 @@ class Stop(msgspec.Struct, tag="stop", array_like=True):
     reason: str
 
 
-NodeMessage = Union[NodeHello, Spawn, Spawned, Exits, Kill, Ack, Beat, Stop, Resync]
-FROM_NODE = (NodeHello, Spawned, Exits, Beat)  # what an agent takes from a node executor
+NodeMessage = Union[NodeHello, Spawn, Spawned, Exits, Kill, Ack, Beat, Stop, Resync, PmiFence,
+                    PmiFenceDone, PmiFail, PmiDrop]
+FROM_NODE = (NodeHello, Spawned, Exits, Beat, PmiFence, PmiFail)  # what an agent takes from a node executor
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(NodeMessage)

@@ -35,6 +35,7 @@ LAUNCHERS = (
     "jsrun",
     "aprun",
     "nodes",
+    "pmi",
 )
 # transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
 # archive, carried across, and unpacked at the target (one file to move instead of many)
@@ -519,7 +520,7 @@ def _launch_model(kind: str, field: str, v: Any) -> Any:
     """A simulated pilot's launch costs: {method: {cost: seconds}} or a JSON file's path."""
     if v is None:
         return None
-    from ._launch_model import check_model
+    from ._launch_costs import check_model
 
     why = check_model(v, tuple(LAUNCHERS))
     if why is not None:

@@ -212,6 +212,20 @@ class Agent:
             table.single_node_launcher = "nodes"
             for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
+        # MPI tasks without a launcher: PMI worlds served by the node executors and, on the
+        # agent's own node, by the agent (pmi_worlds.py)
+        self.pmi = None
+        if not self.sim:
+            from .pmi_worlds import PmiWorlds, agent_node, kill_ranks, routes
+
+            self.pmi = PmiWorlds(
+                agent_node(self.resources), kill_ranks(self.runner), self.nodes, clock.real_mono
+            )
+            self.runner.pmi = self.pmi  # type: ignore[union-attr]  # a real pilot's TaskRunner
+            if self.nodes is not None:
+                self.nodes.pmi = self.pmi
+            self.poller.register(self.pmi.fileno(), zmq.POLLIN)
+            table.pmi_route = routes(desc, self.resources, self.nodes)
         self.launchers = Launchers(self.wiring.make, self.wiring.spawn_aux, events, self.uid, clock)
         table.use(self.runner, self.launchers)
         self.elastic = Elastic(
@@ -340,6 +354,11 @@ class Agent:
                 if clock.real_mono() - last_tick >= 0.1:
                     nodes.tick()
                     last_tick = clock.real_mono()
+            pmi = self.pmi
+            if pmi is not None:
+                if pmi.fileno() in ready:
+                    pmi.local.poll()
+                pmi.tick()
             if launchers.starting:
                 changed = launchers.poll()
                 if changed:
@@ -617,6 +636,8 @@ class Agent:
             self.services.close()
         if self.nodes is not None:
             self.nodes.close()
+        if self.pmi is not None:
+            self.pmi.close()
         self.sock.close()  # lingers until the bye is out (LINGER)
         self.ctx.term()
         return 0

@@ -11,7 +11,7 @@ import errno
 import math
 import os
 import signal as _signal
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .. import _events as E
 from .._core import read_outputs as _core_read_outputs
@@ -24,6 +24,33 @@ from .tasks import AgentTask
 OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task (node.py too)
 UNREACHABLE = -errno.EHOSTUNREACH  # a spawn result: the node's executor is lost or not up
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
+
+
+class Proc(NamedTuple):
+    """One process to spawn: what the core takes (key, argv, env ["K=V"], cwd, stdout, stderr,
+    empty: its spool file is known empty, pass_fd: a descriptor it inherits as its 3) and
+    where and what it is (node: the node executor that spawns it, None: this agent's core;
+    rank; world: the PMI world it is a rank of, launch method `pmi`)."""
+
+    key: int
+    argv: list[str]
+    env: list[str] | None
+    cwd: str | None
+    stdout: Any
+    stderr: Any
+    empty: bool = False
+    pass_fd: int | None = None
+    node: str | None = None
+    rank: int = 0
+    world: Any = None
+
+    def core(self) -> tuple:
+        """The Rust core's spec (its 8th field only when a descriptor is passed)."""
+        return tuple(self[:7]) if self.pass_fd is None else tuple(self[:8])
+
+    def remote(self) -> tuple:
+        """A node executor's spec (_node_wire.py: outputs True are captured there)."""
+        return tuple(self[:6])
 
 
 class TaskRunner(Runner):
@@ -58,6 +85,8 @@ class TaskRunner(Runner):
         # the node executors (nodes.NodeLink) of a pilot that spans hosts: specs built for
         # another node go there, their spawn results and exits come back through it
         self.nodes: Any = None
+        # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds), launch method `pmi`
+        self.pmi: Any = None
 
     # -- spawning ---------------------------------------------------------------------------
     def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
@@ -66,9 +95,10 @@ class TaskRunner(Runner):
         Returns (tasks that failed to launch, events). A task fails to launch when its
         launcher cannot build it or any of its processes cannot be spawned.
         """
-        specs: list[tuple] = []
+        specs: list[Proc] = []
         owners: list[tuple[AgentTask, int]] = []
         failed: list[AgentTask] = []
+        worlds: list[tuple[AgentTask, int, int]] = []  # (task, its first spec, its end)
         for t in tasks:
             try:
                 spec_list = self._build(t)
@@ -76,34 +106,42 @@ class TaskRunner(Runner):
                 t.reason = f"launch failed: {e}"
                 failed.append(t)
                 continue
+            first = len(specs)
             for s in spec_list:
                 key = self._next_key
                 self._next_key += 1
-                specs.append((key,) + s[1:])
-                owners.append((t, s[0]))
+                specs.append(s._replace(key=key))
+                owners.append((t, s.rank))
+            if spec_list and spec_list[0].world is not None:
+                worlds.append((t, first, len(specs)))
+        starts: dict[str, list] = {}
+        if worlds:
+            specs, owners = self._serve_worlds(worlds, specs, owners, starts, failed)
         events = []
         if not specs:
             return failed, events
         if self.on_spawn is not None:
             keys_of: dict[AgentTask, list[int]] = {}
             for (t, _), s in zip(owners, specs):
-                keys_of.setdefault(t, []).append(s[0])
+                keys_of.setdefault(t, []).append(s.key)
             self.on_spawn(list(keys_of.items()))
         if self.nodes is None:
-            results = self._spawn_here(specs)
+            results = self._spawn_here([s.core() for s in specs])
         else:
-            results = self._spawn_where(specs)
+            results = self._spawn_where(specs, starts)
+        if worlds:  # the ranks hold their ends now: the agent's copies go
+            self.pmi.spawned(list({s.world.kvsname for s in specs if s.world is not None}))
         procs = self._procs
         profile = self.profile
         for (t, rank), spec, (pid, info) in zip(owners, specs, results):
             if pid == 0:  # sent to its node's executor: running (its pid comes later)
-                procs[spec[0]] = (t, rank)
+                procs[spec.key] = (t, rank)
                 if t.rkeys is None:
                     t.rkeys = []
-                t.rkeys.append(spec[0])
+                t.rkeys.append(spec.key)
                 t.running += 1
             elif pid > 0:
-                procs[spec[0]] = (t, rank)
+                procs[spec.key] = (t, rank)
                 t.procs.append(pid)
                 t.running += 1
                 if profile:
@@ -114,12 +152,44 @@ class TaskRunner(Runner):
                 t.kill_reason = (E.REQUEUE, info)
                 failed.append(t)
             elif t.reason is None:
-                t.reason = f"cannot execute {spec[1][0]!r}: {info} (errno {-pid})"
+                t.reason = f"cannot execute {spec.argv[0]!r}: {info} (errno {-pid})"
                 failed.append(t)
+            if pid < 0 and spec.world is not None and spec.node is None:
+                self.pmi.local.unspawned(spec.world.kvsname, spec.key)
         for t in failed:
             if t.procs:  # some ranks started: stop them, the task fails as a whole
                 self.core.kill(t.procs, _signal.SIGKILL)
+            if t.rkeys and self.nodes is not None:
+                self.nodes.kill(t.rkeys, _signal.SIGKILL)
+            if self.pmi is not None and not t.procs and not t.rkeys:
+                self.pmi.ended(t)  # (nothing of it runs: its world, if any, is forgotten)
         return failed, events
+
+    def _serve_worlds(self, worlds: list, specs: list[Proc], owners: list, starts: dict,
+                      failed: list) -> tuple[list[Proc], list]:
+        """PMI worlds for the `pmi` tasks among these specs: ranks spawned here get their
+        descriptor (pass_fd), each other node a PmiStart in its Spawn frame. A world the
+        agent's server cannot take fails its task alone."""
+        drop: set[int] = set()
+        for t, a, b in worlds:
+            ranks = [(specs[i].rank, specs[i].key, specs[i].node) for i in range(a, b)]
+            try:
+                fds, st = self.pmi.prepare(t, specs[a].world, ranks, t.lm.init_timeout)
+            except (ValueError, OSError) as e:
+                t.reason = f"launch failed: cannot serve its PMI world: {e}"
+                failed.append(t)
+                drop.update(range(a, b))
+                continue
+            for i in range(a, b):
+                fd = fds.get(specs[i].key)
+                if fd is not None:
+                    specs[i] = specs[i]._replace(pass_fd=fd)
+            for node, start in st.items():
+                starts.setdefault(node, []).append(start)
+        if drop:
+            keep = [i for i in range(len(specs)) if i not in drop]
+            specs, owners = [specs[i] for i in keep], [owners[i] for i in keep]
+        return specs, owners
 
     def _spawn_here(self, specs: list[tuple]) -> list[tuple]:
         try:
@@ -127,22 +197,23 @@ class TaskRunner(Runner):
         except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
             return self._spawn_one_by_one(specs)
 
-    def _spawn_where(self, specs: list[tuple]) -> list[tuple]:
+    def _spawn_where(self, specs: list[Proc], starts: dict[str, list]) -> list[tuple]:
         """Specs for this host to the core, the others to their nodes' executors, one batch
-        per node: (pid, t) / (-errno, why) as the core answers, (0, node) when sent away."""
+        per node (with the PMI worlds it serves ranks of): (pid, t) / (-errno, why) as the
+        core answers, (0, node) when sent away."""
         here: list[int] = []
         away: dict[str, list[int]] = {}
         for i, s in enumerate(specs):
-            if len(s) > 8 and s[8] is not None:
-                away.setdefault(s[8], []).append(i)
+            if s.node is not None:
+                away.setdefault(s.node, []).append(i)
             else:
                 here.append(i)
         results: list[Any] = [None] * len(specs)
         if here:
-            for i, r in zip(here, self._spawn_here([specs[i][:8] for i in here])):
+            for i, r in zip(here, self._spawn_here([specs[i].core() for i in here])):
                 results[i] = r
         for node, idx in away.items():
-            why = self.nodes.spawn(node, [specs[i][:6] for i in idx])
+            why = self.nodes.spawn(node, [specs[i].remote() for i in idx], starts.get(node, ()))
             for i in idx:
                 results[i] = (0, node) if why is None else (UNREACHABLE, why)
         return results
@@ -156,10 +227,10 @@ class TaskRunner(Runner):
                 out.append((-22, f"{type(e).__name__}: {e}"))  # EINVAL: fails its task alone
         return out
 
-    def _build(self, t: AgentTask) -> list[tuple]:
-        """The spawn specs of a task's processes: the core's (rank in place of the key, argv,
-        env, cwd, stdout, stderr, outputs_empty[, pass_fd: a ProcSpec's pmi_fd, only when it
-        has one]), and for a process on another node (None, node) after those seven."""
+    def _build(self, t: AgentTask) -> list[Proc]:
+        """The processes of a task (keys come later, in launch()): those of its ranks on other
+        nodes go to their node executors, which capture their outputs; those here write to
+        this agent's spool (a task's first process to its spool file, the others beside it)."""
         spec = t.spec
         launcher = t.lm  # its partition's instance, ready (the agent checked)
         t.rkeys = None
@@ -178,47 +249,51 @@ class TaskRunner(Runner):
                 t.launch = LaunchRecord()
             t.launch.new_attempt(procs[0].handle if procs else None,
                                  self.clock.mono() if self.clock is not None else None)
-        away = procs[0].node if procs else None
-        if away is not None:  # spawned by that node's executor: it captures the outputs
+        local = sum(1 for p in procs if p.node is None)
+        out = err = ao = ae = None
+        empty = False
+        if local:
+            # A spool file from the free list is empty (read_outputs emptied every file it
+            # read): the child opens it without O_TRUNC. Truncated as before: a new number
+            # (creating costs more anyway), a spool kept for a retry (the failed attempt's
+            # output), and tasks of several processes (an attempt with fewer ranks than an
+            # earlier one leaves the higher ranks' files unread).
+            if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
+                empty = bool(self._spool_free)
+                t.spool = self._spool_free.pop() if empty else self._new_spool()
+            out = self._output_path(t.spool, spec.stdout, "out", cwd)
+            err = self._output_path(t.spool, spec.stderr, "err", cwd)
+            t.out_paths = (out if spec.stdout is True else None,
+                           err if spec.stderr is True else None)
+            t.extra_outs = local - 1 if t.out_paths != (None, None) else 0
+            empty = empty and len(procs) == 1 and isinstance(spec.stdout, bool) \
+                and isinstance(spec.stderr, bool)  # (a user's own path is truncated, as always)
+        else:
             t.out_paths = (None, None)
             t.extra_outs = 0
-            o = True if spec.stdout is True else self._output_path(-1, spec.stdout, "out", cwd)
-            e = True if spec.stderr is True else self._output_path(-1, spec.stderr, "err", cwd)
-            for p in procs:
+        if local < len(procs):  # captured by their node's executor
+            ao = True if spec.stdout is True else self._output_path(-1, spec.stdout, "out", cwd)
+            ae = True if spec.stderr is True else self._output_path(-1, spec.stderr, "err", cwd)
+        built = []
+        i = 0
+        for p in procs:
+            rank = p.rank if p.rank is not None else 0
+            env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
+            if p.node is not None:
                 if p.pmi_fd is not None:  # (its node executor gives a rank its own)
                     raise ValueError(f"pmi_fd={p.pmi_fd} for rank {p.rank} on node {p.node}: "
                                      "a descriptor of the agent cannot reach another node")
-            return [(p.rank if p.rank is not None else 0, p.argv,
-                     [f"{k}={v}" for k, v in p.env.items()] if p.env else None, cwd, o, e,
-                     False, None, p.node) for p in procs]
-        # A spool file from the free list is empty (read_outputs emptied every file it read):
-        # the child opens it without O_TRUNC. Truncated as before: a new number (creating
-        # costs more anyway), a spool kept for a retry (the failed attempt's output), and
-        # tasks of several processes (an attempt with fewer ranks than an earlier one leaves
-        # the higher ranks' files unread).
-        empty = False
-        if (spec.stdout is True or spec.stderr is True) and t.spool < 0:
-            empty = bool(self._spool_free)
-            t.spool = self._spool_free.pop() if empty else self._new_spool()
-        out = self._output_path(t.spool, spec.stdout, "out", cwd)
-        err = self._output_path(t.spool, spec.stderr, "err", cwd)
-        t.out_paths = (out if spec.stdout is True else None, err if spec.stderr is True else None)
-        t.extra_outs = len(procs) - 1 if t.out_paths != (None, None) else 0
-        empty = empty and len(procs) == 1 and isinstance(spec.stdout, bool) \
-            and isinstance(spec.stderr, bool)  # (a user's own path is truncated, as always)
-        built = []
-        for i, p in enumerate(procs):
-            rank = p.rank if p.rank is not None else 0
+                built.append(Proc(0, p.argv, env, cwd, ao, ae, False, None, p.node, rank,
+                                  p.world))
+                continue
             o, e = out, err
             if i and spec.stdout is True:  # extra processes of a task write beside rank 0
                 o = f"{out}.{i}"
             if i and spec.stderr is True:
                 e = f"{err}.{i}"
-            env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
-            if p.pmi_fd is None:
-                built.append((rank, p.argv, env, cwd, o, e, empty))
-            else:  # its PMI connection: the core passes it as the child's descriptor 3
-                built.append((rank, p.argv, env, cwd, o, e, empty, p.pmi_fd))
+            i += 1
+            # pmi_fd: its PMI connection, which the core passes as the child's descriptor 3
+            built.append(Proc(0, p.argv, env, cwd, o, e, empty, p.pmi_fd, None, rank, p.world))
         return built
 
     def _new_spool(self) -> int:
@@ -231,6 +306,9 @@ class TaskRunner(Runner):
         has them open)."""
         if self.nodes is not None and any(t.rkeys for t in tasks):
             return self._read_mixed(tasks)
+        return self._read_here(tasks)
+
+    def _read_here(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
         rows = _core_read_outputs([t.out_paths for t in tasks], OUTPUT_CAP)
         if any(t.extra_outs for t in tasks):
             rows = self._with_other_ranks(tasks, rows)
@@ -247,15 +325,15 @@ class TaskRunner(Runner):
 
     def _read_mixed(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
         """Outputs of tasks some of which ran on node executors (sent with their exits)."""
-        here = [t for t in tasks if not t.rkeys]
-        mine = dict(zip(here, self.read_outputs(here))) if here else {}
+        here = [t for t in tasks if not t.rkeys or t.spool >= 0 or t.out_paths != (None, None)]
+        mine = dict(zip(here, self._read_here(here))) if here else {}
         outputs = self.nodes.outputs
         out = []
         for t in tasks:
             if not t.rkeys:
                 out.append(mine[t])
                 continue
-            so = se = None
+            so, se = mine.get(t, (None, None))  # (ranks of its world that ran here first)
             for k in t.rkeys:
                 o, e = outputs.pop(k, (None, None))
                 if o:
@@ -320,6 +398,7 @@ class TaskRunner(Runner):
         profile = self.profile
         if self.nodes is not None:
             exits = self._away_exits(exits, events)
+        pmi = self.pmi if self.pmi is not None and self.pmi.of_task else None
         for key, pid, code, sig, t_exit, _ut, _st, _rss in exits:
             owner = procs.pop(key, None)
             if owner is None:
@@ -334,6 +413,11 @@ class TaskRunner(Runner):
                     t.signal = sig
             elif code and not t.exit_code:
                 t.exit_code = code
+            if pmi is not None and t.spec.uid in pmi.of_task:  # a rank of a PMI world
+                pmi.local.reaped(key)
+                pmi.rank_exit(t, rank, code, sig)  # (a bad end: the other ranks are killed)
+                if not t.running:
+                    pmi.finished(t)
             if profile:
                 events.append((t_exit, t.spec.uid, E.EXEC_STOP, str(-sig if sig else code)))
             if t.running == 0:

@@ -56,7 +56,7 @@ class LaunchWiring:
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)
         lm.mono = self.clock.mono  # its deadlines on the agent's clock
-        if name == "nodes":
+        if name in ("nodes", "pmi"):
             lm.link = self.nodes  # (None: no executors on this pilot; begin() says so)
         if lm.launch_retries or isinstance(lm, SupervisedLaunchMethod):
             if p.supervisor is None:

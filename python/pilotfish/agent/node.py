@@ -70,7 +70,15 @@ class NodeExecutor:
         self.fence_after = float(config.get("fence_after_s") or 0) or None
         self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
         become_subreaper()
+        from .pmi import STALE_ENV, STALE_PREFIXES
+        from .pmi_node import NodePmi
+
+        for k in list(os.environ):  # another process manager's identity is not our ranks'
+            if k in STALE_ENV or k.startswith(STALE_PREFIXES):
+                del os.environ[k]
         self.core = _core.Executor(None, exit_log=os.path.join(self.dir, "exits"))
+        # the PMI server of this node's ranks of MPI tasks (launch method `pmi`)
+        self.pmi = NodePmi(self.node, self.pmi_fence, self.pmi_fail)
         self.ctx = zmq.Context()
         self.sock = curve_dealer(self.ctx, config["key_file"], config["address"],
                                  identity=self.node.encode(), linger=2000)
@@ -103,8 +111,14 @@ class NodeExecutor:
         if isinstance(msg, W.Spawn):
             if self.fenced:
                 self.refuse(msg.specs)
+            elif msg.worlds:
+                self.spawn_worlds(msg.specs, msg.worlds)
             else:
                 self.spawn(msg.specs)
+        elif isinstance(msg, W.PmiFenceDone):
+            self.pmi.fence_done(msg.kvsname, msg.epoch, msg.merged)
+        elif isinstance(msg, W.PmiDrop):
+            self.pmi.fail(msg.kvsname, msg.why)
         elif isinstance(msg, W.Kill):
             self.kill(msg.keys, msg.signal)
             if msg.uids:
@@ -149,7 +163,39 @@ class NodeExecutor:
         log.warning("refused %d spawns: fenced", len(keys))
         self.send(W.Spawned([(k, -errno.EHOSTUNREACH, why) for k in keys]))
 
-    def spawn(self, specs: list, pmi_fds: dict[int, int] | None = None) -> None:
+    # -- MPI tasks' ranks (launch method `pmi`) ----------------------------------------------
+    def spawn_worlds(self, specs: list, worlds: list) -> None:
+        """Spawn specs some of which are ranks of PMI worlds: each world's job is served here
+        first, each rank inherits its end of the connection as descriptor 3."""
+        fds: dict[int, int] = {}
+        refused: dict[int, str] = {}
+        for w in worlds:
+            try:
+                got = self.pmi.start(w.kvsname, w.size, w.nodes, w.ranks, w.init_timeout)
+            except (ValueError, OSError) as e:
+                for _, k in w.ranks:
+                    refused[int(k)] = f"cannot serve its PMI world {w.kvsname}: {e}"[:300]
+                continue
+            fds.update({k: fd for k, (fd, _env) in got.items()})
+        if refused:
+            self.send(W.Spawned([(k, -22, why) for k, why in refused.items()]))
+            specs = [s for s in specs if not (isinstance(s, (list, tuple)) and s
+                                              and s[0] in refused)]
+        results = self.spawn(specs, fds)
+        for w in worlds:
+            self.pmi.spawned(w.kvsname)
+        for key, pid, _ in results:
+            if pid <= 0:
+                self.pmi.unspawned("", key)
+
+    def pmi_fence(self, kvsname: str, epoch: int, keys: dict) -> None:
+        self.send(W.PmiFence(kvsname, epoch, keys))
+
+    def pmi_fail(self, kvsname: str, rank: int, why: str, kind: str) -> None:
+        log.warning("PMI world %s: %s", kvsname, why)
+        self.send(W.PmiFail(kvsname, rank, why[:4000], kind))
+
+    def spawn(self, specs: list, pmi_fds: dict[int, int] | None = None) -> list:
         """Spawn the agent's specs (key, argv, env, cwd, stdout, stderr) with the core.
         pmi_fds: key -> a descriptor of this process that the key's process inherits as its
         3 (its PMI connection, agent/pmi.py): this executor's own, never the agent's."""
@@ -187,6 +233,7 @@ class NodeExecutor:
                     self.running[key] = (pid, o, e)
                 results.append((key, pid, info))
         self.send(W.Spawned(results))
+        return results
 
     def kill(self, keys: list[int], sig: int) -> None:
         pids = [self.running[k][0] for k in keys if k in self.running]
@@ -254,10 +301,13 @@ class NodeExecutor:
         if not exits:
             return
         ended, paths = [], []
+        pmi = self.pmi
         for key, pid, code, sig, t_exit, ut, st, rss in exits:
             r = self.running.pop(key, None)
             if r is None:
                 continue  # an escapee reaped as our descendant
+            if pmi.by_key:
+                pmi.reaped(key)
             fenced = key in self.fenced_keys and sig != 0  # (one that ended first: its end)
             self.fenced_keys.discard(key)
             ended.append(W.ExitRow(key, pid, code, sig, t_exit, ut, st, rss, fenced=fenced))
@@ -284,6 +334,8 @@ class NodeExecutor:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.core.notify_fd, zmq.POLLIN)
+        pmi_fd = self.pmi.fileno()
+        poller.register(pmi_fd, zmq.POLLIN)
         self.hello()
         last_scan = 0.0
         while True:
@@ -299,7 +351,11 @@ class NodeExecutor:
                     except zmq.Again:
                         break
                     self.on_frame(frame)
+            if pmi_fd in ready:
+                self.pmi.poll()
             self.reap()
+            if self.pmi.jobs:
+                self.pmi.tick()
             if self.escapees:
                 self.reap_escapees()
             if not self.running and time.monotonic() - last_scan >= self.beat_s:
@@ -340,6 +396,7 @@ class NodeExecutor:
         from .containment import kill_marked
 
         kill_marked(self.sandbox)  # nothing the pilot started on this node outlives it
+        self.pmi.close()
         self.sock.close()  # lingers for the last exits
         self.ctx.term()
         return 0

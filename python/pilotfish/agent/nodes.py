@@ -156,6 +156,9 @@ class NodeLink:
         self.outputs: dict[int, tuple[str | None, str | None]] = {}
         self._acks: dict[str, list[int]] = {}
         self._fences = 0
+        # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds): told of fences and failures the
+        # executors' PMI servers report, and of a lost node
+        self.pmi: Any = None
         self.config_path = os.path.join(sandbox, "nodes.json")
         write_private(self.config_path, json.dumps({
             "pilot": uid, "sandbox": sandbox, "address": self.address,
@@ -258,6 +261,12 @@ class NodeLink:
         node.last_heard = self.clock.real_mono()
         if isinstance(msg, W.Exits):
             self._exits(node, msg.exits)
+        elif isinstance(msg, W.PmiFence):
+            if self.pmi is not None:
+                self.pmi.on_fence(node.name, msg.kvsname, msg.epoch, msg.keys)
+        elif isinstance(msg, W.PmiFail):
+            if self.pmi is not None:
+                self.pmi.on_fail(node.name, msg.kvsname, msg.rank, msg.why, msg.kind)
         elif isinstance(msg, W.Spawned):
             self._spawned(node, msg.results)
             if any(pid == NEVER_STARTED for _, pid, _ in msg.results):
@@ -414,8 +423,9 @@ class NodeLink:
         node.kills.clear()
 
     # -- to the executors ----------------------------------------------------------------------
-    def spawn(self, name: str, specs: list[tuple]) -> str | None:
-        """Send these spawn specs to the node's executor; why not (None: sent)."""
+    def spawn(self, name: str, specs: list[tuple], worlds: Any = ()) -> str | None:
+        """Send these spawn specs to the node's executor (with the PMI worlds it serves ranks
+        of); why not (None: sent)."""
         node = self.nodes.get(name)
         if node is None or node.lost is not None or not node.up:
             return f"node {name} lost: {node.lost}" if node is not None and node.lost else \
@@ -423,8 +433,14 @@ class NodeLink:
         for s in specs:
             node.keys.add(s[0])
             self.owner[s[0]] = name
-        self._send(node, W.Spawn(specs))
+        self._send(node, W.Spawn(specs, list(worlds)))
         return None
+
+    def send_to(self, name: str, msg: Any) -> None:
+        """A message for a node's executor, if it is up (a PMI fence's answer)."""
+        node = self.nodes.get(name)
+        if node is not None and node.up and node.lost is None:
+            self._send(node, msg)
 
     def kill(self, keys: list[int], sig: int) -> None:
         by: dict[str, list[int]] = {}
@@ -518,6 +534,8 @@ class NodeLink:
         log.warning("node %s lost: %s%s", node.name, why, held)
         self.events.record(self.uid, E.NODE_LOST, f"{node.name} {why}{held}"[:500])
         self._fence()
+        if self.pmi is not None:  # MPI tasks with ranks there: the others are killed now
+            self.pmi.node_lost(node.name, why)
 
     def _fence(self) -> None:
         """Hold whatever is free on lost nodes, so that the placer uses them no more (until

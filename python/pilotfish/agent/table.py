@@ -31,6 +31,7 @@ from .checks import check_spec, misfit_reason
 from .containment import kill_marked
 from .executor import REASON_TAIL, signal_name
 from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
+from .pmi_worlds import route as pmi_route
 from .ports import CallPool, TaskEnded
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
@@ -77,6 +78,9 @@ class TaskTable:
         # where a single-node task that names no launcher goes, if not to its partition's
         # default: "nodes" on a pilot with node executors (nodes.py); its link, for exits
         self.single_node_launcher: str | None = None
+        # a multi-rank task of the MPICH ABI that names no launcher goes to "pmi"
+        # (pmi_worlds.routes: a real pilot whose other nodes have executors)
+        self.pmi_route = False
         self.nodes: Any = None
         self.partitions = partitions  # (the agent's list: elastic.py grows and shrinks it)
         self.sim = sim
@@ -189,6 +193,8 @@ class TaskTable:
                 events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
                 continue
             try:
+                if spec.ranks > 1 and spec.launcher is None and self.pmi_route:
+                    spec = t.spec = pmi_route(spec, self.cwd_of(spec))  # MPICH ABI: "pmi"
                 if spec.ranks > 1 and spec.launcher is None and self._mpi_launcher is not False:
                     spec = t.spec = self._with_mpi_launcher(spec)
                 problem = check_spec(spec, shapes, self.tasks_dir, self.sandbox, self.misfits)

@@ -1,0 +1,217 @@
+"""The PMI jobs whose ranks one process spawns: a node executor (agent/node.py) for its node, or
+the agent (agent/pmi_worlds.py) for its own. Glue between the spawner and the PMI server
+(pmi.py): a job per task world, each rank's descriptor and PMI variables for the Rust core,
+the ranks' ends closed once spawned, fences and failures handed to the owner, the launch
+timeout for PMI init, the job closed once its local ranks are reaped.
+
+    pmi = NodePmi("n1", on_fence=..., on_fail=...)
+    fds = pmi.start(kvsname, size, nodes_of_ranks, [(rank, key), ...], init_timeout)
+    # spawn key k with pass_fd=fds[k][0] and env += fds[k][1]; then:
+    pmi.spawned(kvsname)
+    ... poll pmi.fileno(); pmi.poll(); pmi.tick() now and then; pmi.reaped(key) at each exit
+
+on_fence(kvsname, epoch, new_keys): this node's ranks all entered fence `epoch` (a world whose
+ranks all live here completes its fences itself: no owner round trip). on_fail(kvsname, rank,
+why, kind): the job cannot go on -- kind "abort" (MPI_Abort), "error" (a malformed or
+oversized PMI input, rank -1 for the job), "lost" (a rank closed its connection before
+finalize: it died), "noinit" (a rank ended without ever speaking PMI: not a program of the
+MPICH ABI), "timeout" (a rank did not reach PMI init in time). The job is not served after a
+failure; its ranks read EOF.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from .pmi import PmiJob, PmiServer, core_rank
+
+log = logging.getLogger("pilotfish.pmi")
+
+FailFn = Callable[[str, int, str, str], None]
+
+
+class _Local:
+    __slots__ = ("job", "keys", "left", "deadline", "timeout", "reported")
+
+    def __init__(self, job: PmiJob, keys: dict[int, int], deadline: float, timeout: float):
+        self.job = job
+        self.keys = keys  # spawn key -> rank
+        self.left = set(keys)  # keys not reaped yet
+        self.deadline = deadline  # monotonic: every local rank must have sent init by then
+        self.timeout = timeout
+        self.reported = False  # a failure was reported (once per job)
+
+
+class NodePmi:
+    def __init__(
+        self,
+        node: str,
+        on_fence: Callable[[str, int, dict], None],
+        on_fail: FailFn,
+        mono: Callable[[], float] = time.monotonic,
+    ):
+        self.node = node
+        self._on_fence = on_fence
+        self._on_fail = on_fail
+        self.mono = mono
+        self.server = PmiServer(on_abort=self._abort, on_error=self._error, on_lost=self._lost)
+        self.jobs: dict[str, _Local] = {}
+        self.by_key: dict[int, str] = {}  # spawn key -> kvsname
+        self._next_deadline = float("inf")
+
+    def fileno(self) -> int:
+        return self.server.fileno()
+
+    def poll(self) -> None:
+        self.server.poll()
+
+    # -- a world's local ranks ------------------------------------------------------------------
+    def start(
+        self,
+        kvsname: str,
+        size: int,
+        nodes: Sequence[str],
+        ranks: Sequence[tuple[int, int]],
+        init_timeout: float,
+    ) -> dict[int, tuple[int, dict[str, str]]]:
+        """Serve the local `ranks` [(rank, spawn key)] of a world of `size` ranks whose rank r
+        lives on nodes[r]; per key, what its spawn takes: (pass_fd, PMI variables). Raises
+        ValueError for a world it cannot serve (the spawner fails those ranks, naming why)."""
+        if len(nodes) != size:
+            raise ValueError(f"world {kvsname}: {len(nodes)} rank nodes for size {size}")
+        ids: dict[str, int] = {}
+        node_of_rank = [ids.setdefault(n, len(ids)) for n in nodes]
+        alone = len(ids) == 1
+        job = self.server.add_job(
+            kvsname,
+            size,
+            [r for r, _ in ranks],
+            node_of_rank=node_of_rank,
+            on_fence=None if alone else self._fence,
+        )  # (alone: the
+        # server completes its fences itself, every rank is here)
+        keys = {int(k): int(r) for r, k in ranks}
+        deadline = self.mono() + init_timeout
+        self.jobs[kvsname] = _Local(job, keys, deadline, init_timeout)
+        self._next_deadline = min(self._next_deadline, deadline)
+        for k in keys:
+            self.by_key[k] = kvsname
+        return {k: core_rank(job, r) for k, r in keys.items()}
+
+    def spawned(self, kvsname: str) -> None:
+        """Its ranks hold their ends now: ours go, so that a rank's death reaches us as EOF."""
+        loc = self.jobs.get(kvsname)
+        if loc is not None:
+            loc.job.close_rank_fds()
+
+    def unspawned(self, kvsname: str, key: int) -> None:
+        """A rank that could not be spawned: its end is closed with the others; counted as
+        reaped (it never ran)."""
+        self.reaped(key)
+
+    def fence_done(self, kvsname: str, epoch: int, merged: dict) -> None:
+        loc = self.jobs.get(kvsname)
+        if loc is not None:
+            try:
+                loc.job.fence_done(epoch, merged)
+            except ValueError as e:  # a stale or doubled answer: the job fails, named
+                self._report(loc.job, -1, f"fence {epoch}: {e}", "error")
+                loc.job.fail(str(e))
+
+    def fail(self, kvsname: str, why: str) -> None:
+        """The owner gave up on the world (another rank, another node): stop serving it."""
+        loc = self.jobs.get(kvsname)
+        if loc is not None:
+            loc.reported = True
+            loc.job.fail(why)
+
+    def reaped(self, key: int) -> None:
+        kvsname = self.by_key.pop(key, None)
+        if kvsname is None:
+            return
+        loc = self.jobs.get(kvsname)
+        if loc is None:
+            return
+        loc.left.discard(key)
+        if not loc.left:
+            loc.job.close()  # (and MPICH's /dev/shm files of a killed run)
+            del self.jobs[kvsname]
+
+    def tick(self) -> None:
+        """Ranks that have not reached PMI init by their job's deadline fail it."""
+        now = self.mono()
+        if now < self._next_deadline:
+            return
+        nxt = float("inf")
+        for loc in list(self.jobs.values()):
+            job = loc.job
+            if job.failed is not None or job.closed:
+                continue
+            late = job.not_inited()
+            if not late:
+                continue
+            if now >= loc.deadline:
+                r = late[0]
+                self._report(
+                    job,
+                    r,
+                    f"rank {r} on {self.node} did not reach PMI init "
+                    f"(MPI_Init) within {loc.timeout:g} s"
+                    + (f" ({len(late)} ranks here did not)" if len(late) > 1 else ""),
+                    "timeout",
+                )
+                job.fail("init timeout")
+            else:
+                nxt = min(nxt, loc.deadline)
+        self._next_deadline = nxt
+
+    def close(self) -> None:
+        for loc in list(self.jobs.values()):
+            loc.job.close()
+        self.jobs.clear()
+        self.server.close()
+
+    # -- from the server ------------------------------------------------------------------------
+    def _report(self, job: PmiJob, rank: int, why: str, kind: str) -> None:
+        loc = self.jobs.get(job.kvsname)
+        if loc is None or loc.reported:
+            return
+        loc.reported = True
+        self._on_fail(job.kvsname, rank, why, kind)
+
+    def _fence(self, job: PmiJob, epoch: int, new: dict) -> None:
+        self._on_fence(job.kvsname, epoch, new)
+
+    def _abort(self, job: PmiJob, rank: int, code: int, message: str) -> None:
+        self._report(
+            job,
+            rank,
+            f"rank {rank} on {self.node} called MPI_Abort (exit code "
+            f"{code})" + (f": {message}" if message else ""),
+            "abort",
+        )
+
+    def _error(self, job: PmiJob, rank: int | None, reason: str) -> None:
+        who = f"rank {rank} on {self.node}" if rank is not None else f"on {self.node}"
+        self._report(job, -1 if rank is None else rank, f"PMI error, {who}: {reason}", "error")
+
+    def _lost(self, job: PmiJob, rank: int) -> None:
+        c = job.conns.get(rank)
+        if c is not None and not c.inited:
+            self._report(
+                job,
+                rank,
+                f"rank {rank} on {self.node} ended without speaking PMI: "
+                "not a program of the MPICH ABI (Open MPI: launcher='prrte'; other "
+                "programs: name their launcher)",
+                "noinit",
+            )
+        else:
+            self._report(
+                job,
+                rank,
+                f"rank {rank} on {self.node} closed its PMI connection before MPI_Finalize",
+                "lost",
+            )

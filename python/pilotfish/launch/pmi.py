@@ -1,0 +1,87 @@
+"""pmi: an MPI task's ranks as plain processes, each given its PMI connection by whoever spawns
+it -- the node executor of its node (agent/node.py) or the agent itself on the agent's node --
+which serves the simple PMI wire protocol (agent/pmi.py). No `srun`, `mpiexec` or `prterun`
+per task: a task of the MPICH ABI starts at the executors' speed.
+
+Every rank gets, on top of the placement environment every launcher gives (`PILOTFISH_*`,
+`CUDA_VISIBLE_DEVICES`): PMI_FD=3 (the descriptor it inherits: one end of a socketpair whose
+other end its node's server holds -- nothing listens on a port), PMI_RANK, PMI_SIZE and
+PMI_JOBID (the KVS name, which Slurm's libpmi2 also asks for). Ranks are numbered by node in
+order of first appearance (`by_node`, as `--host h1:n1,h2:n2` launchers number them), so
+MPICH's PMI_process_mapping is a few blocks.
+
+Open MPI does not speak this protocol (it needs PMIx): its tasks keep the PRRTE DVM (README,
+"Launchers"). A rank that ends without speaking PMI at all -- a program that is not of the
+MPICH ABI, routed here by `launcher="pmi"` -- fails its task naming it (agent/pmi_worlds.py):
+never N singletons.
+
+options: init_timeout (seconds a rank may take to reach PMI init; default 60).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+
+from .base import LaunchError, LaunchMethod, PmiWorld, ProcSpec, by_node, payload_argv, \
+    placement_env
+from .direct import remote_nodes
+
+INIT_TIMEOUT_S = 60.0
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
+
+
+class Pmi(LaunchMethod):
+    """Launch method `pmi` (see the module docstring)."""
+
+    name = "pmi"
+
+    def __init__(self, resources, options: dict | None = None):
+        super().__init__(resources, options)
+        self.link = None  # the agent's node executors (agent/nodes.py), set when made
+        self.remote = remote_nodes(resources)
+        self._away = set(self.remote)
+        self.init_timeout = float(self.options.get("init_timeout", INIT_TIMEOUT_S))
+        if not self.init_timeout > 0:
+            raise LaunchError(f"launcher_options['pmi']['init_timeout']={self.init_timeout!r}: "
+                              "a positive number of seconds")
+        # KVS names: unique among the jobs that may share a node's /dev/shm (other pilots'
+        # too: MPICH names its shared memory after a hash of it)
+        self._tag = os.urandom(4).hex()
+        self._seq = itertools.count(1)
+
+    def begin(self, spawn=None) -> None:
+        if self.remote and self.link is None:
+            raise LaunchError(
+                "launcher 'pmi' spawns ranks through node executors, which this pilot does not "
+                f"run on {', '.join(self.remote[:4])}: use 'srun' (with launcher_options "
+                "{'srun': {'mpi': 'pmi2'}}) or 'mpiexec' there")
+
+    def poll_ready(self) -> bool:
+        """Ready once every other node's executor said hello or was given up on; the
+        executors are the `nodes` method's (started once per partition)."""
+        link = self.link
+        if link is None or not self.remote:
+            return True
+        for n in self.remote:
+            node = link.nodes.get(n)
+            if node is None or not (node.up or node.lost):
+                return False
+        return True
+
+    def build(self, task, slots, sandbox) -> list[ProcSpec]:
+        ordered = by_node(slots)
+        size = len(ordered)
+        uid = _UNSAFE.sub("_", task.uid)[-120:]
+        world = PmiWorld(f"pf.{self._tag}.{uid}.{next(self._seq)}", size,
+                         tuple(s.node for s in ordered))
+        argv = payload_argv(task)
+        procs = []
+        for r, s in enumerate(ordered):
+            env = placement_env(task, ordered, r)
+            env.update({"PMI_FD": "3", "PMI_RANK": str(r), "PMI_SIZE": str(size),
+                        "PMI_JOBID": world.kvsname})
+            procs.append(ProcSpec(argv, env, r, node=s.node if s.node in self._away else None,
+                                  world=world))
+        return procs
