@@ -22,9 +22,14 @@ def _modules(package: str, directory: str) -> dict[str, str]:
         rel = os.path.relpath(root, directory)
         pkg = package if rel == "." else package + "." + rel.replace(os.sep, ".")
         for name in sorted(files):
-            if not name.endswith(".py"):
+            if name.endswith(".py"):
+                mod = pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"
+            elif name.endswith(".so") or name.endswith(".pyi"):  # an extension (_core): a leaf
+                mod = f"{pkg}.{name.split('.')[0]}"
+                out.setdefault(mod, "")
                 continue
-            mod = pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"
+            else:
+                continue
             out[mod] = os.path.join(root, name)
     return out
 
@@ -64,12 +69,22 @@ def targets(module: str, is_package: bool, node: ast.AST, known: set[str]) -> se
     return found
 
 
+# the package's compiled modules (rust/: pilotfish._core), known whether or not built yet
+EXTENSIONS = {"pilotfish": ("_core",)}
+
+
 def import_graph(package: str, directory: str) -> dict[str, set[str]]:
     """{module: the package's modules it imports} (no self edges)."""
     mods = _modules(package, directory)
+    if "." not in package:
+        for ext in EXTENSIONS.get(package, ()):
+            mods.setdefault(f"{package}.{ext}", "")
     known = set(mods)
     graph: dict[str, set[str]] = {}
     for mod, path in mods.items():
+        if not path:  # an extension module: imports nothing of the package
+            graph[mod] = set()
+            continue
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
         edges: set[str] = set()

@@ -106,3 +106,122 @@ def test_hosted_rooms_use_no_private_attribute_of_another_object():
                     continue
                 found.append(f"{rel}:{node.lineno}: .{node.attr}")
     assert not found, "private attributes of other objects:\n" + "\n".join(found)
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """The whole package, lazy imports too: modules import one another without a circle."""
+    graph = _graph()
+    assert len(graph) >= 100, len(graph)
+    cycle = find_cycle(graph)
+    assert cycle is None, ("import circle: " + " -> ".join(cycle)
+                           + f"; in circles: {strongly_connected(graph)}")
+
+
+# -- private members stay in their module ---------------------------------------------------
+# `x._name` (x not self/cls) or `from m import _name` where `_name` is not defined in this
+# module: another module's private member, read or written here. A module's own private
+# names (`self._name = ...`, `def _name`, `_name = ...`, __slots__, parameters) are its own
+# to use on any object of its classes. Private *modules* (`from . import _wire`) are the
+# package's own and fine.
+ALLOWED_PRIVATE = {  # (module, name): why it is used across modules
+    ("agent/keeper.py", "_exit"): "os._exit: the documented exit of a forked child",
+    ("agent/worker.py", "_exit"): "os._exit: the documented exit of a forked child",
+    ("agent/executor.py", "_replace"): "namedtuple's _replace: public API despite the name",
+}
+# Temporary: accesses in files others are rewriting, or waiting on the client plane
+# (issue 40, step 1). Each line is cleared by its owner; a new access fails.
+PENDING_PRIVATE: dict[str, str] = {
+    # issue 39 lead: pending
+    "launch/mpirun.py": "issue 39 lead: pending",
+    "analytics/report.py": "issue 39 lead: pending",
+    "analytics/dashboard/tail.py": "issue 39 lead: pending",
+    "analytics/launch_model.py": "issue 39 lead: pending (partitions.py's _first_nodes, _layout)",
+    "batch/psij_job.py": "PSI/J's private members: no public way to tune its polling yet",
+    # issue 41: pending
+    "rp/_raptor.py": "issue 41: pending",
+    "rp/_api.py": "issue 41: pending",
+    # issue 40, step 1 (the client plane): pending
+    "client/task.py": "issue 40 client plane: pending",
+    "client/pilot.py": "issue 40 client plane: pending",
+    "client/session.py": "issue 40 client plane: pending",
+    "client/services.py": "issue 40 client plane: pending",
+    "client/executor.py": "issue 40 client plane: pending",
+    "client/_registry.py": "issue 40 client plane: pending",
+    "client/_router.py": "issue 40 client plane: pending",
+    "client/_calls.py": "issue 40 client plane: pending",
+    "parsl.py": "issue 40 client plane: pending",
+    "amt/_runtime.py": "issue 40 amt: pending",
+    "agent/table.py": "issue 40: pending",
+    "workload.py": "issue 40: pending",
+}
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    own: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) \
+                and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+            own.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            own.add(n.id)
+        elif isinstance(n, ast.arg):
+            own.add(n.arg)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) \
+                and n.value.startswith("_") and n.value.isidentifier():
+            own.add(n.value)  # __slots__ entries
+    return own
+
+
+def private_uses(rel: str, source: str, modules: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of the other modules' private members this module uses."""
+    tree = ast.parse(source)
+    own = _own_names(tree)
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute):
+            name = n.attr
+            if not name.startswith("_") or name.startswith("__"):
+                continue
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"):
+                continue
+            if name not in own:
+                found.append((n.lineno, name))
+        elif isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                name = a.name
+                if name.startswith("_") and not name.startswith("__") \
+                        and name not in modules:
+                    found.append((n.lineno, name))
+    return found
+
+
+def test_no_private_member_of_another_module_is_used():
+    modules = {p.stem for p in PKG.rglob("*.py")} | {"_core"}
+    found = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG).as_posix()
+        if rel in PENDING_PRIVATE:
+            continue
+        for line, name in private_uses(rel, p.read_text(), modules):
+            if (rel, name) not in ALLOWED_PRIVATE:
+                found.append(f"{rel}:{line}: {name}")
+    assert not found, "another module's private member used:\n" + "\n".join(found)
+
+
+def test_the_private_rule_sees_what_it_must():
+    src = ("from .x import _hidden\n"
+           "from . import _wire\n"
+           "class A:\n"
+           "    __slots__ = ('_mine',)\n"
+           "    def f(self, other):\n"
+           "        self._mine = 1\n"
+           "        other._mine = 2\n"      # its own class's member: fine
+           "        return other._theirs, self.b._c\n")
+    got = private_uses("m.py", src, {"_wire", "x"})
+    assert sorted(name for _, name in got) == ["_c", "_hidden", "_theirs"]
+    for (rel, name), why in ALLOWED_PRIVATE.items():
+        assert (PKG / rel).exists() and why, (rel, name)
+    for rel, why in PENDING_PRIVATE.items():
+        assert (PKG / rel).exists() and why, rel

@@ -287,7 +287,7 @@ def test_launch_model_names_shortened():
 
 
 def test_launch_model_file_read(tmp_path):
-    from pilotfish.analytics.launch_model import read_launch_model
+    from pilotfish._launch_costs import read_launch_model
 
     good = tmp_path / "m.json"
     good.write_text(json.dumps({"prrte": {"latency_s": 0.1}}))

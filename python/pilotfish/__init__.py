@@ -10,7 +10,7 @@ with pf.Session() as session:
     tmgr.wait_tasks()
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from ._errors import (
     DescriptionError,

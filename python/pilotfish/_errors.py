@@ -40,7 +40,7 @@ def show(value: object, limit: int = _SHOWN_CHARS) -> str:
     except Exception:  # noqa: BLE001 -- whatever the object does, the error must still be raised
         try:
             text = _short.repr(value)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 -- a repr that raises: its type name instead
             text = f"<{type(value).__name__} object>"
     if not isinstance(text, str):
         text = f"<{type(value).__name__} object>"
@@ -49,7 +49,7 @@ def show(value: object, limit: int = _SHOWN_CHARS) -> str:
     return text
 
 
-def _printable(text: object) -> str:
+def printable(text: object) -> str:
     """text if it can be written to a UTF-8 stream, else its repr (lone surrogates, non-str)."""
     if isinstance(text, str):
         if text.isascii():
@@ -80,7 +80,7 @@ class DescriptionError(PilotfishError, ValueError):
         self.why = why
         self.index = index
         where = f"{kind}[{index}]" if index is not None else kind
-        super().__init__(f"{where}.{_printable(field)} = {show(value)}: {_printable(why)}")
+        super().__init__(f"{where}.{printable(field)} = {show(value)}: {printable(why)}")
 
 
 class TimeoutExpired(PilotfishError, TimeoutError):

@@ -614,7 +614,7 @@ def agent_finals(sandbox: str, strict: bool = False) -> dict[str, list]:
                 None,
                 "recovered from the exit log (its agent ended before reporting it)",
                 max(e[2] for e in ends),
-            ]  # type: ignore[index]
+            ]  # type: ignore[index]  # ends: tuples of (key, code, time)
     return out
 
 

@@ -12,10 +12,14 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Sequence
 
 
 def stage(
-    directives: list[dict[str, str]], cwd: str, outbound: bool = False, sandbox: str | None = None
+    directives: Sequence[dict[str, str]],
+    cwd: str,
+    outbound: bool = False,
+    sandbox: str | None = None,
 ) -> None:
     """Run staging directives. Inbound: source -> cwd/target; outbound: cwd/source -> target.
 

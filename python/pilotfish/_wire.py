@@ -307,7 +307,7 @@ def salvage_submit(frame: bytes) -> tuple[list[TaskSpec], list[tuple[str, str]]]
     [(uid, why)] for those that do not but name a uid). None if it is no Submit at all."""
     try:
         raw = _decode_any(frame)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- not msgpack at all: no Submit
         return None
     if not (
         isinstance(raw, list) and len(raw) == 2 and raw[0] == "submit" and isinstance(raw[1], list)
@@ -317,7 +317,7 @@ def salvage_submit(frame: bytes) -> tuple[list[TaskSpec], list[tuple[str, str]]]
     for item in raw[1]:
         try:
             good.append(msgspec.convert(item, TaskSpec))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- this item alone is bad: named by uid
             uid = item[0] if isinstance(item, list) and item and isinstance(item[0], str) else None
             if uid:
                 bad.append((uid, f"undecodable task: {e}"[:300]))

@@ -30,12 +30,13 @@ from typing import Any, Callable
 from ._extras import require
 
 require("parsl", "pilotfish.parsl (the Parsl executor)")
-from parsl.executors.base import ParslExecutor  # noqa: E402
-from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
+# after require(): without Parsl, the error names the extra
+from parsl.executors.base import ParslExecutor  # noqa: E402 -- after require()
+from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402 -- after require()
 
-from . import states as S  # noqa: E402
-from .client.executor import Executor
-from .descriptions import PilotDescription, TaskDescription
+from . import states as S  # noqa: E402 -- after require()
+from .client.executor import Executor  # noqa: E402 -- after require()
+from .descriptions import PilotDescription, TaskDescription  # noqa: E402 -- after require()
 
 RESOURCE_KEYS = (
     "cores",
@@ -109,7 +110,7 @@ class PilotfishExecutor(ParslExecutor):
             return _failed(
                 pe.AppBadFormatting(f"App formatting failed for app '{name}' with IndexError: {e}")
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- any failure to build the command fails its future
             return _failed(e)
         # Parsl appends to a bash app's stdout/stderr files (and writes the command line to
         # stderr first): the script redirects the same way

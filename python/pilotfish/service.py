@@ -343,7 +343,7 @@ class Group:
                 raise ServiceError(
                     f"group {self.name!r}: no such view within {timeout}s (now {self._view})"
                 )
-            return self._view  # type: ignore[return-value]
+            return self._view  # type: ignore[return-value]  # set once a view arrived
 
     def on_change(self, cb: Callable[[View], Any]) -> None:
         """cb(view) on every new view (on the connection's thread: keep it short)."""

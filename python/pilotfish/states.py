@@ -47,10 +47,5 @@ for _s in FINAL:
 TASK_RANK = _TASK_RANK  # state -> position (finals share the top); sub-events are absent
 
 
-def task_state_rank(state: str) -> int:
-    """Position of a task state in the linear model (finals share the top rank)."""
-    return _TASK_RANK[state]
-
-
 def pilot_state_rank(state: str) -> int:
     return _PILOT_RANK[state]

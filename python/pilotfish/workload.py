@@ -49,7 +49,11 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from ._errors import DescriptionError, _printable, show
+from ._errors import DescriptionError, printable, show
+from ._files import WorkloadError, read_file
+from ._files import byte_count as _bytes
+from ._files import cut as _cut
+from ._files import file_name as _name
 from .descriptions import (
     PilotDescription,
     TaskDescription,
@@ -67,44 +71,6 @@ MAX_TASKS = 1_000_000
 MAX_TOTAL_BYTES = 1 << 30
 
 _TOP = ("pilot", "tasks")
-
-
-class WorkloadError(ValueError):
-    """A workload file refused: the message names the file, the place, the value and why."""
-
-
-def _cut(text: str, limit: int = 200) -> str:
-    """text, cut to `limit` characters (an error message stays short whatever was given)."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _name(path: str) -> str:
-    """A file's name for a message: printable and at most 200 characters."""
-    return _cut(_printable(path), 200)
-
-
-def _bytes(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):g} {unit} ({n} bytes)"
-    return f"{n} bytes"
-
-
-def read_file(path: str, limit: int, what: str) -> bytes:
-    """The bytes of `path`, read no further than `limit` (one byte more, to tell); a
-    WorkloadError naming the file if it cannot be read or holds more. `what` names the kind
-    of file for the message ("workload file")."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
-        why = (e.strerror if isinstance(e, OSError) else None) or _cut(str(e), 100)
-        raise WorkloadError(f"{_name(path)}: cannot read it: {why}") from None
-    if len(data) > limit:
-        raise WorkloadError(
-            f"{_name(path)}: larger than {_bytes(limit)}, the most a {what} may hold"
-        )
-    return data
 
 
 # -- YAML, with limits ----------------------------------------------------------------------
@@ -420,7 +386,7 @@ class Workload:
 
 
 def _label(name: object) -> str:
-    return _cut(_printable(name), 60) if isinstance(name, str) else show(name, 60)
+    return _cut(printable(name), 60) if isinstance(name, str) else show(name, 60)
 
 
 def load_workload(path: str) -> Workload:
@@ -438,7 +404,7 @@ def load_workload(path: str) -> Workload:
     pilot_doc = doc.get("pilot") or {}
     if isinstance(pilot_doc, dict) and isinstance(pilot_doc.get("launch_model"), str):
         # read here with a bound: PilotDescription reads the file again, whole
-        from .analytics.launch_model import read_launch_model
+        from ._launch_costs import read_launch_model
 
         try:
             read_launch_model(pilot_doc["launch_model"])

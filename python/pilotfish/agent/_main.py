@@ -19,6 +19,7 @@ import math
 import os
 import signal as _signal
 import sys
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -41,6 +42,9 @@ from .resume import resync
 from .simulation import AUTOJUMP_S, SIM_POLL_S
 from .table import KILL_GRACE, TaskTable
 from .walltime import batch_time_left, drain_margin
+
+if TYPE_CHECKING:
+    from .functions import FunctionPool
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -153,12 +157,12 @@ class Agent:
         # the core writes every exit to agent.exits as it reaps it: with the spawn records of
         # the journal, what finished is known even if this process is killed a moment later
         if self.sim:
-            from .._launch_model import load_model
+            from .._launch_costs import load_model
             from .simulation import SimRunner
 
             self.core = None
             self.model = load_model(desc.get("launch_model"))
-            self.runner = SimRunner(clock, profile=events.enabled)
+            self.runner: SimRunner | TaskRunner = SimRunner(clock, profile=events.enabled)
         else:
             from .. import _core
 
@@ -208,7 +212,7 @@ class Agent:
                 beat_s=float(opts.get("beat_s", 1.0)),
                 lost_after_s=float(opts.get("lost_after_s", 10.0)),
             )
-            self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes
+            self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes  # type: ignore[union-attr]  # a real pilot's TaskRunner
             table.single_node_launcher = "nodes"
             for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
@@ -240,7 +244,8 @@ class Agent:
         )
         if self.services is not None:
             self.elastic.leaving.append(self.services)
-        self.pool = None  # function tasks' workers and queues (functions.py), made on first use
+        # function tasks' workers and queues (functions.py), made on first use
+        self.pool: FunctionPool | None = None
         self.deadline = self.t_start + float(desc["runtime"])
         if job_left is not None:
             self.deadline = min(self.deadline, clock.now() + job_left)
@@ -441,6 +446,7 @@ class Agent:
     def _sim_jump(self) -> None:
         nxt = self._next_event()
         if nxt < math.inf:
+            assert isinstance(self.clock, VirtualClock)  # a simulated pilot's
             self.clock.jump_to(nxt)
 
     # -- from the client ----------------------------------------------------------------------
@@ -451,7 +457,7 @@ class Agent:
         self._last_heard = self.clock.real_mono()
         try:
             msg = _wire.decode_to_agent(frame)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- any undecodable frame: salvaged or answered, never fatal
             salvaged = _wire.salvage_submit(frame)
             if salvaged is None:
                 log.warning("dropped an undecodable frame (%d bytes): %s", len(frame), e)
@@ -517,23 +523,23 @@ class Agent:
         why = "function tasks do not run on a simulated pilot" if self.sim else None
         if why is None:
             try:
-                pool = self._functions()
-            except Exception as e:  # noqa: BLE001 -- the calls fail, with why
+                started = self._functions()
+            except Exception as e:  # the calls fail, with why
                 log.exception("cannot start the function pool")
                 why = f"cannot start function workers: {e}"[:1000]
         if why is not None:
             for spec in calls:
                 self.table.call_final(spec.uid, S.FAILED, None, now, None, why)
         else:
-            pool.accept(calls, now)
+            started.accept(calls, now)
 
-    def _functions(self):
+    def _functions(self) -> FunctionPool:
         if self.pool is None:
             from .functions import FunctionPool
 
             self.pool = FunctionPool(self.table)
             self.poller.register(self.pool.sock, zmq.POLLIN)
-            self.table.calls = self.pool
+            self.table.calls = self.pool  # type: ignore[assignment]  # ports.CallPool.calls: a settable Mapping (issue 39 lead: pending)
             self.table.ended.append(self.pool)
             self.elastic.leaving.append(self.pool)
         return self.pool
@@ -586,7 +592,7 @@ class Agent:
 
     # -- the end ----------------------------------------------------------------------------
     def _shutdown(self) -> int:
-        pilot_state, reason, why = self.table.stopping  # type: ignore[misc]
+        pilot_state, reason, why = self.table.stopping  # type: ignore[misc]  # set (a 3-tuple) before the loop ends
         clock = self.clock
         table = self.table
         self.events.record(self.uid, E.DRAIN_START, reason)

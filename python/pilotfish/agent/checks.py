@@ -11,7 +11,9 @@ from ..descriptions import LAUNCHERS, misfit_partitions
 _SHAPE_FIELDS = ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank")
 
 
-def misfit_reason(key: tuple, shapes: list, memo: dict | None = None) -> str | None:
+def misfit_reason(
+    key: tuple[int, int, int, int], shapes: list, memo: dict | None = None
+) -> str | None:
     """ "field = value: why" when no partition can ever hold a request of this shape (ranks,
     cores, GPUs, memory per rank), else None; memoized per shape (misfit is O(nodes))."""
     r = memo.get(key, memo) if memo is not None else memo

@@ -2,7 +2,8 @@
 
 Every process the agent starts carries PILOTFISH_SANDBOX (the pilot's, unique: task uids
 repeat across sessions) and a task's processes PILOTFISH_TASK_UID in their environment, which
-children inherit even when they leave the task's process group or session with setsid. The agent is a child subreaper, so such escapees
+children inherit even when they leave the task's process group or session with setsid. The
+agent is a child subreaper, so such escapees
 stay its descendants (and are reaped by its reaper) instead of moving to init. On the paths
 that must stop a task for good (timeout, cancel, pilot end) the agent finds them by those
 variables and signals them too.
@@ -59,7 +60,7 @@ def marked(
             out.setdefault(scope, []).append(int(entry))
             continue
         v = env.get(var.encode(), b"").decode(errors="replace")
-        if v in values:  # type: ignore[operator]
+        if v in values:  # type: ignore[operator]  # values: a container of str
             out.setdefault(v, []).append(int(entry))
     return out
 

@@ -191,7 +191,7 @@ class Elastic:
             table.events.record(
                 table.uid, E.PILOT_SHRINK, f"{p.unit} {len(p.nodes)} {len(nodes)}", now
             )
-            table.send(_wire.Resized(p.unit, nodes, now))  # type: ignore[arg-type]
+            table.send(_wire.Resized(p.unit, nodes, now))  # type: ignore[arg-type]  # nodes: the wire's list of node names
 
 
 def _grow_problem(msg: _wire.Grow, partitions: list[Partition], names: set[str]) -> str | None:

@@ -430,7 +430,7 @@ class RequestReader:
         else:
             try:
                 body = {"answers": answer(uids[:MAX_UIDS])}
-            except Exception as err:  # noqa: BLE001 -- read only: an asker's bad luck, not the run's
+            except Exception as err:  # read only: an asker's bad luck, not the run's
                 if not self._traced:  # the agent's own fault: its trace, once
                     self._traced = True
                     log.exception("explain request %s: the answer failed", e.name)

@@ -162,12 +162,12 @@ class FunctionPool:
         agent = self.agent
         profile = agent.events.enabled
         events = []
-        touched = set()
+        touched: set = set()
         for spec in specs:
             ref = spec.fn_ref if spec.fn_ref is not None else spec.function
             if spec.function is not None and ref not in self.fn_ids:
                 # learnt even if this call fails below: its siblings may only name it
-                self._define(ref, spec.function, touched)  # type: ignore[arg-type]
+                self._define(ref, spec.function, touched)  # type: ignore[arg-type]  # ref: set with the function
             shape = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
             problem = self._misfit(shape)
             if problem is None and (
@@ -179,18 +179,18 @@ class FunctionPool:
                 continue
             # the client sends a callable once: the first of its tasks carries it, the others
             # name it by digest (fn_ref)
-            fn_id = self.fn_ids.get(ref)  # type: ignore[arg-type]
+            fn_id = self.fn_ids.get(ref)  # type: ignore[arg-type]  # ref: set for every call
             call = Call(
                 spec.uid,
                 -1 if fn_id is None else fn_id,
-                spec.call,  # type: ignore[arg-type]
+                spec.call,  # type: ignore[arg-type]  # call: set for every call
                 spec.timeout,
             )
             self.calls[spec.uid] = call
             if profile:
                 events.append((now, spec.uid, S.AGENT_SCHEDULING, None))
             if fn_id is None:  # the frame carrying it comes later: wait for it
-                _, waiting = self.parked.setdefault(ref, (self.clock.mono(), []))  # type: ignore[arg-type]
+                _, waiting = self.parked.setdefault(ref, (self.clock.mono(), []))  # type: ignore[arg-type]  # ref: set for every call
                 waiting.append((shape, call))
                 continue
             self._queue(shape).append(call)
@@ -399,7 +399,7 @@ class FunctionPool:
                 try:
                     name, message = _decode(payload[1:])[:2]
                     reason = f"raised {name}: {message}"[:1000]
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 -- any bad payload: the call fails as unreadable
                     reason = "raised an exception (unreadable)"
             else:
                 state, reason = S.DONE, None
@@ -484,7 +484,7 @@ class FunctionPool:
             if room <= 0 or (room < per_batch and w.inflight):
                 continue
             n = min(room, max(1, math.ceil(len(q) / max(1, share[w.shape]))))
-            batch = []
+            batch: list = []
             fns = w.fns
             fn_bytes = self.fn_bytes
             w.batches += 1
@@ -690,7 +690,9 @@ class FunctionPool:
         """Cancel the calls among uids; returns the uids that are not calls. A queued call
         ends at once; a running one ends with its worker, which is stopped (its other calls
         go back to the queue)."""
-        rest, kill, skip = [], {}, {}
+        rest: list = []
+        kill: dict = {}
+        skip: dict = {}
         now = self.clock.now()
         for uid in uids:
             c = self.calls.get(uid)
@@ -703,7 +705,7 @@ class FunctionPool:
             if c.worker is not None and c.worker.log is not None:
                 try:  # what it finished meanwhile: so the first call left is the running one
                     self._collect(c.worker, None)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("reading the result log of %s", c.worker.uid)
                 if uid not in self.calls:  # it had ended (its end is reported)
                     continue

@@ -322,9 +322,9 @@ class Keeper:
                         failed.add(uid)
                     ended = [(key, uid)]
                 for key, uid in ended:
-                    keys = waiting[uid]
-                    keys.discard(key)
-                    if not keys and uid not in failed and done_on_exit[uid]:
+                    left = waiting[uid]
+                    left.discard(key)
+                    if not left and uid not in failed and done_on_exit[uid]:
                         journal.write(
                             [
                                 [

@@ -57,7 +57,7 @@ class LaunchWiring:
         lm = get_launcher(name, p.resources, options)
         lm.mono = self.clock.mono  # its deadlines on the agent's clock
         if name in ("nodes", "pmi"):
-            lm.link = self.nodes  # (None: no executors on this pilot; begin() says so)
+            lm.link = self.nodes  # type: ignore[attr-defined]  # NodesLaunch's (None: no executors on this pilot; begin() says so)
         if lm.launch_retries or isinstance(lm, SupervisedLaunchMethod):
             if p.supervisor is None:
                 p.supervisor = Supervisor(self.table, p)

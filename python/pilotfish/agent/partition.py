@@ -270,7 +270,7 @@ class Launchers:
                 )
             )
         except (LaunchError, OSError) as e:
-            lm = p.launchers.get(name) or Launcher(name, None, p)  # type: ignore[arg-type]
+            lm = p.launchers.get(name) or Launcher(name, None, p)  # type: ignore[arg-type]  # a failed launcher: no resources to hold
             p.launchers[name] = lm
             self._failed(lm, str(e))
             return lm

@@ -33,7 +33,8 @@ keeps today's order. Running out of time -- before the baseline itself was simul
 too large for the budget) -- is also None: today's policy. Planning never blocks the agent's
 loop on a real pilot: `Planner.start` hands the snapshot to one worker thread and
 `Planner.poll` picks the answer up in a later round (the scheduler drops a plan made before
-tasks arrived: it does not know them; tasks that started meanwhile simply are not waiting). A simulated pilot plans inline (`sync=True`), so a simulation is
+tasks arrived: it does not know them; tasks that started meanwhile simply are not waiting).
+A simulated pilot plans inline (`sync=True`), so a simulation is
 deterministic and `pilotfish simulate` predicts the planned schedule.
 """
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from .._batch_env import (
     expand_counts,
     expand_hostlist,
-    hostfile_nodes,  # noqa: F401
+    hostfile_nodes,
     lsf_nodes,
     pbs_nodes,
     slurm_nodes,

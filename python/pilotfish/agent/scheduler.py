@@ -6,7 +6,8 @@ duration class). Within a shape, order is (priority, arrival). Across shapes, po
 GPUs then cores, longest expected duration, arrival): the big tasks that leave the fewest
 ways to fill a node start first and small ones backfill around them -- a list schedule that
 starts small tasks first fills every node with them and ends with a tail of big ones. Fillers
-(no GPU, at most 1/16 of the smallest node's cores and, where tracked, memory) fit anywhere, so their size says nothing about how
+(no GPU, at most 1/16 of the smallest node's cores and, where tracked, memory) fit anywhere,
+so their size says nothing about how
 hard they are to place: among them the longest expected duration goes first (LPT), so that
 the last to start are the shortest and the run ends with a short tail (with `duration`
 given; +0.9 % RU on 20 seeds of the seed-000 mix in the list-schedule model, every seed
@@ -200,6 +201,7 @@ class Scheduler:
             if self.planner is not None:
                 holding = self._holding
                 est = self.estimates
+                assert est is not None  # planner and estimates come together
                 for k in keys:
                     h = holding.pop(k, None)
                     if h is not None and now is not None:
@@ -234,7 +236,7 @@ class Scheduler:
 
     def drain_waiting(self) -> list:
         """Remove and return every waiting task (pilot shutting down)."""
-        out = []
+        out: list = []
         for shape in self._shapes.values():
             out.extend(t for _, _, t in shape.heap if t.state is WAITING)
             shape.heap.clear()
@@ -293,7 +295,7 @@ class Scheduler:
         # per GPU count, the most free cores on one node: a rank larger than that fits nowhere
         mf = self.placer.max_free()
         maxg = len(mf) - 1
-        heads = []
+        heads: list[tuple[tuple, _Shape]] = []
         for shape in self._shapes.values():
             if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
@@ -439,6 +441,7 @@ class Scheduler:
         """Take a finished plan; start planning when the queue holds more than one wave of
         hard-to-place tasks and something changed (at most once per replan interval)."""
         planner = self.planner
+        assert planner is not None  # called only when planning
         out = planner.poll()
         if out is not None:
             self._take(out)
@@ -494,12 +497,13 @@ class Scheduler:
             if shape_key(s) in hard:
                 run_c += s.ranks * s.cores_per_rank
                 run_g += s.ranks * s.gpus_per_rank
-        return waiting_c + run_c > self._cores_total or (
+        return waiting_c + run_c > self._cores_total or bool(
             self._gpus_total and waiting_g + run_g > self._gpus_total
         )
 
     def _snapshot(self, now: float) -> Snapshot | None:
         est = self.estimates
+        assert est is not None  # planning: estimates kept
         live = []
         for shape in self._shapes.values():
             order = shape.order
@@ -582,7 +586,7 @@ class Scheduler:
 
     def _place_shape(self, shape: _Shape, room: int, placed: list, limit: float = math.inf) -> int:
         heap = shape.heap
-        batch = []
+        batch: list = []
         while heap and len(batch) < room:
             if batch and heap[0][1] >= limit:
                 self._limited = True  # the plan ranks another shape's task before this one

@@ -23,6 +23,7 @@ import os
 import secrets
 import signal
 import sys
+from typing import Any
 
 import msgspec
 import zmq
@@ -318,7 +319,7 @@ class ServiceRegistry:
         if m is None:
             return None
         g = m.group
-        out = {
+        out: dict[str, Any] = {
             "group": g.name,
             "state": m.state,
             "endpoint": m.endpoint,
@@ -629,7 +630,7 @@ class ServiceRegistry:
             try:
                 msg = _decode(payload)
                 self._on_peer(ident, msg[0], msg)
-            except Exception:  # noqa: BLE001 -- a peer's bad message costs nothing
+            except Exception:  # a peer's bad message costs nothing
                 log.exception("service registry: bad message")
 
     def _reply(self, ident: bytes, msg: list | bytes) -> None:
@@ -645,17 +646,18 @@ class ServiceRegistry:
         if kind == "announce":
             _, uid, endpoint, info = msg[:4]
             m = self.members.get(uid) if isinstance(uid, str) else None
-            why = self._endpoint_problem(m, uid, endpoint)
+            why = self._endpoint_problem(m, uid, endpoint)  # an unknown uid: a why
             if why is None:
                 try:
                     if not isinstance(info, dict) or len(_encode(info)) > MAX_INFO:
                         why = f"info must be a dict of at most {MAX_INFO} bytes (msgpack)"
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001 -- whatever the info holds: refused, with why
                     why = f"info cannot be encoded: {e}"
             if why is not None:
                 self.agent.events.record(str(uid)[:200], E.ANNOUNCE_REFUSED, why[:300])
                 self._reply(ident, ["refused", uid, why])
                 return
+            assert m is not None  # (_endpoint_problem refuses an unknown uid)
             m.ident = ident
             self._ready(m, endpoint, info)
             self._reply(ident, ["announced", uid, m.group.member_secret])

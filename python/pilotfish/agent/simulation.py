@@ -27,7 +27,7 @@ rejected at submit), per launch method:
     hang_rate, hang_s                  share of launches whose launcher outlives the payload (a
                                        missed job end): the task's slots stay held hang_s more
                                        (the supervisor's hang_grace) before it ends
-Defaults (`pilotfish/_launch_model.py`, with the checks and reads of a model) were fitted on
+Defaults (`pilotfish/_launch_costs.py`, with the checks and reads of a model) were fitted on
 this machine from real PRRTE and direct runs (`pilotfish simulate --fit SESSION_DIR`;
 BENCHMARKS.md names the runs).
 """
@@ -175,12 +175,12 @@ class SimRunner(Runner):
                 self._seq += 1
                 heapq.heappush(self._ends, (now, self._seq, t))
 
-    def read_outputs(self, tasks: list) -> list[tuple[None, None]]:
+    def read_outputs(self, tasks: list) -> list[tuple[str | None, str | None]]:
         return [(None, None)] * len(tasks)
 
     def spawn_aux(self, *a, **k) -> int:
         raise OSError("a simulated pilot starts no processes")
 
     @property
-    def running(self) -> int:
+    def running(self) -> int:  # type: ignore[override]  # read-only here: the port only reads it
         return len(self._running)

@@ -2,7 +2,8 @@
 
 Only launch methods that ask for it are watched (LaunchMethod.launch_retries > 0, or a
 SupervisedLaunchMethod); a pilot that launches only with `direct` never creates a Supervisor,
-so the hot path pays nothing for it. Every decision keeps the rule "never lose a task": each launch ends
+so the hot path pays nothing for it. Every decision keeps the rule "never lose a task": each
+launch ends
 in exactly one of final (DONE/FAILED/CANCELED with a reason) or relaunched on the same slots
 (bounded by the method's launch_retries; an event `launch_retry` says why).
 
@@ -197,7 +198,7 @@ class Supervisor:
         d = h.daemon if h is not None else None
         if h is not None:
             self.by_key.pop(h.key, None)
-            d.running -= 1
+            h.daemon.running -= 1
             waiting = self.unstarted.get(d)
             if waiting:
                 waiting.pop(h.key, None)
@@ -223,6 +224,7 @@ class Supervisor:
         notes_on = d is not None and lm.notes is not None
         why = None
         if notes_on and not rec.started:
+            assert d is not None  # (notes_on)
             why = f"the launch ended ({_status(t)}) before any rank started" + (
                 f" (PRRTE DVM {d.number} was replaced)" if d.state == "dead" else ""
             )

@@ -208,7 +208,7 @@ class TaskTable:
                         stage(spec.input_staging, self.cwd_of(spec), sandbox=self.sandbox)
                     except (OSError, ValueError) as e:
                         problem = f"input staging failed: {e}"
-            except Exception as e:  # whatever the spec holds, it fails alone
+            except Exception as e:  # noqa: BLE001 -- whatever the spec holds, it fails alone
                 problem = f"cannot handle this task: {type(e).__name__}: {e}"
             if problem is not None:
                 t.reason = problem
@@ -235,8 +235,8 @@ class TaskTable:
                 remove_work(t.partition, t.spec, t.work)
                 t.work = 0.0
             work = task_work(t.spec)
-            p = bind(parts, t.spec, work)
-            if p is None:
+            bound = bind(parts, t.spec, work)
+            if bound is None:
                 t.partition = None
                 t.reason = (
                     (f"{why}; " if why else "")
@@ -245,10 +245,10 @@ class TaskTable:
                 )[:1000]
                 self.final(t, S.FAILED)
                 continue
-            t.partition = p
+            t.partition = bound
             t.work = work
-            add_work(p, t.spec, work)
-            by_part.setdefault(p, []).append(t)
+            add_work(bound, t.spec, work)
+            by_part.setdefault(bound, []).append(t)
         for p, ts in by_part.items():
             p.scheduler.add(ts, mono)
 
@@ -489,7 +489,7 @@ class TaskTable:
                 sup.daemon_exited(pid, code, sig)
         done = [t for t in finished if t.final_state is None]
         if done and supervisors:
-            kept = []
+            kept: list = []
             for p, ts in _by_partition(done).items():
                 kept += p.supervisor.exited(ts) if p.supervisor is not None else ts
             done = kept
@@ -558,7 +558,7 @@ class TaskTable:
     # -- again -----------------------------------------------------------------------------
     def requeue(self, t: AgentTask, now: float) -> None:
         """A restartable task stopped by a drain: queued again, as a new arrival."""
-        why = t.kill_reason[1]  # type: ignore[index]
+        why = t.kill_reason[1]  # type: ignore[index]  # a drained task has a kill reason
         if t.spool >= 0:
             self.runner.read_outputs([t])
         self._again(t, now, E.REQUEUE, why, f"requeued: {why}")
@@ -614,7 +614,7 @@ class TaskTable:
                         outbound=True,
                         sandbox=self.sandbox,
                     )
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 -- staging out fails: the task says why
                     if state == S.FAILED:
                         also = f"output staging failed too: {e}"
                     else:

@@ -106,7 +106,7 @@ def error_payload(e: BaseException) -> bytes:
     try:
         exc = cloudpickle.dumps(e)
         pickle.loads(exc)  # (one that pickles but cannot be rebuilt is no use either)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 -- an exception that cannot travel: its name and message do
         exc = None
     # msgpack, not pickle: the agent reads the name and message without unpickling anything
     return ERROR + msgspec.msgpack.encode([type(e).__qualname__, str(e), tb, exc])
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> int:
     inline = socket.gethostname() != agent_host or os.environ.get("PILOTFISH_FN_INLINE") == "1"
     if inline and remote_address:
         address = remote_address
-    max_calls, max_rss = int(max_calls), float(max_rss)
+    calls_cap, rss_cap = int(max_calls), float(max_rss)
     comm = _comm()
     rank = 0 if comm is None else comm.rank
     signal.signal(signal.SIGALRM, _timed_out)
@@ -236,8 +236,9 @@ def main(argv: list[str]) -> int:
     # with the "done" messages instead, and a crash loses the results of the last few ms,
     # whose calls the agent then runs again.
     log = None if inline else ResultLog(log_path, create=True)
+    offset = (lambda: 0) if log is None else (lambda: log.offset)  # inline: no log
     unsent: list[bytes] = []
-    keep = unsent.append if inline else log.append  # type: ignore[union-attr]
+    keep = unsent.append if inline else log.append  # type: ignore[union-attr]  # inline or a log
     parent = os.getppid()
     sock.send(encode(["ready", uid, os.getpid(), inline, address]))
 
@@ -246,7 +247,7 @@ def main(argv: list[str]) -> int:
             sock.send(encode(["done", 0, unsent]))
             unsent.clear()
         else:
-            sock.send(encode(["done", log.offset]))
+            sock.send(encode(["done", offset()]))
 
     real_out, real_err = sys.stdout, sys.stderr
     out, err = io.StringIO(), io.StringIO()
@@ -327,7 +328,7 @@ def main(argv: list[str]) -> int:
                 printed = _taken(out), _taken(err)
                 keep(encode([call_uid, started, time.time(), payload, *printed]))
                 done += 1
-                if done >= max_calls:  # the rest of the batch goes back to the agent's queue
+                if done >= calls_cap:  # the rest of the batch goes back to the agent's queue
                     bye = f"recycled after {done} calls"
                     break
                 now = time.monotonic()
@@ -335,9 +336,9 @@ def main(argv: list[str]) -> int:
                     flush()
                     last_flush = now
             flush()
-            if bye is None and max_rss and _rss_mib() > max_rss:
+            if bye is None and rss_cap and _rss_mib() > rss_cap:
                 bye = f"recycled at {_rss_mib():.0f} MiB resident"
-        sock.send(encode(["bye", bye, 0 if inline else log.offset]))
+        sock.send(encode(["bye", bye, offset()]))
     finally:
         if comm is not None:
             comm.bcast(None, root=0)

@@ -158,7 +158,8 @@ def phase() -> PhaseStats:
 def rebalance(
     strategy: str = "greedy", model: str = "last", collections=None, **options
 ) -> LBStats:
-    """Collective: predict each element's load with `model` ('last', 'median:N', 'mean:N', 'linear:N')
+    """Collective: predict each element's load with `model` ('last', 'median:N', 'mean:N',
+    'linear:N')
     from the closed phases, place elements with `strategy` ('greedy', 'greedy_refine',
     'hierarchical', 'tempered', or 'home' to send all back home) and migrate them.
     collections: only these collections' elements (default: every migratable collection).

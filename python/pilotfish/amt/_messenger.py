@@ -110,7 +110,7 @@ class Messenger:
             for msg in batch:
                 try:
                     pickle.dumps(msg, protocol=5, buffer_callback=_out_of_band)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 -- the culprit named to the sender
                     self.on_unpicklable(msg, exc)
                 else:
                     good.append(msg)

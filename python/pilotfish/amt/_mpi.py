@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._mpi import expected_world_size, mpi, select_libmpi  # noqa: F401
+from .._mpi import expected_world_size, mpi, select_libmpi  # noqa: F401 -- re-exported: amt reads them here
 from .._mpi import check_world as _check_world
 from ._errors import AmtError
 

@@ -52,10 +52,6 @@ def get() -> Runtime:
     return _RUNTIME
 
 
-def initialized() -> bool:
-    return _RUNTIME is not None
-
-
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ[name])
@@ -186,7 +182,7 @@ class Runtime:
             return
         try:
             self.finalize()
-        except BaseException:
+        except BaseException:  # noqa: BLE001 -- a rank never dies silently: its traceback first
             traceback.print_exc()
             sys.stderr.flush()
             if self.size > 1:
@@ -467,7 +463,7 @@ class Runtime:
         version, hist, cur, syn = meta
         try:
             el = deserialise(data, bufs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 -- a message that cannot be rebuilt: a tombstone
             # the sender no longer has it: keep a tombstone here (and tell its home), so that
             # every later message to it fails at once, naming it, instead of circling
             self.td.errors[ep].append(
@@ -804,7 +800,7 @@ class Runtime:
             flat = g & mask
             try:
                 data, bufs, size = serialise(coll._local[flat])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 -- whatever it holds: the migration fails, named
                 failures.append(
                     f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
                     f"rank {int(dest[k])}: state not serialisable: "

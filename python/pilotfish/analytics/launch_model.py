@@ -11,9 +11,9 @@ Per launch method (the default launcher of each partition of each pilot):
     fail_rate                       launch_retry events / launches
     hang_rate, hang_s               launch_hung events / launches; hang_s: the launcher's
                                     hang_grace from the session's pilot description (10 s)
-The result is the `launch_model` a simulated pilot takes (pilotfish.agent.simulation).
-read_launch_model reads such a file back with a bound (`pilotfish simulate --launch-model`, a
-workload file's `pilot: {launch_model: PATH}`).
+The result is the `launch_model` a simulated pilot takes (pilotfish.agent.simulation); the
+model's contract, its defaults and read_launch_model (a file read back with a bound) are
+pilotfish._launch_costs'.
 """
 
 from __future__ import annotations
@@ -25,29 +25,8 @@ import numpy as np
 
 from pilotfish import _events as E
 from pilotfish._events import read_all_events
+from pilotfish._launch_costs import read_launch_model  # noqa: F401 -- `pilotfish simulate` reads it here
 from pilotfish.analytics.partitions import _first_nodes, _layout
-
-
-from pilotfish._launch_model import MAX_MODEL_BYTES  # noqa: E402 (one bound for both)
-
-
-def read_launch_model(path: str) -> dict:
-    """The launch model in the JSON file `path`, read no further than MAX_MODEL_BYTES (a
-    device such as /dev/zero never ends). ValueError naming the file (shortened) and why; its
-    costs are checked where it is used (PilotDescription's launch_model)."""
-    from pilotfish.workload import _name, read_file
-
-    data = read_file(path, MAX_MODEL_BYTES, "launch model file")
-    try:
-        model = json.loads(data)
-    except RecursionError:
-        raise ValueError(f"{_name(path)}: not a launch model: JSON nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(f"{_name(path)}: not JSON: {str(e)[:200]}") from None
-    if not isinstance(model, dict):
-        raise ValueError(f"{_name(path)}: not a launch model: expected a JSON object "
-                         "{launch method: {cost: seconds}}")
-    return model
 
 
 def _lsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -164,10 +143,3 @@ def _part_of(node: int, layout) -> int | None:
         if first <= node < first + n:
             return i
     return None
-
-
-def write_launch_model(session_dir: str, out: str) -> dict:
-    model = fit_launch_model(session_dir)
-    with open(out, "w") as f:
-        json.dump(model, f, indent=1, sort_keys=True)
-    return model

@@ -138,7 +138,7 @@ class PsijBatchJob(BatchJob):
             else:
                 config = BatchSchedulerExecutorConfig(
                     work_directory=Path(self.work_dir),
-                    queue_polling_interval=_poll_interval(),  # type: ignore[arg-type]
+                    queue_polling_interval=_poll_interval(),  # type: ignore[arg-type]  # PSI/J takes a timedelta or seconds
                     initial_queue_polling_delay=1,
                     keep_files=True,
                 )

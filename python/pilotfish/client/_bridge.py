@@ -238,9 +238,9 @@ class Bridge:
                     if len(frames) < 2:
                         continue
                     if secure:
-                        ident = frames[0].bytes
+                        ident = frames[0].bytes  # type: ignore[union-attr]  # copy=False: Frames
                         claimed = ident.decode(errors="replace")
-                        proven = frames[1].get("User-Id")
+                        proven = frames[1].get("User-Id")  # type: ignore[union-attr]  # (a Frame)
                         if proven != claimed:  # speaks as a pilot its key does not prove
                             self._refuse(
                                 f"frame from {proven!r} claiming to be {claimed!r} dropped"
@@ -264,8 +264,10 @@ class Bridge:
 
     def _answer_zap(self) -> None:
         """ZAP (RFC 27): let in only the public keys of this session's pilots."""
+        zap = self._zap
+        assert zap is not None  # (called when it is readable)
         try:
-            msg = self._zap.recv_multipart(zmq.NOBLOCK)
+            msg = zap.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
         version, request_id, _domain, address, _identity, mechanism = msg[:6]
@@ -280,7 +282,7 @@ class Bridge:
                 f"from {address.decode(errors='replace') or 'a local socket'} "
                 f"({mechanism.decode(errors='replace')}: {text.decode()})"
             )
-        self._zap.send_multipart([version, request_id, status, text, user, b""])
+        zap.send_multipart([version, request_id, status, text, user, b""])
 
     def _refusals(self, final: bool = False) -> None:
         """What was refused -- keys ZAP did not know, handshakes that failed before it was

@@ -33,7 +33,7 @@ def pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byte
             try:
                 _by_value(fn)
                 fb = _cloudpickle().dumps(fn, protocol=5)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- whatever the callable holds: a DescriptionError
                 raise DescriptionError(
                     "TaskDescription",
                     "function",
@@ -48,10 +48,10 @@ def pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byte
             cb = pickle.dumps(payload, protocol=5)
             if any(name in cb for name in _BY_VALUE):
                 raise pickle.PicklingError("refers to a module workers cannot import")
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 -- by reference failed: try by value
             try:
                 cb = _cloudpickle().dumps(payload, protocol=5)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- whatever the args hold: a DescriptionError
                 field = "args" if v.get("args") else "kwargs"
                 raise DescriptionError(
                     "TaskDescription",

@@ -56,7 +56,10 @@ class TaskEntry(Protocol):
 
     uid: str
     state: str
-    _tmgr: TaskOwner  # its manager: the task registry hands it its tasks' updates
+
+    @property
+    def _tmgr(self) -> TaskOwner:  # its manager: the task registry hands it its tasks' updates
+        ...
 
 
 class TaskCounts(Protocol):

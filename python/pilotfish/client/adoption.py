@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 from .. import _wire
 from .. import states as S
@@ -33,7 +35,7 @@ class Adopter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def take(self, sandbox: str, tasks: list[TaskEntry]) -> set[TaskEntry]:
+    def take(self, sandbox: str, tasks: Sequence[TaskEntry]) -> set[Any]:
         """Of these tasks (of a pilot that failed), the ones its keeper holds: followed from
         now on. The others are the caller's to finish."""
         held = keeper_adopted(sandbox, live_only=False)  # done already: its journal says
@@ -42,7 +44,7 @@ class Adopter:
             self.watch(sandbox, kept)
         return set(kept)
 
-    def watch(self, sandbox: str, tasks: list[TaskEntry]) -> None:
+    def watch(self, sandbox: str, tasks: Sequence[TaskEntry]) -> None:
         with self._lock:
             self._watched.setdefault(sandbox, {}).update((t.uid, t) for t in tasks)
             if self._thread is None or not self._thread.is_alive():

@@ -74,7 +74,7 @@ class Executor(cf.Executor):
             )
             if v != default
         }
-        TaskDescription(function=print, **self._shape)  # bad shapes fail here, naming the field
+        TaskDescription(function=print, **self._shape)  # type: ignore[arg-type]  # ints; bad shapes fail here, naming the field
         self._own = None
         if tmgr is None:
             session = Session(path=session_path)
@@ -225,7 +225,7 @@ class Executor(cf.Executor):
             if f.finish is not None and state != S.CANCELED:
                 try:
                     value, exc = f.finish(task)
-                except BaseException as e:  # noqa: BLE001
+                except BaseException as e:  # noqa: BLE001 -- the future carries it to the caller
                     value, exc = None, e
                 if exc is None:
                     f.set_result(value)

@@ -7,6 +7,7 @@ task registry and its service groups' news to the groups, without passing here.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -721,7 +722,7 @@ class PilotManager:
         pilot.history.append((S.NEW, time.time()))
         self.pilots[uid] = pilot
         # until its agent answers, whatever it says is a cue to ask it again
-        self.session.router.watch(uid, lambda msg, p=pilot: self._heard(p, msg))
+        self.session.router.watch(uid, functools.partial(self._heard, pilot))
         self._attach(pilot, public)
         self._advance(pilot, S.LAUNCHING)
         # the agent beats every heartbeat_s; give it three, and the answer time
@@ -776,14 +777,14 @@ class PilotManager:
             agent_argv = keeper_argv(cfg_path)  # the agent, under a keeper that outlives it
             pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
             pilot._job.submit()
-        except Exception as e:  # the pilot fails alone, with the reason
+        except Exception as e:  # noqa: BLE001 -- the pilot fails alone, with the reason
             self._advance(pilot, S.FAILED, f"cannot start the pilot: {e}")
             return
         self._advance(pilot, S.LAUNCHING)
 
     def _attach(self, pilot: Pilot, public_key: bytes | None) -> None:
         """Route the pilot's own messages here, then let its agent in."""
-        self.session.router.attach(pilot.uid, lambda msg, p=pilot: self._on_agent(p, msg))
+        self.session.router.attach(pilot.uid, functools.partial(self._on_agent, pilot))
         self.session._bridge.allow(pilot.uid, public_key)
 
     def _heard(self, pilot: Pilot, msg) -> None:  # IO thread: a re-attaching pilot's watcher
@@ -794,7 +795,7 @@ class PilotManager:
             if now - pilot._resync_asked >= self.session.heartbeat_s:
                 pilot._resync_asked = now
                 self.session._bridge.mark_connected(pilot.uid)
-                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))
+                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))  # type: ignore[arg-type]  # set when re-attaching
 
     def _on_agent(self, pilot: Pilot, msg) -> None:  # IO thread: the pilot's own messages
         if isinstance(msg, _wire.Heartbeat):  # (only before a hello reaches the router)
@@ -850,7 +851,7 @@ class PilotManager:
         elif pilot._job is not None:  # not up yet: take the job away
             try:
                 pilot._job.cancel()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- whatever the batch system says: logged
                 log.warning("cancel of %s failed: %s", pilot.uid, e)
             self._advance(pilot, final, reason)
 
@@ -886,7 +887,7 @@ class PilotManager:
                     continue
                 try:
                     job_state, message = pilot._job.poll()
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 -- a poll that fails counts as still running
                     job_state, message = "RUNNING", None
                     log.warning("poll of %s failed: %s", pilot.uid, e)
                 if job_state in ("QUEUED", "RUNNING"):
@@ -912,7 +913,7 @@ class PilotManager:
         if pilot._job is not None:
             try:
                 pilot._job.cancel()
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- whatever the batch system says: logged
                 log.warning("cancel of %s failed: %s", pilot.uid, e)
         else:  # re-attached: no job object to end it; a local agent's leftovers go here
             pid, _ = local_agent(pilot.sandbox)

@@ -198,7 +198,7 @@ class ServiceGroup:
         for cb in cbs:
             try:
                 cb(self, view)
-            except Exception:  # noqa: BLE001 -- a callback must not stop the IO thread
+            except Exception:  # a callback must not stop the IO thread
                 import logging
 
                 logging.getLogger("pilotfish.client").exception("on_change callback failed")
@@ -321,7 +321,7 @@ def submit_group(
     if d.function is not None:  # (the agent runs it with python -m pilotfish.service)
         fd = TaskDescription(function=d.function, args=d.args, kwargs=d.kwargs)
         fn, call, _ = pickle_calls([fd], [0])[0]
-        what = dict(executable="", function=fn, call=call)
+        what: dict[str, Any] = dict(executable="", function=fn, call=call)
     else:
         what = dict(executable=d.executable, arguments=tuple(d.arguments))
     template = _wire.TaskSpec(

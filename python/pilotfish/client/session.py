@@ -27,12 +27,12 @@ import secrets
 import shutil
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from .. import _events as E
-from .. import __version__
+from .._version import __version__
 from .._errors import PilotfishError, SessionClosed, SessionError
 from .._events import EventWriter, TaskRecord
 from .._journal import Journal, read_journal
@@ -325,7 +325,7 @@ class Session:
         path = os.path.join(self.path, "tasks.msgpack")
         try:  # (read by _events.read_task_records)
             write_private(path, _encode_records(records))
-        except Exception as e:  # never lose the rest of close() to one record
+        except Exception as e:  # noqa: BLE001 -- never lose the rest of close() to one record
             log.error(
                 "session %s: cannot write the task records %s: %s",
                 self.uid,
@@ -367,7 +367,7 @@ class _os_errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind, e, tb) -> bool:
+    def __exit__(self, kind, e, tb) -> Literal[False]:
         if e is not None and isinstance(e, OSError) and not isinstance(e, SessionError):
             raise _session_error(e, self.what, self.path) from e
         return False
@@ -386,7 +386,7 @@ _ADVICE = {
 def _session_error(e: OSError, what: str, path: str) -> SessionError:
     where = e.filename if isinstance(e.filename, str) and e.filename != path else None
     text = f"cannot {what} {path}" + (f" ({where})" if where else "") + f": {e.strerror or e}"
-    advice = _ADVICE.get(e.errno)  # type: ignore[arg-type]
+    advice = _ADVICE.get(e.errno)  # type: ignore[arg-type]  # errno: None reads as no advice
     return SessionError(text + (f" -- {advice}" if advice else ""), path, e.errno)
 
 

@@ -16,7 +16,7 @@ import pickle
 import shlex
 import threading
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import msgspec
 
@@ -222,7 +222,9 @@ class TaskManager:
         """Let this manager run tasks on these pilots (a Pilot or several): a submitted task
         goes to the pilot where it fits and can start soonest."""
         # (a pilot, which has a uid, or an iterable of pilots)
-        for p in [pilots] if isinstance(getattr(pilots, "uid", None), str) else pilots:
+        one = isinstance(getattr(pilots, "uid", None), str)
+        many: Iterable[Any] = [pilots] if one else pilots  # type: ignore[assignment]  # (one)
+        for p in many:
             self._pilots[p.uid] = p
             p._when_final(self._on_pilot_final)
 
@@ -272,10 +274,10 @@ class TaskManager:
         for i in to_send:
             if routes[i] is None:
                 routes[i] = self._route(descs[i], i, pilots, pending)
-            _check_outer_paths(descs[i], i, routes[i])  # type: ignore[arg-type]
+            _check_outer_paths(descs[i], i, routes[i])
         by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
         for i in to_send:
-            by_pilot_idx[routes[i].uid].append(i)  # type: ignore[union-attr]
+            by_pilot_idx[routes[i].uid].append(i)
         calls = pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
         refs = {c[2] for c in calls.values()}  # their callables' digests
         frames = []  # (pilot uid, frame, indices)
@@ -291,7 +293,7 @@ class TaskManager:
                         None
                         if self._spec_extra is None
                         else (lambda u, d, p=pilot: self._spec_extra(u, d, p))
-                    )  # type: ignore[misc]
+                    )
                     specs = [
                         _spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
                         for i in part
@@ -311,7 +313,7 @@ class TaskManager:
                                 ]
                             )
                         )
-                except Exception:
+                except Exception:  # noqa: BLE001 -- any failure names the culprit description
                     raise _culprit(part, uids, descs, pilot_uid) from None
                 frames.append((pilot_uid, frame, part))
         # journaled before anything is registered or sent: a resume knows them all, and a
@@ -334,7 +336,7 @@ class TaskManager:
         load = self._load
         for i, (uid, d) in enumerate(zip(uids, descs)):
             r = resumed.get(i)
-            pilot_uid = routes[i].uid if routes[i] is not None else r[1]  # type: ignore[index,union-attr]
+            pilot_uid = routes[i].uid if routes[i] is not None else r[1]
             t = Task(self, uid, d, pilot_uid)
             t.state = S.SCHEDULING
             t._hist = [S.NEW, now, S.SCHEDULING, now]
@@ -383,6 +385,7 @@ class TaskManager:
         """Resumed session: {index: (uid, pilot uid that still has it, or None to send it
         again)} for the descriptions that match the journal's tasks, in submit order."""
         r = self.session.resumed
+        assert r is not None  # (called on a resumed session only)
         out: dict[int, tuple[str, str | None]] = {}
         for i, d in enumerate(descs):
             if r.tasks_used >= len(r.tasks):
@@ -412,7 +415,8 @@ class TaskManager:
     def _restore(self, tasks: list[Task], resumed: dict[int, tuple[str, str | None]]) -> None:
         """Put journaled tasks back in the state the journal and their agents report."""
         r = self.session.resumed
-        pairs = []
+        assert r is not None  # (called on a resumed session only)
+        pairs: list[tuple[Task, Any]] = []
         for i, (uid, pilot_uid) in resumed.items():
             if pilot_uid is None:
                 continue
@@ -482,7 +486,7 @@ class TaskManager:
                     mark = self._n_final + len(pending)
                     self._wake_ats.append(mark)
                     try:
-                        self._cond.wait_for(lambda: self._n_final >= mark, left)
+                        self._cond.wait_for(lambda: self._n_final >= mark, left)  # noqa: B023 -- called in this iteration only
                     finally:
                         self._wake_ats.remove(mark)
                 else:
@@ -639,7 +643,8 @@ class TaskManager:
                 why = (problem[0], problem[1] + f" of {p.uid}")
         candidates = fitting or unknown
         if not candidates:
-            field, reason = why  # type: ignore[misc]
+            assert why is not None  # (every pilot said why)
+            field, reason = why
             raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
         if len(candidates) == 1:
             return candidates[0]
@@ -763,7 +768,7 @@ class TaskManager:
         for cb, t, state in calls:
             try:
                 cb(t, state)
-            except BaseException as e:  # noqa: BLE001 -- sys.exit() in a callback too:
+            except BaseException as e:  # sys.exit() in a callback too:
                 # it runs on the client's IO thread, which must live on (it would stop
                 # every update, every wait); reported, never raised
                 log.error(
@@ -810,12 +815,12 @@ def decode_result(payload: bytes | None, state: str, reason: str | None) -> tupl
 
     tag = payload[:1] if payload else None
     if tag == _wire.RESULT_OK:
-        return (pickle.loads(payload[1:]), None)  # type: ignore[index]
+        return (pickle.loads(payload[1:]), None)  # type: ignore[index]  # a bytes payload
     if tag == _wire.RESULT_IN_FILE:  # a large result, in a file next to the pilot's
-        with open(payload[1:].decode(), "rb") as f:  # type: ignore[index]
+        with open(payload[1:].decode(), "rb") as f:  # type: ignore[index]  # a bytes payload
             return (pickle.load(f), None)
     if tag == _wire.RESULT_ERROR:
-        name, message, tb, exc = msgspec.msgpack.decode(payload[1:])  # type: ignore[index]
+        name, message, tb, exc = msgspec.msgpack.decode(payload[1:])  # type: ignore[index]  # a bytes payload
         e = None
         if exc is not None:
             try:
@@ -879,7 +884,7 @@ def _spec(
         )
     kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
     if "named_env" in v:  # (the route checked that the pilot has it)
-        env = envs[v["named_env"]]  # type: ignore[index]
+        env = envs[v["named_env"]]  # type: ignore[index]  # the route checked the pilot has it
         activate = (
             [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"]
             if env["path"]
@@ -955,7 +960,7 @@ def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> D
         for name, value in descs[i]._values.items():
             try:
                 _journal_encode(value)  # the wire and the journal encode alike (msgpack)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- a value msgpack refuses: a DescriptionError
                 return DescriptionError(
                     "TaskDescription", name, value, f"cannot be sent to the agent: {e}", index=i
                 )

@@ -17,7 +17,8 @@ CURVE (encrypt=True) -- and a ZAP handler labels it:
     messages -- and only those are unpickled, once the sender proved to be the rank that the
     message says sent it.
 Anything else is refused in the handshake, counted and logged (a monitor on the socket sees
-every failed handshake). Every reply carries the server's proof to the client (plain-auth). Every frame that gets in is
+every failed handshake). Every reply carries the server's proof to the client (plain-auth).
+Every frame that gets in is
 checked: a bad one is dropped, counted and logged, never fatal. Collective messages not yet
 consumed are bounded in bytes (INBOX_MAX) and dropped with their iteration. An activate whose
 view this server has not seen yet is parked (not waited for): the server keeps serving.

@@ -217,7 +217,7 @@ class Pilot:
             services = self.description.get("services") or []
             if services:
                 self._start_services(services)
-        except BaseException as e:  # reported at the next submit to this pilot
+        except BaseException as e:  # noqa: BLE001 -- reported at the next submit to this pilot
             self._problem = f"setting up {self.uid} failed: {type(e).__name__}: {e}"
         finally:
             self._ready.set()
@@ -877,7 +877,7 @@ class TaskManager:
             hold = _raptor.master_task(td, uid, pilot_id, i)
             pf_descs.append(hold.to_pf(i))
             master = _raptor.master_instance(td, i)
-            states.append(_raptor.RaptorState(self, uid, pilot, master, td))
+            states.append(_raptor.RaptorState(self, uid, pilot, master, td, Task))
             rp_descs.append(td)
         for st in states:
             self._raptors[st.uid] = st

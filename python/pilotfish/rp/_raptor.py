@@ -74,8 +74,9 @@ class RaptorState:
     """One master: its pilot, its hooks (a Master instance), its worker class and workers,
     the calls' callables (one per kind and target), its live tasks."""
 
-    def __init__(self, tmgr, uid: str, pilot, master: Master, desc: TaskDescription):
+    def __init__(self, tmgr, uid: str, pilot, master: Master, desc: TaskDescription, task_class):
         self.tmgr = tmgr
+        self.task_class = task_class  # rp._api.Task (passed in: _api imports this module)
         self.uid = uid
         self.pilot = pilot
         self.master = master
@@ -108,12 +109,12 @@ class RaptorState:
     # -- the master's hook thread --------------------------------------------------------
     def _hook_loop(self) -> None:
         while True:
-            items = _drain(self.hooks)  # type: ignore[arg-type]
+            items = _drain(self.hooks)  # type: ignore[arg-type]  # hooks: a queue of tuples
             results = [x[1] for x in items if x is not None and x[0] == "result"]
             if results:
                 try:
                     self.master.result_cb(results)
-                except Exception:  # noqa: BLE001 -- as RP: logged, the master goes on
+                except Exception:  # as RP: logged, the master goes on
                     import logging
 
                     logging.getLogger("pilotfish.rp").exception("%s: result_cb", self.uid)
@@ -121,7 +122,7 @@ class RaptorState:
                 if x is not None and x[0] == "worker":
                     try:
                         self.master.worker_state_cb(x[1], x[2])
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001 -- as RP: a callback's error is not the master's
                         pass
                 if x is not None and x[0] == "result" and x[2] is not None:
                     done, box = x[2]
@@ -133,8 +134,6 @@ class RaptorState:
     # -- workers ---------------------------------------------------------------------------
     def add_workers(self, descriptions) -> list:
         descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
-        from ._api import Task
-
         out = []
         for i, td in enumerate(descs):
             td = td if isinstance(td, TaskDescription) else TaskDescription(td)
@@ -172,7 +171,7 @@ class RaptorState:
                 self.tmgr._note_uid(td.get("uid"))
                 td["uid"] = uid
                 td["raptor_id"] = self.uid
-                w = Task(self.tmgr, self.handle._pf, td, uid)
+                w = self.task_class(self.tmgr, self.handle._pf, td, uid)
                 self.workers.append(w)
             self.tmgr._tasks[uid] = w
             if self.hooks is not None:

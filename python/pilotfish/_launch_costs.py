@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ._errors import show
+from ._files import file_name, read_file
 
 MODEL_KEYS = (
     "startup_s",
@@ -124,3 +125,22 @@ def load_model(model: Any) -> dict[str, dict[str, float]]:
         out.setdefault(name, dict(DEFAULT_MODEL["prrte"]))
         out[name].update(costs)
     return out
+
+
+def read_launch_model(path: str) -> dict:
+    """The launch model in the JSON file `path`, read no further than MAX_MODEL_BYTES (a
+    device such as /dev/zero never ends). ValueError naming the file (shortened) and why; its
+    costs are checked where it is used (PilotDescription's launch_model)."""
+    data = read_file(path, MAX_MODEL_BYTES, "launch model file")
+    try:
+        model = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{file_name(path)}: not a launch model: JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{file_name(path)}: not JSON: {str(e)[:200]}") from None
+    if not isinstance(model, dict):
+        raise ValueError(
+            f"{file_name(path)}: not a launch model: expected a JSON object "
+            "{launch method: {cost: seconds}}"
+        )
+    return model
