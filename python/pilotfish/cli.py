@@ -117,8 +117,8 @@ def validate(workload: str) -> None:
     click.echo(f"{w.task_count} tasks: OK")
 
 
-@main.command(epilog="Workload file format:\n\n" + WORKLOAD_EXAMPLE.replace("\n", "\n\n")
-              + WORKLOAD_LIMITS)
+# (\b: click keeps the example's lines as they are -- it pastes into a file and parses)
+@main.command(epilog="Workload file format:\n\n\b\n" + WORKLOAD_EXAMPLE + "\n" + WORKLOAD_LIMITS)
 @click.argument("workload", type=_Path(exists=True, dir_okay=False))
 @click.option("--sessions", type=_Path(file_okay=False), default=None,
               help="Where the session directory goes (default: ./pilotfish-sessions).")
@@ -170,8 +170,8 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
                 raise BadInput(str(e)) from None
             if quiet:
                 tmgr.wait_tasks(timeout=timeout)
-            else:
-                wait_with_progress(tmgr, timeout=timeout)
+            else:  # (a resume's bar counts the workload's tasks, not the canceled attempts)
+                wait_with_progress(_LatestRuns(tmgr, tasks), timeout=timeout)
             timed_out = any(t.state not in S.FINAL for t in tasks)  # (--timeout passed)
             _let_walltime_end(pilot, tasks)
     except KeyboardInterrupt:
@@ -222,6 +222,39 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         sys.exit(130)
     if failed or counts[S.DONE] < len(tasks):
         sys.exit(1)
+
+
+class _LatestRuns:
+    """The task manager as the progress bar reads it (client/progress.py's TaskCounts), with
+    only the latest run of each task of the workload counted: on a resume, a run that was
+    canceled and is submitted again counts once (the summary's total), not twice."""
+
+    def __init__(self, tmgr, latest: list) -> None:
+        from collections import Counter
+
+        mine = {id(t) for t in latest}
+        self._tmgr = tmgr
+        self._latest = latest
+        # the superseded runs: ended (CANCELED) before this run submitted them again
+        self._minus = Counter(t.state for t in tmgr.get_tasks() if id(t) not in mine)
+        self.counts = _CountsLess(tmgr.counts, self._minus)
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+    def wait_tasks(self, uids=None, state=None, timeout=None) -> list[str]:
+        return self._tmgr.wait_tasks(uids, state, timeout=timeout)
+
+    def get_tasks(self, uids=None) -> list:
+        return list(self._latest) if uids is None else self._tmgr.get_tasks(uids)
+
+
+class _CountsLess:
+    def __init__(self, counts, minus) -> None:
+        self._counts, self._minus = counts, minus
+
+    def __getitem__(self, state: str) -> int:
+        return self._counts[state] - self._minus.get(state, 0)
 
 
 def _let_walltime_end(pilot, tasks) -> None:
@@ -452,23 +485,120 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
         sys.exit(1)
 
 
+def _session_dir(session_dir: str) -> None:
+    """Refuse what is not a session directory, naming the sessions under it (papercut 3)."""
+    from ._session_dirs import not_a_session
+
+    why = not_a_session(session_dir)
+    if why:
+        raise BadInput(why)
+
+
+def _what_exists(session_dir: str) -> list[_Output]:
+    """Every task of a session as far as its files tell now -- live or ended, run by
+    `pilotfish run` or from Python: what `run` kept (OUTPUTS) first, then the journals (the
+    client's: each task's name, output files and final state; each agent's: what a task
+    printed, written with its final state), then the events (the state of a task that has
+    not ended: the agent writes them every half second), then tasks.msgpack (at close)."""
+    from . import states as S
+    from ._events import read_all_events, read_task_records
+    from ._journal import read_journal
+    from ._util import read_private
+
+    kept: dict[str, _Output] = {}
+    try:
+        kept = {o.uid: o for o in msgspec.msgpack.decode(
+            read_private(os.path.join(session_dir, OUTPUTS)), type=list[_Output])}
+    except FileNotFoundError:
+        pass
+    except (OSError, msgspec.DecodeError) as e:
+        click.echo(f"{os.path.join(session_dir, OUTPUTS)}: cannot read it "
+                   f"({getattr(e, 'strerror', None) or e}): from the journals", err=True)
+    rows: dict[str, dict] = {}
+
+    def row(uid: str) -> dict:
+        r = rows.get(uid)
+        if r is None:
+            r = rows[uid] = {"name": None, "state": None, "exit_code": None, "reason": None,
+                             "stdout": None, "stderr": None, "stdout_path": None,
+                             "stderr_path": None, "t": float("-inf")}
+        return r
+
+    def final(rec: list) -> None:  # ["final", uid, state, exit_code, signal, reason, t]
+        r = row(rec[1])
+        if r["state"] not in S.FINAL:
+            r.update(state=rec[2], exit_code=rec[3], reason=rec[5])
+
+    sandboxes = {os.path.join(session_dir, n) for n in os.listdir(session_dir)
+                 if n.startswith("pilot.")}
+    for rec in read_journal(os.path.join(session_dir, "journal")):
+        if rec[0] == "task":
+            desc = rec[3] if isinstance(rec[3], dict) else {}
+            r = row(rec[1])
+            r["name"] = desc.get("name")
+            for what in ("stdout", "stderr"):
+                if isinstance(desc.get(what), str):
+                    r[what + "_path"] = desc[what]
+        elif rec[0] == "final":
+            final(rec)
+        elif rec[0] == "pilot" and isinstance(rec[3], str):
+            sandboxes.add(rec[3])
+    for sandbox in sorted(sandboxes):
+        for rec in read_journal(os.path.join(sandbox, "agent.journal")):
+            if rec[0] == "out":
+                row(rec[1]).update(stdout=rec[2], stderr=rec[3])
+            elif rec[0] == "final":
+                final(rec)
+    for path in [os.path.join(session_dir, "client.events")] + \
+            [os.path.join(p, "agent.events") for p in sorted(sandboxes)]:
+        try:
+            events = read_all_events(path)
+        except (OSError, ValueError, msgspec.DecodeError):
+            continue  # (not there, or a torn last frame of a live writer)
+        for t, uid, name, detail in events:
+            if name not in S.TASK_STATES or not uid.startswith("task."):
+                continue
+            r = row(uid)
+            if r["state"] in S.FINAL:
+                continue  # (the journal said how it ended, or a first final state did)
+            if name in S.FINAL:
+                r.update(state=name, reason=detail)
+            elif t >= r["t"]:
+                r.update(state=name, t=t)
+    try:
+        for rec in read_task_records(os.path.join(session_dir, "tasks.msgpack")):
+            r = row(rec.uid)
+            r["name"] = r["name"] or rec.name
+            if r["state"] not in S.FINAL and rec.state in S.FINAL:
+                r["state"] = rec.state
+            if r["exit_code"] is None:
+                r["exit_code"] = rec.exit_code
+    except (OSError, ValueError, msgspec.DecodeError):
+        pass
+    out = dict(kept)
+    for uid, r in rows.items():
+        if uid in kept and (kept[uid].state == r["state"] or r["state"] not in S.FINAL):
+            continue
+        out[uid] = _Output(uid, r["name"], r["state"] or S.NEW, r["exit_code"], r["reason"],
+                           r["stdout"], r["stderr"], r["stdout_path"], r["stderr_path"])
+    return [out[u] for u in sorted(out)]
+
+
 @main.command()
 @click.argument("session_dir", type=_Path(exists=True, file_okay=False))
 @click.argument("task", nargs=-1)
 def logs(session_dir: str, task: tuple[str, ...]) -> None:
-    """Show what the tasks of SESSION_DIR (a `pilotfish run` session) printed, and how each
-    ended: every task, or each TASK given (a uid such as task.000003, or a group's name)."""
-    from ._util import read_private
+    """Show what the tasks of SESSION_DIR printed, and how each ended: every task, or each
+    TASK given (a uid such as task.000003, or a group's name). Any session: run by `pilotfish
+    run` or from Python, ended or live (a task that has not ended shows its state; what it
+    prints shows once it ends)."""
+    from . import states as S
 
-    file = os.path.join(session_dir, OUTPUTS)
-    try:
-        outs = msgspec.msgpack.decode(read_private(file), type=list[_Output])
-    except FileNotFoundError:
-        raise BadInput(f"{file}: not there -- `pilotfish run` keeps the tasks' output there when "
-                       "it ends (a session run from Python has it in task.stdout and "
-                       "task.stderr)") from None
-    except (OSError, msgspec.DecodeError) as e:
-        raise BadInput(f"{file}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    _session_dir(session_dir)
+    outs = _what_exists(session_dir)
+    if not outs and not task:
+        click.echo(f"no tasks in {session_dir} (yet)")
+        return
     chosen = outs
     if task:
         by_uid = {o.uid: o for o in outs}
@@ -484,6 +614,8 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
         chosen = [o for o in outs if o.uid in wanted or o.name in wanted]
     for o in chosen:
         why = o.reason or (f"exit code {o.exit_code}" if o.exit_code not in (None, 0) else "")
+        if o.state not in S.FINAL:
+            why = "not ended: what it prints shows once it ends"
         click.echo(f"== {o.uid} ({o.name}): {o.state}" + (f": {why}" if why else ""))
         for what, text, where in (("stdout", o.stdout, o.stdout_path),
                                   ("stderr", o.stderr, o.stderr_path)):
@@ -521,42 +653,9 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
     request file in its sandbox); a finished one is explained from the session's events."""
     from . import _explain as X
     from . import states as S
-    from ._events import read_all_events
 
-    path = os.path.join(session_dir, "client.events")
-    try:
-        events = read_all_events(path)
-    except FileNotFoundError:
-        raise BadInput(f"{path}: not there -- is {session_dir} a pilotfish session?") from None
-    except (OSError, ValueError, msgspec.DecodeError) as e:
-        raise BadInput(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
-    for name in sorted(os.listdir(session_dir)):  # what the agents recorded (states there)
-        agent_events = os.path.join(session_dir, name, "agent.events")
-        if name.startswith("pilot.") and os.path.exists(agent_events):
-            try:
-                events += read_all_events(agent_events)
-            except (OSError, ValueError, msgspec.DecodeError):
-                pass  # (a torn last frame of a live agent: the client's events still count)
-    wanted = set(task)
-    hist: dict[str, list] = {u: [] for u in task}
-    reason: dict[str, str | None] = {}
-    pilot: dict[str, str] = {}
-    first = last = None
-    mine = []
-    for ev in events:
-        uid = ev[1]
-        if uid in wanted:
-            mine.append(ev)
-        elif ev[2] == S.NEW and uid.startswith("task."):
-            first = uid if first is None or uid < first else first
-            last = uid if last is None or uid > last else last
-    for t, uid, name, detail in sorted(mine, key=lambda e: e[0]):
-        if name in S.TASK_STATES:
-            hist[uid].append((name, t))
-            if name == S.SCHEDULING and detail:
-                pilot[uid] = detail
-            if name in S.FINAL:
-                reason[uid] = detail
+    _session_dir(session_dir)
+    hist, reason, pilot, first, last = _histories(session_dir, task)
     # the client writes its events in batches: a task of a live run may not be there yet,
     # and its pilot is the authority anyway -- ask every live pilot about the others
     live: dict[str, list[str]] = {}
@@ -573,13 +672,29 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
             live.setdefault(p, []).extend(u for u in anywhere if u not in live.get(p, ()))
     answers: dict[str, tuple[str, dict]] = {}
     notes: dict[str, str] = {}
-    for p, (got, why) in _ask_agents(session_dir, live, timeout).items():
+    _asked = _ask_agents(session_dir, live, timeout)
+    for p, (got, why) in _asked.items():
         for uid, a in zip(live[p], got or ()):
             if a.get(X.WHERE) != X.UNKNOWN:
                 answers[uid] = (p, a)
         if got is None:
             for uid in live[p]:
                 notes[uid] = why
+    # a task its agent no longer holds ended a moment ago: its final state is in the agent's
+    # journal already (written before the update leaves), in its events within half a second
+    ended = [u for p, (got, _) in _asked.items() if got is not None for u in live[p]
+             if u not in answers and hist[u]
+             and S.TASK_RANK.get(hist[u][-1][0], 0) >= S.TASK_RANK[S.AGENT_SCHEDULING]]
+    deadline = time.monotonic() + min(timeout, 2.0)
+    while ended:
+        hist2, reason2, _, _, _ = _histories(session_dir, tuple(ended), journals=True)
+        for u in list(ended):
+            if hist2[u] and hist2[u][-1][0] in S.FINAL:
+                hist[u], reason[u] = hist2[u], reason2.get(u)
+                ended.remove(u)
+        if not ended or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     missing = [u for u in unseen if u not in answers]
     if missing:
         have = f"{first}..{last}" if first else "none"
@@ -600,6 +715,62 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
         click.echo(json.dumps(out, indent=1))
     else:
         click.echo("\n\n".join(str(e) for e in out))
+
+
+def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
+    """(state history, final reason, pilot) of each TASK from the session's events, and the
+    first and last task uid seen; journals: also the final states the client's and the
+    agents' journals hold (the agent journals one before it tells anyone)."""
+    from . import states as S
+    from ._events import read_all_events
+
+    path = os.path.join(session_dir, "client.events")
+    try:
+        events = read_all_events(path)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: not there -- is {session_dir} a pilotfish session?") from None
+    except (OSError, ValueError, msgspec.DecodeError) as e:
+        raise BadInput(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    wanted = set(task)
+    journal_paths = [os.path.join(session_dir, "journal")]
+    for name in sorted(os.listdir(session_dir)):  # what the agents recorded (states there)
+        agent_events = os.path.join(session_dir, name, "agent.events")
+        if name.startswith("pilot.") and os.path.exists(agent_events):
+            try:
+                events += read_all_events(agent_events)
+            except (OSError, ValueError, msgspec.DecodeError):
+                pass  # (a torn last frame of a live agent: the client's events still count)
+        if journals and name.startswith("pilot."):
+            journal_paths.append(os.path.join(session_dir, name, "agent.journal"))
+    if journals:
+        from ._journal import finals
+
+        for jp in journal_paths:
+            for uid, rec in finals(jp).items():  # ["final", uid, state, code, signal, why, t]
+                if uid in wanted:
+                    events.append((rec[6], uid, rec[2], rec[5]))
+    hist: dict[str, list] = {u: [] for u in task}
+    reason: dict[str, str | None] = {}
+    pilot: dict[str, str] = {}
+    first = last = None
+    mine = []
+    for ev in events:
+        uid = ev[1]
+        if uid in wanted:
+            mine.append(ev)
+        elif ev[2] == S.NEW and uid.startswith("task."):
+            first = uid if first is None or uid < first else first
+            last = uid if last is None or uid > last else last
+    for t, uid, name, detail in sorted(mine, key=lambda e: e[0]):
+        if name in S.TASK_STATES:
+            if hist[uid] and hist[uid][-1][0] in S.FINAL:
+                continue  # (its first final state counts)
+            hist[uid].append((name, t))
+            if name == S.SCHEDULING and detail:
+                pilot[uid] = detail
+            if name in S.FINAL:
+                reason[uid] = detail
+    return hist, reason, pilot, first, last
 
 
 def _live_pilots(session_dir: str) -> list[str]:

@@ -62,7 +62,9 @@ def test_not_a_session(tmp_path, capsys):
 
 
 def test_empty_session_directory(tmp_path):
-    """No events at all: a report that says so, not a crash."""
+    """No events at all: a report that says so, not a crash. (A session all the same: it has
+    its session.json; a directory without one is refused, test_cli_papercuts.py.)"""
+    (tmp_path / "session.json").write_text("{}")
     assert report_main(str(tmp_path), str(tmp_path / "out"), as_json=True) == 0
     m = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert m["tasks"]["total"] == 0 and m["ttx_s"] is None

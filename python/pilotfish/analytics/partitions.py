@@ -54,6 +54,32 @@ def _first_nodes(path: str) -> dict[str, int]:
     return {r[0]: r[8][0] for r in rows if len(r) > 8 and r[8]}
 
 
+def _first_nodes_from_events(path: str, uid: str, wanted) -> dict[str, int]:
+    """uid -> node index of its first rank, from the schedule_ok details ("<ranks>x<cores>/
+    <gpus> @<node>,...") in a pilot's agent.events: for the tasks whose record has no nodes
+    (a resumed session's records of the tasks that ended before it: placed by an earlier
+    pilot of the session, known from the journal only)."""
+    from pilotfish.analytics._load import read_event_columns
+
+    try:
+        ev = read_event_columns([os.path.join(path, uid, "agent.events")],
+                                detail_names={E.SCHEDULE_OK})
+    except (OSError, ValueError):
+        return {}
+    code = ev.name_code(E.SCHEDULE_OK)
+    if code < 0:
+        return {}
+    rows = np.flatnonzero(ev.name == code)
+    out: dict[str, int] = {}
+    for r, detail in zip(rows.tolist(), ev.details(rows)):
+        task = ev.uids[ev.uid[r]]
+        if task in wanted and detail and "@" in detail:
+            first = detail.rsplit("@", 1)[1].split(",", 1)[0].strip()
+            if first.isdigit():
+                out[task] = int(first)  # (a retry's placement after the first: the last)
+    return out
+
+
 def partitions(data) -> list[dict]:
     """One dict per partition of every pilot: pilot, index, nodes (names), launcher, start,
     ready, stop (s since the session began; None if not seen), tasks, busy_core_s,
@@ -76,6 +102,12 @@ def partitions(data) -> list[dict]:
         mine = tasks[tasks["pilot"] == uid] if "pilot" in tasks else tasks.iloc[:0]
         bounds = np.array([first for first, _, _ in layout] + [len(names)])
         node_of = np.array([first_node.get(u, -1) for u in mine.index], dtype=np.int64)
+        placed = mine[E.SCHEDULE_OK].notna().to_numpy() if E.SCHEDULE_OK in mine \
+            else np.zeros(len(mine), bool)
+        unknown = placed & (node_of < 0)
+        if unknown.any():
+            found = _first_nodes_from_events(data.path, uid, set(mine.index[unknown]))
+            node_of[unknown] = [found.get(u, -1) for u in mine.index[unknown]]
         part_of = np.searchsorted(bounds, node_of, side="right") - 1
         part_of[node_of < 0] = -1
         cores = mine["cores"].to_numpy(dtype=float) if "cores" in mine else np.zeros(len(mine))

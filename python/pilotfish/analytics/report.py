@@ -399,8 +399,14 @@ def report_main(session_dir: str, out_dir: str | None, as_json: bool) -> int:
     also metrics.json, and prints the metrics as JSON on stdout (the file list then goes to
     stderr, so the output can be piped). Returns the exit code.
     """
+    from pilotfish._session_dirs import not_a_session
+
     if not os.path.isdir(session_dir):
         print(f"pilotfish report: not a session directory: {session_dir}", file=sys.stderr)
+        return 2
+    why = not_a_session(session_dir)  # (a parent of sessions: say which are there)
+    if why:
+        print(f"pilotfish report: {why}", file=sys.stderr)
         return 2
     out_dir = out_dir or os.path.join(session_dir, "report")
     t = time.perf_counter()

@@ -44,6 +44,11 @@ def dashboard(session_dir: str, port: int, host: str) -> None:
     by state over time, core and GPU use per node, the queue by shape and why it waits,
     pilots and partitions, service groups, function pools, failed tasks and their reasons.
     Prints the URL to open (with its access token); Ctrl-C stops it."""
+    from pilotfish._session_dirs import not_a_session
+
+    why = not_a_session(session_dir)  # (a parent of sessions, /tmp: say which are there)
+    if why:
+        raise click.UsageError(why)
     try:
         server, dash = make_server(session_dir, host, port)
     except OSError as e:
