@@ -405,7 +405,7 @@ drop_extra_hosts() {  # compute hosts beyond NODES (an earlier, bigger cluster),
 cmd_nodes() {
     all_running || die "Slurm is not running (run: $0 start)"
     local n k mode
-    read -r n _ mode < "$STATE/shape"
+    read -r n _ mode _ < "$STATE/shape"  # (nodes cpus mode gpus)
     for ((k = 1; k <= n; k++)); do
         if [ "$mode" = hosts ]; then
             echo "n$k $(node_ns "n$k") $(node_addr "n$k")"
