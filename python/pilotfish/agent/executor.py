@@ -146,8 +146,9 @@ class TaskRunner(Runner):
                 t.running += 1
                 if profile:
                     events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
-            elif pid == UNREACHABLE and t.reason is None and not t.procs and not t.rkeys:
-                # its node was lost before it started: it never ran, it goes back to the queue
+            elif pid == UNREACHABLE and t.reason is None:
+                # its node (a rank's) was lost before it started: it never ran, it goes back to
+                # the queue -- at once, or once the ranks that did start are killed and reaped
                 t.reason = info
                 t.kill_reason = (E.REQUEUE, info)
                 failed.append(t)
@@ -161,8 +162,11 @@ class TaskRunner(Runner):
                 self.core.kill(t.procs, _signal.SIGKILL)
             if t.rkeys and self.nodes is not None:
                 self.nodes.kill(t.rkeys, _signal.SIGKILL)
-            if self.pmi is not None and not t.procs and not t.rkeys:
-                self.pmi.ended(t)  # (nothing of it runs: its world, if any, is forgotten)
+            if self.pmi is not None:  # its world, if any: forgotten, or not served any more
+                if not t.procs and not t.rkeys:
+                    self.pmi.ended(t)
+                else:
+                    self.pmi.abandon(t, t.reason or "launch failed")
         return failed, events
 
     def _serve_worlds(self, worlds: list, specs: list[Proc], owners: list, starts: dict,

@@ -177,6 +177,14 @@ class PmiWorlds:
             if node in w.places and (w.failed is None or w.weak):
                 self._fail(w, f"node {node} lost mid-task: {why}", weak=False)
 
+    def abandon(self, t: AgentTask, why: str) -> None:
+        """t could not be launched whole (the runner kills what started): its world is not
+        served any more, and what its ranks report from now on decides nothing."""
+        w = self.of_task.get(t.spec.uid)
+        if w is not None and (w.failed is None or w.weak):
+            w.failed, w.weak = why, False
+            self.local.fail(w.kvsname, why)
+
     def finished(self, t: AgentTask) -> None:
         """Every rank of t was reaped: a failed world never ends DONE (its ranks may all have
         exited 0 -- e.g. programs that never spoke PMI); then forget it."""

@@ -372,17 +372,20 @@ class TaskTable:
             self.release(failed)
             now = self.clock.now()
             for t in failed:
+                started = t.procs or t.rkeys  # (ranks here, or on node executors)
                 if (
-                    not t.procs
+                    not started
                     and t.kill_reason is not None
                     and t.kill_reason[0] == REQUEUE
                     and self._stopping is None
                 ):
                     t.reason = None
                     self.requeue(t, now)  # (a node executor's node was lost: it never ran)
-                elif not t.procs:
+                elif not started:
                     self.final(t, S.FAILED)
-                else:  # other ranks were killed; finalized when they are reaped
+                elif t.kill_reason is None or t.kill_reason[0] != REQUEUE:
+                    # other ranks were killed; finalized (or queued again, when a node of
+                    # theirs was lost before they started) once they are reaped
                     t.kill_reason = (S.FAILED, t.reason or "launch failed")
         if any(p.supervisor is not None for p in self.partitions):
             for p, ts in _by_partition(launching).items():
