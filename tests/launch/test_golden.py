@@ -234,8 +234,19 @@ def test_mpiexec_runs_hydra_with_sigpipe_ignored():
 
 
 # -- srun (srun(1), Slurm 22.05: --jobid, -N/--nodes, -n/--ntasks, --ntasks-per-node,
-#    -w/--nodelist, -c/--cpus-per-task, --gpus-per-task, --mem-per-cpu, --exact, --mpi,
-#    --export=ALL, -m arbitrary + SLURM_HOSTFILE) ------------------------------------------------
+#    -w/--nodelist, -c/--cpus-per-task, --gpus-per-task, --mem-per-cpu, --exact,
+#    -K/--kill-on-bad-exit, --mpi, --export=ALL, -m arbitrary + SLURM_HOSTFILE) ------------------
+#    The cluster's MPI facts are the project's test cluster's (MpiDefault=none; pmi2 offered;
+#    pmix listed but not loading), never asked of a Slurm here; the choice itself:
+#    tests/launch/test_srun_mpi_choice.py.
+
+@pytest.fixture(autouse=True)
+def slurm_facts(monkeypatch):
+    from pilotfish.launch import srun
+    facts = srun.SlurmMpi("none", ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4"),
+                          loads={"pmix": "can not load PMIx library"})
+    monkeypatch.setattr(srun, "slurm_mpi", lambda *a: facts)
+
 
 def test_srun():
     lm = get_launcher("srun", SLURM, {"jobid": "4242"})
@@ -248,7 +259,8 @@ def test_srun():
     argv, env = one(lm, FOUR, FOUR_SLOTS)
     assert env == FOUR_ENV
     assert argv == ["srun", "--jobid=4242", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
-                    "--nodelist=nid001,nid002", "--cpus-per-task=2", "--exact", "--export=ALL",
+                    "--nodelist=nid001,nid002", "--cpus-per-task=2", "--exact",
+                    "--kill-on-bad-exit=1", "--mpi=pmi2", "--export=ALL",
                     *four_payload("${SLURM_PROCID:-}")]
 
     # Slurm binds the GPUs and sets CUDA_VISIBLE_DEVICES itself
@@ -256,7 +268,8 @@ def test_srun():
     assert env == GPU_ENV
     assert argv == ["srun", "--jobid=4242", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
                     "--nodelist=gpu01", "--cpus-per-task=1", "--gpus-per-task=1", "--exact",
-                    "--export=ALL", *gpu_payload("${SLURM_PROCID:-}", with_cuda=False)]
+                    "--kill-on-bad-exit=1", "--mpi=pmi2", "--export=ALL",
+                    *gpu_payload("${SLURM_PROCID:-}", with_cuda=False)]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == SHELL_ENV
@@ -267,9 +280,10 @@ def test_srun_options_memory_and_mpi():
     lm = get_launcher("srun", SLURM, {"jobid": "7", "mpi": "pmi2", "srun": "/usr/bin/srun"})
     task = FOUR.__class__(uid=UID, executable="a.out", ranks=4, cores_per_rank=2, mem_per_rank=1001)
     argv, _ = one(lm, task, FOUR_SLOTS)
-    assert argv[:11] == ["/usr/bin/srun", "--jobid=7", "--nodes=2", "--ntasks=4",
+    assert argv[:12] == ["/usr/bin/srun", "--jobid=7", "--nodes=2", "--ntasks=4",
                          "--ntasks-per-node=2", "--nodelist=nid001,nid002", "--cpus-per-task=2",
-                         "--mem-per-cpu=501", "--exact", "--mpi=pmi2", "--export=ALL"]
+                         "--mem-per-cpu=501", "--exact", "--kill-on-bad-exit=1", "--mpi=pmi2",
+                         "--export=ALL"]
 
 
 def test_srun_uneven_layout_uses_arbitrary_distribution(tmp_path):
