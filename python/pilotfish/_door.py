@@ -44,13 +44,13 @@ from typing import Any, Callable
 
 log = logging.getLogger("pilotfish.door")
 
-MAX_FRAME = 1 << 20      # default largest frame a peer may send (ZMQ_MAXMSGSIZE)
-FRAME_CHUNK = 1 << 19    # send_split's frame size: well under every socket's MAX_FRAME
-HANDSHAKE_S = 5.0        # a connection must finish its handshake by then (ZMQ_HANDSHAKE_IVL)
-PER_PEER = 32            # pending connections per peer
-TOTAL = 64               # pending connections in all
-SUMMARY_S = 10.0         # at most one summary of refusals per interval
-PROVEN_BYTES = 512       # a CURVE client's greeting, HELLO and INITIATE come to more than this
+MAX_FRAME = 1 << 20  # default largest frame a peer may send (ZMQ_MAXMSGSIZE)
+FRAME_CHUNK = 1 << 19  # send_split's frame size: well under every socket's MAX_FRAME
+HANDSHAKE_S = 5.0  # a connection must finish its handshake by then (ZMQ_HANDSHAKE_IVL)
+PER_PEER = 32  # pending connections per peer
+TOTAL = 64  # pending connections in all
+SUMMARY_S = 10.0  # at most one summary of refusals per interval
+PROVEN_BYTES = 512  # a CURVE client's greeting, HELLO and INITIATE come to more than this
 
 
 def harden(sock: Any, max_frame: int = MAX_FRAME, handshake_s: float = HANDSHAKE_S) -> None:
@@ -69,7 +69,7 @@ def send_split(sock: Any, head: list, payload: bytes, flags: int = 0) -> None:
         sock.send_multipart([*head, payload], flags)
         return
     view = memoryview(payload)
-    parts = [view[i:i + FRAME_CHUNK] for i in range(0, len(payload), FRAME_CHUNK)]
+    parts = [view[i : i + FRAME_CHUNK] for i in range(0, len(payload), FRAME_CHUNK)]
     sock.send_multipart([*head, *parts], flags, copy=False)
 
 
@@ -81,8 +81,7 @@ def split_socket_class() -> type:
 
     class SplitSocket(zmq.Socket):
         def send(self, data, flags=0, copy=True, track=False, **kw):  # type: ignore[override]
-            if (isinstance(data, bytes) and len(data) > FRAME_CHUNK
-                    and not flags & zmq.SNDMORE):
+            if isinstance(data, bytes) and len(data) > FRAME_CHUNK and not flags & zmq.SNDMORE:
                 return send_split(self, [], data, flags)
             return super().send(data, flags, copy=copy, track=track, **kw)
 
@@ -171,9 +170,16 @@ class Door:
     """Caps and counts what unproven peers of one listening socket hold (module docstring).
     Thread: one, reading the socket's monitor; its counters are read under a lock."""
 
-    def __init__(self, sock: Any, name: str, per_peer: int = PER_PEER, total: int = TOTAL,
-                 handshake_s: float = HANDSHAKE_S, summary_s: float = SUMMARY_S,
-                 proven_bytes: int = PROVEN_BYTES):
+    def __init__(
+        self,
+        sock: Any,
+        name: str,
+        per_peer: int = PER_PEER,
+        total: int = TOTAL,
+        handshake_s: float = HANDSHAKE_S,
+        summary_s: float = SUMMARY_S,
+        proven_bytes: int = PROVEN_BYTES,
+    ):
         import zmq
 
         self.zmq = zmq
@@ -185,9 +191,14 @@ class Door:
         self.summary_s = summary_s
         self._sock = sock
         self._mon = sock.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-            | zmq.EVENT_ACCEPT_FAILED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+            zmq.EVENT_ACCEPTED
+            | zmq.EVENT_DISCONNECTED
+            | zmq.EVENT_CLOSED
+            | zmq.EVENT_ACCEPT_FAILED
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        )
         self._lock = threading.Lock()
         self.counts = collections.Counter()  # refused, evicted, accept_failed, accepted (all time)
         self._reported = collections.Counter()
@@ -300,16 +311,20 @@ class Door:
         if not force and now < self._next_summary:
             return None
         with self._lock:
-            new = {k: self.counts[k] - self._reported[k]
-                   for k in ("handshakes", "evicted", "accept_failed")}
+            new = {
+                k: self.counts[k] - self._reported[k]
+                for k in ("handshakes", "evicted", "accept_failed")
+            }
             self._reported.update(new)
         if not any(new.values()):
             return None  # (the next refusal is told at once)
         self._next_summary = now + self.summary_s
-        return (f"{self.name}: {new['handshakes']} handshakes refused, {new['evicted']} unproven "
-                f"connections closed over the caps ({self.per_peer} per peer, {self.total} "
-                f"in all), {new['accept_failed']} accepts failed, since the last summary "
-                f"(one per {self.summary_s:.0f} s at most)")
+        return (
+            f"{self.name}: {new['handshakes']} handshakes refused, {new['evicted']} unproven "
+            f"connections closed over the caps ({self.per_peer} per peer, {self.total} "
+            f"in all), {new['accept_failed']} accepts failed, since the last summary "
+            f"(one per {self.summary_s:.0f} s at most)"
+        )
 
     def close(self) -> None:
         self._stop = True

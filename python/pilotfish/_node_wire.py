@@ -174,9 +174,29 @@ class Stop(msgspec.Struct, tag="stop", array_like=True):
     reason: str
 
 
-NodeMessage = Union[NodeHello, Spawn, Spawned, Exits, Kill, Ack, Beat, Stop, Resync, PmiFence,
-                    PmiFenceDone, PmiFail, PmiDrop]
-FROM_NODE = (NodeHello, Spawned, Exits, Beat, PmiFence, PmiFail)  # what an agent takes from a node executor
+NodeMessage = Union[
+    NodeHello,
+    Spawn,
+    Spawned,
+    Exits,
+    Kill,
+    Ack,
+    Beat,
+    Stop,
+    Resync,
+    PmiFence,
+    PmiFenceDone,
+    PmiFail,
+    PmiDrop,
+]
+FROM_NODE = (
+    NodeHello,
+    Spawned,
+    Exits,
+    Beat,
+    PmiFence,
+    PmiFail,
+)  # what an agent takes from a node executor
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(NodeMessage)

@@ -57,8 +57,14 @@ class TaskRunner(Runner):
     """Launch methods + the core executor: spawn placed tasks, collect finished ones
     (ports.Runner)."""
 
-    def __init__(self, core_executor: Any, tasks_dir: str, profile: bool = True,
-                 spool_dir: str | None = None, clock: Any = None):
+    def __init__(
+        self,
+        core_executor: Any,
+        tasks_dir: str,
+        profile: bool = True,
+        spool_dir: str | None = None,
+        clock: Any = None,
+    ):
         self.core = core_executor
         self.profile = profile  # build exec_ok / exec_stop events (off: not even the tuples)
         self.clock = clock
@@ -73,8 +79,14 @@ class TaskRunner(Runner):
         self._spool_free: list[int] = []
         # Numbers go on after any an earlier agent of this pilot left (a resumed pilot):
         # their files may hold output, and only free-list files are known empty.
-        self._spool_next = max((int(f.split(".", 1)[0]) for f in os.listdir(self.spool_dir)
-                                if f.split(".", 1)[0].isdigit()), default=0)
+        self._spool_next = max(
+            (
+                int(f.split(".", 1)[0])
+                for f in os.listdir(self.spool_dir)
+                if f.split(".", 1)[0].isdigit()
+            ),
+            default=0,
+        )
         self._procs: dict[int, tuple[AgentTask, int]] = {}  # spawn key -> (task, rank)
         self._next_key = 1 << 40  # process keys live apart from placement keys
         self.aux: dict[int, str] = {}  # spawn key -> name of an auxiliary daemon
@@ -89,7 +101,9 @@ class TaskRunner(Runner):
         self.pmi: Any = None
 
     # -- spawning ---------------------------------------------------------------------------
-    def launch(self, tasks: list[AgentTask]) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
+    def launch(
+        self, tasks: list[AgentTask]
+    ) -> tuple[list[AgentTask], list[tuple[float, str, str, Any]]]:
         """Spawn every process of these tasks in one batch.
 
         Returns (tasks that failed to launch, events). A task fails to launch when its
@@ -169,8 +183,9 @@ class TaskRunner(Runner):
                     self.pmi.abandon(t, t.reason or "launch failed")
         return failed, events
 
-    def _serve_worlds(self, worlds: list, specs: list[Proc], owners: list, starts: dict,
-                      failed: list) -> tuple[list[Proc], list]:
+    def _serve_worlds(
+        self, worlds: list, specs: list[Proc], owners: list, starts: dict, failed: list
+    ) -> tuple[list[Proc], list]:
         """PMI worlds for the `pmi` tasks among these specs: ranks spawned here get their
         descriptor (pass_fd), each other node a PmiStart in its Spawn frame. A world the
         agent's server cannot take fails its task alone."""
@@ -251,8 +266,10 @@ class TaskRunner(Runner):
         if launcher.launch_retries or isinstance(launcher, SupervisedLaunchMethod):
             if t.launch is None:
                 t.launch = LaunchRecord()
-            t.launch.new_attempt(procs[0].handle if procs else None,
-                                 self.clock.mono() if self.clock is not None else None)
+            t.launch.new_attempt(
+                procs[0].handle if procs else None,
+                self.clock.mono() if self.clock is not None else None,
+            )
         local = sum(1 for p in procs if p.node is None)
         out = err = ao = ae = None
         empty = False
@@ -267,11 +284,17 @@ class TaskRunner(Runner):
                 t.spool = self._spool_free.pop() if empty else self._new_spool()
             out = self._output_path(t.spool, spec.stdout, "out", cwd)
             err = self._output_path(t.spool, spec.stderr, "err", cwd)
-            t.out_paths = (out if spec.stdout is True else None,
-                           err if spec.stderr is True else None)
+            t.out_paths = (
+                out if spec.stdout is True else None,
+                err if spec.stderr is True else None,
+            )
             t.extra_outs = local - 1 if t.out_paths != (None, None) else 0
-            empty = empty and len(procs) == 1 and isinstance(spec.stdout, bool) \
-                and isinstance(spec.stderr, bool)  # (a user's own path is truncated, as always)
+            empty = (
+                empty
+                and len(procs) == 1
+                and isinstance(spec.stdout, bool)
+                and isinstance(spec.stderr, bool)
+            )  # (a user's own path is truncated, as always)
         else:
             t.out_paths = (None, None)
             t.extra_outs = 0
@@ -285,10 +308,11 @@ class TaskRunner(Runner):
             env = [f"{k}={v}" for k, v in p.env.items()] if p.env else None
             if p.node is not None:
                 if p.pmi_fd is not None:  # (its node executor gives a rank its own)
-                    raise ValueError(f"pmi_fd={p.pmi_fd} for rank {p.rank} on node {p.node}: "
-                                     "a descriptor of the agent cannot reach another node")
-                built.append(Proc(0, p.argv, env, cwd, ao, ae, False, None, p.node, rank,
-                                  p.world))
+                    raise ValueError(
+                        f"pmi_fd={p.pmi_fd} for rank {p.rank} on node {p.node}: "
+                        "a descriptor of the agent cannot reach another node"
+                    )
+                built.append(Proc(0, p.argv, env, cwd, ao, ae, False, None, p.node, rank, p.world))
                 continue
             o, e = out, err
             if i and spec.stdout is True:  # extra processes of a task write beside rank 0
@@ -377,8 +401,14 @@ class TaskRunner(Runner):
             return None
         return mode if os.path.isabs(mode) else os.path.join(cwd, mode)
 
-    def spawn_aux(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-                  stdout: str | None = None, stderr: str | None = None) -> int:
+    def spawn_aux(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+    ) -> int:
         """Start a daemon (e.g. a PRRTE DVM) through the core, so its exit is reaped too."""
         key = self._next_key
         self._next_key += 1
@@ -390,7 +420,9 @@ class TaskRunner(Runner):
         return pid
 
     # -- reaping ----------------------------------------------------------------------------
-    def reap(self, block_s: float | None = None) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int, int]]]:
+    def reap(
+        self, block_s: float | None = None
+    ) -> tuple[list[AgentTask], list[tuple], list[tuple[str, int, int, int]]]:
         """Collect exits (waiting up to block_s for one, if given).
 
         Returns (finished tasks, events, aux exits (name, pid, code, signal))."""
@@ -477,8 +509,11 @@ class TaskRunner(Runner):
                 away.extend(t.rkeys)
             if not t.procs:
                 continue
-            if signal_ranks is not None and t.launch is not None and \
-                    isinstance(t.lm, SupervisedLaunchMethod):
+            if (
+                signal_ranks is not None
+                and t.launch is not None
+                and isinstance(t.lm, SupervisedLaunchMethod)
+            ):
                 signal_ranks(t, sig)
                 if sig != _signal.SIGKILL:
                     continue  # the launcher ends by itself once its ranks are gone

@@ -80,8 +80,13 @@ class NodeExecutor:
         # the PMI server of this node's ranks of MPI tasks (launch method `pmi`)
         self.pmi = NodePmi(self.node, self.pmi_fence, self.pmi_fail)
         self.ctx = zmq.Context()
-        self.sock = curve_dealer(self.ctx, config["key_file"], config["address"],
-                                 identity=self.node.encode(), linger=2000)
+        self.sock = curve_dealer(
+            self.ctx,
+            config["key_file"],
+            config["address"],
+            identity=self.node.encode(),
+            linger=2000,
+        )
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.running: dict[int, tuple[int, str | None, str | None]] = {}  # key -> pid, spools
@@ -97,8 +102,15 @@ class NodeExecutor:
         self.last_sent = time.monotonic()
 
     def hello(self) -> None:
-        self.send(W.NodeHello(self.node, os.getpid(), socket.gethostname(),
-                              list(self.running), list(self.unacked.values())))
+        self.send(
+            W.NodeHello(
+                self.node,
+                os.getpid(),
+                socket.gethostname(),
+                list(self.running),
+                list(self.unacked.values()),
+            )
+        )
 
     # -- what the agent asks ------------------------------------------------------------------
     def on_frame(self, frame: bytes) -> None:
@@ -141,14 +153,21 @@ class NodeExecutor:
         from .._journal import keeper_state
 
         if keeper_state(self.sandbox) is not None:
-            log.warning("agent silent for %.0f s, and its keeper holds the pilot's tasks: "
-                        "finishing what runs", silent)
+            log.warning(
+                "agent silent for %.0f s, and its keeper holds the pilot's tasks: "
+                "finishing what runs",
+                silent,
+            )
             self.fence_after = None  # (the agent died: nobody decides these tasks twice)
             return
         self.fenced = True
         keys = list(self.running)
-        log.warning("agent silent for %.1f s: fencing -- killing %d tasks, taking no spawn "
-                    "until it answers", silent, len(keys))
+        log.warning(
+            "agent silent for %.1f s: fencing -- killing %d tasks, taking no spawn "
+            "until it answers",
+            silent,
+            len(keys),
+        )
         if keys:
             self.fenced_keys.update(keys)
             self.kill(keys, signal.SIGKILL)
@@ -158,8 +177,14 @@ class NodeExecutor:
         """Spawns that reach a fenced executor: never started (the agent queues them again,
         or has decided them already)."""
         why = "its node executor fenced itself (no word from the agent): never started"
-        keys = [spec[0] for spec in specs if isinstance(spec, (list, tuple)) and spec
-                and isinstance(spec[0], int) and spec[0] >= 0]
+        keys = [
+            spec[0]
+            for spec in specs
+            if isinstance(spec, (list, tuple))
+            and spec
+            and isinstance(spec[0], int)
+            and spec[0] >= 0
+        ]
         log.warning("refused %d spawns: fenced", len(keys))
         self.send(W.Spawned([(k, -errno.EHOSTUNREACH, why) for k in keys]))
 
@@ -179,8 +204,9 @@ class NodeExecutor:
             fds.update({k: fd for k, (fd, _env) in got.items()})
         if refused:
             self.send(W.Spawned([(k, -22, why) for k, why in refused.items()]))
-            specs = [s for s in specs if not (isinstance(s, (list, tuple)) and s
-                                              and s[0] in refused)]
+            specs = [
+                s for s in specs if not (isinstance(s, (list, tuple)) and s and s[0] in refused)
+            ]
         results = self.spawn(specs, fds)
         for w in worlds:
             self.pmi.spawned(w.kvsname)
@@ -210,12 +236,14 @@ class NodeExecutor:
                 if pmi_fds is None or key not in pmi_fds:
                     built.append((key, [str(a) for a in argv], env, cwd, o, e))
                 else:
-                    built.append((key, [str(a) for a in argv], env, cwd, o, e, False,
-                                  pmi_fds[key]))
+                    built.append((key, [str(a) for a in argv], env, cwd, o, e, False, pmi_fds[key]))
                 keys.append((key, o if out is True else None, e if err is True else None))
             except Exception as ex:  # noqa: BLE001 -- a spec it cannot take fails alone
-                k = spec[0] if isinstance(spec, (list, tuple)) and spec and \
-                    isinstance(spec[0], int) else -1
+                k = (
+                    spec[0]
+                    if isinstance(spec, (list, tuple)) and spec and isinstance(spec[0], int)
+                    else -1
+                )
                 bad.append((k, -22, f"bad spawn spec: {ex}"[:300]))
         results = list(bad)
         if built:
@@ -314,8 +342,11 @@ class NodeExecutor:
             paths.append((r[1], r[2]))
         if not ended:
             return
-        texts = read_outputs(paths, OUTPUT_CAP) if any(o or e for o, e in paths) else \
-            [(None, None, True)] * len(paths)
+        texts = (
+            read_outputs(paths, OUTPUT_CAP)
+            if any(o or e for o, e in paths)
+            else [(None, None, True)] * len(paths)
+        )
         for row, (o, e), (so, se, _ok) in zip(ended, paths, texts):
             row.stdout, row.stderr = so, se
             for p in (o, e):
@@ -415,8 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     d = os.path.join(config["sandbox"], "nodes")
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = open_private(os.path.join(d, f"{node_name()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    logging.basicConfig(stream=os.fdopen(fd, "a", buffering=1), level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=os.fdopen(fd, "a", buffering=1),
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     ex = NodeExecutor(config)
     signal.signal(signal.SIGTERM, lambda *_: setattr(ex, "stopping", "terminated by signal"))
     signal.signal(signal.SIGIO, signal.SIG_IGN)

@@ -82,9 +82,26 @@ BAD_EVENT_S = 1.0  # at most one BAD_FRAME event per node (and one for strangers
 
 
 class Node:
-    __slots__ = ("name", "pid", "host", "up", "lost", "last_heard", "last_sent", "keys",
-                 "expected_by", "starter", "lost_at", "decided", "kills", "kill_uids",
-                 "fences", "late", "late_ran", "resynced")
+    __slots__ = (
+        "name",
+        "pid",
+        "host",
+        "up",
+        "lost",
+        "last_heard",
+        "last_sent",
+        "keys",
+        "expected_by",
+        "starter",
+        "lost_at",
+        "decided",
+        "kills",
+        "kill_uids",
+        "fences",
+        "late",
+        "late_ran",
+        "resynced",
+    )
 
     def __init__(self, name: str, expected_by: float, starter: Any):
         self.name = name
@@ -112,9 +129,18 @@ class Node:
 class NodeLink:
     """The node executors of one agent: their socket, their nodes' state, what they sent."""
 
-    def __init__(self, ctx: Any, sandbox: str, clock: Any, events: Any, uid: str,
-                 partitions: list, deadline_epoch: float, beat_s: float = 1.0,
-                 lost_after_s: float = 10.0):
+    def __init__(
+        self,
+        ctx: Any,
+        sandbox: str,
+        clock: Any,
+        events: Any,
+        uid: str,
+        partitions: list,
+        deadline_epoch: float,
+        beat_s: float = 1.0,
+        lost_after_s: float = 10.0,
+    ):
         import zmq
 
         from .._sockets import bind_tcp, curve_router
@@ -160,12 +186,21 @@ class NodeLink:
         # executors' PMI servers report, and of a lost node
         self.pmi: Any = None
         self.config_path = os.path.join(sandbox, "nodes.json")
-        write_private(self.config_path, json.dumps({
-            "pilot": uid, "sandbox": sandbox, "address": self.address,
-            "key_file": self.key_file, "beat_s": beat_s,
-            "fence_after_s": self.fence_after_s,
-            "agent_timeout_s": max(60.0, 6 * lost_after_s),
-            "deadline": deadline_epoch}).encode())
+        write_private(
+            self.config_path,
+            json.dumps(
+                {
+                    "pilot": uid,
+                    "sandbox": sandbox,
+                    "address": self.address,
+                    "key_file": self.key_file,
+                    "beat_s": beat_s,
+                    "fence_after_s": self.fence_after_s,
+                    "agent_timeout_s": max(60.0, 6 * lost_after_s),
+                    "deadline": deadline_epoch,
+                }
+            ).encode(),
+        )
 
     # -- starting ------------------------------------------------------------------------------
     def start(self, names: list[str], spawn: Callable, starter: Any, options: dict) -> None:
@@ -185,17 +220,28 @@ class NodeLink:
         jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
         if jobid:
             argv.append(f"--jobid={jobid}")
-        argv += ["--overlap", f"--nodes={len(names)}", f"--ntasks={len(names)}",
-                 "--ntasks-per-node=1", f"--nodelist={','.join(names)}", "--cpus-per-task=1",
-                 "--kill-on-bad-exit=0", "--no-kill", "--mpi=none",  # a dead node: not the step
-                 str(options.get("python") or sys.executable), "-m", "pilotfish.agent.node",
-                 self.config_path]
+        argv += [
+            "--overlap",
+            f"--nodes={len(names)}",
+            f"--ntasks={len(names)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(names)}",
+            "--cpus-per-task=1",
+            "--kill-on-bad-exit=0",
+            "--no-kill",
+            "--mpi=none",  # a dead node: not the step
+            str(options.get("python") or sys.executable),
+            "-m",
+            "pilotfish.agent.node",
+            self.config_path,
+        ]
         self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
         spawn(argv, {"SLURM_OVERLAP": "1"})
 
     def waiting(self, starter: Any) -> list[Node]:
-        return [n for n in self.nodes.values()
-                if n.starter is starter and not n.up and n.lost is None]
+        return [
+            n for n in self.nodes.values() if n.starter is starter and not n.up and n.lost is None
+        ]
 
     # -- the socket ----------------------------------------------------------------------------
     def on_readable(self) -> None:
@@ -316,8 +362,10 @@ class NodeLink:
             self.owner.pop(key, None)
             reason = None
             if r.fenced and r.sig:
-                reason = (f"node {node.name}: killed by its node executor's fence (no word from "
-                          f"the agent for {self.fence_after_s:g} s)")
+                reason = (
+                    f"node {node.name}: killed by its node executor's fence (no word from "
+                    f"the agent for {self.fence_after_s:g} s)"
+                )
                 if node.lost is not None:
                     reason += f"; node {node.name} lost: {node.lost}"
             self.exits.append((r.key, r.pid, r.code, r.sig, r.t, r.ut, r.st, r.rss, reason))
@@ -331,8 +379,12 @@ class NodeLink:
         self.late += 1
         if without_word and not r.sig:
             node.late_ran += 1
-            log.error("node %s: key %d ran to its end (code %d) after its verdict", node.name,
-                      r.key, r.code)
+            log.error(
+                "node %s: key %d ran to its end (code %d) after its verdict",
+                node.name,
+                r.key,
+                r.code,
+            )
 
     # -- a lost node ---------------------------------------------------------------------------
     def _from_lost(self, node: Node, msg: Any) -> None:
@@ -355,8 +407,11 @@ class NodeLink:
         running = set(hello.running)
         stale = sorted(k for k in running if k in node.decided)
         if stale:
-            log.warning("node %s is back but runs %d tasks decided without it: killing them",
-                        node.name, len(stale))
+            log.warning(
+                "node %s is back but runs %d tasks decided without it: killing them",
+                node.name,
+                len(stale),
+            )
             self._send(node, W.Kill(stale, int(signal.SIGKILL)))
             return
         never = sorted(k for k in node.keys if k not in running)
@@ -364,8 +419,9 @@ class NodeLink:
             node.keys.discard(k)
             node.kills.discard(k)
             self.owner.pop(k, None)
-            self.spawned.append((k, NEVER_STARTED,
-                                 f"node {node.name} lost ({node.lost}): never started there"))
+            self.spawned.append(
+                (k, NEVER_STARTED, f"node {node.name} lost ({node.lost}): never started there")
+            )
         now = self.clock.real_mono()
         was = node.lost
         node.lost = None
@@ -377,11 +433,12 @@ class NodeLink:
         if node.kill_uids:
             self._send(node, W.Kill([], int(signal.SIGKILL), sorted(node.kill_uids)))
         node.kills, node.kill_uids = set(), set()
-        what = (f"{node.name} {hello.host} {hello.pid} rejoined after {now - node.lost_at:.0f} s "
-                f"lost ({was}): {len(node.keys)} running, {len(never)} never started")
+        what = (
+            f"{node.name} {hello.host} {hello.pid} rejoined after {now - node.lost_at:.0f} s "
+            f"lost ({was}): {len(node.keys)} running, {len(never)} never started"
+        )
         if node.late:
-            what += (f", {node.late} late exits ({node.late_ran} ran to its end after its "
-                     f"verdict)")
+            what += f", {node.late} late exits ({node.late_ran} ran to its end after its verdict)"
         log.warning("%s", what)
         self.events.record(self.uid, E.NODE_UP, what[:500])
         node.late = node.late_ran = 0
@@ -405,20 +462,49 @@ class NodeLink:
             if e is not None:
                 code, sig, t_exit = e
                 known += 1
-                self.exits.append((key, pids.get(key, 0), code, sig, t_exit, 0.0, 0.0, 0,
-                                   (f"{why}; killed by signal {sig} there (its journal)"
-                                    if sig else
-                                    f"{why}; it ended there with exit code {code} (its journal)")
-                                   if sig or code else None))
+                self.exits.append(
+                    (
+                        key,
+                        pids.get(key, 0),
+                        code,
+                        sig,
+                        t_exit,
+                        0.0,
+                        0.0,
+                        0,
+                        (
+                            f"{why}; killed by signal {sig} there (its journal)"
+                            if sig
+                            else f"{why}; it ended there with exit code {code} (its journal)"
+                        )
+                        if sig or code
+                        else None,
+                    )
+                )
                 node.decided[key] = False
             else:
-                self.exits.append((key, 0, 255, 0, t, 0.0, 0.0, 0,
-                                   f"{why}; no word of it for {self.verdict_after_s:g} s since: "
-                                   f"taken as ended (its node executor kills what it runs "
-                                   f"after {self.fence_after_s:g} s without the agent)"))
+                self.exits.append(
+                    (
+                        key,
+                        0,
+                        255,
+                        0,
+                        t,
+                        0.0,
+                        0.0,
+                        0,
+                        f"{why}; no word of it for {self.verdict_after_s:g} s since: "
+                        f"taken as ended (its node executor kills what it runs "
+                        f"after {self.fence_after_s:g} s without the agent)",
+                    )
+                )
                 node.decided[key] = True
-        log.warning("node %s: verdict on %d tasks (%d ended as its journal says)", node.name,
-                    len(node.keys), known)
+        log.warning(
+            "node %s: verdict on %d tasks (%d ended as its journal says)",
+            node.name,
+            len(node.keys),
+            known,
+        )
         node.keys.clear()
         node.kills.clear()
 
@@ -428,8 +514,11 @@ class NodeLink:
         of); why not (None: sent)."""
         node = self.nodes.get(name)
         if node is None or node.lost is not None or not node.up:
-            return f"node {name} lost: {node.lost}" if node is not None and node.lost else \
-                f"no node executor on {name}"
+            return (
+                f"node {name} lost: {node.lost}"
+                if node is not None and node.lost
+                else f"no node executor on {name}"
+            )
         for s in specs:
             node.keys.add(s[0])
             self.owner[s[0]] = name
@@ -491,8 +580,7 @@ class NodeLink:
                 continue
             if not node.up:
                 if now > node.expected_by:
-                    self.lose(node, "its node executor did not start in time"
-                              + self._stderr_tail())
+                    self.lose(node, "its node executor did not start in time" + self._stderr_tail())
                 continue
             silent = now - node.last_heard
             if silent > self.lost_after_s:
@@ -507,8 +595,11 @@ class NodeLink:
         tail = self._stderr_tail()
         for node in self.nodes.values():
             if not node.up and node.lost is None:
-                self.lose(node, f"its node executor's launcher ended (code {code}, signal "
-                                f"{sig}) before it started{tail}")
+                self.lose(
+                    node,
+                    f"its node executor's launcher ended (code {code}, signal "
+                    f"{sig}) before it started{tail}",
+                )
 
     def _stderr_tail(self) -> str:
         import glob
@@ -529,8 +620,9 @@ class NodeLink:
         node.lost = why
         node.up = False
         node.lost_at = self.clock.real_mono()
-        held = (f"; its {len(node.keys)} processes held until their end is known"
-                if node.keys else "")
+        held = (
+            f"; its {len(node.keys)} processes held until their end is known" if node.keys else ""
+        )
         log.warning("node %s lost: %s%s", node.name, why, held)
         self.events.record(self.uid, E.NODE_LOST, f"{node.name} {why}{held}"[:500])
         self._fence()
@@ -611,4 +703,3 @@ def wanted(desc: dict, resource: str) -> bool:
         return opt is True
     # (a Slurm pilot all on this host may still grow onto others)
     return resource == "slurm"
-

@@ -72,19 +72,26 @@ log = logging.getLogger("pilotfish.pmi")
 KVSNAME_MAX = 256
 KEYLEN_MAX = 64
 VALLEN_MAX = 1024
-MAX_LINE = 64 * 1024                # one PMI-1 line or PMI-2 frame, bytes
-MAX_KVS_BYTES = 32 * 1024 * 1024    # one job's key-value space (all nodes' keys), bytes
-MAX_OUT = 1024 * 1024               # answers a rank has not read yet, bytes
-ENTRY_COST = 32                     # bytes charged per key on top of its text (empty-key floods)
+MAX_LINE = 64 * 1024  # one PMI-1 line or PMI-2 frame, bytes
+MAX_KVS_BYTES = 32 * 1024 * 1024  # one job's key-value space (all nodes' keys), bytes
+MAX_OUT = 1024 * 1024  # answers a rank has not read yet, bytes
+ENTRY_COST = 32  # bytes charged per key on top of its text (empty-key floods)
 _READ = 65536
-_READS_PER_WAKE = 8                 # one connection cannot starve the others
+_READS_PER_WAKE = 8  # one connection cannot starve the others
 
 # environment a rank must not inherit from whoever started the node executor: another
 # process manager's connection or identity (an outer srun --mpi=pmi2, mpiexec, PRRTE) would be
 # read instead of ours, or make MPICH's auto-detection refuse ("both PMI_SIZE and
 # PMIX_NAMESPACE"); PMI_HOSTNAME steers MPICH's choice of network interface (the owner sets it)
-STALE_ENV = ("PMI_PORT", "PMI_ID", "PMI_SPAWNED", "PMI_TOTALVIEW", "PMI_HOSTNAME",
-             "PMI2_CONNECT_TO_SERVER", "PRTE_LAUNCHED")
+STALE_ENV = (
+    "PMI_PORT",
+    "PMI_ID",
+    "PMI_SPAWNED",
+    "PMI_TOTALVIEW",
+    "PMI_HOSTNAME",
+    "PMI2_CONNECT_TO_SERVER",
+    "PRTE_LAUNCHED",
+)
 STALE_PREFIXES = ("PMIX_",)
 
 SHM_DIR = "/dev/shm"
@@ -138,12 +145,14 @@ def mpich_world_id(kvsname: str) -> int:
 
 def clean_environment(base: Mapping[str, str]) -> dict[str, str]:
     """`base` without another process manager's variables (STALE_ENV, STALE_PREFIXES)."""
-    return {k: v for k, v in base.items()
-            if k not in STALE_ENV and not k.startswith(STALE_PREFIXES)}
+    return {
+        k: v for k, v in base.items() if k not in STALE_ENV and not k.startswith(STALE_PREFIXES)
+    }
 
 
-def rank_environment(base: Mapping[str, str], job: PmiJob, rank: int,
-                     fd: int | None = None) -> dict[str, str]:
+def rank_environment(
+    base: Mapping[str, str], job: PmiJob, rank: int, fd: int | None = None
+) -> dict[str, str]:
     """`base` without another process manager's variables, plus what rank `rank` of `job`
     needs: PMI_FD (the descriptor number the rank will hold: by default the number of
     job.rank_fds[rank], which subprocess's pass_fds keeps; RANK_FD for the Rust core),
@@ -166,9 +175,24 @@ def core_rank(job: PmiJob, rank: int) -> tuple[int, dict[str, str]]:
 class _Conn:
     """One rank's connection: the server end of its socketpair."""
 
-    __slots__ = ("sock", "fd", "job", "rank", "inbuf", "outbuf", "wire", "inited",
-                 "in_fence", "fence_thrid", "finalized", "aborted", "closed", "mcmd",
-                 "mcmd_bytes", "waits")
+    __slots__ = (
+        "sock",
+        "fd",
+        "job",
+        "rank",
+        "inbuf",
+        "outbuf",
+        "wire",
+        "inited",
+        "in_fence",
+        "fence_thrid",
+        "finalized",
+        "aborted",
+        "closed",
+        "mcmd",
+        "mcmd_bytes",
+        "waits",
+    )
 
     def __init__(self, sock: socket.socket, job: PmiJob, rank: int):
         self.sock = sock
@@ -177,7 +201,7 @@ class _Conn:
         self.rank = rank
         self.inbuf = bytearray()
         self.outbuf = bytearray()
-        self.wire = 1              # 2 once the rank asked for PMI-2 in its init
+        self.wire = 1  # 2 once the rank asked for PMI-2 in its init
         self.inited = False
         self.in_fence = False
         self.fence_thrid: str | None = None
@@ -193,31 +217,39 @@ class PmiJob:
     """One task's PMI job as this node sees it: its local ranks and their connections, the
     key-value space, the fence state. Made by PmiServer.add_job."""
 
-    def __init__(self, server: PmiServer, kvsname: str, size: int, ranks: tuple[int, ...],
-                 appnum: int, universe_size: int, attrs: dict[str, str],
-                 on_fence: FenceFn | None):
+    def __init__(
+        self,
+        server: PmiServer,
+        kvsname: str,
+        size: int,
+        ranks: tuple[int, ...],
+        appnum: int,
+        universe_size: int,
+        attrs: dict[str, str],
+        on_fence: FenceFn | None,
+    ):
         self.server = server
         self.kvsname = kvsname
         self.size = size
         self.ranks = ranks
         self.appnum = appnum
         self.universe_size = universe_size
-        self.attrs = attrs                      # job attributes: PMI_process_mapping...
-        self.kvs: dict[str, str] = {}           # merged: what gets are served from
-        self.new: dict[str, str] = {}           # this node's puts since the last fence
-        self.node_attrs: dict[str, str] = {}    # PMI-2 info-putnodeattr (this node only)
+        self.attrs = attrs  # job attributes: PMI_process_mapping...
+        self.kvs: dict[str, str] = {}  # merged: what gets are served from
+        self.new: dict[str, str] = {}  # this node's puts since the last fence
+        self.node_attrs: dict[str, str] = {}  # PMI-2 info-putnodeattr (this node only)
         self.kvs_bytes = 0
         self.epoch = 0
         self.arrived = 0
-        self.fencing = False                    # on_fence called, fence_done not yet
+        self.fencing = False  # on_fence called, fence_done not yet
         self.failed: str | None = None
         self.closed = False
         self.conns: dict[int, _Conn] = {}
-        self.rank_fds: dict[int, int] = {}      # the ranks' ends, until close_rank_fds
+        self.rank_fds: dict[int, int] = {}  # the ranks' ends, until close_rank_fds
         self._rank_socks: dict[int, socket.socket] = {}
         self._on_fence = on_fence
         self._new_bytes = 0
-        self.node_id = 0                        # this node's id in PMI_process_mapping
+        self.node_id = 0  # this node's id in PMI_process_mapping
 
     def shm_paths(self) -> list[str]:
         """The shared-memory files MPICH makes for this job on this node (a run whose ranks
@@ -232,15 +264,22 @@ class PmiJob:
     def env(self, rank: int, fd: int | None = None) -> dict[str, str]:
         """The PMI variables of one local rank (see rank_environment)."""
         if rank not in self.conns:
-            raise ValueError(f"rank={rank!r}: not a local rank of {self.kvsname} "
-                             f"(local: {list(self.ranks)})")
+            raise ValueError(
+                f"rank={rank!r}: not a local rank of {self.kvsname} (local: {list(self.ranks)})"
+            )
         if fd is None:
             if rank not in self.rank_fds:
-                raise ValueError(f"rank={rank}: its descriptor was already released "
-                                 "(close_rank_fds); pass the number it holds as fd=")
+                raise ValueError(
+                    f"rank={rank}: its descriptor was already released "
+                    "(close_rank_fds); pass the number it holds as fd="
+                )
             fd = self.rank_fds[rank]
-        return {"PMI_FD": str(fd), "PMI_RANK": str(rank), "PMI_SIZE": str(self.size),
-                "PMI_JOBID": self.kvsname}
+        return {
+            "PMI_FD": str(fd),
+            "PMI_RANK": str(rank),
+            "PMI_SIZE": str(self.size),
+            "PMI_JOBID": self.kvsname,
+        }
 
     def close_rank_fds(self) -> None:
         """Close this process's copies of the ranks' ends, once they are spawned: a rank that
@@ -254,8 +293,11 @@ class PmiJob:
     @property
     def finished(self) -> bool:
         """Every local rank finalized and closed its connection (or the job failed/closed)."""
-        return self.closed or self.failed is not None or all(
-            c.closed and c.finalized for c in self.conns.values())
+        return (
+            self.closed
+            or self.failed is not None
+            or all(c.closed and c.finalized for c in self.conns.values())
+        )
 
     def not_inited(self) -> list[int]:
         """Local ranks that have not sent their init yet (a launch timeout names them)."""
@@ -268,17 +310,26 @@ class PmiJob:
         if self.closed or self.failed is not None:
             return  # the job ended while the other nodes were still arriving
         if not self.fencing or epoch != self.epoch:
-            raise ValueError(f"epoch={epoch!r}: job {self.kvsname} is "
-                             + (f"in fence {self.epoch}" if self.fencing else
-                                f"not in a fence (next epoch {self.epoch})"))
+            raise ValueError(
+                f"epoch={epoch!r}: job {self.kvsname} is "
+                + (
+                    f"in fence {self.epoch}"
+                    if self.fencing
+                    else f"not in a fence (next epoch {self.epoch})"
+                )
+            )
         add = 0
         for k, v in merged.items():
             old = self.kvs.get(k)
             add += len(v) - (len(old) if old is not None else -len(k) - ENTRY_COST)
         if self.kvs_bytes + add > self.server.max_kvs_bytes:
-            self.server._fail(self, None, f"the key-value space would grow to "
-                              f"{self.kvs_bytes + add} bytes after fence {epoch}, over "
-                              f"max_kvs_bytes={self.server.max_kvs_bytes}")
+            self.server._fail(
+                self,
+                None,
+                f"the key-value space would grow to "
+                f"{self.kvs_bytes + add} bytes after fence {epoch}, over "
+                f"max_kvs_bytes={self.server.max_kvs_bytes}",
+            )
             return
         self.kvs.update(merged)
         self.kvs_bytes += add
@@ -341,13 +392,16 @@ class PmiJob:
         if not key or len(key) > KEYLEN_MAX:
             raise PmiProtocolError(f"put key of {len(key)} characters (1..{KEYLEN_MAX})")
         if len(value) > VALLEN_MAX:
-            raise PmiProtocolError(f"put value of {len(value)} characters for key {key!r} "
-                                   f"(at most {VALLEN_MAX})")
+            raise PmiProtocolError(
+                f"put value of {len(value)} characters for key {key!r} (at most {VALLEN_MAX})"
+            )
         old = self.new.get(key)
         add = len(value) - (len(old) if old is not None else -len(key) - ENTRY_COST)
         if self.kvs_bytes + add > self.server.max_kvs_bytes:
-            raise PmiProtocolError(f"the key-value space is full ({self.kvs_bytes} bytes, "
-                                   f"max_kvs_bytes={self.server.max_kvs_bytes})")
+            raise PmiProtocolError(
+                f"the key-value space is full ({self.kvs_bytes} bytes, "
+                f"max_kvs_bytes={self.server.max_kvs_bytes})"
+            )
         self.new[key] = value
         self.kvs_bytes += add
         self._new_bytes += add
@@ -362,13 +416,17 @@ class PmiJob:
 
     def _put_node_attr(self, key: str, value: str) -> None:
         if not key or len(key) > KEYLEN_MAX or len(value) > VALLEN_MAX:
-            raise PmiProtocolError(f"info-putnodeattr key of {len(key)} / value of "
-                                   f"{len(value)} characters (1..{KEYLEN_MAX} / {VALLEN_MAX})")
+            raise PmiProtocolError(
+                f"info-putnodeattr key of {len(key)} / value of "
+                f"{len(value)} characters (1..{KEYLEN_MAX} / {VALLEN_MAX})"
+            )
         old = self.node_attrs.get(key)
         add = len(value) - (len(old) if old is not None else -len(key) - ENTRY_COST)
         if self.kvs_bytes + add > self.server.max_kvs_bytes:
-            raise PmiProtocolError(f"the key-value space is full ({self.kvs_bytes} bytes, "
-                                   f"max_kvs_bytes={self.server.max_kvs_bytes})")
+            raise PmiProtocolError(
+                f"the key-value space is full ({self.kvs_bytes} bytes, "
+                f"max_kvs_bytes={self.server.max_kvs_bytes})"
+            )
         self.node_attrs[key] = value
         self.kvs_bytes += add
         for c in self.conns.values():  # wake the ranks waiting for it
@@ -376,8 +434,9 @@ class PmiJob:
                 keep = []
                 for k, thrid in c.waits:
                     if k == key:
-                        self.server._reply2(c, "info-getnodeattr-response", thrid,
-                                            found="TRUE", value=value)
+                        self.server._reply2(
+                            c, "info-getnodeattr-response", thrid, found="TRUE", value=value
+                        )
                     else:
                         keep.append((k, thrid))
                 c.waits = keep
@@ -386,14 +445,22 @@ class PmiJob:
 class PmiServer:
     """The PMI server of one node: any number of jobs, one epoll descriptor."""
 
-    def __init__(self, *, on_fence: FenceFn | None = None,
-                 on_abort: Callable[[PmiJob, int, int, str], None] | None = None,
-                 on_error: Callable[[PmiJob, int | None, str], None] | None = None,
-                 on_lost: Callable[[PmiJob, int], None] | None = None,
-                 max_line: int = MAX_LINE, max_kvs_bytes: int = MAX_KVS_BYTES,
-                 max_out: int = MAX_OUT):
-        for name, v in (("max_line", max_line), ("max_kvs_bytes", max_kvs_bytes),
-                        ("max_out", max_out)):
+    def __init__(
+        self,
+        *,
+        on_fence: FenceFn | None = None,
+        on_abort: Callable[[PmiJob, int, int, str], None] | None = None,
+        on_error: Callable[[PmiJob, int | None, str], None] | None = None,
+        on_lost: Callable[[PmiJob, int], None] | None = None,
+        max_line: int = MAX_LINE,
+        max_kvs_bytes: int = MAX_KVS_BYTES,
+        max_out: int = MAX_OUT,
+    ):
+        for name, v in (
+            ("max_line", max_line),
+            ("max_kvs_bytes", max_kvs_bytes),
+            ("max_out", max_out),
+        ):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1024:
                 raise ValueError(f"{name}={v!r}: an int of at least 1024 bytes")
         self.on_fence = on_fence
@@ -409,10 +476,18 @@ class PmiServer:
         self._trace = log.isEnabledFor(logging.DEBUG)
 
     # -- jobs ---------------------------------------------------------------------------------
-    def add_job(self, kvsname: str, size: int, local_ranks: Iterable[int], *,
-                node_of_rank: Sequence[int] | None = None, appnum: int = 0,
-                universe_size: int | None = None, attrs: Mapping[str, str] | None = None,
-                on_fence: FenceFn | None = None) -> PmiJob:
+    def add_job(
+        self,
+        kvsname: str,
+        size: int,
+        local_ranks: Iterable[int],
+        *,
+        node_of_rank: Sequence[int] | None = None,
+        appnum: int = 0,
+        universe_size: int | None = None,
+        attrs: Mapping[str, str] | None = None,
+        on_fence: FenceFn | None = None,
+    ) -> PmiJob:
         """A job with `size` ranks of which `local_ranks` live on this node; one socketpair
         per local rank (job.rank_fds: the ends to hand to the ranks).
 
@@ -422,73 +497,101 @@ class PmiServer:
         get / info-getjobattr (e.g. PMI_hwloc_xmlfile: a topology file made once per node
         saves each rank its discovery, ~4 ms of a 2-rank job's 77 ms here)."""
         if not isinstance(kvsname, str) or not _KVSNAME_OK.match(kvsname):
-            raise ValueError(f"kvsname={kvsname!r}: 1..{KVSNAME_MAX - 1} characters of "
-                             "[A-Za-z0-9_.:+-] (it travels in PMI lines)")
+            raise ValueError(
+                f"kvsname={kvsname!r}: 1..{KVSNAME_MAX - 1} characters of "
+                "[A-Za-z0-9_.:+-] (it travels in PMI lines)"
+            )
         if kvsname in self._jobs:
             raise ValueError(f"kvsname={kvsname!r}: a job of that name is already served")
         wid = mpich_world_id(kvsname)
         for other in self._jobs.values():
             if mpich_world_id(other.kvsname) == wid:
-                raise ValueError(f"kvsname={kvsname!r}: MPICH's world id {wid:x} is that of "
-                                 f"live job {other.kvsname!r} (they would share shared "
-                                 "memory); pick another name")
+                raise ValueError(
+                    f"kvsname={kvsname!r}: MPICH's world id {wid:x} is that of "
+                    f"live job {other.kvsname!r} (they would share shared "
+                    "memory); pick another name"
+                )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size={size!r}: a positive int")
         ranks = tuple(sorted(local_ranks))
-        if not ranks or len(set(ranks)) != len(ranks) or any(
-                not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < size
-                for r in ranks):
-            raise ValueError(f"local_ranks={list(ranks)!r}: distinct ints in 0..{size - 1}, "
-                             "at least one")
+        if (
+            not ranks
+            or len(set(ranks)) != len(ranks)
+            or any(
+                not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < size for r in ranks
+            )
+        ):
+            raise ValueError(
+                f"local_ranks={list(ranks)!r}: distinct ints in 0..{size - 1}, at least one"
+            )
         fence = on_fence or self.on_fence
         if fence is None and len(ranks) < size:
-            raise ValueError(f"local_ranks={list(ranks)!r} of size={size}: ranks live on "
-                             "other nodes, so the job needs an on_fence that gathers them")
+            raise ValueError(
+                f"local_ranks={list(ranks)!r} of size={size}: ranks live on "
+                "other nodes, so the job needs an on_fence that gathers them"
+            )
         if not isinstance(appnum, int) or isinstance(appnum, bool):
             raise ValueError(f"appnum={appnum!r}: an int")
         if universe_size is None:
             universe_size = size
-        if not isinstance(universe_size, int) or isinstance(universe_size, bool) \
-                or universe_size < size:
+        if (
+            not isinstance(universe_size, int)
+            or isinstance(universe_size, bool)
+            or universe_size < size
+        ):
             raise ValueError(f"universe_size={universe_size!r}: an int >= size ({size})")
         job_attrs: dict[str, str] = {}
         if node_of_rank is None:
             if len(ranks) < size:
-                raise ValueError(f"node_of_rank=None for local_ranks={list(ranks)!r} of "
-                                 f"size={size}: a job with ranks elsewhere needs every "
-                                 "rank's node")
+                raise ValueError(
+                    f"node_of_rank=None for local_ranks={list(ranks)!r} of "
+                    f"size={size}: a job with ranks elsewhere needs every "
+                    "rank's node"
+                )
             node_of_rank = [0] * size
         if len(node_of_rank) != size or any(
-                not isinstance(n, int) or isinstance(n, bool) or n < 0
-                for n in node_of_rank):
-            raise ValueError(f"node_of_rank: {size} non-negative ints (one per rank), "
-                             f"got {list(node_of_rank)[:8]!r}"
-                             + ("..." if len(node_of_rank) > 8 else ""))
+            not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in node_of_rank
+        ):
+            raise ValueError(
+                f"node_of_rank: {size} non-negative ints (one per rank), "
+                f"got {list(node_of_rank)[:8]!r}" + ("..." if len(node_of_rank) > 8 else "")
+            )
         mapping = process_mapping(node_of_rank)
         if len(mapping) <= VALLEN_MAX:  # else MPICH's allgather of host names does it
             job_attrs["PMI_process_mapping"] = mapping
         job_attrs["universeSize"] = str(universe_size)  # PMI-2's name for it
         for k, v in (attrs or {}).items():
-            if not isinstance(k, str) or not isinstance(v, str) or not k \
-                    or len(k) > KEYLEN_MAX or len(v) > VALLEN_MAX \
-                    or any(ch in k + v for ch in " ;\n=\\"):
-                raise ValueError(f"attrs[{k!r}]={v!r}: str key (1..{KEYLEN_MAX}) and value "
-                                 f"(..{VALLEN_MAX}) without space, ';', '=', '\\\\' or newline")
+            if (
+                not isinstance(k, str)
+                or not isinstance(v, str)
+                or not k
+                or len(k) > KEYLEN_MAX
+                or len(v) > VALLEN_MAX
+                or any(ch in k + v for ch in " ;\n=\\")
+            ):
+                raise ValueError(
+                    f"attrs[{k!r}]={v!r}: str key (1..{KEYLEN_MAX}) and value "
+                    f"(..{VALLEN_MAX}) without space, ';', '=', '\\\\' or newline"
+                )
             job_attrs[k] = v
         job = PmiJob(self, kvsname, size, ranks, appnum, universe_size, job_attrs, fence)
         ids: dict[int, int] = {}  # MPICH's node ids: as process_mapping numbers them (and
-        for n in node_of_rank:    # as its allgather of host names would, without a mapping)
+        for n in node_of_rank:  # as its allgather of host names would, without a mapping)
             ids.setdefault(n, len(ids))
         here = {node_of_rank[r] for r in ranks}
         if len(here) != 1:
-            raise ValueError(f"node_of_rank: the local ranks {list(ranks)} are on nodes "
-                             f"{sorted(here)}, not one node")
+            raise ValueError(
+                f"node_of_rank: the local ranks {list(ranks)} are on nodes "
+                f"{sorted(here)}, not one node"
+            )
         job.node_id = ids[here.pop()]
         taken = [p for p in job.shm_paths() if os.path.lexists(p)]
         if taken:  # a killed run of that name, or another pilot's job of the same world id
-            raise ValueError(f"kvsname={kvsname!r}: {taken[0]} exists (a killed run of that "
-                             "name, or another job of the same MPICH world id): pick another "
-                             "name")
+            raise ValueError(
+                f"kvsname={kvsname!r}: {taken[0]} exists (a killed run of that "
+                "name, or another job of the same MPICH world id): pick another "
+                "name"
+            )
         try:
             for r in ranks:
                 mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -581,30 +684,33 @@ class PmiServer:
                 nl = buf.find(b"\n", 0, self.max_line + 1)
                 if nl < 0:
                     if len(buf) > self.max_line:
-                        raise PmiProtocolError(f"a PMI-1 line longer than {self.max_line} "
-                                               "bytes")
+                        raise PmiProtocolError(f"a PMI-1 line longer than {self.max_line} bytes")
                     return
                 line = bytes(buf[:nl])
-                del buf[:nl + 1]
+                del buf[: nl + 1]
                 self._line1(c, line)
                 continue
             if len(buf) < 6:
                 if b"\n" in buf:
-                    raise PmiProtocolError(f"malformed: {_show(bytes(buf))} is neither a "
-                                           "PMI-1 line (cmd=...) nor a PMI-2 frame")
+                    raise PmiProtocolError(
+                        f"malformed: {_show(bytes(buf))} is neither a "
+                        "PMI-1 line (cmd=...) nor a PMI-2 frame"
+                    )
                 return
             head = bytes(buf[:6])
             if not head.strip().isdigit():
-                raise PmiProtocolError(f"malformed: {_show(bytes(buf[:40]))} is neither a "
-                                       "PMI-1 line (cmd=...) nor a PMI-2 frame (6-digit "
-                                       "length)")
+                raise PmiProtocolError(
+                    f"malformed: {_show(bytes(buf[:40]))} is neither a "
+                    "PMI-1 line (cmd=...) nor a PMI-2 frame (6-digit "
+                    "length)"
+                )
             n = int(head)
             if n > self.max_line:
                 raise PmiProtocolError(f"a PMI-2 frame of {n} bytes, over {self.max_line}")
             if len(buf) < 6 + n:
                 return
-            body = bytes(buf[6:6 + n])
-            del buf[:6 + n]
+            body = bytes(buf[6 : 6 + n])
+            del buf[: 6 + n]
             self._frame2(c, body)
 
     def _line1(self, c: _Conn, raw: bytes) -> None:
@@ -626,18 +732,28 @@ class PmiServer:
             v = kv.get("pmi_version")
             if v == "2":  # a PMI-2 client starts with this PMI-1 line, then speaks frames
                 c.wire, c.inited = 2, True
-                self._reply1(c, "response_to_init", rc="0", pmi_version="2",
-                             pmi_subversion="0")
+                self._reply1(c, "response_to_init", rc="0", pmi_version="2", pmi_subversion="0")
             elif v == "1":
                 c.inited = True
-                self._reply1(c, "response_to_init", rc="0", pmi_version="1",
-                             pmi_subversion="1")
+                self._reply1(c, "response_to_init", rc="0", pmi_version="1", pmi_subversion="1")
             else:
-                self._reply1(c, "response_to_init", rc="-1", pmi_version="1",
-                             pmi_subversion="1", msg="unsupported_pmi_version")
+                self._reply1(
+                    c,
+                    "response_to_init",
+                    rc="-1",
+                    pmi_version="1",
+                    pmi_subversion="1",
+                    msg="unsupported_pmi_version",
+                )
         elif cmd == "get_maxes":
-            self._reply1(c, "maxes", rc="0", kvsname_max=str(KVSNAME_MAX),
-                         keylen_max=str(KEYLEN_MAX), vallen_max=str(VALLEN_MAX))
+            self._reply1(
+                c,
+                "maxes",
+                rc="0",
+                kvsname_max=str(KVSNAME_MAX),
+                keylen_max=str(KEYLEN_MAX),
+                vallen_max=str(VALLEN_MAX),
+            )
         elif cmd == "get_appnum":
             self._reply1(c, "appnum", rc="0", appnum=str(job.appnum))
         elif cmd == "get_my_kvsname":
@@ -668,8 +784,11 @@ class PmiServer:
             c.finalized = True
             self._reply1(c, "finalize_ack", rc="0")
         elif cmd == "abort":
-            self._abort(c, kv.get("exitcode", kv.get("exit_code", "1")),
-                        kv.get("message", kv.get("error_msg", "")))
+            self._abort(
+                c,
+                kv.get("exitcode", kv.get("exit_code", "1")),
+                kv.get("message", kv.get("error_msg", "")),
+            )
         elif cmd in ("publish_name", "unpublish_name", "lookup_name"):
             self._reply1(c, cmd.split("_")[0] + "_result", rc="-1", msg="not_supported")
         else:
@@ -708,12 +827,21 @@ class PmiServer:
         if cmd == "fullinit":
             want = kv.get("pmirank", kv.get("pmiid", kv.get("srcid")))
             if want is not None and want != str(c.rank):
-                raise PmiProtocolError(f"fullinit as rank {want!r} on rank {c.rank}'s "
-                                       "connection")
-            self._reply2(c, "fullinit-response", thrid, **{
-                "pmi-version": "2", "pmi-subversion": "0", "rank": str(c.rank),
-                "size": str(job.size), "appnum": str(job.appnum), "debugged": "FALSE",
-                "pmiverbose": "FALSE"})
+                raise PmiProtocolError(f"fullinit as rank {want!r} on rank {c.rank}'s connection")
+            self._reply2(
+                c,
+                "fullinit-response",
+                thrid,
+                **{
+                    "pmi-version": "2",
+                    "pmi-subversion": "0",
+                    "rank": str(c.rank),
+                    "size": str(job.size),
+                    "appnum": str(job.appnum),
+                    "debugged": "FALSE",
+                    "pmiverbose": "FALSE",
+                },
+            )
         elif cmd == "job-getid":
             self._reply2(c, "job-getid-response", thrid, jobid=job.kvsname)
         elif cmd == "kvs-put":
@@ -753,8 +881,14 @@ class PmiServer:
             self._reply2(c, "finalize-response", thrid)
         elif cmd == "abort":
             self._abort(c, kv.get("exitcode", "1"), kv.get("message", kv.get("msg", "")))
-        elif cmd in ("name-publish", "name-unpublish", "name-lookup", "spawn", "job-connect",
-                     "job-disconnect"):
+        elif cmd in (
+            "name-publish",
+            "name-unpublish",
+            "name-lookup",
+            "spawn",
+            "job-connect",
+            "job-disconnect",
+        ):
             self._reply2(c, cmd + "-response", thrid, rc="-1", errmsg="not supported")
         else:
             log.warning("%s rank %d: unknown PMI-2 command %r", job.kvsname, c.rank, cmd)
@@ -773,15 +907,13 @@ class PmiServer:
 
     # -- writing ------------------------------------------------------------------------------
     def _reply1(self, c: _Conn, cmd: str, **kv: str) -> None:
-        self._send(c, ("cmd=" + cmd + "".join(f" {k}={v}" for k, v in kv.items())
-                       + "\n").encode())
+        self._send(c, ("cmd=" + cmd + "".join(f" {k}={v}" for k, v in kv.items()) + "\n").encode())
 
     def _reply2(self, c: _Conn, cmd: str, thrid: str | None, **kv: str) -> None:
         kv.setdefault("rc", "0")  # Slurm's libpmi2 requires it in every answer
         if thrid is not None:
             kv["thrid"] = thrid
-        body = "cmd=" + cmd + ";" + "".join(f"{k}={v.replace(';', ';;')};"
-                                            for k, v in kv.items())
+        body = "cmd=" + cmd + ";" + "".join(f"{k}={v.replace(';', ';;')};" for k, v in kv.items())
         self._send(c, (f"{len(body):6d}" + body).encode())
 
     def _send(self, c: _Conn, data: bytes) -> None:
@@ -803,8 +935,12 @@ class PmiServer:
             c.outbuf += data[n:]
             self._ep.modify(c.fd, select.EPOLLIN | select.EPOLLOUT)
         if len(c.outbuf) > self.max_out:
-            self._fail(c.job, c.rank, f"does not read its PMI answers ({len(c.outbuf)} "
-                       f"bytes waiting, max_out={self.max_out})")
+            self._fail(
+                c.job,
+                c.rank,
+                f"does not read its PMI answers ({len(c.outbuf)} "
+                f"bytes waiting, max_out={self.max_out})",
+            )
 
     def _flush(self, c: _Conn) -> None:
         try:
@@ -823,8 +959,7 @@ class PmiServer:
         quiet = c.finalized or c.aborted or c.job.failed is not None
         self._close(c)
         if not quiet:
-            log.info("%s rank %d closed its PMI connection before finalize",
-                     c.job.kvsname, c.rank)
+            log.info("%s rank %d closed its PMI connection before finalize", c.job.kvsname, c.rank)
             if self.on_lost is not None:
                 self.on_lost(c.job, c.rank)
 
@@ -872,7 +1007,7 @@ def _parse1(line: str) -> dict[str, str]:
         while i < len(line):
             ch = line[i]
             if ch == "\\" and i + 1 < len(line):
-                cur.append(line[i:i + 2])
+                cur.append(line[i : i + 2])
                 i += 2
                 continue
             if ch == " ":
@@ -920,8 +1055,9 @@ def _pairs(toks: list[str], where: str, whole: str) -> dict[str, str]:
             continue
         k, eq, v = t.partition("=")
         if not eq or not k:
-            raise PmiProtocolError(f"malformed: token {_show(t.encode())} in {where} "
-                                   "is not key=value")
+            raise PmiProtocolError(
+                f"malformed: token {_show(t.encode())} in {where} is not key=value"
+            )
         kv.setdefault(k, v)
     if not kv.get("cmd"):
         raise PmiProtocolError(f"malformed: {where} without cmd=: {_show(whole.encode())}")
@@ -935,8 +1071,10 @@ def _show(b: bytes, limit: int = 80) -> str:
 
 # -- a local spawner: what a node executor does, with subprocess (tests, benches) -------------
 
-def spawn_local(job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None = None,
-                **popen: object) -> dict[int, subprocess.Popen]:
+
+def spawn_local(
+    job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: object
+) -> dict[int, subprocess.Popen]:
     """Start every local rank of `job` as `argv`, each holding its PMI descriptor, and close
     this process's copies. Popen keywords (cwd, stdout, stderr...) pass through; a callable
     keyword value is called with the rank (e.g. stdout=lambda r: files[r])."""
@@ -945,8 +1083,9 @@ def spawn_local(job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None 
     try:
         for r in job.ranks:
             kw = {k: (v(r) if callable(v) else v) for k, v in popen.items()}
-            procs[r] = subprocess.Popen(list(argv), env=rank_environment(base, job, r),
-                                        pass_fds=(job.rank_fds[r],), **kw)
+            procs[r] = subprocess.Popen(
+                list(argv), env=rank_environment(base, job, r), pass_fds=(job.rank_fds[r],), **kw
+            )
     except BaseException:
         for p in procs.values():
             p.kill()
@@ -957,9 +1096,12 @@ def spawn_local(job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None 
     return procs
 
 
-def wait_local(servers: Sequence[PmiServer], procs: Iterable[subprocess.Popen],
-               timeout: float, on_exit: Callable[[subprocess.Popen], None] | None = None
-               ) -> bool:
+def wait_local(
+    servers: Sequence[PmiServer],
+    procs: Iterable[subprocess.Popen],
+    timeout: float,
+    on_exit: Callable[[subprocess.Popen], None] | None = None,
+) -> bool:
     """Serve `servers` until every process in `procs` has exited (True) or `timeout` seconds
     passed (False: what still runs is killed and reaped). on_exit(proc) as each is reaped."""
     waiting = {}

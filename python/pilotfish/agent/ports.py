@@ -25,14 +25,14 @@ from .tasks import AgentTask
 
 
 class Host(Protocol):
-    uid: str                 # the pilot's
+    uid: str  # the pilot's
     sandbox: str
-    desc: dict               # the pilot's description, as the client sent it
-    resources: Any           # resources.Resources: the pilot's nodes when it started
-    ctx: Any                 # the agent's ZeroMQ context (its sockets share its threads)
-    clock: Any               # clock.Clock: now(), mono(), real_mono()
-    events: Any              # _events.EventWriter
-    launchers: Any           # partition.Launchers
+    desc: dict  # the pilot's description, as the client sent it
+    resources: Any  # resources.Resources: the pilot's nodes when it started
+    ctx: Any  # the agent's ZeroMQ context (its sockets share its threads)
+    clock: Any  # clock.Clock: now(), mono(), real_mono()
+    events: Any  # _events.EventWriter
+    launchers: Any  # partition.Launchers
     tasks: Mapping[str, AgentTask]  # live tasks by uid (read only: move() changes them)
 
     @property
@@ -46,8 +46,9 @@ class Host(Protocol):
     def accept(self, specs: list[TaskSpec]) -> None:
         """Tasks to run (never function calls), checked as any from the client."""
 
-    def cancel(self, uids: list[str], reason: str = ..., running_state: str = ...,
-               waiting_state: str = ...) -> None:
+    def cancel(
+        self, uids: list[str], reason: str = ..., running_state: str = ..., waiting_state: str = ...
+    ) -> None:
         """Stop these tasks: those that wait end at once, those that run are killed."""
 
     def relaunch(self, tasks: list[AgentTask]) -> None:
@@ -62,9 +63,17 @@ class Host(Protocol):
     def check(self, spec: TaskSpec) -> str | None:
         """Why this task could not run on this pilot, or None."""
 
-    def call_final(self, uid: str, state: str, started: float | None, ended: float,
-                   result: bytes | None, reason: str | None, stdout: str | None = None,
-                   stderr: str | None = None) -> None:
+    def call_final(
+        self,
+        uid: str,
+        state: str,
+        started: float | None,
+        ended: float,
+        result: bytes | None,
+        reason: str | None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+    ) -> None:
         """A function call ended: its events, journal record and update to the client."""
 
     def send(self, msg: Any) -> None:
@@ -104,8 +113,14 @@ class Runner(Protocol):
 
     def kill(self, tasks: list[AgentTask], sig: int) -> None: ...
 
-    def spawn_aux(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-                  stdout: str | None = None, stderr: str | None = None) -> int:
+    def spawn_aux(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+    ) -> int:
         """Start a launcher's daemon; its exit comes back from reap() as an aux exit."""
 
     def next_event(self) -> float:

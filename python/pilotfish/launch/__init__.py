@@ -26,8 +26,8 @@ from .srun import Srun
 from .ssh import Ssh
 
 LAUNCHERS: dict[str, type[LaunchMethod]] = {
-    cls.name: cls for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun,
-                               NodeExecutors, Pmi)
+    cls.name: cls
+    for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodeExecutors, Pmi)
 }
 
 

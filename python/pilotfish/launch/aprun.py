@@ -36,9 +36,17 @@ class Aprun(LaunchMethod):
         payload, placement = rank_wrapped(task, ordered, "${ALPS_APP_PE:-}")
         env = compose_env(task, placement)
         counts = node_counts(ordered)
-        argv = [self._tool("aprun", "aprun"), "-n", str(len(slots)),
-                "-N", str(max(n for _, n in counts)), "-d", str(task.cores_per_rank),
-                "-cc", "none"]
+        argv = [
+            self._tool("aprun", "aprun"),
+            "-n",
+            str(len(slots)),
+            "-N",
+            str(max(n for _, n in counts)),
+            "-d",
+            str(task.cores_per_rank),
+            "-cc",
+            "none",
+        ]
         if not self.emulated:
             argv += ["-L", ",".join(nid_number(node) for node, _ in counts)]
         return [ProcSpec(argv + payload, env, None)]

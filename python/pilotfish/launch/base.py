@@ -145,8 +145,9 @@ class LaunchMethod:
         """The command for a tool: options[key] if given, else its name (searched in PATH)."""
         return str(self.options.get(key) or default)
 
-    def _find_tool(self, key: str, names: Sequence[str],
-                   is_right: Callable[[str], bool] | None = None) -> str:
+    def _find_tool(
+        self, key: str, names: Sequence[str], is_right: Callable[[str], bool] | None = None
+    ) -> str:
         """options[key] if given (trusted as is), else the first of `names` found by
         `find_tool` that passes is_right(path), else names[0] (spawning it then fails with
         a reason that names it)."""
@@ -224,6 +225,7 @@ class SupervisedLaunchMethod(LaunchMethod):
 
 # -- finding tools ------------------------------------------------------------------------------
 
+
 def tool_dirs() -> list[str]:
     """Where tools are looked for: PATH, then the bin directory of this Python environment
     (a venv's MPI wheels are there, and a venv's bin is often not on PATH when its python is
@@ -260,9 +262,15 @@ def probe(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: fl
     key = tuple(argv)
     if key not in _PROBES:
         try:
-            r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL, check=False,
-                               env={**os.environ, **(env or {})})
+            r = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+                env={**os.environ, **(env or {})},
+            )
             _PROBES[key] = (r.stdout or "") + (r.stderr or "")
         except (OSError, subprocess.TimeoutExpired):
             _PROBES[key] = ""
@@ -270,6 +278,7 @@ def probe(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: fl
 
 
 # -- the task's own command -------------------------------------------------------------------
+
 
 def needs_shell(task: TaskSpec) -> bool:
     return bool(task.shell or task.pre_exec or task.post_exec)
@@ -315,6 +324,7 @@ def payload_argv(task: TaskSpec) -> list[str]:
 
 
 # -- placement environment --------------------------------------------------------------------
+
 
 def unique_nodes(slots: Sequence[RankSlot]) -> list[str]:
     """Node names in rank order, each once."""
@@ -366,9 +376,12 @@ def rank_placement(slots: Sequence[RankSlot], rank: int) -> dict[str, str]:
     }
 
 
-def compose_env(task: TaskSpec, placement: Mapping[str, str],
-                defaults: Mapping[str, str] | None = None,
-                required: Mapping[str, str] | None = None) -> dict[str, str]:
+def compose_env(
+    task: TaskSpec,
+    placement: Mapping[str, str],
+    defaults: Mapping[str, str] | None = None,
+    required: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Layer the environment as the module docstring says."""
     env = dict(defaults or {})
     env.update(task.environment)
@@ -391,8 +404,10 @@ def placement_env(task: TaskSpec, slots: Sequence[RankSlot], rank: int | None) -
 
 # -- one command for all ranks ------------------------------------------------------------------
 
-def rank_prelude(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
-                 skip: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+
+def rank_prelude(
+    task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str, skip: Sequence[str] = ()
+) -> tuple[list[str], dict[str, str]]:
     """Shell lines that give each rank of a one-command launch its own placement.
 
     slots must be in the launcher's rank order. rank_expr: shell expression that yields the
@@ -412,15 +427,18 @@ def rank_prelude(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
 
     lines = [f'PILOTFISH_RANK="{rank_expr}"', "export PILOTFISH_RANK"]
     if varying:
-        rows = [f"{r}) export " + " ".join(f"{k}={shlex.quote(p[k])}" for k in varying) + ";;"
-                for r, p in enumerate(per_rank)]
+        rows = [
+            f"{r}) export " + " ".join(f"{k}={shlex.quote(p[k])}" for k in varying) + ";;"
+            for r, p in enumerate(per_rank)
+        ]
         if sum(len(row) + 1 for row in rows) <= RANK_TABLE_LIMIT:
             lines += ['case "$PILOTFISH_RANK" in', *rows, "esac"]
     return lines, placement
 
 
-def rank_wrapped(task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str,
-                 skip: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+def rank_wrapped(
+    task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str, skip: Sequence[str] = ()
+) -> tuple[list[str], dict[str, str]]:
     """argv and shared placement for a launcher that starts all ranks with one command.
 
     See rank_prelude for the arguments. Returns (argv, placement): one rank needs no prelude

@@ -44,8 +44,7 @@ def remote_nodes(resources) -> list[str]:
     if remote and resources.source == "slurm":
         hosts = slurm_node_hosts(remote)
         short = {h.split(".", 1)[0] for h in here}
-        remote = [n for n in remote
-                  if n not in hosts or hosts[n].split(".", 1)[0] not in short]
+        remote = [n for n in remote if n not in hosts or hosts[n].split(".", 1)[0] not in short]
     return remote
 
 
@@ -59,7 +58,8 @@ class Direct(LaunchMethod):
             raise LaunchError(
                 f"launcher 'direct' starts processes on this host only, but the pilot's "
                 f"nodes ({resources.source}) include {', '.join(remote[:4])}"
-                f"{', ...' if len(remote) > 4 else ''}: use 'ssh', 'srun' or an MPI launcher")
+                f"{', ...' if len(remote) > 4 else ''}: use 'ssh', 'srun' or an MPI launcher"
+            )
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         argv = payload_argv(task)

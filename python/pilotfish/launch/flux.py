@@ -30,13 +30,23 @@ class Flux(LaunchMethod):
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         ordered = by_node(slots)
-        flux_gpus = task.gpus_per_rank > 0 and "gpus" not in getattr(self.resources, "overrides", ())
+        flux_gpus = task.gpus_per_rank > 0 and "gpus" not in getattr(
+            self.resources, "overrides", ()
+        )
         skip = ("CUDA_VISIBLE_DEVICES",) if flux_gpus else ()
         payload, placement = rank_wrapped(task, ordered, "${FLUX_TASK_RANK:-}", skip)
         env = compose_env(task, placement)
         nodes = unique_nodes(ordered)
-        argv = [self._tool("flux", "flux"), "run", "-N", str(len(nodes)), "-n", str(len(slots)),
-                "-c", str(task.cores_per_rank)]
+        argv = [
+            self._tool("flux", "flux"),
+            "run",
+            "-N",
+            str(len(nodes)),
+            "-n",
+            str(len(slots)),
+            "-c",
+            str(task.cores_per_rank),
+        ]
         if flux_gpus:
             argv += ["-g", str(task.gpus_per_rank)]
         if not self.emulated:

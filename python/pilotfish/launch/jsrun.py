@@ -36,8 +36,17 @@ class Jsrun(LaunchMethod):
         skip = ("CUDA_VISIBLE_DEVICES",) if jsm_gpus else ()
         payload, placement = rank_wrapped(task, ordered, JSM_RANK, skip)
         env = compose_env(task, placement)
-        argv = [self._tool("jsrun", "jsrun"), "-n", str(len(slots)), "-a", "1",
-                "-c", str(task.cores_per_rank), "-g", str(task.gpus_per_rank if jsm_gpus else 0)]
+        argv = [
+            self._tool("jsrun", "jsrun"),
+            "-n",
+            str(len(slots)),
+            "-a",
+            "1",
+            "-c",
+            str(task.cores_per_rank),
+            "-g",
+            str(task.gpus_per_rank if jsm_gpus else 0),
+        ]
         per_node = {n for _, n in node_counts(ordered)}
         if len(per_node) == 1:
             argv += ["-r", str(per_node.pop())]

@@ -32,10 +32,20 @@ from typing import Any
 MPICH = "mpich"
 OPENMPI = "openmpi"
 
-_NEEDED = {"libmpi.so.12": MPICH, "libmpich.so.12": MPICH, "libmpi_mt.so.12": MPICH,
-           "libmpi.so.40": OPENMPI}
-_ABI = {"mpich": MPICH, "impi": MPICH, "intelmpi": MPICH, "mvapich": MPICH,
-        "openmpi": OPENMPI, "ompi": OPENMPI}
+_NEEDED = {
+    "libmpi.so.12": MPICH,
+    "libmpich.so.12": MPICH,
+    "libmpi_mt.so.12": MPICH,
+    "libmpi.so.40": OPENMPI,
+}
+_ABI = {
+    "mpich": MPICH,
+    "impi": MPICH,
+    "intelmpi": MPICH,
+    "mvapich": MPICH,
+    "openmpi": OPENMPI,
+    "ompi": OPENMPI,
+}
 _SCRIPT_BYTES = 256 * 1024  # how much of a Python script is searched for "mpi4py"
 _cache: dict[tuple, str | None] = {}
 
@@ -103,8 +113,12 @@ def _is_python(path: str) -> bool:
     return re.match(r"python(\d+(\.\d+)?)?\Z", os.path.basename(path)) is not None
 
 
-def program_mpi(executable: str, arguments: list[str] | tuple = (),
-                environment: dict[str, Any] | None = None, cwd: str | None = None) -> str | None:
+def program_mpi(
+    executable: str,
+    arguments: list[str] | tuple = (),
+    environment: dict[str, Any] | None = None,
+    cwd: str | None = None,
+) -> str | None:
     """MPICH, OPENMPI or None for a task's program (see the module docstring)."""
     env = environment or {}
     abi = str(env.get("MPI4PY_MPIABI") or "").lower()

@@ -54,8 +54,11 @@ class Mpiexec(LaunchMethod):
         self.exe = self._find_tool("mpiexec", HYDRA_TOOLS, is_hydra)
         in_slurm = getattr(resources, "source", None) == "slurm"
         self.own_env = {"SLURM_OVERLAP": "1"} if in_slurm else {}
-        self.prefix = IGNORE_SIGPIPE if self.options.get("ignore_sigpipe", True) and \
-            env_can_ignore_signals() else []
+        self.prefix = (
+            IGNORE_SIGPIPE
+            if self.options.get("ignore_sigpipe", True) and env_can_ignore_signals()
+            else []
+        )
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         ordered = by_node(slots)

@@ -124,8 +124,23 @@ class Mpirun(LaunchMethod):
         payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)
         exports = [a for k in env if k not in self.required_env for a in ("-x", k)]
-        nodelist = prted_nodelist(s.node for s in ordered) \
-            if "PRTE_MCA_ras" in self.required_env and not self.emulated else []
-        argv = [self.exe, *nodelist, "-np", str(len(slots)), "--host", host_list(ordered, self.emulated),
-                "--map-by", "slot", "--bind-to", "none", *exports, *payload]
+        nodelist = (
+            prted_nodelist(s.node for s in ordered)
+            if "PRTE_MCA_ras" in self.required_env and not self.emulated
+            else []
+        )
+        argv = [
+            self.exe,
+            *nodelist,
+            "-np",
+            str(len(slots)),
+            "--host",
+            host_list(ordered, self.emulated),
+            "--map-by",
+            "slot",
+            "--bind-to",
+            "none",
+            *exports,
+            *payload,
+        ]
         return [ProcSpec(argv, env, None)]

@@ -44,8 +44,10 @@ class NodeExecutors(LaunchMethod):
 
     def begin(self, spawn=None) -> None:
         if self.link is None:
-            raise LaunchError("launcher 'nodes' runs tasks through node executors, which only "
-                              "a batch pilot on other hosts has: use 'direct' here")
+            raise LaunchError(
+                "launcher 'nodes' runs tasks through node executors, which only "
+                "a batch pilot on other hosts has: use 'direct' here"
+            )
         if self.remote:
             if spawn is None:
                 raise LaunchError("launcher 'nodes' starts executors: begin() needs spawn")
@@ -66,13 +68,15 @@ class NodeExecutors(LaunchMethod):
     def build(self, task, slots, sandbox) -> list[ProcSpec]:
         nodes = {s.node for s in slots}
         if len(nodes) != 1:
-            raise LaunchError("launcher 'nodes' runs tasks on one node; this one spans "
-                              f"{len(nodes)}")
+            raise LaunchError(
+                f"launcher 'nodes' runs tasks on one node; this one spans {len(nodes)}"
+            )
         (node,) = nodes
         where = node if node in self._away else None
         argv = payload_argv(task)
-        return [ProcSpec(argv, placement_env(task, slots, r), r, node=where)
-                for r in range(len(slots))]
+        return [
+            ProcSpec(argv, placement_env(task, slots, r), r, node=where) for r in range(len(slots))
+        ]
 
     def stop_begin(self) -> None:
         if self._begun and self.link is not None:

@@ -24,8 +24,15 @@ import itertools
 import os
 import re
 
-from .base import LaunchError, LaunchMethod, PmiWorld, ProcSpec, by_node, payload_argv, \
-    placement_env
+from .base import (
+    LaunchError,
+    LaunchMethod,
+    PmiWorld,
+    ProcSpec,
+    by_node,
+    payload_argv,
+    placement_env,
+)
 from .direct import remote_nodes
 
 INIT_TIMEOUT_S = 60.0
@@ -44,8 +51,10 @@ class Pmi(LaunchMethod):
         self._away = set(self.remote)
         self.init_timeout = float(self.options.get("init_timeout", INIT_TIMEOUT_S))
         if not self.init_timeout > 0:
-            raise LaunchError(f"launcher_options['pmi']['init_timeout']={self.init_timeout!r}: "
-                              "a positive number of seconds")
+            raise LaunchError(
+                f"launcher_options['pmi']['init_timeout']={self.init_timeout!r}: "
+                "a positive number of seconds"
+            )
         # KVS names: unique among the jobs that may share a node's /dev/shm (other pilots'
         # too: MPICH names its shared memory after a hash of it)
         self._tag = os.urandom(4).hex()
@@ -56,7 +65,8 @@ class Pmi(LaunchMethod):
             raise LaunchError(
                 "launcher 'pmi' spawns ranks through node executors, which this pilot does not "
                 f"run on {', '.join(self.remote[:4])}: use 'srun' (with launcher_options "
-                "{'srun': {'mpi': 'pmi2'}}) or 'mpiexec' there")
+                "{'srun': {'mpi': 'pmi2'}}) or 'mpiexec' there"
+            )
 
     def poll_ready(self) -> bool:
         """Ready once every other node's executor said hello or was given up on; the
@@ -74,14 +84,22 @@ class Pmi(LaunchMethod):
         ordered = by_node(slots)
         size = len(ordered)
         uid = _UNSAFE.sub("_", task.uid)[-120:]
-        world = PmiWorld(f"pf.{self._tag}.{uid}.{next(self._seq)}", size,
-                         tuple(s.node for s in ordered))
+        world = PmiWorld(
+            f"pf.{self._tag}.{uid}.{next(self._seq)}", size, tuple(s.node for s in ordered)
+        )
         argv = payload_argv(task)
         procs = []
         for r, s in enumerate(ordered):
             env = placement_env(task, ordered, r)
-            env.update({"PMI_FD": "3", "PMI_RANK": str(r), "PMI_SIZE": str(size),
-                        "PMI_JOBID": world.kvsname})
-            procs.append(ProcSpec(argv, env, r, node=s.node if s.node in self._away else None,
-                                  world=world))
+            env.update(
+                {
+                    "PMI_FD": "3",
+                    "PMI_RANK": str(r),
+                    "PMI_SIZE": str(size),
+                    "PMI_JOBID": world.kvsname,
+                }
+            )
+            procs.append(
+                ProcSpec(argv, env, r, node=s.node if s.node in self._away else None, world=world)
+            )
         return procs

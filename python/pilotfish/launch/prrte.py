@@ -85,15 +85,14 @@ from .base import (
     rank_prelude,
     rank_wrapped,
 )
-from .mpirun import (MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env,
-                     prted_nodelist)
+from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env, prted_nodelist
 from .rank_notes import RankNotes, address_from_uri
 
 log = logging.getLogger("pilotfish.launch")
 
 READY = "DVM ready"  # what prte prints once all its daemons are up
-EXIT_DID_NOT_FIT = 77      # the DVM had no free slots for the job: it did not run
-EXIT_NO_EXECUTABLE = 75    # not retryable: the same launch fails again
+EXIT_DID_NOT_FIT = 77  # the DVM had no free slots for the job: it did not run
+EXIT_NO_EXECUTABLE = 75  # not retryable: the same launch fails again
 
 
 def proc_status(pid: int) -> tuple[str, str] | None:
@@ -104,7 +103,7 @@ def proc_status(pid: int) -> tuple[str, str] | None:
     except OSError:
         return None
     # "pid (comm) state ...": comm may hold spaces or parentheses; the state follows the last ')'
-    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:][:1]
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :][:1]
 
 
 def process_alive(pid: int, comm: str | None = None) -> bool:
@@ -199,8 +198,7 @@ class Prrte(SupervisedLaunchMethod):
         self._spawn = spawn
         if not self.dvm_dir:
             self.dvm_dir = tempfile.mkdtemp(prefix="pilotfish-dvm-")
-        first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"),
-                                                   self.mono())
+        first = self.dvms[0] if self.dvms else Dvm(1, os.path.join(self.dvm_dir, "1"), self.mono())
         self.dvms = [first]
         self._spawn_dvm(first)
 
@@ -230,8 +228,10 @@ class Prrte(SupervisedLaunchMethod):
             # ~0.5 % of starts here die at once ("The PMIx server's listener thread failed
             # to start"): nothing ran on such a DVM, so starting it again is safe.
             attempts = max(1, int(self.options.get("start_attempts", 3)))
-            why = (f"launcher 'prrte': the DVM (pid {d.pid}) exited before it was ready: "
-                   f"{_read(d.err)[-500:]!r}")
+            why = (
+                f"launcher 'prrte': the DVM (pid {d.pid}) exited before it was ready: "
+                f"{_read(d.err)[-500:]!r}"
+            )
             if d.attempt >= attempts:
                 d.state = "dead"
                 raise DiedBeforeReady(why)
@@ -241,9 +241,11 @@ class Prrte(SupervisedLaunchMethod):
         if self.mono() > d.start_deadline:
             d.state = "dead"
             self._stop_now(d)
-            raise LaunchError(f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
-                              f"and {READY!r} in {d.log}) within "
-                              f"{float(self.options.get('start_timeout', 30.0)):g} s")
+            raise LaunchError(
+                f"launcher 'prrte': the DVM was not ready ({d.uri_file} "
+                f"and {READY!r} in {d.log}) within "
+                f"{float(self.options.get('start_timeout', 30.0)):g} s"
+            )
         return False
 
     def replace(self, old: Dvm, retire: bool) -> Dvm:  # type: ignore[override]
@@ -259,8 +261,9 @@ class Prrte(SupervisedLaunchMethod):
         if not was_current:
             return self.dvms[-1]
         number = old.number + 1
-        new = Dvm(number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)),
-                  self.mono())
+        new = Dvm(
+            number, os.path.join(self.dvm_dir or tempfile.gettempdir(), str(number)), self.mono()
+        )
         self.dvms.append(new)
         self._spawn_dvm(new)
         return new
@@ -280,8 +283,15 @@ class Prrte(SupervisedLaunchMethod):
         hostfile = os.path.join(d.dir, "hostfile")
         with open(hostfile, "w") as f:
             f.write(self.hostfile_text())
-        argv = [self.prte, "--hostfile", hostfile, "--report-uri", d.uri_file,
-                "--report-pid", os.path.join(d.dir, "dvm.pid")]
+        argv = [
+            self.prte,
+            "--hostfile",
+            hostfile,
+            "--report-uri",
+            d.uri_file,
+            "--report-pid",
+            os.path.join(d.dir, "dvm.pid"),
+        ]
         d.state = "live"
         d.ready = False
         d.attempt += 1
@@ -362,9 +372,21 @@ class Prrte(SupervisedLaunchMethod):
         if self.notes is not None:  # the notes' secret: by name on the command line only
             env.update(self.notes.env)
         exports = [a for k in env if k not in self.required_env for a in ("-x", k)]
-        argv = [self.prterun, "--dvm", f"uri:file:{d.uri_file}", "-n", str(len(slots)),
-                "--map-by", "slot", "--bind-to", "none",
-                "--host", host_list(ordered, self.emulated), *exports, *payload]
+        argv = [
+            self.prterun,
+            "--dvm",
+            f"uri:file:{d.uri_file}",
+            "-n",
+            str(len(slots)),
+            "--map-by",
+            "slot",
+            "--bind-to",
+            "none",
+            "--host",
+            host_list(ordered, self.emulated),
+            *exports,
+            *payload,
+        ]
         return [ProcSpec(argv, env, None, LaunchHandle(d, key))]
 
     def signal_remote(self, host: str, pids: list[int], sig: int) -> bool:
@@ -373,9 +395,18 @@ class Prrte(SupervisedLaunchMethod):
         jobid = os.environ.get("SLURM_JOB_ID")
         if self._spawn is None or not jobid or getattr(self.resources, "source", "") != "slurm":
             return False
-        argv = [self._tool("srun", "srun"), f"--jobid={jobid}", "--overlap", "--nodes=1",
-                "--ntasks=1", f"--nodelist={host}", "kill", f"-{int(sig)}", "--",
-                *[f"-{p}" for p in pids]]
+        argv = [
+            self._tool("srun", "srun"),
+            f"--jobid={jobid}",
+            "--overlap",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={host}",
+            "kill",
+            f"-{int(sig)}",
+            "--",
+            *[f"-{p}" for p in pids],
+        ]
         self._spawn(argv, {})
         return True
 

@@ -106,9 +106,13 @@ class RankNotes:
                     continue
                 self.dropped += 1
                 if self.dropped <= 20 or self.dropped % 1000 == 0:
-                    log.warning("rank notes: dropped %s from %s:%s (%d so far): no valid "
-                                "token, or malformed", _shorten(line), *sender[:2],
-                                self.dropped)
+                    log.warning(
+                        "rank notes: dropped %s from %s:%s (%d so far): no valid "
+                        "token, or malformed",
+                        _shorten(line),
+                        *sender[:2],
+                        self.dropped,
+                    )
 
     def close(self) -> None:
         self.sock.close()
@@ -120,13 +124,14 @@ class RankNotes:
         return wrap_lines(self.address, self.port, key, payload, rank_expr)
 
 
-def wrap_lines(address: str, port: int, key: str, payload: str,
-               rank_expr: str = '"${PILOTFISH_RANK:-0}"') -> list[str]:
+def wrap_lines(
+    address: str, port: int, key: str, payload: str, rank_expr: str = '"${PILOTFISH_RANK:-0}"'
+) -> list[str]:
     dest = f"/dev/udp/{address}/{port}"
     k = shlex.quote(key)
     return [
         # the token from the environment (never the command line), out of the task's sight
-        f'pf_tok=${{{TOKEN_ENV}:-none}}; unset {TOKEN_ENV}',
+        f"pf_tok=${{{TOKEN_ENV}:-none}}; unset {TOKEN_ENV}",
         # bash opens /dev/udp/HOST/PORT itself; errors (no route) are silenced: a note is help,
         # never a reason for the task to fail
         f"pf_note() {{ printf '%s\\n' \"$1 $pf_tok ${{*:2}}\" >{dest}; }} 2>/dev/null",

@@ -117,10 +117,14 @@ def slurm_mpi(srun: str = "srun", scontrol: str = "scontrol") -> SlurmMpi:
     """The cluster's MPI facts, learned once per (srun, scontrol) and kept."""
     key = (srun, scontrol)
     if key not in _FACTS:
-        m = re.search(r"^MpiDefault\s*=\s*(\S+)", probe([scontrol, "show", "config"],
-                                                          timeout=PROBE_S), re.M)
-        _FACTS[key] = SlurmMpi(m.group(1).lower() if m else None,
-                               mpi_plugins(probe([srun, "--mpi=list"], timeout=PROBE_S)), srun)
+        m = re.search(
+            r"^MpiDefault\s*=\s*(\S+)", probe([scontrol, "show", "config"], timeout=PROBE_S), re.M
+        )
+        _FACTS[key] = SlurmMpi(
+            m.group(1).lower() if m else None,
+            mpi_plugins(probe([srun, "--mpi=list"], timeout=PROBE_S)),
+            srun,
+        )
     return _FACTS[key]
 
 
@@ -145,9 +149,15 @@ def _plugin_fails(srun: str, plugin: str) -> str | None:
     job could start, and starts nothing."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     try:
-        r = subprocess.run([srun, f"--mpi={plugin}", "--test-only", "--ntasks=1", "true"],
-                           capture_output=True, text=True, timeout=PROBE_S, env=env,
-                           stdin=subprocess.DEVNULL, check=False)
+        r = subprocess.run(
+            [srun, f"--mpi={plugin}", "--test-only", "--ntasks=1", "true"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_S,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"srun --mpi={plugin}: {e}"
     words = (r.stdout or "") + (r.stderr or "")
@@ -165,8 +175,10 @@ class Srun(LaunchMethod):
         super().__init__(resources, options)
         self.jobid = str(self.options.get("jobid") or os.environ.get("SLURM_JOB_ID") or "")
         if not self.jobid:
-            raise LaunchError("launcher 'srun' needs a Slurm allocation: SLURM_JOB_ID is not "
-                              "set (or pass options={'jobid': ...})")
+            raise LaunchError(
+                "launcher 'srun' needs a Slurm allocation: SLURM_JOB_ID is not "
+                "set (or pass options={'jobid': ...})"
+            )
         overrides = getattr(resources, "overrides", ())
         self.fake_cores = "cores" in overrides
         self.fake_gpus = "gpus" in overrides
@@ -184,9 +196,12 @@ class Srun(LaunchMethod):
 
         argv = [self._tool("srun", "srun"), f"--jobid={self.jobid}"]
         if len({n for _, n in counts}) == 1:
-            argv += [f"--nodes={len(counts)}", f"--ntasks={len(slots)}",
-                     f"--ntasks-per-node={counts[0][1]}",
-                     "--nodelist=" + ",".join(node for node, _ in counts)]
+            argv += [
+                f"--nodes={len(counts)}",
+                f"--ntasks={len(slots)}",
+                f"--ntasks-per-node={counts[0][1]}",
+                "--nodelist=" + ",".join(node for node, _ in counts),
+            ]
         else:
             hostfile = os.path.join(sandbox, f"{task.uid}.slurm_hosts")
             with open(hostfile, "w") as f:
@@ -216,31 +231,40 @@ class Srun(LaunchMethod):
         world through this srun."""
         if self.options.get("mpi"):
             return str(self.options["mpi"])
-        if ranks < 2 or (task.environment or {}).get("SLURM_MPI_TYPE") \
-                or os.environ.get("SLURM_MPI_TYPE"):
+        if (
+            ranks < 2
+            or (task.environment or {}).get("SLURM_MPI_TYPE")
+            or os.environ.get("SLURM_MPI_TYPE")
+        ):
             return None
         if self.slurm_mpi is None:
-            self.slurm_mpi = slurm_mpi(self._tool("srun", "srun"),
-                                       self._tool("scontrol", "scontrol"))
+            self.slurm_mpi = slurm_mpi(
+                self._tool("srun", "srun"), self._tool("scontrol", "scontrol")
+            )
         facts = self.slurm_mpi
         if facts.default != "none":
             return None  # the cluster's own default (or Slurm did not say): as srun does
-        kind = program_mpi(task.executable or "", list(task.arguments or ()),
-                           dict(task.environment or {}), cwd)
+        kind = program_mpi(
+            task.executable or "", list(task.arguments or ()), dict(task.environment or {}), cwd
+        )
         if kind == OPENMPI:
             why = facts.why_not("pmix")
             if why is None:
                 return "pmix"
-            raise LaunchError(f"Open MPI needs PMIx, which this Slurm's srun does not offer "
-                              f"({why}; MpiDefault=none): use launcher='prrte' (or "
-                              f"launcher_options={{'srun': {{'mpi': ...}}}})")
+            raise LaunchError(
+                f"Open MPI needs PMIx, which this Slurm's srun does not offer "
+                f"({why}; MpiDefault=none): use launcher='prrte' (or "
+                f"launcher_options={{'srun': {{'mpi': ...}}}})"
+            )
         why = facts.why_not("pmi2")
         if why is None:
             return "pmi2"
         if kind == MPICH:
-            raise LaunchError(f"an MPICH-ABI program needs PMI-2, which this Slurm's srun does "
-                              f"not offer ({why}; MpiDefault=none): name no launcher (the "
-                              f"pilot's own PMI) or use launcher='mpiexec'")
+            raise LaunchError(
+                f"an MPICH-ABI program needs PMI-2, which this Slurm's srun does "
+                f"not offer ({why}; MpiDefault=none): name no launcher (the "
+                f"pilot's own PMI) or use launcher='mpiexec'"
+            )
         return None
 
     def retryable(self, exit_code: int, stderr: str | None = None) -> bool:
@@ -248,5 +272,4 @@ class Srun(LaunchMethod):
         carry srun's words). Not when the job itself is ending."""
         if exit_code != 1 or not stderr:
             return False
-        return ("Unable to create step" in stderr
-                and "completing or completed" not in stderr)
+        return "Unable to create step" in stderr and "completing or completed" not in stderr
