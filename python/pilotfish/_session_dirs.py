@@ -45,8 +45,7 @@ def not_a_session(path: str) -> str | None:
     """None if path is a session directory; else why not, and the sessions under it."""
     if is_session(path):
         return None
-    head = (f"{path}: not a pilotfish session directory (it has no "
-            f"{' or '.join(MARKERS)})")
+    head = f"{path}: not a pilotfish session directory (it has no {' or '.join(MARKERS)})"
     found = sessions_under(path)
     if not found:
         return head + "; there is no pilotfish session under it either"

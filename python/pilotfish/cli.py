@@ -17,8 +17,16 @@ import click
 import msgspec
 
 from . import __version__
-from .workload import (MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_SCALAR, MAX_TASKS, MAX_TEXT,
-                       declared_shape, load_workload)
+from .workload import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    MAX_SCALAR,
+    MAX_TASKS,
+    MAX_TEXT,
+    declared_shape,
+    load_workload,
+)
 
 WORKLOAD_EXAMPLE = """\
   # workload.yaml
@@ -44,7 +52,8 @@ WORKLOAD_EXAMPLE = """\
 WORKLOAD_LIMITS = (
     f"Limits: a file of at most {MAX_FILE_BYTES >> 20} MiB, nested at most {MAX_DEPTH} levels, "
     f"{MAX_NODES:,} values and {MAX_TEXT >> 20} MiB of text (YAML aliases expanded), strings of "
-    f"at most {MAX_SCALAR:,} characters, {MAX_TASKS:,} tasks (all groups together).")
+    f"at most {MAX_SCALAR:,} characters, {MAX_TASKS:,} tasks (all groups together)."
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -95,7 +104,7 @@ def _load_workload(path: str, check_fit: bool = True):
 
 def _short(text: object, limit: int = 80) -> str:
     text = str(text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @main.command()
@@ -105,31 +114,52 @@ def validate(workload: str) -> None:
     would run (the tasks are counted, not built). Exits 0 if it is fine, 2 if not."""
     w = _load_workload(workload)
     d = w.pilot
-    click.echo(f"pilot: {d.resource}, {d.nodes} nodes x {d.cores_per_node or 'auto'} cores / "
-               f"{d.gpus_per_node if d.gpus_per_node is not None else 'auto'} GPUs, runtime {d.runtime:g}s")
+    click.echo(
+        f"pilot: {d.resource}, {d.nodes} nodes x {d.cores_per_node or 'auto'} cores / "
+        f"{d.gpus_per_node if d.gpus_per_node is not None else 'auto'} GPUs, runtime {d.runtime:g}s"
+    )
     for g in w.groups:
         t = g.template
-        click.echo(f"  {_short(g.name)}: {g.count} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
-                   f"{t.gpus_per_rank} GPUs)  {_short(t.executable)}")
+        click.echo(
+            f"  {_short(g.name)}: {g.count} x {t.ranks} ranks x ({t.cores_per_rank} cores, "
+            f"{t.gpus_per_rank} GPUs)  {_short(t.executable)}"
+        )
     if declared_shape(d) is None:
-        click.echo("  (cores_per_node not given: whether the tasks fit the nodes is checked when "
-                   "the pilot starts)")
+        click.echo(
+            "  (cores_per_node not given: whether the tasks fit the nodes is checked when "
+            "the pilot starts)"
+        )
     click.echo(f"{w.task_count} tasks: OK")
 
 
 # (\b: click keeps the example's lines as they are -- it pastes into a file and parses)
 @main.command(epilog="Workload file format:\n\n\b\n" + WORKLOAD_EXAMPLE + "\n" + WORKLOAD_LIMITS)
 @click.argument("workload", type=_Path(exists=True, dir_okay=False))
-@click.option("--sessions", type=_Path(file_okay=False), default=None,
-              help="Where the session directory goes (default: ./pilotfish-sessions).")
+@click.option(
+    "--sessions",
+    type=_Path(file_okay=False),
+    default=None,
+    help="Where the session directory goes (default: ./pilotfish-sessions).",
+)
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, only the summary.")
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after the run.")
-@click.option("--resume", "resume", type=_Path(exists=True, file_okay=False), default=None,
-              help="Continue the session in this directory: re-attach to its pilot if its agent "
-                   "is alive (else start a new one) and run only what did not finish.")
-def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
-        make_report: bool, resume: str | None) -> None:
+@click.option(
+    "--resume",
+    "resume",
+    type=_Path(exists=True, file_okay=False),
+    default=None,
+    help="Continue the session in this directory: re-attach to its pilot if its agent "
+    "is alive (else start a new one) and run only what did not finish.",
+)
+def run(
+    workload: str,
+    sessions: str | None,
+    timeout: float | None,
+    quiet: bool,
+    make_report: bool,
+    resume: str | None,
+) -> None:
     """Run WORKLOAD (YAML): a pilot and groups of tasks.
 
     Exits 0 when every task is DONE, 1 when any failed or was canceled, 2 on bad input, 130
@@ -187,9 +217,14 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         counts[t.state] = counts.get(t.state, 0) + 1
     click.echo(f"session {session.uid}: {session.path}")
     if pilot is not None:
-        click.echo(f"pilot {pilot.uid}: {pilot.state}" + (f" ({pilot.reason})" if pilot.reason and pilot.state != S.ACTIVE else ""))
-    click.echo(f"tasks: {len(tasks)} total, {counts[S.DONE]} done, {counts[S.FAILED]} failed, "
-               f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished")
+        click.echo(
+            f"pilot {pilot.uid}: {pilot.state}"
+            + (f" ({pilot.reason})" if pilot.reason and pilot.state != S.ACTIVE else "")
+        )
+    click.echo(
+        f"tasks: {len(tasks)} total, {counts[S.DONE]} done, {counts[S.FAILED]} failed, "
+        f"{counts[S.CANCELED]} canceled, {len(tasks) - sum(counts.values())} unfinished"
+    )
     click.echo(f"TTX {ttx:.2f}s, {len(tasks) / ttx:.1f} tasks/s")
     failed = [t for t in tasks if t.state in (S.FAILED, S.CANCELED)]
     # why each ended: the failed ones, and the canceled ones unless the interrupt canceled them
@@ -200,20 +235,31 @@ def run(workload: str, sessions: str | None, timeout: float | None, quiet: bool,
         click.echo(f"  ... and {len(told) - 5} more", err=True)
     ran = [t for t in failed if t.state == S.FAILED]
     if ran:
-        click.echo(f"what they printed: pilotfish logs {shlex.quote(session.path)} "
-                   f"{' '.join(t.uid for t in ran[:5])}{' ...' if len(ran) > 5 else ''}",
-                   err=True)
+        click.echo(
+            f"what they printed: pilotfish logs {shlex.quote(session.path)} "
+            f"{' '.join(t.uid for t in ran[:5])}{' ...' if len(ran) > 5 else ''}",
+            err=True,
+        )
     if interrupted or counts[S.CANCELED] or counts[S.DONE] + counts[S.FAILED] < len(tasks):
         again = len(tasks) - counts[S.DONE] - counts[S.FAILED]
-        cmd = ["pilotfish", "run"] + (["-q"] if quiet else []) + \
-            (["--timeout", f"{timeout:g}"] if timeout is not None else []) + \
-            (["--report"] if make_report else []) + \
-            ["--resume", session.path, os.path.abspath(workload)]
-        click.echo(("interrupted: " if interrupted else
-                    f"--timeout {timeout:g}s passed: " if timed_out and timeout is not None
-                    else "") +
-                   f"{again} task(s) canceled or not finished; to run them (and only them), "
-                   f"go on with:\n  {' '.join(shlex.quote(c) for c in cmd)}")
+        cmd = (
+            ["pilotfish", "run"]
+            + (["-q"] if quiet else [])
+            + (["--timeout", f"{timeout:g}"] if timeout is not None else [])
+            + (["--report"] if make_report else [])
+            + ["--resume", session.path, os.path.abspath(workload)]
+        )
+        click.echo(
+            (
+                "interrupted: "
+                if interrupted
+                else f"--timeout {timeout:g}s passed: "
+                if timed_out and timeout is not None
+                else ""
+            )
+            + f"{again} task(s) canceled or not finished; to run them (and only them), "
+            f"go on with:\n  {' '.join(shlex.quote(c) for c in cmd)}"
+        )
     if make_report and not interrupted:
         from .analytics.report import report_main
 
@@ -307,9 +353,17 @@ def _keep_outputs(path: str, tasks) -> None:
         old = kept.get(t.uid)
         if old is not None and t.stdout is None and t.stderr is None and old.state == t.state:
             continue  # (known from the journal only)
-        kept[t.uid] = _Output(t.uid, t.name, t.state, t.exit_code, t.reason, t.stdout,
-                              t.stderr, d.stdout if isinstance(d.stdout, str) else None,
-                              d.stderr if isinstance(d.stderr, str) else None)
+        kept[t.uid] = _Output(
+            t.uid,
+            t.name,
+            t.state,
+            t.exit_code,
+            t.reason,
+            t.stdout,
+            t.stderr,
+            d.stdout if isinstance(d.stdout, str) else None,
+            d.stderr if isinstance(d.stderr, str) else None,
+        )
     try:
         write_private(file, msgspec.msgpack.encode(list(kept.values())))
     except OSError as e:
@@ -337,25 +391,31 @@ def _submit(session, tmgr, w, resume: bool) -> list:
         except FileNotFoundError:
             reruns = []
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BadInput(f"{state_path}: cannot read what the run submitted: "
-                           f"{getattr(e, 'strerror', None) or e}") from None
-        if not (isinstance(reruns, list) and all(type(k) is int and 0 <= k < len(descs)
-                                                 for k in reruns)):
-            raise BadInput(f"{state_path}: reruns = {_short(reruns)}: not indices of the "
-                           f"{len(descs)} tasks of {w.source}")
+            raise BadInput(
+                f"{state_path}: cannot read what the run submitted: "
+                f"{getattr(e, 'strerror', None) or e}"
+            ) from None
+        if not (
+            isinstance(reruns, list) and all(type(k) is int and 0 <= k < len(descs) for k in reruns)
+        ):
+            raise BadInput(
+                f"{state_path}: reruns = {_short(reruns)}: not indices of the "
+                f"{len(descs)} tasks of {w.source}"
+            )
     runs = tmgr.submit_tasks(descs)
     if reruns:
         runs += tmgr.submit_tasks([descs[k] for k in reruns])
-    latest = list(runs[:len(descs)])
-    for k, t in zip(reruns, runs[len(descs):]):
+    latest = list(runs[: len(descs)])
+    for k, t in zip(reruns, runs[len(descs) :]):
         latest[k] = t
     again = [k for k, t in enumerate(latest) if t.state == S.CANCELED]
     if again:  # (first said, then submitted: the journal never holds runs this file lacks)
         try:
             write_private(state_path, json.dumps({"reruns": reruns + again}).encode())
         except OSError as e:
-            raise BadInput(f"{state_path}: cannot write which tasks run again: "
-                           f"{e.strerror or e}") from None
+            raise BadInput(
+                f"{state_path}: cannot write which tasks run again: {e.strerror or e}"
+            ) from None
         for k, t in zip(again, tmgr.submit_tasks([descs[k] for k in again])):
             latest[k] = t
     return latest
@@ -368,18 +428,48 @@ def _submit(session, tmgr, w, resume: bool) -> list:
 @click.option("--gpus-per-node", type=int, default=None)
 @click.option("--partitions", type=int, default=None, help="Partitions (launcher instances).")
 @click.option("--launcher", default=None, help="Default launch method (its model applies).")
-@click.option("--launch-model", type=_Path(exists=True, dir_okay=False), default=None,
-              help="JSON launch model (default: the one fitted on this machine).")
+@click.option(
+    "--launch-model",
+    type=_Path(exists=True, dir_okay=False),
+    default=None,
+    help="JSON launch model (default: the one fitted on this machine).",
+)
 @click.option("--runtime", default=None, help="Walltime of the simulated pilot (virtual).")
-@click.option("--sessions", type=_Path(file_okay=False), default=None,
-              help="Where the session directory goes (default: ./pilotfish-sessions).")
+@click.option(
+    "--sessions",
+    type=_Path(file_okay=False),
+    default=None,
+    help="Where the session directory goes (default: ./pilotfish-sessions).",
+)
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after it.")
-@click.option("--fit", "fit_dir", type=_Path(exists=True, file_okay=False), default=None,
-              help="Instead: fit a launch model from the events of a real session directory.")
-@click.option("--out", "out_file", type=_Path(dir_okay=False), default=None,
-              help="With --fit: where the model goes (default: print it).")
-def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partitions, launcher,
-             launch_model, runtime, sessions, make_report, fit_dir, out_file) -> None:
+@click.option(
+    "--fit",
+    "fit_dir",
+    type=_Path(exists=True, file_okay=False),
+    default=None,
+    help="Instead: fit a launch model from the events of a real session directory.",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=_Path(dir_okay=False),
+    default=None,
+    help="With --fit: where the model goes (default: print it).",
+)
+def simulate(
+    workload: str | None,
+    nodes,
+    cores_per_node,
+    gpus_per_node,
+    partitions,
+    launcher,
+    launch_model,
+    runtime,
+    sessions,
+    make_report,
+    fit_dir,
+    out_file,
+) -> None:
     """Simulate WORKLOAD (YAML, as for `run`; every task needs `duration:`) on a virtual clock:
     the real agent's scheduler, partitions and launch model, no process started.
 
@@ -417,10 +507,15 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
             raise BadInput(f"--launch-model: {e}") from None
     pd = w.pilot.as_dict()
     pd["resource"] = "simulated"
-    for key, value in (("nodes", nodes), ("cores_per_node", cores_per_node),
-                       ("gpus_per_node", gpus_per_node), ("partitions", partitions),
-                       ("launcher", launcher), ("launch_model", launch_model),
-                       ("runtime", runtime)):
+    for key, value in (
+        ("nodes", nodes),
+        ("cores_per_node", cores_per_node),
+        ("gpus_per_node", gpus_per_node),
+        ("partitions", partitions),
+        ("launcher", launcher),
+        ("launch_model", launch_model),
+        ("runtime", runtime),
+    ):
         if value is not None:
             pd[key] = value
     if pd.get("runtime") == 3600.0 and runtime is None:
@@ -462,21 +557,33 @@ def simulate(workload: str | None, nodes, cores_per_node, gpus_per_node, partiti
     for t in tasks:
         states[t.state] = states.get(t.state, 0) + 1
     click.echo(f"session {session.uid}: {session.path} (simulated)")
-    click.echo(f"pilot: {pdesc.nodes} nodes x {pdesc.cores_per_node} cores / "
-               f"{pdesc.gpus_per_node or 0} GPUs, {pdesc.partitions} partition(s), "
-               f"launcher {pilot.launcher}")
-    click.echo(f"pilot {pilot.uid}: {pilot.state}" + (f" ({pilot.reason})" if pilot.reason else "")
-               + f", walltime {pdesc.runtime:g}s (virtual)")
+    click.echo(
+        f"pilot: {pdesc.nodes} nodes x {pdesc.cores_per_node} cores / "
+        f"{pdesc.gpus_per_node or 0} GPUs, {pdesc.partitions} partition(s), "
+        f"launcher {pilot.launcher}"
+    )
+    click.echo(
+        f"pilot {pilot.uid}: {pilot.state}"
+        + (f" ({pilot.reason})" if pilot.reason else "")
+        + f", walltime {pdesc.runtime:g}s (virtual)"
+    )
     click.echo(f"tasks: {len(tasks)} ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))})")
     unfinished = len(tasks) - states.get(S.DONE, 0)
     shares = a.utilization["cores"].shares
-    click.echo(f"predicted TTX {a.ttx:.1f}s, RU {shares.get('exec_cmd', 0):.3f} (payload share "
-               f"of the pilot's core-seconds), idle {shares.get('idle', 0):.3f}; "
-               f"simulated in {wall:.2f}s of wall time")
+    click.echo(
+        f"predicted TTX {a.ttx:.1f}s, RU {shares.get('exec_cmd', 0):.3f} (payload share "
+        f"of the pilot's core-seconds), idle {shares.get('idle', 0):.3f}; "
+        f"simulated in {wall:.2f}s of wall time"
+    )
     if unfinished:
-        click.echo(f"{unfinished} task(s) did not finish" + (
-            f": the pilot ended first ({pilot.reason}); give it more --runtime or --nodes"
-            if pilot.reason and pilot.reason != "session closed" else ""))
+        click.echo(
+            f"{unfinished} task(s) did not finish"
+            + (
+                f": the pilot ended first ({pilot.reason}); give it more --runtime or --nodes"
+                if pilot.reason and pilot.reason != "session closed"
+                else ""
+            )
+        )
     if make_report:
         from .analytics.report import report_main
 
@@ -507,21 +614,36 @@ def _what_exists(session_dir: str) -> list[_Output]:
 
     kept: dict[str, _Output] = {}
     try:
-        kept = {o.uid: o for o in msgspec.msgpack.decode(
-            read_private(os.path.join(session_dir, OUTPUTS)), type=list[_Output])}
+        kept = {
+            o.uid: o
+            for o in msgspec.msgpack.decode(
+                read_private(os.path.join(session_dir, OUTPUTS)), type=list[_Output]
+            )
+        }
     except FileNotFoundError:
         pass
     except (OSError, msgspec.DecodeError) as e:
-        click.echo(f"{os.path.join(session_dir, OUTPUTS)}: cannot read it "
-                   f"({getattr(e, 'strerror', None) or e}): from the journals", err=True)
+        click.echo(
+            f"{os.path.join(session_dir, OUTPUTS)}: cannot read it "
+            f"({getattr(e, 'strerror', None) or e}): from the journals",
+            err=True,
+        )
     rows: dict[str, dict] = {}
 
     def row(uid: str) -> dict:
         r = rows.get(uid)
         if r is None:
-            r = rows[uid] = {"name": None, "state": None, "exit_code": None, "reason": None,
-                             "stdout": None, "stderr": None, "stdout_path": None,
-                             "stderr_path": None, "t": float("-inf")}
+            r = rows[uid] = {
+                "name": None,
+                "state": None,
+                "exit_code": None,
+                "reason": None,
+                "stdout": None,
+                "stderr": None,
+                "stdout_path": None,
+                "stderr_path": None,
+                "t": float("-inf"),
+            }
         return r
 
     def final(rec: list) -> None:  # ["final", uid, state, exit_code, signal, reason, t]
@@ -529,8 +651,9 @@ def _what_exists(session_dir: str) -> list[_Output]:
         if r["state"] not in S.FINAL:
             r.update(state=rec[2], exit_code=rec[3], reason=rec[5])
 
-    sandboxes = {os.path.join(session_dir, n) for n in os.listdir(session_dir)
-                 if n.startswith("pilot.")}
+    sandboxes = {
+        os.path.join(session_dir, n) for n in os.listdir(session_dir) if n.startswith("pilot.")
+    }
     for rec in read_journal(os.path.join(session_dir, "journal")):
         if rec[0] == "task":
             desc = rec[3] if isinstance(rec[3], dict) else {}
@@ -549,8 +672,9 @@ def _what_exists(session_dir: str) -> list[_Output]:
                 row(rec[1]).update(stdout=rec[2], stderr=rec[3])
             elif rec[0] == "final":
                 final(rec)
-    for path in [os.path.join(session_dir, "client.events")] + \
-            [os.path.join(p, "agent.events") for p in sorted(sandboxes)]:
+    for path in [os.path.join(session_dir, "client.events")] + [
+        os.path.join(p, "agent.events") for p in sorted(sandboxes)
+    ]:
         try:
             events = read_all_events(path)
         except (OSError, ValueError, msgspec.DecodeError):
@@ -579,8 +703,17 @@ def _what_exists(session_dir: str) -> list[_Output]:
     for uid, r in rows.items():
         if uid in kept and (kept[uid].state == r["state"] or r["state"] not in S.FINAL):
             continue
-        out[uid] = _Output(uid, r["name"], r["state"] or S.NEW, r["exit_code"], r["reason"],
-                           r["stdout"], r["stderr"], r["stdout_path"], r["stderr_path"])
+        out[uid] = _Output(
+            uid,
+            r["name"],
+            r["state"] or S.NEW,
+            r["exit_code"],
+            r["reason"],
+            r["stdout"],
+            r["stderr"],
+            r["stdout_path"],
+            r["stderr_path"],
+        )
     return [out[u] for u in sorted(out)]
 
 
@@ -607,9 +740,11 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
         if missing:
             uids = sorted(by_uid)
             have = f"{uids[0]}..{uids[-1]}" if uids else "none"
-            raise BadInput(f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task or "
-                           f"group in {session_dir} (its tasks: {have}; its groups: "
-                           f"{_short(', '.join(sorted(n or '' for n in names)), 200)})")
+            raise BadInput(
+                f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task or "
+                f"group in {session_dir} (its tasks: {have}; its groups: "
+                f"{_short(', '.join(sorted(n or '' for n in names)), 200)})"
+            )
         wanted = set(task)
         chosen = [o for o in outs if o.uid in wanted or o.name in wanted]
     for o in chosen:
@@ -617,18 +752,24 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
         if o.state not in S.FINAL:
             why = "not ended: what it prints shows once it ends"
         click.echo(f"== {o.uid} ({o.name}): {o.state}" + (f": {why}" if why else ""))
-        for what, text, where in (("stdout", o.stdout, o.stdout_path),
-                                  ("stderr", o.stderr, o.stderr_path)):
+        for what, text, where in (
+            ("stdout", o.stdout, o.stdout_path),
+            ("stderr", o.stderr, o.stderr_path),
+        ):
             if where is not None:
-                click.echo(f"-- {what}: written to {where}" +
-                           ("" if os.path.isabs(where) else " (in the task's sandbox)"))
+                click.echo(
+                    f"-- {what}: written to {where}"
+                    + ("" if os.path.isabs(where) else " (in the task's sandbox)")
+                )
             elif isinstance(text, str) and text:
                 click.echo(f"-- {what}")
                 click.echo(text, nl=not text.endswith("\n"))
 
 
-@main.command(add_help_option=False,
-              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command(
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
 @click.pass_context
 def dashboard(ctx) -> None:
     """Serve a live web dashboard of SESSION_DIR (127.0.0.1, a token in the URL it prints);
@@ -641,8 +782,13 @@ def dashboard(ctx) -> None:
 @main.command()
 @click.argument("session_dir", type=_Path(exists=True, file_okay=False))
 @click.argument("task", nargs=-1, required=True)
-@click.option("--timeout", type=float, default=5.0, show_default=True,
-              help="Seconds to wait for a live pilot's answer.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for a live pilot's answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the explanations as JSON.")
 def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Why is TASK where it is? For each TASK uid of SESSION_DIR: where it is (queued,
@@ -682,9 +828,15 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
                 notes[uid] = why
     # a task its agent no longer holds ended a moment ago: its final state is in the agent's
     # journal already (written before the update leaves), in its events within half a second
-    ended = [u for p, (got, _) in _asked.items() if got is not None for u in live[p]
-             if u not in answers and hist[u]
-             and S.TASK_RANK.get(hist[u][-1][0], 0) >= S.TASK_RANK[S.AGENT_SCHEDULING]]
+    ended = [
+        u
+        for p, (got, _) in _asked.items()
+        if got is not None
+        for u in live[p]
+        if u not in answers
+        and hist[u]
+        and S.TASK_RANK.get(hist[u][-1][0], 0) >= S.TASK_RANK[S.AGENT_SCHEDULING]
+    ]
     deadline = time.monotonic() + min(timeout, 2.0)
     while ended:
         hist2, reason2, _, _, _ = _histories(session_dir, tuple(ended), journals=True)
@@ -698,8 +850,10 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
     missing = [u for u in unseen if u not in answers]
     if missing:
         have = f"{first}..{last}" if first else "none"
-        raise BadInput(f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task in "
-                       f"{session_dir} (its tasks: {have})")
+        raise BadInput(
+            f"{', '.join(_short(m, 40) for m in missing[:5])}: no such task in "
+            f"{session_dir} (its tasks: {have})"
+        )
     out = []
     for uid in task:
         state = hist[uid][-1][0] if hist[uid] else None
@@ -781,14 +935,18 @@ def _live_pilots(session_dir: str) -> list[str]:
     out = []
     for name in sorted(os.listdir(session_dir)):
         sandbox = os.path.join(session_dir, name)
-        if name.startswith("pilot.") and os.path.exists(os.path.join(sandbox, "pilot.json")) \
-                and local_agent(sandbox)[1]:
+        if (
+            name.startswith("pilot.")
+            and os.path.exists(os.path.join(sandbox, "pilot.json"))
+            and local_agent(sandbox)[1]
+        ):
             out.append(name)
     return out
 
 
-def _ask_agents(session_dir: str, asks: dict[str, list[str]],
-                timeout: float) -> dict[str, tuple[list | None, str]]:
+def _ask_agents(
+    session_dir: str, asks: dict[str, list[str]], timeout: float
+) -> dict[str, tuple[list | None, str]]:
     """Ask pilots' agents at once (agent/explain.py: a request file in the pilot's sandbox,
     answered within a second); {pilot: (answers or None, why none)}."""
     import secrets
@@ -825,8 +983,7 @@ def _ask_agents(session_dir: str, asks: dict[str, list[str]],
                     os.unlink(base + suffix)
                 except OSError:
                     pass
-            out[p] = ((None, body["error"]) if "error" in body else
-                      (body.get("answers"), ""))
+            out[p] = (None, body["error"]) if "error" in body else (body.get("answers"), "")
         if pending:
             time.sleep(0.05)
     for p, base in pending.items():
@@ -834,16 +991,24 @@ def _ask_agents(session_dir: str, asks: dict[str, list[str]],
             os.unlink(base + ".req")
         except OSError:
             pass
-        out[p] = (None, f"its pilot's agent did not answer within {timeout:g} s (the pilot "
-                        f"ended, or its agent is gone): this is the last state the session "
-                        f"recorded")
+        out[p] = (
+            None,
+            f"its pilot's agent did not answer within {timeout:g} s (the pilot "
+            f"ended, or its agent is gone): this is the last state the session "
+            f"recorded",
+        )
     return out
 
 
 @main.command()
 @click.argument("session_dir", type=_Path(exists=True, file_okay=False))
-@click.option("--out", "out_dir", type=_Path(file_okay=False), default=None,
-              help="Where to write report.html and the PNGs (default: SESSION_DIR/report).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=_Path(file_okay=False),
+    default=None,
+    help="Where to write report.html and the PNGs (default: SESSION_DIR/report).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Also write metrics.json (and print it).")
 def report(session_dir: str, out_dir: str | None, as_json: bool) -> None:
     """Write a self-contained HTML report of SESSION_DIR: TTX, utilization by phase, plots."""

@@ -46,11 +46,10 @@ import pandas as pd
 from pilotfish._events import TaskRecord
 
 _LEN_BYTES = 4
-_CHUNK_BYTES = 512 << 10        # parse this much of a file at once (temporaries stay in cache)
-_PAD = 16                       # a copy of the last bytes, zero padded, for string gathers
-_SMALLEST_EVENT_FILE = 18        # length, fixarray, 94, cb + f64, "", "", nil
+_CHUNK_BYTES = 512 << 10  # parse this much of a file at once (temporaries stay in cache)
+_PAD = 16  # a copy of the last bytes, zero padded, for string gathers
+_SMALLEST_EVENT_FILE = 18  # length, fixarray, 94, cb + f64, "", "", nil
 _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
-
 
 
 def _map_file(path: str):
@@ -64,6 +63,7 @@ def _map_file(path: str):
 
 
 # --------------------------------------------------------------------------- byte views
+
 
 def _view(buf: np.ndarray, dtype: str) -> np.ndarray:
     """A view giving, at index i, the value of dtype stored at byte offset i (unaligned)."""
@@ -90,7 +90,9 @@ class _Bytes:
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.n = n = len(data)
         self.tail0 = max(0, n - _PAD)
-        self.tail_u64le = _view(np.frombuffer(bytes(data[self.tail0:]) + bytes(8), np.uint8), "<u8")
+        self.tail_u64le = _view(
+            np.frombuffer(bytes(data[self.tail0 :]) + bytes(8), np.uint8), "<u8"
+        )
         self.u16be = _view(self.buf, ">u2")
         self.u32be = _view(self.buf, ">u4")
         self.u64le = _view(self.buf, "<u8")
@@ -114,24 +116,25 @@ class _Bytes:
         return hdr > 0, hdr, length, is_nil
 
     def text(self, start: int, length: int) -> str:
-        return self.buf[start:start + length].tobytes().decode("utf-8", "surrogateescape")
+        return self.buf[start : start + length].tobytes().decode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------------------- frames
 
+
 @dataclass
 class _Frame:
-    payload: int    # offset of the msgpack payload
-    end: int        # offset just past the payload
-    first: int      # offset of the first event (after the array header)
-    count: int      # number of events (from the array header); -1: header not understood
+    payload: int  # offset of the msgpack payload
+    end: int  # offset just past the payload
+    first: int  # offset of the first event (after the array header)
+    count: int  # number of events (from the array header); -1: header not understood
 
 
 def _frames(data: bytes) -> list[_Frame]:
     out: list[_Frame] = []
     pos, n = 0, len(data)
     while pos + _LEN_BYTES <= n:
-        length = int.from_bytes(data[pos:pos + 4], "little")
+        length = int.from_bytes(data[pos : pos + 4], "little")
         start, end = pos + 4, pos + 4 + length
         if end > n:  # torn last frame (a killed writer): ignored, as read_events does
             break
@@ -139,9 +142,9 @@ def _frames(data: bytes) -> list[_Frame]:
         if 0x90 <= h <= 0x9F:
             first, count = start + 1, h & 0x0F
         elif h == 0xDC and length >= 3:
-            first, count = start + 3, int.from_bytes(data[start + 1:start + 3], "big")
+            first, count = start + 3, int.from_bytes(data[start + 1 : start + 3], "big")
         elif h == 0xDD and length >= 5:
-            first, count = start + 5, int.from_bytes(data[start + 1:start + 5], "big")
+            first, count = start + 5, int.from_bytes(data[start + 1 : start + 5], "big")
         else:
             first, count = start, -1
         out.append(_Frame(start, end, first, count))
@@ -243,6 +246,7 @@ def _texts(fb: _Bytes, start: np.ndarray, length: np.ndarray) -> list[str]:
 @dataclass
 class _Distinct:
     """A chunk's distinct strings of one field: keys and where the first occurrence lies."""
+
     k1: np.ndarray
     k2: np.ndarray
     start: np.ndarray
@@ -269,7 +273,7 @@ def _distinct_few(fb: _Bytes, start: np.ndarray, length: np.ndarray):
         return _distinct(fb, start, length)
     bucket = (k1 >> np.uint64(50)).astype(np.intp)
     member = np.empty(_BUCKETS, np.intp)
-    member[bucket] = np.arange(len(k1))          # whichever row lands last: any member will do
+    member[bucket] = np.arange(len(k1))  # whichever row lands last: any member will do
     rep = member[bucket]
     if not (np.array_equal(k1, k1[rep]) and np.array_equal(k2, k2[rep])):
         return _distinct(fb, start, length)
@@ -282,16 +286,18 @@ def _distinct_few(fb: _Bytes, start: np.ndarray, length: np.ndarray):
 
 # --------------------------------------------------------------------------- one chunk
 
+
 @dataclass
 class _Chunk:
     """The events of some consecutive frames of one file."""
+
     t: np.ndarray
-    uid: np.ndarray            # local codes into uid_table
+    uid: np.ndarray  # local codes into uid_table
     uid_table: _Distinct
-    name: np.ndarray           # local codes into name_table
+    name: np.ndarray  # local codes into name_table
     name_table: _Distinct
-    name_texts: list[str]      # of name_table (few)
-    detail_rows: np.ndarray    # rows (within the chunk) whose detail was kept
+    name_texts: list[str]  # of name_table (few)
+    detail_rows: np.ndarray  # rows (within the chunk) whose detail was kept
     details: list[str]
     slow_frames: list[_Frame]
 
@@ -322,7 +328,7 @@ def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
         k = int(np.searchsorted(cand, nxt[j]))
         return k if k < len(cand) and cand[k] == nxt[j] else -1
 
-    keep = np.zeros(len(cand) + 1, np.int32)   # +1/-1 at run edges, cumsum -> membership
+    keep = np.zeros(len(cand) + 1, np.int32)  # +1/-1 at run edges, cumsum -> membership
     slow: list[_Frame] = []
     i = 0
     for f in frames:
@@ -366,11 +372,19 @@ def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
     details = [fb.text(int(a), int(b)) for a, b in zip(d_start, d_len[detail_rows])]
     return _Chunk(
         t=fb.f64be[np.minimum(cand[sel] + 2, len(fb.f64be) - 1)].astype(np.float64),
-        uid=uid, uid_table=uid_table, name=name, name_table=name_table, name_texts=name_texts,
-        detail_rows=detail_rows, details=details, slow_frames=slow)
+        uid=uid,
+        uid_table=uid_table,
+        name=name,
+        name_table=name_table,
+        name_texts=name_texts,
+        detail_rows=detail_rows,
+        details=details,
+        slow_frames=slow,
+    )
 
 
 # --------------------------------------------------------------------------- public
+
 
 @dataclass
 class EventColumns:
@@ -381,6 +395,7 @@ class EventColumns:
     frames decoded by the fallback come after the others of their file. Details are kept only
     for the names asked for (and never nil ones): `detail_rows` (sorted) and `detail_values`.
     """
+
     paths: list[str]
     t: np.ndarray
     uid: np.ndarray
@@ -431,8 +446,10 @@ class _Table:
         """(global code of each concatenated table entry, distinct strings by code)."""
         if not self.parts:
             return np.zeros(0, np.int32), []
-        codes, first = _factorize_keys(_cat([d.k1 for _, d in self.parts], np.uint64),
-                                       _cat([d.k2 for _, d in self.parts], np.uint64))
+        codes, first = _factorize_keys(
+            _cat([d.k1 for _, d in self.parts], np.uint64),
+            _cat([d.k2 for _, d in self.parts], np.uint64),
+        )
         start = _cat([d.start for _, d in self.parts], np.int64)[first]
         length = _cat([d.length for _, d in self.parts], np.int64)[first]
         # decode the first occurrences file by file (parts of a file share its bytes)
@@ -447,8 +464,9 @@ class _Table:
         return codes, texts.tolist()
 
 
-def read_event_columns(paths: Sequence[str | os.PathLike],
-                       detail_names: Optional[set[str]] = None) -> EventColumns:
+def read_event_columns(
+    paths: Sequence[str | os.PathLike], detail_names: Optional[set[str]] = None
+) -> EventColumns:
     """Read events files (missing ones are skipped) into one EventColumns.
 
     detail_names: keep the details of events with these names only (None: all). Details are
@@ -478,7 +496,7 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
     name_out = np.empty(total, np.int32)
     src_out = np.empty(total, np.int16)
     uid_tab, name_tab = _Table(), _Table()
-    fast_slices: list[tuple[int, int, int, int]] = []    # (row, end, uid off, name off)
+    fast_slices: list[tuple[int, int, int, int]] = []  # (row, end, uid off, name off)
     slow_slices: list[tuple[int, int, tuple, tuple]] = []  # (row, end, uids, names)
     d_rows: list[np.ndarray] = []
     d_vals: list[str] = []
@@ -490,30 +508,35 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
         fb = _Bytes(data) if frames and fast else None
         while fast and i < len(frames):  # chunks of whole frames
             j, size = i, 0
-            while j < len(frames) and (size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES):
+            while j < len(frames) and (
+                size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES
+            ):
                 size += frames[j].end - frames[j].payload + _LEN_BYTES
                 j += 1
             ch = _parse_chunk(fb, frames[i:j], detail_names)
             i = j
             n = len(ch.t)
             uoff, noff = uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)
-            t_out[row:row + n] = ch.t
-            uid_out[row:row + n] = ch.uid
-            name_out[row:row + n] = ch.name
+            t_out[row : row + n] = ch.t
+            uid_out[row : row + n] = ch.uid
+            name_out[row : row + n] = ch.name
             fast_slices.append((row, row + n, uoff, noff))
             d_rows.append(ch.detail_rows + row)
             d_vals.extend(ch.details)
             slow_frames.extend(ch.slow_frames)
             row += n
         for f in slow_frames:  # the fallback: msgspec, as read_events does
-            events = _decode_frame(data[f.payload:f.end])
+            events = _decode_frame(data[f.payload : f.end])
             if not events:
                 continue
             t, u, nm, det = zip(*events)
             n = len(t)
-            t_out[row:row + n] = t
-            keep = [k for k, (d, m) in enumerate(zip(det, nm))
-                    if d is not None and (detail_names is None or m in detail_names)]
+            t_out[row : row + n] = t
+            keep = [
+                k
+                for k, (d, m) in enumerate(zip(det, nm))
+                if d is not None and (detail_names is None or m in detail_names)
+            ]
             d_rows.append(np.asarray(keep, dtype=np.int64) + row)
             d_vals.extend(det[k] for k in keep)
             slow_slices.append((row, row + n, u, nm))
@@ -532,8 +555,17 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
         for a, b, u, nm in slow_slices:
             uid_out[a:b] = _intern(u, uid_index, uids)
             name_out[a:b] = _intern(nm, name_index, names)
-    return EventColumns([p for p, _, _ in files], t_out, uid_out, name_out, src_out, uids,
-                        names, _cat(d_rows, np.int64), d_vals)
+    return EventColumns(
+        [p for p, _, _ in files],
+        t_out,
+        uid_out,
+        name_out,
+        src_out,
+        uids,
+        names,
+        _cat(d_rows, np.int64),
+        d_vals,
+    )
 
 
 def _intern(strings, index: dict, table: list) -> np.ndarray:
@@ -552,12 +584,23 @@ def _intern(strings, index: dict, table: list) -> np.ndarray:
 
 # TaskRecord as a plain tuple: decoding to tuples lets zip(*) build columns at C speed.
 # The nodes list is kept raw (not needed for metrics; decoded on demand).
-_RECORD_FIELDS = ("uid", "name", "pilot", "ranks", "cores_per_rank", "gpus_per_rank",
-                  "state", "exit_code", "nodes")
-assert TaskRecord.__struct_fields__ == _RECORD_FIELDS, \
+_RECORD_FIELDS = (
+    "uid",
+    "name",
+    "pilot",
+    "ranks",
+    "cores_per_rank",
+    "gpus_per_rank",
+    "state",
+    "exit_code",
+    "nodes",
+)
+assert TaskRecord.__struct_fields__ == _RECORD_FIELDS, (
     "TaskRecord changed: update pilotfish.analytics._load._RECORD_FIELDS and _RecordTuple"
-_RecordTuple = tuple[str, Optional[str], Optional[str], int, int, int, str, Optional[int],
-                     msgspec.Raw]
+)
+_RecordTuple = tuple[
+    str, Optional[str], Optional[str], int, int, int, str, Optional[int], msgspec.Raw
+]
 _decode_records = msgspec.msgpack.Decoder(list[_RecordTuple]).decode
 
 

@@ -67,8 +67,9 @@ def throughput_over_time(tasks: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame
     started = event_time(tasks, "payload_start")
     out["started"] = np.histogram(started[~np.isnan(started)], edges)[0] / width
     final = event_time(tasks, "t_final")
-    state = tasks["state"].astype(object).to_numpy() if "state" in tasks else \
-        np.full(len(tasks), None)
+    state = (
+        tasks["state"].astype(object).to_numpy() if "state" in tasks else np.full(len(tasks), None)
+    )
     for s in ("DONE", "FAILED", "CANCELED"):
         sel = (state == s) & ~np.isnan(final)
         out[s] = np.histogram(final[sel], edges)[0] / width
@@ -82,8 +83,10 @@ def throughput_summary(tasks: pd.DataFrame) -> dict[str, float]:
     """Mean rate of payload starts over TTX-like span, and the peak over 1-second bins, of
     started and of finished (any final state) tasks."""
     out: dict[str, float] = {}
-    for key, t in (("started", event_time(tasks, "payload_start")),
-                   ("finished", event_time(tasks, "t_final"))):
+    for key, t in (
+        ("started", event_time(tasks, "payload_start")),
+        ("finished", event_time(tasks, "t_final")),
+    ):
         t = t[~np.isnan(t)]
         if len(t) < 2 or t.max() <= t.min():
             out[f"{key}_mean_per_s"] = float("nan")

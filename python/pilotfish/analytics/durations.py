@@ -65,14 +65,22 @@ def stats(values: np.ndarray) -> dict[str, float]:
     if not len(v):
         return {"count": 0, **{k: float("nan") for k in STAT_NAMES[1:]}}
     median, q3, p95 = np.percentile(v, [50, 75, 95])
-    return {"count": int(len(v)), "mean": float(v.mean()), "median": float(median),
-            "q3": float(q3), "p95": float(p95), "min": float(v.min()), "max": float(v.max())}
+    return {
+        "count": int(len(v)),
+        "mean": float(v.mean()),
+        "median": float(median),
+        "q3": float(q3),
+        "p95": float(p95),
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
 
 
 def duration_stats(durations: pd.DataFrame) -> pd.DataFrame:
     """count, mean, median, q3 (75th percentile), p95, min, max per step (rows)."""
-    return pd.DataFrame({k: stats(durations[k].to_numpy()) for k in durations.columns}).T \
-        .reindex(columns=list(STAT_NAMES))
+    return pd.DataFrame({k: stats(durations[k].to_numpy()) for k in durations.columns}).T.reindex(
+        columns=list(STAT_NAMES)
+    )
 
 
 def ttx(tasks: pd.DataFrame) -> float:
@@ -91,8 +99,20 @@ def makespan(tasks: pd.DataFrame) -> float:
     return float(np.nanmax(final) - np.nanmin(new))
 
 
-WAIT_COLUMNS = ("shape", "ranks", "cores_per_rank", "gpus_per_rank", "tasks", "never_placed",
-                "mean", "median", "p95", "max", "total", "share")
+WAIT_COLUMNS = (
+    "shape",
+    "ranks",
+    "cores_per_rank",
+    "gpus_per_rank",
+    "tasks",
+    "never_placed",
+    "mean",
+    "median",
+    "p95",
+    "max",
+    "total",
+    "share",
+)
 
 
 def shape_label(ranks: int, cores_per_rank: int, gpus_per_rank: int) -> str:
@@ -127,11 +147,15 @@ def waits_by_shape(tasks: pd.DataFrame, top: int = 20, end: float | None = None)
     keep = ~np.isnan(arrived) & ~np.isnan(wait)
     if not keep.any():
         return empty
-    df = pd.DataFrame({
-        "ranks": tasks["ranks"].to_numpy(np.int64)[keep],
-        "cores_per_rank": tasks["cores_per_rank"].to_numpy(np.int64)[keep],
-        "gpus_per_rank": tasks["gpus_per_rank"].to_numpy(np.int64)[keep],
-        "wait": np.maximum(wait[keep], 0.0), "never": never[keep]})
+    df = pd.DataFrame(
+        {
+            "ranks": tasks["ranks"].to_numpy(np.int64)[keep],
+            "cores_per_rank": tasks["cores_per_rank"].to_numpy(np.int64)[keep],
+            "gpus_per_rank": tasks["gpus_per_rank"].to_numpy(np.int64)[keep],
+            "wait": np.maximum(wait[keep], 0.0),
+            "never": never[keep],
+        }
+    )
     g = df.groupby(["ranks", "cores_per_rank", "gpus_per_rank"], sort=False)
     rows = g["wait"].agg(tasks="count", mean="mean", median="median", max="max", total="sum")
     rows["p95"] = g["wait"].quantile(0.95)
@@ -140,19 +164,30 @@ def waits_by_shape(tasks: pd.DataFrame, top: int = 20, end: float | None = None)
     grand = float(df["wait"].sum())
     if len(rows) > top:
         rest = rows.iloc[top:]
-        other = {"ranks": 0, "cores_per_rank": 0, "gpus_per_rank": 0,
-                 "tasks": int(rest["tasks"].sum()), "never_placed": int(rest["never_placed"].sum()),
-                 "mean": float(rest["total"].sum() / rest["tasks"].sum()),
-                 "median": np.nan, "p95": np.nan, "max": float(rest["max"].max()),
-                 "total": float(rest["total"].sum())}
+        other = {
+            "ranks": 0,
+            "cores_per_rank": 0,
+            "gpus_per_rank": 0,
+            "tasks": int(rest["tasks"].sum()),
+            "never_placed": int(rest["never_placed"].sum()),
+            "mean": float(rest["total"].sum() / rest["tasks"].sum()),
+            "median": np.nan,
+            "p95": np.nan,
+            "max": float(rest["max"].max()),
+            "total": float(rest["total"].sum()),
+        }
         rows = pd.concat([rows.iloc[:top], pd.DataFrame([other])], ignore_index=True)
-        labels = [shape_label(r, c, gp) for r, c, gp in
-                  rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()[:-1]]
+        labels = [
+            shape_label(r, c, gp)
+            for r, c, gp in rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()[:-1]
+        ]
         labels.append(f"other shapes ({len(rest)})")
     else:
         rows = rows.reset_index(drop=True)
-        labels = [shape_label(r, c, gp) for r, c, gp in
-                  rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()]
+        labels = [
+            shape_label(r, c, gp)
+            for r, c, gp in rows[["ranks", "cores_per_rank", "gpus_per_rank"]].to_numpy()
+        ]
     rows["shape"] = labels
     rows["share"] = rows["total"] / grand if grand > 0 else 0.0
     return rows[list(WAIT_COLUMNS)]

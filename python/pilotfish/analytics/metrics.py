@@ -1,8 +1,8 @@
 """All metrics of a session in one object, and as JSON.
 
-    a = analyze("path/to/session")          # or analyze(load_session(...))
-    a.ttx, a.utilization["cores"].shares, a.duration_stats, a.waits_by_shape, a.to_json()
-    a.series(bins=600)                      # over-time DataFrames for plots
+a = analyze("path/to/session")          # or analyze(load_session(...))
+a.ttx, a.utilization["cores"].shares, a.duration_stats, a.waits_by_shape, a.to_json()
+a.series(bins=600)                      # over-time DataFrames for plots
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ class Analysis:
     ttx: float
     makespan: float
     utilization: dict[str, ru.Utilization]
-    durations: pd.DataFrame          # per task
-    duration_stats: pd.DataFrame     # per step: count, mean, median, q3, p95, min, max
+    durations: pd.DataFrame  # per task
+    duration_stats: pd.DataFrame  # per step: count, mean, median, q3, p95, min, max
     state_counts: dict[str, int]
     throughput: dict[str, float]
     concurrency: activity.Concurrency = field(repr=False)
@@ -58,11 +58,14 @@ class Analysis:
         phase), concurrency (mean tasks per step), throughput (tasks/s; coarser bins, as
         rates of discrete events are noisy)."""
         edges = self.edges(bins)
-        out = {f"utilization_{k}": ru.utilization_over_time(u, self.data.pilots, edges)
-               for k, u in self.utilization.items()}
+        out = {
+            f"utilization_{k}": ru.utilization_over_time(u, self.data.pilots, edges)
+            for k, u in self.utilization.items()
+        }
         out["concurrency"] = self.concurrency.over_time(edges)
-        out["throughput"] = activity.throughput_over_time(self.data.tasks,
-                                                          self.edges(throughput_bins))
+        out["throughput"] = activity.throughput_over_time(
+            self.data.tasks, self.edges(throughput_bins)
+        )
         return out
 
     @cached_property
@@ -87,48 +90,70 @@ class Analysis:
 
     def summary_table(self) -> pd.DataFrame:
         """The seeds' Table 1 row: RU share per phase (%), cores and GPUs."""
-        return pd.DataFrame({kind: {ru.PHASE_LABELS[k]: 100 * v for k, v in u.shares.items()}
-                             for kind, u in self.utilization.items()})
+        return pd.DataFrame(
+            {
+                kind: {ru.PHASE_LABELS[k]: 100 * v for k, v in u.shares.items()}
+                for kind, u in self.utilization.items()
+            }
+        )
 
     def to_json(self) -> dict:
         d = self.data
         pilots = []
         for w in ru.pilot_windows(d.pilots):
             p = d.pilots.loc[w.uid]
-            pilots.append({
-                "uid": w.uid, "nodes": int(p["nodes"]), "cores": w.total["cores"],
-                "gpus": w.total["gpus"], "agent_cores": w.agent["cores"],
-                "agent_gpus": w.agent["gpus"], "launcher": p.get("launcher"),
-                "state": p.get("state"),
-                "startup_s": w.t_active - w.t_boot, "active_s": w.t_stop - w.t_active,
-                "termination_s": w.t_end - w.t_stop, "lifetime_s": w.t_end - w.t_boot,
-            })
+            pilots.append(
+                {
+                    "uid": w.uid,
+                    "nodes": int(p["nodes"]),
+                    "cores": w.total["cores"],
+                    "gpus": w.total["gpus"],
+                    "agent_cores": w.agent["cores"],
+                    "agent_gpus": w.agent["gpus"],
+                    "launcher": p.get("launcher"),
+                    "state": p.get("state"),
+                    "startup_s": w.t_active - w.t_boot,
+                    "active_s": w.t_stop - w.t_active,
+                    "termination_s": w.t_end - w.t_stop,
+                    "lifetime_s": w.t_end - w.t_boot,
+                }
+            )
         util = {}
         for kind, u in self.utilization.items():
             util[kind] = {
                 "available_s": u.available,
                 "oversubscribed_s": u.oversubscribed,
-                "phases": {k: {"label": ru.PHASE_LABELS[k], "resource_s": u.phases[k],
-                               "share": u.shares[k]} for k in ru.PHASE_KEYS},
+                "phases": {
+                    k: {
+                        "label": ru.PHASE_LABELS[k],
+                        "resource_s": u.phases[k],
+                        "share": u.shares[k],
+                    }
+                    for k in ru.PHASE_KEYS
+                },
                 "per_pilot": u.per_pilot,
             }
-        return _clean({
-            "session": {"uid": d.uid, "path": os.path.abspath(d.path), "t0": d.t0},
-            "simulated": d.simulated,
-            "tasks": {"total": int(len(d.tasks)), "by_state": self.state_counts},
-            "pilots": pilots,
-            "ttx_s": self.ttx,
-            "makespan_s": self.makespan,
-            "utilization": util,
-            "durations": {k: {"label": durations.DURATION_LABELS[k], **row}
-                          for k, row in self.duration_stats.to_dict(orient="index").items()},
-            "throughput": self.throughput,
-            "waits_by_shape": self.waits_by_shape.to_dict(orient="records"),
-            "concurrency_peak": self.concurrency_peaks,
-            "partitions": self.partitions,
-            "plans": self.plans,
-            "warnings": d.warnings,
-        })
+        return _clean(
+            {
+                "session": {"uid": d.uid, "path": os.path.abspath(d.path), "t0": d.t0},
+                "simulated": d.simulated,
+                "tasks": {"total": int(len(d.tasks)), "by_state": self.state_counts},
+                "pilots": pilots,
+                "ttx_s": self.ttx,
+                "makespan_s": self.makespan,
+                "utilization": util,
+                "durations": {
+                    k: {"label": durations.DURATION_LABELS[k], **row}
+                    for k, row in self.duration_stats.to_dict(orient="index").items()
+                },
+                "throughput": self.throughput,
+                "waits_by_shape": self.waits_by_shape.to_dict(orient="records"),
+                "concurrency_peak": self.concurrency_peaks,
+                "partitions": self.partitions,
+                "plans": self.plans,
+                "warnings": d.warnings,
+            }
+        )
 
 
 def _clean(x):

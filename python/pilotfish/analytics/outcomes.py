@@ -41,33 +41,59 @@ def by_group(tasks: pd.DataFrame) -> pd.DataFrame:
     appear: tasks, DONE, FAILED, CANCELED, other (not final), the median and total run time
     (exec_start -> exec_stop, s) and the core-seconds of those runs."""
     if not len(tasks):
-        return pd.DataFrame(columns=["tasks", S.DONE, S.FAILED, S.CANCELED, "other",
-                                     "median_run", "run_seconds", "core_seconds"])
+        return pd.DataFrame(
+            columns=[
+                "tasks",
+                S.DONE,
+                S.FAILED,
+                S.CANCELED,
+                "other",
+                "median_run",
+                "run_seconds",
+                "core_seconds",
+            ]
+        )
     t = tasks
-    names = t["name"].fillna("(none)").astype(str) if "name" in t else \
-        pd.Series("(none)", index=t.index)
-    run = (t[E.EXEC_STOP] - t[E.EXEC_START]) if {E.EXEC_START, E.EXEC_STOP} <= set(t) else \
-        pd.Series(np.nan, index=t.index)
+    names = (
+        t["name"].fillna("(none)").astype(str)
+        if "name" in t
+        else pd.Series("(none)", index=t.index)
+    )
+    run = (
+        (t[E.EXEC_STOP] - t[E.EXEC_START])
+        if {E.EXEC_START, E.EXEC_STOP} <= set(t)
+        else pd.Series(np.nan, index=t.index)
+    )
     cores = t["cores"] if "cores" in t else pd.Series(1, index=t.index)
-    frame = pd.DataFrame({"name": names.values, "state": t["state"].values,
-                          "run": run.values, "core_s": (run * cores).values})
+    frame = pd.DataFrame(
+        {
+            "name": names.values,
+            "state": t["state"].values,
+            "run": run.values,
+            "core_s": (run * cores).values,
+        }
+    )
     rows = {}
     for name, g in frame.groupby("name", sort=False):
         states = g["state"].value_counts()
         n = len(g)
         final = sum(int(states.get(s, 0)) for s in (S.DONE, S.FAILED, S.CANCELED))
-        rows[name] = {"tasks": n, S.DONE: int(states.get(S.DONE, 0)),
-                      S.FAILED: int(states.get(S.FAILED, 0)),
-                      S.CANCELED: int(states.get(S.CANCELED, 0)), "other": n - final,
-                      "median_run": float(g["run"].median()) if g["run"].notna().any()
-                      else float("nan"),
-                      "run_seconds": float(g["run"].sum(min_count=1) or 0.0),
-                      "core_seconds": float(g["core_s"].sum(min_count=1) or 0.0)}
+        rows[name] = {
+            "tasks": n,
+            S.DONE: int(states.get(S.DONE, 0)),
+            S.FAILED: int(states.get(S.FAILED, 0)),
+            S.CANCELED: int(states.get(S.CANCELED, 0)),
+            "other": n - final,
+            "median_run": float(g["run"].median()) if g["run"].notna().any() else float("nan"),
+            "run_seconds": float(g["run"].sum(min_count=1) or 0.0),
+            "core_seconds": float(g["core_s"].sum(min_count=1) or 0.0),
+        }
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def not_done(tasks: pd.DataFrame, reasons: dict,
-             limit: int | None = None) -> tuple[list[tuple[str, str, str, int | None, str]], int]:
+def not_done(
+    tasks: pd.DataFrame, reasons: dict, limit: int | None = None
+) -> tuple[list[tuple[str, str, str, int | None, str]], int]:
     """([(uid, group, state, exit code, reason)], how many) of the tasks that did not end
     DONE: FAILED first, then by uid; at most `limit` rows (a million failed tasks are counted,
     not listed)."""
@@ -85,6 +111,13 @@ def not_done(tasks: pd.DataFrame, reasons: dict,
         if code is None and "exit_code" in t and pd.notna(row.get("exit_code")):
             code = int(row["exit_code"])
         name = row.get("name")
-        out.append((str(uid), "(none)" if name is None or pd.isna(name) else str(name),
-                    str(row["state"]), code, why or ""))
+        out.append(
+            (
+                str(uid),
+                "(none)" if name is None or pd.isna(name) else str(name),
+                str(row["state"]),
+                code,
+                why or "",
+            )
+        )
     return out, total

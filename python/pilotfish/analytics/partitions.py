@@ -62,8 +62,9 @@ def _first_nodes_from_events(path: str, uid: str, wanted) -> dict[str, int]:
     from pilotfish.analytics._load import read_event_columns
 
     try:
-        ev = read_event_columns([os.path.join(path, uid, "agent.events")],
-                                detail_names={E.SCHEDULE_OK})
+        ev = read_event_columns(
+            [os.path.join(path, uid, "agent.events")], detail_names={E.SCHEDULE_OK}
+        )
     except (OSError, ValueError):
         return {}
     code = ev.name_code(E.SCHEDULE_OK)
@@ -102,8 +103,11 @@ def partitions(data) -> list[dict]:
         mine = tasks[tasks["pilot"] == uid] if "pilot" in tasks else tasks.iloc[:0]
         bounds = np.array([first for first, _, _ in layout] + [len(names)])
         node_of = np.array([first_node.get(u, -1) for u in mine.index], dtype=np.int64)
-        placed = mine[E.SCHEDULE_OK].notna().to_numpy() if E.SCHEDULE_OK in mine \
+        placed = (
+            mine[E.SCHEDULE_OK].notna().to_numpy()
+            if E.SCHEDULE_OK in mine
             else np.zeros(len(mine), bool)
+        )
         unknown = placed & (node_of < 0)
         if unknown.any():
             found = _first_nodes_from_events(data.path, uid, set(mine.index[unknown]))
@@ -121,18 +125,28 @@ def partitions(data) -> list[dict]:
         for i, (first, n, launcher) in enumerate(layout):
             sel = part_of == i
             busy = float((cores[sel] * busy_t[sel]).sum())
-            held = float(sum(node_cores[first:first + n])) if node_cores else float("nan")
-            row = {"pilot": uid, "index": i, "nodes": names[first:first + n],
-                   "launcher": launcher, "start": None, "ready": None, "stop": None,
-                   "tasks": int(sel.sum()), "busy_core_s": busy,
-                   "utilization": busy / (held * life) if held and life and life > 0 else None}
+            held = float(sum(node_cores[first : first + n])) if node_cores else float("nan")
+            row = {
+                "pilot": uid,
+                "index": i,
+                "nodes": names[first : first + n],
+                "launcher": launcher,
+                "start": None,
+                "ready": None,
+                "stop": None,
+                "tasks": int(sel.sum()),
+                "busy_core_s": busy,
+                "utilization": busy / (held * life) if held and life and life > 0 else None,
+            }
             if launchers is not None and len(launchers):
-                lr = launchers[(launchers["pilot"] == uid)
-                               & (launchers["partition"] == f"p{i}")]
+                lr = launchers[(launchers["pilot"] == uid) & (launchers["partition"] == f"p{i}")]
                 if launcher is not None:
                     lr = lr[lr["launcher"] == launcher]
-                for name, key in ((E.LAUNCHER_START, "start"), (E.LAUNCHER_READY, "ready"),
-                                  (E.LAUNCHER_STOP, "stop")):
+                for name, key in (
+                    (E.LAUNCHER_START, "start"),
+                    (E.LAUNCHER_READY, "ready"),
+                    (E.LAUNCHER_STOP, "stop"),
+                ):
                     if len(lr) and name in lr and np.isfinite(lr[name].min()):
                         row[key] = float(lr[name].min())
             out.append(row)

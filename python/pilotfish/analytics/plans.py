@@ -34,16 +34,23 @@ def plans(data) -> list[dict]:
                     continue
         if not notes:
             continue
-        gains = [1 - n["best_s"] / n["baseline_s"] for n in notes
-                 if n.get("why") == "planned" and n.get("baseline_s")]
-        out.append({
-            "pilot": uid, "attempts": len(notes),
-            "planned": sum(n.get("why") == "planned" for n in notes),
-            "no_gain": sum(n.get("why") == "no gain" for n in notes),
-            "out_of_time": sum(n.get("why") == "out of time" for n in notes),
-            "cpu_s": round(sum(n.get("elapsed_s", 0.0) for n in notes), 3),
-            "cpu_s_max": round(max(n.get("elapsed_s", 0.0) for n in notes), 3),
-            "tasks_max": max(n.get("tasks", 0) for n in notes),
-            "gain": round(max(gains), 4) if gains else None,
-            "estimates": notes[-1].get("estimates") or []})
+        gains = [
+            1 - n["best_s"] / n["baseline_s"]
+            for n in notes
+            if n.get("why") == "planned" and n.get("baseline_s")
+        ]
+        out.append(
+            {
+                "pilot": uid,
+                "attempts": len(notes),
+                "planned": sum(n.get("why") == "planned" for n in notes),
+                "no_gain": sum(n.get("why") == "no gain" for n in notes),
+                "out_of_time": sum(n.get("why") == "out of time" for n in notes),
+                "cpu_s": round(sum(n.get("elapsed_s", 0.0) for n in notes), 3),
+                "cpu_s_max": round(max(n.get("elapsed_s", 0.0) for n in notes), 3),
+                "tasks_max": max(n.get("tasks", 0) for n in notes),
+                "gain": round(max(gains), 4) if gains else None,
+                "estimates": notes[-1].get("estimates") or [],
+            }
+        )
     return out

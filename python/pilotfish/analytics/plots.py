@@ -87,9 +87,13 @@ def _new(rows: int = 1, height: float = 3.6, width: float = 11.0, sharex: bool =
         fig, axes = plt.subplots(rows, 1, figsize=(width, fig_h), sharex=sharex, squeeze=False)
     m = _MARGIN
     panel = (fig_h - m["top"] - m["bottom"] - m["between"] * (rows - 1)) / rows
-    fig.subplots_adjust(left=m["left"] / width, right=1 - m["right"] / width,
-                        bottom=m["bottom"] / fig_h, top=1 - m["top"] / fig_h,
-                        hspace=m["between"] / panel)
+    fig.subplots_adjust(
+        left=m["left"] / width,
+        right=1 - m["right"] / width,
+        bottom=m["bottom"] / fig_h,
+        top=1 - m["top"] / fig_h,
+        hspace=m["between"] / panel,
+    )
     return fig, list(axes[:, 0])
 
 
@@ -98,8 +102,14 @@ def _pilot_markers(ax, analysis, label: bool) -> None:
     first = True
     for w in ru.pilot_windows(analysis.data.pilots):
         for t in (w.t_active, w.t_stop):
-            ax.axvline(t, color="#5c6370", lw=0.8, ls=(0, (4, 3)), zorder=5,
-                       label="pilot active / agent stop" if label and first else None)
+            ax.axvline(
+                t,
+                color="#5c6370",
+                lw=0.8,
+                ls=(0, (4, 3)),
+                zorder=5,
+                label="pilot active / agent stop" if label and first else None,
+            )
             first = False
 
 
@@ -115,9 +125,13 @@ def utilization_figure(analysis, series) -> Figure:
             shares = u.shares
             keys = [k for k in ru.PHASE_KEYS if u.phases[k] > 0 or k in ("exec_cmd", "idle")]
             t = df.index.to_numpy()
-            ax.stackplot(t, [np.clip(df[k].to_numpy(), 0, None) for k in keys],
-                         colors=[PHASE_COLORS[k] for k in keys], linewidth=0,
-                         labels=[f"{ru.PHASE_LABELS[k]}  {100 * shares[k]:.1f}%" for k in keys])
+            ax.stackplot(
+                t,
+                [np.clip(df[k].to_numpy(), 0, None) for k in keys],
+                colors=[PHASE_COLORS[k] for k in keys],
+                linewidth=0,
+                labels=[f"{ru.PHASE_LABELS[k]}  {100 * shares[k]:.1f}%" for k in keys],
+            )
             ax.plot(t, df["capacity"].to_numpy(), color=TEXT, lw=0.9, label="held by pilots")
             _pilot_markers(ax, analysis, label=True)
             unit = "core" if kind == "cores" else "GPU"
@@ -125,11 +139,13 @@ def utilization_figure(analysis, series) -> Figure:
             title_unit = unit.capitalize() if unit == "core" else unit
             ax.set_ylim(0, max(1.0, float(df["capacity"].max()) * 1.04))
             ax.set_xlim(t[0] - (t[1] - t[0]) / 2 if len(t) > 1 else 0, t[-1])
-            ax.set_title(f"{title_unit} utilization over time  ·  workload (Exec cmd) "
-                         f"{100 * shares['exec_cmd']:.1f}% of {u.available:,.0f} {unit}-seconds")
+            ax.set_title(
+                f"{title_unit} utilization over time  ·  workload (Exec cmd) "
+                f"{100 * shares['exec_cmd']:.1f}% of {u.available:,.0f} {unit}-seconds"
+            )
             handles, labels = ax.get_legend_handles_labels()
             ax.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.005, 1.0))
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))   # cores and GPUs are whole
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # cores and GPUs are whole
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
         axes[-1].set_xlabel("time since session start (s)")
     return fig
@@ -151,14 +167,33 @@ def ru_breakdown_figure(analysis) -> Figure:
                 s = shares[k]
                 if s <= 0:
                     continue
-                ax.barh(row, s, left=left, color=PHASE_COLORS[k], height=0.62,
-                        label=None if k in labeled else ru.PHASE_LABELS[k])
+                ax.barh(
+                    row,
+                    s,
+                    left=left,
+                    color=PHASE_COLORS[k],
+                    height=0.62,
+                    label=None if k in labeled else ru.PHASE_LABELS[k],
+                )
                 labeled.add(k)
                 if s >= 0.06:
-                    dark = k in ("agent_nodes", "pilot_startup", "exec_runtime", "exec_cmd",
-                                 "draining", "exec_launcher")
-                    ax.text(left + s / 2, row, f"{100 * s:.1f}%", ha="center", va="center",
-                            fontsize=9, color="white" if dark else TEXT)
+                    dark = k in (
+                        "agent_nodes",
+                        "pilot_startup",
+                        "exec_runtime",
+                        "exec_cmd",
+                        "draining",
+                        "exec_launcher",
+                    )
+                    ax.text(
+                        left + s / 2,
+                        row,
+                        f"{100 * s:.1f}%",
+                        ha="center",
+                        va="center",
+                        fontsize=9,
+                        color="white" if dark else TEXT,
+                    )
                 left += s
         ax.set_yticks(range(len(kinds)), ["cores" if k == "cores" else "GPUs" for k in kinds])
         ax.invert_yaxis()
@@ -167,11 +202,19 @@ def ru_breakdown_figure(analysis) -> Figure:
         ax.grid(axis="y", visible=False)
         ax.set_title("Resource utilization by phase (share of available resource-seconds)")
         handles, labels = ax.get_legend_handles_labels()
-        order = sorted(range(len(labels)), key=lambda i: [ru.PHASE_LABELS[k] for k in
-                                                          ru.PHASE_KEYS].index(labels[i]))
-        ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper center",
-                  bbox_to_anchor=(0.5, -0.42 if len(kinds) > 1 else -0.6), ncol=6,
-                  columnspacing=1.4, handlelength=1.2)
+        order = sorted(
+            range(len(labels)),
+            key=lambda i: [ru.PHASE_LABELS[k] for k in ru.PHASE_KEYS].index(labels[i]),
+        )
+        ax.legend(
+            [handles[i] for i in order],
+            [labels[i] for i in order],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.42 if len(kinds) > 1 else -0.6),
+            ncol=6,
+            columnspacing=1.4,
+            handlelength=1.2,
+        )
     return fig
 
 
@@ -211,11 +254,23 @@ def throughput_figure(analysis, series) -> Figure:
         for s in ("DONE", "FAILED", "CANCELED"):
             y = df[s].to_numpy()
             if y.any():
-                ax.stairs(bottom + y, edges, baseline=bottom, fill=True, color=FINAL_COLORS[s],
-                          alpha=0.85, label=f"finished: {s}")
+                ax.stairs(
+                    bottom + y,
+                    edges,
+                    baseline=bottom,
+                    fill=True,
+                    color=FINAL_COLORS[s],
+                    alpha=0.85,
+                    label=f"finished: {s}",
+                )
                 bottom = bottom + y
-        ax.stairs(df["started"].to_numpy(), edges, color=FINAL_COLORS["started"], lw=1.4,
-                  label="payloads started")
+        ax.stairs(
+            df["started"].to_numpy(),
+            edges,
+            color=FINAL_COLORS["started"],
+            lw=1.4,
+            label="payloads started",
+        )
         tp = analysis.throughput
         mean = tp.get("finished_mean_per_s")
         title = f"Throughput (tasks per second, {_seconds(edges[1] - edges[0])} bins)"
@@ -244,8 +299,15 @@ def setup_histogram_figure(analysis) -> Figure:
     with plt.rc_context(STYLE):
         fig, (ax,) = _new(1, height=3.6)
         if not len(v):
-            ax.text(0.5, 0.5, "no task reached its payload", transform=ax.transAxes,
-                    ha="center", va="center", color=TEXT)
+            ax.text(
+                0.5,
+                0.5,
+                "no task reached its payload",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                color=TEXT,
+            )
             ax.set_title("Task setup time")
             return fig
         zeros = int((v <= 0).sum())
@@ -286,8 +348,13 @@ def durations_figure(analysis) -> Figure:
                 continue
             v.sort()  # one sort gives every quantile (np.quantile re-partitions per q)
             x = v[np.minimum((q * (len(v) - 1)).round().astype(np.intp), len(v) - 1)]
-            ax.plot(x, q, color=STEP_COLORS[key], lw=1.8,
-                    label=f"{DURATION_LABELS[key]}  (median {_seconds(v[len(v) // 2])})")
+            ax.plot(
+                x,
+                q,
+                color=STEP_COLORS[key],
+                lw=1.8,
+                label=f"{DURATION_LABELS[key]}  (median {_seconds(v[len(v) // 2])})",
+            )
             drawn = True
         if drawn:
             ax.set_xscale("log")

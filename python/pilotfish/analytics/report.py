@@ -27,17 +27,17 @@ from pilotfish.analytics.metrics import Analysis, analyze
 DEFAULT_BINS = 600
 CAPTIONS = {
     "utilization": "Resources held by the pilots over time, stacked by what they were used or "
-                   "blocked for (mean per time bin). Dashed lines: pilots becoming active and "
-                   "their agents stopping.",
+    "blocked for (mean per time bin). Dashed lines: pilots becoming active and "
+    "their agents stopping.",
     "ru_breakdown": "Share of the available core- and GPU-seconds per phase; each bar sums to 100%.",
     "concurrency": "Number of tasks in each step of their life over time.",
     "throughput": "Tasks reaching a final state per second (bars, by state) and payloads started "
-                  "per second (line).",
+    "per second (line).",
     "setup_histogram": "Per-task setup time: resources held before the payload runs "
-                       "(prepare, spawn, launcher). Log-spaced bins.",
+    "(prepare, spawn, launcher). Log-spaced bins.",
     "durations": "Cumulative distribution of each per-task step.",
     "elastic": "Nodes held by each pilot (grow, shrink) and members in each service group's "
-               "view (one step per epoch) over time.",
+    "view (one step per epoch) over time.",
 }
 TITLES = {
     "utilization": "Utilization over time",
@@ -48,8 +48,7 @@ TITLES = {
     "durations": "Per-task durations",
     "elastic": "Elasticity over time",
 }
-_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'")
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 
 
 def _png(fig) -> bytes:
@@ -85,7 +84,12 @@ def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def _ru_table(a: Analysis) -> str:
     kinds = [k for k in ru.KINDS if a.utilization[k].available > 0] or ["cores"]
-    header = ["Phase"] + [f"{k} %" for k in kinds] + [f"{k[:-1]}-seconds" for k in kinds] + ["What it counts"]
+    header = (
+        ["Phase"]
+        + [f"{k} %" for k in kinds]
+        + [f"{k[:-1]}-seconds" for k in kinds]
+        + ["What it counts"]
+    )
     rows = []
     for key in ru.PHASE_KEYS:
         swatch = f'<span class="sw" style="background:{plots.PHASE_COLORS[key]}"></span>'
@@ -94,9 +98,14 @@ def _ru_table(a: Analysis) -> str:
         row += [_num(a.utilization[k].phases[key], 1) for k in kinds]
         row.append(f'<span class="def">{html.escape(ru.PHASE_DEFINITIONS[key])}</span>')
         rows.append(row)
-    rows.append(["<b>Available</b>"] + ["100%" for _ in kinds] +
-                [f"<b>{_num(a.utilization[k].available, 1)}</b>" for k in kinds] +
-                ['<span class="def">resources held × (final state − bootstrap_start), summed over pilots</span>'])
+    rows.append(
+        ["<b>Available</b>"]
+        + ["100%" for _ in kinds]
+        + [f"<b>{_num(a.utilization[k].available, 1)}</b>" for k in kinds]
+        + [
+            '<span class="def">resources held × (final state − bootstrap_start), summed over pilots</span>'
+        ]
+    )
     return _table(header, rows, "num ru")
 
 
@@ -105,9 +114,18 @@ def _durations_table(a: Analysis) -> str:
     rows = []
     for key, label, start, end in DURATIONS:
         st = a.duration_stats.loc[key]
-        rows.append([html.escape(label), f'<span class="def">{start} → {end}</span>',
-                     _num(st["count"]), _s(st["mean"]), _s(st["median"]), _s(st["q3"]),
-                     _s(st["p95"]), _s(st["max"])])
+        rows.append(
+            [
+                html.escape(label),
+                f'<span class="def">{start} → {end}</span>',
+                _num(st["count"]),
+                _s(st["mean"]),
+                _s(st["median"]),
+                _s(st["q3"]),
+                _s(st["p95"]),
+                _s(st["max"]),
+            ]
+        )
     return _table(header, rows, "num dur")
 
 
@@ -116,27 +134,69 @@ def _waits_table(a: Analysis) -> str:
     w = a.waits_by_shape
     if not len(w):
         return ""
-    header = ["Shape (ranks × per rank)", "tasks", "never placed", "mean", "median", "p95",
-              "max", "task-seconds waited", "share"]
-    rows = [[html.escape(str(r["shape"])), _num(r["tasks"]), _num(r["never_placed"]),
-             _s(r["mean"]), _s(r["median"]), _s(r["p95"]), _s(r["max"]), _num(r["total"], 1),
-             _pct(r["share"])] for r in w.to_dict(orient="records")]
-    return ('<section id="waits-table"><h2>Waiting by task shape</h2>'
-            '<p class="def">Time in the agent\'s scheduler, AGENT_SCHEDULING → schedule_ok (a task '
-            'never placed: until its final state); the shapes that waited longest in total '
-            'first.</p>' + _table(header, rows, "num dur") + "</section>")
+    header = [
+        "Shape (ranks × per rank)",
+        "tasks",
+        "never placed",
+        "mean",
+        "median",
+        "p95",
+        "max",
+        "task-seconds waited",
+        "share",
+    ]
+    rows = [
+        [
+            html.escape(str(r["shape"])),
+            _num(r["tasks"]),
+            _num(r["never_placed"]),
+            _s(r["mean"]),
+            _s(r["median"]),
+            _s(r["p95"]),
+            _s(r["max"]),
+            _num(r["total"], 1),
+            _pct(r["share"]),
+        ]
+        for r in w.to_dict(orient="records")
+    ]
+    return (
+        '<section id="waits-table"><h2>Waiting by task shape</h2>'
+        '<p class="def">Time in the agent\'s scheduler, AGENT_SCHEDULING → schedule_ok (a task '
+        "never placed: until its final state); the shapes that waited longest in total "
+        "first.</p>" + _table(header, rows, "num dur") + "</section>"
+    )
 
 
 def _pilots_table(a: Analysis) -> str:
-    header = ["Pilot", "state", "nodes", "cores", "GPUs", "agent cores", "launcher",
-              "startup", "active", "termination"]
+    header = [
+        "Pilot",
+        "state",
+        "nodes",
+        "cores",
+        "GPUs",
+        "agent cores",
+        "launcher",
+        "startup",
+        "active",
+        "termination",
+    ]
     rows = []
     for w in ru.pilot_windows(a.data.pilots):
         p = a.data.pilots.loc[w.uid]
-        rows.append([html.escape(w.uid), html.escape(str(p.get("state") or "–")),
-                     _num(p["nodes"]), _num(w.total["cores"]), _num(w.total["gpus"]),
-                     _num(w.agent["cores"]), html.escape(str(p.get("launcher") or "–")),
-                     _s(w.t_active - w.t_boot), _s(w.t_stop - w.t_active), _s(w.t_end - w.t_stop)])
+        rows.append(
+            [
+                html.escape(w.uid),
+                html.escape(str(p.get("state") or "–")),
+                _num(p["nodes"]),
+                _num(w.total["cores"]),
+                _num(w.total["gpus"]),
+                _num(w.agent["cores"]),
+                html.escape(str(p.get("launcher") or "–")),
+                _s(w.t_active - w.t_boot),
+                _s(w.t_stop - w.t_active),
+                _s(w.t_end - w.t_stop),
+            ]
+        )
     return _table(header, rows, "num")
 
 
@@ -144,24 +204,42 @@ def _plans_table(a: Analysis) -> str:
     """The scheduler's plans and learned durations (policy "plan"); empty when none."""
     out = []
     for p in a.plans:
-        head = (f'{html.escape(p["pilot"])}: {p["attempts"]} planning attempts -- '
-                f'{p["planned"]} planned, {p["no_gain"]} no gain, {p["out_of_time"]} out of '
-                f'time; {_num(p["cpu_s"], 2)} CPU s in all (at most {_num(p["cpu_s_max"], 2)}'
-                f' s, {_num(p["tasks_max"])} tasks)'
-                + (f'; best predicted gain {_pct(p["gain"])}' if p["gain"] else ""))
-        rows = [[html.escape(str(e["executable"])),
-                 f'{e["ranks"]} × ({e["cores_per_rank"]} cores, {e["gpus_per_rank"]} GPUs)',
-                 _num(e["samples"]), _s(e["mean_s"]), _s(e["std_s"])]
-                for e in p["estimates"]]
-        out.append(f"<p>{head}</p>" + (_table(["Executable", "shape", "samples",
-                                               "learned duration", "± (std)"], rows, "num")
-                                       if rows else ""))
+        head = (
+            f"{html.escape(p['pilot'])}: {p['attempts']} planning attempts -- "
+            f"{p['planned']} planned, {p['no_gain']} no gain, {p['out_of_time']} out of "
+            f"time; {_num(p['cpu_s'], 2)} CPU s in all (at most {_num(p['cpu_s_max'], 2)}"
+            f" s, {_num(p['tasks_max'])} tasks)"
+            + (f"; best predicted gain {_pct(p['gain'])}" if p["gain"] else "")
+        )
+        rows = [
+            [
+                html.escape(str(e["executable"])),
+                f"{e['ranks']} × ({e['cores_per_rank']} cores, {e['gpus_per_rank']} GPUs)",
+                _num(e["samples"]),
+                _s(e["mean_s"]),
+                _s(e["std_s"]),
+            ]
+            for e in p["estimates"]
+        ]
+        out.append(
+            f"<p>{head}</p>"
+            + (
+                _table(
+                    ["Executable", "shape", "samples", "learned duration", "± (std)"], rows, "num"
+                )
+                if rows
+                else ""
+            )
+        )
     if not out:
         return ""
-    return ('<section id="plans"><h2>Scheduler: learned durations and plans</h2>'
-            + "".join(out) + '<p class="def">learned duration: mean time a task of that kind '
-            "held its slots (placed → released), from the tasks that ended by themselves; "
-            "used where a task gives no duration.</p></section>")
+    return (
+        '<section id="plans"><h2>Scheduler: learned durations and plans</h2>'
+        + "".join(out)
+        + '<p class="def">learned duration: mean time a task of that kind '
+        "held its slots (placed → released), from the tasks that ended by themselves; "
+        "used where a task gives no duration.</p></section>"
+    )
 
 
 def _partitions_table(a: Analysis) -> str:
@@ -169,21 +247,42 @@ def _partitions_table(a: Analysis) -> str:
     parts = a.partitions
     if not any(p["index"] > 0 for p in parts):
         return ""
-    header = ["Pilot", "partition", "nodes", "launcher", "start-up", "termination", "tasks",
-              "busy core-s", "utilization"]
+    header = [
+        "Pilot",
+        "partition",
+        "nodes",
+        "launcher",
+        "start-up",
+        "termination",
+        "tasks",
+        "busy core-s",
+        "utilization",
+    ]
     rows = []
     for p in parts:
-        up = (p["ready"] - p["start"]) if p["ready"] is not None and p["start"] is not None else None
-        rows.append([html.escape(p["pilot"]), _num(p["index"]),
-                     f'{len(p["nodes"])} <span class="def">{html.escape(_span(p["nodes"]))}</span>',
-                     html.escape(str(p["launcher"] or "–")), _s(up),
-                     _s(_stop_time(a, p)), _num(p["tasks"]), _num(p["busy_core_s"], 1),
-                     _pct(p["utilization"]) if p["utilization"] is not None else "–"])
-    return (f'<section id="partitions"><h2>Partitions</h2>{_table(header, rows, "num")}'
-            '<p class="def">start-up: launcher_start → launcher_ready of the partition\'s '
-            'launcher instance; termination: drain_stop → launcher_stop; utilization: busy '
-            'core-seconds (placed → released) over the partition\'s cores × the pilot\'s '
-            'lifetime.</p></section>')
+        up = (
+            (p["ready"] - p["start"]) if p["ready"] is not None and p["start"] is not None else None
+        )
+        rows.append(
+            [
+                html.escape(p["pilot"]),
+                _num(p["index"]),
+                f'{len(p["nodes"])} <span class="def">{html.escape(_span(p["nodes"]))}</span>',
+                html.escape(str(p["launcher"] or "–")),
+                _s(up),
+                _s(_stop_time(a, p)),
+                _num(p["tasks"]),
+                _num(p["busy_core_s"], 1),
+                _pct(p["utilization"]) if p["utilization"] is not None else "–",
+            ]
+        )
+    return (
+        f'<section id="partitions"><h2>Partitions</h2>{_table(header, rows, "num")}'
+        '<p class="def">start-up: launcher_start → launcher_ready of the partition\'s '
+        "launcher instance; termination: drain_stop → launcher_stop; utilization: busy "
+        "core-seconds (placed → released) over the partition's cores × the pilot's "
+        "lifetime.</p></section>"
+    )
 
 
 def _span(names: list[str]) -> str:
@@ -202,8 +301,10 @@ def _stop_time(a: Analysis, p: dict):
 
 def _states_table(a: Analysis) -> str:
     total = sum(a.state_counts.values()) or 1
-    rows = [[html.escape(s), _num(n), f"{100 * n / total:.2f}%"]
-            for s, n in sorted(a.state_counts.items(), key=lambda kv: -kv[1])]
+    rows = [
+        [html.escape(s), _num(n), f"{100 * n / total:.2f}%"]
+        for s, n in sorted(a.state_counts.items(), key=lambda kv: -kv[1])
+    ]
     return _table(["Final state", "tasks", "share"], rows, "num")
 
 
@@ -218,26 +319,58 @@ def _outcomes(a: Analysis) -> str:
     groups = outcomes.by_group(t)
     out = ""
     if len(groups):
-        header = ["Group (name)", "tasks", "DONE", "FAILED", "CANCELED", "not final",
-                  "median run", "run core-seconds"]
-        rows = [[html.escape(str(name)), _num(r["tasks"]), _num(r["DONE"]), _num(r["FAILED"]),
-                 _num(r["CANCELED"]), _num(r["other"]), _s(r["median_run"]),
-                 _num(r["core_seconds"], 1)]
-                for name, r in list(groups.iterrows())[:MAX_ROWS]]
+        header = [
+            "Group (name)",
+            "tasks",
+            "DONE",
+            "FAILED",
+            "CANCELED",
+            "not final",
+            "median run",
+            "run core-seconds",
+        ]
+        rows = [
+            [
+                html.escape(str(name)),
+                _num(r["tasks"]),
+                _num(r["DONE"]),
+                _num(r["FAILED"]),
+                _num(r["CANCELED"]),
+                _num(r["other"]),
+                _s(r["median_run"]),
+                _num(r["core_seconds"], 1),
+            ]
+            for name, r in list(groups.iterrows())[:MAX_ROWS]
+        ]
         more = len(groups) - MAX_ROWS
-        out += ('<section id="groups"><h2>By task group</h2><p class="def">Run time: '
-                'exec_start → exec_stop of each task that ran.</p>' + _table(header, rows, "num")
-                + (f"<p>… and {more:,} more groups</p>" if more > 0 else "") + "</section>")
-    bad, total = outcomes.not_done(t, outcomes.final_reasons(a.data.path), MAX_ROWS) \
-        if len(t) else ([], 0)
+        out += (
+            '<section id="groups"><h2>By task group</h2><p class="def">Run time: '
+            "exec_start → exec_stop of each task that ran.</p>"
+            + _table(header, rows, "num")
+            + (f"<p>… and {more:,} more groups</p>" if more > 0 else "")
+            + "</section>"
+        )
+    bad, total = (
+        outcomes.not_done(t, outcomes.final_reasons(a.data.path), MAX_ROWS) if len(t) else ([], 0)
+    )
     if bad:
-        rows = [[html.escape(uid), html.escape(name), html.escape(state),
-                 "" if code is None else str(code), html.escape(why)]
-                for uid, name, state, code, why in bad]
+        rows = [
+            [
+                html.escape(uid),
+                html.escape(name),
+                html.escape(state),
+                "" if code is None else str(code),
+                html.escape(why),
+            ]
+            for uid, name, state, code, why in bad
+        ]
         more = total - len(bad)
-        out += ('<section id="failed-tasks"><h2>Tasks that did not end DONE</h2>'
-                + _table(["Task", "group", "state", "exit code", "reason"], rows)
-                + (f"<p>… and {more:,} more</p>" if more > 0 else "") + "</section>")
+        out += (
+            '<section id="failed-tasks"><h2>Tasks that did not end DONE</h2>'
+            + _table(["Task", "group", "state", "exit code", "reason"], rows)
+            + (f"<p>… and {more:,} more</p>" if more > 0 else "")
+            + "</section>"
+        )
     return out
 
 
@@ -247,21 +380,42 @@ def _cards(a: Analysis) -> str:
     items = [
         ("TTX", _s(a.ttx), "first exec_start → last exec_stop"),
         ("Makespan", _s(a.makespan), "first NEW → last final state"),
-        ("Tasks", _num(len(a.data.tasks)), ", ".join(f"{k} {v:,}" for k, v in a.state_counts.items())),
-        ("Core RU (workload)", f"{100 * cores.shares['exec_cmd']:.1f}%" if cores.available else "–",
-         f"of {_num(cores.available)} core-s"),
+        (
+            "Tasks",
+            _num(len(a.data.tasks)),
+            ", ".join(f"{k} {v:,}" for k, v in a.state_counts.items()),
+        ),
+        (
+            "Core RU (workload)",
+            f"{100 * cores.shares['exec_cmd']:.1f}%" if cores.available else "–",
+            f"of {_num(cores.available)} core-s",
+        ),
     ]
     if gpus.available:
-        items.append(("GPU RU (workload)", f"{100 * gpus.shares['exec_cmd']:.1f}%",
-                      f"of {_num(gpus.available)} GPU-s"))
+        items.append(
+            (
+                "GPU RU (workload)",
+                f"{100 * gpus.shares['exec_cmd']:.1f}%",
+                f"of {_num(gpus.available)} GPU-s",
+            )
+        )
     tp = a.throughput.get("finished_mean_per_s")
-    items.append(("Throughput", f"{_num(tp, 1)}/s" if tp and np.isfinite(tp) else "–",
-                  f"peak {_num(a.throughput.get('finished_peak_per_s'))}/s"))
+    items.append(
+        (
+            "Throughput",
+            f"{_num(tp, 1)}/s" if tp and np.isfinite(tp) else "–",
+            f"peak {_num(a.throughput.get('finished_peak_per_s'))}/s",
+        )
+    )
     st = a.duration_stats.loc["setup"]
-    items.append(("Setup time", _s(st["median"]), f"median; mean {_s(st['mean'])}, q3 {_s(st['q3'])}"))
-    return "".join(f'<div class="card"><div class="k">{html.escape(k)}</div>'
-                   f'<div class="v">{v}</div><div class="n">{html.escape(n)}</div></div>'
-                   for k, v, n in items)
+    items.append(
+        ("Setup time", _s(st["median"]), f"median; mean {_s(st['mean'])}, q3 {_s(st['q3'])}")
+    )
+    return "".join(
+        f'<div class="card"><div class="k">{html.escape(k)}</div>'
+        f'<div class="v">{v}</div><div class="n">{html.escape(n)}</div></div>'
+        for k, v, n in items
+    )
 
 
 _CSS = """
@@ -312,17 +466,20 @@ def render_html(a: Analysis, pngs: dict[str, bytes]) -> str:
             f'<section id="{name}"><h2>{html.escape(TITLES[name])}</h2><figure>'
             f'<img alt="{html.escape(TITLES[name])}" src="data:image/png;base64,{b64}" '
             # a plot that cannot be decoded is a console error (what the browser test checks)
-            f'onerror="console.error(\'report plot failed to load: {name}\')">'
-            f'<figcaption>{html.escape(CAPTIONS[name])}</figcaption></figure></section>')
+            f"onerror=\"console.error('report plot failed to load: {name}')\">"
+            f"<figcaption>{html.escape(CAPTIONS[name])}</figcaption></figure></section>"
+        )
     warnings = ""
     if d.warnings:
         items = "".join(f"<li>{html.escape(w)}</li>" for w in d.warnings)
         warnings = f'<section class="warn"><h2>Warnings</h2><ul>{items}</ul></section>'
     over = [k for k, u in a.utilization.items() if u.oversubscribed > 1e-9]
     if over:
-        warnings += ('<section class="warn"><h2>Oversubscription</h2><p>Events show more '
-                     f'resources busy than held ({", ".join(over)}); Idle is reduced by the '
-                     'excess so the shares still sum to 100%.</p></section>')
+        warnings += (
+            '<section class="warn"><h2>Oversubscription</h2><p>Events show more '
+            f"resources busy than held ({', '.join(over)}); Idle is reduced by the "
+            "excess so the shares still sum to 100%.</p></section>"
+        )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{_CSP}">
@@ -368,8 +525,9 @@ window.addEventListener("load", function () {{
 """
 
 
-def write_report(analysis: Analysis, out_dir: str, as_json: bool = True,
-                 bins: int = DEFAULT_BINS) -> dict[str, str]:
+def write_report(
+    analysis: Analysis, out_dir: str, as_json: bool = True, bins: int = DEFAULT_BINS
+) -> dict[str, str]:
     """Write report.html, <plot>.png (and metrics.json) into out_dir; returns name -> path."""
     os.makedirs(out_dir, exist_ok=True)
     series = analysis.series(bins)
@@ -421,8 +579,11 @@ def report_main(session_dir: str, out_dir: str | None, as_json: bool) -> int:
     if as_json:
         print(f"metrics: {paths['metrics']}", file=log)
     plots_written = ", ".join(os.path.basename(p) for p in paths.values() if p.endswith(".png"))
-    print(f"plots: {plots_written}  ({len(analysis.data.tasks):,} tasks, "
-          f"{time.perf_counter() - t:.1f} s)", file=log)
+    print(
+        f"plots: {plots_written}  ({len(analysis.data.tasks):,} tasks, "
+        f"{time.perf_counter() - t:.1f} s)",
+        file=log,
+    )
     if as_json:
         with open(paths["metrics"]) as fh:
             sys.stdout.write(fh.read() + "\n")

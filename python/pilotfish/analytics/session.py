@@ -25,15 +25,38 @@ import numpy as np
 import pandas as pd
 
 from pilotfish import _events as E
-from pilotfish.analytics._load import EventColumns, gc_paused, read_event_columns, \
-    read_task_record_columns
+from pilotfish.analytics._load import (
+    EventColumns,
+    gc_paused,
+    read_event_columns,
+    read_task_record_columns,
+)
 
 FINAL_STATES = ("DONE", "FAILED", "CANCELED")
-TASK_EVENTS = ("NEW", "SCHEDULING", "STAGING_INPUT", "AGENT_SCHEDULING", E.SCHEDULE_OK,
-               "EXECUTING", E.EXEC_START, E.EXEC_OK, E.LAUNCH_OK, E.EXEC_STOP, E.UNSCHEDULE,
-               "STAGING_OUTPUT") + FINAL_STATES
-PILOT_EVENTS = ("NEW", "LAUNCHING", E.BOOTSTRAP_START, E.RESOURCES_OK, "ACTIVE",
-                E.DRAIN_START, E.DRAIN_STOP, E.AGENT_STOP) + FINAL_STATES
+TASK_EVENTS = (
+    "NEW",
+    "SCHEDULING",
+    "STAGING_INPUT",
+    "AGENT_SCHEDULING",
+    E.SCHEDULE_OK,
+    "EXECUTING",
+    E.EXEC_START,
+    E.EXEC_OK,
+    E.LAUNCH_OK,
+    E.EXEC_STOP,
+    E.UNSCHEDULE,
+    "STAGING_OUTPUT",
+) + FINAL_STATES
+PILOT_EVENTS = (
+    "NEW",
+    "LAUNCHING",
+    E.BOOTSTRAP_START,
+    E.RESOURCES_OK,
+    "ACTIVE",
+    E.DRAIN_START,
+    E.DRAIN_STOP,
+    E.AGENT_STOP,
+) + FINAL_STATES
 LAUNCHER_EVENTS = (E.LAUNCHER_START, E.LAUNCHER_READY, E.LAUNCHER_STOP)
 SESSION_UID = "session"
 
@@ -46,13 +69,13 @@ class SessionData:
     pilots: pd.DataFrame
     launchers: pd.DataFrame
     events: EventColumns = field(repr=False)
-    info: dict = field(default_factory=dict)        # session.json
+    info: dict = field(default_factory=dict)  # session.json
     warnings: list[str] = field(default_factory=list)
 
     @property
     def simulated(self) -> bool:
         """A session whose pilots were simulated (resource="simulated"): virtual times."""
-        for uid in (self.pilots.index if self.pilots is not None else ()):
+        for uid in self.pilots.index if self.pilots is not None else ():
             try:
                 with open(os.path.join(self.path, uid, "pilot.json")) as f:
                     if (json.load(f).get("description") or {}).get("resource") == "simulated":
@@ -69,20 +92,24 @@ class SessionData:
         """All events as a DataFrame (t relative to t0; uid, name categorical; detail where
         kept). Built on demand: for 1M tasks this is ~13M rows."""
         ev = self.events
-        return pd.DataFrame({
-            "t": ev.t - self.t0,
-            "uid": pd.Categorical.from_codes(ev.uid, categories=pd.Index(ev.uids)),
-            "name": pd.Categorical.from_codes(ev.name, categories=pd.Index(ev.names)),
-            "source": pd.Categorical.from_codes(ev.source, categories=pd.Index(ev.paths)),
-        })
+        return pd.DataFrame(
+            {
+                "t": ev.t - self.t0,
+                "uid": pd.Categorical.from_codes(ev.uid, categories=pd.Index(ev.uids)),
+                "name": pd.Categorical.from_codes(ev.name, categories=pd.Index(ev.names)),
+                "source": pd.Categorical.from_codes(ev.source, categories=pd.Index(ev.paths)),
+            }
+        )
 
 
 def _pilot_dirs(path: str) -> list[str]:
     out = []
     for entry in sorted(os.listdir(path)):
         d = os.path.join(path, entry)
-        if os.path.isdir(d) and (os.path.exists(os.path.join(d, "agent.events")) or
-                                 os.path.exists(os.path.join(d, "pilot.json"))):
+        if os.path.isdir(d) and (
+            os.path.exists(os.path.join(d, "agent.events"))
+            or os.path.exists(os.path.join(d, "pilot.json"))
+        ):
             out.append(entry)
     return out
 
@@ -95,12 +122,17 @@ def _read_json(path: str) -> dict:
         return {}
 
 
-_PIVOT_ROWS = 1 << 18   # events per step: the temporaries stay small and are reused
+_PIVOT_ROWS = 1 << 18  # events per step: the temporaries stay small and are reused
 
 
-def _pivot(ev: EventColumns, entity_of_uid: np.ndarray, n_entities: int,
-           names: tuple[str, ...], t0: float,
-           rows: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+def _pivot(
+    ev: EventColumns,
+    entity_of_uid: np.ndarray,
+    n_entities: int,
+    names: tuple[str, ...],
+    t0: float,
+    rows: np.ndarray | None = None,
+) -> tuple[list[str], np.ndarray]:
     """First time (relative to t0) of each event name per entity: (column names, array of
     shape (n_columns, n_entities), NaN: never). The given `names` come first and are always
     there; every other name that occurs for these entities follows.
@@ -109,13 +141,14 @@ def _pivot(ev: EventColumns, entity_of_uid: np.ndarray, n_entities: int,
     rows: only these event rows can be of the entities (all rows if None). A scatter-min
     over the events, in steps: no grouping, no loop per entity.
     """
-    uid, name, t = (ev.uid, ev.name, ev.t) if rows is None else \
-        (ev.uid[rows], ev.name[rows], ev.t[rows])
+    uid, name, t = (
+        (ev.uid, ev.name, ev.t) if rows is None else (ev.uid[rows], ev.name[rows], ev.t[rows])
+    )
     steps = range(0, len(uid), _PIVOT_ROWS)
     counts = np.zeros(len(ev.names), np.int64)
     for a in steps:
-        mine = entity_of_uid[uid[a:a + _PIVOT_ROWS]] >= 0
-        counts += np.bincount(name[a:a + _PIVOT_ROWS][mine], minlength=len(ev.names))
+        mine = entity_of_uid[uid[a : a + _PIVOT_ROWS]] >= 0
+        counts += np.bincount(name[a : a + _PIVOT_ROWS][mine], minlength=len(ev.names))
     present = np.flatnonzero(counts)
     columns = list(names) + [ev.names[c] for c in present if ev.names[c] not in names]
     k = len(columns)
@@ -161,14 +194,17 @@ def _positions(table: list[str], keys: np.ndarray) -> np.ndarray:
         k0 = table.index(keys[0])
     except ValueError:
         k0 = -1
-    if k0 >= 0 and k0 + len(keys) <= len(table) and \
-            np.array_equal(np.asarray(table[k0:k0 + len(keys)], dtype=object), keys):
-        pos[k0:k0 + len(keys)] = np.arange(len(keys))
+    if (
+        k0 >= 0
+        and k0 + len(keys) <= len(table)
+        and np.array_equal(np.asarray(table[k0 : k0 + len(keys)], dtype=object), keys)
+    ):
+        pos[k0 : k0 + len(keys)] = np.arange(len(keys))
         return pos
     index = pd.Index(keys)
     if index.is_unique:
         return index.get_indexer(pd.Index(table, dtype=object))
-    first = np.flatnonzero(~index.duplicated())   # a uid recorded twice: its first record
+    first = np.flatnonzero(~index.duplicated())  # a uid recorded twice: its first record
     found = index[first].get_indexer(pd.Index(table, dtype=object))
     return np.where(found >= 0, first[np.maximum(found, 0)], -1)
 
@@ -234,13 +270,20 @@ def _load_session(path: str) -> SessionData:
     t_final, final_state = _first_final(columns, grid)
 
     # the pilot a task ran on: its record, else the pilot whose agent.events it appears in
-    src_pilot = np.array([pilot_index.get(os.path.basename(os.path.dirname(p)), -1)
-                          if p.endswith("agent.events") else -1 for p in ev.paths], dtype=np.int64)
+    src_pilot = np.array(
+        [
+            pilot_index.get(os.path.basename(os.path.dirname(p)), -1)
+            if p.endswith("agent.events")
+            else -1
+            for p in ev.paths
+        ],
+        dtype=np.int64,
+    )
 
     def pilot_from_files(tasks: np.ndarray) -> np.ndarray:
         if not len(tasks):
             return np.zeros(0, np.int64)
-        wanted_uid = np.zeros(len(ev.uids), bool)   # the uid codes of these tasks
+        wanted_uid = np.zeros(len(ev.uids), bool)  # the uid codes of these tasks
         wanted_uid[np.isin(task_of_uid, tasks)] = True
         rows = np.flatnonzero(wanted_uid[ev.uid])
         via_file = np.full(n_tasks, -1, np.int64)
@@ -271,16 +314,22 @@ def _load_session(path: str) -> SessionData:
         _shapes_from_details(ev, rows, task_of_uid[ev.uid[rows]], has_record, ranks, cpr, gpr)
 
     index = pd.Index(task_uids, name="uid", dtype=object)
-    meta = pd.DataFrame({
-        "pilot": pd.Categorical.from_codes(pilot_code, categories=pilot_uids),
-        "state": pd.Categorical(state),
-        "exit_code": exit_code,
-        "name": names,
-        "ranks": ranks, "cores_per_rank": cpr, "gpus_per_rank": gpr,
-        "cores": ranks * cpr, "gpus": ranks * gpr,
-        "has_record": has_record,
-        "t_final": t_final,
-    }, index=index)
+    meta = pd.DataFrame(
+        {
+            "pilot": pd.Categorical.from_codes(pilot_code, categories=pilot_uids),
+            "state": pd.Categorical(state),
+            "exit_code": exit_code,
+            "name": names,
+            "ranks": ranks,
+            "cores_per_rank": cpr,
+            "gpus_per_rank": gpr,
+            "cores": ranks * cpr,
+            "gpus": ranks * gpr,
+            "has_record": has_record,
+            "t_final": t_final,
+        },
+        index=index,
+    )
     times = pd.DataFrame(grid.T, index=index, columns=columns, copy=False)  # the grid as is
     tasks = pd.concat([meta, times], axis=1)
 
@@ -350,7 +399,7 @@ def _pilots(path, ev, pilot_uids, rows, t0, warnings) -> pd.DataFrame:
     for s, p in enumerate(ev.paths):
         owner = os.path.basename(os.path.dirname(p))
         if owner in index and p.endswith("agent.events") and bounds[s + 1] > bounds[s]:
-            last[index[owner]] = float(ev.t[bounds[s]:bounds[s + 1]].max()) - t0
+            last[index[owner]] = float(ev.t[bounds[s] : bounds[s + 1]].max()) - t0
     df["t_last_event"] = last
     return df
 
@@ -371,6 +420,13 @@ def _launchers(ev, pilot_rows, t0) -> pd.DataFrame:
     out = []
     for (pilot, detail), rec in recs.items():
         launcher, _, partition = detail.partition(" ")
-        out.append({"pilot": pilot, "launcher": launcher or None,
-                    "partition": partition.strip() or None, "detail": detail, **rec})
+        out.append(
+            {
+                "pilot": pilot,
+                "launcher": launcher or None,
+                "partition": partition.strip() or None,
+                "detail": detail,
+                **rec,
+            }
+        )
     return pd.DataFrame(out, columns=columns)

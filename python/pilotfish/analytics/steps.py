@@ -87,6 +87,7 @@ class Step:
     times are strictly increasing; values[-1] is the value after the last time (0 for sums
     of finite intervals).
     """
+
     times: np.ndarray
     values: np.ndarray
 

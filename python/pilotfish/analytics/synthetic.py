@@ -35,21 +35,38 @@ class Pilot:
     agent_cores: int = 0
 
 
-def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
-                            cores_per_node: int = 16, gpus_per_node: int = 2,
-                            n_pilots: int = 1, mean_runtime: float = 4.0,
-                            schedule_rate: float = 2000.0, fail_share: float = 0.01,
-                            cancel_share: float = 0.002, mix=DEFAULT_MIX,
-                            seed: int = 0) -> str:
+def write_synthetic_session(
+    root: str,
+    n_tasks: int = 1000,
+    nodes: int = 4,
+    cores_per_node: int = 16,
+    gpus_per_node: int = 2,
+    n_pilots: int = 1,
+    mean_runtime: float = 4.0,
+    schedule_rate: float = 2000.0,
+    fail_share: float = 0.01,
+    cancel_share: float = 0.002,
+    mix=DEFAULT_MIX,
+    seed: int = 0,
+) -> str:
     """Write a session directory; returns its path. Times start at a fixed epoch so reports
     of the same arguments are identical."""
     rng = np.random.default_rng(seed)
     os.makedirs(root, exist_ok=True)
     epoch = 1_700_000_000.0
-    pilots = [Pilot(f"pilot.{k:04d}", nodes, cores_per_node, gpus_per_node) for k in range(n_pilots)]
+    pilots = [
+        Pilot(f"pilot.{k:04d}", nodes, cores_per_node, gpus_per_node) for k in range(n_pilots)
+    ]
     with open(os.path.join(root, "session.json"), "w") as fh:
-        json.dump({"uid": os.path.basename(os.path.normpath(root)), "created": epoch,
-                   "version": "synthetic", "host": "synthetic"}, fh)
+        json.dump(
+            {
+                "uid": os.path.basename(os.path.normpath(root)),
+                "created": epoch,
+                "version": "synthetic",
+                "host": "synthetic",
+            },
+            fh,
+        )
 
     # -- the workload
     shares = np.array([m[0] for m in mix], float)
@@ -69,9 +86,20 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
     t_staging_in = t_new + 0.002 + rng.exponential(0.005, n_tasks)
 
     t_active = np.zeros(n_pilots)
-    cols = {k: np.full(n_tasks, np.nan) for k in (
-        "AGENT_SCHEDULING", E.SCHEDULE_OK, "EXECUTING", E.EXEC_START, E.EXEC_OK, E.EXEC_STOP,
-        E.UNSCHEDULE, "STAGING_OUTPUT", "final")}
+    cols = {
+        k: np.full(n_tasks, np.nan)
+        for k in (
+            "AGENT_SCHEDULING",
+            E.SCHEDULE_OK,
+            "EXECUTING",
+            E.EXEC_START,
+            E.EXEC_OK,
+            E.EXEC_STOP,
+            E.UNSCHEDULE,
+            "STAGING_OUTPUT",
+            "final",
+        )
+    }
     pilot_times = []
     for p_idx, p in enumerate(pilots):
         boot = 5.0 + p_idx * 2.0 + rng.random()
@@ -82,18 +110,29 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
         t_recv = np.maximum(t_staging_in[mine], active) + 0.01 + rng.exponential(0.01, len(mine))
         order = mine[np.argsort(t_recv, kind="stable")]
         cols["AGENT_SCHEDULING"][mine] = t_recv
-        _simulate_agent(rng, p, order, ranks * cpr, ranks * gpr, runtime, canceled, cols,
-                        schedule_rate)
+        _simulate_agent(
+            rng, p, order, ranks * cpr, ranks * gpr, runtime, canceled, cols, schedule_rate
+        )
         last = np.nanmax(np.concatenate([cols["final"][mine], [active]]))
         # canceled tasks: canceled at drain, never placed
         c = mine[canceled[mine]]
         cols["final"][c] = last + 0.5
-        pilot_times.append(dict(NEW=0.0, LAUNCHING=0.5, bootstrap_start=boot,
-                                resources_ok=boot + 0.5, launcher_start=boot + 0.6,
-                                launcher_ready=boot + 2.0, ACTIVE=active,
-                                drain_start=last + 0.5, drain_stop=last + 1.0,
-                                launcher_stop=last + 1.2, agent_stop=last + 1.5,
-                                DONE=last + 3.0))
+        pilot_times.append(
+            dict(
+                NEW=0.0,
+                LAUNCHING=0.5,
+                bootstrap_start=boot,
+                resources_ok=boot + 0.5,
+                launcher_start=boot + 0.6,
+                launcher_ready=boot + 2.0,
+                ACTIVE=active,
+                drain_start=last + 0.5,
+                drain_stop=last + 1.0,
+                launcher_stop=last + 1.2,
+                agent_stop=last + 1.5,
+                DONE=last + 3.0,
+            )
+        )
 
     final_state = np.where(canceled, "CANCELED", np.where(failed, "FAILED", "DONE")).astype(object)
     exit_code = np.where(failed, 1, 0)
@@ -101,7 +140,11 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
     # -- events
     uids = [f"task.{i:07d}" for i in range(n_tasks)]
     client = []
-    for name, t in (("NEW", t_new), ("SCHEDULING", t_sched_client), ("STAGING_INPUT", t_staging_in)):
+    for name, t in (
+        ("NEW", t_new),
+        ("SCHEDULING", t_sched_client),
+        ("STAGING_INPUT", t_staging_in),
+    ):
         client.append((t, np.full(n_tasks, name, object), np.arange(n_tasks)))
     learned = cols["final"] + 0.05 + rng.exponential(0.05, n_tasks)
     client.append((learned, final_state.astype(object), np.arange(n_tasks)))
@@ -114,33 +157,70 @@ def write_synthetic_session(root: str, n_tasks: int = 1000, nodes: int = 4,
     for p_idx, p in enumerate(pilots):
         mine = np.flatnonzero(pilot_of == p_idx)
         ran = mine[~canceled[mine]]
-        parts = [(cols["AGENT_SCHEDULING"][mine], np.full(len(mine), "AGENT_SCHEDULING", object), mine)]
-        for name in (E.SCHEDULE_OK, "EXECUTING", E.EXEC_START, E.EXEC_OK, E.EXEC_STOP,
-                     E.UNSCHEDULE, "STAGING_OUTPUT"):
+        parts = [
+            (cols["AGENT_SCHEDULING"][mine], np.full(len(mine), "AGENT_SCHEDULING", object), mine)
+        ]
+        for name in (
+            E.SCHEDULE_OK,
+            "EXECUTING",
+            E.EXEC_START,
+            E.EXEC_OK,
+            E.EXEC_STOP,
+            E.UNSCHEDULE,
+            "STAGING_OUTPUT",
+        ):
             parts.append((cols[name][ran], np.full(len(ran), name, object), ran))
         parts.append((cols["final"][mine], final_state[mine].astype(object), mine))
         pt = pilot_times[p_idx]
         names = [n for n in pt if n not in ("NEW", "LAUNCHING", "DONE")]
-        parts.append((np.array([pt[n] for n in names]), np.array(names, object),
-                      np.full(len(names), -1 - p_idx)))
+        parts.append(
+            (
+                np.array([pt[n] for n in names]),
+                np.array(names, object),
+                np.full(len(names), -1 - p_idx),
+            )
+        )
         pdir = os.path.join(root, p.uid)
         os.makedirs(pdir, exist_ok=True)
-        details = {E.SCHEDULE_OK: _shape_details(ranks, cpr, gpr),
-                   E.RESOURCES_OK: f"{p.nodes}x{p.cores_per_node}/{p.gpus_per_node}",
-                   E.LAUNCHER_START: "direct p0", E.LAUNCHER_READY: "direct p0",
-                   E.LAUNCHER_STOP: "direct p0"}
+        details = {
+            E.SCHEDULE_OK: _shape_details(ranks, cpr, gpr),
+            E.RESOURCES_OK: f"{p.nodes}x{p.cores_per_node}/{p.gpus_per_node}",
+            E.LAUNCHER_START: "direct p0",
+            E.LAUNCHER_READY: "direct p0",
+            E.LAUNCHER_STOP: "direct p0",
+        }
         _write_events(os.path.join(pdir, "agent.events"), epoch, parts, uids, pilots, details)
         with open(os.path.join(pdir, "pilot.json"), "w") as fh:
-            json.dump({"uid": p.uid, "description": {"nodes": p.nodes},
-                       "nodes": [[f"node{k:04d}", p.cores_per_node, p.gpus_per_node, 0]
-                                 for k in range(p.nodes)],
-                       "launcher": "direct", "agent_cores": p.agent_cores, "agent_gpus": 0}, fh)
+            json.dump(
+                {
+                    "uid": p.uid,
+                    "description": {"nodes": p.nodes},
+                    "nodes": [
+                        [f"node{k:04d}", p.cores_per_node, p.gpus_per_node, 0]
+                        for k in range(p.nodes)
+                    ],
+                    "launcher": "direct",
+                    "agent_cores": p.agent_cores,
+                    "agent_gpus": 0,
+                },
+                fh,
+            )
 
     node_of = (np.arange(n_tasks) % nodes).tolist()
-    records = [TaskRecord(uids[i], None, pilots[pilot_of[i]].uid, int(ranks[i]), int(cpr[i]),
-                          int(gpr[i]), str(final_state[i]), None if canceled[i] else int(exit_code[i]),
-                          [] if canceled[i] else [node_of[i]] * int(ranks[i]))
-               for i in range(n_tasks)]
+    records = [
+        TaskRecord(
+            uids[i],
+            None,
+            pilots[pilot_of[i]].uid,
+            int(ranks[i]),
+            int(cpr[i]),
+            int(gpr[i]),
+            str(final_state[i]),
+            None if canceled[i] else int(exit_code[i]),
+            [] if canceled[i] else [node_of[i]] * int(ranks[i]),
+        )
+        for i in range(n_tasks)
+    ]
     write_task_records(os.path.join(root, "tasks.msgpack"), records)
     return root
 
@@ -220,5 +300,5 @@ def _write_events(path, epoch, parts, uids, pilots, details=None) -> None:
     w = EventWriter(path, flush_every=4096)
     events = list(zip(t.tolist(), uid_of.tolist(), names.tolist(), det.tolist()))
     for k in range(0, len(events), 4096):  # the agent's batches
-        w.record_many(events[k:k + 4096])
+        w.record_many(events[k : k + 4096])
     w.close()

@@ -121,17 +121,18 @@ class PilotWindow:
     t_active: float
     t_stop: float
     t_end: float
-    total: dict            # kind -> R
-    agent: dict            # kind -> Ra
+    total: dict  # kind -> R
+    agent: dict  # kind -> Ra
 
 
 @dataclass
 class Utilization:
     """RU of one resource kind, summed over pilots. Values in resource-seconds."""
+
     kind: str
     available: float
-    phases: dict[str, float]                 # key -> resource-seconds
-    per_pilot: dict[str, dict[str, float]]   # pilot -> key -> resource-seconds
+    phases: dict[str, float]  # key -> resource-seconds
+    per_pilot: dict[str, dict[str, float]]  # pilot -> key -> resource-seconds
     oversubscribed: float = 0.0
     # for plots over time: pilot-level phases, warmup and draining as step functions (per
     # pilot), the busy phases as the tasks' boundaries (n, 6) and weights (per pilot)
@@ -146,11 +147,14 @@ class Utilization:
         return {k: v / self.available for k, v in self.phases.items()}
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame({
-            "phase": [PHASE_LABELS[k] for k in PHASE_KEYS],
-            "resource_s": [self.phases[k] for k in PHASE_KEYS],
-            "share": [self.shares[k] for k in PHASE_KEYS],
-        }, index=pd.Index(PHASE_KEYS, name="key"))
+        return pd.DataFrame(
+            {
+                "phase": [PHASE_LABELS[k] for k in PHASE_KEYS],
+                "resource_s": [self.phases[k] for k in PHASE_KEYS],
+                "share": [self.shares[k] for k in PHASE_KEYS],
+            },
+            index=pd.Index(PHASE_KEYS, name="key"),
+        )
 
 
 def _col(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -161,9 +165,11 @@ def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
     """The time boundaries and resources of each pilot that started (module docstring)."""
     out = []
     for uid, p in pilots.iterrows():
+
         def t(name):
             v = p.get(name, np.nan)
             return float(v) if pd.notna(v) else np.nan
+
         t_end = t("t_final")
         if np.isnan(t_end):
             t_end = np.nanmax([t(E.AGENT_STOP), t("t_last_event"), -np.inf])
@@ -171,8 +177,10 @@ def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
             # a simulated pilot: its agent's events are on the virtual clock, the final state
             # the client saw on the real one (a real agent always stops before its job ends)
             t_end = t(E.AGENT_STOP)
-        t_boot = next((x for x in (t(E.BOOTSTRAP_START), t(E.RESOURCES_OK), t("ACTIVE"))
-                       if not np.isnan(x)), np.nan)
+        t_boot = next(
+            (x for x in (t(E.BOOTSTRAP_START), t(E.RESOURCES_OK), t("ACTIVE")) if not np.isnan(x)),
+            np.nan,
+        )
         if np.isnan(t_boot) or not np.isfinite(t_end):
             continue  # never started: it held nothing
         t_end = max(t_end, t_boot)
@@ -181,8 +189,10 @@ def pilot_windows(pilots: pd.DataFrame) -> list[PilotWindow]:
         t_stop = t(E.AGENT_STOP)
         t_stop = t_end if np.isnan(t_stop) else min(max(t_stop, t_active), t_end)
         total = {"cores": int(p.get("cores", 0) or 0), "gpus": int(p.get("gpus", 0) or 0)}
-        agent = {"cores": min(int(p.get("agent_cores", 0) or 0), total["cores"]),
-                 "gpus": min(int(p.get("agent_gpus", 0) or 0), total["gpus"])}
+        agent = {
+            "cores": min(int(p.get("agent_cores", 0) or 0), total["cores"]),
+            "gpus": min(int(p.get("agent_gpus", 0) or 0), total["gpus"]),
+        }
         out.append(PilotWindow(str(uid), t_boot, t_active, t_stop, t_end, total, agent))
     return out
 
@@ -225,7 +235,7 @@ def _pilot_kind(w: PilotWindow, kind: str, b: np.ndarray, weight: np.ndarray):
     busy = Step.from_intervals(b[:, 0], b[:, -1], weight).restricted(w.t_active, w.t_stop)
     oversubscribed = 0.0
     if len(busy.times):
-        level = busy.values[:-1]                       # on [times[j], times[j+1])
+        level = busy.values[:-1]  # on [times[j], times[j+1])
         dt = np.diff(busy.times)
         hwm = np.minimum(np.maximum.accumulate(level), Rt)
         rhwm = np.minimum(np.maximum.accumulate(level[::-1])[::-1], Rt)
@@ -237,17 +247,21 @@ def _pilot_kind(w: PilotWindow, kind: str, b: np.ndarray, weight: np.ndarray):
         oversubscribed = float(np.dot(np.maximum(level - Rt, 0), dt))
         steps["warmup"] = Step(busy.times, np.append(warm, 0.0))
         steps["draining"] = Step(busy.times, np.append(drain, 0.0))
-    phases["idle"] = Rt * (w.t_stop - w.t_active) - busy_total - phases["warmup"] - phases["draining"]
+    phases["idle"] = (
+        Rt * (w.t_stop - w.t_active) - busy_total - phases["warmup"] - phases["draining"]
+    )
     return phases, steps, oversubscribed, (b, weight)
 
 
-def resource_utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
-                         kinds: tuple[str, ...] = KINDS) -> dict[str, Utilization]:
+def resource_utilization(
+    tasks: pd.DataFrame, pilots: pd.DataFrame, kinds: tuple[str, ...] = KINDS
+) -> dict[str, Utilization]:
     """RU per resource kind ("cores", "gpus"), phases as in the module docstring."""
     windows = pilot_windows(pilots)
     out = {}
-    pilot_of_task = tasks["pilot"].astype(object).to_numpy() if "pilot" in tasks else \
-        np.full(len(tasks), None)
+    pilot_of_task = (
+        tasks["pilot"].astype(object).to_numpy() if "pilot" in tasks else np.full(len(tasks), None)
+    )
     raw = np.stack([_col(tasks, n) for n in TASK_BOUNDARIES], axis=1)
     placed = ~np.isnan(raw[:, 0])
     per_pilot_rows = {w.uid: np.flatnonzero((pilot_of_task == w.uid) & placed) for w in windows}
@@ -258,8 +272,9 @@ def resource_utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
         per_pilot, all_steps, intervals = {}, {k: [] for k in PHASE_KEYS if k != "idle"}, []
         available, over = 0.0, 0.0
         for w in windows:
-            phases, steps, o, iv = _pilot_kind(w, kind, bounds[w.uid],
-                                               weight_all[per_pilot_rows[w.uid]])
+            phases, steps, o, iv = _pilot_kind(
+                w, kind, bounds[w.uid], weight_all[per_pilot_rows[w.uid]]
+            )
             intervals.append(iv)
             per_pilot[w.uid] = phases
             for k in PHASE_KEYS:
@@ -274,16 +289,20 @@ def resource_utilization(tasks: pd.DataFrame, pilots: pd.DataFrame,
 
 def capacity_step(pilots: pd.DataFrame, kind: str) -> Step:
     """Total resources held over time (sum over pilots of R on [t_boot, t_end))."""
-    return Step.total([Step.constant(w.t_boot, w.t_end, w.total[kind])
-                       for w in pilot_windows(pilots)])
+    return Step.total(
+        [Step.constant(w.t_boot, w.t_end, w.total[kind]) for w in pilot_windows(pilots)]
+    )
 
 
 def utilization_over_time(u: Utilization, pilots: pd.DataFrame, edges: np.ndarray) -> pd.DataFrame:
     """Mean resources in each phase per time bin (rows: bins; columns: PHASE_KEYS). Idle is
     the remainder of the resources held, so each row sums to the capacity in that bin."""
     cap = capacity_step(pilots, u.kind).bin_means(edges)
-    cols = {k: Step.total(u.steps.get(k, [])).bin_means(edges) for k in PHASE_KEYS
-            if k not in TASK_PHASES and k != "idle"}
+    cols = {
+        k: Step.total(u.steps.get(k, [])).bin_means(edges)
+        for k in PHASE_KEYS
+        if k not in TASK_PHASES and k != "idle"
+    }
     b = np.concatenate([iv[0] for iv in u.task_intervals]) if u.task_intervals else np.zeros((0, 6))
     weight = np.concatenate([iv[1] for iv in u.task_intervals]) if u.task_intervals else np.zeros(0)
     for key, means in zip(TASK_PHASES, boundary_bin_means(b, weight, edges)):

@@ -34,11 +34,20 @@ def _loopback(host: str) -> bool:
 
 @click.command()
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
-              help="Port to listen on (0: any free port; the URL printed says which).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind. Keep the default and use `ssh -L`: another address "
-                   "exposes the dashboard (token-protected, unencrypted) to the network.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port to listen on (0: any free port; the URL printed says which).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind. Keep the default and use `ssh -L`: another address "
+    "exposes the dashboard (token-protected, unencrypted) to the network.",
+)
 def dashboard(session_dir: str, port: int, host: str) -> None:
     """Serve a live web dashboard of SESSION_DIR (running or finished) on 127.0.0.1: tasks
     by state over time, core and GPU use per node, the queue by shape and why it waits,
@@ -52,19 +61,25 @@ def dashboard(session_dir: str, port: int, host: str) -> None:
     try:
         server, dash = make_server(session_dir, host, port)
     except OSError as e:
-        raise click.ClickException(f"--host {host} --port {port}: cannot listen there: "
-                                   f"{e.strerror or e}") from None
+        raise click.ClickException(
+            f"--host {host} --port {port}: cannot listen there: {e.strerror or e}"
+        ) from None
     dash.refresh(force=True)
     link = url(server, dash)
     p = server.server_address[1]
     click.echo(f"pilotfish dashboard of {dash.watch.path}")
     click.echo(f"  open: {link}")
     if _loopback(host):
-        click.echo(f"  from another machine: ssh -L {p}:127.0.0.1:{p} <this host>, then open "
-                   "the URL above there")
+        click.echo(
+            f"  from another machine: ssh -L {p}:127.0.0.1:{p} <this host>, then open "
+            "the URL above there"
+        )
     else:
-        click.echo(f"  warning: listening on {host}, not loopback: anyone who can reach it and "
-                   "sees the URL can read this session (plain HTTP)", err=True)
+        click.echo(
+            f"  warning: listening on {host}, not loopback: anyone who can reach it and "
+            "sees the URL can read this session (plain HTTP)",
+            err=True,
+        )
     click.echo("  Ctrl-C to stop")
     sys.stdout.flush()
     server.report = lambda line: click.echo(line, err=True)  # idle connections closed

@@ -48,19 +48,25 @@ from pilotfish.analytics.dashboard.page import PAGE
 from pilotfish.analytics.dashboard.state import SessionWatch
 
 REFRESH_S = 0.5
-HEAD_TIMEOUT_S = 5.0      # a request's head arrives within this of its connection, or it closes
-WRITE_TIMEOUT_S = 30.0    # an answer is taken within this, or its connection closes
-MAX_HEAD = 16 * 1024      # bytes of a request's head at most (431 past them)
-MAX_CONNECTIONS = 256     # connections held at once at most (a page makes 8 a second)
-FD_RESERVE = 64           # descriptors left to the rest (the session's files, stdio, ...)
-BACKLOG = 128             # connections the kernel queues before accept
-REPORT_S = 60.0           # closed connections are reported one line per this at most
-_CSP = ("default-src 'none'; connect-src 'self'; img-src 'self' data:; "
-        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; "
-        "form-action 'none'; frame-ancestors 'none'")
-_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
-            "Content-Security-Policy": _CSP}
+HEAD_TIMEOUT_S = 5.0  # a request's head arrives within this of its connection, or it closes
+WRITE_TIMEOUT_S = 30.0  # an answer is taken within this, or its connection closes
+MAX_HEAD = 16 * 1024  # bytes of a request's head at most (431 past them)
+MAX_CONNECTIONS = 256  # connections held at once at most (a page makes 8 a second)
+FD_RESERVE = 64  # descriptors left to the rest (the session's files, stdio, ...)
+BACKLOG = 128  # connections the kernel queues before accept
+REPORT_S = 60.0  # closed connections are reported one line per this at most
+_CSP = (
+    "default-src 'none'; connect-src 'self'; img-src 'self' data:; "
+    "style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": _CSP,
+}
 
 
 class Dashboard:
@@ -74,10 +80,14 @@ class Dashboard:
         self._cache: dict[str, bytes] = {}
         self._generation = -1
         self.api = {
-            "summary": self.watch.summary, "timeline": self.watch.timeline,
-            "nodes": self.watch.nodes_json, "queue": self.watch.queue_json,
-            "failed": self.watch.failed_json, "pilots": self.watch.pilots_json,
-            "services": self.watch.services_json, "pools": self.watch.pools_json,
+            "summary": self.watch.summary,
+            "timeline": self.watch.timeline,
+            "nodes": self.watch.nodes_json,
+            "queue": self.watch.queue_json,
+            "failed": self.watch.failed_json,
+            "pilots": self.watch.pilots_json,
+            "services": self.watch.services_json,
+            "pools": self.watch.pools_json,
         }
 
     def refresh(self, force: bool = False) -> None:
@@ -122,7 +132,7 @@ def _plain(x):
 class _Handler(BaseHTTPRequestHandler):
     """One request, from its head read into memory; the answer is written into `out`."""
 
-    dashboard: Dashboard   # set on the class made per server
+    dashboard: Dashboard  # set on the class made per server
     server_version = "pilotfish-dashboard"
     sys_version = ""
 
@@ -156,8 +166,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         token = (parse_qs(url.query).get("token") or [None])[0]
         if not self.dashboard.allowed(token):
-            self._send(403, b"403 forbidden: open the URL the dashboard printed (with its token)\n",
-                       "text/plain; charset=utf-8")
+            self._send(
+                403,
+                b"403 forbidden: open the URL the dashboard printed (with its token)\n",
+                "text/plain; charset=utf-8",
+            )
             return
         if url.path in ("/", "/index.html"):
             self._send(200, PAGE.encode(), "text/html; charset=utf-8")
@@ -176,9 +189,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         """Nothing is written through the dashboard: 403 without the token, 405 with it."""
-        self._send(403 if not self.dashboard.allowed(
-            (parse_qs(urlsplit(self.path).query).get("token") or [None])[0]) else 405,
-            b"read only\n", "text/plain; charset=utf-8")
+        self._send(
+            403
+            if not self.dashboard.allowed(
+                (parse_qs(urlsplit(self.path).query).get("token") or [None])[0]
+            )
+            else 405,
+            b"read only\n",
+            "text/plain; charset=utf-8",
+        )
 
     do_PUT = do_DELETE = do_PATCH = do_POST
 
@@ -208,8 +227,14 @@ class DashboardServer:
         self.server_address = self.socket.getsockname()
         self.handler = handler
         self.cap = cap if cap is not None else default_cap()
-        self.counts = {"accepted": 0, "answered": 0, "timed_out": 0, "evicted": 0,
-                       "turned_away": 0, "too_large": 0}
+        self.counts = {
+            "accepted": 0,
+            "answered": 0,
+            "timed_out": 0,
+            "evicted": 0,
+            "turned_away": 0,
+            "too_large": 0,
+        }
         self.report: Callable[[str], None] | None = None  # a line per REPORT_S at most
         # reading: accept order is deadline order (one HEAD_TIMEOUT_S each), so the oldest --
         # the first to expire, the first to make room -- is first; writing likewise
@@ -393,7 +418,7 @@ class DashboardServer:
         self._writing.pop(fd, None)
         self._unregister(conn)
         if drain:  # what the client sent past its head, read: a close then sends no reset
-            try:                        # that could cut the answer short on its side
+            try:  # that could cut the answer short on its side
                 conn.sock.shutdown(socket.SHUT_WR)
                 for _ in range(8):
                     if not conn.sock.recv(65536):
@@ -430,21 +455,27 @@ class DashboardServer:
         now = time.monotonic()
         if self.report is None or now - self._last_report < REPORT_S:
             return
-        new = {k: self.counts[k] - self._reported[k]
-               for k in ("timed_out", "evicted", "turned_away", "too_large")}
+        new = {
+            k: self.counts[k] - self._reported[k]
+            for k in ("timed_out", "evicted", "turned_away", "too_large")
+        }
         self._last_report = now
         if not any(new.values()):
             return
         self._reported = dict(self.counts)
-        self.report(f"dashboard: {sum(new.values())} connections closed unanswered in the last "
-                    f"{REPORT_S:g} s ({new['timed_out']} sent no request within "
-                    f"{HEAD_TIMEOUT_S:g} s, {new['evicted']} idle made room at the cap of "
-                    f"{self.cap}, {new['turned_away']} refused, {new['too_large']} too large); "
-                    f"{self.counts['answered']} answered in all")
+        self.report(
+            f"dashboard: {sum(new.values())} connections closed unanswered in the last "
+            f"{REPORT_S:g} s ({new['timed_out']} sent no request within "
+            f"{HEAD_TIMEOUT_S:g} s, {new['evicted']} idle made room at the cap of "
+            f"{self.cap}, {new['turned_away']} refused, {new['too_large']} too large); "
+            f"{self.counts['answered']} answered in all"
+        )
 
 
-_TOO_LARGE = (b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
-              b"Content-Length: 23\r\nConnection: close\r\n\r\nrequest head too large\n")
+_TOO_LARGE = (
+    b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 23\r\nConnection: close\r\n\r\nrequest head too large\n"
+)
 
 
 def _head_end(buf: bytearray, start: int) -> int:
@@ -470,9 +501,13 @@ def default_cap() -> int:
     return max(8, min(MAX_CONNECTIONS, (soft - FD_RESERVE) // 2))
 
 
-def make_server(session_dir: str, host: str = "127.0.0.1", port: int = 0,
-                token: str | None = None,
-                cap: int | None = None) -> tuple[DashboardServer, Dashboard]:
+def make_server(
+    session_dir: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    cap: int | None = None,
+) -> tuple[DashboardServer, Dashboard]:
     """A server (not yet serving) for the session; its URL is url(server, dash). cap:
     connections held at most (default_cap())."""
     dash = Dashboard(session_dir, token)

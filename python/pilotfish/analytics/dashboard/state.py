@@ -40,43 +40,93 @@ from pilotfish import states as S
 from pilotfish.analytics.dashboard.tail import FrameTail, decode_events, decode_journal
 
 FINALS = (S.DONE, S.FAILED, S.CANCELED)
-RANK = {S.NEW: 1, S.SCHEDULING: 2, S.STAGING_INPUT: 3, S.AGENT_SCHEDULING: 4,
-        E.SCHEDULE_OK: 5, S.EXECUTING: 6, S.STAGING_OUTPUT: 7,
-        S.DONE: 8, S.FAILED: 8, S.CANCELED: 8}
+RANK = {
+    S.NEW: 1,
+    S.SCHEDULING: 2,
+    S.STAGING_INPUT: 3,
+    S.AGENT_SCHEDULING: 4,
+    E.SCHEDULE_OK: 5,
+    S.EXECUTING: 6,
+    S.STAGING_OUTPUT: 7,
+    S.DONE: 8,
+    S.FAILED: 8,
+    S.CANCELED: 8,
+}
 LEVELS = 8
 FINAL_KIND = {S.DONE: 1, S.FAILED: 2, S.CANCELED: 3}
 # the task states shown, each as (name, level it starts at, level it ends at)
-STATE_SPANS = ((S.NEW, 1, 2), (S.SCHEDULING, 2, 3), (S.STAGING_INPUT, 3, 4),
-               (S.AGENT_SCHEDULING, 4, 6), (S.EXECUTING, 6, 7), (S.STAGING_OUTPUT, 7, 8))
+STATE_SPANS = (
+    (S.NEW, 1, 2),
+    (S.SCHEDULING, 2, 3),
+    (S.STAGING_INPUT, 3, 4),
+    (S.AGENT_SCHEDULING, 4, 6),
+    (S.EXECUTING, 6, 7),
+    (S.STAGING_OUTPUT, 7, 8),
+)
 PILOT_RANK = {S.NEW: 1, S.LAUNCHING: 2, S.ACTIVE: 3, S.DONE: 4, S.FAILED: 4, S.CANCELED: 4}
-MEMBER_EVENTS = {E.MEMBER_START: "starting", E.MEMBER_READY: "ready",
-                 E.MEMBER_LEAVE: "leaving", E.MEMBER_LEFT: "left", E.MEMBER_FAIL: "failed"}
-LAUNCHER_EVENTS = {E.LAUNCHER_START: "starting", E.LAUNCHER_READY: "ready",
-                   E.LAUNCHER_RECOVERED: "ready", E.LAUNCHER_FAILED: "failed",
-                   E.LAUNCHER_RESTART: "restarting", E.LAUNCHER_RECYCLE: "recycling",
-                   E.LAUNCHER_STUCK: "stuck", E.LAUNCHER_STOP: "stopped"}
-PILOT_NOTES = {E.RESOURCES_OK, E.DRAIN_START, E.DRAIN_STOP, E.AGENT_STOP, E.NODE_LOST,
-               E.PILOT_GROW, E.PILOT_SHRINK, E.PILOT_DRAIN, E.MPI_LAUNCHER}
-STRUCT_NAMES = (set(MEMBER_EVENTS) | set(LAUNCHER_EVENTS) | PILOT_NOTES |
-                {E.PARTITION, E.PARTITION_CLOSED, E.GROUP_EPOCH, E.GROUP_RESIZE,
-                 E.MEMBER_RESTART, E.SESSION_START, E.SESSION_RESUME, E.SESSION_STOP,
-                 S.NEW, S.LAUNCHING, S.ACTIVE})
+MEMBER_EVENTS = {
+    E.MEMBER_START: "starting",
+    E.MEMBER_READY: "ready",
+    E.MEMBER_LEAVE: "leaving",
+    E.MEMBER_LEFT: "left",
+    E.MEMBER_FAIL: "failed",
+}
+LAUNCHER_EVENTS = {
+    E.LAUNCHER_START: "starting",
+    E.LAUNCHER_READY: "ready",
+    E.LAUNCHER_RECOVERED: "ready",
+    E.LAUNCHER_FAILED: "failed",
+    E.LAUNCHER_RESTART: "restarting",
+    E.LAUNCHER_RECYCLE: "recycling",
+    E.LAUNCHER_STUCK: "stuck",
+    E.LAUNCHER_STOP: "stopped",
+}
+PILOT_NOTES = {
+    E.RESOURCES_OK,
+    E.DRAIN_START,
+    E.DRAIN_STOP,
+    E.AGENT_STOP,
+    E.NODE_LOST,
+    E.PILOT_GROW,
+    E.PILOT_SHRINK,
+    E.PILOT_DRAIN,
+    E.MPI_LAUNCHER,
+}
+STRUCT_NAMES = (
+    set(MEMBER_EVENTS)
+    | set(LAUNCHER_EVENTS)
+    | PILOT_NOTES
+    | {
+        E.PARTITION,
+        E.PARTITION_CLOSED,
+        E.GROUP_EPOCH,
+        E.GROUP_RESIZE,
+        E.MEMBER_RESTART,
+        E.SESSION_START,
+        E.SESSION_RESUME,
+        E.SESSION_STOP,
+        S.NEW,
+        S.LAUNCHING,
+        S.ACTIVE,
+    }
+)
 DETAIL_NAMES = STRUCT_NAMES | {S.FAILED, S.CANCELED, E.SCHEDULE_OK}
 # A schedule_ok detail that names the node of each rank: "<ranks>x<cores>/<gpus> @<n>,<n>,..."
 # (node indices into the pilot's node list). With it the node heatmap is live; without it,
 # it comes from tasks.msgpack once the session has closed.
 _PLACED = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*/\s*(\d+)\s*@\s*([\d,\s]+)$")
-READ_BUDGET = 48 << 20         # bytes one refresh reads at most (a big session: in steps)
-_MIN_READ = 1 << 20            # (less than this left of the budget: the refresh stops)
+READ_BUDGET = 48 << 20  # bytes one refresh reads at most (a big session: in steps)
+_MIN_READ = 1 << 20  # (less than this left of the budget: the refresh stops)
 _CLOSED = re.compile(r"^p(\d+)\b[^:]*:\s*(.*)$", re.S)
-_BUCKETS = 2048                # timeline resolution (buckets double in width when full)
-_FAILED_KEPT = 200             # the most recent failed tasks listed (all are counted)
-_FAILED_REASONS = 10_000       # distinct reasons counted at most (then "other")
+_BUCKETS = 2048  # timeline resolution (buckets double in width when full)
+_FAILED_KEPT = 200  # the most recent failed tasks listed (all are counted)
+_FAILED_REASONS = 10_000  # distinct reasons counted at most (then "other")
 
 KIND_TASK, KIND_WORKER, KIND_OTHER = 0, 1, 2
 # tasks.msgpack's records (TaskRecord, array-like), for their per-rank nodes
 _decode_nodes = msgspec.msgpack.Decoder(
-    list[tuple[str, object, object, int, int, int, str, object, list[int]]]).decode
+    list[tuple[str, object, object, int, int, int, str, object, list[int]]]
+).decode
 
 
 class _KeyTable:
@@ -123,7 +173,7 @@ class _KeyTable:
         while len(pending):
             free = self.vals[slot] < 0
             cand, cslot = pending[free], slot[free]
-            taken, first = np.unique(cslot, return_index=True)   # one key per free slot
+            taken, first = np.unique(cslot, return_index=True)  # one key per free slot
             winners = cand[first]
             self.keys[taken] = k[winners]
             self.vals[taken] = v[winners]
@@ -142,16 +192,16 @@ class Pilot:
     tail: FrameTail
     state: str | None = None
     rank: int = 0
-    nodes: list = field(default_factory=list)      # [name, cores, gpus, mem] (pilot.json)
+    nodes: list = field(default_factory=list)  # [name, cores, gpus, mem] (pilot.json)
     agent_cores: int = 0
     agent_gpus: int = 0
     resource: str | None = None
     pilot_json_stamp: tuple | None = None
     partitions: dict = field(default_factory=dict)  # index -> dict
-    launchers: dict = field(default_factory=dict)   # detail head -> dict
-    notes: list = field(default_factory=list)       # (t, what, detail)
+    launchers: dict = field(default_factory=dict)  # detail head -> dict
+    notes: list = field(default_factory=list)  # (t, what, detail)
     lost: set = field(default_factory=set)
-    busy_cores: np.ndarray | None = None           # per node, when placements are known
+    busy_cores: np.ndarray | None = None  # per node, when placements are known
     busy_gpus: np.ndarray | None = None
 
 
@@ -166,7 +216,7 @@ class SessionWatch:
         self.client = FrameTail(os.path.join(self.path, "client.events"))
         self.journal = FrameTail(os.path.join(self.path, "journal"))
         self.pilots: dict[str, Pilot] = {}
-        self.stopped = False       # the client's session_stop read (and no resume after it)
+        self.stopped = False  # the client's session_stop read (and no resume after it)
         self.restarted = False
         self.refreshes = 0
         self.events_read = 0
@@ -182,7 +232,7 @@ class SessionWatch:
         # tasks, as columns
         self.n = 0
         self.index: dict[str, int] = {}
-        self.by_key = _KeyTable()                  # parser's first uid key -> entity
+        self.by_key = _KeyTable()  # parser's first uid key -> entity
         self.keys: list[str] = []
         cap = 1024
         self.rank = np.zeros(cap, np.int8)
@@ -191,28 +241,28 @@ class SessionWatch:
         self.reach = np.full((LEVELS, cap), np.inf)
         self.t_sched = np.full(cap, -np.inf)
         self.t_unsched = np.full(cap, -np.inf)
-        self.shape = np.zeros(cap, np.int32)       # into self.shapes
-        self.pilot = np.full(cap, -1, np.int16)    # into self.pilot_uids
-        self.group = np.full(cap, -1, np.int32)    # task name, into self.group_names
+        self.shape = np.zeros(cap, np.int32)  # into self.shapes
+        self.pilot = np.full(cap, -1, np.int16)  # into self.pilot_uids
+        self.group = np.full(cap, -1, np.int32)  # task name, into self.group_names
         self.is_call = np.zeros(cap, bool)
-        self.key2 = np.zeros(cap, np.uint64)       # the second key of each entity's uid
+        self.key2 = np.zeros(cap, np.uint64)  # the second key of each entity's uid
         self.shapes: list[tuple[int, int, int]] = [(1, 1, 0)]
         self.shape_index = {(1, 1, 0): 0}
         self.pilot_uids: list[str] = []
         self.group_names: list[str] = []
         self.group_index: dict[str, int] = {}
-        self.failed: dict[int, tuple[float, str]] = {}   # task -> (t, reason), recent ones
+        self.failed: dict[int, tuple[float, str]] = {}  # task -> (t, reason), recent ones
         self.failed_reasons: dict[str, int] = {}
-        self.placements: dict[int, tuple] = {}     # task -> (pilot, nodes, cores, GPUs, t)
+        self.placements: dict[int, tuple] = {}  # task -> (pilot, nodes, cores, GPUs, t)
         self._pending_place: list[tuple] = []
         self.live_nodes = False
-        self.services: dict[str, dict] = {}        # "<pilot>/<group>" -> group
-        self.members: dict[str, dict] = {}         # "<pilot>/<member uid>" -> member
+        self.services: dict[str, dict] = {}  # "<pilot>/<group>" -> group
+        self.members: dict[str, dict] = {}  # "<pilot>/<member uid>" -> member
         self.records_stamp = None
-        self.record_nodes = None                   # (task index, raw nodes) from tasks.msgpack
+        self.record_nodes = None  # (task index, raw nodes) from tasks.msgpack
         self.warnings: list[str] = []
         self.generation = 0
-        self.behind = False        # the last refresh stopped at its budget: more to read
+        self.behind = False  # the last refresh stopped at its budget: more to read
 
     # ------------------------------------------------------------------ small helpers
     @staticmethod
@@ -261,10 +311,18 @@ class SessionWatch:
             b[..., :cap] = a
             return b
 
-        self.rank, self.final, self.kind = grown(self.rank, 0), grown(self.final, 0), grown(self.kind, 0)
+        self.rank, self.final, self.kind = (
+            grown(self.rank, 0),
+            grown(self.final, 0),
+            grown(self.kind, 0),
+        )
         self.reach = grown(self.reach, np.inf)
         self.t_sched, self.t_unsched = grown(self.t_sched, -np.inf), grown(self.t_unsched, -np.inf)
-        self.shape, self.pilot, self.group = grown(self.shape, 0), grown(self.pilot, -1), grown(self.group, -1)
+        self.shape, self.pilot, self.group = (
+            grown(self.shape, 0),
+            grown(self.pilot, -1),
+            grown(self.group, -1),
+        )
         self.is_call = grown(self.is_call, False)
         self.key2 = grown(self.key2, 0)
 
@@ -283,7 +341,7 @@ class SessionWatch:
             self._grow(n0 + len(new))
             index.update(zip(new, range(n0, n0 + len(new))))
             self.keys.extend(new)
-            self.kind[n0:n0 + len(new)] = new_kinds
+            self.kind[n0 : n0 + len(new)] = new_kinds
             self.n = n0 + len(new)
             got = list(map(index.get, keys))
         return np.fromiter(got, np.int64, len(got))
@@ -292,7 +350,9 @@ class SessionWatch:
         p = self.pilots.get(uid)
         if p is None:
             sandbox = sandbox or os.path.join(self.path, uid)
-            p = self.pilots[uid] = Pilot(uid, sandbox, FrameTail(os.path.join(sandbox, "agent.events")))
+            p = self.pilots[uid] = Pilot(
+                uid, sandbox, FrameTail(os.path.join(sandbox, "agent.events"))
+            )
             self._pilot_index(uid)
         return p
 
@@ -308,7 +368,7 @@ class SessionWatch:
             for h in (self.hist, self.hist_final):
                 merged = h.reshape(h.shape[0], _BUCKETS // 2, 2).sum(axis=2)
                 h[:] = 0
-                h[:, :_BUCKETS // 2] = merged
+                h[:, : _BUCKETS // 2] = merged
             self.width *= 2
             self.max_bucket //= 2
         self.max_bucket = max(self.max_bucket, int((t_max - self.t0) / self.width))
@@ -321,8 +381,9 @@ class SessionWatch:
         t_start = time.perf_counter()
         self._discover_pilots()
         left, least = budget, min(_MIN_READ, budget // 16)
-        for pilot, tail in [(None, self.journal), (None, self.client)] + \
-                [(p, p.tail) for p in self.pilots.values()]:
+        for pilot, tail in [(None, self.journal), (None, self.client)] + [
+            (p, p.tail) for p in self.pilots.values()
+        ]:
             while left > least:
                 data = tail.read(limit=min(left, 16 << 20))
                 if not data:
@@ -389,9 +450,13 @@ class SessionWatch:
             return
         ents = self._entities(uids, KIND_TASK)
         for e, pilot, d in zip(ents.tolist(), pilots, descs):
-            self.shape[e] = self._shape_code((int(d.get("ranks", 1) or 1),
-                                              int(d.get("cores_per_rank", 1) or 0),
-                                              int(d.get("gpus_per_rank", 0) or 0)))
+            self.shape[e] = self._shape_code(
+                (
+                    int(d.get("ranks", 1) or 1),
+                    int(d.get("cores_per_rank", 1) or 0),
+                    int(d.get("gpus_per_rank", 0) or 0),
+                )
+            )
             if isinstance(pilot, str):
                 self.pilot[e] = self._pilot_index(pilot)
             self.group[e] = self._group_code(d.get("name"))
@@ -416,9 +481,13 @@ class SessionWatch:
         ents = self._entities(cols["uid"].tolist(), KIND_TASK)
         key = (cols["ranks"] << 42) | (cols["cores_per_rank"] << 21) | cols["gpus_per_rank"]
         distinct, inverse = np.unique(key, return_inverse=True)
-        codes = np.array([self._shape_code((int(k >> 42), int((k >> 21) & 0x1FFFFF),
-                                            int(k & 0x1FFFFF))) for k in distinct.tolist()],
-                         np.int32)
+        codes = np.array(
+            [
+                self._shape_code((int(k >> 42), int((k >> 21) & 0x1FFFFF), int(k & 0x1FFFFF)))
+                for k in distinct.tolist()
+            ],
+            np.int32,
+        )
         self.shape[ents] = codes[inverse]
         pilot_codes = {u: self._pilot_index(u) for u in set(cols["pilot"].tolist()) if u}
         self.pilot[ents] = [pilot_codes.get(u, -1) for u in cols["pilot"].tolist()]
@@ -494,8 +563,15 @@ class SessionWatch:
         ent = ent_of[b.uid]
         rows = np.flatnonzero(task_row & (ent >= 0))
         if len(rows):
-            self._task_rows(ent[rows], rank[rows], b.t[rows], b.name[rows], b.names, pilot,
-                            b.name[rows] == unsched_code)
+            self._task_rows(
+                ent[rows],
+                rank[rows],
+                b.t[rows],
+                b.name[rows],
+                b.names,
+                pilot,
+                b.name[rows] == unsched_code,
+            )
         # structure: few rows, one at a time
         srows = np.flatnonzero(struct_lut[b.name] & ((ent < 0) | ~task_row))
         srows = np.union1d(srows, np.flatnonzero((rank > 0) & pilot_rows_uid[b.uid]))
@@ -577,7 +653,7 @@ class SessionWatch:
         rows = rows.tolist()
         details = b.details
         if sched >= 0:  # placements only where the detail names nodes ("... @n,n")
-            is_sched = (b.name == sched)
+            is_sched = b.name == sched
             rows = [r for r in rows if not is_sched[r] or "@" in details[r]]
         texts = [details[r] for r in rows]
         names = [b.names[c] for c in b.name[rows].tolist()] if rows else []
@@ -591,10 +667,13 @@ class SessionWatch:
                     if head in self.failed_reasons or len(self.failed_reasons) < _FAILED_REASONS:
                         self.failed_reasons[head] = self.failed_reasons.get(head, 0) + 1
                     else:
-                        self.failed_reasons["(other reasons)"] = \
+                        self.failed_reasons["(other reasons)"] = (
                             self.failed_reasons.get("(other reasons)", 0) + 1
+                        )
                     if len(self.failed) > 4 * _FAILED_KEPT:
-                        for old in sorted(self.failed, key=lambda x: self.failed[x][0])[:-_FAILED_KEPT]:
+                        for old in sorted(self.failed, key=lambda x: self.failed[x][0])[
+                            :-_FAILED_KEPT
+                        ]:
                             del self.failed[old]
             elif name == E.SCHEDULE_OK and pilot is not None and detail:
                 m = _PLACED.match(detail)
@@ -605,7 +684,9 @@ class SessionWatch:
 
     # Placements change per-node sums in batches: _place/_unplace queue (pilot, nodes, cores,
     # GPUs, sign) and _apply_placements adds them with one np.add.at per pilot.
-    def _place(self, e: int, pilot: Pilot, nodes: list, cpr: int, gpr: int, shape, t: float) -> None:
+    def _place(
+        self, e: int, pilot: Pilot, nodes: list, cpr: int, gpr: int, shape, t: float
+    ) -> None:
         self.live_nodes = True
         if self.shape[e] == 0 and shape != (1, 1, 0):
             self.shape[e] = self._shape_code(shape)
@@ -638,8 +719,8 @@ class SessionWatch:
                 old_c, old_g = pilot.busy_cores, pilot.busy_gpus
                 pilot.busy_cores, pilot.busy_gpus = np.zeros(n), np.zeros(n)
                 if old_c is not None:
-                    pilot.busy_cores[:len(old_c)] = old_c
-                    pilot.busy_gpus[:len(old_g)] = old_g
+                    pilot.busy_cores[: len(old_c)] = old_c
+                    pilot.busy_gpus[: len(old_g)] = old_g
             np.add.at(pilot.busy_cores, idx, np.asarray(cs, float))
             np.add.at(pilot.busy_gpus, idx, np.asarray(gs, float))
 
@@ -664,8 +745,9 @@ class SessionWatch:
                 continue
             elif name in LAUNCHER_EVENTS:
                 head = (detail or "").split(":", 1)[0].strip() or "launcher"
-                rec = pilot.launchers.setdefault(head, {"name": head, "state": None, "since": t,
-                                                        "detail": None})
+                rec = pilot.launchers.setdefault(
+                    head, {"name": head, "state": None, "since": t, "detail": None}
+                )
                 rec["state"], rec["since"] = LAUNCHER_EVENTS[name], t
                 if name == E.LAUNCHER_FAILED:
                     rec["detail"] = (detail or "")[:300]
@@ -679,8 +761,11 @@ class SessionWatch:
                 k = d.get("index", len(pilot.partitions))
                 part = pilot.partitions.setdefault(k, {"index": k})
                 nodes = d.get("nodes")
-                part.update(nodes=len(nodes) if isinstance(nodes, list) else nodes,
-                            launcher=d.get("launcher"), state="open")
+                part.update(
+                    nodes=len(nodes) if isinstance(nodes, list) else nodes,
+                    launcher=d.get("launcher"),
+                    state="open",
+                )
             elif name == E.PARTITION_CLOSED:  # detail: "p<k> (<nodes>): <why>"
                 m = _CLOSED.match(detail or "")
                 k = int(m.group(1)) if m else len(pilot.partitions)
@@ -688,8 +773,17 @@ class SessionWatch:
                 part.update(state="closed", why=(m.group(2) if m else detail or "")[:300])
             elif name in MEMBER_EVENTS or name == E.MEMBER_RESTART:
                 key = f"{pilot.uid}/{uid}"
-                m = self.members.setdefault(key, {"uid": uid, "group": None, "state": None,
-                                                  "endpoint": None, "since": t, "why": None})
+                m = self.members.setdefault(
+                    key,
+                    {
+                        "uid": uid,
+                        "group": None,
+                        "state": None,
+                        "endpoint": None,
+                        "since": t,
+                        "why": None,
+                    },
+                )
                 if name == E.MEMBER_START:
                     m["group"] = detail
                     g = self._service(pilot, detail)
@@ -718,9 +812,18 @@ class SessionWatch:
 
     def _service(self, pilot: Pilot, name) -> dict:
         key = f"{pilot.uid}/{name}"
-        return self.services.setdefault(key, {"pilot": pilot.uid, "name": name, "epoch": None,
-                                              "view": None, "target": None, "epochs": [],
-                                              "members": set()})
+        return self.services.setdefault(
+            key,
+            {
+                "pilot": pilot.uid,
+                "name": name,
+                "epoch": None,
+                "view": None,
+                "target": None,
+                "epochs": [],
+                "members": set(),
+            },
+        )
 
     # ------------------------------------------------------------------ answers (JSON-able)
     @property
@@ -741,7 +844,9 @@ class SessionWatch:
     def states(self) -> dict[str, int]:
         """Tasks now in each task state (the user's tasks; running totals, O(1))."""
         lt = self.level_total
-        out = {name: int(lt[a - 1] - (lt[b - 1] if b <= LEVELS else 0)) for name, a, b in STATE_SPANS}
+        out = {
+            name: int(lt[a - 1] - (lt[b - 1] if b <= LEVELS else 0)) for name, a, b in STATE_SPANS
+        }
         for k, name in enumerate(FINALS):
             out[name] = int(self.final_total[k])
         return out
@@ -753,7 +858,8 @@ class SessionWatch:
             "session": self.info.get("uid") or os.path.basename(self.path),
             "path": self.path,
             "live": not self.finished,
-            "now": self.now(), "t0": self.t0,
+            "now": self.now(),
+            "t0": self.t0,
             "elapsed_s": (self.now() - self.t0) if self.t0 else 0.0,
             "tasks": int(lt[0]) if lt[0] else int(sum(self.states().values())),
             "states": self.states(),
@@ -766,8 +872,8 @@ class SessionWatch:
             "bytes_total": self._bytes_total(),
             "refreshes": self.refreshes,
             "refresh_ms": round(1000 * self.last_refresh_s, 2),
-            "warnings": self.warnings[-5:] + [f"{os.path.basename(t.path)}: {t.problem}"
-                                               for t in self._tails() if t.problem],
+            "warnings": self.warnings[-5:]
+            + [f"{os.path.basename(t.path)}: {t.problem}" for t in self._tails() if t.problem],
         }
 
     def _bytes_total(self) -> int:
@@ -822,17 +928,22 @@ class SessionWatch:
         out = []
         for uid, p in self.pilots.items():
             i = self._pilot_index(uid) + 1
-            out.append({
-                "uid": uid, "state": p.state or ("ACTIVE?" if p.tail.bytes_read else None),
-                "resource": p.resource, "nodes": len(p.nodes),
-                "cores": int(sum(int(x[1]) for x in p.nodes)) - p.agent_cores,
-                "gpus": int(sum(int(x[2]) for x in p.nodes)) - p.agent_gpus,
-                "busy_cores": int(cores[i]), "busy_gpus": int(gpus[i]),
-                "partitions": sorted(p.partitions.values(), key=lambda x: str(x.get("index"))),
-                "launchers": list(p.launchers.values()),
-                "notes": [{"t": t, "event": w, "detail": d} for t, w, d in p.notes[-10:]],
-                "lost_nodes": sorted(p.lost)[:50],
-            })
+            out.append(
+                {
+                    "uid": uid,
+                    "state": p.state or ("ACTIVE?" if p.tail.bytes_read else None),
+                    "resource": p.resource,
+                    "nodes": len(p.nodes),
+                    "cores": int(sum(int(x[1]) for x in p.nodes)) - p.agent_cores,
+                    "gpus": int(sum(int(x[2]) for x in p.nodes)) - p.agent_gpus,
+                    "busy_cores": int(cores[i]),
+                    "busy_gpus": int(gpus[i]),
+                    "partitions": sorted(p.partitions.values(), key=lambda x: str(x.get("index"))),
+                    "launchers": list(p.launchers.values()),
+                    "notes": [{"t": t, "event": w, "detail": d} for t, w, d in p.notes[-10:]],
+                    "lost_nodes": sorted(p.lost)[:50],
+                }
+            )
         return {"pilots": out}
 
     def nodes_json(self) -> dict:
@@ -844,12 +955,17 @@ class SessionWatch:
         for uid, p in self.pilots.items():
             cores = np.array([int(x[1]) for x in p.nodes], np.int64)
             gpus = np.array([int(x[2]) for x in p.nodes], np.int64)
-            rec = {"uid": uid, "names": [str(x[0]) for x in p.nodes], "cores": cores.tolist(),
-                   "gpus": gpus.tolist(), "lost": sorted(p.lost)[:2048]}
+            rec = {
+                "uid": uid,
+                "names": [str(x[0]) for x in p.nodes],
+                "cores": cores.tolist(),
+                "gpus": gpus.tolist(),
+                "lost": sorted(p.lost)[:2048],
+            }
             if self.live_nodes and p.busy_cores is not None:
                 rec["mode"] = "now"
-                rec["busy_cores"] = p.busy_cores[:len(cores)].round(2).tolist()
-                rec["busy_gpus"] = p.busy_gpus[:len(cores)].round(2).tolist()
+                rec["busy_cores"] = p.busy_cores[: len(cores)].round(2).tolist()
+                rec["busy_gpus"] = p.busy_gpus[: len(cores)].round(2).tolist()
             elif mean is not None and uid in mean:
                 rec["mode"] = "mean"
                 rec["busy_cores"], rec["busy_gpus"] = mean[uid]
@@ -887,10 +1003,12 @@ class SessionWatch:
             mine = self.pilot[task] == i
             n = max(len(p.nodes), 1)
             sel = mine & (flat < n)
-            placed = self.t_sched[:self.n][(self.pilot[:self.n] == i) &
-                                           np.isfinite(self.t_sched[:self.n])]
-            freed = self.t_unsched[:self.n][(self.pilot[:self.n] == i) &
-                                            np.isfinite(self.t_unsched[:self.n])]
+            placed = self.t_sched[: self.n][
+                (self.pilot[: self.n] == i) & np.isfinite(self.t_sched[: self.n])
+            ]
+            freed = self.t_unsched[: self.n][
+                (self.pilot[: self.n] == i) & np.isfinite(self.t_unsched[: self.n])
+            ]
             span = (freed.max() - placed.min()) if len(placed) and len(freed) else 0.0
             if span <= 0:
                 continue
@@ -913,8 +1031,10 @@ class SessionWatch:
         by_uid = {p["uid"]: p for p in pilots}
         groups = []
         if len(waiting):
-            key = ((self.pilot[waiting].astype(np.int64) + 1) * (len(self.shapes) + 1) +
-                   self.shape[waiting]) * 2 + self.is_call[waiting]   # calls apart from tasks
+            key = (
+                (self.pilot[waiting].astype(np.int64) + 1) * (len(self.shapes) + 1)
+                + self.shape[waiting]
+            ) * 2 + self.is_call[waiting]  # calls apart from tasks
             distinct, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
             since = np.full(len(distinct), np.inf)
             np.minimum.at(since, inverse, self.reach[3][waiting])
@@ -924,20 +1044,31 @@ class SessionWatch:
                 pi, sc = divmod(kv // 2, len(self.shapes) + 1)
                 puid = self.pilot_uids[pi - 1] if pi > 0 else None
                 shape = self.shapes[sc]
-                groups.append({
-                    "pilot": puid, "shape": f"{shape[0]}x{shape[1]}/{shape[2]}",
-                    "ranks": shape[0], "cores_per_rank": shape[1], "gpus_per_rank": shape[2],
-                    "count": c, "calls": int(calls[k]),
-                    "waited_s": max(0.0, now - float(since[k])),
-                    "why": self._why(by_uid.get(puid), shape, free_nodes.get(puid),
-                                     int(calls[k]) == c)})
+                groups.append(
+                    {
+                        "pilot": puid,
+                        "shape": f"{shape[0]}x{shape[1]}/{shape[2]}",
+                        "ranks": shape[0],
+                        "cores_per_rank": shape[1],
+                        "gpus_per_rank": shape[2],
+                        "count": c,
+                        "calls": int(calls[k]),
+                        "waited_s": max(0.0, now - float(since[k])),
+                        "why": self._why(
+                            by_uid.get(puid), shape, free_nodes.get(puid), int(calls[k]) == c
+                        ),
+                    }
+                )
             groups.sort(key=lambda g: -g["waited_s"])
         before = np.flatnonzero(user & (rank >= 1) & (rank <= 3) & (self.final[:n] == 0))
         oldest = float(self.reach[0][before].min()) if len(before) else None
-        return {"groups": groups[:200], "shapes_waiting": len(groups),
-                "before_agent": int(len(before)),
-                "before_agent_waited_s": max(0.0, now - oldest) if oldest else 0.0,
-                "placed_waiting_launch": int(self.level_total[4] - self.level_total[5])}
+        return {
+            "groups": groups[:200],
+            "shapes_waiting": len(groups),
+            "before_agent": int(len(before)),
+            "before_agent_waited_s": max(0.0, now - oldest) if oldest else 0.0,
+            "placed_waiting_launch": int(self.level_total[4] - self.level_total[5]),
+        }
 
     def _free_nodes(self) -> dict:
         out = {}
@@ -967,18 +1098,26 @@ class SessionWatch:
         free_g = p["gpus"] - p["busy_gpus"]
         need_c, need_g = ranks * cpr, ranks * gpr
         if need_c > free_c or need_g > free_g:
-            return (f"needs {need_c} cores and {need_g} GPUs; the pilot has {free_c} cores and "
-                    f"{free_g} GPUs free now: waits for running tasks to end")
+            return (
+                f"needs {need_c} cores and {need_g} GPUs; the pilot has {free_c} cores and "
+                f"{free_g} GPUs free now: waits for running tasks to end"
+            )
         if free_nodes is not None:
             fc, fg = free_nodes
             fits = int(np.sum((fc >= cpr) & (fg >= gpr)))
             if fits == 0:
-                return (f"no node has {cpr} free cores and {gpr} free GPUs now "
-                        f"({free_c} cores, {free_g} GPUs free in all, spread over nodes)")
-            return (f"{fits} nodes have room for a rank now: placed at the scheduler's next "
-                    "round, unless higher-priority tasks take it first")
-        return (f"{free_c} cores and {free_g} GPUs are free in all; a rank needs {cpr} cores and "
-                f"{gpr} GPUs on one node (placement per node is not in the events)")
+                return (
+                    f"no node has {cpr} free cores and {gpr} free GPUs now "
+                    f"({free_c} cores, {free_g} GPUs free in all, spread over nodes)"
+                )
+            return (
+                f"{fits} nodes have room for a rank now: placed at the scheduler's next "
+                "round, unless higher-priority tasks take it first"
+            )
+        return (
+            f"{free_c} cores and {free_g} GPUs are free in all; a rank needs {cpr} cores and "
+            f"{gpr} GPUs on one node (placement per node is not in the events)"
+        )
 
     def failed_json(self) -> dict:
         """/api/failed: how many failed, their reasons grouped, the most recent with name and reason."""
@@ -986,11 +1125,21 @@ class SessionWatch:
         rows = []
         for e, (t, reason) in recent:
             g = int(self.group[e])
-            rows.append({"uid": self.keys[e], "name": self.group_names[g] if g >= 0 else None,
-                         "t": t - (self.t0 or 0.0), "reason": reason})
+            rows.append(
+                {
+                    "uid": self.keys[e],
+                    "name": self.group_names[g] if g >= 0 else None,
+                    "t": t - (self.t0 or 0.0),
+                    "reason": reason,
+                }
+            )
         reasons = sorted(self.failed_reasons.items(), key=lambda kv: -kv[1])[:20]
-        return {"count": int(self.final_total[1]), "canceled": int(self.final_total[2]),
-                "by_reason": [{"reason": r, "count": c} for r, c in reasons], "recent": rows}
+        return {
+            "count": int(self.final_total[1]),
+            "canceled": int(self.final_total[2]),
+            "by_reason": [{"reason": r, "count": c} for r, c in reasons],
+            "recent": rows,
+        }
 
     def services_json(self) -> dict:
         """/api/services: per service group its epoch, view, target and members by state."""
@@ -1000,12 +1149,24 @@ class SessionWatch:
             counts: dict[str, int] = {}
             for m in members:
                 counts[m["state"] or "?"] = counts.get(m["state"] or "?", 0) + 1
-            groups.append({"pilot": g["pilot"], "name": g["name"], "epoch": g["epoch"],
-                           "view": g["view"], "target": g["target"], "states": counts,
-                           "epochs": [{"t": t - (self.t0 or 0.0), "epoch": ep, "view": v}
-                                      for t, ep, v in g["epochs"][-10:]],
-                           "members": [{k: m[k] for k in ("uid", "state", "endpoint", "why")}
-                                       for m in members[-50:]]})
+            groups.append(
+                {
+                    "pilot": g["pilot"],
+                    "name": g["name"],
+                    "epoch": g["epoch"],
+                    "view": g["view"],
+                    "target": g["target"],
+                    "states": counts,
+                    "epochs": [
+                        {"t": t - (self.t0 or 0.0), "epoch": ep, "view": v}
+                        for t, ep, v in g["epochs"][-10:]
+                    ],
+                    "members": [
+                        {k: m[k] for k in ("uid", "state", "endpoint", "why")}
+                        for m in members[-50:]
+                    ],
+                }
+            )
         return {"groups": groups}
 
     def pools_json(self) -> dict:
@@ -1017,12 +1178,15 @@ class SessionWatch:
 
         def state_counts(sel):
             r, f = self.rank[:n][sel], self.final[:n][sel]
-            return {"queued": int(np.sum((f == 0) & (r <= 4))),
-                    "placed": int(np.sum((f == 0) & (r == 5))),
-                    "running": int(np.sum((f == 0) & (r == 6))),
-                    "ending": int(np.sum((f == 0) & (r == 7))),
-                    "done": int(np.sum(f == 1)), "failed": int(np.sum(f == 2)),
-                    "canceled": int(np.sum(f == 3))}
+            return {
+                "queued": int(np.sum((f == 0) & (r <= 4))),
+                "placed": int(np.sum((f == 0) & (r == 5))),
+                "running": int(np.sum((f == 0) & (r == 6))),
+                "ending": int(np.sum((f == 0) & (r == 7))),
+                "done": int(np.sum(f == 1)),
+                "failed": int(np.sum(f == 2)),
+                "canceled": int(np.sum(f == 3)),
+            }
 
         workers = np.flatnonzero(self.kind[:n] == KIND_WORKER)
         calls = np.flatnonzero(self.is_call[:n])

@@ -27,7 +27,7 @@ import numpy as np
 
 from pilotfish.analytics import _load
 
-_READ_MAX = 64 << 20          # bytes read per call at most (a large finished file: in steps)
+_READ_MAX = 64 << 20  # bytes read per call at most (a large finished file: in steps)
 _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
 
 
@@ -40,8 +40,8 @@ class FrameTail:
 
     def __init__(self, path: str):
         self.path = path
-        self.offset = 0            # bytes of whole frames consumed
-        self.pending = b""         # the start of a frame still being written
+        self.offset = 0  # bytes of whole frames consumed
+        self.pending = b""  # the start of a frame still being written
         self.bytes_read = 0
         self.reads = 0
         self.problem: str | None = None
@@ -68,8 +68,10 @@ class FrameTail:
             if self._ino is None:
                 self._ino = st.st_ino
             elif st.st_ino != self._ino or st.st_size < start:
-                self.problem = (f"was replaced or truncated (now {st.st_size} bytes, "
-                                f"{start} read before): not read again")
+                self.problem = (
+                    f"was replaced or truncated (now {st.st_size} bytes, "
+                    f"{start} read before): not read again"
+                )
                 return b""
             want = min(st.st_size - start, max(limit, 4))
             if want <= 0:
@@ -84,7 +86,6 @@ class FrameTail:
         self.pending = data[end:]
         self.offset += end
         return data[:end]
-
 
     def unread(self) -> int:
         """Bytes in the file past what was read (0 if it is not there or not readable)."""
@@ -101,7 +102,7 @@ def whole_frames(data: bytes) -> int:
     """Length of the prefix of `data` made of whole frames."""
     pos, n = 0, len(data)
     while pos + 4 <= n:
-        end = pos + 4 + int.from_bytes(data[pos:pos + 4], "little")
+        end = pos + 4 + int.from_bytes(data[pos : pos + 4], "little")
         if end > n:
             break
         pos = end
@@ -113,6 +114,7 @@ class EventBatch:
     """Some consecutive events of one file, as columns. uid and name are codes into the
     batch's own tables `uid_texts` and `names` (uid_texts is decoded on demand: `uid_text`);
     details are kept for the names asked for: row -> text."""
+
     t: np.ndarray
     uid: np.ndarray
     name: np.ndarray
@@ -120,7 +122,7 @@ class EventBatch:
     n_uids: int
     details: dict[int, str]
     _texts: object  # callable(codes) -> list[str]
-    k1: np.ndarray | None = None   # two 64-bit keys of each uid of the table (_load's), or None
+    k1: np.ndarray | None = None  # two 64-bit keys of each uid of the table (_load's), or None
     k2: np.ndarray | None = None
 
     def uid_texts(self, codes: np.ndarray) -> list[str]:
@@ -140,8 +142,9 @@ def decode_events(data: bytes, detail_names: set[str]) -> Iterator[EventBatch]:
     i = 0
     while i < len(frames):
         j, size = i, 0
-        while j < len(frames) and (size == 0 or
-                                   size + frames[j].end - frames[j].payload <= _load._CHUNK_BYTES):
+        while j < len(frames) and (
+            size == 0 or size + frames[j].end - frames[j].payload <= _load._CHUNK_BYTES
+        ):
             size += frames[j].end - frames[j].payload + 4
             j += 1
         try:
@@ -158,8 +161,9 @@ def decode_events(data: bytes, detail_names: set[str]) -> Iterator[EventBatch]:
             return _load._texts(fb, table.start[codes], table.length[codes])
 
         details = {int(r): d for r, d in zip(ch.detail_rows.tolist(), ch.details)}
-        yield EventBatch(ch.t, ch.uid, ch.name, ch.name_texts, len(table.k1), details, texts,
-                         table.k1, table.k2)
+        yield EventBatch(
+            ch.t, ch.uid, ch.name, ch.name_texts, len(table.k1), details, texts, table.k1, table.k2
+        )
         if ch.slow_frames:
             yield from _decode_slow(data, ch.slow_frames, detail_names)
 
@@ -169,29 +173,38 @@ def _decode_slow(data: bytes, frames, detail_names: set[str]) -> Iterator[EventB
     events = []
     for f in frames:
         if f.count != 0:
-            events.extend(_decode_frame(data[f.payload:f.end]))
+            events.extend(_decode_frame(data[f.payload : f.end]))
     if not events:
         return
     t, uids, names, det = zip(*events)
     uid_index: dict[str, int] = {}
     name_index: dict[str, int] = {}
     u = np.fromiter((uid_index.setdefault(x, len(uid_index)) for x in uids), np.int32, len(uids))
-    nm = np.fromiter((name_index.setdefault(x, len(name_index)) for x in names), np.int32,
-                     len(names))
+    nm = np.fromiter(
+        (name_index.setdefault(x, len(name_index)) for x in names), np.int32, len(names)
+    )
     uid_list = list(uid_index)
-    details = {k: d for k, (d, m) in enumerate(zip(det, names))
-               if d is not None and m in detail_names}
-    yield EventBatch(np.asarray(t, np.float64), u, nm, list(name_index), len(uid_list), details,
-                     lambda codes: [uid_list[c] for c in np.asarray(codes).tolist()])
+    details = {
+        k: d for k, (d, m) in enumerate(zip(det, names)) if d is not None and m in detail_names
+    }
+    yield EventBatch(
+        np.asarray(t, np.float64),
+        u,
+        nm,
+        list(name_index),
+        len(uid_list),
+        details,
+        lambda codes: [uid_list[c] for c in np.asarray(codes).tolist()],
+    )
 
 
 def decode_journal(data: bytes) -> Iterator[list]:
     """The records of whole journal frames (each frame: a msgpack array of records)."""
     pos, n = 0, len(data)
     while pos + 4 <= n:
-        end = pos + 4 + int.from_bytes(data[pos:pos + 4], "little")
+        end = pos + 4 + int.from_bytes(data[pos : pos + 4], "little")
         try:
-            recs = msgspec.msgpack.decode(data[pos + 4:end])
+            recs = msgspec.msgpack.decode(data[pos + 4 : end])
         except msgspec.DecodeError:
             recs = []  # damage: the client's resume names it; the dashboard reads past it
         pos = end
