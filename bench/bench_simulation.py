@@ -1,7 +1,7 @@
 """Simulated pilots (issue 11): seed 000's Table 2 regenerated, and prediction vs reality.
 
     python bench/bench_simulation.py table2 [--nodes 256 512 1024 2048] [--partitions 1 2 8 32]
-        [--node-executors] [--model FILE]
+        [--node-executors] [--launcher prrte|pmi] [--model FILE]
     python bench/bench_simulation.py reality --real DIR [--model FILE]
 
 table2   the seed-000 mix at the seed's own durations (90 % 1 rank x U[1,9] cores for
@@ -81,13 +81,14 @@ def ru(m: dict, cores_of: dict[str, int], cores_total: int) -> float:
 
 
 def simulate(nodes: int, partitions: int, tasks, model=None, gpus: int = GPUS,
-             cores: int = CORES, keep: str | None = None, node_executors: bool = False) -> dict:
+             cores: int = CORES, keep: str | None = None, node_executors: bool = False,
+             launcher: str = "prrte") -> dict:
     with tempfile.TemporaryDirectory() as d:
         path = keep or os.path.join(d, "s")
         with pf.Session(path=path) as s:
             pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
                 resource="simulated", nodes=nodes, cores_per_node=cores, gpus_per_node=gpus,
-                runtime="10000h", launcher="prrte", partitions=partitions, launch_model=model,
+                runtime="10000h", launcher=launcher, partitions=partitions, launch_model=model,
                 node_executors=node_executors or None))
             tm = pf.TaskManager(s)
             tm.add_pilots(pilot)
@@ -110,7 +111,7 @@ def simulate(nodes: int, partitions: int, tasks, model=None, gpus: int = GPUS,
 
 
 def table2(node_counts, partition_counts, node_executors: bool = False,
-           model_file: str | None = None) -> None:
+           model_file: str | None = None, launcher: str = "prrte") -> None:
     """node_executors: every (single-node) task of the mix through the node executors'
     model instead of the partitions' DVMs (which still start)."""
     model = json.load(open(model_file)) if model_file else None
@@ -120,8 +121,9 @@ def table2(node_counts, partition_counts, node_executors: bool = False,
         for p in partition_counts:
             if p > nodes:
                 continue
-            r = simulate(nodes, p, tasks, model=model, node_executors=node_executors)
-            print(json.dumps({"nodes": nodes, "tasks": n, "partitions": p,
+            r = simulate(nodes, p, tasks, model=model, node_executors=node_executors,
+                         launcher=launcher)
+            print(json.dumps({"nodes": nodes, "tasks": n, "partitions": p, "launcher": launcher,
                               "node_executors": node_executors, **r,
                               "seed_ru": SEED_TABLE2.get(nodes)}), flush=True)
 
@@ -164,11 +166,14 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 8, 32])
     ap.add_argument("--real", default=None)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--launcher", default="prrte",
+                    help="table2: the pilot's launch method (prrte: DVM partitions; pmi: MPI "
+                         "worlds served by the node executors, no launcher per task)")
     ap.add_argument("--node-executors", action="store_true",
                     help="table2: the tasks through node executors (model 'nodes')")
     a = ap.parse_args()
     if a.what == "table2":
-        table2(a.nodes, a.partitions, a.node_executors, a.model)
+        table2(a.nodes, a.partitions, a.node_executors, a.model, a.launcher)
     else:
         if not a.real:
             ap.error("reality needs --real DIR (from bench_partitions.py seed000 --keep DIR)")

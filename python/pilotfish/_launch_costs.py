@@ -60,6 +60,19 @@ DEFAULT_MODEL: dict[str, dict[str, float]] = {
         "hang_rate": 0.0,
         "hang_s": 10.0,
     },
+    # MPI worlds without a launcher (launch method `pmi`: node executors serve PMI): `pilotfish
+    # simulate --fit` of a real 4-host pilot on the project's cluster of hosts, 360 worlds of
+    # 2-8 ranks (BENCHMARKS.md, "MPI without a launcher"); the send to the last rank's spawn,
+    # on two cores shared by every host's executor and the ranks' own MPI_Init
+    "pmi": {
+        "startup_s": 0.39,
+        "startup_per_node_s": 0.0,
+        "latency_s": 0.0722,
+        "latency_per_inflight_s": 0.00175,
+        "fail_rate": 0.0,
+        "hang_rate": 0.0,
+        "hang_s": 0.0,
+    },
 }
 for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
     DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))

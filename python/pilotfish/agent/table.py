@@ -342,7 +342,7 @@ class TaskTable:
                 if profile:
                     events += (
                         (now, uid, S.EXECUTING, None),
-                        (now, uid, E.EXEC_START, "nodes" if name == "nodes" else None),
+                        (now, uid, E.EXEC_START, name if name in ("nodes", "pmi") else None),
                     )
                 ups.append(
                     _wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=t.partition.index)

@@ -8,6 +8,8 @@ Per launch method (the default launcher of each partition of each pilot):
                                     exec_ok -> launch_ok of each launch, against the launches of
                                     the same instance still in their launch phase when it was
                                     made (least squares, clipped at 0)
+                                    (node executors, "nodes": the agent's send -> the node's
+                                    spawn; PMI worlds, "pmi": the send -> its last rank's spawn)
     fail_rate                       launch_retry events / launches
     hang_rate, hang_s               launch_hung events / launches; hang_s: the launcher's
                                     hang_grace from the session's pilot description (10 s)
@@ -69,15 +71,20 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             pass
         inst: dict[str, dict[str, float]] = {}
         exec_ok: dict[str, float] = {}
+        last_ok: dict[str, float] = {}  # task -> its last process's spawn (a PMI world's ranks)
         by_nodes: dict[str, float] = {}  # task -> when the agent sent it to a node executor
+        by_pmi: dict[str, float] = {}  # task -> when the agent spawned its PMI world (`pmi`)
         launch_ok: dict[str, float] = {}
         for t, who, name, detail in ev:
             if name in (E.LAUNCHER_START, E.LAUNCHER_READY) and detail:
                 inst.setdefault(detail, {}).setdefault(name, t)
             elif name == E.EXEC_OK:
                 exec_ok.setdefault(who, t)
+                last_ok[who] = max(t, last_ok.get(who, t))
             elif name == E.EXEC_START and detail == "nodes":
                 by_nodes.setdefault(who, t)
+            elif name == E.EXEC_START and detail == "pmi":
+                by_pmi.setdefault(who, t)
             elif name == E.LAUNCH_OK:
                 launch_ok.setdefault(who, t)
             elif name in (E.LAUNCH_RETRY, E.LAUNCH_HUNG):
@@ -89,12 +96,16 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             method, _, p = detail.partition(" p")
             if E.LAUNCHER_READY in rec and p.isdigit() and int(p) < len(layout):
                 startup.setdefault(method, []).append(
-                    (layout[int(p)][1], rec[E.LAUNCHER_READY] - rec[E.LAUNCHER_START]))
+                    (layout[int(p)][1], rec[E.LAUNCHER_READY] - rec[E.LAUNCHER_START])
+                )
         by_part: dict[int, list[tuple[float, float]]] = {}
         # node executors: a launch is the agent's send to the node's spawn (exec_ok is the
         # node's clock; one host's here, NTP-synced on a cluster); in flight: sent, not spawned
-        sent = sorted((t0, exec_ok[who]) for who, t0 in by_nodes.items() if who in exec_ok
-                      and exec_ok[who] >= t0)
+        sent = sorted(
+            (t0, exec_ok[who])
+            for who, t0 in by_nodes.items()
+            if who in exec_ok and exec_ok[who] >= t0
+        )
         if sent:
             starts = np.array([a for a, _ in sent])
             ends = np.sort(np.array([b for _, b in sent]))
@@ -102,8 +113,22 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             for a, b in sent:
                 inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
                 latency.setdefault("nodes", []).append((max(0, int(inflight)), b - a))
+        # PMI worlds (launch method `pmi`): a launch is the agent's send to the spawn of the
+        # world's last rank (here or on a node executor); in flight: sent, not all spawned
+        sent = sorted(
+            (t0, last_ok[who])
+            for who, t0 in by_pmi.items()
+            if who in last_ok and last_ok[who] >= t0
+        )
+        if sent:
+            starts = np.array([a for a, _ in sent])
+            ends = np.sort(np.array([b for _, b in sent]))
+            launches["pmi"] = launches.get("pmi", 0) + len(sent)
+            for a, b in sent:
+                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
+                latency.setdefault("pmi", []).append((max(0, int(inflight)), b - a))
         for who, t0 in exec_ok.items():
-            if who in by_nodes:
+            if who in by_nodes or who in by_pmi:
                 continue
             part = _part_of(first_node.get(who, -1), layout)
             if part is None:
@@ -128,11 +153,15 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
         a, b = _lsq(s[:, 0], s[:, 1])
         c, d = _lsq(lat[:, 0], lat[:, 1])
         n = launches.get(method, 0)
-        model[method] = {"startup_s": round(a, 6), "startup_per_node_s": round(b, 6),
-                         "latency_s": round(c, 6), "latency_per_inflight_s": round(d, 6),
-                         "fail_rate": round(min(0.99, retries.get(method, 0) / n), 6) if n else 0.0,
-                         "hang_rate": round(min(0.99, hangs.get(method, 0) / n), 6) if n else 0.0,
-                         "hang_s": grace.get(method, 10.0 if method == "prrte" else 0.0)}
+        model[method] = {
+            "startup_s": round(a, 6),
+            "startup_per_node_s": round(b, 6),
+            "latency_s": round(c, 6),
+            "latency_per_inflight_s": round(d, 6),
+            "fail_rate": round(min(0.99, retries.get(method, 0) / n), 6) if n else 0.0,
+            "hang_rate": round(min(0.99, hangs.get(method, 0) / n), 6) if n else 0.0,
+            "hang_s": grace.get(method, 10.0 if method == "prrte" else 0.0),
+        }
     return model
 
 
