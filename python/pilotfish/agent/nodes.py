@@ -66,13 +66,13 @@ import json
 import logging
 import os
 import signal
-import sys
 from typing import Any, Callable
 
 from .. import _events as E
 from .. import _node_wire as W
 from .._door import Door, joined
 from .._util import write_private
+from ..launch.nodes import executor_step
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -215,28 +215,9 @@ class NodeLink:
             if old is not None and old.keys:
                 self._verdict(old)  # (a new executor knows nothing of the old one's tasks)
             self.nodes[n] = Node(n, now + timeout, starter)
-        srun = str(options.get("srun") or "srun")
-        argv = [srun]
-        jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
-        if jobid:
-            argv.append(f"--jobid={jobid}")
-        argv += [
-            "--overlap",
-            f"--nodes={len(names)}",
-            f"--ntasks={len(names)}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(names)}",
-            "--cpus-per-task=1",
-            "--kill-on-bad-exit=0",
-            "--no-kill",
-            "--mpi=none",  # a dead node: not the step
-            str(options.get("python") or sys.executable),
-            "-m",
-            "pilotfish.agent.node",
-            self.config_path,
-        ]
+        argv, env = executor_step(names, options, self.config_path)  # (launch/nodes.py)
         self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
-        spawn(argv, {"SLURM_OVERLAP": "1"})
+        spawn(argv, env)
 
     def waiting(self, starter: Any) -> list[Node]:
         return [

@@ -8,10 +8,38 @@ launcher here; naming it on a pilot without executors fails the task with why.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Callable, Protocol
 
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env
 from .direct import remote_nodes
+
+
+def executor_step(names: list[str], options: dict, config: str) -> tuple[list[str], dict]:
+    """The batch system's launcher step that starts a node executor on each of these nodes
+    (argv, extra environment): one Slurm step, one task per node, that outlives a dead node
+    (--no-kill) and a rank's bad exit, without an MPI plugin of its own."""
+    argv = [str(options.get("srun") or "srun")]
+    jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
+    if jobid:
+        argv.append(f"--jobid={jobid}")
+    argv += [
+        "--overlap",
+        f"--nodes={len(names)}",
+        f"--ntasks={len(names)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(names)}",
+        "--cpus-per-task=1",
+        "--kill-on-bad-exit=0",
+        "--no-kill",
+        "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi_node.py)
+        str(options.get("python") or sys.executable),
+        "-m",
+        "pilotfish.agent.node",
+        config,
+    ]
+    return argv, {"SLURM_OVERLAP": "1"}
 
 
 class NodeStarter(Protocol):
