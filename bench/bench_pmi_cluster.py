@@ -13,7 +13,9 @@ prrte the same script with MPI4PY_LIBMPI=<venv>/lib/libmpi.so.40, Open MPI's: PR
 PMIx only). Cases, each rate N / (submit of all -> the last final), each task checked (its
 ranks printed the right size and sum):
   throughput  --tasks tasks of 2 ranks x 1 core through pmi (wherever the placer puts them:
-              on one host or across two), --per-launcher through each baseline
+              on one host or across two), --per-launcher through each baseline; with the
+              machine's CPU seconds per task (/proc/stat: every host is a namespace of it --
+              the ranks' MPI_Init and the launchers' own work together)
   latency     --latency tasks one after another of 2 ranks x a whole host (2 hosts) and of
               4 ranks x a whole host (4 hosts): the median submit -> final; beside it a local
               `mpiexec -n 2` of the same program on this host (subprocess, the median)
@@ -76,16 +78,25 @@ def check(tasks, ranks: int) -> None:
             raise SystemExit(f"{t.uid} ({t.state}): {t.reason!r} {t.stdout!r}"[:600])
 
 
+def cpu_s() -> float:
+    """CPU seconds this machine spent so far (every host of the cluster is a namespace of it):
+    user + nice + system + irq + softirq of /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:8]
+    busy = sum(int(x) for i, x in enumerate(fields) if i != 3 and i != 4)  # not idle, iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def throughput(tmgr, prog: str, launcher: str, n: int) -> dict:
     tmgr.wait_tasks([t.uid for t in tmgr.submit_tasks([desc(prog, launcher, 2, 1)])],
                     timeout=600)  # (warm)
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), cpu_s()
     tasks = tmgr.submit_tasks([desc(prog, launcher, 2, 1) for _ in range(n)])
     tmgr.wait_tasks([t.uid for t in tasks], timeout=3600)
-    dt = time.monotonic() - t0
+    dt, cpu = time.monotonic() - t0, cpu_s() - c0
     check(tasks, 2)
     return emit("throughput", program=prog, launcher=launcher, tasks=n, seconds=round(dt, 2),
-                tasks_per_s=round(n / dt, 2))
+                tasks_per_s=round(n / dt, 2), cpu_ms_per_task=round(1000 * cpu / n, 1))
 
 
 def latency(tmgr, prog: str, launcher: str, ranks: int, n: int, cores: int) -> dict:

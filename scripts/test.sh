@@ -12,4 +12,4 @@ scripts/install-chromium.sh >/dev/null   # the report's browser test
 .venv/bin/python tests/rp/rp_cache.py || true
 scripts/substrates/slurm.sh start
 trap 'scripts/substrates/slurm.sh stop >/dev/null 2>&1 || true' EXIT
-scripts/substrates/slurm.sh exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+scripts/substrates/slurm.sh exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
