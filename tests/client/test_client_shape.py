@@ -123,3 +123,73 @@ def test_the_router_hands_each_kind_to_its_receiver():
     assert got == [("g", "GroupAck"), ("g", "pilot final")]
     r.drop_group("pilot.0000", "g")
     assert not r.has_group("pilot.0000", "g") and r.has_group("pilot.0001", "g")
+
+
+def state_writes_outside_move(source: str) -> list[tuple[int, str]]:
+    """(line, where) of each write of a `.state` (assignment, augmented or annotated,
+    setattr(x, "state", ...), a `state` entry of __dict__) outside a method named `move` --
+    but for `self.state = ...` in __init__, the birth state."""
+    tree = ast.parse(source)
+    found: list[tuple[int, str]] = []
+
+    def walk(node: ast.AST, func: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                walk(child, child.name)
+                continue
+            targets: list[ast.expr] = []
+            if isinstance(child, ast.Assign):
+                targets = [t for tg in child.targets
+                           for t in (tg.elts if isinstance(tg, ast.Tuple) else [tg])]
+            elif isinstance(child, (ast.AugAssign, ast.AnnAssign)):
+                targets = [child.target]
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Name) \
+                    and child.func.id == "setattr" and len(child.args) >= 2 \
+                    and isinstance(child.args[1], ast.Constant) and child.args[1].value == "state":
+                found.append((child.lineno, func or "<module>"))
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "state":
+                    birth = func == "__init__" and isinstance(t.value, ast.Name) \
+                        and t.value.id == "self"
+                    if func != "move" and not birth:
+                        found.append((t.lineno, func or "<module>"))
+                elif isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) \
+                        and t.slice.value == "state" and isinstance(t.value, ast.Attribute) \
+                        and t.value.attr == "__dict__":
+                    found.append((t.lineno, func or "<module>"))
+            walk(child, func)
+
+    walk(tree, None)
+    return found
+
+
+def test_client_state_changes_only_through_move():
+    """Task.move and Pilot.move (guarded by client/_transitions.py's tables) are the only
+    writers of a client object's state: a change that skips the guard fails here."""
+    found = []
+    for name in sorted(os.listdir(CLIENT_DIR)):
+        if name.endswith(".py"):
+            with open(os.path.join(CLIENT_DIR, name)) as f:
+                found += [f"client/{name}:{line} (in {func})"
+                          for line, func in state_writes_outside_move(f.read())]
+    assert not found, ("a state written outside its owner's move() (client/_transitions.py):\n"
+                       + "\n".join(found))
+
+
+def test_the_state_write_rule_sees_what_it_must():
+    src = ("class T:\n"
+           "    def __init__(self):\n"
+           "        self.state = 'NEW'\n"        # the birth state: fine
+           "    def move(self, to):\n"
+           "        self.state = to\n"           # the owner: fine
+           "    def other(self, t, u):\n"
+           "        t.state = 'DONE'\n"
+           "        self.state, x = 'A', 1\n"
+           "        t.state += 'x'\n"
+           "        setattr(t, 'state', 'B')\n"
+           "        t.__dict__['state'] = 'C'\n"
+           "def f(t):\n"
+           "    def move():\n"
+           "        t.state = 'D'\n"             # (named move: the rule trusts the name)
+           "    t.state: str = 'E'\n")
+    assert [line for line, _ in state_writes_outside_move(src)] == [7, 8, 9, 10, 11, 15]

@@ -32,6 +32,7 @@ from ..descriptions import (
     partition_layout,
 )
 from .session import Session
+from ._transitions import PILOT_LEGAL, check
 from .task import TaskManager
 
 log = logging.getLogger("pilotfish.client")
@@ -44,9 +45,11 @@ class Pilot:
         self.uid = uid
         self.description = description
         self.sandbox = sandbox
-        self.state = S.NEW
+        self.state = S.NEW  # changed by move() only (_transitions.PILOT_LEGAL)
         self.history: list[tuple[str, float]] = []
         self.reason: str | None = None
+        # the end asked for (cancel, close: final state, reason); the first request wins
+        self._wanted: tuple[str, str] | None = None
         self._nodes: list[_wire.NodeInfo] = []  # what the agent said (Hello, Resized)
         self.launcher: str | None = None
         self._pmgr = pmgr
@@ -421,6 +424,56 @@ class Pilot:
                 self._replies.wait(min(left, 1.0))
             return self._explained.pop(token)
 
+    def move(self, to: str, t: float | None = None, reason: str | None = None) -> None:
+        """The one place this pilot's state changes, with its history entry (at t, else
+        now) and its reason, if given. The manager drops late and repeated news first
+        (PilotManager._advance); a move PILOT_LEGAL lacks raises IllegalTransition (a bug in
+        the client)."""
+        check("pilot", self.uid, PILOT_LEGAL, self.state, to)
+        self.state = to
+        self.history.append((to, time.time() if t is None else t))
+        if reason:
+            self.reason = reason
+
+    def _on_hello(self, msg: _wire.Hello) -> None:  # IO thread: its agent runs
+        """What the agent found: its nodes, launcher and shape (pilot.json records them, for
+        analytics and resume)."""
+        self._nodes = msg.nodes
+        self.launcher = msg.launcher
+        self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
+        info_path = os.path.join(self.sandbox, "pilot.json")
+        try:  # (a full disk must not keep the pilot from ACTIVE)
+            write_private(
+                info_path,
+                json.dumps(
+                    {
+                        "uid": self.uid,
+                        "description": self.description.as_dict(),
+                        "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
+                        "launcher": msg.launcher,
+                        "agent_cores": 0,
+                        "agent_gpus": 0,
+                        "agent_host": msg.host,
+                        "agent_pid": msg.pid,
+                    },
+                    indent=1,
+                ).encode(),
+            )
+        except OSError as e:
+            log.error("pilot %s: cannot write %s: %s", self.uid, info_path, e.strerror or e)
+
+    def _on_bye(self, msg: _wire.Bye) -> None:  # IO thread: its agent has ended
+        self._bye = msg
+
+    def _ended(self) -> None:
+        """After its final state: grown units go with it; resize and explain waits wake."""
+        for unit, (_, job) in list(self._grown.items()):
+            if job is not None:
+                _cancel_quietly(job)
+            self._grown.pop(unit, None)
+        with self._replies:
+            self._replies.notify_all()
+
     def _on_explained(self, msg: _wire.Explained) -> None:  # IO thread
         with self._replies:
             self._explained[msg.token] = msg.items
@@ -657,22 +710,14 @@ class PilotManager:
             ):
                 return False
             t = time.time() if t is None else t
-            pilot.state = state
-            pilot.history.append((state, t))
-            if reason:
-                pilot.reason = reason
+            pilot.move(state, t, reason)
             self._cond.notify_all()
         self.session.events.record(pilot.uid, state, reason, t)
         if state in S.FINAL:
             for listener in list(pilot._final_listeners):
                 listener(pilot)
             self.session.router.pilot_final(pilot.uid)  # its service groups
-            for unit, (_, job) in list(pilot._grown.items()):  # grown units go with the pilot
-                if job is not None:
-                    _cancel_quietly(job)
-                pilot._grown.pop(unit, None)
-            with pilot._replies:
-                pilot._replies.notify_all()
+            pilot._ended()
         for cb in self._callbacks:
             try:
                 cb(pilot, state)
@@ -719,7 +764,7 @@ class PilotManager:
             learn_finals()
             return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
-        pilot.history.append((S.NEW, time.time()))
+        pilot.move(S.NEW)  # (its first history entry: no event, no callback)
         self.pilots[uid] = pilot
         # until its agent answers, whatever it says is a cue to ask it again
         self.session.router.watch(uid, functools.partial(self._heard, pilot))
@@ -806,44 +851,22 @@ class PilotManager:
             self.session.router.unwatch(pilot.uid)  # answered: no more asking
             return
         if isinstance(msg, _wire.Hello):
-            pilot._nodes = msg.nodes
-            pilot.launcher = msg.launcher
-            pilot._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
-            info_path = os.path.join(pilot.sandbox, "pilot.json")
-            try:  # (for analytics and resume: a full disk must not keep the pilot from ACTIVE)
-                write_private(
-                    info_path,
-                    json.dumps(
-                        {
-                            "uid": pilot.uid,
-                            "description": pilot.description.as_dict(),
-                            "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
-                            "launcher": msg.launcher,
-                            "agent_cores": 0,
-                            "agent_gpus": 0,
-                            "agent_host": msg.host,
-                            "agent_pid": msg.pid,
-                        },
-                        indent=1,
-                    ).encode(),
-                )
-            except OSError as e:
-                log.error("pilot %s: cannot write %s: %s", pilot.uid, info_path, e.strerror or e)
+            pilot._on_hello(msg)
             self._advance(pilot, S.ACTIVE, t=msg.t)
         elif isinstance(msg, _wire.Resized):
             pilot._on_resized(msg)
         elif isinstance(msg, _wire.Explained):
             pilot._on_explained(msg)
         elif isinstance(msg, _wire.Bye):
-            pilot._bye = msg
+            pilot._on_bye(msg)
             self._poke.set()
 
     def _shutdown(self, pilot: Pilot, final: str, reason: str) -> None:
         """Ask the agent to stop; it cancels what runs and says bye. The monitor finishes up."""
         if pilot.state in S.FINAL:
             return
-        if getattr(pilot, "_wanted", None) is None:  # the first request wins: a pilot canceled
-            pilot._wanted = (final, reason)  # type: ignore[attr-defined]  # then closed is CANCELED
+        if pilot._wanted is None:  # the first request wins: a pilot canceled then closed is
+            pilot._wanted = (final, reason)  # CANCELED
         self._poke.set()
         if pilot.state == S.ACTIVE:
             if pilot._bye is None:  # (after its bye the agent is gone: nothing to tell it)
@@ -862,7 +885,7 @@ class PilotManager:
             last_seen = self.session._bridge.last_seen
             now = time.monotonic()
             for pilot in list(self.pilots.values()):
-                if pilot.state == S.ACTIVE and not getattr(pilot, "_wanted", None):
+                if pilot.state == S.ACTIVE and pilot._wanted is None:
                     silent = now - last_seen.get(pilot.uid, now)
                     if silent > self.session.agent_timeout:  # heartbeats stopped: agent gone
                         self._lost(
@@ -902,7 +925,7 @@ class PilotManager:
             # Every wake-up costs CPU the tasks could use (~0.2 ms on this kind of VM): poll
             # fast only while a pilot is starting or stopping; a bye or a shutdown pokes.
             busy = any(
-                p.state in (S.NEW, S.LAUNCHING) or getattr(p, "_wanted", None)
+                p.state in (S.NEW, S.LAUNCHING) or p._wanted is not None
                 for p in self.pilots.values()
                 if p.state not in S.FINAL
             )
@@ -924,7 +947,7 @@ class PilotManager:
 
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye
-        wanted = getattr(pilot, "_wanted", None)
+        wanted = pilot._wanted
         if (
             wanted is not None
             and (bye is not None or job_state != "FAILED")

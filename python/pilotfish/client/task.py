@@ -27,6 +27,7 @@ from .._util import gc_paused
 from ..descriptions import TaskDescription, check_descriptions
 from ._calls import pickle_calls
 from ._ports import PilotPort
+from ._transitions import TASK_LEGAL, check
 from .progress import wait_with_progress
 from .services import submit_group
 from .session import Session
@@ -62,7 +63,7 @@ class Task:
         self.uid = uid
         self.description = description
         self.pilot = pilot
-        self.state = S.NEW
+        self.state = S.NEW  # changed by move() only (_transitions.TASK_LEGAL)
         self.exit_code: int | None = None
         self.signal: int | None = None
         self.stdout: str | None = None
@@ -75,6 +76,17 @@ class Task:
         self._cbs: list | None = None  # this task's own callbacks (register_callback)
         self._result: bytes | None = None  # a function task's outcome, as the worker sent it
         self._decoded: tuple | None = None  # (value, exception) once looked at
+
+    def move(self, to: str, t: float) -> str:
+        """The one place this task's state changes, with its history entry (at t); returns
+        the state it left. The manager drops the wire's late and repeated news first; a move
+        TASK_LEGAL lacks raises IllegalTransition (a bug in the client)."""
+        old = self.state
+        if to not in TASK_LEGAL[old]:
+            check("task", self.uid, TASK_LEGAL, old, to)
+        self.state = to
+        self._hist += (to, t)
+        return old
 
     def register_callback(self, cb: Callable[["Task", str], None]) -> None:
         """cb(task, state) on each of this task's state changes from now on (after the
@@ -338,8 +350,8 @@ class TaskManager:
             r = resumed.get(i)
             pilot_uid = routes[i].uid if routes[i] is not None else r[1]
             t = Task(self, uid, d, pilot_uid)
-            t.state = S.SCHEDULING
-            t._hist = [S.NEW, now, S.SCHEDULING, now]
+            t._hist = [S.NEW, now]
+            t.move(S.SCHEDULING, now)
             registry[uid] = t
             tasks.append(t)
             load[pilot_uid] += _cores(d)
@@ -430,8 +442,7 @@ class TaskManager:
         with self._cond:  # they were sent before: not waiting to be sent now
             for i, (uid, pilot_uid) in resumed.items():
                 if pilot_uid is not None and tasks[i].state == S.SCHEDULING:
-                    tasks[i].state = S.STAGING_INPUT
-                    tasks[i]._hist += (S.STAGING_INPUT, time.time())
+                    tasks[i].move(S.STAGING_INPUT, time.time())
                     self.counts[S.SCHEDULING] -= 1
                     self.counts[S.STAGING_INPUT] += 1
         if pairs:
@@ -669,8 +680,7 @@ class TaskManager:
         with self._cond:
             for t in batch:
                 if t.state == S.SCHEDULING:
-                    t.state = S.STAGING_INPUT
-                    t._hist += (S.STAGING_INPUT, now)
+                    t.move(S.STAGING_INPUT, now)
                     moved += 1
             self.counts[S.SCHEDULING] -= moved
             self.counts[S.STAGING_INPUT] += moved
@@ -696,14 +706,14 @@ class TaskManager:
                 if u.started is not None:  # a function call: its start comes with its end
                     t._hist += (S.EXECUTING, u.started)
                     t._result = u.result
-                t._hist += (state, u.t)
                 if u.slots is not None:  # (EXECUTING: the first launch, or again after a requeue)
                     t.slots = u.slots
                     t.partition = u.partition
                 rank = S.TASK_RANK.get(state)
                 if rank is None or rank <= S.TASK_RANK[old]:
-                    continue  # a sub-event (e.g. launch_retry) or late news: history only
-                t.state = state
+                    t._hist += (state, u.t)  # a sub-event (e.g. launch_retry) or late news
+                    continue
+                t.move(state, u.t)
                 counts[old] -= 1
                 counts[state] += 1
                 if state in S.FINAL:
@@ -729,11 +739,9 @@ class TaskManager:
             for t in tasks:
                 if t.state in S.FINAL:
                     continue
-                self.counts[t.state] -= 1
+                self.counts[t.move(state, now)] -= 1
                 self.counts[state] += 1
-                t.state = state
                 t.reason = reason
-                t._hist += (state, now)
                 self._load[t.pilot] -= _cores(t.description)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
