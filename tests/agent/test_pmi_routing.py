@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mpi_programs import build_hello
 
 import pilotfish as pf
 from pilotfish import _events as E
@@ -21,20 +22,13 @@ from pilotfish._events import read_all_events
 from pilotfish.launch.mpi_abi import MPICH, OPENMPI, program_mpi
 
 PROGS = Path(__file__).resolve().parent / "pmi_progs"
-MPICC = Path(sys.executable).parent / "mpicc"
 
 pytestmark = pytest.mark.mpi
 
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory) -> str:
-    if not MPICC.exists():
-        pytest.skip(f"needs the mpich wheel's mpicc ({MPICC})")
-    exe = tmp_path_factory.mktemp("pmi") / "mpi_hello"
-    r = subprocess.run([str(MPICC), "-O1", "-o", str(exe), str(PROGS / "mpi_hello.c")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return str(exe)
+    return build_hello(tmp_path_factory)
 
 
 def test_the_program_says_which_mpi(hello, tmp_path):

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mpi_programs import build_hello
 
 import pilotfish as pf
 from pilotfish.launch.base import by_node
@@ -34,20 +35,13 @@ from cluster import hosts, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 PROGS = Path(__file__).resolve().parents[1] / "agent" / "pmi_progs"
-MPICC = Path(sys.executable).parent / "mpicc"
 CORES = 16  # a whole host per rank (the cluster's hosts have 16 cores: slurm.sh)
 LOST_S = 2  # a node unheard for 2 s is lost (fence after 6 s, verdict 10 s after the loss)
 
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory) -> str:
-    if not MPICC.exists():
-        pytest.skip(f"needs the mpich wheel's mpicc ({MPICC})")
-    exe = tmp_path_factory.mktemp("pmi") / "mpi_hello"
-    r = subprocess.run([str(MPICC), "-O1", "-o", str(exe), str(PROGS / "mpi_hello.c")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return str(exe)
+    return build_hello(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

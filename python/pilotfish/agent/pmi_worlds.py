@@ -166,8 +166,8 @@ class PmiWorlds:
         w = self.of_task.get(t.spec.uid)
         if w is None or not (code or sig):
             return
-        if w.failed is not None and not w.weak:
-            return  # (the ranks we killed, or a second failure)
+        if w.failed is not None and (not w.weak or sig == signal.SIGKILL):
+            return  # (a second failure, or a rank we killed: it says nothing of the first)
         node = w.nodes[rank] if 0 <= rank < len(w.nodes) else "?"
         how = f"was killed by {signal_name(sig)}" if sig else f"exited with code {code}"
         self._fail(w, f"rank {rank} on {node} {how}", weak=False)

@@ -100,33 +100,18 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
                 )
         by_part: dict[int, list[tuple[float, float]]] = {}
         # node executors: a launch is the agent's send to the node's spawn (exec_ok is the
-        # node's clock; one host's here, NTP-synced on a cluster); in flight: sent, not spawned
-        sent = sorted(
-            (t0, exec_ok[who])
-            for who, t0 in by_nodes.items()
-            if who in exec_ok and exec_ok[who] >= t0
-        )
-        if sent:
-            starts = np.array([a for a, _ in sent])
-            ends = np.sort(np.array([b for _, b in sent]))
-            launches["nodes"] = launches.get("nodes", 0) + len(sent)
-            for a, b in sent:
-                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
-                latency.setdefault("nodes", []).append((max(0, int(inflight)), b - a))
-        # PMI worlds (launch method `pmi`): a launch is the agent's send to the spawn of the
-        # world's last rank (here or on a node executor); in flight: sent, not all spawned
-        sent = sorted(
-            (t0, last_ok[who])
-            for who, t0 in by_pmi.items()
-            if who in last_ok and last_ok[who] >= t0
-        )
-        if sent:
-            starts = np.array([a for a, _ in sent])
-            ends = np.sort(np.array([b for _, b in sent]))
-            launches["pmi"] = launches.get("pmi", 0) + len(sent)
-            for a, b in sent:
-                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
-                latency.setdefault("pmi", []).append((max(0, int(inflight)), b - a))
+        # node's clock; one host's here, NTP-synced on a cluster); in flight: sent, not spawned.
+        # PMI worlds (launch method `pmi`): the send to the spawn of the world's last rank
+        # (here or on a node executor); in flight: sent, not all spawned
+        for method, sent_at, spawned in (("nodes", by_nodes, exec_ok), ("pmi", by_pmi, last_ok)):
+            pairs = [
+                (t0, spawned[who])
+                for who, t0 in sent_at.items()
+                if who in spawned and spawned[who] >= t0
+            ]
+            if pairs:
+                launches[method] = launches.get(method, 0) + len(pairs)
+                latency.setdefault(method, []).extend(_in_flight(pairs))
         for who, t0 in exec_ok.items():
             if who in by_nodes or who in by_pmi:
                 continue
@@ -138,12 +123,7 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             if who in launch_ok and launch_ok[who] >= t0:
                 by_part.setdefault(part, []).append((t0, launch_ok[who]))
         for part, pairs in by_part.items():
-            starts = np.sort(np.array([a for a, _ in pairs]))
-            ends = np.sort(np.array([b for _, b in pairs]))
-            method = layout[part][2]
-            for a, b in pairs:
-                inflight = np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right")
-                latency.setdefault(method, []).append((max(0, int(inflight)), b - a))
+            latency.setdefault(layout[part][2], []).extend(_in_flight(pairs))
     model: dict[str, dict[str, float]] = {}
     for method in set(startup) | set(latency) | set(launches):
         if not method:
@@ -163,6 +143,16 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
             "hang_s": grace.get(method, 10.0 if method == "prrte" else 0.0),
         }
     return model
+
+
+def _in_flight(pairs: list[tuple[float, float]]) -> list[tuple[int, float]]:
+    """Per launch (start, end): (launches still in flight when it started, its latency)."""
+    starts = np.sort(np.array([a for a, _ in pairs]))
+    ends = np.sort(np.array([b for _, b in pairs]))
+    return [
+        (max(0, int(np.searchsorted(starts, a, "left") - np.searchsorted(ends, a, "right"))), b - a)
+        for a, b in pairs
+    ]
 
 
 def _part_of(node: int, layout) -> int | None:
