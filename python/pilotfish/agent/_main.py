@@ -35,6 +35,8 @@ from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .elastic import Elastic
 from .executor import TaskRunner
+from .node_runner import NodeRunner
+from .nodes import NodeLink
 from .launching import LaunchWiring
 from .partition import FAILED, Launchers, make_partitions, rebalance
 from .reports import Reports
@@ -154,6 +156,28 @@ class Agent:
             self.services = ServiceRegistry(table, self.ctx)
             base_env.update(self.services.env)
             table.ended.append(self.services)
+        # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py),
+        # and the ranks there of its MPI tasks (pmi_worlds.py); the runner is a NodeRunner
+        self.nodes: NodeLink | None = None
+        from .nodes import wanted as nodes_wanted
+
+        if nodes_wanted(desc, desc["resource"]) and self.sim:
+            table.single_node_launcher = "nodes"  # modeled (simulation.py)
+        elif nodes_wanted(desc, desc["resource"]):
+            opts = (desc.get("launcher_options") or {}).get("nodes", {})
+            self.nodes = NodeLink(
+                self.ctx,
+                self.sandbox,
+                clock,
+                events,
+                self.uid,
+                self.partitions,
+                clock.now() + float(desc["runtime"]),
+                beat_s=float(opts.get("beat_s", 1.0)),
+                lost_after_s=float(opts.get("lost_after_s", 10.0)),
+            )
+            table.nodes = self.nodes
+            table.single_node_launcher = "nodes"
         # the core writes every exit to agent.exits as it reaps it: with the spawn records of
         # the journal, what finished is known even if this process is killed a moment later
         if self.sim:
@@ -172,7 +196,14 @@ class Agent:
                 if self.journal.enabled
                 else None,
             )
-            self.runner = TaskRunner(self.core, self.tasks_dir, profile=events.enabled, clock=clock)
+            if self.nodes is not None:
+                self.runner = NodeRunner(
+                    self.nodes, self.core, self.tasks_dir, profile=events.enabled, clock=clock
+                )
+            else:
+                self.runner = TaskRunner(
+                    self.core, self.tasks_dir, profile=events.enabled, clock=clock
+                )
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
                 [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items]
@@ -191,29 +222,8 @@ class Agent:
             clock,
             self.model if self.sim else None,
         )
-        # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py)
-        self.nodes = None
-        from .nodes import wanted as nodes_wanted
-
-        if nodes_wanted(desc, desc["resource"]) and self.sim:
-            table.single_node_launcher = "nodes"  # modeled (simulation.py)
-        elif nodes_wanted(desc, desc["resource"]):
-            from .nodes import NodeLink
-
-            opts = (desc.get("launcher_options") or {}).get("nodes", {})
-            self.nodes = NodeLink(
-                self.ctx,
-                self.sandbox,
-                clock,
-                events,
-                self.uid,
-                self.partitions,
-                clock.now() + float(desc["runtime"]),
-                beat_s=float(opts.get("beat_s", 1.0)),
-                lost_after_s=float(opts.get("lost_after_s", 10.0)),
-            )
-            self.runner.nodes = table.nodes = self.wiring.nodes = self.nodes  # type: ignore[union-attr]  # a real pilot's TaskRunner
-            table.single_node_launcher = "nodes"
+        if self.nodes is not None:
+            self.wiring.nodes = self.nodes
             for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
         # MPI tasks without a launcher: PMI worlds served by the node executors and, on the

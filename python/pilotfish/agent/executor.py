@@ -94,9 +94,6 @@ class TaskRunner(Runner):
         # on_spawn([(task, [process keys])]): told before a batch is spawned (the journal
         # records which keys are whose, so the core's exit log can be read after a crash)
         self.on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None = None
-        # the node executors (nodes.NodeLink) of a pilot that spans hosts: specs built for
-        # another node go there, their spawn results and exits come back through it
-        self.nodes: Any = None
         # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds), launch method `pmi`
         self.pmi: Any = None
 
@@ -139,10 +136,7 @@ class TaskRunner(Runner):
             for (t, _), s in zip(owners, specs):
                 keys_of.setdefault(t, []).append(s.key)
             self.on_spawn(list(keys_of.items()))
-        if self.nodes is None:
-            results = self._spawn_here([s.core() for s in specs])
-        else:
-            results = self._spawn_where(specs, starts)
+        results = self._spawn(specs, starts)
         if worlds:  # the ranks hold their ends now: the agent's copies go
             self.pmi.spawned(list({s.world.kvsname for s in specs if s.world is not None}))
         procs = self._procs
@@ -174,8 +168,8 @@ class TaskRunner(Runner):
         for t in failed:
             if t.procs:  # some ranks started: stop them, the task fails as a whole
                 self.core.kill(t.procs, _signal.SIGKILL)
-            if t.rkeys and self.nodes is not None:
-                self.nodes.kill(t.rkeys, _signal.SIGKILL)
+            if t.rkeys:
+                self._kill_away(t.rkeys, _signal.SIGKILL)
             if self.pmi is not None:  # its world, if any: forgotten, or not served any more
                 if not t.procs and not t.rkeys:
                     self.pmi.ended(t)
@@ -216,26 +210,17 @@ class TaskRunner(Runner):
         except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
             return self._spawn_one_by_one(specs)
 
-    def _spawn_where(self, specs: list[Proc], starts: dict[str, list]) -> list[tuple]:
-        """Specs for this host to the core, the others to their nodes' executors, one batch
-        per node (with the PMI worlds it serves ranks of): (pid, t) / (-errno, why) as the
-        core answers, (0, node) when sent away."""
-        here: list[int] = []
-        away: dict[str, list[int]] = {}
-        for i, s in enumerate(specs):
-            if s.node is not None:
-                away.setdefault(s.node, []).append(i)
-            else:
-                here.append(i)
-        results: list[Any] = [None] * len(specs)
-        if here:
-            for i, r in zip(here, self._spawn_here([specs[i].core() for i in here])):
-                results[i] = r
-        for node, idx in away.items():
-            why = self.nodes.spawn(node, [specs[i].remote() for i in idx], starts.get(node, ()))
-            for i in idx:
-                results[i] = (0, node) if why is None else (UNREACHABLE, why)
-        return results
+    def _spawn(self, specs: list[Proc], starts: dict[str, list]) -> list[tuple]:
+        """Spawn these processes (the core's answers: (pid, t) or (-errno, why)); starts: the
+        PMI worlds of other nodes' ranks (a NodeRunner's: node_runner.py)."""
+        return self._spawn_here([s.core() for s in specs])
+
+    def _kill_away(self, keys: list[int], sig: int) -> None:
+        """Signal processes other hosts' executors run (a NodeRunner's: none here)."""
+
+    def _more_exits(self, exits: list, events: list) -> list:
+        """The core's exits, and any a NodeRunner's node executors sent."""
+        return exits
 
     def _spawn_one_by_one(self, specs: list[tuple]) -> list[tuple]:
         out = []
@@ -332,8 +317,6 @@ class TaskRunner(Runner):
         """The captured (stdout, stderr) of finished tasks, capped, read by the core in one
         call; their spool files go back to the pool (or are retired, if something still
         has them open)."""
-        if self.nodes is not None and any(t.rkeys for t in tasks):
-            return self._read_mixed(tasks)
         return self._read_here(tasks)
 
     def _read_here(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
@@ -349,26 +332,6 @@ class TaskRunner(Runner):
                 t.spool = -1
                 t.out_paths = (None, None)
             out.append((stdout, stderr))
-        return out
-
-    def _read_mixed(self, tasks: list[AgentTask]) -> list[tuple[str | None, str | None]]:
-        """Outputs of tasks some of which ran on node executors (sent with their exits)."""
-        here = [t for t in tasks if not t.rkeys or t.spool >= 0 or t.out_paths != (None, None)]
-        mine = dict(zip(here, self._read_here(here))) if here else {}
-        outputs = self.nodes.outputs
-        out = []
-        for t in tasks:
-            if not t.rkeys:
-                out.append(mine[t])
-                continue
-            so, se = mine.get(t, (None, None))  # (ranks of its world that ran here first)
-            for k in t.rkeys:
-                o, e = outputs.pop(k, (None, None))
-                if o:
-                    so = ((so or "") + o)[:OUTPUT_CAP]
-                if e:
-                    se = ((se or "") + e)[-OUTPUT_CAP:]
-            out.append((so, se))
         return out
 
     def _with_other_ranks(self, tasks: list[AgentTask], rows: list) -> list:
@@ -432,8 +395,7 @@ class TaskRunner(Runner):
         procs = self._procs
         exits = self.core.reap() if block_s is None else self.core.wait(block_s)
         profile = self.profile
-        if self.nodes is not None:
-            exits = self._away_exits(exits, events)
+        exits = self._more_exits(exits, events)
         pmi = self.pmi if self.pmi is not None and self.pmi.of_task else None
         for key, pid, code, sig, t_exit, _ut, _st, _rss in exits:
             owner = procs.pop(key, None)
@@ -462,40 +424,6 @@ class TaskRunner(Runner):
                 finished.append(t)
         return finished, events, aux_exits
 
-    def _away_exits(self, exits: list, events: list) -> list:
-        """Spawn results and exits the node executors sent, merged into the core's: a
-        process that could not be spawned there, or whose node was lost, ends with why."""
-        spawned, away = self.nodes.take()
-        if not spawned and not away:
-            return exits
-        procs = self._procs
-        exits = list(exits)
-        now = self.clock.now() if self.clock is not None else 0.0
-        for key, pid, info in spawned:
-            owner = procs.get(key)
-            if owner is None:
-                continue
-            t = owner[0]
-            if pid > 0:
-                if self.profile:
-                    events.append((info, t.spec.uid, E.EXEC_OK, str(pid)))
-                continue
-            if pid == UNREACHABLE and t.kill_reason is None:
-                # it never started there (its node was lost, or fenced itself, before): back
-                # to the queue once all its processes are accounted for, as in launch()
-                t.kill_reason = (E.REQUEUE, info)
-            elif t.reason is None:
-                t.reason = f"cannot execute {t.spec.executable!r}: {info} (errno {-pid})"
-            exits.append((key, 0, 127, 0, now, 0.0, 0.0, 0))
-        for row in away:
-            reason = row[8]
-            if reason is not None:
-                owner = procs.get(row[0])
-                if owner is not None and owner[0].reason is None:
-                    owner[0].reason = reason
-            exits.append(row[:8])
-        return exits
-
     def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
         """Signal the tasks' process groups. Tasks of supervised launch methods (prrte) are
         signalled through their ranks (`signal_ranks`, set by the agent's supervisor): their
@@ -520,8 +448,8 @@ class TaskRunner(Runner):
             pids.extend(t.procs)
         if pids:
             self.core.kill(pids, sig)
-        if away and self.nodes is not None:
-            self.nodes.kill(away, sig)
+        if away:
+            self._kill_away(away, sig)
 
     def next_event(self) -> float:
         """Real processes end when the kernel says: nothing is known in advance."""

@@ -66,7 +66,7 @@ import json
 import logging
 import os
 import signal
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .. import _events as E
 from .. import _node_wire as W
@@ -79,6 +79,26 @@ log = logging.getLogger("pilotfish.agent")
 FENCE_KEY0 = 1 << 50  # placer keys of fences on lost nodes (apart from tasks' and processes')
 NEVER_STARTED = -errno.EHOSTUNREACH  # a spawn result (executor.UNREACHABLE): queued again
 BAD_EVENT_S = 1.0  # at most one BAD_FRAME event per node (and one for strangers) per second
+
+
+class Ended(NamedTuple):
+    """A process of a node executor's that ended, as the agent takes it: the core's exit row
+    (key, pid, code, signal, time, user and system CPU seconds, max RSS KiB) and why, when the
+    agent knows better than the code (a fence's kill, a lost node's verdict)."""
+
+    key: int
+    pid: int
+    code: int
+    sig: int
+    t: float
+    ut: float
+    st: float
+    rss: int
+    reason: str | None
+
+    def core(self) -> tuple:
+        """The row as the core's reap gives it (agent/executor.py)."""
+        return tuple(self[:8])
 
 
 class Node:
@@ -178,7 +198,7 @@ class NodeLink:
         self.owner: dict[int, str] = {}  # running spawn key -> node
         # what the executors sent, until TaskRunner takes it
         self.spawned: list[tuple] = []  # (key, pid, info)
-        self.exits: list[tuple] = []  # (key, pid, code, sig, t_exit, ut, st, rss, reason)
+        self.exits: list[Ended] = []
         self.outputs: dict[int, tuple[str | None, str | None]] = {}
         self._acks: dict[str, list[int]] = {}
         self._fences = 0
@@ -349,7 +369,7 @@ class NodeLink:
                 )
                 if node.lost is not None:
                     reason += f"; node {node.name} lost: {node.lost}"
-            self.exits.append((r.key, r.pid, r.code, r.sig, r.t, r.ut, r.st, r.rss, reason))
+            self.exits.append(Ended(r.key, r.pid, r.code, r.sig, r.t, r.ut, r.st, r.rss, reason))
             if r.stdout is not None or r.stderr is not None:
                 self.outputs[key] = (r.stdout, r.stderr)
 
@@ -444,7 +464,7 @@ class NodeLink:
                 code, sig, t_exit = e
                 known += 1
                 self.exits.append(
-                    (
+                    Ended(
                         key,
                         pids.get(key, 0),
                         code,
@@ -465,7 +485,7 @@ class NodeLink:
                 node.decided[key] = False
             else:
                 self.exits.append(
-                    (
+                    Ended(
                         key,
                         0,
                         255,

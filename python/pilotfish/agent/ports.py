@@ -9,8 +9,9 @@
     NodeLeaving a room whose tasks leave a drained unit their own way (elastic.py).
     CallPool    the function pool as the table sees it: it may own what a cancel names.
     Runner      what turns placed tasks into processes and exits into results: TaskRunner
-                (executor.py, real processes), SimRunner (simulation.py, a virtual clock);
-                node executors are the next.
+                (executor.py, real processes here), NodeRunner (node_runner.py: and on
+                other hosts, through their node executors), SimRunner (simulation.py, a
+                virtual clock).
 
 A room is given the narrowest of these it needs, never the Agent (agent/_main.py): only
 `__main__` imports that.
