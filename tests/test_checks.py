@@ -18,15 +18,6 @@ _NOQA = re.compile(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*(?P<why>.*)
 _IGNORE = re.compile(r"#\s*type:\s*ignore(?:\[[a-z, -]+\])?(?P<why>.*)$")
 
 PENDING = {  # rel path: why it is not fixed here
-    "agent/node.py": "issue 39 lead: pending",
-    "agent/nodes.py": "issue 39 lead: pending",
-    "agent/executor.py": "issue 39 lead: pending",
-    "agent/pmi.py": "issue 39 lead: pending",
-    "_door.py": "issue 39 lead: pending",
-    "cli.py": "issue 39 lead: pending",
-    "descriptions.py": "issue 39 lead: pending",
-    "launch/prrte.py": "issue 39 lead: pending",
-    "analytics/plots.py": "issue 39 lead: pending",
     "rp/states.py": "issue 41: pending",
     "rp/raptor.py": "issue 41: pending",
 }

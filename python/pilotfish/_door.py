@@ -80,7 +80,7 @@ def split_socket_class() -> type:
     import zmq
 
     class SplitSocket(zmq.Socket):
-        def send(self, data, flags=0, copy=True, track=False, **kw):  # type: ignore[override]
+        def send(self, data, flags=0, copy=True, track=False, **kw):  # type: ignore[override]  # zmq.Socket.send, splitting a large message
             if isinstance(data, bytes) and len(data) > FRAME_CHUNK and not flags & zmq.SNDMORE:
                 return send_split(self, [], data, flags)
             return super().send(data, flags, copy=copy, track=track, **kw)
@@ -230,7 +230,7 @@ class Door:
                     event, value = struct.unpack("=hi", frames[0])
                     self._event(event, value)
                 self._expire(time.monotonic())
-        except Exception:  # noqa: BLE001 -- the door must never take its owner down
+        except Exception:  # the door must never take its owner down
             log.exception("the door of %s stopped", self.name)
         finally:
             mon.close(0)

@@ -653,7 +653,7 @@ class _Description:
         return {name: getattr(self, name) for name in self._fields}
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.as_dict() == self.as_dict()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.as_dict() == self.as_dict()  # type: ignore[attr-defined]  # as_dict: each description class has one
 
     def __repr__(self) -> str:
         # a function's callable and arguments are any Python objects (deeply nested, huge,

@@ -113,7 +113,7 @@ class TaskRunner(Runner):
         for t in tasks:
             try:
                 spec_list = self._build(t)
-            except Exception as e:  # a launcher refusing this task fails it alone
+            except Exception as e:  # noqa: BLE001 -- a launcher refusing this task fails it alone
                 t.reason = f"launch failed: {e}"
                 failed.append(t)
                 continue
@@ -128,7 +128,7 @@ class TaskRunner(Runner):
         starts: dict[str, list] = {}
         if worlds:
             specs, owners = self._serve_worlds(worlds, specs, owners, starts, failed)
-        events = []
+        events: list[tuple[float, str, str, Any]] = []
         if not specs:
             return failed, events
         if self.on_spawn is not None:
@@ -207,7 +207,7 @@ class TaskRunner(Runner):
     def _spawn_here(self, specs: list[tuple]) -> list[tuple]:
         try:
             return self.core.spawn_batch(specs)
-        except Exception:  # a spec the core cannot take (text that is not UTF-8): one by one
+        except Exception:  # noqa: BLE001 -- a spec the core cannot take (not UTF-8): one by one
             return self._spawn_one_by_one(specs)
 
     def _spawn(self, specs: list[Proc], starts: dict[str, list]) -> list[tuple]:
@@ -227,7 +227,7 @@ class TaskRunner(Runner):
         for spec in specs:
             try:
                 out.extend(self.core.spawn_batch([spec]))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 -- that one spec fails alone
                 out.append((-22, f"{type(e).__name__}: {e}"))  # EINVAL: fails its task alone
         return out
 

@@ -90,7 +90,7 @@ class NodeExecutor:
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.running: dict[int, tuple[int, str | None, str | None]] = {}  # key -> pid, spools
-        self.unacked: dict[int, tuple] = {}  # key -> exit, until the agent acknowledges it
+        self.unacked: dict[int, W.ExitRow] = {}  # key -> exit, until the agent acknowledges it
         self.stopping: str | None = None
         self.escapees: set[int] = set()  # killed escapees not reaped yet
         self.fenced = False  # killed what ran, takes no spawn: until the agent's Resync
@@ -225,7 +225,9 @@ class NodeExecutor:
         """Spawn the agent's specs (key, argv, env, cwd, stdout, stderr) with the core.
         pmi_fds: key -> a descriptor of this process that the key's process inherits as its
         3 (its PMI connection, agent/pmi.py): this executor's own, never the agent's."""
-        built, keys, bad = [], [], []
+        built: list[tuple] = []
+        keys: list[tuple[int, str | None, str | None]] = []
+        bad: list[tuple] = []
         spool = os.path.join(self.dir, "spool")
         for spec in specs:
             try:
@@ -245,7 +247,7 @@ class NodeExecutor:
                     else -1
                 )
                 bad.append((k, -22, f"bad spawn spec: {ex}"[:300]))
-        results = list(bad)
+        results: list[tuple] = list(bad)
         if built:
             try:
                 out = self.core.spawn_batch(built)
@@ -254,7 +256,7 @@ class NodeExecutor:
                 for b in built:
                     try:
                         out.extend(self.core.spawn_batch([b]))
-                    except Exception as ex:  # noqa: BLE001
+                    except Exception as ex:  # noqa: BLE001 -- the core refusing one spec fails it alone
                         out.append((-22, f"{type(ex).__name__}: {ex}"[:300]))
             for (key, o, e), (pid, info) in zip(keys, out):
                 if pid > 0:

@@ -270,7 +270,7 @@ class NodeLink:
                 continue
             try:
                 self._on_message(node, msg)
-            except Exception as e:  # noqa: BLE001 -- a well-formed frame we cannot take: alone
+            except Exception as e:  # a well-formed frame we cannot take: dropped alone
                 log.exception("node %s: a frame failed", name)
                 self._bad(node, f"{type(e).__name__}: {e}")
 
@@ -459,9 +459,9 @@ class NodeLink:
         known = 0
         for key in sorted(node.keys):
             self.owner.pop(key, None)
-            e = ended.get(key)
-            if e is not None:
-                code, sig, t_exit = e
+            end = ended.get(key)
+            if end is not None:
+                code, sig, t_exit = end
                 known += 1
                 self.exits.append(
                     Ended(
@@ -657,7 +657,7 @@ class NodeLink:
             p.scheduler.release([key])
         node.fences.clear()
 
-    def take(self) -> tuple[list[tuple], list[tuple]]:
+    def take(self) -> tuple[list[tuple], list[Ended]]:
         """(spawn results, exits) sent since the last call."""
         s, e = self.spawned, self.exits
         self.spawned, self.exits = [], []

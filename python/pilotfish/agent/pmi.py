@@ -64,6 +64,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 log = logging.getLogger("pilotfish.pmi")
 
@@ -719,7 +720,9 @@ class PmiServer:
         try:
             line = raw.decode("ascii")
         except UnicodeDecodeError:
-            raise PmiProtocolError(f"malformed: a PMI-1 line that is not ASCII: {_show(raw)}")
+            raise PmiProtocolError(
+                f"malformed: a PMI-1 line that is not ASCII: {_show(raw)}"
+            ) from None
         if c.mcmd is not None or line.startswith("mcmd="):
             self._spawn1(c, line)
             return
@@ -817,7 +820,9 @@ class PmiServer:
         try:
             body = raw.decode("ascii")
         except UnicodeDecodeError:
-            raise PmiProtocolError(f"malformed: a PMI-2 frame that is not ASCII: {_show(raw)}")
+            raise PmiProtocolError(
+                f"malformed: a PMI-2 frame that is not ASCII: {_show(raw)}"
+            ) from None
         kv = _parse2(body)
         cmd = kv.pop("cmd")
         thrid = kv.get("thrid")
@@ -1073,7 +1078,7 @@ def _show(b: bytes, limit: int = 80) -> str:
 
 
 def spawn_local(
-    job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: object
+    job: PmiJob, argv: Sequence[str], env: Mapping[str, str] | None = None, **popen: Any
 ) -> dict[int, subprocess.Popen]:
     """Start every local rank of `job` as `argv`, each holding its PMI descriptor, and close
     this process's copies. Popen keywords (cwd, stdout, stderr...) pass through; a callable
@@ -1104,7 +1109,7 @@ def wait_local(
 ) -> bool:
     """Serve `servers` until every process in `procs` has exited (True) or `timeout` seconds
     passed (False: what still runs is killed and reaped). on_exit(proc) as each is reaped."""
-    waiting = {}
+    waiting: dict[int, subprocess.Popen] = {}
     sel = select.epoll()
     try:
         for s in servers:
@@ -1114,7 +1119,7 @@ def wait_local(
             waiting[pfd] = p
             sel.register(pfd, select.EPOLLIN)
         end = time.monotonic() + timeout
-        by_server = {s.fileno(): s for s in servers}
+        by_server: dict[int, PmiServer] = {s.fileno(): s for s in servers}
         while waiting:
             left = end - time.monotonic()
             if left <= 0:
@@ -1122,13 +1127,13 @@ def wait_local(
                     _kill(p)
                 return False
             for fd, _ in sel.poll(min(left, 1.0)):
-                s = by_server.get(fd)
-                if s is not None:
-                    s.poll(0)
+                srv = by_server.get(fd)
+                if srv is not None:
+                    srv.poll(0)
                     continue
-                p = waiting.pop(fd, None)
-                if p is None:
+                if fd not in waiting:
                     continue
+                p = waiting.pop(fd)
                 sel.unregister(fd)
                 os.close(fd)
                 p.wait()

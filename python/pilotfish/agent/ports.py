@@ -102,7 +102,10 @@ class CallPool(Protocol):
 
 
 class Runner(Protocol):
-    running: int
+    @property
+    def running(self) -> int:
+        """Processes (or simulated tasks) running now."""
+
     signal_ranks: Callable[[AgentTask, int], None] | None
     on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None
 

@@ -182,5 +182,5 @@ class SimRunner(Runner):
         raise OSError("a simulated pilot starts no processes")
 
     @property
-    def running(self) -> int:  # type: ignore[override]  # read-only here: the port only reads it
+    def running(self) -> int:
         return len(self._running)

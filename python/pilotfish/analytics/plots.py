@@ -7,15 +7,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 -- after matplotlib.use("Agg")
+import numpy as np  # noqa: E402 -- after matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402 -- after matplotlib.use("Agg")
+from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter  # noqa: E402 -- after matplotlib.use("Agg")
 
-from pilotfish import _events as E  # noqa: E402
-from pilotfish.analytics import utilization as ru  # noqa: E402
-from pilotfish.analytics.activity import CONCURRENCY_LABELS  # noqa: E402
-from pilotfish.analytics.durations import DURATION_LABELS, STEPS  # noqa: E402
+from pilotfish import _events as E  # noqa: E402 -- after matplotlib.use("Agg")
+from pilotfish.analytics import utilization as ru  # noqa: E402 -- after matplotlib.use("Agg")
+from pilotfish.analytics.activity import CONCURRENCY_LABELS  # noqa: E402 -- after matplotlib.use("Agg")
+from pilotfish.analytics.durations import DURATION_LABELS, STEPS  # noqa: E402 -- after matplotlib.use("Agg")
 
 # Overheads warm, the workload a strong teal, unused resources grey: the eye should find the
 # share of useful work first (the seeds' figures use the same grouping).

@@ -33,8 +33,8 @@ LAUNCHERS: dict[str, type[LaunchMethod]] = {
 
 def get_launcher(name: str, resources: Any, options: dict | None = None) -> LaunchMethod:
     """A launch method by name ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte",
-    "flux", "jsrun", "aprun", "nodes", "pmi"). Raises LaunchError for an unknown name or one that cannot
-    work with these resources."""
+    "flux", "jsrun", "aprun", "nodes", "pmi"). Raises LaunchError for an unknown name or one that
+    cannot work with these resources."""
     cls = LAUNCHERS.get(name)
     if cls is None:
         raise LaunchError(f"unknown launcher {name!r}; expected one of {', '.join(LAUNCHERS)}")

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from .._wire import RankSlot, TaskSpec
 from .base import LaunchMethod, ProcSpec, by_node, compose_env, probe, rank_wrapped
+from .mpirun import host_list
 
 IGNORE_SIGPIPE = ["env", "--ignore-signal=PIPE"]
-from .mpirun import host_list
 
 MPICH_RANK = "${PMI_RANK:-${PMIX_RANK:-}}"
 HYDRA_TOOLS = ("mpiexec.hydra", "mpiexec")  # in order of preference

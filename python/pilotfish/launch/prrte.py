@@ -43,8 +43,9 @@ stops once its launches are gone (`retire`) or at once (`discard`).
 Rank notes (rank_notes.py): with bash available, each rank runs inside a bash wrapper that
 reports its start and end to the agent over UDP; that is how the supervisor knows whether a
 failed launch ran, and when a prterun outlives its ranks. The notes' token (their proof of
-origin) goes in the ranks' environment, exported by name (`-x PILOTFISH_NOTE_TOKEN`). Without bash (or notes=False) the
-payload is run as before and only stderr evidence makes a launch retryable.
+origin) goes in the ranks' environment, exported by name (`-x PILOTFISH_NOTE_TOKEN`). Without
+bash (or notes=False) the payload is run as before and only stderr evidence makes a launch
+retryable.
 
 Slots: the hostfile gives each node its core count (an emulated machine: `localhost
 slots=<all declared cores>`). Each rank takes one PRRTE slot whatever its cores, so the DVM
@@ -166,7 +167,7 @@ class Prrte(SupervisedLaunchMethod):
 
     # -- the current DVM ---------------------------------------------------------------------
     @property
-    def daemons(self) -> list[Dvm]:  # type: ignore[override]
+    def daemons(self) -> list[Dvm]:  # type: ignore[override]  # Dvm: the supervised daemon, narrowed
         return self.dvms
 
     @property
@@ -248,7 +249,7 @@ class Prrte(SupervisedLaunchMethod):
             )
         return False
 
-    def replace(self, old: Dvm, retire: bool) -> Dvm:  # type: ignore[override]
+    def replace(self, old: Dvm, retire: bool) -> Dvm:  # type: ignore[override]  # Dvm: the supervised daemon, narrowed
         """Take `old` out of service and return the current DVM -- a new one, starting, when
         old was the current DVM. retire=True: old keeps its running launches and stops when
         they are gone (recycling); False: old is stopped now (it died or wedged; the
@@ -268,7 +269,7 @@ class Prrte(SupervisedLaunchMethod):
         self._spawn_dvm(new)
         return new
 
-    def alive(self, d: Dvm) -> bool:  # type: ignore[override]
+    def alive(self, d: Dvm) -> bool:  # type: ignore[override]  # Dvm: the supervised daemon, narrowed
         return d.pid is not None and process_alive(d.pid, self.comm)
 
     def _spawn_dvm(self, d: Dvm) -> None:
