@@ -19,7 +19,8 @@ from pathlib import Path
 RP_VERSION = "1.103.2"
 RU_VERSION = "1.103.1"
 CACHE = Path(os.environ.get("PILOTFISH_RP_CACHE", Path.home() / ".cache" / "pilotfish-rp"))
-EXAMPLE_WHEELS = ("numpy",)  # what RP's examples install into task environments
+EXAMPLE_WHEELS = ("numpy", "psutil")  # what RP's examples and tutorials install into task
+# environments (describing_tasks: prepare_env with setup psutil)
 
 
 def _pip(*args) -> bool:

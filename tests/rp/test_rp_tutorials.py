@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import rp_cache  # noqa: E402
+import rp_cache
 
 HERE = Path(__file__).parent / "tutorials"
 PASS, REFUSED, PENDING, RP_TOO = "pass", "refused", "pending", "rp_too"
@@ -44,8 +44,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
                                    "~/.radical/pilot/configs user configs", False),
     "tutorials/debugging.py": (PENDING, f"{API} + client/: RP's sandbox layout "
                                "<pilot sandbox>/<uid>/ with <uid>.out, <uid>.err", False),
-    "tutorials/describing_tasks.py": (PENDING, f"{API}: Task.endpoint_fs, resource_sandbox; "
-                                      "stdout '' not None", False),
+    "tutorials/describing_tasks.py": (PASS, "", False),
     "tutorials/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) added "
                                      "stays pending, as RP (raises at submit today)", False),
     "tutorials/profiling.py": (PENDING, f"{API} + agent/: RP's .prof files (or a documented "
@@ -58,8 +57,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
                                        "Session.get_resource_config", False),
     "tutorials_160/debugging.py": (PENDING, f"{API} + client/: RP's sandbox layout "
                                    "<pilot sandbox>/<uid>/", False),
-    "tutorials_160/describing_tasks.py": (PENDING, f"{API}: Task.endpoint_fs, "
-                                          "resource_sandbox", False),
+    "tutorials_160/describing_tasks.py": (PASS, "", False),
     "tutorials_160/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) "
                                          "added stays pending", False),
     "tutorials_160/profiling.py": (PENDING, f"{API} + agent/: RP's .prof files", True),
@@ -75,11 +73,9 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
                                      "cb_data, so RP calls cb(task, state, 'TASK_STATE') and "
                                      "the 2-argument callbacks raise TypeError, in RP as here; "
                                      "and it sleeps 60 s", True),
-    "misc/bragg.py": (PENDING, f"{API}: Task.register_callback", False),
-    "misc/colocated.py": (PENDING, f"{DESCRIBE}: tags={{'colocate': {{'bag': .., 'size': ..}}}} "
-                          "(a dict, RP's form)", False),
-    "misc/ddmd.py": (PENDING, f"{DESCRIBE}: legacy fields read as RP does (td.cpu_threads "
-                     "-> KeyError today; RP gives 0)", False),
+    "misc/bragg.py": (PASS, "", True),  # (runs until stopped: FOREVER)
+    "misc/colocated.py": (PASS, "", False),
+    "misc/ddmd.py": (PASS, "", True),  # (runs until stopped: FOREVER)
     "misc/env.py": (PASS, "", True),
     "misc/hello_synapse.py": (RP_TOO, "its task runs `pip install --upgrade radical.synapse` "
                               "from PyPI: needs the network (a retired package)", False),
@@ -90,9 +86,8 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
                        "pilotfish: name a subclass of rp.raptor.Master with raptor_class", False),
     "misc/restart_0.py": (PASS, "", False),
     "misc/restart_1.py": (PASS, "", False),
-    "misc/rp_app_comm.py": (PENDING, f"{DESCRIBE}: app_comm is accepted, then every task "
-                            "dies while the script exits 0: refuse it at submit naming the "
-                            "alternative (or support it)", False),
+    "misc/rp_app_comm.py": (REFUSED, "are not supported on pilotfish: connect tasks through "
+                            "a pilot service", False),
     "misc/service_tasks.py": (REFUSED, "tasks naming services (RP 1.90) are not supported",
                               False),
     "misc/task_cancelation.py": (PASS, "", True),
@@ -107,6 +102,10 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
 # `except (KeyboardInterrupt, SystemExit): ru.print_exception_trace()` (RP prints it too)
 TRACE_BY_DESIGN = {"misc/restart_0.py": "exit requested"}
 SHELL_MISSES = re.compile(r"No such file or directory|command not found")
+# scripts that run until stopped (in RP too: a workflow loop with no end): each runs this many
+# seconds, must still be running then, with no failed task and no traceback; then SIGINT (the
+# script's `finally` closes its session) and the only traceback is that KeyboardInterrupt's
+FOREVER = {"misc/bragg.py": 15.0, "misc/ddmd.py": 15.0}
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +156,9 @@ def test_rp_tutorial(name, rp_tree, tmp_path):
            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    if name in FOREVER:
+        _run_forever(name, tmp_path, env)
+        return
     r = subprocess.run([sys.executable, str(HERE / name)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
@@ -172,3 +174,29 @@ def test_rp_tutorial(name, rp_tree, tmp_path):
     assert not SHELL_MISSES.search(out), out[-4000:]
     if name == "misc/rp_app_comm.py":  # (it prints nothing: its tasks must have run)
         assert not _failed_tasks(tmp_path / "sessions")
+
+
+def _run_forever(name: str, tmp_path: Path, env: dict) -> None:
+    import signal
+    import time
+
+    log = tmp_path / "out.txt"
+    with open(log, "w") as f:
+        p = subprocess.Popen([sys.executable, str(HERE / name)], cwd=tmp_path, env=env,
+                             stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        time.sleep(FOREVER[name])
+        alive = p.poll() is None
+        failed = _failed_tasks(tmp_path / "sessions")
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=90)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    out = log.read_text(errors="replace")
+    assert alive, f"{name} ended before it was stopped (rc={p.returncode})\n{out[-4000:]}"
+    assert not failed, failed
+    traces = out.split("Traceback (most recent call last):")[1:]
+    assert all("KeyboardInterrupt" in t for t in traces), out[-4000:]
+    assert "exception caught" not in out and not SHELL_MISSES.search(out), out[-4000:]

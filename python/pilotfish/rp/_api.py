@@ -55,6 +55,32 @@ def _callback(cb: Callable, cb_data: Any) -> Callable:
     return lambda obj, state: cb(obj, state, cb_data)
 
 
+class _Registered:
+    """A callback registered through the RP API: cb, its metric and uid filter, and the
+    relay given to pilotfish (off once unregistered: a change already being reported may
+    still reach it, none after that)."""
+
+    __slots__ = ("cb", "metric", "uid", "relay", "on")
+
+    def __init__(self, cb, metric, uid):
+        self.cb, self.metric, self.uid, self.relay, self.on = cb, metric, uid, None, True
+
+
+def _unregister(registered: list, pf_callbacks: list, cb, metrics, uid) -> None:
+    """RP's unregister_callback(cb=None, metrics=None, uid=None): every callback matching
+    all that are given (none given: all of them)."""
+    metrics = None if metrics is None else set(_listify(metrics)[0])
+    for r in list(registered):
+        if (cb is None or r.cb == cb) and (metrics is None or r.metric in metrics) and \
+                (uid is None or r.uid == uid):
+            r.on = False
+            registered.remove(r)
+            try:
+                pf_callbacks.remove(r.relay)
+            except ValueError:
+                pass
+
+
 class Session:
     """rp.Session(uid=None, cfg=None, ...): a pilotfish session in ./pilotfish-sessions/<uid>
     (or $PILOTFISH_SESSIONS). `close(download=True)` gathers every pilot's logs and events
@@ -71,9 +97,15 @@ class Session:
         self.path = self._pf.path
         self.cfg = dict(cfg or {})
         self._pmgrs: list[PilotManager] = []
+        self._tmgrs: list[TaskManager] = []
 
     def close(self, download: bool = False, cleanup: bool | None = None,
               terminate: bool = True) -> None:
+        # RP closes its TaskManagers first: no task callback fires for what the close itself
+        # cancels (scripts that stop on a CANCELED task would stop on their own close)
+        for tmgr in self._tmgrs:
+            for reg in tmgr._registered:
+                reg.on = False
         self._pf.close(terminate=terminate)
         if download:
             for pmgr in self._pmgrs:
@@ -274,6 +306,7 @@ class PilotManager:
         self.session = session
         self._pf = _pf.PilotManager(session._pf)
         self._pilots: dict[str, Pilot] = {}
+        self._registered: list[_Registered] = []
         self.uid = uid or "pmgr.0000"
         session._pmgrs.append(self)
         self._pf.register_callback(self._on_state)
@@ -321,14 +354,27 @@ class PilotManager:
     def cancel_pilots(self, uids=None, _timeout=None) -> None:
         self._pf.cancel_pilots(uids)
 
+    kill_pilots = cancel_pilots  # (RP 0.x-1.x's name)
+
     def register_callback(self, cb: Callable, cb_data=None, metric: str = PILOT_STATE) -> None:
         """cb(pilot, state) -- cb(pilot, state, cb_data) when cb_data is given -- on every
         pilot state change."""
         if metric != PILOT_STATE:
             raise ValueError(f"callback metric {metric!r}: only rp.PILOT_STATE exists here")
         f = _callback(cb, cb_data)
-        self._pf.register_callback(
-            lambda p, state: f(self._pilots.get(p.uid) or p, RS.PILOT_STATE[state]))
+        reg = _Registered(cb, PILOT_STATE, None)
+
+        def relay(p, state: str) -> None:
+            if reg.on:
+                f(self._pilots.get(p.uid) or p, RS.PILOT_STATE[state])
+
+        reg.relay = relay
+        self._registered.append(reg)
+        self._pf.register_callback(relay)
+
+    def unregister_callback(self, cb: Callable | None = None, metrics=None) -> None:
+        """RP's: the callbacks registered with cb (None: all of them), of these metrics."""
+        _unregister(self._registered, self._pf._callbacks, cb, metrics, None)
 
     def close(self, terminate: bool = True) -> None:
         pass  # the session closes the pilots
@@ -422,8 +468,23 @@ class Task:
                 return None
         return None
 
-    stdout = property(lambda self: self._output("stdout"))
-    stderr = property(lambda self: self._output("stderr"))
+    # RP: '' for a task that printed nothing or never ran (scripts call .strip() on them)
+    stdout = property(lambda self: self._output("stdout") or "")
+    stderr = property(lambda self: self._output("stderr") or "")
+    metadata = property(lambda self: self.description.get("metadata"))
+    endpoint_fs = property(lambda self: "file://localhost/")  # RP: the resource's root fs
+
+    @property
+    def resource_sandbox(self) -> str | None:
+        """RP: the sandbox all sessions on the resource share, the session sandbox's
+        parent -- here the directory of the pilot's sandbox."""
+        ps = self.pilot_sandbox
+        return ps and f"file://localhost{os.path.dirname(ps[16:].rstrip('/'))}/"
+
+    def register_callback(self, cb: Callable, cb_data=None, metric=None) -> None:
+        """RP's task.register_callback: cb(task, state) -- cb(task, state, cb_data) when
+        cb_data is truthy -- on each state change of this task only."""
+        self.tmgr.register_callback(cb, cb_data, metric, uid=self.uid)
 
     @property
     def exception(self):
@@ -455,9 +516,7 @@ class Task:
                 "stdout": self.stdout, "stderr": self.stderr,
                 "return_value": self.return_value, "exception": self.exception,
                 "exception_detail": self.exception_detail, "pilot": self.pilot,
-                "endpoint_fs": "file://localhost/",
-                "resource_sandbox": self.pilot_sandbox and
-                f"file://localhost{os.path.dirname(self.pilot_sandbox[16:].rstrip('/'))}/",
+                "endpoint_fs": self.endpoint_fs, "resource_sandbox": self.resource_sandbox,
                 "session_sandbox": self.session_sandbox,
                 "pilot_sandbox": self.pilot_sandbox, "task_sandbox": self.task_sandbox,
                 "client_sandbox": self.client_sandbox,
@@ -593,6 +652,8 @@ class TaskManager:
         self._hidden: dict[int, tuple] = {}
         self._n_raptors = 0
         self._relaying = False
+        self._registered: list[_Registered] = []
+        session._tmgrs.append(self)
         # a uid given by the user that looks like pilotfish's own (task.000042): plain RAPTOR
         # calls then take the general path (their uids are pilotfish's there: no clash)
         self._pf_like_uids = False
@@ -988,8 +1049,11 @@ class TaskManager:
         if TASK_STATE not in metrics:
             return
         f = _callback(cb, cb_data)
+        reg = _Registered(cb, TASK_STATE, uid)
 
         def relay(t, state: str) -> None:
+            if not reg.on:
+                return
             task = self._of_pf(t.uid)
             if task is None:
                 if id(t.description) in self._hidden:
@@ -1003,7 +1067,30 @@ class TaskManager:
                     if uid is None or w.uid == uid:
                         f(w, rp_state)
 
+        reg.relay = relay
+        self._registered.append(reg)
         self._pf.register_callback(relay)
+
+    def unregister_callback(self, cb: Callable | None = None, metrics=None,
+                            uid: str | None = None) -> None:
+        """RP's: the callbacks registered with cb (None: all), of these metrics, for task
+        uid (None: any)."""
+        _unregister(self._registered, self._pf._callbacks, cb, metrics, uid)
+
+    def remove_pilots(self, pilot_ids, drain: bool = False) -> None:
+        """RP's remove_pilots: not here (a pilot added to a TaskManager stays one of its
+        pilots): refused at once, naming what to do instead."""
+        raise NotImplementedError(
+            "TaskManager.remove_pilots is not supported on pilotfish: name the pilot of each "
+            "task (TaskDescription.pilot) to keep tasks off a pilot, or end it with "
+            "pmgr.cancel_pilots (its unfinished tasks end with it)")
+
+    # RP 0.x's names (tasks were "units"), kept by RP 1.x as aliases
+    submit_units = submit_tasks
+    wait_units = wait_tasks
+    get_units = get_tasks
+    cancel_units = cancel_tasks
+    list_units = list_tasks
 
     def close(self) -> None:
         pass  # the session closes the manager

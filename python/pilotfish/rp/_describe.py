@@ -138,7 +138,12 @@ class TaskDescription(_Description):
                  "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None,
                  "function": None, "args": tuple, "kwargs": dict, "raptor_id": None,
                  "raptor_file": None, "raptor_class": None, "method": None, "code": None,
-                 "command": None}
+                 "command": None,
+                 # legacy and ignored fields read as RP gives them (0 / '': "not given")
+                 "cpu_processes": 0, "cpu_threads": 0, "gpu_processes": 0,
+                 "cpu_process_type": "", "gpu_process_type": "", "cpu_thread_type": "",
+                 "gpu_thread_type": "", "mem_per_process": 0, "lfs_per_process": 0,
+                 "lfs_per_rank": 0, "gpu_type": None}
 
     def to_pf(self, index: int = 0) -> _PfTask:
         """The pilotfish TaskDescription, or DescriptionError (RP field name, value, why)."""
@@ -179,6 +184,8 @@ class TaskDescription(_Description):
                   "stage_on_error", "pilot"):
             if v.get(k) not in (None, "", [], {}):
                 out[k] = v[k]
+        if "tags" in out:
+            out["tags"] = _tags(out["tags"], fail)
         if v.get("uid") and not v.get("name"):
             out["name"] = v["uid"]
         args = _as_list(v.get("arguments"))
@@ -262,6 +269,8 @@ class TaskDescription(_Description):
         for k in ("name", "tags", "metadata", "priority", "timeout", "pilot"):
             if v.get(k) not in (None, "", 0, {}, 0.0):
                 out[k] = v[k]
+        if "tags" in out:
+            out["tags"] = _tags(out["tags"], fail)
         if v.get("uid") and not v.get("name"):
             out["name"] = v["uid"]
         allowed = set(out) | {"mode", "uid", "function", "args", "kwargs", "cpu_processes",
@@ -336,6 +345,18 @@ def _shape(v: dict) -> dict[str, Any]:
     if mem:
         out["mem_per_rank"] = mem
     return out
+
+
+def _tags(tags: Any, fail) -> Any:
+    """RP 1.60+'s colocate form {'colocate': {'bag': name, 'size': n}} (n tasks of the bag
+    on one node) as pilotfish's group name str(bag): the group's tasks share a node (its
+    size is not needed here: each task of the group waits for room on that node)."""
+    c = tags.get("colocate") if isinstance(tags, dict) else None
+    if not isinstance(c, dict):
+        return tags
+    if c.get("bag") in (None, ""):
+        raise fail("tags", "{'colocate': {...}} must name its 'bag' (and its 'size')")
+    return {**tags, "colocate": str(c["bag"])}
 
 
 def _as_list(x: Any) -> list:
@@ -431,7 +452,10 @@ def staging(directives: Any, field: str, fail) -> list[dict]:
 # -- pilots ---------------------------------------------------------------------------------
 
 PILOT_IGNORED = frozenset(("access_schema", "exit_on_error", "cleanup", "candidate_hosts",
-                           "app_comm", "enable_ep", "job_name", "layout", "uid"))
+                           "enable_ep", "job_name", "layout", "uid"))
+APP_COMM_REFUSED = ("RP's ZeroMQ channels between tasks (RP_<NAME>_IN/OUT) are not supported "
+                    "on pilotfish: connect tasks through a pilot service (PilotDescription."
+                    "services, and pilotfish.service.Group in the tasks)")
 
 
 class PilotDescription(_Description):
@@ -442,7 +466,7 @@ class PilotDescription(_Description):
     _defaults = {"resource": None, "runtime": 10, "nodes": None, "cores": None, "gpus": 0,
                  "memory": None, "queue": None, "project": None, "account": None,
                  "sandbox": None, "services": list, "prepare_env": dict, "reservation": None,
-                 "exit_on_error": True, "access_schema": None}
+                 "exit_on_error": True, "access_schema": None, "app_comm": list}
 
     def to_pf(self, index: int = 0) -> _PfPilot:
         v = dict(self)
@@ -451,6 +475,8 @@ class PilotDescription(_Description):
             return DescriptionError("rp.PilotDescription", field, v.get(field), why,
                                     index=index)
 
+        if v.get("app_comm"):
+            raise fail("app_comm", APP_COMM_REFUSED)
         label = v.get("resource")
         if not isinstance(label, str):
             raise fail("resource", "is required: a resource label such as 'local.localhost'")

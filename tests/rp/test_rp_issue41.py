@@ -1,0 +1,95 @@
+"""Issue 41 phase 2: what RP's tutorials and examples/misc need of pilotfish.rp -- Task's
+RP attributes (endpoint_fs, resource_sandbox, metadata, '' streams, register_callback), RP
+1.60's aliases and unregister_callback, legacy fields read as RP gives them, colocate tags as
+a dict, app_comm refused naming the alternative. One local pilot for the module."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import pilotfish.rp as rp
+from pilotfish._errors import DescriptionError
+
+
+@pytest.fixture(scope="module")
+def rp_session(tmp_path_factory):
+    s = rp.Session(path=str(tmp_path_factory.mktemp("rp41") / "session"))
+    pmgr = rp.PilotManager(s)
+    tmgr = rp.TaskManager(s)
+    pilot = pmgr.submit_pilots(rp.PilotDescription(
+        {"resource": "local.localhost", "cores": 2, "runtime": 10}))
+    tmgr.add_pilots(pilot)
+    yield s, pmgr, tmgr, pilot
+    s.close()
+
+
+def test_task_rp_attributes_and_empty_streams(rp_session):
+    _, _, tmgr, pilot = rp_session
+    t = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true",
+                                              "metadata": {"k": 1}}))
+    assert t.stdout == "" and t.stderr == ""  # (before it ran, too: RP's '')
+    tmgr.wait_tasks(t.uid, timeout=60)
+    assert t.state == rp.DONE and t.stdout == "" and t.stderr == ""
+    assert t.metadata == {"k": 1} and t.endpoint_fs == "file://localhost/"
+    assert t.pilot_sandbox.startswith(t.resource_sandbox)
+    d = t.as_dict()
+    assert d["endpoint_fs"] == t.endpoint_fs and d["resource_sandbox"] == t.resource_sandbox
+
+
+def test_task_register_callback_and_unregister(rp_session):
+    _, _, tmgr, _ = rp_session
+    seen, other, done = [], [], threading.Event()
+
+    def cb(task, state, data):
+        seen.append((task.uid, state, data))
+        if state in rp.FINAL:
+            done.set()
+
+    a, b = tmgr.submit_tasks([rp.TaskDescription({"executable": "/bin/true"})
+                              for _ in range(2)])
+    a.register_callback(cb, cb_data="x")
+    tmgr.register_callback(lambda t, s: other.append(s))
+    tmgr.unregister_callback()  # (all of them: neither fires after this)
+    a.register_callback(cb, cb_data="x")
+    tmgr.wait_tasks([a.uid, b.uid], timeout=60)
+    assert done.wait(10)
+    assert {u for u, _, _ in seen} == {a.uid} and all(d == "x" for _, _, d in seen)
+    assert (a.uid, rp.DONE, "x") in seen and not other
+
+
+def test_rp_1x_aliases(rp_session):
+    s, pmgr, tmgr, pilot = rp_session
+    [t] = tmgr.submit_units([rp.TaskDescription({"executable": "/bin/true"})])
+    assert tmgr.wait_units(t.uid, timeout=60) == rp.DONE
+    assert tmgr.get_units(t.uid) is t and t.uid in tmgr.list_units()
+    assert tmgr.cancel_units is not None and pmgr.kill_pilots == pmgr.cancel_pilots
+    with pytest.raises(NotImplementedError, match="TaskDescription.pilot"):
+        tmgr.remove_pilots(pilot.uid)
+    pmgr.register_callback(lambda p, st: None)
+    pmgr.unregister_callback()
+    assert not pmgr._registered
+
+
+def test_legacy_fields_read_as_rp():
+    td = rp.TaskDescription({"executable": "x", "ranks": 2})
+    assert td.cpu_threads == 0 and td["cpu_processes"] == 0 and td.gpu_process_type == ""
+    assert td.to_pf().ranks == 2 and td.to_pf().cores_per_rank == 1  # (0: not given)
+    with pytest.raises(AttributeError):
+        _ = td.no_such_field
+
+
+def test_colocate_tags_as_a_dict():
+    pf = rp.TaskDescription({"executable": "x",
+                             "tags": {"colocate": {"bag": 1, "size": 3}}}).to_pf()
+    assert pf.tags == {"colocate": "1"}
+    with pytest.raises(DescriptionError, match="bag"):
+        rp.TaskDescription({"executable": "x", "tags": {"colocate": {"size": 3}}}).to_pf()
+
+
+def test_app_comm_refused_naming_the_alternative():
+    with pytest.raises(DescriptionError, match="not supported on pilotfish.*pilot service"):
+        rp.PilotDescription({"resource": "local.localhost", "cores": 1,
+                             "app_comm": ["work_queue"]}).to_pf()
+    rp.PilotDescription({"resource": "local.localhost", "cores": 1, "app_comm": []}).to_pf()
