@@ -33,7 +33,6 @@ def tmgr(tmp_path_factory):
 # -- 1: runtime "15" (a string) and 15 (a number) are the same walltime, and both refused
 #       with the hint (15 is almost surely minutes meant, as in RADICAL-Pilot)
 
-@_pending("python/pilotfish/descriptions.py, _pilot_runtime")
 @pytest.mark.parametrize("value", ["15", " 15 ", "15.0"])
 def test_runtime_string_number_as_the_number(value):
     with pytest.raises(DescriptionError, match="15m"):

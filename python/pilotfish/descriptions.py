@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from typing import Any, Callable, Iterable
 
 import msgspec
@@ -311,18 +312,25 @@ def _workers(kind: str, field: str, v: Any) -> dict:
 def _pilot_runtime(kind: str, field: str, v: Any) -> float:
     """A walltime. A bare number is seconds; one under a minute is refused: it is almost
     always minutes meant (RADICAL-Pilot's runtime=15 is 15 minutes) -- write '15m', or '15s'
-    for a pilot that short."""
+    for a pilot that short. A string that is only a number ("15", a YAML `runtime: "15"`) is
+    that number, under the same rule."""
+    num = v
+    if isinstance(v, str) and _BARE_NUMBER.fullmatch(v):
+        num = float(v)
     seconds = _duration(kind, field, v)
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and seconds < 60:
+    if isinstance(num, (int, float)) and not isinstance(num, bool) and seconds < 60:
         raise _fail(
             kind,
             field,
             v,
-            f"a bare number is seconds, and a {v:g} s pilot is most "
-            f"likely minutes meant (as in RADICAL-Pilot): write '{v:g}m', or "
-            f"'{v:g}s' for seconds",
+            f"a bare number is seconds, and a {num:g} s pilot is most "
+            f"likely minutes meant (as in RADICAL-Pilot): write '{num:g}m', or "
+            f"'{num:g}s' for seconds",
         )
     return seconds
+
+
+_BARE_NUMBER = re.compile(r"\s*\d+(\.\d*)?\s*")
 
 
 def _output(kind: str, field: str, v: Any) -> bool | str:
