@@ -77,3 +77,48 @@ def check_world(MPI, error: type[Exception] = RuntimeError) -> None:
             "than the launcher's. Set MPI4PY_LIBMPI to the launcher's libmpi "
             "(MPICH: <prefix>/lib/libmpi.so.12, Open MPI: <prefix>/lib/libmpi.so.40)."
         )
+
+
+# -- failure reasons (issue 41, papercut 10) --------------------------------------------------
+
+PMIX_MISMATCH = "unsupported PMI version PMIx"  # MPICH's MPI_Init under a PMIx launcher
+
+
+def libmpi_hint(stderr: str, prefix: str | None = None) -> str | None:
+    """The fix when a rank's stderr shows MPICH's libmpi started by Open MPI's / PRRTE's
+    launcher (mpirun, prterun, a DVM): which MPI4PY_LIBMPI to set, or which launcher to use.
+    None for any other stderr."""
+    if not stderr or PMIX_MISMATCH not in stderr:
+        return None
+    lib = os.path.join(prefix or sys.prefix, "lib", "libmpi.so.40")
+    where = lib if os.path.exists(lib) else "<Open MPI's prefix>/lib/libmpi.so.40"
+    return (
+        "this is MPICH's libmpi under Open MPI's launcher (mpirun / PRRTE speak PMIx, MPICH "
+        f"does not): set MPI4PY_LIBMPI={where} in the task's environment (for mpi4py; a "
+        "compiled program: link it against Open MPI), or run it with launcher='mpiexec' "
+        "(MPICH's hydra) or srun --mpi=pmi2"
+    )
+
+
+def stderr_tail(stderr: str, limit: int) -> str:
+    """The last `limit` characters of stderr, quoted from a line's start: the first line
+    that starts inside them (never "rror stack:"); when no line starts there (one long
+    line), '...' and the text from the first word that does."""
+    tail = stderr[-limit:]
+    if len(stderr) <= limit:
+        return tail.strip()
+    nl = tail.find("\n")
+    if 0 <= nl < len(tail) - 1 and tail[nl + 1 :].strip():
+        return tail[nl + 1 :].strip()
+    if stderr[-limit - 1] not in " \t\n":  # (cut inside a word: start at the next one)
+        sp = tail.find(" ")
+        tail = tail[sp + 1 :] if 0 <= sp < len(tail) - 1 else tail
+    return "..." + tail.strip()
+
+
+def stderr_reason(stderr: str, limit: int) -> str:
+    """What a failed task's reason adds for its stderr: '; stderr: <tail from a line's
+    start>', and the fix when the stderr shows an MPI library / launcher mismatch."""
+    out = f"; stderr: {stderr_tail(stderr, limit)}"
+    hint = libmpi_hint(stderr)
+    return f"{out}; {hint}" if hint else out
