@@ -42,7 +42,6 @@ def test_runtime_string_number_as_the_number(value):
 
 # -- 2: an output file whose directory is missing is named as the cause
 
-@_pending("python/pilotfish/agent/executor.py, launch() and the spawned-batch path")
 def test_missing_output_directory_is_named(tmgr, tmp_path):
     out = tmp_path / "nodir" / "x.txt"
     [t] = tmgr.submit_tasks([pf.TaskDescription(

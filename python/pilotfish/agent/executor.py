@@ -26,6 +26,27 @@ UNREACHABLE = -errno.EHOSTUNREACH  # a spawn result: the node's executor is lost
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 
 
+def spawn_failure(argv0: str, stdout: Any, stderr: Any, info: Any, errno: int) -> str:
+    """Why a process could not be spawned. The core opens a process's output files in the
+    child and reports only the errno: when a user's stdout / stderr path is what failed (its
+    directory missing, a directory in its place, not writable), say so, naming the path --
+    else it is the executable. Looked at only after a failure (no cost to a spawn)."""
+    for which, path in (("stdout", stdout), ("stderr", stderr)):
+        if not isinstance(path, str):
+            continue
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            why = "its directory does not exist"
+        elif os.path.isdir(path):
+            why = "it is a directory"
+        elif not os.access(path if os.path.exists(path) else parent, os.W_OK):
+            why = "it cannot be written here"
+        else:
+            continue
+        return f"cannot open {which} {path!r}: {why} ({info}, errno {errno})"
+    return f"cannot execute {argv0!r}: {info} (errno {errno})"
+
+
 class Proc(NamedTuple):
     """One process to spawn: what the core takes (key, argv, env ["K=V"], cwd, stdout, stderr,
     empty: its spool file is known empty, pass_fd: a descriptor it inherits as its 3) and
@@ -161,7 +182,7 @@ class TaskRunner(Runner):
                 t.kill_reason = (E.REQUEUE, info)
                 failed.append(t)
             elif t.reason is None:
-                t.reason = f"cannot execute {spec.argv[0]!r}: {info} (errno {-pid})"
+                t.reason = spawn_failure(spec.argv[0], spec.stdout, spec.stderr, info, -pid)
                 failed.append(t)
             if pid < 0 and spec.world is not None and spec.node is None:
                 self.pmi.local.unspawned(spec.world.kvsname, spec.key)
