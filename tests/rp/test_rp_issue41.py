@@ -93,3 +93,36 @@ def test_app_comm_refused_naming_the_alternative():
         rp.PilotDescription({"resource": "local.localhost", "cores": 1,
                              "app_comm": ["work_queue"]}).to_pf()
     rp.PilotDescription({"resource": "local.localhost", "cores": 1, "app_comm": []}).to_pf()
+
+
+def test_resource_configs(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("RADICAL_CONFIG_USER_DIR", str(tmp_path))
+    d = tmp_path / ".radical" / "pilot" / "configs"
+    d.mkdir(parents=True)
+    (d / "resource_site.json").write_text(json.dumps({"m": {
+        "default_schema": "local", "cores_per_node": 8, "resource_manager": "SLURM",
+        "schemas": {"local": {"job_manager_endpoint": "slurm://m/",
+                              "filesystem_endpoint": "file://m/"},
+                    "ssh": {"job_manager_endpoint": "slurm+ssh://m/",
+                            "filesystem_endpoint": "sftp://m/"},
+                    "here": {"job_manager_endpoint": "fork://localhost/",
+                             "filesystem_endpoint": "file://localhost/"}}}}))
+    cfg = rp.utils.get_resource_config("site.m")
+    assert cfg.cores_per_node == 8 and cfg["label"] == "site.m"
+    assert rp.utils.get_resource_job_url("site.m", schema="ssh") == "slurm+ssh://m/"
+    assert rp.utils.get_resource_fs_url("site.m") == "file://m/"
+    assert "site.m" in rp.utils.list_resources() and "local.localhost" in rp.utils.list_resources()
+    local = rp.utils.get_resource_config("local.localhost", schema="local")
+    assert local.job_manager_endpoint == "fork://localhost/"
+    pd = {"resource": "site.m", "cores": 16, "runtime": 10}
+    assert rp.PilotDescription(pd).to_pf().resource == "slurm"
+    assert rp.PilotDescription(pd).to_pf().nodes == 2
+    assert rp.PilotDescription({**pd, "access_schema": "here"}).to_pf().resource == "local"
+    with pytest.raises(DescriptionError, match="over ssh.*login node"):
+        rp.PilotDescription({**pd, "access_schema": "ssh"}).to_pf()
+    with pytest.raises(DescriptionError, match="no access schema 'nope'"):
+        rp.PilotDescription({**pd, "access_schema": "nope"}).to_pf()
+    with pytest.raises(KeyError, match="resource_other.json"):
+        rp.utils.get_resource_config("other.x")

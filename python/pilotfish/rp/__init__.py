@@ -16,7 +16,7 @@ function workers (raptor.py), `runtime` in minutes as in RP, staging defaults as
 (TRANSFER), a sandbox per task, resource labels from a small table (rp.add_resource for sites).
 """
 
-from . import raptor, states
+from . import raptor, states, utils
 from ._api import (PILOT_STATE, SCHEDULER_BACKFILLING, SCHEDULER_DEFAULT,
                    SCHEDULER_ROUND_ROBIN, TASK_STATE, Pilot, PilotManager, Raptor,
                    RaptorMaster, RaptorWorker, Session, Task, TaskManager)
@@ -27,7 +27,7 @@ from ._describe import (AGENT_SERVICE, COPY, CREATE_PARENTS, CUDA, DEFAULT_ACTIO
                         TASK_FUNC, TASK_FUNCTION, TASK_METH, TASK_METHOD, TASK_PROC,
                         TASK_SERVICE, TASK_SHELL, TRANSFER, GPU_OpenMP, OpenMP,
                         PilotDescription, PythonTask, TaskDescription, pythontask)
-from ._resources import RESOURCES, add_resource
+from ._resources import RESOURCES, ResourceConfig, add_resource
 from ._states import (AGENT_EXECUTING, AGENT_EXECUTING_PENDING, AGENT_SCHEDULING,
                       AGENT_SCHEDULING_PENDING, AGENT_STAGING_INPUT,
                       AGENT_STAGING_INPUT_PENDING, AGENT_STAGING_OUTPUT,

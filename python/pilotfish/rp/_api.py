@@ -115,6 +115,19 @@ class Session:
     def get_pilot_managers(self):
         return list(self._pmgrs)
 
+    def get_resource_config(self, resource: str, schema: str | None = None):
+        """RP's: the resource's config (rp.utils.get_resource_config), with that access
+        schema's endpoints at the top when a schema is given."""
+        from ._resources import get_resource_config
+
+        return get_resource_config(resource, schema)
+
+    def list_resources(self) -> list[str]:
+        """RP's: the resource labels known (pilotfish's table, the user's RP site files)."""
+        from ._resources import list_resources
+
+        return list_resources()
+
     def __enter__(self) -> "Session":
         return self
 

@@ -20,7 +20,7 @@ from .._errors import DescriptionError, show
 from .._util import machine_shape
 from ..descriptions import PilotDescription as _PfPilot
 from ..descriptions import TaskDescription as _PfTask
-from ._resources import resource_config
+from ._resources import from_user_config, resource_config
 
 # staging actions and flags: every name RP exports (radical.pilot.constants), RP's values
 COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL = ("Copy", "Link", "Move", "Download",
@@ -483,7 +483,13 @@ class PilotDescription(_Description):
         try:
             cfg = resource_config(label)
         except KeyError as e:
-            raise fail("resource", str(e.args[0])) from None
+            try:  # a site of the user's RP configs (~/.radical/pilot/configs/resource_*.json)
+                cfg = from_user_config(label, v.get("access_schema"))
+            except ValueError as why:
+                raise fail("access_schema" if v.get("access_schema") else "resource",
+                           str(why)) from None
+            if cfg is None:
+                raise fail("resource", str(e.args[0])) from None
         runtime = v.get("runtime", 10)
         if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or runtime <= 0:
             raise fail("runtime", "must be a positive number of minutes")

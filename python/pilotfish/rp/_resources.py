@@ -53,3 +53,131 @@ def resource_config(label: str) -> dict:
             return RESOURCES[label]
     raise KeyError(f"unknown resource label (known: {', '.join(sorted(RESOURCES))}; add a "
                    f"site with rp.add_resource(label, config) or $PILOTFISH_RP_RESOURCES)")
+
+
+# -- RP's own resource configs (rp.utils.get_resource_config, a user's site files) ---------
+
+# the batch system of a job_manager_endpoint's scheme (fork: this machine, a local pilot)
+_SCHEMES = {"fork": "local", "slurm": "slurm", "pbs": "pbs", "pbspro": "pbs", "torque": "pbs",
+            "lsf": "lsf", "flux": "flux"}
+
+
+class ResourceConfig(dict):
+    """RP's resource config: a dict with attribute access (default_schema, schemas,
+    job_manager_endpoint, filesystem_endpoint, cores_per_node, ...)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"ResourceConfig has no {name!r}") from None
+
+
+def user_config_dir() -> str:
+    """RP's user configs: $RADICAL_CONFIG_USER_DIR (default: $HOME)/.radical/pilot/configs."""
+    base = os.environ.get("RADICAL_CONFIG_USER_DIR") or os.path.expanduser("~")
+    return os.path.join(base, ".radical", "pilot", "configs")
+
+
+def _user_site(site: str) -> dict:
+    path = os.path.join(user_config_dir(), f"resource_{site}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def list_resources() -> list[str]:
+    """The labels known here: pilotfish's table and the user's RP site files."""
+    out = set(RESOURCES)
+    try:
+        names = os.listdir(user_config_dir())
+    except OSError:
+        names = []
+    for n in names:
+        if n.startswith("resource_") and n.endswith(".json"):
+            site = n[len("resource_"):-len(".json")]
+            out.update(f"{site}.{m}" for m in _user_site(site))
+    return sorted(out)
+
+
+def get_resource_config(resource: str, schema: str | None = None) -> ResourceConfig:
+    """RP's config of a label -- from the user's `resource_<site>.json` (RP's form: {machine:
+    config}), else built from pilotfish's table --; with `schema`, that access schema's
+    job_manager_endpoint / filesystem_endpoint at the top, as RP's session gives it."""
+    site, _, machine = resource.partition(".")
+    cfg = _user_site(site).get(machine)
+    if cfg is None:
+        try:
+            pf = resource_config(resource)
+        except KeyError:
+            raise KeyError(f"no resource config for {resource!r} (RP's user configs: "
+                           f"{user_config_dir()}/resource_{site}.json; pilotfish's labels: "
+                           f"{', '.join(sorted(RESOURCES))}, rp.add_resource)") from None
+        scheme = "fork" if pf["resource"] == "local" else pf["resource"]
+        cfg = {"default_schema": "local",
+               "schemas": {"local": {"job_manager_endpoint": f"{scheme}://localhost/",
+                                     "filesystem_endpoint": "file://localhost/"}},
+               "resource_manager": "FORK" if scheme == "fork" else scheme.upper(),
+               **{k: v for k, v in pf.items() if k in ("cores_per_node", "gpus_per_node")}}
+    out = ResourceConfig(cfg)
+    out["label"] = resource
+    if schema is not None:
+        schemas = out.get("schemas") or {}
+        if schema not in schemas:
+            raise ValueError(f"resource {resource!r}: no access schema {schema!r} (its "
+                             f"schemas: {', '.join(schemas) or 'none'})")
+        out.update(schemas[schema])
+    return out
+
+
+def _endpoint(resource: str, schema: str | None, key: str) -> str:
+    cfg = get_resource_config(resource)
+    schema = schema or cfg.get("default_schema")
+    schemas = cfg.get("schemas") or {}
+    if schema not in schemas:
+        raise ValueError(f"resource {resource!r}: no access schema {schema!r} (its schemas: "
+                         f"{', '.join(schemas) or 'none'})")
+    return schemas[schema][key]
+
+
+def get_resource_job_url(resource: str, schema: str | None = None) -> str:
+    return _endpoint(resource, schema, "job_manager_endpoint")
+
+
+def get_resource_fs_url(resource: str, schema: str | None = None) -> str:
+    return _endpoint(resource, schema, "filesystem_endpoint")
+
+
+def from_user_config(label: str, schema: str | None) -> dict | None:
+    """A pilotfish config (see _KEYS) for a label of the user's RP site files, with the access
+    schema given (else its default): the batch system from the job_manager_endpoint's scheme
+    (fork://localhost: a local pilot). None: no such user config. ValueError: a schema
+    pilotfish cannot use (submission over ssh, a fork on another host), naming what to do."""
+    site, _, machine = label.partition(".")
+    if machine not in _user_site(site):
+        return None
+    url = get_resource_config(label, schema or get_resource_config(label).get(
+        "default_schema"))["job_manager_endpoint"]
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    if "+" in scheme:  # slurm+ssh, pbs+gsissh, ...
+        raise ValueError(f"{label}: access schema with job_manager_endpoint {url!r} submits "
+                         f"over {scheme.split('+', 1)[1]}, which pilotfish does not: run the "
+                         "client where jobs are submitted (the login node) with the schema "
+                         "that submits there (e.g. 'local')")
+    kind = _SCHEMES.get(scheme)
+    if kind is None or (kind == "local" and host not in ("", "localhost", "127.0.0.1")):
+        raise ValueError(f"{label}: job_manager_endpoint {url!r}: pilotfish submits to "
+                         f"{', '.join(s + '://' for s in _SCHEMES)} (fork on localhost only)")
+    cfg = get_resource_config(label)
+    out: dict = {"resource": kind}
+    if kind == "local":
+        out["fake_resources"] = True  # (RP's fork: the pilot runs here, the shape asked for)
+    for k in ("cores_per_node", "gpus_per_node"):
+        if cfg.get(k):
+            out[k] = cfg[k]
+    return out
