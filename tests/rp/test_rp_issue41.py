@@ -126,3 +126,9 @@ def test_resource_configs(tmp_path, monkeypatch):
         rp.PilotDescription({**pd, "access_schema": "nope"}).to_pf()
     with pytest.raises(KeyError, match="resource_other.json"):
         rp.utils.get_resource_config("other.x")
+
+
+def test_pilot_input_staging_checked_at_submit():
+    with pytest.raises(DescriptionError, match="input_staging"):
+        rp.PilotDescription({"resource": "local.localhost", "cores": 1,
+                             "input_staging": [42]}).to_pf()

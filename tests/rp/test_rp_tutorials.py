@@ -50,7 +50,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
                                "~/radical.pilot.sandbox/<sid>/.../*.prof find nothing", True),
     "tutorials/raptor.py": (PASS, "", False),
     "tutorials/raptor_mpi.py": (PASS, "", False),
-    "tutorials/staging_data.py": (PENDING, f"{DESCRIBE}: PilotDescription.input_staging", False),
+    "tutorials/staging_data.py": (PASS, "", False),
     "tutorials_160/configuration.py": (PASS, "", False),
     "tutorials_160/debugging.py": (PENDING, f"{API} + client/: RP's sandbox layout "
                                    "<pilot sandbox>/<uid>/", False),
@@ -61,8 +61,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
     "tutorials_160/raptor.py": (PASS, "", False),
     "tutorials_160/raptor_mpi.py": (PENDING, f"{API}: Pilot.prepare_env with 'path' "
                                     "(an existing venv, RP 1.60's raptor_ve)", False),
-    "tutorials_160/staging_data.py": (PENDING, f"{DESCRIBE}: PilotDescription.input_staging",
-                                      False),
+    "tutorials_160/staging_data.py": (PASS, "", False),
     "tutorials_160/submission.py": (PASS, "", False),
     "misc/backfilling.py": (PASS, "", True),
     "misc/backfilling_recovery.py": (RP_TOO, "registers callbacks as register_callback(cb, "

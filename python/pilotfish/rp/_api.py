@@ -343,6 +343,9 @@ class PilotManager:
         pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]  # all checked first
         pilots = [Pilot(self, p, d) for p, d in
                   zip(self._pf.submit_pilots(pf_descs), rp_descs)]
+        for p in pilots:  # RP stages these before the pilot's first task: here, at submit
+            if p.description.get("input_staging"):
+                p.stage_in(p.description["input_staging"])
         for p in pilots:
             self._pilots[p.uid] = p
         return pilots if many else pilots[0]

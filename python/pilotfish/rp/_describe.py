@@ -461,12 +461,14 @@ APP_COMM_REFUSED = ("RP's ZeroMQ channels between tasks (RP_<NAME>_IN/OUT) are n
 class PilotDescription(_Description):
     """RP's PilotDescription: resource (a label: 'local.localhost', or one added with
     rp.add_resource), runtime (minutes), nodes, cores, gpus, memory, queue, project/account,
-    sandbox, services (task descriptions started first), prepare_env ({name: spec})."""
+    sandbox, services (task descriptions started first), prepare_env ({name: spec}),
+    input_staging (client files into the pilot's shared space, pilot:///<name>, at submit)."""
 
     _defaults = {"resource": None, "runtime": 10, "nodes": None, "cores": None, "gpus": 0,
                  "memory": None, "queue": None, "project": None, "account": None,
                  "sandbox": None, "services": list, "prepare_env": dict, "reservation": None,
-                 "exit_on_error": True, "access_schema": None, "app_comm": list}
+                 "exit_on_error": True, "access_schema": None, "app_comm": list,
+                 "input_staging": list}
 
     def to_pf(self, index: int = 0) -> _PfPilot:
         v = dict(self)
@@ -536,6 +538,8 @@ class PilotDescription(_Description):
         for i, s in enumerate(services):
             if not isinstance(s, dict):
                 raise fail("services", f"item {i} must be a TaskDescription")
+        if v.get("input_staging"):  # (staged by the PilotManager at submit: checked here)
+            staging(v["input_staging"], "input_staging", fail)
         envs = v.get("prepare_env") or {}
         if not isinstance(envs, dict):
             raise fail("prepare_env", "must be {name: environment spec}")
