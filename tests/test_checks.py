@@ -17,10 +17,7 @@ _NOQA = re.compile(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*(?P<why>.*)
 # type: ignore[codes], then `# why`
 _IGNORE = re.compile(r"#\s*type:\s*ignore(?:\[[a-z, -]+\])?(?P<why>.*)$")
 
-PENDING = {  # rel path: why it is not fixed here
-    "rp/states.py": "issue 41: pending",
-    "rp/raptor.py": "issue 41: pending",
-}
+PENDING: dict[str, str] = {}  # rel path: why it is not fixed here
 
 
 def _reasoned(why: str) -> bool:

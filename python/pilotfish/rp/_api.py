@@ -22,12 +22,18 @@ from .._util import gc_paused
 from .._paths import TASKS_DIR
 from . import _states as RS
 from .._errors import DescriptionError
-from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EXECUTABLE, PilotDescription,
-                        TaskDescription, staging)
+from ._describe import (
+    RAPTOR_MASTER,
+    RAPTOR_WORKER,
+    TASK_EXECUTABLE,
+    PilotDescription,
+    TaskDescription,
+    staging,
+)
 
 log = logging.getLogger("pilotfish.rp")
 
-TASK_STATE = "TASK_STATE"    # callback metrics
+TASK_STATE = "TASK_STATE"  # callback metrics
 PILOT_STATE = "PILOT_STATE"
 SCHEDULER_ROUND_ROBIN = "round_robin"
 SCHEDULER_BACKFILLING = "backfilling"
@@ -71,8 +77,11 @@ def _unregister(registered: list, pf_callbacks: list, cb, metrics, uid) -> None:
     all that are given (none given: all of them)."""
     metrics = None if metrics is None else set(_listify(metrics)[0])
     for r in list(registered):
-        if (cb is None or r.cb == cb) and (metrics is None or r.metric in metrics) and \
-                (uid is None or r.uid == uid):
+        if (
+            (cb is None or r.cb == cb)
+            and (metrics is None or r.metric in metrics)
+            and (uid is None or r.uid == uid)
+        ):
             r.on = False
             registered.remove(r)
             try:
@@ -86,8 +95,14 @@ class Session:
     (or $PILOTFISH_SESSIONS). `close(download=True)` gathers every pilot's logs and events
     into the session directory."""
 
-    def __init__(self, proxy_url: str | None = None, uid: str | None = None,
-                 cfg: dict | None = None, _primary: bool = True, **kwargs: Any):
+    def __init__(
+        self,
+        proxy_url: str | None = None,
+        uid: str | None = None,
+        cfg: dict | None = None,
+        _primary: bool = True,
+        **kwargs: Any,
+    ):
         path = kwargs.pop("path", None)
         kwargs.pop("cfg_file", None)
         if kwargs:
@@ -99,8 +114,9 @@ class Session:
         self._pmgrs: list[PilotManager] = []
         self._tmgrs: list[TaskManager] = []
 
-    def close(self, download: bool = False, cleanup: bool | None = None,
-              terminate: bool = True) -> None:
+    def close(
+        self, download: bool = False, cleanup: bool | None = None, terminate: bool = True
+    ) -> None:
         # RP closes its TaskManagers first: no task callback fires for what the close itself
         # cancels (scripts that stop on a CANCELED task would stop on their own close)
         for tmgr in self._tmgrs:
@@ -171,8 +187,7 @@ class Pilot:
         if not self._setup:
             self._ready.set()
         else:
-            threading.Thread(target=self._set_up, name=f"rp-setup-{self.uid}",
-                             daemon=True).start()
+            threading.Thread(target=self._set_up, name=f"rp-setup-{self.uid}", daemon=True).start()
 
     @property
     def state(self) -> str:
@@ -195,8 +210,13 @@ class Pilot:
         return list(self._pf.history)
 
     def as_dict(self) -> dict:
-        return {"uid": self.uid, "state": self.state, "resource": self.resource,
-                "pilot_sandbox": self.pilot_sandbox, "description": dict(self.description)}
+        return {
+            "uid": self.uid,
+            "state": self.state,
+            "resource": self.resource,
+            "pilot_sandbox": self.pilot_sandbox,
+            "description": dict(self.description),
+        }
 
     def wait(self, state=None, timeout: float | None = None) -> str:
         pf_states = None if state is None else RS.pilot_states_to_pf(state)
@@ -223,6 +243,7 @@ class Pilot:
     def _directives(self, directives, inbound: bool) -> list[dict]:
         def fail(field, why):
             return ValueError(f"pilot.stage_{'in' if inbound else 'out'}: {why}")
+
         out = staging(directives, "staging", fail)
         for d in out:  # a plain target of stage_in, a plain source of stage_out: pilot://
             side = "target" if inbound else "source"
@@ -237,15 +258,19 @@ class Pilot:
         not supported}. Blocks until the environment is ready."""
         spec = dict(env_spec or {})
         if spec.get("path"):
-            raise ValueError(f"prepare_env {env_name!r}: 'path' (an existing environment "
-                             "elsewhere) is not supported: name the packages instead")
+            raise ValueError(
+                f"prepare_env {env_name!r}: 'path' (an existing environment "
+                "elsewhere) is not supported: name the packages instead"
+            )
         spec.pop("path", None)
         spec.pop("version", None)  # the venv is made from the client's interpreter
         if spec.get("type") == "virtualenv":
             spec["type"] = "venv"
         if spec.get("type") in ("conda", "anaconda"):
-            raise ValueError(f"prepare_env {env_name!r}: conda environments are not supported "
-                             "(no conda on this kind of machine): use type 'venv'")
+            raise ValueError(
+                f"prepare_env {env_name!r}: conda environments are not supported "
+                "(no conda on this kind of machine): use type 'venv'"
+            )
         if "setup" in spec:
             spec["packages"] = list(spec.pop("setup") or []) + list(spec.get("packages", []))
         if self._pf.state not in (S.ACTIVE,) + tuple(S.FINAL):
@@ -284,25 +309,35 @@ class Pilot:
             descs.append(sd)
             meta = sd.get("metadata") if isinstance(sd.get("metadata"), dict) else {}
             f = meta.get("startup_file")
-            files.append(None if not f else f if os.path.isabs(f) else
-                         os.path.join(self._pf.sandbox, TASKS_DIR, sd["sandbox"], f))
+            files.append(
+                None
+                if not f
+                else f
+                if os.path.isabs(f)
+                else os.path.join(self._pf.sandbox, TASKS_DIR, sd["sandbox"], f)
+            )
         self._services = tm.submit_tasks(descs)
         deadline = time.monotonic() + SERVICE_READY_TIMEOUT
         tm.wait_tasks(state=RS.AGENT_EXECUTING, timeout=SERVICE_READY_TIMEOUT)
         while True:
             # started = it ran (RP's agent waits for AGENT_EXECUTING): one that already ended
             # did start -- whether its end is seen yet is a race, not an outcome
-            bad = [(t.uid, t.state, t.exception_detail) for t in self._services
-                   if not any(s == S.EXECUTING for s, _ in t._pf.history)]
+            bad = [
+                (t.uid, t.state, t.exception_detail)
+                for t in self._services
+                if not any(s == S.EXECUTING for s, _ in t._pf.history)
+            ]
             if bad:
                 self._problem = f"services of {self.uid} did not start: {bad}"
                 return
             if all(f is None or os.path.exists(f) for f in files):
                 return
             if time.monotonic() > deadline:
-                self._problem = (f"services of {self.uid} not up within "
-                                 f"{SERVICE_READY_TIMEOUT:.0f} s (no startup_file: "
-                                 f"{[f for f in files if f and not os.path.exists(f)]})")
+                self._problem = (
+                    f"services of {self.uid} not up within "
+                    f"{SERVICE_READY_TIMEOUT:.0f} s (no startup_file: "
+                    f"{[f for f in files if f and not os.path.exists(f)]})"
+                )
                 return
             time.sleep(0.05)
 
@@ -328,21 +363,21 @@ class PilotManager:
         """RP's exit_on_error (default True): a pilot that FAILS interrupts the main thread
         (KeyboardInterrupt there), which RP scripts catch to close their session."""
         pilot = self._pilots.get(p.uid)
-        if state == S.FAILED and pilot is not None and \
-                pilot.description.get("exit_on_error", True):
-            log.error("pilot %s failed (%s): interrupting the main thread (exit_on_error)",
-                      p.uid, p.reason)
+        if state == S.FAILED and pilot is not None and pilot.description.get("exit_on_error", True):
+            log.error(
+                "pilot %s failed (%s): interrupting the main thread (exit_on_error)",
+                p.uid,
+                p.reason,
+            )
             import _thread
 
             _thread.interrupt_main()
 
     def submit_pilots(self, descriptions):
         descs, many = _listify(descriptions)
-        rp_descs = [d if isinstance(d, PilotDescription) else PilotDescription(d)
-                    for d in descs]
+        rp_descs = [d if isinstance(d, PilotDescription) else PilotDescription(d) for d in descs]
         pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]  # all checked first
-        pilots = [Pilot(self, p, d) for p, d in
-                  zip(self._pf.submit_pilots(pf_descs), rp_descs)]
+        pilots = [Pilot(self, p, d) for p, d in zip(self._pf.submit_pilots(pf_descs), rp_descs)]
         for p in pilots:  # RP stages these before the pilot's first task: here, at submit
             if p.description.get("input_staging"):
                 p.stage_in(p.description["input_staging"])
@@ -457,17 +492,25 @@ class Task:
             except OSError:
                 now = set()
             staged = set()
-            for d in staging(self.description.get("input_staging") or [], "input_staging",
-                             lambda f, w: ValueError(w)):
+            for d in staging(
+                self.description.get("input_staging") or [],
+                "input_staging",
+                lambda f, w: ValueError(w),
+            ):
                 tgt = d.get("target") or os.path.basename(d["source"].rstrip("/"))
                 staged.add(tgt.split("://", 1)[-1].lstrip("/").split("/")[0])
-            for d in staging(self.description.get("output_staging") or [], "output_staging",
-                             lambda f, w: ValueError(w)):
+            for d in staging(
+                self.description.get("output_staging") or [],
+                "output_staging",
+                lambda f, w: ValueError(w),
+            ):
                 if d["action"] == "move":
                     now.add(d["source"].split("://", 1)[-1].lstrip("/").split("/")[0])
-            self._ofiles = sorted(f for f in now - staged
-                                  if not f.startswith(self.uid + ".") and
-                                  not f.startswith(".raptor_stop"))
+            self._ofiles = sorted(
+                f
+                for f in now - staged
+                if not f.startswith(self.uid + ".") and not f.startswith(".raptor_stop")
+            )
         return self._ofiles
 
     def _output(self, which: str) -> str | None:
@@ -527,20 +570,34 @@ class Task:
         session_sandbox, pilot_sandbox, task_sandbox, client_sandbox, info, slots,
         partition, description (a copy)."""
         pf = self._pf
-        return {"type": "task", "tmgr": self.tmgr.uid, "uid": self.uid, "name": self.name,
-                "state": self.state, "origin": self.origin, "exit_code": self.exit_code,
-                "stdout": self.stdout, "stderr": self.stderr,
-                "return_value": self.return_value, "exception": self.exception,
-                "exception_detail": self.exception_detail, "pilot": self.pilot,
-                "endpoint_fs": self.endpoint_fs, "resource_sandbox": self.resource_sandbox,
-                "session_sandbox": self.session_sandbox,
-                "pilot_sandbox": self.pilot_sandbox, "task_sandbox": self.task_sandbox,
-                "client_sandbox": self.client_sandbox,
-                "info": self.description.get("metadata"),
-                "slots": [dict(node=s.node, cores=list(s.cores), gpus=list(s.gpus))
-                          for s in pf.slots] if getattr(pf, "slots", None) else None,
-                "partition": getattr(pf, "partition", None),
-                "description": dict(self.description), "sandbox": self.sandbox}
+        return {
+            "type": "task",
+            "tmgr": self.tmgr.uid,
+            "uid": self.uid,
+            "name": self.name,
+            "state": self.state,
+            "origin": self.origin,
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "return_value": self.return_value,
+            "exception": self.exception,
+            "exception_detail": self.exception_detail,
+            "pilot": self.pilot,
+            "endpoint_fs": self.endpoint_fs,
+            "resource_sandbox": self.resource_sandbox,
+            "session_sandbox": self.session_sandbox,
+            "pilot_sandbox": self.pilot_sandbox,
+            "task_sandbox": self.task_sandbox,
+            "client_sandbox": self.client_sandbox,
+            "info": self.description.get("metadata"),
+            "slots": [dict(node=s.node, cores=list(s.cores), gpus=list(s.gpus)) for s in pf.slots]
+            if getattr(pf, "slots", None)
+            else None,
+            "partition": getattr(pf, "partition", None),
+            "description": dict(self.description),
+            "sandbox": self.sandbox,
+        }
 
     def __repr__(self) -> str:
         return f"<rp.Task {self.uid} {self.state}>"
@@ -646,13 +703,18 @@ RaptorWorker = Task
 
 
 class TaskManager:
-    def __init__(self, session: Session, cfg: dict | None = None,
-                 scheduler: str | None = None, uid: str | None = None):
+    def __init__(
+        self,
+        session: Session,
+        cfg: dict | None = None,
+        scheduler: str | None = None,
+        uid: str | None = None,
+    ):
         self.session = session
         self._pf = _pf.TaskManager(session._pf, scheduler=scheduler or SCHEDULER_DEFAULT)
         self._pf._spec_extra = self._spec_extra
         self._pilots: dict[str, Pilot] = {}
-        self._tasks: dict[str, Task] = {}   # rp uid -> task
+        self._tasks: dict[str, Task] = {}  # rp uid -> task
         # pilotfish uid -> task, for the tasks whose rp uid is not their pilotfish uid (the
         # others are found in _tasks: _of_pf)
         self._by_pf: dict[str, Task] = {}
@@ -726,12 +788,20 @@ class TaskManager:
     def _spec_extra(self, uid: str, d, pilot) -> dict:
         rp_uid = self._user_uid(id(d), uid)
         full = _task_dir(pilot, d.sandbox, uid)
-        out: dict = {"environment": {
-            "RP_TASK_ID": rp_uid, "RP_TASK_NAME": d.name or rp_uid, "RP_PILOT_ID": pilot.uid,
-            "RP_SESSION_ID": self.session.uid, "RP_TASK_SANDBOX": full,
-            "RP_PILOT_SANDBOX": pilot.sandbox, "RP_RANKS": str(d.ranks),
-            "RP_CORES_PER_RANK": str(d.cores_per_rank), "RP_GPUS_PER_RANK": str(d.gpus_per_rank),
-            "RP_RESOURCE": getattr(self._pilots.get(pilot.uid), "resource", None) or "local"}}
+        out: dict = {
+            "environment": {
+                "RP_TASK_ID": rp_uid,
+                "RP_TASK_NAME": d.name or rp_uid,
+                "RP_PILOT_ID": pilot.uid,
+                "RP_SESSION_ID": self.session.uid,
+                "RP_TASK_SANDBOX": full,
+                "RP_PILOT_SANDBOX": pilot.sandbox,
+                "RP_RANKS": str(d.ranks),
+                "RP_CORES_PER_RANK": str(d.cores_per_rank),
+                "RP_GPUS_PER_RANK": str(d.gpus_per_rank),
+                "RP_RESOURCE": getattr(self._pilots.get(pilot.uid), "resource", None) or "local",
+            }
+        }
         if d.ranks == 1:  # (several ranks: each exports its own, see _describe)
             out["environment"]["RP_RANK"] = "0"
         if d.sandbox is None:
@@ -772,8 +842,9 @@ class TaskManager:
             if uid is not None:
                 given.add(uid)
                 self._note_uid(uid)
-        if any(d.get("raptor_id") or d.get("mode") in (RAPTOR_MASTER, RAPTOR_WORKER)
-               for d in rp_descs):
+        if any(
+            d.get("raptor_id") or d.get("mode") in (RAPTOR_MASTER, RAPTOR_WORKER) for d in rp_descs
+        ):
             out = self._submit_mixed(rp_descs)
         else:
             pf_descs = [d.to_pf(i) for i, d in enumerate(rp_descs)]
@@ -842,11 +913,14 @@ class TaskManager:
         for i, d in enumerate(rp_descs):
             mode = d.get("mode")
             if mode == RAPTOR_MASTER:
-                pilot = d.get("pilot") or (next(iter(self._pilots)) if len(self._pilots) == 1
-                                           else None)
+                pilot = d.get("pilot") or (
+                    next(iter(self._pilots)) if len(self._pilots) == 1 else None
+                )
                 if pilot is None:
-                    raise ValueError(f"rp.TaskDescription[{i}]: a RAPTOR_MASTER needs "
-                                     "'pilot' when the TaskManager has several pilots")
+                    raise ValueError(
+                        f"rp.TaskDescription[{i}]: a RAPTOR_MASTER needs "
+                        "'pilot' when the TaskManager has several pilots"
+                    )
                 out[i] = self.submit_raptors([d], pilot)[0]
                 continue
             if mode == RAPTOR_WORKER:
@@ -891,15 +965,15 @@ class TaskManager:
                 pf_sub.append(r.refused(uid))
                 where.append(pos[uid])
                 dropped.append(uid)
-        own = [(k, d, pd) for k, (d, pd, i) in enumerate(zip(rp_sub, pf_sub, where))
-               if i is None]
+        own = [(k, d, pd) for k, (d, pd, i) in enumerate(zip(rp_sub, pf_sub, where)) if i is None]
         if own:  # returned by request_cb without having been submitted: the master's
             by = {}
             for k, d, pd in own:
                 by.setdefault(d["raptor_id"], []).append((d, pd))
             for rid, items in by.items():
-                self._submit_hidden(self._raptors[rid], [pd for _, pd in items],
-                                    [d for d, _ in items], None)
+                self._submit_hidden(
+                    self._raptors[rid], [pd for _, pd in items], [d for d, _ in items], None
+                )
             keepk = {k for k, _, _ in own}
             rp_sub = [d for k, d in enumerate(rp_sub) if k not in keepk]
             pf_sub = [d for k, d in enumerate(pf_sub) if k not in keepk]
@@ -920,10 +994,14 @@ class TaskManager:
         rid = d.get("raptor_id")
         r = self._raptors.get(rid)
         if r is None:
-            raise DescriptionError("rp.TaskDescription", "raptor_id", rid,
-                                   f"no RAPTOR master of that uid in this TaskManager "
-                                   f"(its masters: {sorted(self._raptors) or 'none'})",
-                                   index=i)
+            raise DescriptionError(
+                "rp.TaskDescription",
+                "raptor_id",
+                rid,
+                f"no RAPTOR master of that uid in this TaskManager "
+                f"(its masters: {sorted(self._raptors) or 'none'})",
+                index=i,
+            )
         return r
 
     def submit_raptors(self, descriptions, pilot_id: str | None = None) -> list:
@@ -1053,15 +1131,18 @@ class TaskManager:
     def list_tasks(self) -> list[str]:
         return list(self._tasks)
 
-    def register_callback(self, cb: Callable, cb_data=None, metric: str | None = None,
-                          uid: str | None = None) -> None:
+    def register_callback(
+        self, cb: Callable, cb_data=None, metric: str | None = None, uid: str | None = None
+    ) -> None:
         """cb(task, state) -- or cb(task, state, cb_data) -- on every state change (of task
         `uid` only, if given), in order, from pilotfish's IO thread. An exception there
         (sys.exit() too) is logged and never stops the client."""
         metrics = [TASK_STATE] if metric is None else _listify(metric)[0]
         if set(metrics) - {TASK_STATE, "WAIT_QUEUE_SIZE"}:
-            raise ValueError(f"callback metric {metric!r}: rp.TASK_STATE (or "
-                             f"rp.WAIT_QUEUE_SIZE, never fired, as in RP) only")
+            raise ValueError(
+                f"callback metric {metric!r}: rp.TASK_STATE (or "
+                f"rp.WAIT_QUEUE_SIZE, never fired, as in RP) only"
+            )
         if TASK_STATE not in metrics:
             return
         f = _callback(cb, cb_data)
@@ -1087,8 +1168,9 @@ class TaskManager:
         self._registered.append(reg)
         self._pf.register_callback(relay)
 
-    def unregister_callback(self, cb: Callable | None = None, metrics=None,
-                            uid: str | None = None) -> None:
+    def unregister_callback(
+        self, cb: Callable | None = None, metrics=None, uid: str | None = None
+    ) -> None:
         """RP's: the callbacks registered with cb (None: all), of these metrics, for task
         uid (None: any)."""
         _unregister(self._registered, self._pf._callbacks, cb, metrics, uid)
@@ -1099,7 +1181,8 @@ class TaskManager:
         raise NotImplementedError(
             "TaskManager.remove_pilots is not supported on pilotfish: name the pilot of each "
             "task (TaskDescription.pilot) to keep tasks off a pilot, or end it with "
-            "pmgr.cancel_pilots (its unfinished tasks end with it)")
+            "pmgr.cancel_pilots (its unfinished tasks end with it)"
+        )
 
     # RP 0.x's names (tasks were "units"), kept by RP 1.x as aliases
     submit_units = submit_tasks

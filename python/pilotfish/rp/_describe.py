@@ -23,16 +23,28 @@ from ..descriptions import TaskDescription as _PfTask
 from ._resources import from_user_config, resource_config
 
 # staging actions and flags: every name RP exports (radical.pilot.constants), RP's values
-COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL = ("Copy", "Link", "Move", "Download",
-                                                 "Transfer", "Tarball")
+COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL = (
+    "Copy",
+    "Link",
+    "Move",
+    "Download",
+    "Transfer",
+    "Tarball",
+)
 RECURSIVE, CREATE_PARENTS, NON_FATAL = 1, 2, 4
 SKIP_FAILED = NON_FATAL  # (an older name)
 DEFAULT_ACTION = TRANSFER
 DEFAULT_PRIORITY = 0
 DEFAULT_FLAGS = CREATE_PARENTS
 STAGING_ACTIONS = (COPY, LINK, MOVE, DOWNLOAD, TRANSFER, TARBALL)
-_ACTIONS = {COPY: "copy", LINK: "link", MOVE: "move", TRANSFER: "transfer", TARBALL: "tarball",
-            DOWNLOAD: "download"}  # (download: done on the pilot's side, see _downloads)
+_ACTIONS = {
+    COPY: "copy",
+    LINK: "link",
+    MOVE: "move",
+    TRANSFER: "transfer",
+    TARBALL: "tarball",
+    DOWNLOAD: "download",
+}  # (download: done on the pilot's side, see _downloads)
 
 # task modes
 TASK_EXECUTABLE = "task.executable"
@@ -97,27 +109,45 @@ class _Description(dict):
 # -- tasks ----------------------------------------------------------------------------------
 
 # RP fields that change nothing on pilotfish (no effect on where or how a task runs here)
-TASK_IGNORED = frozenset(("gpu_type", "gpu_process_type", "cpu_thread_type", "gpu_threads",
-                          "lfs_per_rank", "lfs_per_process", "cpu_process_type_opts",
-                          "scheduler", "restartable", "slots", "partition", "use_mpi",
-                          "gpu_thread_type", "cleanup", "pre_exec_sync", "ranks_per_node",
-                          "origin"))
-_RAPTOR_ONLY = ("runs on a RAPTOR master's workers: submit it with raptor.submit_tasks "
-                "(or give raptor_id) after pilot.submit_raptors")
+TASK_IGNORED = frozenset(
+    (
+        "gpu_type",
+        "gpu_process_type",
+        "cpu_thread_type",
+        "gpu_threads",
+        "lfs_per_rank",
+        "lfs_per_process",
+        "cpu_process_type_opts",
+        "scheduler",
+        "restartable",
+        "slots",
+        "partition",
+        "use_mpi",
+        "gpu_thread_type",
+        "cleanup",
+        "pre_exec_sync",
+        "ranks_per_node",
+        "origin",
+    )
+)
+_RAPTOR_ONLY = (
+    "runs on a RAPTOR master's workers: submit it with raptor.submit_tasks "
+    "(or give raptor_id) after pilot.submit_raptors"
+)
 TASK_UNSUPPORTED = {
     "raptor_id": "names a RAPTOR master: submit through a TaskManager the raptor's pilot is "
-                 "added to, or raptor.submit_tasks",
+    "added to, or raptor.submit_tasks",
     "method": "a RAPTOR worker's method " + _RAPTOR_ONLY,
     "code": "eval/exec code " + _RAPTOR_ONLY,
     "command": "a shell command (mode rp.TASK_SHELL) " + _RAPTOR_ONLY + "; or use executable "
-               "'/bin/sh' with arguments ['-c', command]",
+    "'/bin/sh' with arguments ['-c', command]",
     "info_pattern": "readiness by output pattern is not supported: give metadata="
-                    "{'startup_file': path} (RP 1.60's form)",
+    "{'startup_file': path} (RP 1.60's form)",
     "services": "tasks naming services (RP 1.90) are not supported: pilot services are",
     "raptor_file": "is for RAPTOR_MASTER / RAPTOR_WORKER descriptions (pilot.submit_raptors, "
-                   "raptor.submit_workers)",
+    "raptor.submit_workers)",
     "raptor_class": "is for RAPTOR_MASTER / RAPTOR_WORKER descriptions (pilot.submit_raptors, "
-                    "raptor.submit_workers)",
+    "raptor.submit_workers)",
 }
 
 
@@ -129,21 +159,56 @@ class TaskDescription(_Description):
     output_staging, stage_on_error, sandbox, pilot, uid, name, tags, metadata, priority,
     timeout (seconds), mode."""
 
-    _defaults = {"executable": None, "arguments": list, "environment": dict, "named_env": None,
-                 "ranks": 1, "cores_per_rank": 1, "gpus_per_rank": 0, "mem_per_rank": 0,
-                 "pre_exec": list, "post_exec": list, "pre_launch": list, "post_launch": list,
-                 "stdout": None, "stderr": None, "input_staging": list, "output_staging": list,
-                 "stage_on_error": False, "sandbox": None, "uid": None, "name": None,
-                 "tags": dict, "metadata": None, "priority": 0, "timeout": 0.0,
-                 "mode": TASK_EXECUTABLE, "pilot": None, "threading_type": None,
-                 "function": None, "args": tuple, "kwargs": dict, "raptor_id": None,
-                 "raptor_file": None, "raptor_class": None, "method": None, "code": None,
-                 "command": None,
-                 # legacy and ignored fields read as RP gives them (0 / '': "not given")
-                 "cpu_processes": 0, "cpu_threads": 0, "gpu_processes": 0,
-                 "cpu_process_type": "", "gpu_process_type": "", "cpu_thread_type": "",
-                 "gpu_thread_type": "", "mem_per_process": 0, "lfs_per_process": 0,
-                 "lfs_per_rank": 0, "gpu_type": None}
+    _defaults = {
+        "executable": None,
+        "arguments": list,
+        "environment": dict,
+        "named_env": None,
+        "ranks": 1,
+        "cores_per_rank": 1,
+        "gpus_per_rank": 0,
+        "mem_per_rank": 0,
+        "pre_exec": list,
+        "post_exec": list,
+        "pre_launch": list,
+        "post_launch": list,
+        "stdout": None,
+        "stderr": None,
+        "input_staging": list,
+        "output_staging": list,
+        "stage_on_error": False,
+        "sandbox": None,
+        "uid": None,
+        "name": None,
+        "tags": dict,
+        "metadata": None,
+        "priority": 0,
+        "timeout": 0.0,
+        "mode": TASK_EXECUTABLE,
+        "pilot": None,
+        "threading_type": None,
+        "function": None,
+        "args": tuple,
+        "kwargs": dict,
+        "raptor_id": None,
+        "raptor_file": None,
+        "raptor_class": None,
+        "method": None,
+        "code": None,
+        "command": None,
+        # legacy and ignored fields read as RP gives them (0 / '': "not given")
+        "cpu_processes": 0,
+        "cpu_threads": 0,
+        "gpu_processes": 0,
+        "cpu_process_type": "",
+        "gpu_process_type": "",
+        "cpu_thread_type": "",
+        "gpu_thread_type": "",
+        "mem_per_process": 0,
+        "lfs_per_process": 0,
+        "lfs_per_rank": 0,
+        "gpu_type": None,
+    }
 
     def to_pf(self, index: int = 0) -> _PfTask:
         """The pilotfish TaskDescription, or DescriptionError (RP field name, value, why)."""
@@ -159,11 +224,15 @@ class TaskDescription(_Description):
         if mode in RAPTOR_MODES:
             raise fail("mode", f"{mode} {_RAPTOR_ONLY}")
         if mode in (RAPTOR_MASTER, RAPTOR_WORKER):
-            raise fail("mode", f"{mode}: submit it with pilot.submit_raptors / "
-                               "raptor.submit_workers")
+            raise fail(
+                "mode", f"{mode}: submit it with pilot.submit_raptors / raptor.submit_workers"
+            )
         if mode not in (TASK_EXECUTABLE, TASK_SERVICE, AGENT_SERVICE):
-            raise fail("mode", f"unknown mode (RP's modes: {TASK_EXECUTABLE}, "
-                               f"{', '.join(RAPTOR_MODES)}, {RAPTOR_MASTER}, {RAPTOR_WORKER})")
+            raise fail(
+                "mode",
+                f"unknown mode (RP's modes: {TASK_EXECUTABLE}, "
+                f"{', '.join(RAPTOR_MODES)}, {RAPTOR_MASTER}, {RAPTOR_WORKER})",
+            )
         for k in ("function", "args", "kwargs"):
             if v.get(k) not in (None, "", [], {}, ()):
                 raise fail(k, "is for mode=rp.TASK_FUNCTION")
@@ -180,8 +249,16 @@ class TaskDescription(_Description):
         if v.get("launcher") is not None:
             out["launcher"] = v["launcher"]
         out["executable"] = v.get("executable")
-        for k in ("named_env", "sandbox", "name", "tags", "metadata", "priority",
-                  "stage_on_error", "pilot"):
+        for k in (
+            "named_env",
+            "sandbox",
+            "name",
+            "tags",
+            "metadata",
+            "priority",
+            "stage_on_error",
+            "pilot",
+        ):
             if v.get(k) not in (None, "", [], {}):
                 out[k] = v[k]
         if "tags" in out:
@@ -190,9 +267,14 @@ class TaskDescription(_Description):
             out["name"] = v["uid"]
         args = _as_list(v.get("arguments"))
         args = [a if isinstance(a, str) else str(a) for a in args]
-        env = {str(k): e if isinstance(e, str) else str(e)
-               for k, e in (v.get("environment") or {}).items()} \
-            if isinstance(v.get("environment"), dict) else v.get("environment")
+        env = (
+            {
+                str(k): e if isinstance(e, str) else str(e)
+                for k, e in (v.get("environment") or {}).items()
+            }
+            if isinstance(v.get("environment"), dict)
+            else v.get("environment")
+        )
         pre: list[str] = []
         if isinstance(env, dict):  # RP: export K="<value as given>" -- "$X" expands, "\$"
             expand = {k: e for k, e in env.items() if _expands(e) or "\\" in e}  # is a $
@@ -200,9 +282,12 @@ class TaskDescription(_Description):
                 try:
                     shlex.split(f'"{e}"')
                 except ValueError:
-                    raise fail("environment", f"{k}={e!r}: RP writes export {k}=\"{e}\", "
-                                              "which the shell cannot read (an unescaped "
-                                              "double quote?)") from None
+                    raise fail(
+                        "environment",
+                        f'{k}={e!r}: RP writes export {k}="{e}", '
+                        "which the shell cannot read (an unescaped "
+                        "double quote?)",
+                    ) from None
             pre += [f'export {k}="{e}"' for k, e in expand.items()]
             env = {k: e for k, e in env.items() if k not in expand}
         if env:
@@ -216,8 +301,9 @@ class TaskDescription(_Description):
             pre.insert(0, f'export PATH={_dq(os.path.dirname(sys.executable))}:"$PATH"')
         pre += _per_rank(_as_list(v.get("pre_launch")), fail, "pre_launch")
         pre += _per_rank(_as_list(v.get("pre_exec")), fail, "pre_exec")
-        post = _per_rank(_as_list(v.get("post_exec")), fail, "post_exec") + \
-            _per_rank(_as_list(v.get("post_launch")), fail, "post_launch")
+        post = _per_rank(_as_list(v.get("post_exec")), fail, "post_exec") + _per_rank(
+            _as_list(v.get("post_launch")), fail, "post_launch"
+        )
         if pre:
             out["pre_exec"] = pre
         if post:
@@ -242,16 +328,29 @@ class TaskDescription(_Description):
                 del out["input_staging"]
             out["pre_exec"] = _downloads(fetch) + out.get("pre_exec", [])
         if any(d["action"] == "download" for d in out.get("output_staging", ())):
-            raise fail("output_staging", "rp.DOWNLOAD fetches a URL into the task's sandbox: "
-                                         "input_staging only")
-        unknown = sorted(set(v) - set(self._defaults) - TASK_IGNORED - set(TASK_UNSUPPORTED)
-                         - {"cpu_processes", "cpu_threads", "gpu_processes", "cpu_process_type",
-                            "mem_per_process", "launcher"})
+            raise fail(
+                "output_staging",
+                "rp.DOWNLOAD fetches a URL into the task's sandbox: input_staging only",
+            )
+        unknown = sorted(
+            set(v)
+            - set(self._defaults)
+            - TASK_IGNORED
+            - set(TASK_UNSUPPORTED)
+            - {
+                "cpu_processes",
+                "cpu_threads",
+                "gpu_processes",
+                "cpu_process_type",
+                "mem_per_process",
+                "launcher",
+            }
+        )
         if unknown:
-            raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
-                                   "pilotfish.rp knows")
+            raise fail(
+                unknown[0], "is not a RADICAL-Pilot TaskDescription field that pilotfish.rp knows"
+            )
         return _translated(_PfTask, "rp.TaskDescription", out, index)
-
 
     def _function_to_pf(self, v: dict, fail, index: int) -> _PfTask:
         """mode=rp.TASK_FUNCTION: function (a callable, or rp.PythonTask(f, *args,
@@ -262,10 +361,17 @@ class TaskDescription(_Description):
                 raise fail("args", "must be empty for an rp.PythonTask function (as in RP)")
             fn, args, kwargs = fn.function, fn.args, fn.kwargs
         if isinstance(fn, str):
-            raise fail("function", "a function's name is a RAPTOR worker's method: submit "
-                                   "with raptor.submit_tasks, or pass the callable")
-        out: dict[str, Any] = {"function": fn, "args": tuple(args), "kwargs": dict(kwargs),
-                               **_shape(v)}
+            raise fail(
+                "function",
+                "a function's name is a RAPTOR worker's method: submit "
+                "with raptor.submit_tasks, or pass the callable",
+            )
+        out: dict[str, Any] = {
+            "function": fn,
+            "args": tuple(args),
+            "kwargs": dict(kwargs),
+            **_shape(v),
+        }
         for k in ("name", "tags", "metadata", "priority", "timeout", "pilot"):
             if v.get(k) not in (None, "", 0, {}, 0.0):
                 out[k] = v[k]
@@ -273,14 +379,31 @@ class TaskDescription(_Description):
             out["tags"] = _tags(out["tags"], fail)
         if v.get("uid") and not v.get("name"):
             out["name"] = v["uid"]
-        allowed = set(out) | {"mode", "uid", "function", "args", "kwargs", "cpu_processes",
-                              "cpu_threads", "gpu_processes", "mem_per_process"} | TASK_IGNORED
+        allowed = (
+            set(out)
+            | {
+                "mode",
+                "uid",
+                "function",
+                "args",
+                "kwargs",
+                "cpu_processes",
+                "cpu_threads",
+                "gpu_processes",
+                "mem_per_process",
+            }
+            | TASK_IGNORED
+        )
         unknown = sorted(k for k in v if k not in self._defaults and k not in allowed)
         if unknown:
-            raise fail(unknown[0], "is not a RADICAL-Pilot TaskDescription field that "
-                                   "pilotfish.rp knows")
-        extra = sorted(k for k in v if k not in allowed and v[k] not in
-                       (None, "", [], {}, (), 0, 0.0, False, 1))
+            raise fail(
+                unknown[0], "is not a RADICAL-Pilot TaskDescription field that pilotfish.rp knows"
+            )
+        extra = sorted(
+            k
+            for k in v
+            if k not in allowed and v[k] not in (None, "", [], {}, (), 0, 0.0, False, 1)
+        )
         if extra:
             raise fail(extra[0], "not for a function task (it runs in a persistent worker)")
         return _translated(_PfTask, "rp.TaskDescription", out, index)
@@ -301,8 +424,9 @@ class PythonTask:
         self.args = args if type(args) is tuple else tuple(args or ())
         self.kwargs = dict(kwargs) if kwargs else {}
         if kwargs and any(type(k) is not str for k in self.kwargs):
-            raise ValueError(f"task kwargs must have str keys (keyword names): "
-                             f"{show(self.kwargs, 60)}")
+            raise ValueError(
+                f"task kwargs must have str keys (keyword names): {show(self.kwargs, 60)}"
+            )
 
     def __repr__(self) -> str:
         return f"rp.PythonTask({getattr(self.function, '__name__', self.function)!r})"
@@ -385,11 +509,21 @@ def _downloads(directives: list[dict]) -> list[str]:
             src = "file://" + os.path.abspath(src)
         tgt = d.get("target") or os.path.basename(src.rstrip("/").split("://", 1)[1])
         if tgt.startswith("task://"):
-            tgt = tgt[len("task://"):].lstrip("/")
-        lines.append(" ".join(shlex.quote(x) for x in (
-            sys.executable, "-c", "import os, sys, urllib.request as u; "
-            "os.makedirs(os.path.dirname(sys.argv[2]) or '.', exist_ok=True); "
-            "u.urlretrieve(sys.argv[1], sys.argv[2])", src, tgt)))
+            tgt = tgt[len("task://") :].lstrip("/")
+        lines.append(
+            " ".join(
+                shlex.quote(x)
+                for x in (
+                    sys.executable,
+                    "-c",
+                    "import os, sys, urllib.request as u; "
+                    "os.makedirs(os.path.dirname(sys.argv[2]) or '.', exist_ok=True); "
+                    "u.urlretrieve(sys.argv[1], sys.argv[2])",
+                    src,
+                    tgt,
+                )
+            )
+        )
     return lines
 
 
@@ -434,14 +568,18 @@ def staging(directives: Any, field: str, fail) -> list[dict]:
             continue
         if not isinstance(d, dict):
             raise fail(field, f"directive {show(d, 60)} must be a string or a dict")
-        unknown = sorted(set(d) - {"source", "target", "action", "flags", "priority", "uid",
-                                   "prof_id"})
+        unknown = sorted(
+            set(d) - {"source", "target", "action", "flags", "priority", "uid", "prof_id"}
+        )
         if unknown:
             raise fail(field, f"directive {show(d, 60)} has unknown keys {unknown}")
         action = d.get("action", TRANSFER)
         if action not in _ACTIONS:
-            raise fail(field, f"action {show(action, 30)} must be one of rp.COPY, rp.LINK, "
-                              f"rp.MOVE, rp.TRANSFER, rp.TARBALL")
+            raise fail(
+                field,
+                f"action {show(action, 30)} must be one of rp.COPY, rp.LINK, "
+                f"rp.MOVE, rp.TRANSFER, rp.TARBALL",
+            )
         item = {"source": d.get("source"), "action": _ACTIONS[action]}
         if d.get("target"):
             item["target"] = d["target"]
@@ -451,11 +589,23 @@ def staging(directives: Any, field: str, fail) -> list[dict]:
 
 # -- pilots ---------------------------------------------------------------------------------
 
-PILOT_IGNORED = frozenset(("access_schema", "exit_on_error", "cleanup", "candidate_hosts",
-                           "enable_ep", "job_name", "layout", "uid"))
-APP_COMM_REFUSED = ("RP's ZeroMQ channels between tasks (RP_<NAME>_IN/OUT) are not supported "
-                    "on pilotfish: connect tasks through a pilot service (PilotDescription."
-                    "services, and pilotfish.service.Group in the tasks)")
+PILOT_IGNORED = frozenset(
+    (
+        "access_schema",
+        "exit_on_error",
+        "cleanup",
+        "candidate_hosts",
+        "enable_ep",
+        "job_name",
+        "layout",
+        "uid",
+    )
+)
+APP_COMM_REFUSED = (
+    "RP's ZeroMQ channels between tasks (RP_<NAME>_IN/OUT) are not supported "
+    "on pilotfish: connect tasks through a pilot service (PilotDescription."
+    "services, and pilotfish.service.Group in the tasks)"
+)
 
 
 class PilotDescription(_Description):
@@ -464,18 +614,31 @@ class PilotDescription(_Description):
     sandbox, services (task descriptions started first), prepare_env ({name: spec}),
     input_staging (client files into the pilot's shared space, pilot:///<name>, at submit)."""
 
-    _defaults = {"resource": None, "runtime": 10, "nodes": None, "cores": None, "gpus": 0,
-                 "memory": None, "queue": None, "project": None, "account": None,
-                 "sandbox": None, "services": list, "prepare_env": dict, "reservation": None,
-                 "exit_on_error": True, "access_schema": None, "app_comm": list,
-                 "input_staging": list}
+    _defaults = {
+        "resource": None,
+        "runtime": 10,
+        "nodes": None,
+        "cores": None,
+        "gpus": 0,
+        "memory": None,
+        "queue": None,
+        "project": None,
+        "account": None,
+        "sandbox": None,
+        "services": list,
+        "prepare_env": dict,
+        "reservation": None,
+        "exit_on_error": True,
+        "access_schema": None,
+        "app_comm": list,
+        "input_staging": list,
+    }
 
     def to_pf(self, index: int = 0) -> _PfPilot:
         v = dict(self)
 
         def fail(field: str, why: str) -> DescriptionError:
-            return DescriptionError("rp.PilotDescription", field, v.get(field), why,
-                                    index=index)
+            return DescriptionError("rp.PilotDescription", field, v.get(field), why, index=index)
 
         if v.get("app_comm"):
             raise fail("app_comm", APP_COMM_REFUSED)
@@ -488,8 +651,9 @@ class PilotDescription(_Description):
             try:  # a site of the user's RP configs (~/.radical/pilot/configs/resource_*.json)
                 cfg = from_user_config(label, v.get("access_schema"))
             except ValueError as why:
-                raise fail("access_schema" if v.get("access_schema") else "resource",
-                           str(why)) from None
+                raise fail(
+                    "access_schema" if v.get("access_schema") else "resource", str(why)
+                ) from None
             if cfg is None:
                 raise fail("resource", str(e.args[0])) from None
         runtime = v.get("runtime", 10)
@@ -511,8 +675,9 @@ class PilotDescription(_Description):
                 if cores is None:
                     raise fail("cores", "give cores or nodes")
                 if not cpn:
-                    raise fail("nodes", f"{label} has no cores_per_node in its resource "
-                                        "config: give nodes")
+                    raise fail(
+                        "nodes", f"{label} has no cores_per_node in its resource config: give nodes"
+                    )
                 need = max(math.ceil(cores / cpn), math.ceil(gpus / gpn) if gpn else 0)
                 nodes = max(1, need)
             out["nodes"] = nodes
@@ -532,8 +697,9 @@ class PilotDescription(_Description):
             out["sandbox"] = v["sandbox"]
         unknown = sorted(set(v) - set(self._defaults) - PILOT_IGNORED)
         if unknown:
-            raise fail(unknown[0], "is not a RADICAL-Pilot PilotDescription field that "
-                                   "pilotfish.rp knows")
+            raise fail(
+                unknown[0], "is not a RADICAL-Pilot PilotDescription field that pilotfish.rp knows"
+            )
         services = v.get("services") or []
         for i, s in enumerate(services):
             if not isinstance(s, dict):

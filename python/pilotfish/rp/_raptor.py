@@ -16,24 +16,69 @@ from .._errors import DescriptionError, show
 from ..descriptions import CheckedCall, _Description
 from ..descriptions import TaskDescription as _PfTask
 from . import _states as RS
-from ._describe import (RAPTOR_MASTER, RAPTOR_WORKER, TASK_EVAL, TASK_EXEC, TASK_EXECUTABLE,
-                        TASK_FUNCTION, TASK_METHOD, TASK_PROC, TASK_SHELL, PythonTask,
-                        TaskDescription, _shape, _translated)
-from .raptor import (DefaultWorker, Master, MPIWorker, PlainRun, Run, Worker, _drain,
-                     load_class)
+from ._describe import (
+    RAPTOR_MASTER,
+    RAPTOR_WORKER,
+    TASK_EVAL,
+    TASK_EXEC,
+    TASK_EXECUTABLE,
+    TASK_FUNCTION,
+    TASK_METHOD,
+    TASK_PROC,
+    TASK_SHELL,
+    PythonTask,
+    TaskDescription,
+    _shape,
+    _translated,
+)
+from .raptor import DefaultWorker, Master, MPIWorker, PlainRun, Run, Worker, _drain, load_class
 
 STOP_FILE = ".raptor_stop"
 # the master's task: holds its cores until the client writes STOP_FILE in its sandbox
 _HOLD = f"while [ ! -e {STOP_FILE} ]; do sleep 0.2; done; cat {STOP_FILE}"
 
 # fields a RAPTOR task may have (the rest, where set, are refused: it runs in a worker)
-_RAPTOR_FIELDS = frozenset((
-    "mode", "function", "method", "args", "kwargs", "code", "command", "executable",
-    "arguments", "environment", "ranks", "cores_per_rank", "gpus_per_rank", "cpu_processes",
-    "cpu_threads", "gpu_processes", "uid", "name", "raptor_id", "pilot", "timeout", "tags",
-    "metadata", "priority", "pre_exec", "named_env", "threading_type", "cpu_process_type",
-    "gpu_process_type", "mem_per_rank", "mem_per_process", "cpu_thread_type",
-    "gpu_thread_type", "use_mpi", "gpu_type", "lfs_per_rank", "origin"))
+_RAPTOR_FIELDS = frozenset(
+    (
+        "mode",
+        "function",
+        "method",
+        "args",
+        "kwargs",
+        "code",
+        "command",
+        "executable",
+        "arguments",
+        "environment",
+        "ranks",
+        "cores_per_rank",
+        "gpus_per_rank",
+        "cpu_processes",
+        "cpu_threads",
+        "gpu_processes",
+        "uid",
+        "name",
+        "raptor_id",
+        "pilot",
+        "timeout",
+        "tags",
+        "metadata",
+        "priority",
+        "pre_exec",
+        "named_env",
+        "threading_type",
+        "cpu_process_type",
+        "gpu_process_type",
+        "mem_per_rank",
+        "mem_per_process",
+        "cpu_thread_type",
+        "gpu_thread_type",
+        "use_mpi",
+        "gpu_type",
+        "lfs_per_rank",
+        "origin",
+    )
+)
 _FINAL = _S.FINAL
 _EMPTY = (None, "", [], {}, (), 0, 0.0, False)
 # a call with only these fields takes the fast path (RaptorState._fast_pf)
@@ -145,26 +190,31 @@ class RaptorState:
             name = td.get("raptor_class") or "DefaultWorker"
             path = td.get("raptor_file") or None
             if not path and name in ("DefaultWorker", "MPIWorker", "Worker"):
-                cls = {"DefaultWorker": DefaultWorker, "MPIWorker": MPIWorker,
-                       "Worker": Worker}[name]
+                cls = {"DefaultWorker": DefaultWorker, "MPIWorker": MPIWorker, "Worker": Worker}[
+                    name
+                ]
             else:
                 cls = load_class(path, name, Worker, "worker", i)
             if self.workers and cls is not self.worker_cls:
-                raise DescriptionError("rp.TaskDescription", "raptor_class", name,
-                                       f"master {self.uid} has workers of class "
-                                       f"{self.worker_cls.__name__}: one class per master "
-                                       "here (submit another raptor for another class)",
-                                       index=i)
+                raise DescriptionError(
+                    "rp.TaskDescription",
+                    "raptor_class",
+                    name,
+                    f"master {self.uid} has workers of class "
+                    f"{self.worker_cls.__name__}: one class per master "
+                    "here (submit another raptor for another class)",
+                    index=i,
+                )
             if cls is not self.worker_cls:  # (the calls' callables name it)
                 self.runs.clear()
                 self._fast.clear()
             self.worker_cls = cls
             self.custom_worker = cls not in (DefaultWorker, MPIWorker, Worker)
             shape = _shape(td)
-            self.shapes.append((shape["ranks"], shape["cores_per_rank"],
-                                shape["gpus_per_rank"]))
-            if td.get("uid") is not None and (td["uid"] in self.tmgr._tasks or
-                                              td["uid"] in self.tmgr._raptors):
+            self.shapes.append((shape["ranks"], shape["cores_per_rank"], shape["gpus_per_rank"]))
+            if td.get("uid") is not None and (
+                td["uid"] in self.tmgr._tasks or td["uid"] in self.tmgr._raptors
+            ):
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {td['uid']!r}: already used")
             with self.lock:
                 uid = td.get("uid") or f"{self.uid}.{len(self.workers):04d}"
@@ -175,8 +225,7 @@ class RaptorState:
                 self.workers.append(w)
             self.tmgr._tasks[uid] = w
             if self.hooks is not None:
-                self.hooks.put(("worker", {"uid": uid, "description": dict(td)},
-                                w.state))
+                self.hooks.put(("worker", {"uid": uid, "description": dict(td)}, w.state))
             out.append(w)
         return out
 
@@ -198,27 +247,31 @@ class RaptorState:
                 return fast
 
         def fail(field: str, why: str) -> DescriptionError:
-            return DescriptionError("rp.TaskDescription", field, v.get(field), why,
-                                    index=index)
+            return DescriptionError("rp.TaskDescription", field, v.get(field), why, index=index)
 
         mode = v.get("mode") or TASK_FUNCTION
         args, kwargs = v.get("args") or (), v.get("kwargs") or {}
         payload: Any = None
         if mode in (TASK_FUNCTION, TASK_METHOD):
-            fn = v.get("function") if mode == TASK_FUNCTION else \
-                (v.get("method") or v.get("function"))
+            fn = (
+                v.get("function")
+                if mode == TASK_FUNCTION
+                else (v.get("method") or v.get("function"))
+            )
             if isinstance(fn, PythonTask):
                 if args or kwargs:
-                    raise fail("args", "must be empty for an rp.PythonTask function (as in "
-                                       "RP)")
+                    raise fail("args", "must be empty for an rp.PythonTask function (as in RP)")
                 run, args, kwargs = self._run("func", fn.function), fn.args, fn.kwargs
             elif isinstance(fn, str) and fn:
                 run = self._run("method", fn)
             elif callable(fn):
                 run = self._run("func", fn)
             else:
-                raise fail("function", "give an rp.PythonTask (an @rp.pythontask call), a "
-                                       "callable, or the name of a worker method")
+                raise fail(
+                    "function",
+                    "give an rp.PythonTask (an @rp.pythontask call), a "
+                    "callable, or the name of a worker method",
+                )
         elif mode == TASK_EVAL:
             if not isinstance(v.get("code"), str) or not v.get("code"):
                 raise fail("code", "TASK_EVAL needs the code to eval")
@@ -234,39 +287,58 @@ class RaptorState:
                 raise fail("executable", "TASK_PROC needs an executable")
             argv = [str(a) for a in (v.get("arguments") or [])]
             # RP's proc mode quotes each argument with shlex.quote (single quotes: no $)
-            run, payload = self._run("proc", None), \
-                " ".join([exe] + [shlex.quote(a) for a in argv])
+            run, payload = self._run("proc", None), " ".join([exe] + [shlex.quote(a) for a in argv])
         elif mode == TASK_SHELL:
             if not v.get("command"):
                 raise fail("command", "TASK_SHELL needs the command line")
             run, payload = self._run("shell", None), v["command"]
         elif isinstance(mode, str) and self.custom_worker:
             run = self._run("mode", mode)  # a mode the worker class registers (or fails)
-            payload = {"description": {k: x for k, x in v.items()
-                                       if not callable(x) and not isinstance(x, PythonTask)}}
+            payload = {
+                "description": {
+                    k: x for k, x in v.items() if not callable(x) and not isinstance(x, PythonTask)
+                }
+            }
         else:
-            raise fail("mode", f"a RAPTOR master runs {TASK_FUNCTION}, {TASK_METHOD}, "
-                               f"{TASK_EVAL}, {TASK_EXEC}, {TASK_PROC}, {TASK_SHELL}, "
-                               f"{TASK_EXECUTABLE} and the modes its worker class registers")
+            raise fail(
+                "mode",
+                f"a RAPTOR master runs {TASK_FUNCTION}, {TASK_METHOD}, "
+                f"{TASK_EVAL}, {TASK_EXEC}, {TASK_PROC}, {TASK_SHELL}, "
+                f"{TASK_EXECUTABLE} and the modes its worker class registers",
+            )
         for k, x in v.items():
-            if k not in _RAPTOR_FIELDS and k not in ("raptor_file", "raptor_class") \
-                    and x not in _EMPTY and not (k in ("ranks", "cores_per_rank") and x == 1):
-                raise fail(k, f"not for a RAPTOR task (it runs in a worker's process): "
-                              f"{_ALTERNATIVE.get(k, 'leave it out')}")
+            if (
+                k not in _RAPTOR_FIELDS
+                and k not in ("raptor_file", "raptor_class")
+                and x not in _EMPTY
+                and not (k in ("ranks", "cores_per_rank") and x == 1)
+            ):
+                raise fail(
+                    k,
+                    f"not for a RAPTOR task (it runs in a worker's process): "
+                    f"{_ALTERNATIVE.get(k, 'leave it out')}",
+                )
         shape = _shape(v)
         ranks, cores, gpus = shape["ranks"], shape["cores_per_rank"], shape["gpus_per_rank"]
-        if self.shapes and not any(r >= ranks and c >= cores and g >= gpus
-                                   for r, c, g in self.shapes):
-            raise fail("ranks" if ranks > 1 else "cores_per_rank",
-                       f"no worker of {self.uid} fits {ranks} rank(s) x {cores} core(s) x "
-                       f"{gpus} GPU(s) (its workers: "
-                       f"{', '.join(f'{r}x{c}x{g}' for r, c, g in self.shapes)})")
+        if self.shapes and not any(
+            r >= ranks and c >= cores and g >= gpus for r, c, g in self.shapes
+        ):
+            raise fail(
+                "ranks" if ranks > 1 else "cores_per_rank",
+                f"no worker of {self.uid} fits {ranks} rank(s) x {cores} core(s) x "
+                f"{gpus} GPU(s) (its workers: "
+                f"{', '.join(f'{r}x{c}x{g}' for r, c, g in self.shapes)})",
+            )
         env = v.get("environment") or None
         if env is not None and not isinstance(env, dict):
             raise fail("environment", "must be a dict")
-        out: dict[str, Any] = {"function": run, "args": ((uid, env, payload), tuple(args),
-                                                         dict(kwargs)),
-                               "name": self.uid, "pilot": self.pilot.uid, **shape}
+        out: dict[str, Any] = {
+            "function": run,
+            "args": ((uid, env, payload), tuple(args), dict(kwargs)),
+            "name": self.uid,
+            "pilot": self.pilot.uid,
+            **shape,
+        }
         for k in ("tags", "metadata", "priority", "timeout"):
             if v.get(k) not in _EMPTY:
                 out[k] = v[k]
@@ -333,8 +405,12 @@ class RaptorState:
         pilot; 1 rank, 1 core), checked whole once: per call only the callable and the
         arguments differ, and those are checked where they are made."""
         if not self._template_checked:
-            _translated(_PfTask, "rp.TaskDescription", {
-                "function": run, "name": self.uid, "pilot": self.pilot.uid}, 0).check_complete()
+            _translated(
+                _PfTask,
+                "rp.TaskDescription",
+                {"function": run, "name": self.uid, "pilot": self.pilot.uid},
+                0,
+            ).check_complete()
             self._template_checked = True
 
     def fits_plain(self) -> bool:
@@ -365,8 +441,9 @@ class RaptorState:
 
     def refused(self, uid: str) -> _PfTask:
         """A task request_cb did not return: it ends FAILED, saying why."""
-        return _PfTask({"function": _refused, "args": (uid, self.uid), "name": uid,
-                        "pilot": self.pilot.uid})
+        return _PfTask(
+            {"function": _refused, "args": (uid, self.uid), "name": uid, "pilot": self.pilot.uid}
+        )
 
     def next_uid(self) -> str:
         return self.next_uids(1)[0]
@@ -381,8 +458,16 @@ class RaptorState:
         the uids it left out."""
         if not self.wants_requests:
             return tasks, []
-        dicts = [{"uid": uid, "description": dict(td, uid=uid), "state": RS.AGENT_SCHEDULING,
-                  "raptor_id": self.uid, "origin": origin} for uid, td in tasks]
+        dicts = [
+            {
+                "uid": uid,
+                "description": dict(td, uid=uid),
+                "state": RS.AGENT_SCHEDULING,
+                "raptor_id": self.uid,
+                "origin": origin,
+            }
+            for uid, td in tasks
+        ]
         back = self.master.request_cb(dicts)
         back = [] if back is None else back if isinstance(back, list) else [back]
         keep = []
@@ -400,8 +485,7 @@ class RaptorState:
         items = tasks if isinstance(tasks, (list, tuple)) else [tasks]
         pairs = []
         for td in items:
-            if isinstance(td, dict) and "description" in td and not isinstance(
-                    td, TaskDescription):
+            if isinstance(td, dict) and "description" in td and not isinstance(td, TaskDescription):
                 td = td["description"]
             td = TaskDescription(td)
             pairs.append((td.get("uid") or self.next_uid(), td))
@@ -419,8 +503,9 @@ class RaptorState:
             rp_descs.append(td)
         for uid in left:
             pf_descs.append(self.refused(uid))
-            rp_descs.append(TaskDescription({"uid": uid, "raptor_id": self.uid,
-                                             "mode": TASK_FUNCTION}))
+            rp_descs.append(
+                TaskDescription({"uid": uid, "raptor_id": self.uid, "mode": TASK_FUNCTION})
+            )
         tm._submit_hidden(self, pf_descs, rp_descs, waiter)
 
     def track(self, pf_tasks) -> None:
@@ -452,8 +537,10 @@ class RaptorState:
                     live.append(t.uid)
         sb = self.handle.sandbox
         if sb:
-            line = (f"{self.uid}: stopped ({c['DONE']} tasks done, {c['FAILED']} failed, "
-                    f"{c['CANCELED']} canceled)\n")
+            line = (
+                f"{self.uid}: stopped ({c['DONE']} tasks done, {c['FAILED']} failed, "
+                f"{c['CANCELED']} canceled)\n"
+            )
             tmp = os.path.join(sb, STOP_FILE + ".tmp")
             os.makedirs(sb, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -479,7 +566,7 @@ def _refused(uid: str, raptor: str):
 
 _ALTERNATIVE = {
     "input_staging": "stage into the pilot's shared space with pilot.stage_in and read it "
-                     "from there",
+    "from there",
     "output_staging": "return the data, or write it to the pilot's shared space",
     "stdout": "a call's output is captured: task.stdout",
     "stderr": "a call's errors are captured: task.stderr",
@@ -492,30 +579,68 @@ _ALTERNATIVE = {
 
 def result_dict(task) -> dict:
     """A task as RP's master hooks see it."""
-    return {"uid": task.uid, "state": task.state, "stdout": task.stdout,
-            "stderr": task.stderr, "exit_code": task.exit_code,
-            "return_value": task.return_value, "exception": task.exception,
-            "exception_detail": task.exception_detail,
-            "description": dict(task.description), "raptor_id": task.description.get(
-                "raptor_id")}
+    return {
+        "uid": task.uid,
+        "state": task.state,
+        "stdout": task.stdout,
+        "stderr": task.stderr,
+        "exit_code": task.exit_code,
+        "return_value": task.return_value,
+        "exception": task.exception,
+        "exception_detail": task.exception_detail,
+        "description": dict(task.description),
+        "raptor_id": task.description.get("raptor_id"),
+    }
 
 
 def master_task(td: TaskDescription, uid: str, pilot_uid: str, index: int) -> TaskDescription:
     """The task a master is on the pilot: the description's shape, environment, staging and
     pre_exec, holding its cores until rpc('stop')."""
     if td.get("executable"):
-        raise DescriptionError("rp.TaskDescription", "executable", td.get("executable"),
-                               "a master running a script of its own is not supported on "
-                               "pilotfish: name a subclass of rp.raptor.Master with "
-                               "raptor_class (and raptor_file); its hooks run in the "
-                               "client", index=index)
-    keep = {k: x for k, x in td.items() if k in (
-        "ranks", "cores_per_rank", "gpus_per_rank", "cpu_processes", "cpu_threads",
-        "gpu_processes", "mem_per_rank", "environment", "named_env", "pre_exec",
-        "input_staging", "output_staging", "tags", "metadata", "name", "sandbox",
-        "priority")}
-    return TaskDescription({**keep, "executable": "/bin/sh", "arguments": ["-c", _HOLD],
-                            "uid": uid, "pilot": pilot_uid, "mode": TASK_EXECUTABLE})
+        raise DescriptionError(
+            "rp.TaskDescription",
+            "executable",
+            td.get("executable"),
+            "a master running a script of its own is not supported on "
+            "pilotfish: name a subclass of rp.raptor.Master with "
+            "raptor_class (and raptor_file); its hooks run in the "
+            "client",
+            index=index,
+        )
+    keep = {
+        k: x
+        for k, x in td.items()
+        if k
+        in (
+            "ranks",
+            "cores_per_rank",
+            "gpus_per_rank",
+            "cpu_processes",
+            "cpu_threads",
+            "gpu_processes",
+            "mem_per_rank",
+            "environment",
+            "named_env",
+            "pre_exec",
+            "input_staging",
+            "output_staging",
+            "tags",
+            "metadata",
+            "name",
+            "sandbox",
+            "priority",
+        )
+    }
+    return TaskDescription(
+        {
+            **keep,
+            "executable": "/bin/sh",
+            "arguments": ["-c", _HOLD],
+            "uid": uid,
+            "pilot": pilot_uid,
+            "mode": TASK_EXECUTABLE,
+        }
+    )
 
 
 def master_instance(td: TaskDescription, index: int) -> Master:

@@ -13,8 +13,15 @@ from __future__ import annotations
 import json
 import os
 
-_KEYS = ("resource", "cores_per_node", "gpus_per_node", "launcher", "launcher_options",
-         "partitions", "fake_resources")
+_KEYS = (
+    "resource",
+    "cores_per_node",
+    "gpus_per_node",
+    "launcher",
+    "launcher_options",
+    "partitions",
+    "fake_resources",
+)
 
 RESOURCES: dict[str, dict] = {
     "local.localhost": {"resource": "local", "fake_resources": True},
@@ -33,8 +40,7 @@ def add_resource(label: str, config: dict) -> None:
         raise ValueError(f"resource label {label!r} must look like 'site.machine'")
     unknown = sorted(set(config) - set(_KEYS))
     if unknown:
-        raise ValueError(f"resource {label!r}: unknown keys {unknown} (known: "
-                         f"{', '.join(_KEYS)})")
+        raise ValueError(f"resource {label!r}: unknown keys {unknown} (known: {', '.join(_KEYS)})")
     if "resource" not in config:
         raise ValueError(f"resource {label!r}: 'resource' (the batch system) is required")
     RESOURCES[label] = dict(config)
@@ -51,15 +57,24 @@ def resource_config(label: str) -> dict:
                 add_resource(k, v)
         if label in RESOURCES:
             return RESOURCES[label]
-    raise KeyError(f"unknown resource label (known: {', '.join(sorted(RESOURCES))}; add a "
-                   f"site with rp.add_resource(label, config) or $PILOTFISH_RP_RESOURCES)")
+    raise KeyError(
+        f"unknown resource label (known: {', '.join(sorted(RESOURCES))}; add a "
+        f"site with rp.add_resource(label, config) or $PILOTFISH_RP_RESOURCES)"
+    )
 
 
 # -- RP's own resource configs (rp.utils.get_resource_config, a user's site files) ---------
 
 # the batch system of a job_manager_endpoint's scheme (fork: this machine, a local pilot)
-_SCHEMES = {"fork": "local", "slurm": "slurm", "pbs": "pbs", "pbspro": "pbs", "torque": "pbs",
-            "lsf": "lsf", "flux": "flux"}
+_SCHEMES = {
+    "fork": "local",
+    "slurm": "slurm",
+    "pbs": "pbs",
+    "pbspro": "pbs",
+    "torque": "pbs",
+    "lsf": "lsf",
+    "flux": "flux",
+}
 
 
 class ResourceConfig(dict):
@@ -99,7 +114,7 @@ def list_resources() -> list[str]:
         names = []
     for n in names:
         if n.startswith("resource_") and n.endswith(".json"):
-            site = n[len("resource_"):-len(".json")]
+            site = n[len("resource_") : -len(".json")]
             out.update(f"{site}.{m}" for m in _user_site(site))
     return sorted(out)
 
@@ -114,22 +129,32 @@ def get_resource_config(resource: str, schema: str | None = None) -> ResourceCon
         try:
             pf = resource_config(resource)
         except KeyError:
-            raise KeyError(f"no resource config for {resource!r} (RP's user configs: "
-                           f"{user_config_dir()}/resource_{site}.json; pilotfish's labels: "
-                           f"{', '.join(sorted(RESOURCES))}, rp.add_resource)") from None
+            raise KeyError(
+                f"no resource config for {resource!r} (RP's user configs: "
+                f"{user_config_dir()}/resource_{site}.json; pilotfish's labels: "
+                f"{', '.join(sorted(RESOURCES))}, rp.add_resource)"
+            ) from None
         scheme = "fork" if pf["resource"] == "local" else pf["resource"]
-        cfg = {"default_schema": "local",
-               "schemas": {"local": {"job_manager_endpoint": f"{scheme}://localhost/",
-                                     "filesystem_endpoint": "file://localhost/"}},
-               "resource_manager": "FORK" if scheme == "fork" else scheme.upper(),
-               **{k: v for k, v in pf.items() if k in ("cores_per_node", "gpus_per_node")}}
+        cfg = {
+            "default_schema": "local",
+            "schemas": {
+                "local": {
+                    "job_manager_endpoint": f"{scheme}://localhost/",
+                    "filesystem_endpoint": "file://localhost/",
+                }
+            },
+            "resource_manager": "FORK" if scheme == "fork" else scheme.upper(),
+            **{k: v for k, v in pf.items() if k in ("cores_per_node", "gpus_per_node")},
+        }
     out = ResourceConfig(cfg)
     out["label"] = resource
     if schema is not None:
         schemas = out.get("schemas") or {}
         if schema not in schemas:
-            raise ValueError(f"resource {resource!r}: no access schema {schema!r} (its "
-                             f"schemas: {', '.join(schemas) or 'none'})")
+            raise ValueError(
+                f"resource {resource!r}: no access schema {schema!r} (its "
+                f"schemas: {', '.join(schemas) or 'none'})"
+            )
         out.update(schemas[schema])
     return out
 
@@ -139,8 +164,10 @@ def _endpoint(resource: str, schema: str | None, key: str) -> str:
     schema = schema or cfg.get("default_schema")
     schemas = cfg.get("schemas") or {}
     if schema not in schemas:
-        raise ValueError(f"resource {resource!r}: no access schema {schema!r} (its schemas: "
-                         f"{', '.join(schemas) or 'none'})")
+        raise ValueError(
+            f"resource {resource!r}: no access schema {schema!r} (its schemas: "
+            f"{', '.join(schemas) or 'none'})"
+        )
     return schemas[schema][key]
 
 
@@ -160,19 +187,24 @@ def from_user_config(label: str, schema: str | None) -> dict | None:
     site, _, machine = label.partition(".")
     if machine not in _user_site(site):
         return None
-    url = get_resource_config(label, schema or get_resource_config(label).get(
-        "default_schema"))["job_manager_endpoint"]
+    url = get_resource_config(label, schema or get_resource_config(label).get("default_schema"))[
+        "job_manager_endpoint"
+    ]
     scheme, _, rest = url.partition("://")
     host = rest.split("/", 1)[0]
     if "+" in scheme:  # slurm+ssh, pbs+gsissh, ...
-        raise ValueError(f"{label}: access schema with job_manager_endpoint {url!r} submits "
-                         f"over {scheme.split('+', 1)[1]}, which pilotfish does not: run the "
-                         "client where jobs are submitted (the login node) with the schema "
-                         "that submits there (e.g. 'local')")
+        raise ValueError(
+            f"{label}: access schema with job_manager_endpoint {url!r} submits "
+            f"over {scheme.split('+', 1)[1]}, which pilotfish does not: run the "
+            "client where jobs are submitted (the login node) with the schema "
+            "that submits there (e.g. 'local')"
+        )
     kind = _SCHEMES.get(scheme)
     if kind is None or (kind == "local" and host not in ("", "localhost", "127.0.0.1")):
-        raise ValueError(f"{label}: job_manager_endpoint {url!r}: pilotfish submits to "
-                         f"{', '.join(s + '://' for s in _SCHEMES)} (fork on localhost only)")
+        raise ValueError(
+            f"{label}: job_manager_endpoint {url!r}: pilotfish submits to "
+            f"{', '.join(s + '://' for s in _SCHEMES)} (fork on localhost only)"
+        )
     cfg = get_resource_config(label)
     out: dict = {"resource": kind}
     if kind == "local":

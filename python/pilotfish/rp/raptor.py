@@ -62,6 +62,7 @@ class _NoProfiler:
 
 # -- masters ---------------------------------------------------------------------------------
 
+
 class Master:
     """rp.raptor.Master: subclass it and name the class in the RAPTOR_MASTER description
     (raptor_class, raptor_file) to filter tasks (request_cb), see their results (result_cb),
@@ -84,9 +85,14 @@ class Master:
     def workers(self) -> dict:
         """{uid: {'uid', 'status', 'description'}} of the workers submitted to this master."""
         r = self._raptor
-        return {} if r is None else {w.uid: {"uid": w.uid, "status": w.state,
-                                             "description": dict(w.description)}
-                                     for w in r.workers}
+        return (
+            {}
+            if r is None
+            else {
+                w.uid: {"uid": w.uid, "status": w.state, "description": dict(w.description)}
+                for w in r.workers
+            }
+        )
 
     def request_cb(self, tasks: list[dict]) -> list[dict]:
         """Every task submitted to this master (a dict: uid, description, state, ...)
@@ -104,8 +110,7 @@ class Master:
         """Tasks of the master's own (TaskDescriptions or task dicts): through request_cb,
         then run; their ends go to result_cb (they are not the client's tasks)."""
         if self._raptor is None:
-            raise RuntimeError("this master is not running (submit it with "
-                               "pilot.submit_raptors)")
+            raise RuntimeError("this master is not running (submit it with pilot.submit_raptors)")
         self._raptor.submit_own(tasks)
 
     def submit_workers(self, descriptions) -> list[str]:
@@ -142,6 +147,7 @@ class Master:
 
 # -- workers ---------------------------------------------------------------------------------
 
+
 class Worker:
     """rp.raptor.Worker (and DefaultWorker, MPIWorker): the class whose methods RAPTOR tasks
     call by name. Subclass it, define methods, name the class in the RAPTOR_WORKER
@@ -171,9 +177,11 @@ class Worker:
         return self._modes[name]
 
     def get_master(self):
-        raise RuntimeError("a worker submitting tasks to its master (get_master().run_task) "
-                           "is not supported on pilotfish: submit the task from the client, "
-                           "or from the master's request_cb/result_cb (Master.submit_tasks)")
+        raise RuntimeError(
+            "a worker submitting tasks to its master (get_master().run_task) "
+            "is not supported on pilotfish: submit the task from the client, "
+            "or from the master's request_cb/result_cb (Master.submit_tasks)"
+        )
 
     def start(self) -> None:
         pass
@@ -242,8 +250,10 @@ def _inject_comm(comm, args: list, kwargs: dict, py_func: bool) -> None:
     elif args and args[0] is None:
         args[0] = comm
     else:
-        raise RuntimeError("can't inject the communicator: give comm=None or None as the "
-                           "first argument of the call")
+        raise RuntimeError(
+            "can't inject the communicator: give comm=None or None as the "
+            "first argument of the call"
+        )
 
 
 _SINGLE = False  # this worker's RP_RANK / RP_RANKS are 0 / 1 (set by a plain call)
@@ -281,8 +291,9 @@ class Run:
     def __init__(self, kind: str, target: Any, worker: type, raptor_id: str):
         self.kind, self.target, self.worker, self.raptor_id = kind, target, worker, raptor_id
         self.is_async = None  # (a func: whether it is a coroutine function, once asked)
-        self.__qualname__ = f"{type(self).__name__}[{kind} " \
-                            f"{getattr(target, '__qualname__', target)}]"
+        self.__qualname__ = (
+            f"{type(self).__name__}[{kind} {getattr(target, '__qualname__', target)}]"
+        )
 
     def __getstate__(self):
         return (self.kind, self.target, self.worker, self.raptor_id)
@@ -302,8 +313,11 @@ class Run:
         _SINGLE = False  # (what this call sets is put back as it was, whatever that was)
         old = {}
         rank = 0 if comm is None else comm.rank
-        put = {"RP_TASK_ID": uid, "RP_RANK": str(rank),
-               "RP_RANKS": str(1 if comm is None else comm.size)}
+        put = {
+            "RP_TASK_ID": uid,
+            "RP_RANK": str(rank),
+            "RP_RANKS": str(1 if comm is None else comm.size),
+        }
         if env:
             put.update(env)
         for k, v in put.items():
@@ -331,25 +345,42 @@ class Run:
             obj = _instance(self.worker, self.raptor_id)
             fn = getattr(obj, self.target, None)
             if fn is None or not callable(fn):
-                raise ValueError(f"{uid}: callable {self.target} not found (no method of "
-                                 f"{type(obj).__name__} has that name)")
+                raise ValueError(
+                    f"{uid}: callable {self.target} not found (no method of "
+                    f"{type(obj).__name__} has that name)"
+                )
             if comm is not None:
                 _inject_comm(comm, args, kwargs, False)
             return _call(fn, args, kwargs)
         if kind == "eval":
-            return eval(payload, {"os": os, "sys": sys, "time": time, "io": io,  # noqa: S307
-                                  "shlex": shlex, "asyncio": asyncio})
+            return eval(  # noqa: S307 -- RP's TASK_EVAL: the user's code, by design
+                payload,
+                {
+                    "os": os,
+                    "sys": sys,
+                    "time": time,
+                    "io": io,
+                    "shlex": shlex,
+                    "asyncio": asyncio,
+                },
+            )
         if kind == "exec":  # RP: the code is the body of a function; its return is the value
             pre, code = payload
             body = "".join("    " + line + "\n" for line in code.split("\n"))
             src = "\n".join(pre) + "\n\ndef _rp_exec():\n" + body + "\n_rp_result = _rp_exec()\n"
             scope: dict = {}
-            exec(src, scope)  # noqa: S102
+            exec(src, scope)  # noqa: S102 -- RP's TASK_EXEC: the user's code, by design
             return scope.get("_rp_result")
         if kind in ("proc", "shell"):
             cmd = payload
-            p = subprocess.run(cmd, shell=True, capture_output=True, text=True,
-                               errors="replace", env=dict(os.environ))
+            p = subprocess.run(
+                cmd,
+                shell=True,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=dict(os.environ),
+            )
             sys.stdout.write(p.stdout)
             sys.stderr.write(p.stderr)
             if p.returncode != 0:
@@ -394,6 +425,7 @@ def _call(fn, args, kwargs):
 
 # -- loading classes named by raptor_class / raptor_file --------------------------------------
 
+
 def load_class(path: str | None, name: str, base: type, field_prefix: str, index: int):
     """The class `name` from file `path` (relative to the client's directory), or from the
     script itself (__main__) without a path; it must subclass `base`."""
@@ -401,16 +433,21 @@ def load_class(path: str | None, name: str, base: type, field_prefix: str, index
     if path:
         full = os.path.abspath(path)
         if not os.path.isfile(full):
-            raise DescriptionError(kind, "raptor_file", path,
-                                   f"no such file (from {os.getcwd()}): pilotfish loads the "
-                                   f"{field_prefix} class in the client", index=index)
+            raise DescriptionError(
+                kind,
+                "raptor_file",
+                path,
+                f"no such file (from {os.getcwd()}): pilotfish loads the "
+                f"{field_prefix} class in the client",
+                index=index,
+            )
         modname = "_rp_raptor_" + os.path.splitext(os.path.basename(full))[0]
         mod = sys.modules.get(modname)
         if mod is None or getattr(mod, "__file__", None) != full:
             spec = importlib.util.spec_from_file_location(modname, full)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[modname] = mod
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]  # (spec_from_file_location of a .py: a loader)
             import cloudpickle
 
             cloudpickle.register_pickle_by_value(mod)  # workers cannot import it by name
@@ -419,9 +456,13 @@ def load_class(path: str | None, name: str, base: type, field_prefix: str, index
     cls = getattr(mod, name, None)
     if not isinstance(cls, type) or not issubclass(cls, base):
         where = path or "the script (__main__)"
-        raise DescriptionError(kind, "raptor_class", name,
-                               f"no subclass of rp.raptor.{base.__name__} of that name in "
-                               f"{where}", index=index)
+        raise DescriptionError(
+            kind,
+            "raptor_class",
+            name,
+            f"no subclass of rp.raptor.{base.__name__} of that name in {where}",
+            index=index,
+        )
     return cls
 
 
