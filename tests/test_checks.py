@@ -44,3 +44,20 @@ def test_every_suppression_says_why():
 def test_the_pending_list_is_live():
     for rel, why in PENDING.items():
         assert (PKG / rel).exists() and why.endswith("pending"), rel
+
+
+def test_the_fast_loop_leaves_out_what_is_marked_slow():
+    """`make test-fast` (README) deselects the markers of what needs Slurm, PRRTE/MPI or a
+    browser, and `slow`; each is registered in pyproject.toml (a typo'd marker selects
+    nothing and says nothing)."""
+    root = PKG.parents[1]
+    toml = (root / "pyproject.toml").read_text()
+    block = toml[toml.index("\nmarkers = ["):]
+    registered = set(re.findall(r'^\s*"(\w+):', block[:block.index("\n]")], re.M))
+    make = (root / "Makefile").read_text()
+    rule = make[make.index("\ntest-fast:"):].split("\n\n")[0]
+    expr = re.search(r'-m "([^"]+)"', rule)
+    assert expr, rule
+    left_out = set(re.findall(r"not (\w+)", expr.group(1)))
+    assert left_out == {"slurm", "prrte", "mpi", "browser", "slow"}, left_out
+    assert left_out <= registered, left_out - registered

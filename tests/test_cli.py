@@ -75,6 +75,7 @@ def test_validate(tmp_path):
     assert r.returncode == 0 and "7 tasks: OK" in r.stdout
 
 
+@pytest.mark.slow
 def test_simulate_workload_fit_and_report(tmp_path):
     """`pilotfish simulate`: the workload format of `run` plus duration, a virtual clock --
     200 two-core tasks of 60 s and 8 full-node tasks of 5 min on 4 x 8 cores take 1,350 s of

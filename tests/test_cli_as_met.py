@@ -82,6 +82,7 @@ def _wait_for(paths, proc, bound=60.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_ctrl_c_summary_and_resume_runs_what_it_canceled(tmp_path):
     """Ctrl-C: the summary, the session's path and the exact --resume command (not click's
     `Aborted!`); that command then runs the tasks the interrupt canceled, and only those."""
@@ -136,6 +137,7 @@ def _bar(out):
     return [x for x in out.splitlines() if x.startswith("tasks ") and " done " in x][-1]
 
 
+@pytest.mark.slow
 def test_walltime_one_story(tmp_path):
     """A pilot that ends by its walltime: the bar and the summary count alike (a canceled
     task is not "failed"), the pilot says it reached its walltime (not ACTIVE, no "cannot
@@ -206,6 +208,7 @@ tasks:
         lg.stderr
 
 
+@pytest.mark.slow
 def test_report_lists_failures_and_groups(tmp_path):
     """`pilotfish report`: the failed tasks with their reasons, and the run by task group."""
     wl = _workload(tmp_path, """

@@ -111,6 +111,7 @@ def test_logs_of_a_session_run_from_python(tmp_path):
     assert r.exit_code == 0 and "task.000000" not in r.output, r.output
 
 
+@pytest.mark.slow
 def test_logs_of_a_live_session(tmp_path):
     import time
 
@@ -190,6 +191,7 @@ def test_explain_a_task_that_just_ended(tmp_path, monkeypatch):
 #    and the progress bar counts the tasks of the workload (not the canceled attempts too)
 
 
+@pytest.mark.slow
 def test_resume_report_and_progress(tmp_path):
     import json
     import subprocess

@@ -162,6 +162,7 @@ def test_missing_extra_is_named(module, code):
     assert f"pip install 'pilotfish[{EXTRAS[module]}]'" in out.stdout
 
 
+@pytest.mark.slow
 def test_base_path_runs_without_optional_packages(tmp_path):
     """`pilotfish --help` and the quickstart, with vtk, mpi4py and parsl unimportable in the
     client and in every Python process it starts (a sitecustomize on PYTHONPATH, which the

@@ -153,6 +153,7 @@ def _marked(sandbox: str, uid: str) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_retries_with_backoff(pilot_env, tmp_path):
     _, _, tmgr = pilot_env
     marker = tmp_path / "m"

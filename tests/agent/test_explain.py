@@ -31,6 +31,7 @@ def _wait_for(pred, timeout=20.0):
     raise AssertionError("condition not met in time")
 
 
+@pytest.mark.slow
 def test_explain_queued_reserved_colocated_and_ended(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=2, cores_per_node=4, runtime="5m"))
@@ -75,6 +76,7 @@ def test_explain_queued_reserved_colocated_and_ended(session):
     assert e[X.WHERE] == X.FINAL and "ended DONE" in e[X.WAITS_FOR][0], e
 
 
+@pytest.mark.slow
 def test_explain_colocation_group_and_never(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=2, cores_per_node=4, runtime="5m"))
@@ -92,6 +94,7 @@ def test_explain_colocation_group_and_never(session):
     assert second.state == pf.DONE and second.slots[0].node == node
 
 
+@pytest.mark.slow
 def test_explain_learned_and_given_duration(session, monkeypatch):
     monkeypatch.setenv("PILOTFISH_SCHEDULER", "plan")  # the policy that learns (agent env)
     pmgr = pf.PilotManager(session)
@@ -114,6 +117,7 @@ def test_explain_learned_and_given_duration(session, monkeypatch):
     tmgr.wait_tasks(timeout=60)
 
 
+@pytest.mark.slow
 def test_explain_function_call_in_its_queue(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=1, runtime="5m"))
@@ -134,6 +138,7 @@ def _cli(*args, timeout=60):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_cli_explain_live_then_from_events(tmp_path):
     """`pilotfish explain` from another process: a live pilot answers through its request
     file; after the run the session's events answer; a wrong uid is an error naming the
@@ -194,6 +199,7 @@ def test_render_reads_without_optional_keys(n):
     assert str(e) == "task.000007: unknown\n  - why"
 
 
+@pytest.mark.slow
 def test_explain_member_waiting_for_a_held_view(tmp_path):
     """A service member ready to join a held view says so, and who holds it (by the CLI:
     members have no client Task)."""

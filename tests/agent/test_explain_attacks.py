@@ -14,6 +14,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import pilotfish as pf
 from pilotfish.agent.explain import MAX_REQUEST_BYTES, RequestReader, requests
 
@@ -149,6 +151,7 @@ def _plant(tmgr, d, what):
     assert t.wait(timeout=60) == pf.DONE, t.reason
 
 
+@pytest.mark.slow
 def test_task_planted_requests_leave_the_agent_running(session):
     """A task writes a directory `x.req` and a 200 KB nested-`[` request into its pilot's
     explain/ directory: each is answered with why (the directory once, not every second),

@@ -96,6 +96,7 @@ def _run(tmgr, n: int, timeout: float = 240) -> collections.Counter:
     return out
 
 
+@pytest.mark.slow
 def test_big_frames_before_login_cost_no_memory(tmp_path):
     os.chmod(tmp_path, 0o755)  # (nobody may look; the session directory itself stays 0700)
     with pf.Session(path=tmp_path / "s", bind="tcp", interface="127.0.0.1") as s:
@@ -113,6 +114,7 @@ def test_big_frames_before_login_cost_no_memory(tmp_path):
     assert pilot.state == pf.CANCELED, (pilot.state, pilot.reason)
 
 
+@pytest.mark.slow
 def test_descriptor_flood_fails_no_task(tmp_path):
     """Connections held half-open by 6 processes of nobody, 6,000 in all, against an agent
     with 4,096 descriptors: every task of 2,000 runs, and the pilot ends as asked (its cleanup
@@ -135,6 +137,7 @@ def test_descriptor_flood_fails_no_task(tmp_path):
     assert "Too many open files" not in log, log[-2000:]
 
 
+@pytest.mark.slow
 def test_refused_handshakes_are_summed_up(tmp_path):
     """Thousands of refused handshakes make a few summary events, not one each."""
     os.chmod(tmp_path, 0o755)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import zmq
 
 from pilotfish import _events as E
@@ -91,6 +92,7 @@ def test_wrong_key_is_refused_and_counted(tmp_path):
         ctx.destroy(0)  # (sockets an assertion left open too)
 
 
+@pytest.mark.slow
 def test_silent_node_is_lost_and_its_processes_end_with_why(tmp_path):
     """Lost after lost_after_s of silence: nothing more goes there at once, its processes are
     held (they may be running to their end: the module docstring) until its verdict,
@@ -234,6 +236,7 @@ def _executor(tmp_path, link, node="n2"):
                             env=dict(os.environ, SLURMD_NODENAME=node))
 
 
+@pytest.mark.slow
 def test_a_stopped_executor_fences_itself_and_its_node_rejoins_reconciled(tmp_path):
     """Row 6 of issue 42 on one host: the node executor SIGSTOPped for longer than lost_after
     while its tasks run. The agent declares the node lost but holds its tasks' verdict; on
@@ -295,6 +298,7 @@ def test_a_stopped_executor_fences_itself_and_its_node_rejoins_reconciled(tmp_pa
         ctx.destroy(0)  # (sockets an assertion left open too)
 
 
+@pytest.mark.slow
 def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_path):
     """The node stays silent past the verdict time (5 x lost_after_s after its loss): each of
     its tasks ends as its journal on the shared file system says (its executor writes every
@@ -354,6 +358,7 @@ def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_pa
         ctx.destroy(0)  # (sockets an assertion left open too)
 
 
+@pytest.mark.slow
 def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path):
     """The agent (not the node) falls silent for longer than fence_after_s but less than its
     own lost_after_s would catch (it was not running its loop at all): the executor fences
@@ -432,6 +437,7 @@ def test_a_node_back_before_its_fence_rejoins_with_its_tasks_running(tmp_path):
         ctx.destroy(0)
 
 
+@pytest.mark.slow
 def test_an_executor_whose_agent_died_finishes_its_tasks_unfenced(tmp_path):
     """The agent died and its keeper holds the pilot's tasks (keeper.json, agent/keeper.py):
     the executor does not fence -- its tasks run to their end, and the keeper records them --

@@ -206,6 +206,7 @@ def test_killed_dvm_is_replaced_and_the_other_partitions_never_pause(session):
         assert max(gaps) < 1.5, (p, max(gaps))
 
 
+@pytest.mark.slow
 def test_report_has_a_row_per_partition(tmp_path):
     from pilotfish.analytics import analyze
     from pilotfish.analytics.report import write_report
@@ -295,6 +296,7 @@ def test_partition_whose_launcher_cannot_start_is_closed_and_loses_nothing(sessi
     assert [e[3].split(":")[0] for e in failed] == ["prrte p0"]
 
 
+@pytest.mark.slow
 def test_pilot_fails_with_the_reason_when_no_partition_can_launch(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(

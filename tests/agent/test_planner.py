@@ -8,6 +8,8 @@ from __future__ import annotations
 import heapq
 import random
 
+import pytest
+
 from pilotfish import _core
 from pilotfish._wire import TaskSpec
 from pilotfish.agent.estimates import Estimates
@@ -153,6 +155,7 @@ def test_model_is_a_first_fit_list_schedule():
     assert simulate(snap, [1, 0, 2]) == 4.0
 
 
+@pytest.mark.slow
 def test_a_plan_with_durations_beats_the_greedy_order_and_the_model_is_what_happens():
     """Seed 2 of the mix, durations given: the model's makespan for today's order is what
     "utilization" does on the real placer, and the planned run ends sooner."""
@@ -222,6 +225,7 @@ def test_a_plan_never_starves_a_task_past_the_aging_bound():
 
 
 # -- simulated pilots plan the same way; the report shows it ----------------------------------
+@pytest.mark.slow
 def test_a_simulated_pilot_predicts_the_planned_schedule(session, tmp_path, monkeypatch):
     """`resource="simulated"` runs the same planner (inline on the virtual clock): seed 2 of
     the mix ends sooner than today's order would (30.19 s on the real placer, see

@@ -31,6 +31,7 @@ def times(task):
     return dict(zip(task._hist[::2], task._hist[1::2]))
 
 
+@pytest.mark.slow
 def test_ten_thousand_tasks_follow_the_hand_computed_schedule(session):
     """10 cores, 10,000 one-core tasks of 3 s, no launch cost: task i starts at 3 * (i // 10)
     and ends 3 s later -- exactly -- so the run takes 3,000 virtual seconds."""
@@ -128,6 +129,7 @@ def test_simulated_task_needs_a_duration(session):
     assert e.value.field == "duration"
 
 
+@pytest.mark.slow
 def test_model_file_and_report_of_a_simulated_session(tmp_path):
     from pilotfish.analytics import analyze
     from pilotfish.analytics.report import write_report

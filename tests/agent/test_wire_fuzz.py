@@ -25,6 +25,7 @@ def live(tmp_path_factory):
         yield s, pilot, tmgr
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(frame=wire_fuzz.frame)
 def test_frames_never_kill_the_agent(live, frame):

@@ -134,6 +134,7 @@ def _limit_nofile():
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 def test_owner_served_while_another_user_holds_idle_connections(tmp_path):
     root = write_synthetic_session(str(tmp_path / "s"), n_tasks=200, nodes=2)

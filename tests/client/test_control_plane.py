@@ -47,6 +47,7 @@ def _nobody() -> int:
     return pwd.getpwnam("nobody").pw_uid
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 @pytest.mark.parametrize("mode", ["curve", "plain"])
 def test_second_user_cannot_take_over_a_tcp_pilot(tmp_path, mode):
@@ -102,6 +103,7 @@ def test_reused_session_directory_is_refused_without_resume(tmp_path):
         pf.Session(path=path)
 
 
+@pytest.mark.slow
 def test_silent_agent_fails_its_pilot(tmp_path):
     """A frozen agent (SIGSTOP: alive, but silent) is noticed by its missing heartbeats."""
     with pf.Session(path=tmp_path / "s", heartbeat_s=0.5, agent_timeout=3) as s:
@@ -137,6 +139,7 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_agent_of_a_dead_client_drains_and_ends(tmp_path):
     path = tmp_path / "s"
     client = subprocess.Popen([sys.executable, "-c", CLIENT, str(path)], stdout=subprocess.PIPE,

@@ -283,6 +283,7 @@ _FUZZ = settings(max_examples=2000, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))
 
 
+@pytest.mark.slow
 @_FUZZ
 @given(all_cases)
 @example((pf.TaskDescription, "check_descriptions", {"function": int}, [(1, 0, 0)]))

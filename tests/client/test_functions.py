@@ -89,6 +89,7 @@ def _eventually(pred, timeout: float = 10.0) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_ten_thousand_function_tasks_all_correct(fpilot):
     s, pilot, tmgr = fpilot
     tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
@@ -168,6 +169,7 @@ def test_failures_are_isolated_with_their_reasons(fpilot):
     assert again.wait(timeout=60) == pf.DONE and again.result == 49
 
 
+@pytest.mark.slow
 def test_timeout_and_cancel(fpilot):
     _, _, tmgr = fpilot
     slow = tmgr.submit_tasks(pf.TaskDescription(function=nap, args=(30,), timeout=0.5))
@@ -203,6 +205,7 @@ def _worker_pilot(path, cores: int, **workers):
         yield tmgr
 
 
+@pytest.mark.slow
 def test_workers_are_recycled(tmp_path):
     with _worker_pilot(tmp_path / "s", 1, max_calls=10) as tmgr:
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
@@ -259,6 +262,7 @@ def test_mpi_function_on_two_ranks(tmp_path):
             assert t.result == [(0, 2, 2 * i), (1, 2, 2 * i)]
 
 
+@pytest.mark.slow
 def test_executor_follows_the_futures_api(fpilot):
     _, _, tmgr = fpilot
     ex = pf.Executor(tmgr)
@@ -325,6 +329,7 @@ def stubborn(_):
             pass
 
 
+@pytest.mark.slow
 def test_a_call_that_ignores_its_timeout_is_stopped(fpilot):
     _, _, tmgr = fpilot
     t0 = time.monotonic()
@@ -433,6 +438,7 @@ def test_a_refused_call_still_delivers_its_callable(tmp_path, monkeypatch):
         assert big.wait(timeout=60) == pf.FAILED and "64" in big.reason, big.reason
 
 
+@pytest.mark.slow
 def test_calls_whose_callable_never_comes_fail_with_why(tmp_path, monkeypatch):
     """Never a wait without end: calls that name a callable the agent never got (a client
     that lost the frame carrying it; forced here) fail after PILOTFISH_FN_PARK_S, saying so."""
@@ -457,6 +463,7 @@ def _same(i):
     return i
 
 
+@pytest.mark.slow
 def test_a_recycled_worker_fails_no_call(tmp_path):
     """A worker recycled after max_calls says bye, then exits: its exit may be reaped before
     its bye is read. None of the calls it handed back unrun may fail as if it had died (it

@@ -13,6 +13,7 @@ import pilotfish as pf
 from pilotfish._events import read_all_events
 
 
+@pytest.mark.slow
 def test_thousand_true_tasks_all_done(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(runtime="10m"))
@@ -158,6 +159,7 @@ def test_callbacks_see_every_state(emulated):
     assert mine[-1] == pf.DONE and pf.EXECUTING in mine
 
 
+@pytest.mark.slow
 def test_large_task_not_starved_by_stream_of_small(emulated):
     """A whole-node task among a steady stream of 1-core tasks must start (reservation)."""
     _, _, tmgr = emulated
@@ -173,6 +175,7 @@ def test_large_task_not_starved_by_stream_of_small(emulated):
     tmgr.wait_tasks(timeout=120)
 
 
+@pytest.mark.slow
 def test_mixed_300_never_oversubscribes(emulated):
     """300 tasks of mixed ranks/cores/GPUs; recorded placements and times prove that no node
     ever had more cores or GPUs in use than it has, and no core/GPU was given twice at once."""
@@ -262,6 +265,7 @@ def test_live_progress_bar(emulated):
     assert "41/41" in text and "40 done" in text and "1 failed" in text and "/s" in text
 
 
+@pytest.mark.slow
 def test_captured_outputs_reuse_spool_files_and_never_mix(emulated):
     """Captured outputs go to spool files that are reused (no new file per task): 300 tasks
     leave far fewer spool files than 600, and each task gets its own output. A task that
@@ -333,6 +337,7 @@ def test_callback_that_calls_sys_exit_never_stops_the_client(tmp_path, caplog):
     assert any("SystemExit" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_tasks_with_colliding_relative_names_each_have_their_own_directory(tmp_path):
     """Every task stages `input.dat` in, writes `output.dat` and stages it out: with one
     shared directory 0-3 of 128 tasks failed at random ('File exists'). Each task has its own

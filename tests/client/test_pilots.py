@@ -30,6 +30,7 @@ def test_pilot_states_and_sandbox(session):
     assert ready < 10
 
 
+@pytest.mark.slow
 def test_walltime_drains_cleanly(session):
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="4s"))
@@ -119,6 +120,7 @@ def test_submit_without_pilot_is_an_error(session):
         tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
 
 
+@pytest.mark.slow
 def test_bulk_submit_spreads_over_pilots_by_capacity(session):
     """Pilots of 4, 32 and 128 cores, 256 one-core tasks in one call: each pilot gets work in
     proportion to its cores (all went to the 4-core pilot: 64 waves of `sleep 1`), so no

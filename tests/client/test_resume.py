@@ -55,6 +55,7 @@ def _wait_lines(side, n, timeout=60):
 N = 200
 
 
+@pytest.mark.slow
 def test_killed_client_resumes_on_the_live_agent(tmp_path):
     path, side = tmp_path / "session", tmp_path / "side"
     first = _client(path, N, "first", side)
@@ -76,6 +77,7 @@ def test_killed_client_resumes_on_the_live_agent(tmp_path):
     assert "reattached" in names and "session_resume" in names
 
 
+@pytest.mark.slow
 def test_killed_agent_resumes_on_a_new_pilot_without_rerunning_done_tasks(tmp_path):
     path, side = tmp_path / "session", tmp_path / "side"
     first = _client(path, N, "first", side)
@@ -149,6 +151,7 @@ def _four_running(path, side, n):
     return first, sandbox
 
 
+@pytest.mark.slow
 def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
     """The agent is SIGKILLed while 4 tasks run (each sleeps, then leaves its side effect):
     its keeper sees them to their end, the client reports them DONE (they are not failed with
@@ -176,6 +179,7 @@ def test_tasks_in_flight_when_the_agent_is_killed_run_exactly_once(tmp_path):
     assert len(runs) == n and set(runs.values()) == {1}, runs  # each exactly once
 
 
+@pytest.mark.slow
 def test_agent_killed_while_the_client_is_away_its_running_tasks_are_adopted(tmp_path):
     """Client SIGKILLed, then the agent, while tasks run: the resumed client neither fails
     nor re-sends what the keeper runs; it learns their end from the keeper."""
@@ -243,6 +247,7 @@ def _group_client(path, mode, replicas, *args):
     return python_script(GROUP_CLIENT, path, mode, replicas, os.path.abspath(echo), *args)
 
 
+@pytest.mark.slow
 def test_resumed_program_reattaches_its_running_service_group(tmp_path):
     """Running the same program again re-attaches a service group its live agent still runs:
     the same members, not restarted (the size they have, not the one asked for), the killed

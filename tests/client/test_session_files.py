@@ -232,6 +232,7 @@ RACER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_racing_for_one_path_exactly_one_opens(tmp_path):
     paths = [str(tmp_path / f"s{i}") for i in range(12)]
     r = subprocess.run([sys.executable, "-c", RACER, *paths], capture_output=True, text=True,

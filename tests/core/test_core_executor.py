@@ -52,6 +52,7 @@ def spawn_one(ex, *args, **kw):
     return res
 
 
+@pytest.mark.slow
 def test_many_true_in_batches(ex):
     pids = {}
     for b in range(10):
@@ -221,6 +222,7 @@ def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 def test_no_fd_per_running_task(ex, tmp_path):
     before = open_fds()
     res = ex.spawn_batch([spec(i, ["sleep", "30"], stdout=str(tmp_path / f"{i}.out")) for i in range(1000)])

@@ -118,6 +118,7 @@ def _field(n):
     return np.sqrt(x ** 2 + 1.5 * y ** 2 + 0.7 * z ** 2) + 0.15 * np.sin(5 * x)
 
 
+@pytest.mark.slow
 def test_isosurface_composite_matches_a_single_process_rendering(pilot, tmp_path):
     from matplotlib import image
 
@@ -207,6 +208,7 @@ s.close()
 """
 
 
+@pytest.mark.slow
 def test_resumed_program_reattaches_its_staging_area(tmp_path):
     """The same program run again on a resumed session gets the staging area its live agent
     still runs (the default name is the area's number in the program): the same servers, not

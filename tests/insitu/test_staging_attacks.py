@@ -181,6 +181,7 @@ def test_another_user_cannot_drive_or_poison_the_servers(pilot, tmp_path, encryp
     area.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encrypt", MODES)
 def test_bad_frames_from_a_client_are_dropped_and_counted(pilot, encrypt):
     """Even a client that holds the area's key cannot kill or stall a server: garbage,
@@ -256,6 +257,7 @@ def test_inbox_is_bounded_and_dropped_with_its_iteration(monkeypatch):
     assert srv.stats["dropped"] == 5 and len(srv.inbox) == 1
 
 
+@pytest.mark.slow
 def test_a_reply_without_the_servers_proof_is_never_read(monkeypatch):
     """Someone who took over a dead server's port (plain-auth: nothing is encrypted) can
     accept a client's connection, but cannot answer as that server: a reply without the

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.timeout(300)
 ECHO = str(Path(__file__).with_name("echo_service.py"))
 
 
+@pytest.mark.slow
 def test_local_pilot_grows_runs_there_and_shrinks_back(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
@@ -72,6 +73,7 @@ def test_local_pilot_grows_runs_there_and_shrinks_back(tmp_path):
         assert ok.wait(timeout=30) == pf.DONE
 
 
+@pytest.mark.slow
 def test_service_group_resized_onto_grown_nodes_and_drained_off_them(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
@@ -187,6 +189,7 @@ def nap(i):
     return i
 
 
+@pytest.mark.slow
 def test_function_workers_on_a_drained_node_finish_their_calls(tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = start_pilot(s, nodes=1, cores_per_node=1, runtime="10m")

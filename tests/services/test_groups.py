@@ -82,6 +82,7 @@ class Client:
             self.errors.append(repr(e))
 
 
+@pytest.mark.slow
 def test_echo_group_resized_while_a_client_sends(local):
     _, pilot, tmgr = local
     group = tmgr.submit_service_group(echo("echo"), replicas=2)
