@@ -132,3 +132,26 @@ def test_pilot_input_staging_checked_at_submit():
     with pytest.raises(DescriptionError, match="input_staging"):
         rp.PilotDescription({"resource": "local.localhost", "cores": 1,
                              "input_staging": [42]}).to_pf()
+
+
+def test_pilot_nodelist_and_slots(rp_session):
+    _, _, _, pilot = rp_session
+    pilot.wait(rp.PMGR_ACTIVE, timeout=60)
+    nl = pilot.nodelist
+    assert nl.uniform and nl.cores_per_node == 2 and len(nl.nodes) == 1
+    assert pilot.resources == {"cpu": 2, "gpu": 0}
+    assert pilot.resource_details["node_list"][0]["name"] == nl.nodes[0].name
+    rr = rp.RankRequirements(n_cores=1)
+    slots = nl.find_slots(rr, n_slots=2)
+    assert [s.cores[0].index for s in slots] == [0, 1]
+    assert nl.find_slots(rr) is None  # (all busy)
+    nl.release_slots(slots)
+    assert nl.find_slots(rr)[0].cores[0].occupation == rp.BUSY
+    node = rp.Node({"index": 0, "name": "n", "cores": [rp.RO(index=i, occupation=rp.FREE)
+                                                       for i in range(4)], "lfs": 0, "mem": 8})
+    s = rp.Slot(node_index=0, node_name="n", cores=[3])
+    node.allocate_slot(s)
+    assert node.cores[3].occupation == rp.BUSY and node.find_slot(rp.RankRequirements(
+        n_cores=3)).cores[2].index == 2
+    node.deallocate_slot(s)
+    assert node.as_dict()["cores"][3] == {"index": 3, "occupation": 0.0}

@@ -73,6 +73,17 @@ from ._describe import (
     TaskDescription,
     pythontask,
 )
+from ._nodes import (
+    BUSY,
+    DOWN,
+    FREE,
+    RO,
+    Node,
+    NodeList,
+    RankRequirements,
+    ResourceOccupation,
+    Slot,
+)
 from ._resources import RESOURCES, ResourceConfig, add_resource
 from ._states import (
     AGENT_EXECUTING,

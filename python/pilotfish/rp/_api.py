@@ -20,6 +20,7 @@ from .. import states as S
 from .._errors import PilotfishError
 from .._util import gc_paused
 from .._paths import TASKS_DIR
+from . import _nodes
 from . import _states as RS
 from .._errors import DescriptionError
 from ._describe import (
@@ -183,6 +184,7 @@ class Pilot:
         self._ready = threading.Event()  # environments prepared and services running
         self._problem: str | None = None
         self._services: list = []
+        self._nodelist = None
         self._setup = bool(description.get("prepare_env") or description.get("services"))
         if not self._setup:
             self._ready.set()
@@ -204,6 +206,51 @@ class Pilot:
     @property
     def stdout(self) -> str | None:
         return self._pf.reason
+
+    @property
+    def resources(self) -> dict | None:
+        """RP's: what the pilot holds, {'cpu': cores, 'gpu': gpus} (None before its nodes
+        are known)."""
+        nodes = self._known_nodes()
+        if nodes is None:
+            return None
+        return {"cpu": sum(n.cores for n in nodes), "gpu": sum(n.gpus for n in nodes)}
+
+    @property
+    def resource_details(self) -> dict | None:
+        """RP's agent-level resource information: node_list (name, index, cores, gpus as
+        occupations, lfs, mem), cores_per_node, gpus_per_node, lfs_per_node, mem_per_node.
+        None until the pilot is active (its nodes known)."""
+        nodes = self._known_nodes()
+        if nodes is None:
+            return None
+        nl = _nodes.nodelist_of(nodes)
+        return {
+            "node_list": [n.as_dict() for n in nl.nodes],
+            "cores_per_node": nl.cores_per_node,
+            "gpus_per_node": nl.gpus_per_node,
+            "lfs_per_node": nl.lfs_per_node,
+            "mem_per_node": nl.mem_per_node,
+        }
+
+    @property
+    def nodelist(self):
+        """RP's rp.NodeList of the pilot's nodes (for the application's own slot
+        bookkeeping: pilotfish places tasks itself); None until the pilot is active."""
+        if self._nodelist is None:
+            nodes = self._known_nodes()
+            if nodes is None:
+                return None
+            self._nodelist = _nodes.nodelist_of(nodes)
+        return self._nodelist
+
+    def _known_nodes(self):
+        if self._pf.state != S.ACTIVE and self._pf.state not in S.FINAL:
+            return None  # (not known yet: RP's None; a final pilot's nodes, if it ran)
+        try:
+            return self._pf.nodes
+        except PilotfishError:
+            return None
 
     @property
     def log(self) -> list:

@@ -120,7 +120,6 @@ TASK_IGNORED = frozenset(
         "cpu_process_type_opts",
         "scheduler",
         "restartable",
-        "slots",
         "partition",
         "use_mpi",
         "gpu_thread_type",
@@ -135,6 +134,10 @@ _RAPTOR_ONLY = (
     "(or give raptor_id) after pilot.submit_raptors"
 )
 TASK_UNSUPPORTED = {
+    "slots": "placing a task on the cores its slots name is not supported on pilotfish: "
+    "pilotfish places tasks itself (pilot.nodelist is for the application's own "
+    "bookkeeping); keep tasks on one node with tags={'colocate': name}, choose the pilot "
+    "with TaskDescription.pilot",
     "raptor_id": "names a RAPTOR master: submit through a TaskManager the raptor's pilot is "
     "added to, or raptor.submit_tasks",
     "method": "a RAPTOR worker's method " + _RAPTOR_ONLY,
