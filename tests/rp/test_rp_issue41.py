@@ -155,3 +155,24 @@ def test_pilot_nodelist_and_slots(rp_session):
         n_cores=3)).cores[2].index == 2
     node.deallocate_slot(s)
     assert node.as_dict()["cores"][3] == {"index": 3, "occupation": 0.0}
+
+
+def test_radical_profile_writes_rp_task_profiles(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RADICAL_PROFILE", "TRUE")
+    s = rp.Session(path=str(tmp_path / "session"))
+    try:
+        tmgr = rp.TaskManager(s)
+        tmgr.add_pilots(rp.PilotManager(s).submit_pilots(rp.PilotDescription(
+            {"resource": "local.localhost", "cores": 1, "runtime": 10})))
+        t = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true"}))
+        tmgr.wait_tasks(t.uid, timeout=60)
+    finally:
+        s.close()
+    prof = tmp_path / "radical.pilot.sandbox" / s.uid / t.pilot / t.uid / f"{t.uid}.prof"
+    rows = [line.split(",") for line in prof.read_text().splitlines()]
+    events = {r[1]: float(r[0]) for r in rows}
+    assert all(len(r) == 7 and r[4] == t.uid for r in rows)
+    assert events["app_start"] <= events["app_stop"] and abs(events["app_stop"] - time.time()) < 60

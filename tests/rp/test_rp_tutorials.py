@@ -46,9 +46,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
     "tutorials/describing_tasks.py": (PASS, "", False),
     "tutorials/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) added "
                                      "stays pending, as RP (raises at submit today)", False),
-    "tutorials/profiling.py": (PENDING, f"{API} + agent/: RP's .prof files (or a documented "
-                               "equivalent): exits 0, but its `cat`/`find` of "
-                               "~/radical.pilot.sandbox/<sid>/.../*.prof find nothing", True),
+    "tutorials/profiling.py": (PASS, "", True),
     "tutorials/raptor.py": (PASS, "", False),
     "tutorials/raptor_mpi.py": (PASS, "", False),
     "tutorials/staging_data.py": (PASS, "", False),
@@ -58,7 +56,7 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
     "tutorials_160/describing_tasks.py": (PASS, "", False),
     "tutorials_160/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) "
                                          "added stays pending", False),
-    "tutorials_160/profiling.py": (PENDING, f"{API} + agent/: RP's .prof files", True),
+    "tutorials_160/profiling.py": (PASS, "", True),
     "tutorials_160/raptor.py": (PASS, "", False),
     "tutorials_160/raptor_mpi.py": (PENDING, f"{API}: Pilot.prepare_env with 'path' "
                                     "(an existing venv, RP 1.60's raptor_ve)", False),

@@ -124,6 +124,8 @@ class Session:
             for reg in tmgr._registered:
                 reg.on = False
         self._pf.close(terminate=terminate)
+        if os.environ.get("RADICAL_PROFILE", "").lower() in ("true", "yes", "1"):
+            _write_profiles(self)
         if download:
             for pmgr in self._pmgrs:
                 for p in pmgr._pilots.values():
@@ -150,6 +152,40 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _write_profiles(session: Session) -> None:
+    """With RADICAL_PROFILE set (RP's switch), RP's per-task profiles where RP's local
+    sandbox puts them, ~/radical.pilot.sandbox/<sid>/<pilot>/<task>/<task>.prof: CSV lines
+    `time,event,comp,thread,uid,state,msg` from each task's state history -- an `advance` per
+    state, and task_exec_start / app_start at its start, app_stop / task_exec_stop when it
+    left EXECUTING. pilotfish's own record of the same: `pilotfish report`,
+    pf.analytics.load_session(session.path)."""
+    root = os.path.join(os.path.expanduser("~"), "radical.pilot.sandbox", session.uid)
+    for tmgr in session._tmgrs:
+        for task in list(tmgr._tasks.values()):
+            pilot = task._pf.pilot
+            if pilot is None:
+                continue
+            lines, running = [], False
+            for state, t in task._pf.history:
+                rs = RS.TASK_STATE[state]
+                if running:
+                    for ev in ("app_stop", "task_exec_stop"):
+                        lines.append(f"{t:.4f},{ev},,MainThread,{task.uid},{rs},")
+                    running = False
+                lines.append(f"{t:.4f},advance,,MainThread,{task.uid},{rs},")
+                if state == S.EXECUTING:
+                    for ev in ("task_exec_start", "app_start"):
+                        lines.append(f"{t:.4f},{ev},,MainThread,{task.uid},{rs},")
+                    running = True
+            d = os.path.join(root, pilot, task.uid)
+            try:
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, f"{task.uid}.prof"), "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            except OSError as e:
+                log.warning("RADICAL_PROFILE: cannot write %s's profile: %s", task.uid, e)
 
 
 def _task_dir(pilot, sandbox: str | None, uid: str) -> str:
