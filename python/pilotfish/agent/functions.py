@@ -19,6 +19,7 @@ pilot. Calls of a shape start in submit order (priority does not reorder calls).
 from __future__ import annotations
 
 import collections
+import enum
 import logging
 import math
 import os
@@ -29,14 +30,26 @@ import zmq
 
 from .. import _wire
 from .. import states as S
-from .._door import Door, joined
+from .._door import Door
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import rank_capacity
+from .inbox import router_messages
 from .tasks import RUNNING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
+
+
+class WorkerState(enum.Enum):
+    """A function worker's state: started, not connected yet; connected (said ready). A
+    worker that leaves is dropped from the pool: no state of its own."""
+
+    STARTING = "starting"
+    READY = "ready"
+
+
+STARTING, READY = WorkerState.STARTING, WorkerState.READY
 
 BATCH_S = 0.005  # about this much work per batch (from the measured call time)
 MAX_BATCH = 1024  # calls per batch at most
@@ -97,7 +110,7 @@ class Worker:
         self.uid = uid
         self.shape = shape
         self.ident: bytes | None = None
-        self.state = "starting"  # -> ready -> (gone)
+        self.state: WorkerState = STARTING  # -> READY -> (gone)
         self.inflight: collections.deque[Call] = collections.deque()  # in the order sent
         self.fns: set[int] = set()  # functions it has been sent
         self.log: ResultLog | None = None
@@ -315,14 +328,7 @@ class FunctionPool:
     # -- messages from workers ------------------------------------------------------------
     def on_readable(self) -> None:
         sock = self.sock
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) < 2:
-                continue
-            ident, payload = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
+        for ident, payload in router_messages(sock):
             try:
                 msg = _decode(payload)
                 kind = msg[0]
@@ -332,7 +338,7 @@ class FunctionPool:
                         sock.send_multipart([ident, _encode(["stop"])])
                         continue
                     w.ident = ident
-                    w.state = "ready"
+                    w.state = READY
                     w.inline = bool(len(msg) > 3 and msg[3])
                     log.info(
                         "function worker %s ready (pid %s, via %s, results %s)",
@@ -448,7 +454,7 @@ class FunctionPool:
             w.shape for w in self.workers.values() if not w.leaving
         )  # workers per shape
         for w in list(self.workers.values()):  # (a stuck worker may start others)
-            if w.state != "ready" or w.leaving:
+            if w.state is not READY or w.leaving:
                 continue
             if w.inflight and now - w.progress_at > STUCK_S:  # in a long call
                 stuck = now - w.progress_at
@@ -514,7 +520,7 @@ class FunctionPool:
         if self.stopping is None:
             late = []
             for w in self.workers.values():
-                if w.state == "starting" and not w.leaving:  # connected yet?
+                if w.state is STARTING and not w.leaving:  # connected yet?
                     t = self.agent.tasks.get(w.uid)
                     if t is not None and t.state is RUNNING:
                         if w.running_since is None:
@@ -528,7 +534,7 @@ class FunctionPool:
                 )
             for w in self.workers.values():
                 if (
-                    w.state == "ready"
+                    w.state is READY
                     and not w.leaving
                     and not w.inflight
                     and not self.queues.get(w.shape)
@@ -550,12 +556,12 @@ class FunctionPool:
             return None
         w = call.worker
         if w is not None:
-            return {"worker": w.uid, "worker_state": w.state}
+            return {"worker": w.uid, "worker_state": w.state.value}
         for shape, q in self.queues.items():
             if call in q:
                 ahead = q.index(call)  # (Calls compare by identity)
                 live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
-                ready = sum(1 for w in live if w.state == "ready")
+                ready = sum(1 for w in live if w.state is READY)
                 return {
                     "shape": list(shape),
                     "ahead": ahead,
@@ -636,7 +642,7 @@ class FunctionPool:
         why = t.reason or (
             f"exit code {t.exit_code}" if t.exit_code is not None else "it never started"
         )
-        if w.state != "ready" and not w.inflight:  # never came up
+        if w.state is not READY and not w.inflight:  # never came up
             self.failed_starts[w.shape] += 1
         back = []
         now = self.clock.now()
@@ -680,7 +686,7 @@ class FunctionPool:
                     agent.call_final(c.uid, S.FAILED, None, now, None, reason)
             return
         live = sum(1 for x in self.workers.values() if x.shape == w.shape and not x.leaving)
-        if died and w.state == "ready" and self.stopping is None and live < self._cap(w.shape):
+        if died and w.state is READY and self.stopping is None and live < self._cap(w.shape):
             self._start_worker(w.shape)  # replaced (it stops again if it finds nothing to do)
         self._ensure_workers(w.shape)
         self.dispatch()

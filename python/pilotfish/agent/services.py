@@ -17,6 +17,7 @@ replaced per the group's restart policy.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -31,9 +32,10 @@ import zmq
 from .. import _events as E
 from .. import _wire, service
 from .. import states as S
-from .._door import Door, joined
+from .._door import Door
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname, write_private
+from .inbox import router_messages
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -44,7 +46,23 @@ MAX_ENDPOINT = 1024
 MAX_INFO = 65536  # bytes of a member's info, encoded
 MAX_REPLICAS = 100_000  # members of one group (the wire is an API: a bound on one message)
 
-STARTING, READY, LEAVING, GONE = "starting", "ready", "leaving", "gone"
+
+class MemberState(enum.Enum):
+    """A member's state: started, its endpoint not announced yet; announced (in the view);
+    asked to leave (out of the view, its process not ended yet); ended."""
+
+    STARTING = "starting"
+    READY = "ready"
+    LEAVING = "leaving"
+    GONE = "gone"
+
+
+STARTING, READY, LEAVING, GONE = (
+    MemberState.STARTING,
+    MemberState.READY,
+    MemberState.LEAVING,
+    MemberState.GONE,
+)
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -78,7 +96,7 @@ class Member:
         self.group = group
         self.slot = slot  # members replace one another in a slot (restart counts per slot)
         self.restarts = restarts
-        self.state = STARTING
+        self.state: MemberState = STARTING
         self.endpoint: str | None = None
         self.info: dict = {}
         self.node = ""
@@ -321,7 +339,7 @@ class ServiceRegistry:
         g = m.group
         out: dict[str, Any] = {
             "group": g.name,
-            "state": m.state,
+            "state": m.state.value,
             "endpoint": m.endpoint,
             "epoch": g.epoch,
             "view": len(g.view),
@@ -546,7 +564,7 @@ class ServiceRegistry:
         if m.endpoint is not None:
             return f"{uid} announced its endpoint already ({m.endpoint!r})"
         if m.state != STARTING:
-            return f"{uid} is {m.state}"
+            return f"{uid} is {m.state.value}"
         if (
             not isinstance(endpoint, str)
             or not endpoint
@@ -618,15 +636,7 @@ class ServiceRegistry:
 
     # -- the socket --------------------------------------------------------------------------
     def on_readable(self) -> None:
-        sock = self.sock
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) < 2:  # not an identity and a payload: not ours
-                continue
-            ident, payload = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
+        for ident, payload in router_messages(self.sock):
             try:
                 msg = _decode(payload)
                 self._on_peer(ident, msg[0], msg)
