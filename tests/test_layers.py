@@ -149,7 +149,6 @@ PENDING_PRIVATE: dict[str, str] = {
     "client/_registry.py": "issue 40 client plane: pending",
     "client/_router.py": "issue 40 client plane: pending",
     "client/_calls.py": "issue 40 client plane: pending",
-    "parsl.py": "issue 40 client plane: pending",
     "amt/_runtime.py": "issue 40 amt: pending",
     "agent/table.py": "issue 40: pending",
     "workload.py": "issue 40: pending",

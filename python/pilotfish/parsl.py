@@ -90,7 +90,7 @@ class PilotfishExecutor(ParslExecutor):
         if bash is not None and _plain_std(kwargs):
             return self._submit_bash(bash, shape, args, kwargs)
         d = TaskDescription(function=func, args=args, kwargs=kwargs, **shape)
-        return self._ex._submit(d)
+        return self._ex.submit_description(d)
 
     def _submit_bash(self, app: Callable, shape: dict, args, kwargs) -> Future:
         import parsl.app.errors as pe
@@ -152,7 +152,7 @@ class PilotfishExecutor(ParslExecutor):
                 return None, pe.BashExitFailure(name, task.exit_code)
             return None, pe.AppException(f"App {name} failed: {task.reason}", None)
 
-        return self._ex._submit(d, finish)
+        return self._ex.submit_description(d, finish)
 
     def shutdown(self) -> None:
         if self._ex is not None:

@@ -115,10 +115,10 @@ class Executor(cf.Executor):
             values["args"] = args
         if kwargs:
             values["kwargs"] = kwargs
-        return self._submit(TaskDescription._checked(values))
+        return self.submit_description(TaskDescription._checked(values))
 
-    def _submit(self, d: TaskDescription, finish: Callable | None = None) -> cf.Future:
-        """A future for any task (adapters: pilotfish.parsl). finish(task) -> (value,
+    def submit_description(self, d: TaskDescription, finish: Callable | None = None) -> cf.Future:
+        """A future for any task description (adapters: pilotfish.parsl). finish(task) -> (value,
         exception) decides the outcome of a task that ended DONE or FAILED (default: the
         function's result or exception)."""
         f = _TaskFuture(self)
