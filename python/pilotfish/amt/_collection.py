@@ -43,7 +43,7 @@ class Element:
                 f"{coll.describe(self._amt_flat)}.add_load({load!r}): a load must "
                 "be a finite number >= 0"
             )
-        coll._synth[self._amt_flat] = coll._synth.get(self._amt_flat, 0.0) + float(load)
+        coll.ledger.synth[self._amt_flat] = coll.ledger.synth.get(self._amt_flat, 0.0) + float(load)
 
     def migrate(self, rank: int) -> None:
         """Ask the runtime to move this element to `rank` (asynchronously)."""
@@ -55,6 +55,29 @@ class Element:
 
     def on_migrated_in(self) -> None:
         """Called on the new rank after the element was unpacked."""
+
+
+class Ledger:
+    """What the runtime keeps of one collection on this rank (amt/_runtime.py reads and writes
+    it; a program has no use for it): the local elements, and per flat index of each, its
+    [version, load history], this phase's measured and synthetic loads, why a lost one was
+    lost; and the handlers' last run times."""
+
+    __slots__ = ("local", "meta", "load", "synth", "lost", "span")
+
+    def __init__(self) -> None:
+        self.local: dict[int, Element] = {}
+        self.meta: dict[int, list] = {}  # flat -> [version, load history]
+        self.load: dict[int, float] = {}  # flat -> measured load this phase
+        self.synth: dict[int, float] = {}  # flat -> synthetic load this phase
+        self.lost: dict[int, str] = {}  # flat -> why (state could not be unpickled)
+        # (flat, handler) -> wall seconds of its last run here; (-1, hook) for the migration
+        # hooks: whether a handler is short enough to run before pending sends leave
+        self.span: dict[tuple, float] = {}
+
+    def clear(self) -> None:
+        for d in (self.local, self.meta, self.load, self.synth, self.lost, self.span):
+            d.clear()
 
 
 class ElementProxy:
@@ -107,15 +130,8 @@ class Collection:
         rt.sync_check("collection")
         self.cid = rt.register(self)
         self.loc = LocationManager(rt.rank, rt.size, self.n)
-        self._local: dict[int, Element] = {}
-        self._meta: dict[int, list] = {}  # flat -> [version, load history]
-        self._load: dict[int, float] = {}  # flat -> measured load this phase
-        self._synth: dict[int, float] = {}  # flat -> synthetic load this phase
+        self.ledger = Ledger()  # (the runtime's bookkeeping of it on this rank)
         self._handlers: dict[str, bool] = {}
-        self._lost: dict[int, str] = {}  # flat -> why (state could not be unpickled)
-        # (flat, handler) -> wall seconds of its last run here; (-1, hook) for the migration
-        # hooks: whether a handler is short enough to run before pending sends leave
-        self._span: dict[tuple, float] = {}
         self.destroyed = False
         kwargs = kwargs or {}
         # every local element exists before any __init__ runs, so that an __init__ may message
@@ -125,9 +141,9 @@ class Collection:
             el.index = self._unflat(flat)
             el._amt_cid = self.cid
             el._amt_flat = flat
-            self._local[flat] = el
-            self._meta[flat] = [0, []]
-        for flat, el in list(self._local.items()):
+            self.ledger.local[flat] = el
+            self.ledger.meta[flat] = [0, []]
+        for flat, el in list(self.ledger.local.items()):
             prev = rt.ctx_elem
             rt.ctx_elem = (self, flat)
             try:
@@ -158,6 +174,20 @@ class Collection:
             f"index {index!r} is outside collection {self.name!r} of "
             f"shape {self.shape if len(shape) > 1 else shape[0]}"
         )
+
+    def adopt(self, flat: int, el: Element, version: int, hist: list, cur: float, syn: float):
+        """A migrated element arrives here (the runtime): element `flat` of this collection
+        again, with its version, load history and this phase's loads so far."""
+        el.index = self._unflat(flat)
+        el._amt_cid = self.cid
+        el._amt_flat = flat
+        ledger = self.ledger
+        ledger.local[flat] = el
+        ledger.meta[flat] = [version, hist]
+        if cur:
+            ledger.load[flat] = cur
+        if syn:
+            ledger.synth[flat] = syn
 
     def _unflat(self, flat: int):
         if len(self.shape) == 1:
@@ -236,21 +266,21 @@ class Collection:
     # -- local view ----------------------------------------------------------------------------
     def local_indices(self) -> list:
         """Indices of the elements on this rank now (sorted)."""
-        return [self._unflat(f) for f in sorted(self._local)]
+        return [self._unflat(f) for f in sorted(self.ledger.local)]
 
     def local_elements(self) -> list:
-        return [self._local[f] for f in sorted(self._local)]
+        return [self.ledger.local[f] for f in sorted(self.ledger.local)]
 
     def local(self, index) -> Element:
         """The element object if it lives on this rank (KeyError otherwise)."""
         flat = self._flat(index)
         try:
-            return self._local[flat]
+            return self.ledger.local[flat]
         except KeyError:
             raise KeyError(f"{self.describe(flat)} is not on rank {self._rt.rank}") from None
 
     def is_local(self, index) -> bool:
-        return self._flat(index) in self._local
+        return self._flat(index) in self.ledger.local
 
     def __len__(self) -> int:
         return self.n
@@ -263,7 +293,7 @@ class Collection:
     def __repr__(self) -> str:
         return (
             f"<amt.Collection {self.name!r} shape={self.shape} "
-            f"local={len(self._local)} on rank {self._rt.rank}>"
+            f"local={len(self.ledger.local)} on rank {self._rt.rank}>"
         )
 
 

@@ -216,7 +216,7 @@ class Runtime:
         ep = self.ctx_epoch if self.ctx_epoch is not None else self.epoch_stack[-1]
         self.td.produced[ep] += 1
         msg = (INVOKE, ep, coll.cid, flat, method, args, kwargs, self.rank, 0)
-        if flat in coll._local:
+        if flat in coll.ledger.local:
             self.queue.append(msg)
             self.stats["local_messages"] += 1
             return
@@ -241,7 +241,7 @@ class Runtime:
         self._route(coll, flat, (MIGRATE, ep, coll.cid, flat, dest, self.rank, 0))
 
     def _route(self, coll, flat, msg, nbytes=0):
-        if flat in coll._local:
+        if flat in coll.ledger.local:
             self.queue.append(msg)
             self.stats["local_messages"] += 1
             return
@@ -311,9 +311,9 @@ class Runtime:
             return
         if kind == INVOKE:
             flat = msg[3]
-            el = coll._local.get(flat)
+            el = coll.ledger.local.get(flat)
             if el is None:
-                if flat in coll._lost:
+                if flat in coll.ledger.lost:
                     self._lost_message(coll, flat, f".{msg[4]}()", ep)
                 else:
                     self._forward(coll, flat, msg)
@@ -330,7 +330,7 @@ class Runtime:
                     f"rank {self.rank}: {coll.describe(flat)} has no handler {method!r}"
                 )
             else:
-                spans = coll._span
+                spans = coll.ledger.span
                 key = (flat, method)
                 if self.messenger.dirty:
                     self._send_ahead(spans, key)
@@ -355,7 +355,7 @@ class Runtime:
                     if self.measure:
                         if cpu is not None:
                             dt = cpu() - c0
-                        load = coll._load
+                        load = coll.ledger.load
                         load[flat] = load.get(flat, 0.0) + dt
                     self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
                     self.stats["handlers"] += 1
@@ -373,13 +373,13 @@ class Runtime:
             self.td.consumed[ep] += 1
         elif kind == LOC:
             flat = msg[3]
-            if flat not in coll._local:
+            if flat not in coll.ledger.local:
                 coll.loc.learn(flat, msg[4], msg[5])
             self.td.consumed[ep] += 1
         elif kind == MIGRATE:
             flat = msg[3]
-            if flat not in coll._local:
-                if flat in coll._lost:
+            if flat not in coll.ledger.local:
+                if flat in coll.ledger.lost:
                     self._lost_message(coll, flat, " (migrate)", ep)
                 else:
                     self._forward(coll, flat, msg)
@@ -387,7 +387,7 @@ class Runtime:
             dest = msg[4]
             if dest != self.rank:
                 try:
-                    data, bufs, _ = serialise(coll._local[flat])
+                    data, bufs, _ = serialise(coll.ledger.local[flat])
                 except Exception as exc:  # noqa: BLE001 - reported at epoch end
                     self.td.errors[ep].append(
                         f"rank {self.rank}: cannot migrate {coll.describe(flat)}: state not "
@@ -408,15 +408,13 @@ class Runtime:
             self.messenger.flush()
 
     def _lost_message(self, coll, flat, what, ep):
-        self._drop(
-            ep,
-            f"{coll.describe(flat)}{what}: the element was lost in migration ({coll._lost[flat]})",
-        )
+        why = coll.ledger.lost[flat]
+        self._drop(ep, f"{coll.describe(flat)}{what}: the element was lost in migration ({why})")
 
     def _hook(self, coll, flat, el, name, ep):
         """Run on_migrated_in/out as a handler of epoch ep: what it sends belongs to that epoch
         (the migration's), so the epoch's end waits for it."""
-        spans = coll._span
+        spans = coll.ledger.span
         key = (-1, name)  # per collection: the element may be new here
         if self.messenger.dirty:
             self._send_ahead(spans, key)  # e.g. the departing element's own state
@@ -436,11 +434,11 @@ class Runtime:
 
     def _depart(self, coll, flat, dest, ep, data, bufs):
         """Send a local element (already serialised) to `dest` in epoch `ep`."""
-        meta = coll._meta.pop(flat)
+        meta = coll.ledger.meta.pop(flat)
         version = meta[0] + 1
-        cur = coll._load.pop(flat, 0.0)
-        syn = coll._synth.pop(flat, 0.0)
-        el = coll._local.pop(flat)
+        cur = coll.ledger.load.pop(flat, 0.0)
+        syn = coll.ledger.synth.pop(flat, 0.0)
+        el = coll.ledger.local.pop(flat)
         coll.loc.learn(flat, dest, version)  # forwarding pointer
         self.td.produced[ep] += 1
         self.messenger.post(
@@ -470,20 +468,12 @@ class Runtime:
                 f"rank {self.rank}: cannot unpickle migrated "
                 f"{coll.describe(flat)}:\n" + traceback.format_exc()
             )
-            coll._lost[flat] = (
+            coll.ledger.lost[flat] = (
                 f"its state could not be unpickled on rank {self.rank}: {type(exc).__name__}: {exc}"
             )
             self._settled_here(coll, flat, version, ep)
             return
-        el.index = coll._unflat(flat)
-        el._amt_cid = cid
-        el._amt_flat = flat
-        coll._local[flat] = el
-        coll._meta[flat] = [version, hist]
-        if cur:
-            coll._load[flat] = cur
-        if syn:
-            coll._synth[flat] = syn
+        coll.adopt(flat, el, version, hist, cur, syn)
         self.stats["migrations_in"] += 1
         self._settled_here(coll, flat, version, ep)
         self._hook(coll, flat, el, "on_migrated_in", ep)
@@ -666,9 +656,9 @@ class Runtime:
         count = 0
         per_coll = {}
         for coll in self.colls.values():
-            load, synth, meta = coll._load, coll._synth, coll._meta
+            load, synth, meta = coll.ledger.load, coll.ledger.synth, coll.ledger.meta
             mine = 0.0
-            for flat in coll._local:
+            for flat in coll.ledger.local:
                 x = load.get(flat, 0.0) + synth.get(flat, 0.0)
                 hist = meta[flat][1]
                 hist.append(x)
@@ -702,7 +692,7 @@ class Runtime:
         combine = _combiner(op)
         if callable(value):
             local = None
-            for el in coll._local.values():
+            for el in coll.ledger.local.values():
                 v = value(el)
                 local = v if local is None else combine(local, v)
         else:
@@ -719,13 +709,8 @@ class Runtime:
         self.wait_epoch(0)
         self.colls.pop(coll.cid, None)
         coll.destroyed = True
-        coll._lost.clear()
-        coll._local.clear()
-        coll._meta.clear()
-        coll._load.clear()
-        coll._synth.clear()
+        coll.ledger.clear()
         coll.loc.where.clear()
-        coll._span.clear()
 
     def finalize(self):
         if self.finalized:
@@ -753,8 +738,8 @@ class Runtime:
             if not coll.migratable or (chosen is not None and coll.cid not in chosen):
                 continue
             base = coll.cid << GID_SHIFT
-            meta = coll._meta
-            for flat in coll._local:
+            meta = coll.ledger.meta
+            for flat in coll.ledger.local:
                 ids.append(base | flat)
                 loads.append(lm.predict(meta[flat][1]))
         ids = np.array(ids, dtype=np.int64)
@@ -799,7 +784,7 @@ class Runtime:
             coll = self.colls[g >> GID_SHIFT]
             flat = g & mask
             try:
-                data, bufs, size = serialise(coll._local[flat])
+                data, bufs, size = serialise(coll.ledger.local[flat])
             except Exception as exc:  # noqa: BLE001 -- whatever it holds: the migration fails, named
                 failures.append(
                     f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
