@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -134,8 +135,20 @@ def _failed_tasks(sessions: Path) -> list[str]:
     return out
 
 
+@pytest.fixture(scope="module")
+def restart_copy(tmp_path_factory):
+    """restart_0 writes restart.dat beside itself and restart_1 reads it: both run from a
+    copy (with ../config.json), so a run leaves the tree as it was."""
+    root = tmp_path_factory.mktemp("restart")
+    (root / "misc").mkdir()
+    shutil.copy(HERE / "config.json", root)
+    for n in ("restart_0.py", "restart_1.py"):
+        shutil.copy(HERE / "misc" / n, root / "misc")
+    return root
+
+
 @pytest.mark.parametrize("name", list(_params()))
-def test_rp_tutorial(name, rp_tree, tmp_path):
+def test_rp_tutorial(name, rp_tree, tmp_path, request):
     outcome, why, slow = OUTCOMES[name]
     if slow and os.environ.get("PILOTFISH_RP_SLOW") != "1":
         pytest.skip("takes over 10 s: runs with PILOTFISH_RP_SLOW=1 (marker rp_slow)")
@@ -153,7 +166,8 @@ def test_rp_tutorial(name, rp_tree, tmp_path):
     if name in FOREVER:
         _run_forever(name, tmp_path, env)
         return
-    r = subprocess.run([sys.executable, str(HERE / name)], cwd=tmp_path, env=env,
+    where = request.getfixturevalue("restart_copy") if name.startswith("misc/restart_") else HERE
+    r = subprocess.run([sys.executable, str(where / name)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     if outcome == REFUSED:
