@@ -54,8 +54,6 @@ def test_missing_output_directory_is_named(tmgr, tmp_path):
 # -- 10: a failure reason quotes stderr from a line's start (not cut mid-word), and the
 #        MPICH-under-PMIx failure says which MPI4PY_LIBMPI to set
 
-@_pending("python/pilotfish/agent/table.py, the '; stderr: ' tail (REASON_TAIL): "
-          "t.reason += _mpi.stderr_reason(stderr, REASON_TAIL)")
 def test_reason_quotes_stderr_from_a_line_start(tmgr):
     script = ("python3 -c \"import sys; sys.stderr.write('x' * 40 + ' padding\\n' * 60"
               " + 'Abort(1) on node 0: Fatal error in internal_Init: Other MPI error, "

@@ -25,6 +25,7 @@ import msgspec
 from .. import _events as E
 from .. import _wire
 from .. import states as S
+from .._mpi import stderr_reason
 from .._paths import task_cwd
 from .._staging import stage
 from .checks import check_spec, misfit_reason
@@ -631,8 +632,8 @@ class TaskTable:
                 t.reason = (
                     f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}"
                 )
-                if stderr:
-                    t.reason += f"; stderr: {stderr[-REASON_TAIL:].strip()}"
+                if stderr:  # (from a line's start; and the fix of an MPI mismatch: _mpi.py)
+                    t.reason += stderr_reason(stderr, REASON_TAIL)
             if also:
                 t.reason = f"{t.reason}; {also}" if t.reason else also
             now = self.clock.now()
