@@ -24,7 +24,8 @@
 #
 # What `start` builds (state under $PILOTFISH_SUBSTRATE_DIR/slurm, default <repo>/.substrates/slurm):
 #   * the login host: network namespace `pilotfish` ($PILOTFISH_NETNS), lo up, the bridge
-#     `pfbr0` with 10.77.0.1/24 ($PILOTFISH_CLUSTER_NET: the first three octets); this
+#     `pfbr0` ($PILOTFISH_CLUSTER_BRIDGE) with 10.77.0.1/24 ($PILOTFISH_CLUSTER_NET: the first
+#     three octets) -- other values of all three run a second cluster beside the first; this
 #     machine's host name. slurmctld, munged and every client (`exec`) live here.
 #   * compute host nK (k = 1..NODES): network namespace `pilotfish-nK`, a veth pair into the
 #     bridge (eth0 = 10.77.0.(10+K)/24 inside), its own UTS namespace with host name nK, and
@@ -59,7 +60,7 @@ NS="${PILOTFISH_NETNS:-pilotfish}"
 BASE="${PILOTFISH_SUBSTRATE_DIR:-$REPO/.substrates}"
 STATE="$BASE/slurm"
 CONF="$STATE/etc/slurm.conf"
-BRIDGE=pfbr0
+BRIDGE="${PILOTFISH_CLUSTER_BRIDGE:-pfbr0}"  # (a second cluster beside: another name)
 NET="${PILOTFISH_CLUSTER_NET:-10.77.0}"
 MODE="${PILOTFISH_CLUSTER:-hosts}"   # hosts (a namespace per compute host) | single
 CTLD_PORT=6817
