@@ -127,7 +127,7 @@ def test_the_router_hands_each_kind_to_its_receiver():
 
 def state_writes_outside_move(source: str) -> list[tuple[int, str]]:
     """(line, where) of each write of a `.state` (assignment, augmented or annotated,
-    setattr(x, "state", ...), a `state` entry of __dict__) outside a method named `move` --
+    setattr(x, "state", ...), a `state` entry of __dict__) outside a method named `_move` --
     but for `self.state = ...` in __init__, the birth state."""
     tree = ast.parse(source)
     found: list[tuple[int, str]] = []
@@ -151,7 +151,7 @@ def state_writes_outside_move(source: str) -> list[tuple[int, str]]:
                 if isinstance(t, ast.Attribute) and t.attr == "state":
                     birth = func == "__init__" and isinstance(t.value, ast.Name) \
                         and t.value.id == "self"
-                    if func != "move" and not birth:
+                    if func != "_move" and not birth:
                         found.append((t.lineno, func or "<module>"))
                 elif isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) \
                         and t.slice.value == "state" and isinstance(t.value, ast.Attribute) \
@@ -164,7 +164,7 @@ def state_writes_outside_move(source: str) -> list[tuple[int, str]]:
 
 
 def test_client_state_changes_only_through_move():
-    """Task.move and Pilot.move (guarded by client/_transitions.py's tables) are the only
+    """Task._move and Pilot._move (guarded by client/_transitions.py's tables) are the only
     writers of a client object's state: a change that skips the guard fails here."""
     found = []
     for name in sorted(os.listdir(CLIENT_DIR)):
@@ -172,7 +172,7 @@ def test_client_state_changes_only_through_move():
             with open(os.path.join(CLIENT_DIR, name)) as f:
                 found += [f"client/{name}:{line} (in {func})"
                           for line, func in state_writes_outside_move(f.read())]
-    assert not found, ("a state written outside its owner's move() (client/_transitions.py):\n"
+    assert not found, ("a state written outside its owner's _move() (client/_transitions.py):\n"
                        + "\n".join(found))
 
 
@@ -180,7 +180,7 @@ def test_the_state_write_rule_sees_what_it_must():
     src = ("class T:\n"
            "    def __init__(self):\n"
            "        self.state = 'NEW'\n"        # the birth state: fine
-           "    def move(self, to):\n"
+           "    def _move(self, to):\n"
            "        self.state = to\n"           # the owner: fine
            "    def other(self, t, u):\n"
            "        t.state = 'DONE'\n"
@@ -189,7 +189,7 @@ def test_the_state_write_rule_sees_what_it_must():
            "        setattr(t, 'state', 'B')\n"
            "        t.__dict__['state'] = 'C'\n"
            "def f(t):\n"
-           "    def move():\n"
-           "        t.state = 'D'\n"             # (named move: the rule trusts the name)
+           "    def _move():\n"
+           "        t.state = 'D'\n"             # (named _move: the rule trusts the name)
            "    t.state: str = 'E'\n")
     assert [line for line, _ in state_writes_outside_move(src)] == [7, 8, 9, 10, 11, 15]

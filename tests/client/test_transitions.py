@@ -1,4 +1,4 @@
-"""The client's state machines (client/_transitions.py): Task.move and Pilot.move refuse any
+"""The client's state machines (client/_transitions.py): Task._move and Pilot._move refuse any
 move their table lacks, and the managers drop the wire's late and repeated news before
 anything moves -- a final state twice, EXECUTING after AGENT_SCHEDULING was skipped, an
 older state after a newer one are what a client legitimately hears (re-attach, resume,
@@ -37,13 +37,13 @@ def test_the_tables_cover_every_state_and_only_go_forward():
 
 
 def _task(state: str) -> Task:
-    t = Task(None, "task.000000", pf.TaskDescription(executable="/bin/true"), "pilot.0000")  # type: ignore[arg-type]  # no manager: move() alone
+    t = Task(None, "task.000000", pf.TaskDescription(executable="/bin/true"), "pilot.0000")  # type: ignore[arg-type]  # no manager: _move() alone
     t.state = state  # (a test's shortcut to each state)
     return t
 
 
 def _pilot(state: str) -> Pilot:
-    p = Pilot(None, "pilot.0000", pf.PilotDescription(), "/nonexistent")  # type: ignore[arg-type]  # no manager: move() alone
+    p = Pilot(None, "pilot.0000", pf.PilotDescription(), "/nonexistent")  # type: ignore[arg-type]  # no manager: _move() alone
     p.state = state
     return p
 
@@ -53,11 +53,11 @@ def test_task_move_follows_the_table(frm):
     for to in S.TASK_STATES:
         t = _task(frm)
         if to in TASK_LEGAL[frm]:
-            assert t.move(to, 5.0) == frm
+            assert t._move(to, 5.0) == frm
             assert t.state == to and t._hist[-2:] == [to, 5.0]
         else:
             with pytest.raises(IllegalTransition, match=f"task task.000000: {frm} -> {to}"):
-                t.move(to, 5.0)
+                t._move(to, 5.0)
             assert t.state == frm and t._hist == []  # nothing changed
 
 
@@ -66,11 +66,11 @@ def test_pilot_move_follows_the_table(frm):
     for to in S.PILOT_STATES:
         p = _pilot(frm)
         if to in PILOT_LEGAL[frm]:
-            p.move(to, 5.0, "why")
+            p._move(to, 5.0, "why")
             assert p.state == to and p.history == [(to, 5.0)] and p.reason == "why"
         else:
             with pytest.raises(IllegalTransition, match=f"pilot pilot.0000: {frm} -> {to}"):
-                p.move(to, 5.0, "why")
+                p._move(to, 5.0, "why")
             assert p.state == frm and p.history == [] and p.reason is None
 
 

@@ -1,5 +1,5 @@
 """The client's two state machines: the moves a Task and a Pilot make, as the agent's
-`agent/tasks.py` LEGAL table is for its tasks. `Task.move` and `Pilot.move` are the only
+`agent/tasks.py` LEGAL table is for its tasks. `Task._move` and `Pilot._move` are the only
 writers of a `.state` in client/ (tests/client/test_client_shape.py fails on any other) and
 raise IllegalTransition for a move the table lacks: a bug in the client, never the user's
 fault, so it is loud.
@@ -8,7 +8,7 @@ The wire is filtered before anything moves: the client hears its agents out of o
 twice (a re-attached agent's answers, a resumed session's journal, a final state sent again,
 a requeued task's second EXECUTING), and the managers drop what is late or repeated -- a
 task or pilot in a final state takes nothing; news no later than the state it is in is
-history only (TaskManager._apply, PilotManager._advance). What reaches `move` is forward,
+history only (TaskManager._apply, PilotManager._advance). What reaches `_move` is forward,
 and may skip states:
 
 Task   NEW ──► SCHEDULING ──► STAGING_INPUT ──► AGENT_SCHEDULING ──► EXECUTING ──►

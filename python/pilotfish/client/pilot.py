@@ -45,7 +45,7 @@ class Pilot:
         self.uid = uid
         self.description = description
         self.sandbox = sandbox
-        self.state = S.NEW  # changed by move() only (_transitions.PILOT_LEGAL)
+        self.state = S.NEW  # changed by _move() only (_transitions.PILOT_LEGAL)
         self.history: list[tuple[str, float]] = []
         self.reason: str | None = None
         # the end asked for (cancel, close: final state, reason); the first request wins
@@ -424,7 +424,7 @@ class Pilot:
                 self._replies.wait(min(left, 1.0))
             return self._explained.pop(token)
 
-    def move(self, to: str, t: float | None = None, reason: str | None = None) -> None:
+    def _move(self, to: str, t: float | None = None, reason: str | None = None) -> None:
         """The one place this pilot's state changes, with its history entry (at t, else
         now) and its reason, if given. The manager drops late and repeated news first
         (PilotManager._advance); a move PILOT_LEGAL lacks raises IllegalTransition (a bug in
@@ -710,7 +710,7 @@ class PilotManager:
             ):
                 return False
             t = time.time() if t is None else t
-            pilot.move(state, t, reason)
+            pilot._move(state, t, reason)
             self._cond.notify_all()
         self.session.events.record(pilot.uid, state, reason, t)
         if state in S.FINAL:
@@ -764,7 +764,7 @@ class PilotManager:
             learn_finals()
             return None, uid
         pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
-        pilot.move(S.NEW)  # (its first history entry: no event, no callback)
+        pilot._move(S.NEW)  # (its first history entry: no event, no callback)
         self.pilots[uid] = pilot
         # until its agent answers, whatever it says is a cue to ask it again
         self.session.router.watch(uid, functools.partial(self._heard, pilot))

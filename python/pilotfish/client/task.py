@@ -63,7 +63,7 @@ class Task:
         self.uid = uid
         self.description = description
         self.pilot = pilot
-        self.state = S.NEW  # changed by move() only (_transitions.TASK_LEGAL)
+        self.state = S.NEW  # changed by _move() only (_transitions.TASK_LEGAL)
         self.exit_code: int | None = None
         self.signal: int | None = None
         self.stdout: str | None = None
@@ -77,7 +77,7 @@ class Task:
         self._result: bytes | None = None  # a function task's outcome, as the worker sent it
         self._decoded: tuple | None = None  # (value, exception) once looked at
 
-    def move(self, to: str, t: float) -> str:
+    def _move(self, to: str, t: float) -> str:
         """The one place this task's state changes, with its history entry (at t); returns
         the state it left. The manager drops the wire's late and repeated news first; a move
         TASK_LEGAL lacks raises IllegalTransition (a bug in the client)."""
@@ -351,7 +351,7 @@ class TaskManager:
             pilot_uid = routes[i].uid if routes[i] is not None else r[1]
             t = Task(self, uid, d, pilot_uid)
             t._hist = [S.NEW, now]
-            t.move(S.SCHEDULING, now)
+            t._move(S.SCHEDULING, now)
             registry[uid] = t
             tasks.append(t)
             load[pilot_uid] += _cores(d)
@@ -442,7 +442,7 @@ class TaskManager:
         with self._cond:  # they were sent before: not waiting to be sent now
             for i, (uid, pilot_uid) in resumed.items():
                 if pilot_uid is not None and tasks[i].state == S.SCHEDULING:
-                    tasks[i].move(S.STAGING_INPUT, time.time())
+                    tasks[i]._move(S.STAGING_INPUT, time.time())
                     self.counts[S.SCHEDULING] -= 1
                     self.counts[S.STAGING_INPUT] += 1
         if pairs:
@@ -680,7 +680,7 @@ class TaskManager:
         with self._cond:
             for t in batch:
                 if t.state == S.SCHEDULING:
-                    t.move(S.STAGING_INPUT, now)
+                    t._move(S.STAGING_INPUT, now)
                     moved += 1
             self.counts[S.SCHEDULING] -= moved
             self.counts[S.STAGING_INPUT] += moved
@@ -713,7 +713,7 @@ class TaskManager:
                 if rank is None or rank <= S.TASK_RANK[old]:
                     t._hist += (state, u.t)  # a sub-event (e.g. launch_retry) or late news
                     continue
-                t.move(state, u.t)
+                t._move(state, u.t)
                 counts[old] -= 1
                 counts[state] += 1
                 if state in S.FINAL:
@@ -739,7 +739,7 @@ class TaskManager:
             for t in tasks:
                 if t.state in S.FINAL:
                     continue
-                self.counts[t.move(state, now)] -= 1
+                self.counts[t._move(state, now)] -= 1
                 self.counts[state] += 1
                 t.reason = reason
                 self._load[t.pilot] -= _cores(t.description)
