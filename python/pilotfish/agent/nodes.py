@@ -70,9 +70,10 @@ from typing import Any, Callable, NamedTuple
 
 from .. import _events as E
 from .. import _node_wire as W
-from .._door import Door, joined
+from .._door import Door
 from .._util import write_private
 from ..launch.nodes import executor_step
+from .inbox import router_messages
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -246,16 +247,7 @@ class NodeLink:
 
     # -- the socket ----------------------------------------------------------------------------
     def on_readable(self) -> None:
-        zmq = self.zmq
-        sock = self.sock
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) < 2:  # not an identity and a payload: dropped
-                continue
-            ident, frame = frames[0], joined(frames, 1)  # (split by the sender: _door.py)
+        for ident, frame in router_messages(self.sock):
             name = ident.decode(errors="replace")
             node = self.nodes.get(name)
             if node is None and name in self.gone:
