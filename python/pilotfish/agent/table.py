@@ -14,6 +14,7 @@ loop, from reports.Reports).
 
 from __future__ import annotations
 
+import enum
 import heapq
 import logging
 import math
@@ -92,7 +93,7 @@ class TaskTable:
         self.seq = 0
         self.misfits: dict[tuple, object] = {}  # request shape -> misfit (check_spec memo)
         # (when, seq, kind, task, its gen then): a timer set for an earlier run is skipped
-        self.timers: list[tuple[float, int, str, AgentTask, int]] = []
+        self.timers: list[tuple[float, int, Timer, AgentTask, int]] = []
         self._timer_seq = 0
         self._stopping: tuple[str, str, str] | None = None  # (pilot state, reason, why)
         self.drain_check = False  # something of a draining unit ended: is it empty now?
@@ -362,7 +363,7 @@ class TaskTable:
         for t in go:
             if t.spec.timeout and t.running and not t.timed:
                 t.timed = True
-                self.timer(now + t.spec.timeout, "timeout", t)
+                self.timer(now + t.spec.timeout, Timer.TIMEOUT, t)
 
     def _spawn(self, launching: list[AgentTask], events: list) -> None:
         """Spawn placed tasks; those that cannot be spawned fail alone."""
@@ -582,7 +583,7 @@ class TaskTable:
         detail = f"attempt {t.attempt + 1} of {t.spec.retries + 1} in {delay:g}s: {why}"[:300]
         self._again(t, now, E.RETRY, detail, detail)
         move(t, BACKOFF)  # out of the queue until its backoff ends (a cancel finalizes it)
-        self.timer(now + delay, "backoff_end", t)
+        self.timer(now + delay, Timer.BACKOFF_END, t)
 
     def _again(self, t: AgentTask, now: float, event: str, detail: str, reason: str) -> None:
         """t goes back to waiting (a retry, a requeue): its event, the client's `retry`
@@ -708,7 +709,7 @@ class TaskTable:
             )
         when = self.clock.now() + KILL_GRACE
         for t in tasks:
-            self.timer(when, "kill", t)
+            self.timer(when, Timer.KILL, t)
 
     def stop_all(self, task_state: str, task_reason: str, waiting_reason: str) -> None:
         """The pilot's end: what waits is canceled, what runs is stopped (task_state)."""
@@ -720,7 +721,7 @@ class TaskTable:
         self.cancel(running, task_reason, running_state=task_state)
 
     # -- timers ---------------------------------------------------------------------------------
-    def timer(self, when: float, kind: str, t: AgentTask) -> None:
+    def timer(self, when: float, kind: Timer, t: AgentTask) -> None:
         self._timer_seq += 1
         heapq.heappush(self.timers, (when, self._timer_seq, kind, t, t.gen))
 
@@ -734,7 +735,7 @@ class TaskTable:
         to_term = []
         while timers and timers[0][0] <= now:
             _, _, kind, t, gen = heapq.heappop(timers)
-            if kind == "backoff_end":
+            if kind is Timer.BACKOFF_END:
                 if t.final_state is None and self._stopping is None:
                     t.seq = self.seq  # a new arrival: behind what waits already
                     self.seq += 1
@@ -745,12 +746,20 @@ class TaskTable:
                 continue
             if t.final_state is not None or not t.running or gen != t.gen:
                 continue
-            if kind == "timeout" and t.kill_reason is None:
+            if kind is Timer.TIMEOUT and t.kill_reason is None:
                 t.kill_reason = (S.FAILED, f"timed out after {t.spec.timeout:g}s")
                 to_term.append(t)
-            elif kind == "kill":
+            elif kind is Timer.KILL:
                 self.runner.kill([t], _signal.SIGKILL)
         self.kill(to_term)
+
+
+class Timer(enum.Enum):
+    """What a task's timer does when it fires (TaskTable.fire_timers)."""
+
+    TIMEOUT = "timeout"  # its walltime (TaskDescription.timeout) is up: TERM, then KILL
+    KILL = "kill"  # the grace after a TERM is up: SIGKILL
+    BACKOFF_END = "backoff_end"  # a failed task's retry backoff ended: queued again
 
 
 def _by_partition(tasks: list[AgentTask]) -> dict[Partition, list[AgentTask]]:
