@@ -39,6 +39,7 @@ from .node_runner import NodeRunner
 from .nodes import NodeLink
 from .launching import LaunchWiring
 from .partition import FAILED, Launchers, make_partitions, rebalance
+from .ports import StopWhy
 from .reports import Reports
 from .resume import resync
 from .simulation import AUTOJUMP_S, SIM_POLL_S
@@ -286,7 +287,7 @@ class Agent:
         events.flush()
 
     @property
-    def stopping(self) -> tuple[str, str, str] | None:
+    def stopping(self) -> tuple[str, str, StopWhy] | None:
         return self.table.stopping
 
     def _hello(self, t: float) -> None:
@@ -403,13 +404,13 @@ class Agent:
             self._flush()
             real = clock.real_mono()
             if now >= self.drain_at:
-                table.stop(S.DONE, "walltime reached", "walltime")
+                table.stop(S.DONE, "walltime reached", StopWhy.WALLTIME)
             elif real - self._last_heard > self.client_timeout:
                 table.stop(
                     S.CANCELED,
                     f"client silent for {real - self._last_heard:.0f}s "
                     f"(bound {self.client_timeout:g}s)",
-                    "client gone",
+                    StopWhy.CLIENT_GONE,
                 )
             elif real - self._last_sent >= self.heartbeat_s:
                 self.sock.send(_wire.encode(_wire.Heartbeat(now)))
@@ -490,7 +491,7 @@ class Agent:
         elif isinstance(msg, _wire.Cancel):
             self.table.cancel(msg.uids)
         elif isinstance(msg, _wire.Shutdown):
-            self.table.stop(S.DONE, msg.reason, "shutdown")
+            self.table.stop(S.DONE, msg.reason, StopWhy.SHUTDOWN)
         elif isinstance(msg, _wire.Resync):
             self._resync(msg.uids)
         elif isinstance(
@@ -608,12 +609,12 @@ class Agent:
         self.events.record(self.uid, E.DRAIN_START, reason)
         if self.pool is not None:
             self.pool.drain(
-                S.FAILED if why == "walltime" else S.CANCELED,
+                S.FAILED if why is StopWhy.WALLTIME else S.CANCELED,
                 "killed: the pilot reached its walltime"
-                if why == "walltime"
+                if why is StopWhy.WALLTIME
                 else f"pilot stopped: {reason}",
             )
-        if why == "walltime":
+        if why is StopWhy.WALLTIME:
             task_state, task_reason = S.FAILED, "killed: the pilot reached its walltime"
         else:
             task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
@@ -681,9 +682,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
-    _signal.signal(
-        _signal.SIGTERM, lambda *_: agent.table.stop(S.CANCELED, "terminated by signal", "signal")
-    )
+
+    def on_term(*_: object) -> None:
+        agent.table.stop(S.CANCELED, "terminated by signal", StopWhy.SIGNAL)
+
+    _signal.signal(_signal.SIGTERM, on_term)
     # An open of a spool file while the output reader holds its write lease (for an instant)
     # signals the lease holder: SIGIO, whose default would kill the agent. (Tasks get it back
     # at its default.)

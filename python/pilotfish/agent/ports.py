@@ -19,10 +19,21 @@ A room is given the narrowest of these it needs, never the Agent (agent/_main.py
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable, Mapping, Protocol
 
 from .._wire import TaskSpec
 from .tasks import AgentTask
+
+
+class StopWhy(enum.Enum):
+    """Why the pilot stops (Host.stopping's third field): what its end does to what runs."""
+
+    WALLTIME = "walltime"  # its walltime reached: what still runs FAILS, killed
+    CLIENT_GONE = "client gone"  # no word from the client for client_timeout: CANCELED
+    SHUTDOWN = "shutdown"  # the client asked (cancel, session close): CANCELED
+    SIGNAL = "signal"  # the agent was sent SIGTERM (e.g. the batch job's end): CANCELED
+    LAUNCHERS = "launchers"  # no partition can launch any more (the pilot FAILS): CANCELED
 
 
 class Host(Protocol):
@@ -37,7 +48,7 @@ class Host(Protocol):
     tasks: Mapping[str, AgentTask]  # live tasks by uid (read only: move() changes them)
 
     @property
-    def stopping(self) -> tuple[str, str, str] | None:
+    def stopping(self) -> tuple[str, str, StopWhy] | None:
         """(pilot state, reason, why) once the pilot stops, else None."""
 
     @property

@@ -34,7 +34,7 @@ from .containment import kill_marked
 from .executor import REASON_TAIL, signal_name
 from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
 from .pmi_worlds import route as pmi_route
-from .ports import CallPool, TaskEnded
+from .ports import CallPool, StopWhy, TaskEnded
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
 
@@ -95,7 +95,7 @@ class TaskTable:
         # (when, seq, kind, task, its gen then): a timer set for an earlier run is skipped
         self.timers: list[tuple[float, int, Timer, AgentTask, int]] = []
         self._timer_seq = 0
-        self._stopping: tuple[str, str, str] | None = None  # (pilot state, reason, why)
+        self._stopping: tuple[str, str, StopWhy] | None = None  # (pilot state, reason, why)
         self.drain_check = False  # something of a draining unit ended: is it empty now?
         self.calls: CallPool | None = None  # the function pool, once it runs
         self.ended: list[TaskEnded] = []  # told of every task's end
@@ -108,10 +108,10 @@ class TaskTable:
 
     # -- the host (ports.Host) ---------------------------------------------------------------
     @property
-    def stopping(self) -> tuple[str, str, str] | None:
+    def stopping(self) -> tuple[str, str, StopWhy] | None:
         return self._stopping
 
-    def stop(self, pilot_state: str, reason: str, why: str) -> None:
+    def stop(self, pilot_state: str, reason: str, why: StopWhy) -> None:
         """The pilot stops (the first reason given wins)."""
         if self._stopping is None:
             self._stopping = (pilot_state, reason, why)
@@ -461,7 +461,7 @@ class TaskTable:
         )
         moved = self.evacuate(p, held, why)
         if not any(q.open for q in self.partitions):
-            self.stop(S.FAILED, f"no partition can launch: {why}", "launchers")
+            self.stop(S.FAILED, f"no partition can launch: {why}", StopWhy.LAUNCHERS)
             for t in moved:
                 t.reason = f"partition {p.index} closed: {why}"
                 self.final(t, S.FAILED)
