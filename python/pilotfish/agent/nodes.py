@@ -134,7 +134,7 @@ class Node:
         self.last_sent = 0.0
         self.keys: set[int] = set()  # its running processes' spawn keys
         self.expected_by = expected_by  # its executor must have said hello by then
-        self.starter = starter  # the NodeExecutors method that started it
+        self.starter = starter  # the NodesLaunch method that started it
         # while lost (the module docstring): its keys are held, undecided, until its hello or
         # its verdict; then what was decided without it, and what is asked of it meanwhile
         self.lost_at = 0.0

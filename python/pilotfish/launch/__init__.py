@@ -19,7 +19,7 @@ from .flux import Flux
 from .jsrun import Jsrun
 from .mpiexec import Mpiexec
 from .mpirun import Mpirun
-from .nodes import NodeExecutors
+from .nodes import NodesLaunch
 from .pmi import Pmi
 from .prrte import Prrte
 from .srun import Srun
@@ -27,7 +27,7 @@ from .ssh import Ssh
 
 LAUNCHERS: dict[str, type[LaunchMethod]] = {
     cls.name: cls
-    for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodeExecutors, Pmi)
+    for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodesLaunch, Pmi)
 }
 
 

@@ -57,7 +57,7 @@ class NodeStarter(Protocol):
         """Ask the executors this starter started to stop what runs and exit."""
 
 
-class NodeExecutors(LaunchMethod):
+class NodesLaunch(LaunchMethod):
     """Launch method `nodes`: a single-node task's ranks as plain processes (as `direct`),
     spawned by the node's executor -- or by the agent's own core on the agent's node."""
 
