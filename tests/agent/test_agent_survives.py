@@ -70,7 +70,7 @@ def test_bad_wire_specs_fail_alone(pilot_env, monkeypatch):
     assert os.path.getsize(os.path.join(pilot.sandbox, "agent.events")) > 0
     # garbage frames: dropped, the agent keeps serving
     for junk in (b"", b"\xc1", msgspec.msgpack.encode(["submit", [["x"]]]), os.urandom(64)):
-        s._bridge.send(pilot.uid, junk)
+        s.plane.bridge.send(pilot.uid, junk)
     monkeypatch.setattr(client_task, "_spec", real_spec)
     after = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
     assert after.wait(timeout=30) == pf.DONE

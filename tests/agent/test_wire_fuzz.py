@@ -32,7 +32,7 @@ def test_frames_never_kill_the_agent(live, frame):
     s, pilot, _ = live
     data = wire_fuzz.encode(frame)
     if data is not None:
-        s._bridge.send(pilot.uid, data)
+        s.plane.bridge.send(pilot.uid, data)
 
 
 def test_agent_still_serves_after_the_fuzz(live):

@@ -92,7 +92,7 @@ def test_session_files_are_private(tmp_path):
         assert mode(os.path.join(pilot.sandbox, "agent.json")) == 0o600
         assert mode(path / "journal") == 0o600
         cfg = json.load(open(os.path.join(pilot.sandbox, "agent.json")))
-        assert cfg["curve"]["secret"] and cfg["curve"]["server"] == s._bridge.public_key.decode()
+        assert cfg["curve"]["secret"] and cfg["curve"]["server"] == s.plane.bridge.public_key.decode()
 
 
 def test_reused_session_directory_is_refused_without_resume(tmp_path):

@@ -96,7 +96,7 @@ class PilotPort(Protocol):
     sandbox: str
     envs: dict[str, dict]  # prepared environments (Pilot.prepare_env)
     _simulated: bool
-    _fn_sent: set[bytes]  # digests of the callables its agent was sent (under session._fn_lock)
+    _fn_sent: set[bytes]  # digests of the callables its agent was sent (under plane.fn_lock)
     _missing: set[str]  # re-attached: the tasks its agent did not know
     _resync: list[str] | None  # re-attached: the tasks asked about (None: a new pilot)
 

@@ -406,7 +406,7 @@ class Pilot:
         return out
 
     def _send(self, msg) -> None:
-        self._pmgr.session._bridge.send(self.uid, _wire.encode(msg))
+        self._pmgr.session.plane.bridge.send(self.uid, _wire.encode(msg))
 
     def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
         """The agent's explanations of these tasks (agent/explain.py), or None if it did not
@@ -611,7 +611,7 @@ class PilotManager:
     idle_poll_interval = 2.0  # while every pilot is ACTIVE (the agent's connection is live)
 
     def __init__(self, session: Session):
-        session._check_open()
+        session.plane.check_open()
         self.session = session
         self.pilots: dict[str, Pilot] = {}
         self._callbacks: list[Callable[[Pilot, str], None]] = []
@@ -620,7 +620,7 @@ class PilotManager:
         self._poke = threading.Event()  # wakes the monitor early
         self._monitor = threading.Thread(target=self._watch, name="pilotfish-pilots", daemon=True)
         self._monitor_started = False
-        session._pmgrs.append(self)
+        session.plane.pilot_closers.append(self._close)
 
     # -- public API -------------------------------------------------------------------------
     def submit_pilots(self, descriptions):
@@ -630,20 +630,20 @@ class PilotManager:
         started before: one whose agent is still alive is re-attached (its tasks keep
         running), one that is gone is replaced by a new pilot of the same description.
         """
-        self.session._check_open()
+        self.session.plane.check_open()
         single = isinstance(descriptions, (PilotDescription, dict))
         descs = check_descriptions([descriptions] if single else descriptions, PilotDescription)
         pilots = []
         for d in descs:
             pilot, replaced = self._reattach(d)
             if pilot is None:
-                uid = self.session._next_pilot_uid()
+                uid = self.session.plane.next_pilot_uid()
                 sandbox = d.sandbox or os.path.join(self.session.path, uid)
                 pilot = Pilot(self, uid, d, sandbox)
                 try:  # journaled before it exists: a journal that cannot take it (a full disk)
                     self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
                 except OSError as e:  # fails the call, nothing started
-                    raise self.session._journal_error(
+                    raise self.session.plane.journal_error(
                         e, f"journal pilot {uid} (it was not started) in"
                     ) from e
                 self.pilots[uid] = pilot
@@ -772,7 +772,7 @@ class PilotManager:
         self._advance(pilot, S.LAUNCHING)
         # the agent beats every heartbeat_s; give it three, and the answer time
         if not pilot._resynced.wait(3 * self.session.heartbeat_s + 5):
-            self.session._bridge.forget(uid)
+            self.session.plane.bridge.forget(uid)
             del self.pilots[uid]
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
             if local_pid:  # a replacement must not run what this one still runs
@@ -788,7 +788,7 @@ class PilotManager:
     def _launch(self, pilot: Pilot) -> None:
         d = pilot.description
         session = self.session
-        bridge = session._bridge
+        bridge = session.plane.bridge
         config = {
             "pilot_uid": pilot.uid,
             "session_uid": session.uid,
@@ -830,7 +830,7 @@ class PilotManager:
     def _attach(self, pilot: Pilot, public_key: bytes | None) -> None:
         """Route the pilot's own messages here, then let its agent in."""
         self.session.router.attach(pilot.uid, functools.partial(self._on_agent, pilot))
-        self.session._bridge.allow(pilot.uid, public_key)
+        self.session.plane.bridge.allow(pilot.uid, public_key)
 
     def _heard(self, pilot: Pilot, msg) -> None:  # IO thread: a re-attaching pilot's watcher
         if not pilot._resynced.is_set() and not isinstance(msg, (_wire.Missing, _wire.Hello)):
@@ -839,8 +839,8 @@ class PilotManager:
             now = time.monotonic()
             if now - pilot._resync_asked >= self.session.heartbeat_s:
                 pilot._resync_asked = now
-                self.session._bridge.mark_connected(pilot.uid)
-                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))  # type: ignore[arg-type]  # set when re-attaching
+                self.session.plane.bridge.mark_connected(pilot.uid)
+                self.session.plane.bridge.send(pilot.uid, _wire.encode(_wire.Resync(pilot._resync)))  # type: ignore[arg-type]  # set when re-attaching
 
     def _on_agent(self, pilot: Pilot, msg) -> None:  # IO thread: the pilot's own messages
         if isinstance(msg, _wire.Heartbeat):  # (only before a hello reaches the router)
@@ -870,7 +870,7 @@ class PilotManager:
         self._poke.set()
         if pilot.state == S.ACTIVE:
             if pilot._bye is None:  # (after its bye the agent is gone: nothing to tell it)
-                self.session._bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
+                self.session.plane.bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
         elif pilot._job is not None:  # not up yet: take the job away
             try:
                 pilot._job.cancel()
@@ -882,7 +882,7 @@ class PilotManager:
         """Follow batch jobs: a job that ends without the agent's bye fails the pilot; a batch
         system that cannot be asked ends nothing (the agent's silence or bye still does)."""
         while not self._stop.is_set():
-            last_seen = self.session._bridge.last_seen
+            last_seen = self.session.plane.bridge.last_seen
             now = time.monotonic()
             for pilot in list(self.pilots.values()):
                 if pilot.state == S.ACTIVE and pilot._wanted is None:
@@ -943,7 +943,7 @@ class PilotManager:
             if pid:
                 _stop_stale_agent(pid, pilot.sandbox)
         self._advance(pilot, S.FAILED, reason)
-        self.session._bridge.forget(pilot.uid)
+        self.session.plane.bridge.forget(pilot.uid)
 
     def _finish(self, pilot: Pilot, job_state: str, message: str | None) -> None:
         bye = pilot._bye
@@ -964,7 +964,7 @@ class PilotManager:
                 S.FAILED,
                 message or f"batch job ended ({job_state}) without the agent reporting",
             )
-        self.session._bridge.forget(pilot.uid)
+        self.session.plane.bridge.forget(pilot.uid)
 
     def _close(self, terminate: bool = True, grace: float = 30.0) -> None:
         live = [p for p in self.pilots.values() if p.state not in S.FINAL]

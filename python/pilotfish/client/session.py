@@ -12,13 +12,13 @@ path and the cause; close() reports them and does not raise.
 The session owns the one way in from the agents: bridge (_bridge.Bridge: the socket, the IO
 thread) -> router (_router.Router) -> the task registry (_registry.TaskRegistry: Updates), the
 pilots' listeners (PilotManager: Hello, Bye, ...) and the service groups (GroupView, ...).
+That machinery is one object, `session.plane` (plane.Plane), which the managers use.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import itertools
 import json
 import logging
 import os
@@ -33,14 +33,14 @@ import msgspec
 
 from .. import _events as E
 from .._version import __version__
-from .._errors import PilotfishError, SessionClosed, SessionError
+from .._errors import PilotfishError, SessionError
 from .._events import EventWriter, TaskRecord
 from .._journal import Journal, read_journal
 from .._util import hostname, open_private, private_dir, read_private, write_private
 from ._bridge import Bridge
 from ._registry import TaskRegistry
 from ._router import Router
-from .adoption import Adopter
+from .plane import Plane
 
 log = logging.getLogger("pilotfish.client")
 
@@ -70,8 +70,8 @@ class Session:
               for client_timeout drains and ends its batch job (defaults 5, 60, 60 s)
     journal   keep the journal (descriptions and final states, fsynced about once a second)
 
-    Its managers register with `router` (_router.Router), which the session's bridge hands
-    every message from an agent; `resumed` is what a resumed session's journal says.
+    Its managers use `plane` (plane.Plane: the bridge, the router, the task registry, ...);
+    `router` is the plane's router; `resumed` is what a resumed session's journal says.
     """
 
     def __init__(
@@ -147,10 +147,10 @@ class Session:
             self.events = _SessionEvents(os.path.join(self.path, "client.events"), enabled=profile)
             self.events.record("session", E.SESSION_RESUME if previous else E.SESSION_START)
             self.tasks: dict[str, Any] = {}  # every task (task.Task) of the session, by uid
-            self._registry = TaskRegistry(self.tasks, self._resume)
+            registry = TaskRegistry(self.tasks, self._resume)
             # what agents send: bridge -> router -> the registry, the pilots, the groups
-            self.router = Router(self._registry)
-            self._bridge = Bridge(
+            self.router = Router(registry)
+            bridge = Bridge(
                 self.path,
                 self.uid,
                 bind=bind,
@@ -174,7 +174,7 @@ class Session:
                                 "version": __version__,
                                 "host": hostname(),
                                 "pid": os.getpid(),
-                                "address": self._bridge.address,
+                                "address": bridge.address,
                                 "secure": keys is not None,
                             },
                             indent=1,
@@ -186,21 +186,24 @@ class Session:
                         journal_path, enabled=journal, repair=previous is not None
                     )
             except BaseException:
-                self._bridge.close()
+                bridge.close()
                 raise
         except BaseException:
             self._abandon(made, claimed)
             raise
         r = self._resume
-        self._task_ids = itertools.count(r.next_task if r else 0)
-        self._pilot_ids = itertools.count(r.next_pilot if r else 0)
-        self._pmgrs: list[Any] = []  # its PilotManagers (pilot.py), closed with it
-        self._tmgrs: list[Any] = []  # its TaskManagers (task.py)
+        self.plane = Plane(
+            self.uid,
+            bridge,
+            self.router,
+            registry,
+            self.journal,
+            _session_error,
+            next_task=r.next_task if r else 0,
+            next_pilot=r.next_pilot if r else 0,
+        )
+        """The session's machinery (plane.Plane), which its managers use."""
         self._closed = False
-        # held while a submit marks the callables its frames carry as sent and queues them
-        self._fn_lock = threading.Lock()
-        self._journal_failed = False  # a final could not be journaled (reported once)
-        self._adopter = Adopter(self._registry)  # tasks that outlive their agent (keeper.py)
 
     def _abandon(self, made: bool, claimed: bool) -> None:
         """A session that failed to open leaves the directory as it found it: one it made is
@@ -224,14 +227,15 @@ class Session:
     @property
     def address(self) -> str:
         """Where agents connect."""
-        return self._bridge.address
+        return self.plane.bridge.address
 
     def reachable_address(self) -> str:
         """Where agents on other hosts connect: TCP on one interface (bound on first need,
         kept in session.json for a resume)."""
-        first = self._bridge.tcp_address is None
-        address = self._bridge.reachable_address()
-        if first and address != self._bridge.address:
+        bridge = self.plane.bridge
+        first = bridge.tcp_address is None
+        address = bridge.reachable_address()
+        if first and address != bridge.address:
             meta_path = os.path.join(self.path, "session.json")
             meta = _read_meta(meta_path) or {}
             meta["tcp_address"] = address
@@ -245,17 +249,6 @@ class Session:
         is submitted again with it), or None for a new session."""
         return self._resume
 
-    def _next_task_uids(self, n: int) -> list[str]:
-        ids = self._task_ids
-        return [f"task.{next(ids):06d}" for _ in range(n)]
-
-    def _next_pilot_uid(self) -> str:
-        return f"pilot.{next(self._pilot_ids):04d}"
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SessionClosed(f"session {self.uid} is closed")
-
     def close(self, terminate: bool = True) -> None:
         """Shut the pilots down (canceling what still runs), write task records, stop IO.
 
@@ -265,15 +258,17 @@ class Session:
             if self._closed:
                 return
             self._closed = True
+            plane = self.plane
+            plane.closed = True
         try:
-            for tmgr in self._tmgrs:
-                tmgr._close()
-            for pmgr in self._pmgrs:
-                self._quietly("stop the pilots of", self.path, pmgr._close, terminate=terminate)
-            self._quietly("stop the adopted tasks of", self.path, self._adopter.close, terminate)
+            for close_tasks in plane.task_closers:
+                close_tasks()
+            for close_pilots in plane.pilot_closers:
+                self._quietly("stop the pilots of", self.path, close_pilots, terminate=terminate)
+            self._quietly("stop the adopted tasks of", self.path, plane.adopter.close, terminate)
             self.events.record("session", E.SESSION_STOP)
             self._write_task_records()
-            self._bridge.close()
+            plane.bridge.close()
             self._quietly("close the journal", self.journal.path, self.journal.close)
             self._quietly("write the events to", self.events.path, self.events.close)
         finally:
@@ -286,24 +281,6 @@ class Session:
             fn(*args, **kwargs)
         except OSError as e:
             log.error("session %s: cannot %s %s: %s", self.uid, what, path, e.strerror or e)
-
-    def _journal_error(self, e: OSError, what: str) -> SessionError:
-        """The SessionError for a journal write that failed (nothing of it is in the journal)."""
-        return _session_error(e, what, self.journal.path)
-
-    def _journal_lost(self, e: OSError, n: int) -> None:
-        """Finals that could not be journaled: logged (the first time), not raised -- the
-        tasks did end; a resume would run them again."""
-        if not self._journal_failed:
-            self._journal_failed = True
-            log.error(
-                "session %s: cannot journal %d final states to %s: %s; a resume would "
-                "run those tasks again (later failures are not logged)",
-                self.uid,
-                n,
-                self.journal.path,
-                e.strerror or e,
-            )
 
     def _write_task_records(self) -> None:
         records = []

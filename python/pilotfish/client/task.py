@@ -205,7 +205,7 @@ class TaskManager:
         tasks end), so bulk submits spread by capacity and later ones fill pilots that ran
         dry; "round_robin": to the pilots in turn, skipping those that cannot hold it.
         A task that names its `pilot` goes there."""
-        session._check_open()
+        session.plane.check_open()
         if scheduler not in self.SCHEDULERS:
             raise ValueError(
                 f"TaskManager scheduler {scheduler!r} is unknown: use one of "
@@ -227,7 +227,7 @@ class TaskManager:
         self._n_final = 0  # tasks of this manager in a final state
         self._wake_ats: list[int] = []  # final-count marks that "wait for all" waiters need
         self._general_waiters = 0  # waiters that must look at every change
-        session._tmgrs.append(self)
+        session.plane.task_closers.append(self._close)
 
     # -- public API -------------------------------------------------------------------------
     def add_pilots(self, pilots: PilotPort | Iterable[PilotPort]) -> None:
@@ -254,7 +254,7 @@ class TaskManager:
 
     def _submit_tasks(self, descriptions):
         session = self.session
-        session._check_open()
+        session.plane.check_open()
         single = isinstance(descriptions, (TaskDescription, dict))
         descs = check_descriptions([descriptions] if single else descriptions, TaskDescription)
         pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
@@ -272,7 +272,7 @@ class TaskManager:
         # All or nothing: every wire spec and journal record is encoded before a task is
         # registered, so a description that cannot cross the wire fails the call, naming it.
         n_new = len(descs) - len(resumed)
-        new_uids = iter(session._next_task_uids(n_new))
+        new_uids = iter(session.plane.next_task_uids(n_new))
         uids, to_send = [], []
         for i, d in enumerate(descs):
             r = resumed.get(i)
@@ -334,7 +334,7 @@ class TaskManager:
         try:
             session.journal.write_encoded(journal)
         except OSError as e:
-            raise session._journal_error(
+            raise session.plane.journal_error(
                 e,
                 f"journal the {len(to_send)} tasks of this submit (none was registered or sent) in",
             ) from e
@@ -374,12 +374,12 @@ class TaskManager:
         # a submit that fails on the way sends them again next time); another thread's frame
         # that only names one is queued after these (the lock), and the agent would keep its
         # calls until the callable came anyway. Frames without function tasks need no lock.
-        with session._fn_lock if fn_sent else contextlib.nullcontext():
+        with session.plane.fn_lock if fn_sent else contextlib.nullcontext():
             for pilot_uid, sent in fn_sent.items():
                 self._pilots[pilot_uid]._fn_sent |= sent
             for pilot_uid, frame, part in frames:
                 batch = [tasks[i] for i in part]
-                session._bridge.send(
+                session.plane.bridge.send(
                     pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when)
                 )
         return tasks[0] if single else tasks
@@ -390,7 +390,7 @@ class TaskManager:
         its ServiceGroup at once (group.wait_ready() for the endpoints). Raises
         DescriptionError (field, value, why) for a bad description or replicas < 1, or
         more members than the pilot holds."""
-        self.session._check_open()
+        self.session.plane.check_open()
         return submit_group(self, list(self._pilots.values()), description, replicas)
 
     def _match_journal(self, descs: list[TaskDescription]) -> dict[int, tuple[str, str | None]]:
@@ -452,7 +452,7 @@ class TaskManager:
             if pilot_uid is not None and uid in r.adopted and tasks[i].state not in S.FINAL:
                 kept.setdefault(r.adopted[uid], []).append(tasks[i])
         for sandbox, ts in kept.items():
-            self.session._adopter.watch(sandbox, ts)
+            self.session.plane.adopter.watch(sandbox, ts)
 
     def wait_tasks(
         self,
@@ -527,7 +527,7 @@ class TaskManager:
             else:
                 by_pilot[t.pilot].append(t.uid)
         for pilot_uid, batch in by_pilot.items():
-            self.session._bridge.send(pilot_uid, _wire.encode(_wire.Cancel(batch)))
+            self.session.plane.bridge.send(pilot_uid, _wire.encode(_wire.Cancel(batch)))
 
     def get_tasks(self, uids: Iterable[str] | str | None = None) -> list[Task]:
         """The Task objects of these uids (None: all of this manager's), in that order."""
@@ -764,7 +764,7 @@ class TaskManager:
                 try:
                     self.session.journal.write(finals)
                 except OSError as e:  # (a full disk) they did end: said, not raised
-                    self.session._journal_lost(e, len(finals))
+                    self.session.plane.journal_lost(e, len(finals))
             self._run_callbacks(changed)
         finally:  # even a callback that raises SystemExit must not leave a waiter asleep
             with self._cond:
@@ -795,7 +795,7 @@ class TaskManager:
             return
         if pilot.state == S.FAILED:
             # what its dead agent's keeper still runs ends with the keeper's word, not here
-            kept = self.session._adopter.take(pilot.sandbox, left)
+            kept = self.session.plane.adopter.take(pilot.sandbox, left)
             left = [t for t in left if t not in kept]
             if left:
                 self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
