@@ -93,10 +93,10 @@ def test_the_router_hands_each_kind_to_its_receiver():
         def __init__(self, name):
             self.name = name
 
-        def _on(self, msg):
+        def on(self, msg):
             got.append((self.name, type(msg).__name__))
 
-        def _pilot_final(self):
+        def pilot_final(self):
             got.append((self.name, "pilot final"))
 
     r = Router(Tasks())

@@ -15,7 +15,7 @@ it, nobody else.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import collections
@@ -77,14 +77,15 @@ class TaskCounts(Protocol):
     def get_tasks(self, uids: Any = None) -> list: ...
 
 
-class GroupListener(Protocol):
-    """A service group (services.ServiceGroup) as the router sees it."""
+class GroupListener(NamedTuple):
+    """A service group (services.ServiceGroup) as the router sees it: two of its methods,
+    handed over by services.submit_group."""
 
-    def _on(self, msg: Any) -> None:
-        """A GroupView, MemberNews or GroupAck for this group (IO thread)."""
+    on: Callable[[Any], None]
+    """A GroupView, MemberNews or GroupAck for this group (IO thread)."""
 
-    def _pilot_final(self) -> None:
-        """Its pilot ended: wake whoever waits on the group."""
+    pilot_final: Callable[[], None]
+    """Its pilot ended: wake whoever waits on the group."""
 
 
 class PilotPort(Protocol):
@@ -95,6 +96,7 @@ class PilotPort(Protocol):
     reason: str | None
     sandbox: str
     envs: dict[str, dict]  # prepared environments (Pilot.prepare_env)
+    description: Any  # its PilotDescription (resource "simulated": no agent runs)
     _simulated: bool
     _fn_sent: set[bytes]  # digests of the callables its agent was sent (under plane.fn_lock)
     _missing: set[str]  # re-attached: the tasks its agent did not know
@@ -111,9 +113,6 @@ class PilotPort(Protocol):
     ) -> tuple[str, str] | None: ...
 
     def grow(self, nodes: int = 1, timeout: float | None = 600.0) -> list[str]: ...
-
-    def _send(self, msg: Any) -> None:
-        """Send a message to the pilot's agent (service groups' requests)."""
 
     def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
         """The agent's explanations of these tasks (Task.explain), None without an answer."""

@@ -74,7 +74,7 @@ class Router:
 
     def add_group(self, pilot_uid: str, name: str, group: GroupListener) -> None:
         """The group's messages (GroupView, MemberNews, GroupAck of that name from that
-        pilot) go to group._on(msg)."""
+        pilot) go to group.on(msg)."""
         self._groups.setdefault(pilot_uid, {})[name] = group
 
     def drop_group(self, pilot_uid: str, name: str) -> None:
@@ -83,7 +83,7 @@ class Router:
     def pilot_final(self, pilot_uid: str) -> None:
         """The pilot ended: its groups wake whoever waits on them (they stay registered)."""
         for group in list(self._groups.get(pilot_uid, _NO_GROUPS).values()):
-            group._pilot_final()
+            group.pilot_final()
 
     # -- IO thread ------------------------------------------------------------------------
     def dispatch(self, pilot_uid: str, msg: Any) -> None:
@@ -102,4 +102,4 @@ class Router:
         elif route is GROUP:
             group = self._groups.get(pilot_uid, _NO_GROUPS).get(msg.name)
             if group is not None:
-                group._on(msg)
+                group.on(msg)

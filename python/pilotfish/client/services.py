@@ -20,7 +20,7 @@ from .._errors import DescriptionError
 from ..descriptions import ServiceDescription, TaskDescription, check_descriptions, rank_capacity
 from ..service import Hold, Member, ServiceError, View, client_key
 from ._calls import pickle_calls
-from ._ports import PilotPort
+from ._ports import GroupListener, PilotPort
 
 MemberNews = _wire.MemberNews
 
@@ -34,6 +34,7 @@ class ServiceGroup:
         self.pilot = pilot
         self.target = replicas
         self._tmgr = tmgr
+        self._plane = tmgr.session.plane  # (its bridge: the group's requests to the agent)
         self._view = View(0, [], replicas)
         self._cond = threading.Condition()
         self._cbs: list[Callable[["ServiceGroup", View], Any]] = []
@@ -138,7 +139,7 @@ class ServiceGroup:
         try:
             ack = self._ask(_wire.GroupHold(self.name, token), token, timeout)
         except ServiceError:  # it may be in place: never leave a hold nobody will release
-            self.pilot._send(_wire.GroupRelease(self.name, token))
+            self._send(_wire.GroupRelease(self.name, token))
             raise
         if ack.error:
             raise ServiceError(f"hold of {self.name!r}: {ack.error}")
@@ -153,12 +154,15 @@ class ServiceGroup:
             token = self._holds[-1]
         if token in self._holds:
             self._holds.remove(token)
-        self.pilot._send(_wire.GroupRelease(self.name, token))
+        self._send(_wire.GroupRelease(self.name, token))
+
+    def _send(self, msg: Any) -> None:
+        self._plane.bridge.send(self.pilot.uid, _wire.encode(msg))
 
     def _ask(self, msg: Any, token: str, timeout: float) -> _wire.GroupAck:
         with self._cond:
             self._acks.pop(token, None)
-        self.pilot._send(msg)
+        self._send(msg)
         with self._cond:
             if not self._cond.wait_for(
                 lambda: token in self._acks or self.pilot.state in S.FINAL, timeout
@@ -286,7 +290,7 @@ def submit_group(
     if not pilots:
         raise ServiceError("no live pilot: add one with TaskManager.add_pilots() first")
     pilot = pilots[0]
-    if pilot._simulated:
+    if pilot.description.resource == "simulated":
         raise DescriptionError(
             "ServiceDescription",
             "pilot",
@@ -346,7 +350,7 @@ def submit_group(
     start = _wire.GroupStart(spec, resume)
     _check_encodable(start, d)
     group = ServiceGroup(tmgr, d, pilot, replicas)
-    router.add_group(pilot.uid, d.name, group)
+    router.add_group(pilot.uid, d.name, GroupListener(group._on, group._pilot_final))
     try:
         ack = group._ask(start, "start", 60.0)
     except BaseException:
