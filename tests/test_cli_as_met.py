@@ -100,9 +100,12 @@ tasks:
   - {{name: slow, count: 4, executable: /bin/sh, arguments: ["-c",
      "if [ -e {marks}/go ]; then touch {marks}/ran.{{i}}; else touch {marks}/started.{{i}}; sleep 60; fi"]}}
 """)
+    # (SIGINT at its default in the child, as a terminal's foreground job has it: a suite
+    # started in the background by a non-interactive shell inherits it ignored)
     p = subprocess.Popen([sys.executable, "-m", "pilotfish.cli", "run", "-q", "--sessions",
                           str(tmp_path / "s"), wl], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # the quick ones done and the first slow one running (3 cores: the others queue)
         _wait_for([marks / "quick.0", marks / "quick.1", marks / "started.0"], p)
