@@ -5,8 +5,6 @@ drop the mark. What to change: ../shared/notes/issue41-pending.md."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -65,36 +63,6 @@ def test_reason_quotes_stderr_from_a_line_start(tmgr):
     assert tail.startswith(("padding", "Abort", "...")), t.reason  # (a line's start)
     assert "error stack:" in t.reason and "unsupported PMI version PMIx" in t.reason
     assert "MPI4PY_LIBMPI" in t.reason, t.reason  # (the fix, where users read)
-
-
-# -- 4: --resume re-runs what the walltime killed, and takes a longer runtime
-
-@_pending("python/pilotfish/cli.py _submit + agent/_main.py _shutdown (a walltime "
-          "constant) + client/pilot.py (resume: the pilot's description may change)")
-def test_resume_reruns_walltime_killed_with_a_longer_runtime(tmp_path):
-    flag = tmp_path / "flag"
-    wl = tmp_path / "w.yaml"
-
-    def workload(runtime):
-        wl.write_text(f"""
-pilot: {{nodes: 1, cores_per_node: 2, runtime: {runtime}}}
-tasks:
-  - {{name: slow, count: 2, executable: /bin/sh,
-     arguments: ["-c", "test -f {flag} || sleep 100"]}}
-""")
-
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "pilotfish.cli", "run", "-q", *args,
-                               str(wl)], capture_output=True, text=True, timeout=120)
-
-    workload("4s")
-    r = run("--sessions", str(tmp_path / "s"))
-    assert r.returncode == 1, r.stdout + r.stderr
-    [session] = (tmp_path / "s").iterdir()
-    flag.write_text("")
-    workload("10m")  # (the walltime was too short: resuming is how to fix that)
-    r = run("--resume", str(session))
-    assert r.returncode == 0 and "2 total, 2 done" in r.stdout, r.stdout + r.stderr
 
 
 # -- 9: idle function workers give their cores back at once when other work waits

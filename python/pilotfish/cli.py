@@ -373,13 +373,22 @@ def _keep_outputs(path: str, tasks) -> None:
 RUN_STATE = "run.json"  # in the session directory: what `pilotfish run --resume` reads
 
 
+def _runs_again(task) -> bool:
+    """Whether a resume submits this latest run of a task once more: it was CANCELED (an
+    interrupt, a --timeout, the pilot's end) or the pilot's walltime killed it."""
+    from . import states as S
+
+    return task.state == S.CANCELED or (
+        task.state == S.FAILED and (task.reason or "").startswith(S.WALLTIME_KILLED)
+    )
+
+
 def _submit(session, tmgr, w, resume: bool) -> list:
     """Submit the workload's tasks; returns the latest run of each, in order. On a resume,
     the tasks the session's journal holds are matched again (what finished stays finished)
     and each task whose latest run was CANCELED (an interrupt, a --timeout, the pilot's
     walltime) is submitted once more; RUN_STATE keeps which task each such run is of, so a
     later resume submits the same tasks in the same order (the journal's contract)."""
-    from . import states as S
     from ._util import read_private, write_private
 
     descs = w.descriptions()
@@ -408,7 +417,7 @@ def _submit(session, tmgr, w, resume: bool) -> list:
     latest = list(runs[: len(descs)])
     for k, t in zip(reruns, runs[len(descs) :]):
         latest[k] = t
-    again = [k for k, t in enumerate(latest) if t.state == S.CANCELED]
+    again = [k for k, t in enumerate(latest) if _runs_again(t)]
     if again:  # (first said, then submitted: the journal never holds runs this file lacks)
         try:
             write_private(state_path, json.dumps({"reruns": reruns + again}).encode())

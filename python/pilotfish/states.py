@@ -25,6 +25,10 @@ CANCELED = "CANCELED"
 
 FINAL = frozenset({DONE, FAILED, CANCELED})
 
+# the reason of a task the pilot's walltime killed: FAILED (it did not finish), yet not the
+# task's fault, so `pilotfish run --resume` runs it again as it does a CANCELED one
+WALLTIME_KILLED = "killed: the pilot reached its walltime"
+
 PILOT_STATES = (NEW, LAUNCHING, ACTIVE, DONE, FAILED, CANCELED)
 TASK_STATES = (
     NEW,

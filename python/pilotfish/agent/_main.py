@@ -610,12 +610,10 @@ class Agent:
         if self.pool is not None:
             self.pool.drain(
                 S.FAILED if why is StopWhy.WALLTIME else S.CANCELED,
-                "killed: the pilot reached its walltime"
-                if why is StopWhy.WALLTIME
-                else f"pilot stopped: {reason}",
+                S.WALLTIME_KILLED if why is StopWhy.WALLTIME else f"pilot stopped: {reason}",
             )
         if why is StopWhy.WALLTIME:
-            task_state, task_reason = S.FAILED, "killed: the pilot reached its walltime"
+            task_state, task_reason = S.FAILED, S.WALLTIME_KILLED
         else:
             task_state, task_reason = S.CANCELED, f"pilot stopped: {reason}"
         table.stop_all(task_state, task_reason, f"pilot stopped before the task started: {reason}")

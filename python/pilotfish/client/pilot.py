@@ -734,12 +734,12 @@ class PilotManager:
             return None, None
         uid, old_desc, sandbox = r.pilots[r.pilots_used]
         r.pilots_used += 1
-        if old_desc != d.as_dict():
-            raise PilotfishError(
-                f"resume: pilot {uid} was submitted with another description "
-                f"({old_desc}); submit the same pilots, in the same order"
-            )
-        pilot = Pilot(self, uid, d, sandbox)
+        # The pilot's description is not the tasks' identity: a resume may change it (a
+        # walltime too short is fixed by resuming with a longer one). A pilot whose agent
+        # is gone is replaced by one of the new description; one still alive is re-attached
+        # as it was submitted (stopping it would lose what it runs), and that is said.
+        changed = old_desc != d.as_dict()
+        pilot = Pilot(self, uid, _as_submitted(old_desc, d) if changed else d, sandbox)
         try:
             with open(os.path.join(sandbox, "agent.json")) as f:
                 cfg = json.load(f)
@@ -780,6 +780,13 @@ class PilotManager:
             learn_finals()  # what it finished, up to now
             return None, uid
         self.session.events.record(uid, E.REATTACHED, f"{len(pilot._resync)} tasks asked")
+        if changed:
+            log.warning(
+                "resume: pilot %s still runs as it was submitted (%s); the changed "
+                "description applies to the pilots this resume starts",
+                uid,
+                _changed_fields(old_desc, d.as_dict()),
+            )
         if not self._monitor_started:
             self._monitor_started = True
             self._monitor.start()
@@ -981,3 +988,21 @@ class PilotManager:
         self._poke.set()
         if self._monitor_started:
             self._monitor.join(2)
+
+
+def _changed_fields(old: dict, new: dict) -> str:
+    """The fields a resume changed, as "runtime: 4.0 -> 600.0, ..." (for its warning)."""
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+
+
+def _as_submitted(old: dict, new: PilotDescription) -> PilotDescription:
+    """The description a journaled pilot was submitted with (its record holds runtime in
+    seconds, a bare number a description refuses), or the new one if it no longer parses."""
+    fields = dict(old)
+    if isinstance(fields.get("runtime"), (int, float)):
+        fields["runtime"] = f"{fields['runtime']}s"
+    try:
+        return PilotDescription(fields)
+    except PilotfishError:
+        return new
