@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from ._door import MAX_FRAME, harden, split_socket_class
 from ._util import hostname, write_private
+
+if TYPE_CHECKING:
+    from ._wire import Curve
 
 
 def host_address() -> str:
@@ -67,9 +71,9 @@ def curve_dealer(
     return sock
 
 
-def client_link(ctx, pilot_uid: str, address: str, curve: dict | None):
+def client_link(ctx, pilot_uid: str, address: str, curve: Curve | None):
     """The agent's DEALER to its session's client (routing id = the pilot's uid); with curve
-    ({server, public, secret}, from agent.json): the client proves itself with the session's
+    (agent.json's server, public and secret keys): the client proves itself with the session's
     key, the agent with the pilot's. Unbounded queues; lingers 5 s for the last bye."""
     import zmq
 
@@ -79,8 +83,8 @@ def client_link(ctx, pilot_uid: str, address: str, curve: dict | None):
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 5000)
     if curve:
-        sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server"].encode())
-        sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["public"].encode())
-        sock.setsockopt(zmq.CURVE_SECRETKEY, curve["secret"].encode())
+        sock.setsockopt(zmq.CURVE_SERVERKEY, curve.server.encode())
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.public.encode())
+        sock.setsockopt(zmq.CURVE_SECRETKEY, curve.secret.encode())
     sock.connect(address)
     return sock

@@ -326,3 +326,47 @@ def salvage_submit(frame: bytes) -> tuple[list[TaskSpec], list[tuple[str, str]]]
 
 def to_builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj)
+
+
+# -- the agent's configuration (the client writes it 0600 as <sandbox>/agent.json) ---------
+
+
+class Curve(msgspec.Struct, forbid_unknown_fields=True):
+    """The agent's CURVE identity: the session's public key and the agent's own key pair."""
+
+    server: str
+    public: str
+    secret: str
+
+
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):
+    """What an agent is started with. A JSON object (read by people debugging a pilot, and by
+    a resumed client for the agent's public key); `description` is the pilot's, as
+    `PilotDescription.as_dict()` gives it (validated by the client before it is written)."""
+
+    pilot_uid: str
+    session_uid: str
+    session_path: str
+    sandbox: str
+    address: str  # the session's ROUTER: ipc:// for a local pilot, tcp:// for a batch one
+    description: dict[str, Any]
+    profile: bool = True
+    heartbeat_s: float = 5.0
+    client_timeout: float = 60.0
+    journal: bool = True
+    curve: Curve | None = None
+
+
+_config_decoder = msgspec.json.Decoder(AgentConfig)
+
+
+def encode_agent_config(config: AgentConfig) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(config), indent=1)
+
+
+def decode_agent_config(data: bytes, path: str) -> AgentConfig:
+    """An agent.json's config; ValueError naming the file, the field and why if it is not."""
+    try:
+        return _config_decoder.decode(data)
+    except msgspec.DecodeError as e:  # (ValidationError too: names the field, as `$.x`)
+        raise ValueError(f"{path}: not an agent configuration: {e}") from None

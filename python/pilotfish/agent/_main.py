@@ -30,7 +30,7 @@ from .._events import EventWriter
 from .._journal import Journal
 from .._sockets import client_link
 from .._door import Reserve
-from .._util import hostname, open_private, raise_nofile_limit
+from .._util import hostname, open_private, raise_nofile_limit, read_private
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .elastic import Elastic
@@ -53,20 +53,20 @@ log = logging.getLogger("pilotfish.agent")
 
 
 class Agent:
-    def __init__(self, config: dict, clock: Clock | None = None):
-        desc = config["description"]
+    def __init__(self, config: _wire.AgentConfig, clock: Clock | None = None):
+        desc = config.description
         # a simulated pilot (simulation.py): the same agent on a virtual clock
         self.sim = desc["resource"] == "simulated"
         if clock is None:
             clock = VirtualClock() if self.sim else REAL
         self.clock = clock
         self.t_start = clock.now()
-        self.uid: str = config["pilot_uid"]
-        self.sandbox: str = config["sandbox"]
+        self.uid: str = config.pilot_uid
+        self.sandbox: str = config.sandbox
         self.desc = desc
         self.events = events = EventWriter(
             os.path.join(self.sandbox, "agent.events"),
-            enabled=config.get("profile", True),
+            enabled=config.profile,
             now=clock.now,
         )
         events.record(self.uid, E.BOOTSTRAP_START, None, self.t_start)
@@ -75,11 +75,9 @@ class Agent:
         # task processes that leave their group or session (setsid) stay our descendants
         self.subreaper = become_subreaper()
         # finals are journaled before they are sent: a resumed client learns what ran here
-        self.journal = Journal(
-            os.path.join(self.sandbox, "agent.journal"), enabled=config.get("journal", True)
-        )
-        self.heartbeat_s = float(config.get("heartbeat_s", 5.0))
-        self.client_timeout = float(config.get("client_timeout", 60.0))
+        self.journal = Journal(os.path.join(self.sandbox, "agent.journal"), enabled=config.journal)
+        self.heartbeat_s = config.heartbeat_s
+        self.client_timeout = config.client_timeout
 
         from .resources import discover  # after the profiler: part of startup
 
@@ -279,7 +277,7 @@ class Agent:
             ]
         )
 
-        self.sock = client_link(self.ctx, self.uid, config["address"], config.get("curve"))
+        self.sock = client_link(self.ctx, self.uid, config.address, config.curve)
         t = clock.now()
         events.record(self.uid, S.ACTIVE, None, t)
         self._last_heard = self._last_sent = clock.real_mono()  # liveness: real time
@@ -667,10 +665,13 @@ def main(argv: list[str] | None = None) -> int:
     # (0600 files, 0700 directories), whatever umask the agent was started with: a local
     # pilot's is the client's (often 022); a batch script sets 077 itself (psij_job.py).
     os.umask(0o077)
-    with open(argv[0]) as f:
-        config = json.load(f)
+    try:  # (never through a link: it holds the agent's secret key)
+        config = _wire.decode_agent_config(read_private(argv[0]), argv[0])
+    except (OSError, ValueError) as e:
+        print(f"pilotfish agent: {e}", file=sys.stderr)
+        return 2
     log_fd = open_private(
-        os.path.join(config["sandbox"], "agent.log"),  # (never via a link)
+        os.path.join(config.sandbox, "agent.log"),  # (never via a link)
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,
     )
     logging.basicConfig(

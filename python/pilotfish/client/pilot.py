@@ -21,7 +21,7 @@ from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
 from .._journal import keeper_state
-from .._util import machine_shape, private_dir, write_private
+from .._util import machine_shape, private_dir, read_private, write_private
 from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import (
@@ -740,11 +740,12 @@ class PilotManager:
         # as it was submitted (stopping it would lose what it runs), and that is said.
         changed = old_desc != d.as_dict()
         pilot = Pilot(self, uid, _as_submitted(old_desc, d) if changed else d, sandbox)
-        try:
-            with open(os.path.join(sandbox, "agent.json")) as f:
-                cfg = json.load(f)
-            public = cfg["curve"]["public"].encode() if cfg.get("curve") else None
-        except (OSError, ValueError, KeyError):
+        try:  # (never through a link: it holds the agent's secret key)
+            cfg_path = os.path.join(sandbox, "agent.json")
+            curve = _wire.decode_agent_config(read_private(cfg_path), cfg_path).curve
+            public = curve.public.encode() if curve else None
+        except (OSError, ValueError) as e:
+            log.warning("resume: pilot %s is replaced: %s", uid, e)
             return None, uid
         # what the agent journaled is known whatever happens next (it journals before it sends)
         from .._journal import agent_finals, keeper_adopted
@@ -796,36 +797,33 @@ class PilotManager:
         d = pilot.description
         session = self.session
         bridge = session.plane.bridge
-        config = {
-            "pilot_uid": pilot.uid,
-            "session_uid": session.uid,
-            "session_path": session.path,
-            "sandbox": pilot.sandbox,
-            # an agent on another host (a batch pilot) reaches the session over TCP
-            "address": session.address
-            if d.resource in ("local", "simulated")
-            else session.reachable_address(),
-            "description": d.as_dict(),
-            "profile": session.profile,
-            "heartbeat_s": session.heartbeat_s,
-            "client_timeout": session.client_timeout,
-            "journal": session.journal.enabled,
-        }
-        public = None
+        public = curve = None
         if bridge.public_key is not None:  # the agent's own key pair: only it can be this pilot
             import zmq
 
             public, secret = zmq.curve_keypair()
-            config["curve"] = {
-                "server": bridge.public_key.decode(),
-                "public": public.decode(),
-                "secret": secret.decode(),
-            }
+            curve = _wire.Curve(bridge.public_key.decode(), public.decode(), secret.decode())
+        config = _wire.AgentConfig(
+            pilot_uid=pilot.uid,
+            session_uid=session.uid,
+            session_path=session.path,
+            sandbox=pilot.sandbox,
+            # an agent on another host (a batch pilot) reaches the session over TCP
+            address=session.address
+            if d.resource in ("local", "simulated")
+            else session.reachable_address(),
+            description=d.as_dict(),
+            profile=session.profile,
+            heartbeat_s=session.heartbeat_s,
+            client_timeout=session.client_timeout,
+            journal=session.journal.enabled,
+            curve=curve,
+        )
         self._attach(pilot, public)
         try:
             private_dir(pilot.sandbox)  # 0700, ours: one another user made or may write is refused
             cfg_path = os.path.join(pilot.sandbox, "agent.json")
-            write_private(cfg_path, json.dumps(config, indent=1).encode())  # holds its secret
+            write_private(cfg_path, _wire.encode_agent_config(config))  # holds its secret
             agent_argv = keeper_argv(cfg_path)  # the agent, under a keeper that outlives it
             pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
             pilot._job.submit()
