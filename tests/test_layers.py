@@ -141,15 +141,7 @@ PENDING_PRIVATE: dict[str, str] = {
     # issue 41: pending
     "rp/_raptor.py": "issue 41: pending",
     "rp/_api.py": "issue 41: pending",
-    # issue 40, step 1 (the client plane): pending
-    "client/task.py": "issue 40 client plane: descriptions' _values; Pilot's _explain, "
-                      "_when_final, _fn_sent, _missing, _resync, _simulated (_ports.PilotPort)",
-    "client/executor.py": "issue 40 client plane: TaskDescription._checked (descriptions.py)",
-    "client/_registry.py": "issue 40 client plane: TaskManager._apply, _finish_locally, "
-                           "Task._tmgr (_ports.TaskOwner, TaskEntry)",
-    "client/_calls.py": "issue 40 client plane: descriptions' _values (descriptions.py)",
     "agent/table.py": "issue 40: pending",
-    "workload.py": "issue 40: pending",
 }
 
 

@@ -578,7 +578,13 @@ class _Description:
     # names people bring from other systems (RADICAL-Pilot, Slurm) -> what to use here: a
     # closest spelling is often the wrong field ('cores' is not 'nodes', 'pilot' not 'priority')
     _aliases: dict[str, str] = {}
-    __slots__ = ("_values",)
+    __slots__ = ("values",)
+    values: dict[str, Any]
+    """{field: checked value} of the fields set away from their defaults: the description's
+    own dict, read without a copy where descriptions go by the thousand (routing, the wire
+    spec, the journal). Read it; change a field by assigning the field (a write into this
+    dict skips its check). `TaskDescription.values` is the slot itself:
+    `.__set__(d, values)` fills a description made with object.__new__ (as from_checked)."""
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any):
         if from_dict is None:
@@ -591,7 +597,7 @@ class _Description:
         # the fields are checked here rather than through setattr: a task description is
         # built 100k times a second
         kind, fields, values = self._kind, self._fields, {}
-        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "values", values)
         for name, value in given.items():
             spec = fields.get(name)
             if spec is None:
@@ -600,13 +606,16 @@ class _Description:
             values[name] = spec[1](kind, name, value)
 
     @classmethod
-    def _checked(cls, values: dict[str, Any]):
+    def from_checked(cls, values: dict[str, Any]):
         """A description from values already checked field by field (no copy, no re-check):
-        for a caller that builds many from parts it validated once (pf.Executor). What a
-        whole description must satisfy is still checked at submit (check_complete)."""
+        for a caller that builds many from parts it validated once (pf.Executor,
+        pilotfish.workload). What a whole description must satisfy is still checked at
+        submit (check_complete)."""
         d = object.__new__(cls)
-        object.__setattr__(d, "_values", values)
+        object.__setattr__(d, "values", values)
         return d
+
+    _checked = from_checked  # alias: rp/ still reads this (issue 40), goes when rp/ moves
 
     def _unknown(self, name: Any, value: Any) -> str:
         """The field a str subclass names; else DescriptionError (with a suggestion)."""
@@ -631,7 +640,7 @@ class _Description:
         raise DescriptionError(self._kind, name, value, f"unknown field{hint}")
 
     def __getattr__(self, name: str) -> Any:
-        values = self._values
+        values = self.values
         if name in values:
             return values[name]
         spec = self._fields.get(name)
@@ -639,7 +648,7 @@ class _Description:
             raise AttributeError(f"{self._kind} has no field {name!r}")
         default = spec[0]
         if callable(default):
-            value = self._values[name] = default()
+            value = self.values[name] = default()
             return value
         return default
 
@@ -648,13 +657,13 @@ class _Description:
         if spec is None:
             name = self._unknown(name, value)
             spec = self._fields[name]
-        self._values[name] = spec[1](self._kind, name, value)
+        self.values[name] = spec[1](self._kind, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self._values)
+        return dict(self.values)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        object.__setattr__(self, "_values", dict(state))
+        object.__setattr__(self, "values", dict(state))
 
     def as_dict(self) -> dict[str, Any]:
         """Every field with its value (defaults included)."""
@@ -667,9 +676,13 @@ class _Description:
         # a function's callable and arguments are any Python objects (deeply nested, huge,
         # with a failing __repr__): shown cut; the validated fields in full, unless even they
         # are too deep for repr (metadata nested ~1000 levels passes msgpack)
-        shown = ", ".join(f"{k}={_field_repr(k, v)}" for k, v in self._values.items())
+        shown = ", ".join(f"{k}={_field_repr(k, v)}" for k, v in self.values.items())
         return f"{self._kind}({shown})"
 
+
+# alias: rp/ still reads this (issue 40), goes when rp/ moves -- the slot under its old
+# name: `d._values` reads the same dict, `_Description._values.__set__` fills it
+setattr(_Description, "_values", _Description.values)  # noqa: B010 -- the slot's own descriptor
 
 _OPAQUE_FIELDS = frozenset(("function", "args", "kwargs"))
 
@@ -787,7 +800,7 @@ class TaskDescription(_Description):
         """What only a whole description can tell (called at submit). Also checks again the
         fields that are containers: they may have been edited in place since they were set,
         and what is submitted must still be valid (and normalised) when it is sent."""
-        values = self._values
+        values = self.values
         if values.get("function") is not None:
             if values.get("executable") is not None:
                 raise DescriptionError(
@@ -917,20 +930,20 @@ class PilotDescription(_Description):
         self.check_complete()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        old = self._values.get(name, _MISSING) if type(name) is str else _MISSING
+        old = self.values.get(name, _MISSING) if type(name) is str else _MISSING
         super().__setattr__(name, value)
         try:
             self.check_complete()
         except DescriptionError:
             if old is _MISSING:  # a rejected assignment changes nothing
-                del self._values[name]
+                del self.values[name]
             else:
-                self._values[name] = old
+                self.values[name] = old
             raise
 
     def check_complete(self) -> None:
         """What only the fields together can tell: the placer's core bitsets must fit."""
-        values = self._values
+        values = self.values
         nodes, cores = values.get("nodes", 1), values.get("cores_per_node")
         if cores is not None and nodes * cores > MAX_TOTAL_CORES:
             raise DescriptionError(
@@ -1060,7 +1073,7 @@ class ServiceDescription(_Description):
     def check_complete(self) -> None:
         """What only the fields together can tell (raises DescriptionError): a name, and
         either an executable or a function (not both)."""
-        values = self._values
+        values = self.values
         if values.get("name") is None:
             raise DescriptionError(self._kind, "name", None, "is required (it names the group)")
         if (values.get("function") is None) == (values.get("executable") is None):

@@ -304,7 +304,7 @@ class TaskGroup:
         # (checked): the fields are not checked again one task at a time (submit checks each
         # task as a whole)
         values = self.template.__getstate__()
-        make = TaskDescription._checked
+        make = TaskDescription.from_checked
         out = []
         for i in range(self.count):
             n = str(i)

@@ -24,7 +24,7 @@ def pickle_calls(descs: list, indices: list[int]) -> dict[int, tuple[bytes, byte
     fns: dict[int, tuple[bytes, bytes]] = {}
     for i in indices:
         d = descs[i]
-        v = d._values
+        v = d.values
         fn = v.get("function")
         if fn is None:
             continue

@@ -8,9 +8,9 @@
 The import order is one way (tests/client/test_client_shape.py checks it): this module and
 _bridge import nothing of the client; _router, adoption and session import these ports;
 task imports session; pilot imports task (Pilot.prepare_env runs a task). So a lower room
-never names a higher one's class: it is handed an object that fits a port. A member with a
-leading underscore is no user's, but it is declared here: the rooms named beside it may use
-it, nobody else.
+never names a higher one's class: it is handed an object that fits a port. Every member
+declared here is public (no room uses another module's underscored member: tests/test_layers.py);
+those that are no user's say which rooms use them.
 """
 
 from __future__ import annotations
@@ -44,22 +44,19 @@ class TaskEnds(UpdateSink, Protocol):
 class TaskOwner(Protocol):
     """A task's manager (task.TaskManager) as the session's task registry reaches it."""
 
-    def _apply(self, pairs: "list[tuple[Any, _wire.Update]]", journal: bool = True) -> None:
+    def apply_updates(self, pairs: "list[tuple[Any, _wire.Update]]", journal: bool = True) -> None:
         """Apply (task, update) pairs of this manager's tasks, in order (IO thread)."""
 
-    def _finish_locally(self, tasks: list, state: str, reason: str, journal: bool = False) -> None:
+    def finish_locally(self, tasks: list, state: str, reason: str, journal: bool = False) -> None:
         """Finalize tasks the agent will never report on."""
 
 
 class TaskEntry(Protocol):
-    """A task (task.Task) as the task registry and the adopter see it."""
+    """A task (task.Task) as the task registry and the adopter see it (its owner is the
+    registry's entry, made when the task was submitted)."""
 
     uid: str
     state: str
-
-    @property
-    def _tmgr(self) -> TaskOwner:  # its manager: the task registry hands it its tasks' updates
-        ...
 
 
 class TaskCounts(Protocol):
@@ -97,10 +94,16 @@ class PilotPort(Protocol):
     sandbox: str
     envs: dict[str, dict]  # prepared environments (Pilot.prepare_env)
     description: Any  # its PilotDescription (resource "simulated": no agent runs)
-    _simulated: bool
-    _fn_sent: set[bytes]  # digests of the callables its agent was sent (under plane.fn_lock)
-    _missing: set[str]  # re-attached: the tasks its agent did not know
-    _resync: list[str] | None  # re-attached: the tasks asked about (None: a new pilot)
+    simulated: bool  # its resource is "simulated": no agent runs
+    fn_sent: set[bytes]  # digests of the callables its agent was sent (under plane.fn_lock)
+
+    @property
+    def missing(self) -> set[str]:
+        """Re-attached: the tasks its agent did not know."""
+
+    @property
+    def resync(self) -> list[str] | None:
+        """Re-attached: the tasks asked about (None: a new pilot)."""
 
     @property
     def shape(self) -> list[tuple[int, int, int]] | None: ...
@@ -114,8 +117,8 @@ class PilotPort(Protocol):
 
     def grow(self, nodes: int = 1, timeout: float | None = 600.0) -> list[str]: ...
 
-    def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
+    def explain_tasks(self, uids: list[str], timeout: float) -> list[dict] | None:
         """The agent's explanations of these tasks (Task.explain), None without an answer."""
 
-    def _when_final(self, listener: Callable[[Any], None]) -> None:
+    def when_final(self, listener: Callable[[Any], None]) -> None:
         """listener(pilot) once the pilot reaches a final state (TaskManager.add_pilots)."""

@@ -115,7 +115,7 @@ class Executor(cf.Executor):
             values["args"] = args
         if kwargs:
             values["kwargs"] = kwargs
-        return self.submit_description(TaskDescription._checked(values))
+        return self.submit_description(TaskDescription.from_checked(values))
 
     def submit_description(self, d: TaskDescription, finish: Callable | None = None) -> cf.Future:
         """A future for any task description (adapters: pilotfish.parsl). finish(task) -> (value,

@@ -63,9 +63,12 @@ class Pilot:
         self._resync_asked = float("-inf")  # when we last asked (monotonic)
         self._missing: set[str] = set()
         self.envs: dict[str, dict] = {}  # prepared environments: name -> {type, path, pre_exec}
-        self._simulated = description.resource == "simulated"
-        self._final_listeners: list[Callable[["Pilot"], None]] = []  # (_when_final)
-        self._fn_sent: set[bytes] = set()  # digests of the callables its agent was sent
+        self.simulated = description.resource == "simulated"
+        """Its resource is "simulated": no agent runs, tasks last their `duration`."""
+        self._final_listeners: list[Callable[["Pilot"], None]] = []  # (when_final)
+        self.fn_sent: set[bytes] = set()
+        """Digests of the callables its agent was sent (TaskManager.submit_tasks, under
+        session.plane.fn_lock): a call of one of them names it instead of carrying it."""
         # grown units (grow): name -> [their nodes, their batch job or None]; in order
         self._grown: dict[str, list] = {}
         self._n_grown = 0
@@ -408,9 +411,20 @@ class Pilot:
     def _send(self, msg) -> None:
         self._pmgr.session.plane.bridge.send(self.uid, _wire.encode(msg))
 
-    def _explain(self, uids: list[str], timeout: float) -> list[dict] | None:
-        """The agent's explanations of these tasks (agent/explain.py), or None if it did not
-        answer within timeout (or the pilot is not ACTIVE)."""
+    @property
+    def missing(self) -> set[str]:
+        """Re-attached on resume: the tasks asked about that its agent did not know."""
+        return self._missing
+
+    @property
+    def resync(self) -> list[str] | None:
+        """Re-attached on resume: the tasks its agent was asked about (None: a pilot of
+        this run, not re-attached)."""
+        return self._resync
+
+    def explain_tasks(self, uids: list[str], timeout: float) -> list[dict] | None:
+        """The agent's explanations of these tasks (agent/explain.py; Task.explain reads
+        them), or None if it did not answer within timeout (or the pilot is not ACTIVE)."""
         if self.state != S.ACTIVE:
             return None
         token = secrets.token_hex(8)
@@ -481,7 +495,7 @@ class Pilot:
                 self._explained.pop(next(iter(self._explained)))
             self._replies.notify_all()
 
-    def _when_final(self, listener: Callable[["Pilot"], None]) -> None:
+    def when_final(self, listener: Callable[["Pilot"], None]) -> None:
         """listener(pilot) once this pilot reaches a final state (a TaskManager it was added
         to ends the tasks it had there), before the pilot's callbacks run."""
         self._final_listeners.append(listener)

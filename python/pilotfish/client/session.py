@@ -27,6 +27,7 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -146,8 +147,9 @@ class Session:
             keys = _session_keys(self.path) if secure else None
             self.events = _SessionEvents(os.path.join(self.path, "client.events"), enabled=profile)
             self.events.record("session", E.SESSION_RESUME if previous else E.SESSION_START)
-            self.tasks: dict[str, Any] = {}  # every task (task.Task) of the session, by uid
-            registry = TaskRegistry(self.tasks, self._resume)
+            registry = TaskRegistry(self._resume)
+            self.tasks: Mapping[str, Any] = registry.view
+            """Every task (task.Task) of the session, by uid (read-only)."""
             # what agents send: bridge -> router -> the registry, the pilots, the groups
             self.router = Router(registry)
             bridge = Bridge(

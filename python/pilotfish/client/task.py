@@ -3,7 +3,8 @@
 A TaskManager sees its pilots through _ports.PilotPort (it never imports pilot.py: a Pilot
 runs tasks of its own, prepare_env). News of its tasks comes from the session's task registry
 (_registry.TaskRegistry, which the router hands every agent's Updates and the adopter a
-keeper's finals) as calls of _apply and _finish_locally (_ports.TaskOwner), on the IO thread.
+keeper's finals) as calls of apply_updates and finish_locally (_ports.TaskOwner), on the IO
+thread.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Task:
         files, shell, pre/post_exec); else the shared <pilot sandbox>/tasks/."""
         from .._paths import TASKS_DIR, task_cwd
 
-        pilot = self._tmgr._pilots.get(self.pilot) if self.pilot else None
+        pilot = self._tmgr._known.get(self.pilot) if self.pilot else None
         if pilot is None:
             return (
                 self.description.sandbox if os.path.isabs(self.description.sandbox or "") else None
@@ -125,7 +126,7 @@ class Task:
 
     def _outcome(self) -> tuple:
         if self._decoded is None:
-            if self.description._values.get("function") is None or self.state not in S.FINAL:
+            if self.description.values.get("function") is None or self.state not in S.FINAL:
                 return (None, None)
             if self.state == S.DONE and self._result is None:  # (known from a journal)
                 raise PilotfishError(
@@ -168,8 +169,8 @@ class Task:
         state = self.state
         if state in S.FINAL or not self.pilot:
             return X.from_history(self.uid, state, self.history, self.reason, self.pilot, nodes)
-        pilot = self._tmgr._pilots.get(self.pilot)
-        answer = pilot._explain([self.uid], timeout) if pilot is not None else None
+        pilot = self._tmgr._known.get(self.pilot)
+        answer = pilot.explain_tasks([self.uid], timeout) if pilot is not None else None
         if not answer:
             e = X.from_history(self.uid, self.state, self.history, self.reason, self.pilot, nodes)
             e[X.WAITS_FOR].append(
@@ -220,7 +221,10 @@ class TaskManager:
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
-        self._pilots: dict[str, PilotPort] = {}
+        self._pilots: dict[str, PilotPort] = {}  # where new tasks may go (add/remove_pilots)
+        # every pilot ever added, removed ones too: their tasks still run there (cancel,
+        # explain and sandbox reach them through it)
+        self._known: dict[str, PilotPort] = {}
         self._load: dict[str, int] = collections.defaultdict(int)  # outstanding cores per pilot
         self._callbacks: list[Callable[[Task, str], None]] = []
         self._cond = threading.Condition()
@@ -238,10 +242,50 @@ class TaskManager:
         many: Iterable[Any] = [pilots] if one else pilots  # type: ignore[assignment]  # (one)
         for p in many:
             self._pilots[p.uid] = p
-            p._when_final(self._on_pilot_final)
+            if p.uid not in self._known:  # (added again after remove_pilots: one listener)
+                self._known[p.uid] = p
+                p.when_final(self._on_pilot_final)
+
+    def remove_pilots(self, pilot_ids: str | Iterable[str], drain: bool = False) -> None:
+        """Take pilots (uids) from this manager, as RADICAL-Pilot's TaskManager.remove_pilots:
+        they get none of its new tasks (a submit that names one in `pilot` is refused, naming
+        it); its tasks already sent to them run on there, and are followed, canceled and
+        explained as before. The pilots themselves go on (PilotManager.cancel_pilots ends
+        them). drain=True returns only once this manager's tasks on them have ended.
+        add_pilots adds one again. Raises ValueError naming an unknown uid (nothing is
+        removed then)."""
+        if not isinstance(drain, bool):
+            raise ValueError(f"remove_pilots: drain {drain!r} must be True or False")
+        uids = [pilot_ids] if isinstance(pilot_ids, str) else pilot_ids
+        try:
+            uids = list(uids)
+        except TypeError:
+            raise ValueError(
+                f"remove_pilots: pilot_ids {pilot_ids!r} must be a pilot uid or a list of them"
+            ) from None
+        if not uids:
+            raise ValueError("remove_pilots: pilot_ids [] names no pilot")
+        for uid in uids:
+            if uid not in self._pilots:
+                why = (
+                    "was removed from this TaskManager already"
+                    if uid in self._known
+                    else "is not a pilot of this TaskManager"
+                )
+                raise ValueError(
+                    f"remove_pilots: pilot_ids {uid!r} {why} (its pilots: "
+                    f"{', '.join(self._pilots) or 'none'})"
+                )
+        for uid in uids:
+            del self._pilots[uid]
+        if drain:
+            gone = set(uids)
+            left = [t.uid for t in self._tasks if t.pilot in gone and t.state not in S.FINAL]
+            if left:
+                self.wait_tasks(left)
 
     def list_pilots(self) -> list[str]:
-        """The uids of the pilots added to this manager."""
+        """The uids of the pilots added to this manager (and not removed)."""
         return list(self._pilots)
 
     def submit_tasks(self, descriptions):
@@ -259,7 +303,11 @@ class TaskManager:
         descs = check_descriptions([descriptions] if single else descriptions, TaskDescription)
         pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
         if not pilots:
-            raise PilotfishError("no live pilot: add one with TaskManager.add_pilots() first")
+            removed = [u for u in self._known if u not in self._pilots]
+            raise PilotfishError(
+                "no live pilot: add one with TaskManager.add_pilots() first"
+                + (f" ({', '.join(removed)}: taken off by remove_pilots)" if removed else "")
+            )
         resumed = self._match_journal(descs) if session.resumed is not None else {}
         # routed one after another, each seeing the cores routed before it in this call: a bulk
         # submit spreads over the pilots by their capacity (it all went to one pilot)
@@ -299,7 +347,7 @@ class TaskManager:
             for k in range(0, len(idx), SUBMIT_BATCH):
                 part = idx[k : k + SUBMIT_BATCH]
                 try:
-                    pilot = self._pilots[pilot_uid]
+                    pilot = self._known[pilot_uid]
                     shared = os.path.join(pilot.sandbox, "tasks", "shared")
                     extra = (
                         None
@@ -313,7 +361,7 @@ class TaskManager:
                     if calls:
                         sent = fn_sent.get(pilot_uid)
                         if sent is None:  # (of this submit's callables only)
-                            sent = fn_sent[pilot_uid] = refs & pilot._fn_sent
+                            sent = fn_sent[pilot_uid] = refs & pilot.fn_sent
                         _first_carries_function(specs, sent)
                     frame = _wire.encode(_wire.Submit(specs))
                     if session.journal.enabled:
@@ -344,7 +392,7 @@ class TaskManager:
         tasks: list[Task] = []
         events = []
         profile = session.events.enabled  # off: not even the event tuples are built
-        registry = session.tasks
+        entries = session.plane.registry.entries  # (uid -> (task, its owner): this manager)
         load = self._load
         for i, (uid, d) in enumerate(zip(uids, descs)):
             r = resumed.get(i)
@@ -352,7 +400,7 @@ class TaskManager:
             t = Task(self, uid, d, pilot_uid)
             t._hist = [S.NEW, now]
             t._move(S.SCHEDULING, now)
-            registry[uid] = t
+            entries[uid] = (t, self)
             tasks.append(t)
             load[pilot_uid] += _cores(d)
             if not profile or r is not None:
@@ -376,7 +424,7 @@ class TaskManager:
         # calls until the callable came anyway. Frames without function tasks need no lock.
         with session.plane.fn_lock if fn_sent else contextlib.nullcontext():
             for pilot_uid, sent in fn_sent.items():
-                self._pilots[pilot_uid]._fn_sent |= sent
+                self._known[pilot_uid].fn_sent |= sent
             for pilot_uid, frame, part in frames:
                 batch = [tasks[i] for i in part]
                 session.plane.bridge.send(
@@ -410,14 +458,14 @@ class TaskManager:
                 )
             r.tasks_used += 1
             pilot_uid = r.pilot_of.get(uid, pilot_uid)
-            live = self._pilots.get(pilot_uid)
+            live = self._known.get(pilot_uid)
             if uid in r.finals or uid in r.adopted:  # (adopted: its agent's keeper runs it)
                 out[i] = (uid, pilot_uid)
             elif (
                 live is not None
                 and live.state not in S.FINAL
-                and uid not in live._missing
-                and live._resync is not None
+                and uid not in live.missing
+                and live.resync is not None
             ):
                 out[i] = (uid, pilot_uid)  # its agent is still on it
             else:
@@ -446,7 +494,7 @@ class TaskManager:
                     self.counts[S.SCHEDULING] -= 1
                     self.counts[S.STAGING_INPUT] += 1
         if pairs:
-            self._apply(pairs, journal=False)
+            self.apply_updates(pairs, journal=False)
         kept: dict[str, list[Task]] = {}
         for i, (uid, pilot_uid) in resumed.items():
             if pilot_uid is not None and uid in r.adopted and tasks[i].state not in S.FINAL:
@@ -521,9 +569,9 @@ class TaskManager:
         for t in self._select(uids):
             if t.state in S.FINAL:
                 continue
-            pilot = self._pilots.get(t.pilot)
+            pilot = self._known.get(t.pilot)
             if pilot is None or pilot.state in S.FINAL:
-                self._finish_locally([t], S.CANCELED, "canceled by the user", journal=True)
+                self.finish_locally([t], S.CANCELED, "canceled by the user", journal=True)
             else:
                 by_pilot[t.pilot].append(t.uid)
         for pilot_uid, batch in by_pilot.items():
@@ -555,15 +603,15 @@ class TaskManager:
             return list(self._tasks)
         if isinstance(uids, str):
             uids = [uids]
-        registry = self.session.tasks
+        entries = self.session.plane.registry.entries
         try:
-            out = [registry[u] for u in uids]
+            got = [entries[u] for u in uids]
         except KeyError as e:
             raise PilotfishError(f"no task {e.args[0]!r} in this session") from None
-        for t in out:
-            if t._tmgr is not self:
+        for t, owner in got:
+            if owner is not self:
                 raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
-        return out
+        return [t for t, _ in got]
 
     def _route(
         self,
@@ -575,17 +623,21 @@ class TaskManager:
         """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
         earlier in the same call) that can hold the request; else a DescriptionError.
         (Per task of every bulk submit: the description's values are read directly.)"""
-        v = d._values
+        v = d.values
         pin = v.get("pilot")
         if pin is not None:  # pinned: that pilot or an error
             pinned = [p for p in pilots if p.uid == pin]
             if not pinned:
+                why = (
+                    "was removed from this TaskManager (remove_pilots; add_pilots adds it again)"
+                    if pin in self._known and pin not in self._pilots
+                    else "not a live pilot of this TaskManager"
+                )
                 raise DescriptionError(
                     "TaskDescription",
                     "pilot",
                     pin,
-                    f"not a live pilot of this TaskManager (live: "
-                    f"{', '.join(p.uid for p in pilots) or 'none'})",
+                    f"{why} (live: {', '.join(p.uid for p in pilots) or 'none'})",
                     index=index,
                 )
             pilots = pinned
@@ -621,7 +673,7 @@ class TaskManager:
             chosen = self._choose(d, index, pilots, pending, ranks, cores)
         if pending is not None:
             pending[chosen.uid] += ranks * cores
-        if chosen._simulated and v.get("duration") is None:
+        if chosen.simulated and v.get("duration") is None:
             raise DescriptionError(
                 "TaskDescription",
                 "duration",
@@ -642,7 +694,7 @@ class TaskManager:
         cores: int,
     ) -> PilotPort:
         fitting, unknown, why = [], [], None
-        v = d._values
+        v = d.values
         for p in pilots:
             if p.partition_shapes is None:
                 unknown.append(p)
@@ -690,9 +742,12 @@ class TaskManager:
         if self._callbacks:
             self._run_callbacks([(t, S.STAGING_INPUT) for t in batch])
 
-    def _apply(
+    def apply_updates(
         self, pairs: list[tuple[Task, _wire.Update]], journal: bool = True
     ) -> None:  # IO thread
+        """The session's task registry's (_ports.TaskOwner), no user's: apply the agents'
+        news of this manager's tasks, (task, update) pairs in order; journal the finals
+        unless journal=False (news a resume already holds)."""
         changed = []
         counts = self.counts
         ended = 0
@@ -728,11 +783,12 @@ class TaskManager:
                 changed.append((t, state))
         self._acknowledge(changed, ended, finals if journal else None)
 
-    def _finish_locally(
+    def finish_locally(
         self, tasks: list[Task], state: str, reason: str, journal: bool = False
     ) -> None:
-        """Finalize tasks the agent will never report on (pilot gone, never sent). Not
-        journaled unless asked: a task its pilot took down with it runs again on resume."""
+        """The task registry's and this manager's (_ports.TaskOwner), no user's: finalize
+        tasks the agent will never report on (pilot gone, never sent). Not journaled unless
+        asked: a task its pilot took down with it runs again on resume."""
         now = time.time()
         changed = []
         with self._cond:
@@ -798,9 +854,9 @@ class TaskManager:
             kept = self.session.plane.adopter.take(pilot.sandbox, left)
             left = [t for t in left if t not in kept]
             if left:
-                self._finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
+                self.finish_locally(left, S.FAILED, f"pilot {pilot.uid} failed: {pilot.reason}")
         else:
-            self._finish_locally(
+            self.finish_locally(
                 left,
                 S.CANCELED,
                 f"pilot {pilot.uid} ended ({pilot.state}) before the task finished",
@@ -813,7 +869,7 @@ class TaskManager:
 def _cores(d: TaskDescription) -> int:
     """A description's cores (ranks x cores per rank), read without attribute lookups: the
     manager's load counts it for every task at submit and at its end."""
-    v = d._values
+    v = d.values
     return v.get("ranks", 1) * v.get("cores_per_rank", 1)
 
 
@@ -884,7 +940,7 @@ def _spec(
     extra=None,
     call: tuple | None = None,
 ) -> _wire.TaskSpec:
-    v = d._values  # only fields set away from their defaults
+    v = d.values  # only fields set away from their defaults
     if call is not None:  # a function task: its pickled callable and arguments
         kw = {k: v[k] for k in _CALL_COPIED.intersection(v)}
         return _wire.TaskSpec(
@@ -924,7 +980,7 @@ _CALL_COPIED = frozenset(
 def _journal_values(d: TaskDescription) -> dict:
     """A description's values as journaled: a function task's callable by its name (the
     journal is msgpack; resume matches by name; the arguments are not kept)."""
-    v = d._values
+    v = d.values
     if "function" not in v:
         return v
     fn = v["function"]
@@ -965,7 +1021,7 @@ def _normalized(values: dict) -> bytes:
 def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> DescriptionError:
     """Which field of which task of a batch cannot be encoded, as a DescriptionError."""
     for i in part:
-        for name, value in descs[i]._values.items():
+        for name, value in descs[i].values.items():
             try:
                 _journal_encode(value)  # the wire and the journal encode alike (msgpack)
             except Exception as e:  # noqa: BLE001 -- a value msgpack refuses: a DescriptionError
@@ -978,7 +1034,7 @@ def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> D
 def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None:
     """Absolute paths on the user's side of staging (and output files) may not name the
     pilot's own files (its events, journal, keys, configuration)."""
-    v = d._values
+    v = d.values
     if not (
         v.get("input_staging")
         or v.get("output_staging")
