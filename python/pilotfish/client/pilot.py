@@ -699,6 +699,17 @@ class PilotManager:
         """cb(pilot, state) after every state change (from a pilotfish thread)."""
         self._callbacks.append(cb)
 
+    def unregister_callback(self, cb: Callable[[Pilot, str], None]) -> None:
+        """cb is not called any more (once per register_callback of it); ValueError if it
+        is not registered with this manager."""
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            raise ValueError(
+                f"unregister_callback: cb {getattr(cb, '__qualname__', cb)!r} is not a "
+                "callback of this PilotManager"
+            ) from None
+
     def get_pilots(self, uids=None) -> list[Pilot]:
         """The Pilot objects of these uids (None: all of this manager's), in that order;
         PilotfishError for a uid this manager does not have."""

@@ -597,6 +597,17 @@ class TaskManager:
         """cb(task, state) after each state change, from pilotfish's IO thread: keep it short."""
         self._callbacks.append(cb)
 
+    def unregister_callback(self, cb: Callable[[Task, str], None]) -> None:
+        """cb is not called any more (once per register_callback of it); ValueError if it
+        is not registered with this manager."""
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            raise ValueError(
+                f"unregister_callback: cb {getattr(cb, '__qualname__', cb)!r} is not a "
+                "callback of this TaskManager"
+            ) from None
+
     # -- internals --------------------------------------------------------------------------
     def _select(self, uids) -> list[Task]:
         if uids is None:
