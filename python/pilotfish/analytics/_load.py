@@ -27,6 +27,10 @@ per-event temporaries stay in cache and are reused: fresh memory costs more than
 On the shared 2-core development VM, the 13M events of 1M tasks take 7-10 s (CPU time,
 depending on the neighbours), about 1.6x faster than msgspec decoding plus a dict lookup
 per event, and without the ~2 GB of Python objects.
+
+The dashboard's incremental reader (analytics/dashboard/tail.py) parses the frames appended
+since its last read with the same pieces, public for it: split_frames, SMALLEST_EVENT_FILE,
+FileBytes, chunk_spans, parse_chunk (KeyCollision: that chunk the exact slow way), decode_texts.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import mmap
 import operator
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import msgspec
 import numpy as np
@@ -48,7 +52,7 @@ from pilotfish._events import TaskRecord
 _LEN_BYTES = 4
 _CHUNK_BYTES = 512 << 10  # parse this much of a file at once (temporaries stay in cache)
 _PAD = 16  # a copy of the last bytes, zero padded, for string gathers
-_SMALLEST_EVENT_FILE = 18  # length, fixarray, 94, cb + f64, "", "", nil
+SMALLEST_EVENT_FILE = 18  # length, fixarray, 94, cb + f64, "", "", nil
 _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
 
 
@@ -81,7 +85,7 @@ _FIXSTR_LEN = np.zeros(256, np.int64)
 _FIXSTR_LEN[0xA0:0xC0] = np.arange(32)
 
 
-class _Bytes:
+class FileBytes:
     """A file's bytes with the typed unaligned views the parser gathers from."""
 
     def __init__(self, data: bytes):
@@ -130,7 +134,7 @@ class _Frame:
     count: int  # number of events (from the array header); -1: header not understood
 
 
-def _frames(data: bytes) -> list[_Frame]:
+def split_frames(data: bytes) -> list[_Frame]:
     out: list[_Frame] = []
     pos, n = 0, len(data)
     while pos + _LEN_BYTES <= n:
@@ -164,11 +168,11 @@ _SHIFT = np.uint64(29)
 _TAIL_MASK = np.array([(1 << (8 * r)) - 1 for r in range(8)] + [(1 << 64) - 1], np.uint64)
 
 
-class _KeyCollision(Exception):
+class KeyCollision(Exception):
     pass
 
 
-def _gather_words(fb: _Bytes, start: np.ndarray, length: np.ndarray, k: int) -> np.ndarray:
+def _gather_words(fb: FileBytes, start: np.ndarray, length: np.ndarray, k: int) -> np.ndarray:
     """The little-endian u64 word at byte k of each string, bytes past its end zeroed."""
     pos = start + k
     word = fb.u64le[np.minimum(pos, len(fb.u64le) - 1)]
@@ -186,7 +190,7 @@ def _gather_words(fb: _Bytes, start: np.ndarray, length: np.ndarray, k: int) -> 
     return word & _TAIL_MASK[np.minimum(np.maximum(length - k, 0), 8)]
 
 
-def _string_keys(fb: _Bytes, start: np.ndarray, length: np.ndarray):
+def _string_keys(fb: FileBytes, start: np.ndarray, length: np.ndarray):
     """Two keys per string that depend on the string alone: word k is mixed in only for
     strings longer than k (not for all strings up to the chunk's longest)."""
     k1 = length.astype(np.uint64) * _MIX[0]
@@ -219,15 +223,15 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
 
 
 def _factorize_keys(k1: np.ndarray, k2: np.ndarray):
-    """(codes int32, first rows) from key pairs; raises _KeyCollision if k1 alone collides."""
+    """(codes int32, first rows) from key pairs; raises KeyCollision if k1 alone collides."""
     codes = pd.factorize(k1)[0].astype(np.int32)
     first = _first_rows(codes)
     if not np.array_equal(k2, k2[first][codes]):
-        raise _KeyCollision
+        raise KeyCollision
     return codes, first
 
 
-def _texts(fb: _Bytes, start: np.ndarray, length: np.ndarray) -> list[str]:
+def decode_texts(fb: FileBytes, start: np.ndarray, length: np.ndarray) -> list[str]:
     """Decode the strings at (start, length), vectorized for ASCII without NUL bytes."""
     if len(start) == 0:
         return []
@@ -253,7 +257,7 @@ class _Distinct:
     length: np.ndarray
 
 
-def _distinct(fb: _Bytes, start: np.ndarray, length: np.ndarray):
+def _distinct(fb: FileBytes, start: np.ndarray, length: np.ndarray):
     """(per-row local code, _Distinct) for the strings at (start, length)."""
     k1, k2 = _string_keys(fb, start, length)
     codes, first = _factorize_keys(k1, k2)
@@ -263,7 +267,7 @@ def _distinct(fb: _Bytes, start: np.ndarray, length: np.ndarray):
 _BUCKETS = 1 << 14
 
 
-def _distinct_few(fb: _Bytes, start: np.ndarray, length: np.ndarray):
+def _distinct_few(fb: FileBytes, start: np.ndarray, length: np.ndarray):
     """_distinct for a field with few distinct values (event names): rows are put in 2^14
     buckets by their first key, and every row's keys must equal its bucket's (any) member's
     -- then a bucket is one string and no hash table is needed. Two strings in one bucket
@@ -302,7 +306,20 @@ class _Chunk:
     slow_frames: list[_Frame]
 
 
-def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
+def chunk_spans(frames: list[_Frame]) -> Iterator[tuple[int, int]]:
+    """(i, j): frames[i:j] is the next chunk to parse, whole frames of about _CHUNK_BYTES
+    (at least one frame each), in order."""
+    i, n = 0, len(frames)
+    while i < n:
+        j, size = i, 0
+        while j < n and (size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES):
+            size += frames[j].end - frames[j].payload + _LEN_BYTES
+            j += 1
+        yield i, j
+        i = j
+
+
+def parse_chunk(fb: FileBytes, frames: list[_Frame], detail_names) -> _Chunk:
     lo, hi = frames[0].payload, frames[-1].end
     # bytes 94 cb: find the 94s with a contiguous (SIMD) byte compare, then check the next
     cand = np.flatnonzero(fb.buf[lo:hi] == 0x94) + lo
@@ -361,7 +378,7 @@ def _parse_chunk(fb: _Bytes, frames: list[_Frame], detail_names) -> _Chunk:
 
     uid, uid_table = _distinct(fb, uid_h[sel] + hs_u[sel], len_u[sel])
     name, name_table = _distinct_few(fb, name_h[sel] + hs_n[sel], len_n[sel])
-    name_texts = _texts(fb, name_table.start, name_table.length)
+    name_texts = decode_texts(fb, name_table.start, name_table.length)
     d_len = len_d[sel]
     d_keep = ~nil_d[sel]
     if detail_names is not None:
@@ -432,10 +449,10 @@ class _Table:
     """Global codes for one string field, built from the chunks' distinct tables."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple[_Bytes, _Distinct]] = []
+        self.parts: list[tuple[FileBytes, _Distinct]] = []
         self.size = 0
 
-    def add(self, fb: _Bytes, d: _Distinct) -> int:
+    def add(self, fb: FileBytes, d: _Distinct) -> int:
         """Remember a chunk's table; returns its offset in the concatenation."""
         offset = self.size
         self.parts.append((fb, d))
@@ -460,7 +477,7 @@ class _Table:
         texts = np.empty(len(first), object)
         for f, fb in enumerate(files):
             at = np.flatnonzero(file_of == f)
-            texts[at] = _texts(fb, start[at], length[at])
+            texts[at] = decode_texts(fb, start[at], length[at])
         return codes, texts.tolist()
 
 
@@ -475,7 +492,7 @@ def read_event_columns(
     with gc_paused():
         try:
             return _read(paths, detail_names, fast=True)
-        except _KeyCollision:
+        except KeyCollision:
             return _read(paths, detail_names, fast=False)
 
 
@@ -488,8 +505,8 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
     for path in map(os.fspath, paths):
         if os.path.exists(path):
             data = _map_file(path)
-            small = len(data) < _SMALLEST_EVENT_FILE  # no event (and too small for the views)
-            files.append((path, data, [] if small else _frames(data)))
+            small = len(data) < SMALLEST_EVENT_FILE  # no event (and too small for the views)
+            files.append((path, data, [] if small else split_frames(data)))
     total = sum(f.count for _, _, frames in files for f in frames if f.count > 0)
     t_out = np.empty(total, np.float64)
     uid_out = np.empty(total, np.int32)
@@ -504,17 +521,9 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
     for src, (path, data, frames) in enumerate(files):
         file_row = row
         slow_frames = [] if fast else [f for f in frames if f.count != 0]
-        i = 0
-        fb = _Bytes(data) if frames and fast else None
-        while fast and i < len(frames):  # chunks of whole frames
-            j, size = i, 0
-            while j < len(frames) and (
-                size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES
-            ):
-                size += frames[j].end - frames[j].payload + _LEN_BYTES
-                j += 1
-            ch = _parse_chunk(fb, frames[i:j], detail_names)
-            i = j
+        fb = FileBytes(data) if frames and fast else None
+        for i, j in chunk_spans(frames) if fast else ():  # chunks of whole frames
+            ch = parse_chunk(fb, frames[i:j], detail_names)
             n = len(ch.t)
             uoff, noff = uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)
             t_out[row : row + n] = ch.t

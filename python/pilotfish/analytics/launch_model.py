@@ -28,7 +28,7 @@ import numpy as np
 from pilotfish import _events as E
 from pilotfish._events import read_all_events
 from pilotfish._launch_costs import read_launch_model  # noqa: F401 -- `pilotfish simulate` reads it here
-from pilotfish.analytics.partitions import _first_nodes, _layout
+from pilotfish.analytics.partitions import first_nodes, pilot_layout
 
 
 def _lsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -47,7 +47,7 @@ def _lsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
     """The launch model of the launch methods this session used (see the module docstring)."""
-    first_node = _first_nodes(session_dir)
+    first_node = first_nodes(session_dir)
     startup: dict[str, list[tuple[int, float]]] = {}
     latency: dict[str, list[tuple[float, float]]] = {}
     launches: dict[str, int] = {}
@@ -56,7 +56,7 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
     grace: dict[str, float] = {}
     for uid in sorted(os.listdir(session_dir)):
         path = os.path.join(session_dir, uid, "agent.events")
-        found = _layout(session_dir, uid)
+        found = pilot_layout(session_dir, uid)
         if not os.path.exists(path) or found is None:
             continue
         layout, names, _ = found

@@ -21,8 +21,9 @@ from pilotfish.analytics import utilization as ru
 from pilotfish.descriptions import partition_layout
 
 
-def _layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | None:
-    """(partition layout, node names, cores per node) of a pilot, from its pilot.json."""
+def pilot_layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | None:
+    """(partition layout, node names, cores per node) of a pilot, from its pilot.json (None
+    if it has none or it cannot be read); launch_model.py reads it too."""
     try:
         with open(os.path.join(path, uid, "pilot.json")) as f:
             pj = json.load(f)
@@ -44,8 +45,9 @@ def _layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | None:
     return layout, nodes, cores
 
 
-def _first_nodes(path: str) -> dict[str, int]:
-    """uid -> node index of its first rank, from tasks.msgpack (placed tasks only)."""
+def first_nodes(path: str) -> dict[str, int]:
+    """uid -> node index of its first rank, from tasks.msgpack (placed tasks only);
+    launch_model.py reads it too."""
     p = os.path.join(path, "tasks.msgpack")
     if not os.path.exists(p):
         return {}
@@ -94,12 +96,12 @@ def partitions(data) -> list[dict]:
     tasks = data.tasks
     launchers = data.launchers
     for uid in pilots.index:
-        found = _layout(data.path, uid)
+        found = pilot_layout(data.path, uid)
         if found is None:
             continue
         layout, names, node_cores = found
         if first_node is None:
-            first_node = _first_nodes(data.path)
+            first_node = first_nodes(data.path)
         mine = tasks[tasks["pilot"] == uid] if "pilot" in tasks else tasks.iloc[:0]
         bounds = np.array([first for first, _, _ in layout] + [len(names)])
         node_of = np.array([first_node.get(u, -1) for u in mine.index], dtype=np.int64)

@@ -64,7 +64,7 @@ STYLE = {
 }
 
 
-def _seconds(x, _pos=None) -> str:
+def format_seconds(x, _pos=None) -> str:
     """Tick label for a duration in seconds: 250 us, 12 ms, 3.4 s, 5 min, 2 h."""
     x = float(x)
     if x == 0:
@@ -273,7 +273,7 @@ def throughput_figure(analysis, series) -> Figure:
         )
         tp = analysis.throughput
         mean = tp.get("finished_mean_per_s")
-        title = f"Throughput (tasks per second, {_seconds(edges[1] - edges[0])} bins)"
+        title = f"Throughput (tasks per second, {format_seconds(edges[1] - edges[0])} bins)"
         if mean and np.isfinite(mean):
             title += f"  ·  finished: mean {mean:,.1f}/s, peak {tp['finished_peak_per_s']:,.0f}/s"
         ax.set_title(title)
@@ -322,8 +322,8 @@ def setup_histogram_figure(analysis) -> Figure:
         for name, ls in (("mean", "-"), ("median", "--"), ("q3", ":")):
             x = float(st[name])
             if x > 0:
-                ax.axvline(x, color=TEXT, lw=1.1, ls=ls, label=f"{name} {_seconds(x)}")
-        ax.xaxis.set_major_formatter(FuncFormatter(_seconds))
+                ax.axvline(x, color=TEXT, lw=1.1, ls=ls, label=f"{name} {format_seconds(x)}")
+        ax.xaxis.set_major_formatter(FuncFormatter(format_seconds))
         ax.set_xlabel("setup time: placed (schedule_ok) → payload started (launch_ok / exec_ok)")
         ax.set_ylabel("tasks")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _p: f"{y:,.0f}"))
@@ -353,12 +353,12 @@ def durations_figure(analysis) -> Figure:
                 q,
                 color=STEP_COLORS[key],
                 lw=1.8,
-                label=f"{DURATION_LABELS[key]}  (median {_seconds(v[len(v) // 2])})",
+                label=f"{DURATION_LABELS[key]}  (median {format_seconds(v[len(v) // 2])})",
             )
             drawn = True
         if drawn:
             ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(_seconds))
+        ax.xaxis.set_major_formatter(FuncFormatter(format_seconds))
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylim(0, 1.01)
         ax.set_xlabel("duration")
@@ -385,7 +385,7 @@ def elastic_figure(nodes: dict, members: dict) -> Figure:
             ax.set_ylim(bottom=0)
             ax.set_ylabel(what)
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0))
-        axes[-1].xaxis.set_major_formatter(FuncFormatter(_seconds))
+        axes[-1].xaxis.set_major_formatter(FuncFormatter(format_seconds))
         axes[-1].set_xlabel("time since session start")
         axes[0].set_title("Elasticity: pilot nodes and service-group members over time")
     return fig

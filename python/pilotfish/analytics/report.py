@@ -63,7 +63,7 @@ def _s(x) -> str:
     """A duration for humans."""
     if x is None or not np.isfinite(x):
         return "–"
-    return plots._seconds(x)
+    return plots.format_seconds(x)
 
 
 def _pct(x) -> str:

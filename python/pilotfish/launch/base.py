@@ -145,16 +145,19 @@ class LaunchMethod:
         """The command for a tool: options[key] if given, else its name (searched in PATH)."""
         return str(self.options.get(key) or default)
 
-    def _find_tool(
+    def locate_tool(
         self, key: str, names: Sequence[str], is_right: Callable[[str], bool] | None = None
     ) -> str:
-        """options[key] if given (trusted as is), else the first of `names` found by
-        `find_tool` that passes is_right(path), else names[0] (spawning it then fails with
-        a reason that names it)."""
+        """The command of one of its tools: options[key] if given (trusted as is), else the
+        first of `names` found by `find_tool` that passes is_right(path), else names[0]
+        (spawning it then fails with a reason that names it). Launch methods and their
+        helpers (mpirun.find_openmpi_launcher) call it."""
         given = self.options.get(key)
         if given:
             return str(given)
         return find_tool(names, is_right) or names[0]
+
+    _find_tool = locate_tool  # (its old name: mpiexec.py and prrte.py still call it on self)
 
 
 class Daemon:

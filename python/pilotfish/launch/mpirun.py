@@ -100,7 +100,7 @@ OPENMPI_TOOLS = ("mpirun", "ompirun_wrapper", "prterun")  # in order of preferen
 
 
 def find_openmpi_launcher(lm: LaunchMethod) -> str:
-    return lm._find_tool("mpirun", OPENMPI_TOOLS, is_openmpi_launcher)
+    return lm.locate_tool("mpirun", OPENMPI_TOOLS, is_openmpi_launcher)
 
 
 def host_list(slots: list[RankSlot], emulated: bool) -> str:

@@ -134,31 +134,22 @@ def decode_events(data: bytes, detail_names: set[str]) -> Iterator[EventBatch]:
     """The events of `data` (whole EventWriter frames), in batches of about 512 KiB."""
     if not data:
         return
-    frames = _load._frames(data)
-    if len(data) < _load._SMALLEST_EVENT_FILE:
+    frames = _load.split_frames(data)
+    if len(data) < _load.SMALLEST_EVENT_FILE:
         yield from _decode_slow(data, frames, detail_names)
         return
-    fb = _load._Bytes(data)
-    i = 0
-    while i < len(frames):
-        j, size = i, 0
-        while j < len(frames) and (
-            size == 0 or size + frames[j].end - frames[j].payload <= _load._CHUNK_BYTES
-        ):
-            size += frames[j].end - frames[j].payload + 4
-            j += 1
+    fb = _load.FileBytes(data)
+    for i, j in _load.chunk_spans(frames):
         try:
-            ch = _load._parse_chunk(fb, frames[i:j], detail_names)
-        except _load._KeyCollision:  # (astronomically rare): this chunk the exact slow way
+            ch = _load.parse_chunk(fb, frames[i:j], detail_names)
+        except _load.KeyCollision:  # (astronomically rare): this chunk the exact slow way
             yield from _decode_slow(data, frames[i:j], detail_names)
-            i = j
             continue
-        i = j
         table = ch.uid_table
 
         def texts(codes, fb=fb, table=table):
             codes = np.asarray(codes, dtype=np.int64)
-            return _load._texts(fb, table.start[codes], table.length[codes])
+            return _load.decode_texts(fb, table.start[codes], table.length[codes])
 
         details = {int(r): d for r, d in zip(ch.detail_rows.tolist(), ch.details)}
         yield EventBatch(
