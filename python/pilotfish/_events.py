@@ -8,14 +8,14 @@ the whole per-event cost on the hot path; encoding and writing happen per batch.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from typing import Iterator, Optional
 
 import msgspec
 
-_LEN = struct.Struct("<I")
+from . import _frames
+
 _encode = msgspec.msgpack.Encoder().encode
 _decode_batch = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str]]]).decode
 
@@ -161,9 +161,7 @@ class EventWriter:
             self._last_flush = time.monotonic()
             if not buf or self._fh is None:
                 return
-            payload = _encode(buf)
-            self._fh.write(_LEN.pack(len(payload)))
-            self._fh.write(payload)
+            self._fh.write(_frames.pack(_encode(buf)))
             self._fh.flush()
 
     def close(self) -> None:
@@ -178,14 +176,8 @@ def read_events(path: str | os.PathLike) -> Iterator[list[Event]]:
     """Yield the batches of an events file; a torn last frame (a killed writer) is ignored."""
     with open(path, "rb") as f:
         data = f.read()
-    pos, n = 0, len(data)
-    while pos + 4 <= n:
-        (length,) = _LEN.unpack_from(data, pos)
-        end = pos + 4 + length
-        if end > n:
-            break
-        yield _decode_batch(data[pos + 4 : end])
-        pos = end
+    for start, end in _frames.spans(data):
+        yield _decode_batch(data[start:end])
 
 
 def read_all_events(path: str | os.PathLike) -> list[Event]:

@@ -1,6 +1,7 @@
 """Journals: append-only logs that let a session resume without losing or re-running work.
 
-Two journals, one format (frames: u32 little-endian length + a msgpack array of records):
+Two journals, one format (frames, _frames.py: a u32 little-endian length + a msgpack array
+of records):
 
 - the client's `<session>/journal`: pilots and tasks as submitted (descriptions), and every
   final state the client learns;
@@ -53,12 +54,13 @@ from typing import Any, Iterator
 
 import msgspec
 
+from . import _frames
 from ._errors import JournalError
 from ._util import open_private, read_private
 
 log = logging.getLogger("pilotfish.journal")
 
-_LEN = struct.Struct("<I")
+_LEN = _frames.LEN  # (the framing: _frames.py)
 _encode = msgspec.msgpack.Encoder().encode
 encode_records = _encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -117,7 +119,7 @@ class Journal:
         a write that fails (ENOSPC...) is cut off again and the OSError raised."""
         if not payloads or self._fd < 0:
             return
-        data = b"".join(_LEN.pack(len(p)) + p for p in payloads)
+        data = _frames.pack_all(payloads)
         with self._lock:
             if self._fd < 0:
                 return

@@ -26,7 +26,6 @@ import os
 import pickle
 import signal
 import socket
-import struct
 import sys
 import time
 import traceback
@@ -34,7 +33,7 @@ import traceback
 import cloudpickle
 import msgspec
 
-from .. import _running
+from .. import _frames, _running
 from .._wire import RESULT_CANCELED, RESULT_ERROR, RESULT_IN_FILE, RESULT_OK, RESULT_RETURNED
 
 LOG_BYTES = 1 << 30  # the result log's size (sparse: only what is written costs)
@@ -42,7 +41,7 @@ BIG_RESULT = 64 << 10  # larger results go to a file of their own, named in the 
 MAX_OUTPUT = 1 << 20  # a call's captured stdout/stderr, as a task's (1 MiB each)
 MAX_RECORD = BIG_RESULT + 2 * 4 * MAX_OUTPUT + 4096  # the most one result record can take
 FLUSH_S = 0.002  # tell the agent how far the log is at least this often
-_LEN = struct.Struct("<I")
+_LEN = _frames.LEN  # (the framing: _frames.py; 0 ends the log)
 
 CHECK_S = 0.001  # look for cancels and new batches between calls this often
 
