@@ -48,6 +48,7 @@ def test_a_removed_pilot_gets_no_new_task_and_runs_its_own_on(session, tmp_path)
     tmgr.remove_pilots(a.uid)
     assert tmgr.list_pilots() == [b.uid]
     assert a.state == pf.ACTIVE  # the pilot itself goes on
+    assert tmgr.get_pilot(a.uid) is a and tmgr.get_pilot("pilot.9999") is None
 
     # new tasks go to the pilots left, however many
     new = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true") for _ in range(6)])

@@ -214,10 +214,10 @@ class TaskManager:
             )
         self.scheduler = scheduler
         self._turn = 0  # round_robin: the next pilot's turn
-        # (uid, description, pilot) -> TaskSpec fields to add ("environment" is merged under
-        # the task's own): a compatibility layer's hook (pilotfish.rp: RP_TASK_ID and
-        # friends, a sandbox per task), else None
-        self._spec_extra = None
+        self.spec_extra: Callable[[str, TaskDescription, PilotPort], dict] | None = None
+        """A compatibility layer's hook, no user's (pilotfish.rp: RP_TASK_ID and friends, a
+        sandbox per task): (uid, description, pilot) -> TaskSpec fields to add to each task
+        sent ("environment" is merged under the task's own); None: none."""
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
@@ -288,6 +288,16 @@ class TaskManager:
         """The uids of the pilots added to this manager (and not removed)."""
         return list(self._pilots)
 
+    def get_pilot(self, uid: str) -> PilotPort | None:
+        """The pilot of this uid that was added to this manager -- one removed since too
+        (its tasks still run there) -- else None."""
+        return self._known.get(uid)
+
+    # alias: rp/ still reads this (issue 40), goes when rp/ moves
+    _spec_extra = property(
+        lambda self: self.spec_extra, lambda self, f: setattr(self, "spec_extra", f)
+    )
+
     def submit_tasks(self, descriptions):
         """Validate, route to pilots, send in batches. Returns Task (or list, given a list).
 
@@ -349,11 +359,8 @@ class TaskManager:
                 try:
                     pilot = self._known[pilot_uid]
                     shared = os.path.join(pilot.sandbox, "tasks", "shared")
-                    extra = (
-                        None
-                        if self._spec_extra is None
-                        else (lambda u, d, p=pilot: self._spec_extra(u, d, p))
-                    )
+                    hook = self.spec_extra
+                    extra = None if hook is None else (lambda u, d, p=pilot, f=hook: f(u, d, p))
                     specs = [
                         _spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
                         for i in part
