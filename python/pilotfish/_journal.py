@@ -214,6 +214,36 @@ RECORD_SHAPES: dict[str, tuple[tuple[int, int], list[tuple[tuple[type, ...], Any
 }
 
 
+# -- the records, made here only (every writer calls these; RECORD_SHAPES checks a read) --
+
+
+def pilot_record(uid: str, description: dict, sandbox: str, replaced: str | None) -> list:
+    return ["pilot", uid, description, sandbox, replaced]
+
+
+def task_record(uid: str, pilot_uid: str, values: dict) -> list:
+    return ["task", uid, pilot_uid, values]
+
+
+def final_record(
+    uid: str,
+    state: str,
+    exit_code: int | None,
+    signal: int | None,
+    reason: str | None,
+    t: float,
+) -> list:
+    return ["final", uid, state, exit_code, signal, reason, t]
+
+
+def spawn_record(uid: str, keys: list, done_on_exit: bool) -> list:
+    return ["spawn", uid, keys, done_on_exit]
+
+
+def out_record(uid: str, stdout: str | bytes | None, stderr: str | bytes | None) -> list:
+    return ["out", uid, stdout, stderr]
+
+
 def check_record(rec: object) -> str | None:
     """Why `rec` is not a journal record of a known form (RECORD_SHAPES), or None."""
     if type(rec) is not list or not rec:

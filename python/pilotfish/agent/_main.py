@@ -27,7 +27,7 @@ from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._events import EventWriter
-from .._journal import Journal
+from .._journal import Journal, spawn_record
 from .._sockets import client_link
 from .._door import Reserve
 from .._util import hostname, open_private, raise_nofile_limit, read_private
@@ -205,7 +205,7 @@ class Agent:
                 )
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
-                [["spawn", t.spec.uid, keys, not t.spec.output_staging] for t, keys in items]
+                [spawn_record(t.spec.uid, keys, not t.spec.output_staging) for t, keys in items]
             )
         self.poller = zmq.Poller()
         if self.core is not None:

@@ -187,10 +187,12 @@ class Keeper:
             KEEPER_BEAT_S,
             Journal,
             exit_record,
+            final_record,
             read_exit_log,
             read_node_exit_logs,
             spawn_records,
         )
+        from pilotfish.states import DONE
 
         finals, spawned = spawn_records(self.sandbox)
         intents: set[int] = set()
@@ -325,19 +327,8 @@ class Keeper:
                     left = waiting[uid]
                     left.discard(key)
                     if not left and uid not in failed and done_on_exit[uid]:
-                        journal.write(
-                            [
-                                [
-                                    "final",
-                                    uid,
-                                    "DONE",
-                                    0,
-                                    None,
-                                    "ended after its agent died; seen by the pilot's keeper",
-                                    t,
-                                ]
-                            ]
-                        )
+                        why = "ended after its agent died; seen by the pilot's keeper"
+                        journal.write([final_record(uid, DONE, 0, None, why, t)])
         finally:
             journal.close()
             os.close(exit_fd)
@@ -348,6 +339,9 @@ class Keeper:
     @staticmethod
     def _away_ended(away: dict, done_on_exit: dict, journal, read_node_exit_logs) -> None:
         """Tasks on node executors whose processes all ended: DONE if all exited 0."""
+        from pilotfish._journal import final_record  # (imported already: see adopt)
+        from pilotfish.states import DONE
+
         exits, _ = read_node_exit_logs(os.path.dirname(journal.path))
         t = time.time()
         for uid in list(away):
@@ -356,19 +350,8 @@ class Keeper:
                 continue
             del away[uid]
             if all(e[0] == 0 and e[1] == 0 for e in ends) and done_on_exit[uid]:
-                journal.write(
-                    [
-                        [
-                            "final",
-                            uid,
-                            "DONE",
-                            0,
-                            None,
-                            "ended after its agent died; seen by its node executor",
-                            t,
-                        ]
-                    ]
-                )
+                why = "ended after its agent died; seen by its node executor"
+                journal.write([final_record(uid, DONE, 0, None, why, t)])
 
     def _name_children(
         self,
