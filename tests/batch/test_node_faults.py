@@ -43,7 +43,9 @@ HOST = "n3"  # the host that fails (the agent runs on n1)
 LOST = {"nodes": {"lost_after_s": 3}}
 OUTAGE_S = 12.0  # longer than the loss and the fence, shorter than the verdict
 PAST_VERDICT_S = 22.0  # longer than the verdict too (lost at 3 s, verdict 15 s later)
-PAUSES = (1.0, 3.0, 30.0)  # ends before, during, and long after the outage
+# ends before the loss, before the fence, and after OUTAGE_S (a long one on HOST is still running
+# when its executor fences, 9 s into the outage, and 8 s after it ends: the fence kills it)
+PAUSES = (1.0, 3.0, 20.0)
 
 
 def _link(node: str, state: str) -> None:
@@ -93,12 +95,14 @@ def _fault(slurm, tmp_path, fail, restore, outage=OUTAGE_S):
         there = [t for t in tasks if t.slots[0].node == HOST]
         assert there, [t.slots[0].node for t in tasks]
         time.sleep(0.3)  # (their processes exist)
+        t_fail = time.monotonic()
         fail()
         try:
             time.sleep(outage)
         finally:
             restore()
         states = tmgr.wait_tasks([t.uid for t in tasks], timeout=180)
+        t_ended = time.monotonic() - t_fail
         runs = collections.Counter(line.split()[0] for line in side.read_text().splitlines())
         final = dict(zip([t.uid for t in tasks], states))
         twice = sorted(u for u, k in runs.items() if k > 1)
@@ -107,7 +111,7 @@ def _fault(slurm, tmp_path, fail, restore, outage=OUTAGE_S):
         unmarked_done = [t.uid for t in tasks if final[t.uid] == pf.DONE and runs[t.uid] != 1]
         print(f"{len(there)} tasks on {HOST}; states {collections.Counter(states)}; "
               f"runs {sum(runs.values())}; twice {len(twice)}; false FAILED "
-              f"{len(false_failed)}")
+              f"{len(false_failed)}; all ended {t_ended:.0f}s after the fault")
         assert twice == [], ("ran to their end twice", twice)
         assert false_failed == [], ("FAILED although they ran to their end", false_failed)
         assert unmarked_done == [], unmarked_done
@@ -131,6 +135,8 @@ def _fault(slurm, tmp_path, fail, restore, outage=OUTAGE_S):
         assert collections.Counter(states) == {pf.DONE: len(later)}, \
             [t.reason for t in later if t.reason][:3]
         assert {t.stdout.split()[0] for t in later} == {"n1", "n2", "n3", "n4"}
+        print(f"rejoined: {rejoined[0]}; later tasks ended {time.monotonic() - t_fail:.0f}s "
+              "after the fault")
         pilot.cancel()
         return rejoined[0]
 

