@@ -48,6 +48,14 @@ from .. import _node_wire as W
 log = logging.getLogger("pilotfish.node")
 
 
+def _spawn_failure(argv0: str, stdout, stderr, info, err: int) -> str:
+    """The reason a process could not be spawned here (executor.spawn_failure: its output
+    path when that is what failed, else its executable), capped for the wire."""
+    from .executor import spawn_failure  # (only on a failure: the executor starts light)
+
+    return spawn_failure(argv0, stdout, stderr, info, err)[:3000]
+
+
 def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
 
@@ -258,9 +266,11 @@ class NodeExecutor:
                         out.extend(self.core.spawn_batch([b]))
                     except Exception as ex:  # noqa: BLE001 -- the core refusing one spec fails it alone
                         out.append((-22, f"{type(ex).__name__}: {ex}"[:300]))
-            for (key, o, e), (pid, info) in zip(keys, out):
+            for (key, o, e), b, (pid, info) in zip(keys, built, out):
                 if pid > 0:
                     self.running[key] = (pid, o, e)
+                elif pid < 0:  # why, judged here: the paths are this host's
+                    info = _spawn_failure(b[1][0] if b[1] else "", b[4], b[5], info, -pid)
                 results.append((key, pid, info))
         self.send(W.Spawned(results))
         return results

@@ -75,7 +75,9 @@ class NodeRunner(TaskRunner):
                 # to the queue once all its processes are accounted for, as in launch()
                 t.kill_reason = (E.REQUEUE, info)
             elif t.reason is None:
-                t.reason = f"cannot execute {t.spec.executable!r}: {info} (errno {-pid})"
+                # the executor says why, judged on its host (node.py: executor.spawn_failure
+                # there -- the output path that failed, or the executable)
+                t.reason = str(info)
             exits.append((key, 0, 127, 0, now, 0.0, 0.0, 0))
         for row in away:  # (nodes.Ended)
             if row.reason is not None:
