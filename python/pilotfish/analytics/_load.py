@@ -47,9 +47,9 @@ import numpy as np
 from .._util import gc_paused  # (analytics.session imports it from here too)
 import pandas as pd
 
+from pilotfish import _frames
 from pilotfish._events import TaskRecord
 
-_LEN_BYTES = 4
 _CHUNK_BYTES = 512 << 10  # parse this much of a file at once (temporaries stay in cache)
 _PAD = 16  # a copy of the last bytes, zero padded, for string gathers
 SMALLEST_EVENT_FILE = 18  # length, fixarray, 94, cb + f64, "", "", nil
@@ -135,13 +135,11 @@ class _Frame:
 
 
 def split_frames(data: bytes) -> list[_Frame]:
+    """The whole frames of `data` (_frames.spans: a torn last frame, a killed writer's, is
+    ignored, as read_events does), each with where its events start and how many."""
     out: list[_Frame] = []
-    pos, n = 0, len(data)
-    while pos + _LEN_BYTES <= n:
-        length = int.from_bytes(data[pos : pos + 4], "little")
-        start, end = pos + 4, pos + 4 + length
-        if end > n:  # torn last frame (a killed writer): ignored, as read_events does
-            break
+    for start, end in _frames.spans(data):
+        length = end - start
         h = data[start] if length else 0
         if 0x90 <= h <= 0x9F:
             first, count = start + 1, h & 0x0F
@@ -152,7 +150,6 @@ def split_frames(data: bytes) -> list[_Frame]:
         else:
             first, count = start, -1
         out.append(_Frame(start, end, first, count))
-        pos = end
     return out
 
 
@@ -313,7 +310,7 @@ def chunk_spans(frames: list[_Frame]) -> Iterator[tuple[int, int]]:
     while i < n:
         j, size = i, 0
         while j < n and (size == 0 or size + frames[j].end - frames[j].payload <= _CHUNK_BYTES):
-            size += frames[j].end - frames[j].payload + _LEN_BYTES
+            size += frames[j].end - frames[j].payload + _frames.HEADER
             j += 1
         yield i, j
         i = j

@@ -3,10 +3,10 @@ last read are read and decoded.
 
 Both the events files (client.events, <pilot>/agent.events: EventWriter frames) and the
 client's journal are sequences of frames, a u32 little-endian length and a msgpack payload
-(see pilotfish._events and pilotfish._journal). A `FrameTail` keeps, per file, the byte
-offset up to which it has read; each `read()` returns the complete frames appended since,
-and keeps a frame still being written (its length runs past the end of the file) as pending
-bytes, completed by the next read -- never re-read, never decoded half. `bytes_read` counts
+(pilotfish._frames). A `FrameTail` keeps, per file, the byte offset up to which it has read;
+each `read()` returns the complete frames appended since, and keeps a frame still being
+written (its length runs past the end of the file) as pending bytes, completed by the next
+read -- never re-read, never decoded half. `bytes_read` counts
 every byte read from the file, so a test can check that nothing is read twice.
 
 Events are decoded in columns by the vectorized parser of pilotfish.analytics._load (the
@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 import msgspec
 import numpy as np
 
+from pilotfish import _frames
 from pilotfish.analytics import _load
 
 _READ_MAX = 64 << 20  # bytes read per call at most (a large finished file: in steps)
@@ -73,7 +74,7 @@ class FrameTail:
                     f"{start} read before): not read again"
                 )
                 return b""
-            want = min(st.st_size - start, max(limit, 4))
+            want = min(st.st_size - start, max(limit, _frames.HEADER))
             if want <= 0:
                 return b""
             new = os.pread(fd, want, start)
@@ -100,13 +101,7 @@ class FrameTail:
 
 def whole_frames(data: bytes) -> int:
     """Length of the prefix of `data` made of whole frames."""
-    pos, n = 0, len(data)
-    while pos + 4 <= n:
-        end = pos + 4 + int.from_bytes(data[pos : pos + 4], "little")
-        if end > n:
-            break
-        pos = end
-    return pos
+    return _frames.whole(data)
 
 
 @dataclass
@@ -191,13 +186,10 @@ def _decode_slow(data: bytes, frames, detail_names: set[str]) -> Iterator[EventB
 
 def decode_journal(data: bytes) -> Iterator[list]:
     """The records of whole journal frames (each frame: a msgpack array of records)."""
-    pos, n = 0, len(data)
-    while pos + 4 <= n:
-        end = pos + 4 + int.from_bytes(data[pos : pos + 4], "little")
+    for start, end in _frames.spans(data):
         try:
-            recs = msgspec.msgpack.decode(data[pos + 4 : end])
+            recs = msgspec.msgpack.decode(data[start:end])
         except msgspec.DecodeError:
             recs = []  # damage: the client's resume names it; the dashboard reads past it
-        pos = end
         if isinstance(recs, list):
             yield from (r for r in recs if isinstance(r, list) and r)
