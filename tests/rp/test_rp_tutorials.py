@@ -42,25 +42,20 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
     "tutorials/app_scheduling.py": (REFUSED, "placing a task on the cores its slots name is "
                                      "not supported on pilotfish", False),
     "tutorials/configuration.py": (PASS, "", False),
-    "tutorials/debugging.py": (PENDING, f"{API} + client/: RP's sandbox layout "
-                               "<pilot sandbox>/<uid>/ with <uid>.out, <uid>.err", False),
+    "tutorials/debugging.py": (PASS, "", False),
     "tutorials/describing_tasks.py": (PASS, "", False),
-    "tutorials/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) added "
-                                     "stays pending, as RP (raises at submit today)", False),
+    "tutorials/multiple_pilots.py": (PASS, "", True),  # (waits 15 s for a pilot never added)
     "tutorials/profiling.py": (PASS, "", True),
     "tutorials/raptor.py": (PASS, "", False),
     "tutorials/raptor_mpi.py": (PASS, "", False),
     "tutorials/staging_data.py": (PASS, "", False),
     "tutorials_160/configuration.py": (PASS, "", False),
-    "tutorials_160/debugging.py": (PENDING, f"{API} + client/: RP's sandbox layout "
-                                   "<pilot sandbox>/<uid>/", False),
+    "tutorials_160/debugging.py": (PASS, "", False),
     "tutorials_160/describing_tasks.py": (PASS, "", False),
-    "tutorials_160/multiple_pilots.py": (PENDING, f"{API}: a task naming a pilot not (yet) "
-                                         "added stays pending", False),
+    "tutorials_160/multiple_pilots.py": (PASS, "", True),  # (as tutorials/: 15 s)
     "tutorials_160/profiling.py": (PASS, "", True),
     "tutorials_160/raptor.py": (PASS, "", False),
-    "tutorials_160/raptor_mpi.py": (PENDING, f"{API}: Pilot.prepare_env with 'path' "
-                                    "(an existing venv, RP 1.60's raptor_ve)", False),
+    "tutorials_160/raptor_mpi.py": (PASS, "", False),  # (a venv at /tmp/raptor_ve: VENVS)
     "tutorials_160/staging_data.py": (PASS, "", False),
     "tutorials_160/submission.py": (PASS, "", False),
     "misc/backfilling.py": (PASS, "", True),
@@ -93,10 +88,28 @@ OUTCOMES: dict[str, tuple[str, str, bool]] = {
 # (misc/raptor_simple.py: run by test_rp_examples.py; raptor_master.py, raptor_worker.py,
 # rp_app_master.py and rp_app_worker.py are files the scripts above start, not scripts)
 
+# venvs a script's prepare_env(path=...) names, made before it runs (if not there): RP 1.60's
+# raptor_mpi notebook names /tmp/raptor_ve, which RP makes when it is missing (pip-installing
+# radical.pilot and mpi4py from PyPI: the network); pilotfish.rp uses an existing venv there
+VENVS = {"tutorials_160/raptor_mpi.py": "/tmp/raptor_ve"}
+
 # scripts that print a traceback by design: restart_0 exits with sys.exit(0) inside RP's
 # `except (KeyboardInterrupt, SystemExit): ru.print_exception_trace()` (RP prints it too)
 TRACE_BY_DESIGN = {"misc/restart_0.py": "exit requested"}
 SHELL_MISSES = re.compile(r"No such file or directory|command not found")
+# lines of a script's output that SHELL_MISSES would take for a miss but that are expected, why
+EXPECTED_MISSES = {
+    "tutorials/debugging.py": [
+        # its task.000001 runs the unknown executable `data` on purpose: task.stderr and
+        # `cat task.000001.err` say so (RP's say "data: command not found")
+        r"cannot execute 'data'.*No such file or directory",
+        # `ls -l *.out *.err` in the client's session directory: RP's client components
+        # (bridges, ...) are processes that write <name>.out/.err there; pilotfish's client
+        # runs none (its bridge and router are threads of the client)
+        r"ls: cannot access '\*\.(out|err)': No such file or directory",
+    ],
+}
+EXPECTED_MISSES["tutorials_160/debugging.py"] = EXPECTED_MISSES["tutorials/debugging.py"]
 # scripts that run until stopped (in RP too: a workflow loop with no end): each runs this many
 # seconds, must still be running then, with no failed task and no traceback; then SIGINT (the
 # script's `finally` closes its session) and the only traceback is that KeyboardInterrupt's
@@ -166,6 +179,8 @@ def test_rp_tutorial(name, rp_tree, tmp_path, request):
     if name in FOREVER:
         _run_forever(name, tmp_path, env)
         return
+    if name in VENVS and not os.path.isfile(os.path.join(VENVS[name], "bin", "activate")):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", VENVS[name]], check=True)
     where = request.getfixturevalue("restart_copy") if name.startswith("misc/restart_") else HERE
     r = subprocess.run([sys.executable, str(where / name)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
@@ -179,7 +194,9 @@ def test_rp_tutorial(name, rp_tree, tmp_path, request):
         assert TRACE_BY_DESIGN[name] in out, out[-4000:]
     else:
         assert "Traceback" not in out, out[-4000:]
-    assert not SHELL_MISSES.search(out), out[-4000:]
+    expected = [re.compile(x) for x in EXPECTED_MISSES.get(name, ())]
+    checked = "\n".join(ln for ln in out.splitlines() if not any(x.search(ln) for x in expected))
+    assert not SHELL_MISSES.search(checked), out[-4000:]
     if name == "misc/rp_app_comm.py":  # (it prints nothing: its tasks must have run)
         assert not _failed_tasks(tmp_path / "sessions")
 

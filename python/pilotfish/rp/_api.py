@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -19,6 +20,7 @@ from .. import client as _pf
 from .. import states as S
 from .._errors import PilotfishError
 from .._util import gc_paused
+from .._mpi import stderr_reason
 from .._paths import TASKS_DIR
 from . import _nodes
 from . import _states as RS
@@ -40,6 +42,7 @@ SCHEDULER_ROUND_ROBIN = "round_robin"
 SCHEDULER_BACKFILLING = "backfilling"
 SCHEDULER_DEFAULT = SCHEDULER_ROUND_ROBIN  # RP's default (pilotfish's own: backfilling)
 SERVICE_READY_TIMEOUT = 120.0  # s: a pilot's services must be up by then (RP's bound)
+REASON_TAIL = 300  # characters of a <uid>.err quoted in exception_detail (as the agent's)
 
 
 def _listify(x):
@@ -73,7 +76,7 @@ class _Registered:
         self.cb, self.metric, self.uid, self.relay, self.on = cb, metric, uid, None, True
 
 
-def _unregister(registered: list, pf_callbacks: list, cb, metrics, uid) -> None:
+def _unregister(registered: list, pf_unregister: Callable, cb, metrics, uid) -> None:
     """RP's unregister_callback(cb=None, metrics=None, uid=None): every callback matching
     all that are given (none given: all of them)."""
     metrics = None if metrics is None else set(_listify(metrics)[0])
@@ -86,9 +89,9 @@ def _unregister(registered: list, pf_callbacks: list, cb, metrics, uid) -> None:
             r.on = False
             registered.remove(r)
             try:
-                pf_callbacks.remove(r.relay)
+                pf_unregister(r.relay)
             except ValueError:
-                pass
+                pass  # (not registered there: nothing to take back)
 
 
 class Session:
@@ -114,6 +117,7 @@ class Session:
         self.cfg = dict(cfg or {})
         self._pmgrs: list[PilotManager] = []
         self._tmgrs: list[TaskManager] = []
+        self._log = _client_log(self.path)
 
     def close(
         self, download: bool = False, cleanup: bool | None = None, terminate: bool = True
@@ -123,7 +127,17 @@ class Session:
         for tmgr in self._tmgrs:
             for reg in tmgr._registered:
                 reg.on = False
-        self._pf.close(terminate=terminate)
+            tmgr._close_early()
+        try:
+            self._pf.close(terminate=terminate)
+        finally:
+            if self._log is not None:
+                logging.getLogger("pilotfish").removeHandler(self._log)
+                self._log.close()
+                self._log = None
+        for tmgr in self._tmgrs:
+            for task in list(tmgr._tasks.values()):
+                task._launch_failure_err()
         if os.environ.get("RADICAL_PROFILE", "").lower() in ("true", "yes", "1"):
             _write_profiles(self)
         if download:
@@ -152,6 +166,31 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _client_log(path: str) -> logging.Handler | None:
+    """RP's client-side log in the session's directory (<client sandbox>/<sid>/client.log:
+    `grep ERROR *log` there finds what went wrong): pilotfish's own log records, from the
+    level $RADICAL_LOG_LVL names (RP's switch; default WARNING), until the session closes."""
+    level = logging.getLevelName(os.environ.get("RADICAL_LOG_LVL", "WARNING").upper())
+    if not isinstance(level, int):
+        level = logging.WARNING
+    name = os.path.join(path, "client.log")
+    try:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # (private)
+        handler: logging.Handler = logging.FileHandler(name)
+    except OSError as e:
+        log.warning("no client.log in %s: %s", path, e)
+        return None
+    handler.setLevel(level)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
+    )
+    logger = logging.getLogger("pilotfish")
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    return handler
 
 
 def _write_profiles(session: Session) -> None:
@@ -188,11 +227,60 @@ def _write_profiles(session: Session) -> None:
                 log.warning("RADICAL_PROFILE: cannot write %s's profile: %s", task.uid, e)
 
 
-def _task_dir(pilot, sandbox: str | None, uid: str) -> str:
-    """An RP task's sandbox: its own `sandbox` (absolute, or under the pilot's tasks/), else
-    tasks/<uid>/ -- every RP task has one (native pilotfish tasks only when they declare
-    files)."""
-    return os.path.join(pilot.sandbox, TASKS_DIR, sandbox or uid)  # (an absolute one wins)
+# RP's layout: a task's sandbox is <pilot sandbox>/<uid>/ (or <pilot sandbox>/<its sandbox>),
+# holding <uid>.out and <uid>.err. pilotfish keeps a pilot's tasks under its tasks/ (the rest
+# of the sandbox is the pilot's own, protected files: _paths.py), so an RP task works in
+# tasks/<name>/ and <pilot sandbox>/<name> is a link to it, made at submit. Names that are
+# the pilot's own (their part before the first '.') get no link: RP reserves names too.
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_PILOT_OWN = frozenset(
+    ("agent", "env", "functions", "grow", "journal", "keeper", "nodes", "pilot", "psij")
+    + ("services", "session", "spool", "tasks", "prrte", "dvm", "flux", "bootstrap_0")
+)
+
+
+def _plain(name: str) -> bool:
+    """name is one path component that may stand beside the pilot's own files."""
+    return (
+        len(name) <= 200
+        and _PLAIN.fullmatch(name) is not None
+        and name.split(".", 1)[0].lower() not in _PILOT_OWN
+    )
+
+
+def _sandbox_name(rp_uid: str, pf_uid: str) -> str:
+    """The directory an RP task gets when it names none: its uid (RP's), if plain."""
+    return rp_uid if _plain(rp_uid) else pf_uid
+
+
+def _link(pilot_sandbox: str, sandbox: str) -> None:
+    """<pilot sandbox>/<first part of sandbox> -> tasks/<it>, RP's place of the task's
+    sandbox (a relative sandbox only; nothing done if that name is taken or not plain)."""
+    top = sandbox.split("/", 1)[0]
+    if os.path.isabs(sandbox) or not _plain(top):
+        return
+    try:
+        os.symlink(os.path.join(TASKS_DIR, top), os.path.join(pilot_sandbox, top))
+    except FileExistsError:
+        pass  # (tasks sharing a sandbox; or a name taken: _task_dir sees which)
+    except OSError as e:  # (the pilot's sandbox is not on this machine's file system)
+        log.debug("no link %s/%s to its task sandbox: %s", pilot_sandbox, top, e)
+
+
+def _task_dir(pilot_sandbox: str, sandbox: str) -> str:
+    """An RP task's sandbox: an absolute `sandbox` as it is; else <pilot sandbox>/<sandbox>
+    where that is the link to tasks/<sandbox> (_link), else tasks/<sandbox> itself -- every
+    RP task has one (native pilotfish tasks only when they declare files)."""
+    if os.path.isabs(sandbox):
+        return sandbox
+    top = sandbox.split("/", 1)[0]
+    link = os.path.join(pilot_sandbox, top)
+    try:
+        if os.readlink(link) == os.path.join(TASKS_DIR, top):
+            return os.path.join(pilot_sandbox, sandbox)
+    except OSError:
+        pass
+    return os.path.join(pilot_sandbox, TASKS_DIR, sandbox)
 
 
 def _download(sandbox: str, into: str) -> None:
@@ -237,7 +325,8 @@ class Pilot:
 
     @property
     def client_sandbox(self) -> str:
-        return os.getcwd()
+        """RP's: the directory that holds the session's own (<client sandbox>/<sid>)."""
+        return os.path.dirname(self.pmgr.session.path)
 
     @property
     def stdout(self) -> str | None:
@@ -337,18 +426,15 @@ class Pilot:
 
     def prepare_env(self, env_name: str, env_spec: dict | None = None) -> dict:
         """RP's prepare_env: {'type': 'venv'|'shell', 'setup'|'packages': [...],
-        'pre_exec': [...], 'version': ignored (the client's Python is used), 'path':
-        not supported}. Blocks until the environment is ready."""
+        'pre_exec': [...], 'version': ignored (the client's Python is used), 'path': an
+        existing venv to use}. Blocks until the environment is ready."""
         spec = dict(env_spec or {})
-        if spec.get("path"):
-            raise ValueError(
-                f"prepare_env {env_name!r}: 'path' (an existing environment "
-                "elsewhere) is not supported: name the packages instead"
-            )
-        spec.pop("path", None)
         spec.pop("version", None)  # the venv is made from the client's interpreter
         if spec.get("type") == "virtualenv":
             spec["type"] = "venv"
+        path = spec.pop("path", None)
+        if path:
+            spec = _existing_venv(env_name, path, spec)
         if spec.get("type") in ("conda", "anaconda"):
             raise ValueError(
                 f"prepare_env {env_name!r}: conda environments are not supported "
@@ -432,6 +518,46 @@ class Pilot:
         return f"<rp.Pilot {self.uid} {self.state}>"
 
 
+def _existing_venv(env_name: str, path, spec: dict) -> dict:
+    """RP 1.60's prepare_env 'path' where a venv is there already (RP's create-static-ve
+    then activates it and installs nothing): a shell environment that activates it before
+    each task's pre_exec. pilotfish does not make one at a path outside the pilot's sandbox
+    (RP would): a path that is not a venv is refused, naming it."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise ValueError(
+            f"prepare_env {env_name!r}: path {path!r} must be an absolute path to an existing venv"
+        )
+    if spec.get("type", "venv") != "venv":
+        raise ValueError(
+            f"prepare_env {env_name!r}: path {path!r} is for type 'venv' (not {spec.get('type')!r})"
+        )
+    path = path.rstrip("/") or "/"
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"prepare_env {env_name!r}: path {path!r} does not exist: pilotfish.rp uses an "
+            f"existing venv there (make it first: python3 -m venv {path}), or leave 'path' "
+            "out to have one made on the pilot"
+        )
+    python = os.path.join(path, "bin", "python")
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)) or not os.path.isfile(
+        os.path.join(path, "bin", "activate")
+    ):
+        raise ValueError(
+            f"prepare_env {env_name!r}: path {path!r} is not a venv (no executable "
+            "bin/python and bin/activate in it)"
+        )
+    if spec.get("setup") or spec.get("packages"):
+        log.info(
+            "prepare_env %r: %s exists: used as it is, its 'setup' not installed (as RP)",
+            env_name,
+            path,
+        )
+    import shlex
+
+    activate = f". {shlex.quote(os.path.join(path, 'bin', 'activate'))}"
+    return {"type": "shell", "pre_exec": [activate, *list(spec.get("pre_exec") or [])]}
+
+
 class PilotManager:
     def __init__(self, session: Session, uid: str | None = None, cfg: dict | None = None):
         self.session = session
@@ -508,10 +634,37 @@ class PilotManager:
 
     def unregister_callback(self, cb: Callable | None = None, metrics=None) -> None:
         """RP's: the callbacks registered with cb (None: all of them), of these metrics."""
-        _unregister(self._registered, self._pf._callbacks, cb, metrics, None)
+        _unregister(self._registered, self._pf.unregister_callback, cb, metrics, None)
 
     def close(self, terminate: bool = True) -> None:
         pass  # the session closes the pilots
+
+
+class _Early:
+    """The stand-in for the pilotfish task of an RP task whose `pilot` names a pilot not
+    (yet) added to its TaskManager: RP's early-bound task, held in TMGR_SCHEDULING until
+    add_pilots brings that pilot (then submitted, and this is replaced by its pilotfish
+    task), or canceled (cancel_tasks, the session's close). It reads as a pilotfish task
+    that was not sent: no exit code, no outputs; `reason` says what it waits for."""
+
+    __slots__ = ("uid", "description", "pilot", "state", "reason", "_hist")
+    exit_code = result = exception = stdout = stderr = slots = partition = None
+
+    def __init__(self, uid: str, description, pilot: str, now: float):
+        self.uid, self.description, self.pilot = uid, description, pilot
+        self.state = S.SCHEDULING
+        self.reason = (
+            f"waits for pilot {pilot!r}: not added to its TaskManager "
+            "(tmgr.add_pilots adds it; RP keeps such a task pending, too)"
+        )
+        self._hist = [(S.NEW, now), (S.SCHEDULING, now)]
+
+    name = property(lambda self: self.description.name)
+    history = property(lambda self: list(self._hist))
+
+    def end(self, state: str, reason: str) -> None:
+        self.state, self.reason = state, reason
+        self._hist.append((state, time.time()))
 
 
 class Task:
@@ -537,10 +690,12 @@ class Task:
 
     @property
     def sandbox(self) -> str | None:
-        p = self.tmgr._pf._pilots.get(self._pf.pilot)
+        p = self.tmgr._pf.get_pilot(self._pf.pilot)
         if p is None:
             return None
-        return _task_dir(p, self.description.get("sandbox"), self._pf.uid)
+        return _task_dir(
+            p.sandbox, self.description.get("sandbox") or _sandbox_name(self.uid, self._pf.uid)
+        )
 
     @property
     def task_sandbox(self) -> str | None:
@@ -549,7 +704,7 @@ class Task:
 
     @property
     def pilot_sandbox(self) -> str | None:
-        p = self.tmgr._pf._pilots.get(self._pf.pilot)
+        p = self.tmgr._pf.get_pilot(self._pf.pilot)
         return None if p is None else f"file://localhost{p.sandbox}/"
 
     @property
@@ -558,7 +713,8 @@ class Task:
 
     @property
     def client_sandbox(self) -> str:
-        return os.getcwd()
+        """RP's: the directory that holds the session's own (<client sandbox>/<sid>)."""
+        return os.path.dirname(self.tmgr.session.path) if self.tmgr else os.getcwd()
 
     @property
     def output_files(self) -> list[str] | None:
@@ -600,7 +756,12 @@ class Task:
         captured = getattr(self._pf, which)
         if captured is not None:
             return captured
+        if which == "stderr":
+            self._launch_failure_err()
         name = self.description.get(which)  # a file name in the sandbox (RP's form)
+        if not name and self._rp_files():
+            # RP's own <uid>.out / <uid>.err (_spec_extra)
+            name = f"{_sandbox_name(self.uid, self._pf.uid)}.{which[3:]}"
         if name and self.sandbox:
             path = name if os.path.isabs(name) else os.path.join(self.sandbox, name)
             try:
@@ -609,6 +770,34 @@ class Task:
             except OSError:
                 return None
         return None
+
+    def _rp_files(self) -> bool:
+        """Whether its outputs go to RP's <uid>.out / <uid>.err (_spec_extra): a process of
+        one rank (not a function, whose outputs are captured)."""
+        d = self._pf.description
+        return d.function is None and d.ranks == 1
+
+    def _launch_failure_err(self) -> None:
+        """A task that FAILED before its process ran (its executable not found, say) has no
+        <uid>.err: it gets one holding the reason, as RP's holds its launch script's
+        complaint (RP runs every task through a shell script that reports it)."""
+        pf = self._pf
+        if pf.state != S.FAILED or pf.exit_code is not None or not self._rp_files():
+            return
+        if self.description.get("stderr") or not pf.reason:
+            return
+        if not any(s == S.AGENT_SCHEDULING for s, _ in pf.history):
+            return  # (it never reached its pilot: a staging or routing failure)
+        sb = self.sandbox
+        if not sb or not os.path.isdir(sb):
+            return
+        path = os.path.join(sb, f"{_sandbox_name(self.uid, pf.uid)}.err")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w") as f:
+                f.write(pf.reason + "\n")
+        except OSError:
+            pass  # (it exists: the process made it; or the sandbox is not here)
 
     # RP: '' for a task that printed nothing or never ran (scripts call .strip() on them)
     stdout = property(lambda self: self._output("stdout") or "")
@@ -638,8 +827,19 @@ class Task:
 
     @property
     def exception_detail(self) -> str | None:
-        """Why it failed (pilotfish's reason: exit code, signal, staging, launch)."""
-        return self._pf.reason if self._pf.state == S.FAILED else None
+        """Why it failed (pilotfish's reason: exit code, signal, stderr tail, staging,
+        launch). The stderr tail of a task whose stderr went to its <uid>.err is read from
+        there (the agent quotes only what it captured)."""
+        pf = self._pf
+        if pf.state != S.FAILED:
+            return None
+        reason = pf.reason
+        ran = pf.exit_code is not None or getattr(pf, "signal", None)
+        if ran and self._rp_files() and pf.stderr is None and "; stderr: " not in (reason or ""):
+            err = self._output("stderr")
+            if err:
+                reason = (reason or "") + stderr_reason(err, REASON_TAIL)
+        return reason
 
     def wait(self, state=None, timeout: float | None = None) -> str:
         return self.tmgr.wait_tasks(self.uid, state=state, timeout=timeout)
@@ -795,7 +995,7 @@ class TaskManager:
     ):
         self.session = session
         self._pf = _pf.TaskManager(session._pf, scheduler=scheduler or SCHEDULER_DEFAULT)
-        self._pf._spec_extra = self._spec_extra
+        self._pf.spec_extra = self._spec_extra
         self._pilots: dict[str, Pilot] = {}
         self._tasks: dict[str, Task] = {}  # rp uid -> task
         # pilotfish uid -> task, for the tasks whose rp uid is not their pilotfish uid (the
@@ -818,6 +1018,12 @@ class TaskManager:
         # a uid given by the user that looks like pilotfish's own (task.000042): plain RAPTOR
         # calls then take the general path (their uids are pilotfish's there: no clash)
         self._pf_like_uids = False
+        # RP's early-bound tasks: pilot uid -> the rp Tasks that name it before it is added
+        # (their _pf an _Early), and the condition their waiters wait on
+        self._early: dict[str, list[Task]] = {}
+        self._early_cond = threading.Condition()
+        self._were_early: set[str] = set()  # rp uids: NEW/SCHEDULING were reported early
+        self._adopting: dict[int, Task] = {}  # id(pf description) -> its early rp Task
 
     def _note_uid(self, uid) -> None:
         """A uid the user gave: does it look like pilotfish's own task uids?"""
@@ -852,6 +1058,11 @@ class TaskManager:
         task = self._of_pf(t.uid)
         if task is None:
             key = id(t.description)
+            task = self._adopting.get(key)
+            if task is not None:  # an early-bound task, submitted now: its pilotfish task
+                task._pf = t
+                self._by_pf[t.uid] = task
+                return task
             d = self._rp_desc[key]
             if d.get("mode") == RAPTOR_MASTER:
                 task = RaptorMaster(self, t, d, self._user_uid(key, t.uid))
@@ -870,7 +1081,9 @@ class TaskManager:
     # RP's per-task variables, and a sandbox of its own for every task (as in RP)
     def _spec_extra(self, uid: str, d, pilot) -> dict:
         rp_uid = self._user_uid(id(d), uid)
-        full = _task_dir(pilot, d.sandbox, uid)
+        name = d.sandbox or _sandbox_name(rp_uid, uid)
+        _link(pilot.sandbox, name)
+        full = _task_dir(pilot.sandbox, name)
         out: dict = {
             "environment": {
                 "RP_TASK_ID": rp_uid,
@@ -887,8 +1100,19 @@ class TaskManager:
         }
         if d.ranks == 1:  # (several ranks: each exports its own, see _describe)
             out["environment"]["RP_RANK"] = "0"
+        if not full.startswith(os.path.join(pilot.sandbox, TASKS_DIR, "")):
+            # its shell's $PWD is RP's path (the link) as after `cd <it>`, not tasks/<name>
+            out["environment"]["PWD"] = full
         if d.sandbox is None:
-            out["sandbox"] = uid
+            out["sandbox"] = name
+        if d.ranks == 1:  # RP's <uid>.out and <uid>.err in the sandbox, unless it names its own
+            # (several ranks started by pilotfish itself would each truncate one file: theirs
+            # are captured, merged)
+            own = _sandbox_name(rp_uid, uid)
+            if d.stdout is True:
+                out["stdout"] = f"{own}.out"
+            if d.stderr is True:
+                out["stderr"] = f"{own}.err"
         return out
 
     def add_pilots(self, pilots) -> None:
@@ -900,6 +1124,78 @@ class TaskManager:
             if p._tmgr is None and not self._during_setup:
                 p._tmgr = self
         self._pf.add_pilots([p._pf for p in sel])
+        for p in sel:
+            self._release_early(p.uid)
+
+    def _release_early(self, pilot_uid: str) -> None:
+        """Submit the early-bound tasks that waited for this pilot (RP schedules them once
+        it is added); one that cannot be submitted ends FAILED, saying why."""
+        with self._early_cond:
+            tasks = [t for t in self._early.pop(pilot_uid, ()) if t._pf.state not in S.FINAL]
+        if not tasks:
+            return
+        pf_descs = [t._pf.description for t in tasks]
+        keys = [id(pd) for pd in pf_descs]
+        with self._lock:
+            self._adopting.update(zip(keys, tasks))
+        try:
+            self._submit([t.description for t in tasks], pf_descs)
+        except Exception as e:  # noqa: BLE001 -- each task ends FAILED with the reason
+            why = f"submitted once pilot {pilot_uid} was added: {type(e).__name__}: {e}"
+            for t in tasks:
+                if type(t._pf) is _Early:
+                    self._end_early(t, S.FAILED, why)
+        finally:
+            with self._lock:
+                for k in keys:
+                    self._adopting.pop(k, None)
+            with self._early_cond:
+                self._early_cond.notify_all()
+
+    def _hold_early(self, rp_descs: list, pf_descs: list) -> list[Task]:
+        """RP's early binding: tasks naming a pilot not added (yet) wait in TMGR_SCHEDULING
+        for add_pilots, with a uid of the session's own series (RP warns in its log)."""
+        uids = iter(
+            self.session._pf.plane.next_task_uids(sum(1 for d in rp_descs if not d.get("uid")))
+        )
+        now = time.time()
+        out = []
+        with self._lock:
+            for d, pd in zip(rp_descs, pf_descs):
+                uid = d.get("uid") or next(uids)
+                d["uid"] = uid  # (RP_TASK_ID, once it runs)
+                task = Task(self, _Early(uid, pd, pd.pilot, now), d, uid)
+                self._tasks[uid] = task
+                self._were_early.add(uid)
+                out.append(task)
+        with self._early_cond:
+            for t in out:
+                self._early.setdefault(t._pf.pilot, []).append(t)
+        for t in out:
+            log.warning("task %s: %s", t.uid, t._pf.reason)
+            for reg in list(self._registered):
+                for state in (S.NEW, S.SCHEDULING):
+                    reg.relay(t._pf, state)
+        return out
+
+    def _end_early(self, task: Task, state: str, reason: str) -> None:
+        """An early-bound task that never reached its pilot ends (canceled, failed)."""
+        with self._early_cond:
+            if type(task._pf) is not _Early or task._pf.state in S.FINAL:
+                return
+            task._pf.end(state, reason)
+            self._early_cond.notify_all()
+        for reg in list(self._registered):
+            reg.relay(task._pf, state)
+
+    def _close_early(self) -> None:
+        """The session closes: the tasks still waiting for a pilot end CANCELED (RP's close
+        cancels what is left)."""
+        with self._early_cond:
+            waiting = [t for ts in self._early.values() for t in ts]
+            self._early.clear()
+        for t in waiting:
+            self._end_early(t, S.CANCELED, f"the session closed: {t._pf.reason}")
 
     def list_pilots(self) -> list[str]:
         return list(self._pilots)
@@ -946,7 +1242,8 @@ class TaskManager:
         pf_descs = r.plain_calls(descs)
         if pf_descs is None:
             return None
-        if self._pf._callbacks:  # (a callback may see a task before submit returns)
+        if self._registered or self._relaying:  # (its pilotfish callbacks: one may see a
+            # task before submit returns)
             tasks = self._submit(descs, pf_descs)  # (_wrap_locked sets each uid)
         else:  # nothing else makes rp Tasks: paired with their descriptions by position
             self._pilots_ready()
@@ -976,6 +1273,18 @@ class TaskManager:
                 raise PilotfishError(p._problem)
 
     def _submit(self, rp_descs: list, pf_descs: list) -> list:
+        pilots = self._pilots
+        if any(pd.pilot is not None and pd.pilot not in pilots for pd in pf_descs):
+            early = [pd.pilot is not None and pd.pilot not in pilots for pd in pf_descs]
+            held = iter(
+                self._hold_early(
+                    [d for d, e in zip(rp_descs, early) if e],
+                    [pd for pd, e in zip(pf_descs, early) if e],
+                )
+            )
+            now = [(d, pd) for d, pd, e in zip(rp_descs, pf_descs, early) if not e]
+            sent = iter(self._submit([d for d, _ in now], [pd for _, pd in now]) if now else [])
+            return [next(held) if e else next(sent) for e in early]
         self._pilots_ready()
         keys = [id(pd) for pd in pf_descs]
         rp_desc = self._rp_desc
@@ -1186,20 +1495,52 @@ class TaskManager:
         except KeyError as e:
             raise ValueError(f"no task {e.args[0]!r} in this TaskManager") from None
 
-    def _pf_uids(self, uids) -> tuple[list[str], bool]:
-        sel, many = self._selected(uids)
-        return [t._pf.uid for t in sel], many
-
     def wait_tasks(self, uids=None, state=None, timeout: float | None = None):
         sel, many = self._selected(uids)
         pf_states = None if state is None else RS.task_states_to_pf(state)
-        self._pf.wait_tasks([t._pf.uid for t in sel], state=pf_states, timeout=timeout)
+        if self._were_early:
+            timeout = self._wait_early(sel, pf_states, timeout)
+        self._pf.wait_tasks(
+            [t._pf.uid for t in sel if type(t._pf) is not _Early], state=pf_states, timeout=timeout
+        )
         names = RS.TASK_STATE  # (Task.state, inlined: a wait may name a million tasks)
         out = [names[t._pf.state] for t in sel]
         return out if many else out[0]
 
+    def _wait_early(self, sel: list, pf_states, timeout: float | None) -> float | None:
+        """Wait (up to timeout) for the early-bound tasks among sel to reach pf_states (or
+        an end) or to be submitted to their pilot; the timeout left for the others. As in
+        RP, a task naming a pilot that is never added waits until the timeout (for ever
+        without one: said in the log)."""
+        targets = set(pf_states or ()) | S.FINAL
+        deadline = None if timeout is None else time.monotonic() + timeout
+        told = False
+        with self._early_cond:
+            while True:
+                waiting = [t for t in sel if type(t._pf) is _Early and t._pf.state not in targets]
+                if not waiting:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if left is None and not told:
+                    told = True
+                    log.warning(
+                        "wait_tasks (no timeout) waits for %d tasks whose pilot is not "
+                        "added to this TaskManager, e.g. %s: it %s",
+                        len(waiting),
+                        waiting[0].uid,
+                        waiting[0]._pf.reason,
+                    )
+                self._early_cond.wait(left)
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     def cancel_tasks(self, uids=None) -> None:
-        self._pf.cancel_tasks(self._pf_uids(uids)[0])
+        sel, _ = self._selected(uids)
+        early = [t for t in sel if type(t._pf) is _Early]
+        for t in early:
+            self._end_early(t, S.CANCELED, f"canceled by the user: it {t._pf.reason}")
+        self._pf.cancel_tasks([t._pf.uid for t in sel if type(t._pf) is not _Early])
 
     def get_tasks(self, uids=None):
         if uids is None:
@@ -1239,6 +1580,12 @@ class TaskManager:
                 if id(t.description) in self._hidden:
                     return  # a RAPTOR master's own task: not the client's
                 task = self._wrap(t)
+            if (
+                task.uid in self._were_early
+                and state in (S.NEW, S.SCHEDULING)
+                and type(t) is not _Early
+            ):
+                return  # (reported when it was held for its pilot)
             rp_state = RS.TASK_STATE[state]
             if uid is None or task.uid == uid:
                 f(task, rp_state)
@@ -1256,16 +1603,19 @@ class TaskManager:
     ) -> None:
         """RP's: the callbacks registered with cb (None: all), of these metrics, for task
         uid (None: any)."""
-        _unregister(self._registered, self._pf._callbacks, cb, metrics, uid)
+        _unregister(self._registered, self._pf.unregister_callback, cb, metrics, uid)
 
     def remove_pilots(self, pilot_ids, drain: bool = False) -> None:
-        """RP's remove_pilots: not here (a pilot added to a TaskManager stays one of its
-        pilots): refused at once, naming what to do instead."""
-        raise NotImplementedError(
-            "TaskManager.remove_pilots is not supported on pilotfish: name the pilot of each "
-            "task (TaskDescription.pilot) to keep tasks off a pilot, or end it with "
-            "pmgr.cancel_pilots (its unfinished tasks end with it)"
-        )
+        """RP's remove_pilots: these pilots (uids) get none of this manager's new tasks;
+        its tasks already on them run on there. A task naming a removed pilot waits for it
+        to be added again, as one naming a pilot never added does. The pilots go on
+        (pmgr.cancel_pilots ends them). drain=True returns once this manager's tasks on
+        them have ended. ValueError names an unknown uid (nothing is removed then)."""
+        sel, _ = _listify(pilot_ids)
+        sel = [p.uid if isinstance(p, Pilot) else p for p in sel]
+        self._pf.remove_pilots(sel, drain=drain)
+        for uid in sel:
+            self._pilots.pop(uid, None)
 
     # RP 0.x's names (tasks were "units"), kept by RP 1.x as aliases
     submit_units = submit_tasks
