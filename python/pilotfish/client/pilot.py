@@ -20,7 +20,7 @@ from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
-from .._journal import keeper_state
+from .._journal import keeper_state, pilot_record
 from .._util import machine_shape, private_dir, read_private, write_private
 from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
@@ -655,7 +655,7 @@ class PilotManager:
                 sandbox = d.sandbox or os.path.join(self.session.path, uid)
                 pilot = Pilot(self, uid, d, sandbox)
                 try:  # journaled before it exists: a journal that cannot take it (a full disk)
-                    self.session.journal.write([["pilot", uid, d.as_dict(), sandbox, replaced]])
+                    self.session.journal.write([pilot_record(uid, d.as_dict(), sandbox, replaced)])
                 except OSError as e:  # fails the call, nothing started
                     raise self.session.plane.journal_error(
                         e, f"journal pilot {uid} (it was not started) in"

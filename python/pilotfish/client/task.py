@@ -24,6 +24,7 @@ import msgspec
 from .. import _explain, _wire
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
+from .._journal import final_record, task_record
 from .._util import gc_paused
 from ..descriptions import TaskDescription, check_descriptions
 from ._calls import pickle_calls
@@ -375,7 +376,7 @@ class TaskManager:
                         journal.append(
                             _journal_encode(
                                 [
-                                    ["task", uids[i], pilot_uid, _journal_values(descs[i])]
+                                    task_record(uids[i], pilot_uid, _journal_values(descs[i]))
                                     for i in part
                                 ]
                             )
@@ -797,7 +798,7 @@ class TaskManager:
                     t.reason = u.reason
                     self._load[t.pilot] -= _cores(t.description)
                     ended += 1
-                    finals.append(["final", t.uid, state, u.exit_code, u.signal, u.reason, u.t])
+                    finals.append(final_record(t.uid, state, u.exit_code, u.signal, u.reason, u.t))
                 changed.append((t, state))
         self._acknowledge(changed, ended, finals if journal else None)
 
@@ -822,7 +823,7 @@ class TaskManager:
         self._acknowledge(
             changed,
             len(changed),
-            [["final", t.uid, state, None, None, reason, now] for t, _ in changed]
+            [final_record(t.uid, state, None, None, reason, now) for t, _ in changed]
             if journal
             else None,
         )
