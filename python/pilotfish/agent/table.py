@@ -26,6 +26,7 @@ import msgspec
 from .. import _events as E
 from .. import _wire
 from .. import states as S
+from .._journal import final_record, out_record
 from .._mpi import stderr_reason
 from .._paths import task_cwd
 from .._staging import stage
@@ -152,8 +153,8 @@ class TaskTable:
         else:
             self.events.record(uid, state, reason, ended)
         if stdout or stderr:  # journaled with the final, as a task's outputs are
-            self.reports.journal.append(["out", uid, stdout, stderr])
-        self.reports.journal.append(["final", uid, state, None, None, reason, ended])
+            self.reports.journal.append(out_record(uid, stdout, stderr))
+        self.reports.journal.append(final_record(uid, state, None, None, reason, ended))
         self.reports.update(
             _wire.Update(
                 uid,
@@ -628,7 +629,7 @@ class TaskTable:
                 outputs = self.runner.read_outputs([t])[0] if t.spool >= 0 else (None, None)
             stdout, stderr = outputs
             if stdout or stderr:  # journaled with the final: a re-attached client gets them
-                self.reports.journal.append(["out", spec.uid, stdout, stderr])
+                self.reports.journal.append(out_record(spec.uid, stdout, stderr))
             if state == S.FAILED and t.reason is None:
                 t.reason = (
                     f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}"
@@ -648,7 +649,7 @@ class TaskTable:
         self.tasks.pop(spec.uid, None)
         self.events.record(spec.uid, state, t.reason, now)
         self.reports.journal.append(
-            ["final", spec.uid, state, t.exit_code if ran else None, t.signal, t.reason, now]
+            final_record(spec.uid, state, t.exit_code if ran else None, t.signal, t.reason, now)
         )
         self.reports.update(
             _wire.Update(
