@@ -79,6 +79,12 @@ def _worker_starts(pilot) -> int:
                 if e[1].startswith("worker.") and e[2] == pf.EXECUTING})
 
 
+def _worker_ends(pilot) -> set:
+    """The function workers of the pilot that ended."""
+    return {e[1] for e in read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+            if e[1].startswith("worker.") and e[2] in (pf.DONE, pf.FAILED, pf.CANCELED)}
+
+
 def _eventually(pred, timeout: float = 10.0) -> bool:
     """(the agent writes its events out about once a second)"""
     deadline = time.monotonic() + timeout
@@ -475,3 +481,30 @@ def test_a_recycled_worker_fails_no_call(tmp_path):
         failed = [(t.uid, t.reason) for t in tasks if t.state != pf.DONE]
         assert not failed, failed[:5]
         assert [t.result for t in tasks[::1000]] == list(range(0, 8000, 1000))
+
+
+def test_idle_workers_give_their_cores_to_work_that_waits(tmp_path):
+    """Idle function workers keep their cores while nothing else waits (the next calls reuse
+    them), and give them back at once when other work waits for cores: an executable task, or
+    a function of another shape (issue 41, papercut 9). The workers' idle_s is an hour here, so
+    before the fix the task behind them could only start an hour later (the wait times out)."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=2, runtime="10m", workers={"idle_s": 3600}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        for _ in range(2):
+            calls = tmgr.submit_tasks([pf.TaskDescription(function=pid_of, args=(i,))
+                                       for i in range(40)])
+            assert tmgr.wait_tasks([t.uid for t in calls], timeout=60) == [pf.DONE] * 40
+        time.sleep(1.5)  # (the agent writes its events out about once a second)
+        assert not _worker_ends(pilot)  # nothing else waited: the idle workers stayed
+        exe = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh",
+                                                   arguments=["-c", "exit 3"]))
+        assert exe.wait(timeout=60) == pf.FAILED and exe.exit_code == 3
+        assert _eventually(lambda: _worker_ends(pilot))  # (one made way for it)
+        wide = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(7,),
+                                                    cores_per_rank=2))
+        assert wide.wait(timeout=60) == pf.DONE and wide.result == 49
+        last = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(3,)))
+        assert last.wait(timeout=60) == pf.DONE and last.result == 9

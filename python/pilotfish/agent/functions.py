@@ -12,8 +12,17 @@ Failure isolation: a worker that dies fails the one call it was running (the fir
 calls without a result) with the signal or exit code, and its other calls go back to the
 front of the queue; a replacement starts. A shape whose workers keep dying before finishing
 anything (MAX_STARTS_WITHOUT_PROGRESS) fails its waiting calls with the last worker's reason
-instead of restarting forever. Workers idle for IDLE_S stop, and their cores go back to the
-pilot. Calls of a shape start in submit order (priority does not reorder calls).
+instead of restarting forever. Calls of a shape start in submit order (priority does not
+reorder calls).
+
+Idle workers (nothing in flight, nothing queued for their shape) keep their cores while
+nothing else waits -- the next calls find them warm -- and stop after IDLE_S. When other work
+waits in their partition's queue (an executable task, or a worker of another shape that has
+calls to run), they give their cores back at once (_give_way): the longest idle first, as
+many as cover what waits beyond the free cores -- a waiting worker's shape exactly, a core for
+any other task (the pool does not see inside the queue). Work that still waits although that
+many cores are free (it is larger, or needs GPUs or memory the workers hold) has every idle
+worker of its partition stop once it has waited STALL_S.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import rank_capacity
 from .inbox import router_messages
-from .tasks import RUNNING
+from .tasks import RUNNING, WAITING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
@@ -53,7 +62,8 @@ STARTING, READY = WorkerState.STARTING, WorkerState.READY
 
 BATCH_S = 0.005  # about this much work per batch (from the measured call time)
 MAX_BATCH = 1024  # calls per batch at most
-IDLE_S = 5.0  # a worker with nothing to do this long stops
+IDLE_S = 5.0  # a worker with nothing to do this long stops (while nothing else waits)
+STALL_S = 0.5  # work that waits though cores are free: then every idle worker makes way
 STUCK_S = 0.05  # a worker without a result for this long is in a long call: no
 # more calls for it, and the ones it holds but has not started are
 # taken back for the other workers
@@ -104,6 +114,7 @@ class Worker:
         "batches",
         "killed_for_cancel",
         "running_since",
+        "gave_way",
     )
 
     def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
@@ -124,6 +135,7 @@ class Worker:
         self.batches = 0  # batches sent to it
         self.killed_for_cancel = False
         self.running_since: float | None = None  # when the agent first saw it running
+        self.gave_way = False  # stopped, idle, for work that waits for its cores
 
 
 class FunctionPool:
@@ -169,6 +181,7 @@ class FunctionPool:
         self.max_calls = int(opts.get("max_calls", MAX_CALLS))
         self.max_mem = float(opts.get("max_mem_mib", MAX_RSS_MIB))
         self.idle_s = float(opts.get("idle_s", IDLE_S))
+        self.stalled: dict = {}  # partition -> (mono) since its waiting work found cores free
 
     # -- calls in -----------------------------------------------------------------------
     def accept(self, specs: list[_wire.TaskSpec], now: float) -> None:
@@ -532,19 +545,89 @@ class FunctionPool:
                 self.agent.cancel(
                     late, f"never connected to the agent within {READY_TIMEOUT_S:.0f} s of starting"
                 )
-            for w in self.workers.values():
-                if (
-                    w.state is READY
-                    and not w.leaving
-                    and not w.inflight
-                    and not self.queues.get(w.shape)
-                    and now - w.idle_since > self.idle_s
-                ):
-                    w.leaving = True
-                    try:
-                        sock.send_multipart([w.ident, _encode(["stop"])])
-                    except zmq.ZMQError:
-                        pass
+            idle = [
+                w
+                for w in self.workers.values()
+                if w.state is READY
+                and not w.leaving
+                and not w.inflight
+                and not self.queues.get(w.shape)
+            ]
+            if not idle:
+                self.stalled.clear()
+                return
+            stop = [w for w in idle if now - w.idle_since > self.idle_s]
+            for w in self._give_way(idle, now):
+                if now - w.idle_since <= self.idle_s:
+                    w.gave_way = True
+                    stop.append(w)
+            for w in stop:
+                w.leaving = True
+                try:
+                    sock.send_multipart([w.ident, _encode(["stop"])])
+                except zmq.ZMQError:
+                    pass
+
+    def _give_way(self, idle: list[Worker], now: float) -> list[Worker]:
+        """The idle workers (of `idle`) whose cores other work waits for: per partition, the
+        scheduler's waiting tasks less this pool's spare workers (waiting, their shape has no
+        calls queued). They cover what waits beyond the free cores and the cores of workers
+        already stopped for it: a waiting worker's cores exactly, at least a core for any other
+        task, longest idle first; where that is nothing but work still waits, STALL_S later
+        all of them (see the module's docstring)."""
+        tasks = self.agent.tasks
+        queues = self.queues
+        mine: dict = {}  # partition -> its idle workers
+        for w in idle:
+            t = tasks.get(w.uid)
+            if t is not None and t.partition is not None:
+                mine.setdefault(t.partition, []).append(w)
+        if not any(p.scheduler.waiting for p in mine):
+            self.stalled.clear()
+            return []
+        spare: collections.Counter = collections.Counter()  # waiting workers not needed
+        wanted: collections.Counter = collections.Counter()  # waiting workers needed: cores
+        n_wanted: collections.Counter = collections.Counter()
+        back: collections.Counter = collections.Counter()  # cores of workers that gave way
+        for w in self.workers.values():
+            if w.state is READY and not w.leaving:
+                continue
+            t = tasks.get(w.uid)
+            if t is None or t.partition not in mine:
+                continue
+            p = t.partition
+            if t.state is WAITING:
+                if w.leaving or not queues.get(w.shape):
+                    spare[p] += 1
+                else:
+                    wanted[p] += w.shape[0] * w.shape[1]
+                    n_wanted[p] += 1
+            elif w.gave_way:
+                back[p] += w.shape[0] * w.shape[1]
+        out: list[Worker] = []
+        stalled = {}
+        for p, ws in mine.items():
+            waiting = p.scheduler.waiting - spare[p]
+            if waiting <= 0:
+                continue
+            free = p.placer.total_free()[0]
+            need = wanted[p] + (waiting - n_wanted[p]) - free - back[p]
+            if need <= 0:
+                if back[p]:
+                    continue  # the cores given back go first
+                since = stalled[p] = self.stalled.get(p, now)
+                if now - since < STALL_S:
+                    continue
+                need = math.inf  # larger than a core a task, or GPUs, memory: all of them
+                del stalled[p]
+            ws.sort(key=lambda w: w.idle_since)
+            for w in ws:
+                if need <= 0:
+                    break
+                out.append(w)
+                need -= w.shape[0] * w.shape[1]
+        self.stalled = stalled
+        return out
 
     def explain(self, uid: str) -> dict | None:
         """What the pool knows of a live call (read only; agent/explain.py words it), or None:
