@@ -144,8 +144,6 @@ ALLOWED_PRIVATE = {  # (module, name): why it is used across modules
 # (issue 40, step 1). Each line is cleared by its owner; a new access fails.
 PENDING_PRIVATE: dict[str, str] = {
     # issue 41: pending
-    "rp/_raptor.py": "issue 41: pending",
-    "rp/_api.py": "issue 41: pending",
     "agent/table.py": "issue 40: agent/scheduler.py's Scheduler._dirty (wants a public flag)",
 }
 

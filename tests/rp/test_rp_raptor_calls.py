@@ -180,7 +180,7 @@ def test_a_callable_per_call_keeps_the_masters_caches_bounded(raptor):
     """A script that makes a callable per call (a lambda, a closure): the master's caches of
     callables (a PlainRun and a checked template each) stay bounded, and each call still
     runs its own callable."""
-    from pilotfish.rp import _raptor
+    from pilotfish.rp import _masters as _raptor
 
     s, tmgr, r = raptor
 

@@ -1050,6 +1050,45 @@ Raptor = RaptorMaster
 RaptorWorker = Task
 
 
+class RaptorPort:
+    """What a RAPTOR master's bookkeeping (_masters.RaptorState) may do with the TaskManager
+    it was submitted to: the one place _masters.py meets the manager's insides."""
+
+    __slots__ = ("tmgr",)
+
+    def __init__(self, tmgr: "TaskManager"):
+        self.tmgr = tmgr
+
+    def uid_taken(self, uid: str) -> bool:
+        """A task or a master of the manager has this uid."""
+        return uid in self.tmgr._tasks or uid in self.tmgr._raptors
+
+    def note_uid(self, uid) -> None:
+        """A uid the user gave (TaskManager._note_uid)."""
+        self.tmgr._note_uid(uid)
+
+    def add_task(self, uid: str, task: "Task") -> None:
+        """A master's worker: one of the manager's tasks (get_tasks, wait_tasks)."""
+        self.tmgr._tasks[uid] = task
+
+    @staticmethod
+    def pf_task(task: "Task"):
+        """The pilotfish task behind an rp Task."""
+        return task._pf
+
+    def pilot_uids(self) -> list[str]:
+        """The pilots the manager routes to now."""
+        return self.tmgr._pf.list_pilots()
+
+    def cancel(self, pf_uids: list[str]) -> None:
+        """Cancel these pilotfish tasks of the manager."""
+        self.tmgr._pf.cancel_tasks(pf_uids)
+
+    def submit_hidden(self, raptor, pf_descs: list, rp_descs: list, waiter) -> None:
+        """A master's own tasks: run on its pilot, not listed in the manager."""
+        self.tmgr._submit_hidden(raptor, pf_descs, rp_descs, waiter)
+
+
 class TaskManager:
     def __init__(
         self,
@@ -1072,7 +1111,7 @@ class TaskManager:
         self._lock = threading.Lock()
         self._during_setup = False
         self.uid = uid or "tmgr.0000"
-        self._raptors: dict = {}  # raptor uid -> _raptor.RaptorState
+        self._raptors: dict = {}  # raptor uid -> _masters.RaptorState
         # id(pf description) -> (RaptorState, rp description, waiter) of a master's own
         # tasks: not the client's (no rp Task in this manager), their ends go to the master
         self._hidden: dict[int, tuple] = {}
@@ -1462,7 +1501,7 @@ class TaskManager:
         """RP's submit_raptors: RAPTOR masters (mode rp.RAPTOR_MASTER), each a task holding
         its cores on the pilot until rpc('stop'), with the hooks of rp.raptor.Master or of
         the subclass named by raptor_class (in raptor_file, or in the script)."""
-        from . import _raptor
+        from . import _masters
 
         descs, _ = _listify(descriptions)
         if pilot_id is None:
@@ -1475,7 +1514,7 @@ class TaskManager:
         rp_descs, pf_descs, states = [], [], []
         for i, td in enumerate(descs):
             td = td if isinstance(td, TaskDescription) else TaskDescription(td)
-            _raptor.check_master_mode(td)
+            _masters.check_master_mode(td)
             with self._lock:
                 uid = td.get("uid") or f"raptor.{self._n_raptors:04d}"
                 self._note_uid(td.get("uid"))
@@ -1483,10 +1522,10 @@ class TaskManager:
             if uid in self._tasks or uid in self._raptors:
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {uid!r}: already used")
             td["uid"], td["pilot"] = uid, pilot_id
-            hold = _raptor.master_task(td, uid, pilot_id, i)
+            hold = _masters.master_task(td, uid, pilot_id, i)
             pf_descs.append(hold.to_pf(i))
-            master = _raptor.master_instance(td, i)
-            states.append(_raptor.RaptorState(self, uid, pilot, master, td, Task))
+            master = _masters.master_instance(td, i)
+            states.append(_masters.RaptorState(RaptorPort(self), uid, pilot, master, td, Task))
             rp_descs.append(td)
         for st in states:
             self._raptors[st.uid] = st

@@ -242,7 +242,7 @@ class TaskDescription(_Description):
         for k in list(v):
             if k in TASK_UNSUPPORTED and v[k] not in (None, "", [], {}, ()):
                 raise fail(k, TASK_UNSUPPORTED[k])
-        out.update(_shape(v))
+        out.update(task_shape(v))
         ranks, cores = out["ranks"], out["cores_per_rank"]
         ptype = v.get("cpu_process_type")
         if ptype not in (None, "", MPI, POSIX):
@@ -353,7 +353,7 @@ class TaskDescription(_Description):
             raise fail(
                 unknown[0], "is not a RADICAL-Pilot TaskDescription field that pilotfish.rp knows"
             )
-        return _translated(_PfTask, "rp.TaskDescription", out, index)
+        return translated(_PfTask, "rp.TaskDescription", out, index)
 
     def _function_to_pf(self, v: dict, fail, index: int) -> _PfTask:
         """mode=rp.TASK_FUNCTION: function (a callable, or rp.PythonTask(f, *args,
@@ -373,7 +373,7 @@ class TaskDescription(_Description):
             "function": fn,
             "args": tuple(args),
             "kwargs": dict(kwargs),
-            **_shape(v),
+            **task_shape(v),
         }
         for k in ("name", "tags", "metadata", "priority", "timeout", "pilot"):
             if v.get(k) not in (None, "", 0, {}, 0.0):
@@ -409,7 +409,7 @@ class TaskDescription(_Description):
         )
         if extra:
             raise fail(extra[0], "not for a function task (it runs in a persistent worker)")
-        return _translated(_PfTask, "rp.TaskDescription", out, index)
+        return translated(_PfTask, "rp.TaskDescription", out, index)
 
 
 class PythonTask:
@@ -450,7 +450,7 @@ def pythontask(f):
     return decor
 
 
-def _translated(cls, kind: str, values: dict, index: int):
+def translated(cls, kind: str, values: dict, index: int):
     """The pilotfish description, its DescriptionError told in the RP description's name."""
     try:
         return cls(values)
@@ -458,7 +458,7 @@ def _translated(cls, kind: str, values: dict, index: int):
         raise DescriptionError(kind, e.field, e.value, e.why, index=index) from None
 
 
-def _shape(v: dict) -> dict[str, Any]:
+def task_shape(v: dict) -> dict[str, Any]:
     """ranks, cores_per_rank, gpus_per_rank, mem_per_rank from RP's names, the legacy ones
     (cpu_processes, cpu_threads, gpu_processes, mem_per_process) first: RP zeroes a legacy
     name it has copied over, so 0 there means "not given". Whole GPU counts as ints."""
@@ -712,4 +712,4 @@ class PilotDescription(_Description):
         envs = v.get("prepare_env") or {}
         if not isinstance(envs, dict):
             raise fail("prepare_env", "must be {name: environment spec}")
-        return _translated(_PfPilot, "rp.PilotDescription", out, index)
+        return translated(_PfPilot, "rp.PilotDescription", out, index)

@@ -36,7 +36,6 @@ import importlib.util
 import io
 import logging
 import os
-import queue
 import shlex
 import subprocess
 import sys
@@ -80,6 +79,12 @@ class Master:
     @property
     def uid(self) -> str:
         return self._uid
+
+    def attach(self, raptor: Any, uid: str) -> None:
+        """pilotfish.rp's: the master this instance serves (its bookkeeping, _masters.py's
+        RaptorState) and its uid, set when it is submitted, before start()."""
+        self._raptor = raptor
+        self._uid = uid
 
     @property
     def workers(self) -> dict:
@@ -467,12 +472,3 @@ def load_class(path: str | None, name: str, base: type, field_prefix: str, index
 
 
 __all__ = ["Master", "Worker", "DefaultWorker", "MPIWorker", "TaskExit"]
-
-
-def _drain(q: "queue.Queue") -> list:
-    out = [q.get()]
-    while True:
-        try:
-            out.append(q.get_nowait())
-        except queue.Empty:
-            return out

@@ -1,6 +1,7 @@
-"""The client side of pilotfish.rp's RAPTOR (raptor.py says what maps to what): the Raptor
-handle (RP's Raptor/RaptorMaster task), RAPTOR tasks as pilotfish function task
-descriptions, and each master's bookkeeping (its workers, its live tasks, its hook thread).
+"""RAPTOR masters on the client side of pilotfish.rp (raptor.py, RP's rp.raptor, says what
+maps to what): each master's bookkeeping (RaptorState: its workers, its live tasks, its hook
+thread) and RAPTOR tasks as pilotfish function task descriptions. It reaches its TaskManager
+through _api.RaptorPort only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from .. import states as _S
 from .._errors import DescriptionError, show
-from ..descriptions import CheckedCall, _Description
+from ..descriptions import CheckedCall
 from ..descriptions import TaskDescription as _PfTask
 from . import _states as RS
 from ._describe import (
@@ -28,10 +29,10 @@ from ._describe import (
     TASK_SHELL,
     PythonTask,
     TaskDescription,
-    _shape,
-    _translated,
+    task_shape,
+    translated,
 )
-from .raptor import DefaultWorker, Master, MPIWorker, PlainRun, Run, Worker, _drain, load_class
+from .raptor import DefaultWorker, Master, MPIWorker, PlainRun, Run, Worker, load_class
 
 STOP_FILE = ".raptor_stop"
 # the master's task: holds its cores until the client writes STOP_FILE in its sandbox
@@ -83,7 +84,7 @@ _FINAL = _S.FINAL
 _EMPTY = (None, "", [], {}, (), 0, 0.0, False)
 # a call with only these fields takes the fast path (RaptorState._fast_pf)
 _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
-_VALUES = _Description._values  # (a description's one slot: set directly in plain_calls)
+_VALUES = _PfTask.values  # (a description's one slot: set directly in plain_calls)
 
 
 def _plain(d: TaskDescription) -> tuple | None:
@@ -119,8 +120,9 @@ class RaptorState:
     """One master: its pilot, its hooks (a Master instance), its worker class and workers,
     the calls' callables (one per kind and target), its live tasks."""
 
-    def __init__(self, tmgr, uid: str, pilot, master: Master, desc: TaskDescription, task_class):
-        self.tmgr = tmgr
+    def __init__(self, port, uid: str, pilot, master: Master, desc: TaskDescription, task_class):
+        self.port = port  # (_api.RaptorPort: what it may do with its TaskManager)
+        self.tmgr = port.tmgr
         self.task_class = task_class  # rp._api.Task (passed in: _api imports this module)
         self.uid = uid
         self.pilot = pilot
@@ -148,8 +150,7 @@ class RaptorState:
         if self.wants_requests or self.wants_results or _is_custom(cls, "worker_state_cb"):
             self.hooks = queue.Queue()
             threading.Thread(target=self._hook_loop, name=f"rp-{uid}", daemon=True).start()
-        master._raptor = self
-        master._uid = uid
+        master.attach(self, uid)
 
     # -- the master's hook thread --------------------------------------------------------
     def _hook_loop(self) -> None:
@@ -210,20 +211,18 @@ class RaptorState:
                 self._fast.clear()
             self.worker_cls = cls
             self.custom_worker = cls not in (DefaultWorker, MPIWorker, Worker)
-            shape = _shape(td)
+            shape = task_shape(td)
             self.shapes.append((shape["ranks"], shape["cores_per_rank"], shape["gpus_per_rank"]))
-            if td.get("uid") is not None and (
-                td["uid"] in self.tmgr._tasks or td["uid"] in self.tmgr._raptors
-            ):
+            if td.get("uid") is not None and self.port.uid_taken(td["uid"]):
                 raise ValueError(f"rp.TaskDescription[{i}].uid = {td['uid']!r}: already used")
             with self.lock:
                 uid = td.get("uid") or f"{self.uid}.{len(self.workers):04d}"
-                self.tmgr._note_uid(td.get("uid"))
+                self.port.note_uid(td.get("uid"))
                 td["uid"] = uid
                 td["raptor_id"] = self.uid
-                w = self.task_class(self.tmgr, self.handle._pf, td, uid)
+                w = self.task_class(self.tmgr, self.port.pf_task(self.handle), td, uid)
                 self.workers.append(w)
-            self.tmgr._tasks[uid] = w
+            self.port.add_task(uid, w)
             if self.hooks is not None:
                 self.hooks.put(("worker", {"uid": uid, "description": dict(td)}, w.state))
             out.append(w)
@@ -318,7 +317,7 @@ class RaptorState:
                     f"not for a RAPTOR task (it runs in a worker's process): "
                     f"{_ALTERNATIVE.get(k, 'leave it out')}",
                 )
-        shape = _shape(v)
+        shape = task_shape(v)
         ranks, cores, gpus = shape["ranks"], shape["cores_per_rank"], shape["gpus_per_rank"]
         if self.shapes and not any(
             r >= ranks and c >= cores and g >= gpus for r, c, g in self.shapes
@@ -342,7 +341,7 @@ class RaptorState:
         for k in ("tags", "metadata", "priority", "timeout"):
             if v.get(k) not in _EMPTY:
                 out[k] = v[k]
-        return _translated(_PfTask, "rp.TaskDescription", out, index)
+        return translated(_PfTask, "rp.TaskDescription", out, index)
 
     def plain_calls(self, descs: list) -> list[_PfTask] | None:
         """The function tasks of a batch of new plain calls (a pythontask or a method name,
@@ -405,7 +404,7 @@ class RaptorState:
         pilot; 1 rank, 1 core), checked whole once: per call only the callable and the
         arguments differ, and those are checked where they are made."""
         if not self._template_checked:
-            _translated(
+            translated(
                 _PfTask,
                 "rp.TaskDescription",
                 {"function": run, "name": self.uid, "pilot": self.pilot.uid},
@@ -419,8 +418,8 @@ class RaptorState:
 
     def _pin(self) -> str | None:
         """The pilot its calls are pinned to: its own, unless that is its manager's only one."""
-        pf_pilots = self.tmgr._pf._pilots
-        return None if len(pf_pilots) == 1 and self.pilot.uid in pf_pilots else self.pilot.uid
+        pf_pilots = self.port.pilot_uids()
+        return None if pf_pilots == [self.pilot.uid] else self.pilot.uid
 
     def _plain_pf(self, plain: tuple, uid: str, pin: str | None) -> _PfTask:
         """A plain call's function task on the general path: its target's Run, this call's
@@ -431,7 +430,7 @@ class RaptorState:
         v = {"function": run, "args": ((uid, None, None), args, kwargs), "name": self.uid}
         if pin is not None:
             v["pilot"] = pin
-        return _PfTask._checked(v)
+        return _PfTask.from_checked(v)
 
     def _fast_pf(self, v: TaskDescription, uid: str) -> _PfTask | None:
         """A plain call met on the general path (it may carry uid, name, raptor_id), as
@@ -481,7 +480,6 @@ class RaptorState:
 
     def submit_own(self, tasks, waiter=None) -> None:
         """The master's own tasks: through request_cb, run, their ends to result_cb."""
-        tm = self.tmgr
         items = tasks if isinstance(tasks, (list, tuple)) else [tasks]
         pairs = []
         for td in items:
@@ -506,7 +504,7 @@ class RaptorState:
             rp_descs.append(
                 TaskDescription({"uid": uid, "raptor_id": self.uid, "mode": TASK_FUNCTION})
             )
-        tm._submit_hidden(self, pf_descs, rp_descs, waiter)
+        self.port.submit_hidden(self, pf_descs, rp_descs, waiter)
 
     def track(self, pf_tasks) -> None:
         """Its new tasks (pilotfish Tasks). Ends are read from them, never reported one by
@@ -548,7 +546,7 @@ class RaptorState:
                 f.write(line)
             os.replace(tmp, os.path.join(sb, STOP_FILE))
         if live:
-            self.tmgr._pf.cancel_tasks(live)
+            self.port.cancel(live)
         if self.hooks is not None:
             self.hooks.put(None)
 
@@ -556,7 +554,7 @@ class RaptorState:
         """What RP's default master answers: 'stop'; any other command is ignored (None), as
         there."""
         if cmd == "stop":
-            self.master.stop() if not self.master._term.is_set() else self.stop()
+            self.master.stop() if self.master.alive() else self.stop()
         return None
 
 
@@ -661,3 +659,13 @@ def check_master_mode(td) -> None:
 
 
 __all__ = ["RaptorState", "master_task", "master_instance", "result_dict", "show"]
+
+
+def _drain(q: queue.Queue) -> list:
+    """What the queue holds: the first item waited for, the rest that are there."""
+    out = [q.get()]
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
