@@ -55,6 +55,12 @@ def _job_state(job: str) -> str:
     return _slurm("squeue", "-h", "-j", job, "-o", "%T")
 
 
+def _held(job: str) -> list[str]:
+    """The hosts the job holds now, as squeue says."""
+    return _slurm("scontrol", "show", "hostnames",
+                  _slurm("squeue", "-h", "-j", job, "-o", "%N")).split()
+
+
 def _kill_whole_host(node: str) -> list[str]:
     """SIGKILL every process in that host's network namespace, its slurmd included: the host
     is gone as far as Slurm and the pilot can tell."""
@@ -111,7 +117,8 @@ def test_a_dead_host_leaves_the_pilot_running_on_the_others(slurm, tmp_path):
     job = None
     try:
         with pf.Session(path=tmp_path / "s") as s:
-            pilot, tmgr = slurm_pilot(s, active_timeout=180, launcher_options={"nodes": {"lost_after_s": 3}})
+            pilot, tmgr = slurm_pilot(s, active_timeout=180,
+                                      launcher_options={"nodes": {"lost_after_s": 3}})
             job = pilot._job.native_id
             n = 4 * slurm.cpus  # one per core: every host busy
             tasks = tmgr.submit_tasks([pf.TaskDescription(
@@ -131,15 +138,18 @@ def test_a_dead_host_leaves_the_pilot_running_on_the_others(slurm, tmp_path):
                 time.sleep(1)
             down_after = time.monotonic() - t_kill
             assert "down" in _node_state("n3"), (_node_state("n3"), down_after)
-            # what Slurm does to the job then, it does at once: give it (and the client's
-            # polls) a few seconds
+            # what Slurm does to the job then, it does at once: wait (bounded) for its word
+            # on the job -- n3 out of its nodes, or the job no longer RUNNING -- then give the
+            # client's polls a few intervals to hear it
             end = time.monotonic() + 10
+            while time.monotonic() < end and _job_state(job) == "RUNNING" and "n3" in _held(job):
+                time.sleep(0.5)
+            end = time.monotonic() + 4 * float(os.environ.get("PILOTFISH_BATCH_POLL_S", "0.5")) + 2
             while time.monotonic() < end and pilot.state == pf.ACTIVE:
                 time.sleep(0.5)
             assert pilot.state == pf.ACTIVE, (pilot.state, pilot.reason, down_after)
             assert _job_state(job) == "RUNNING", (_job_state(job), down_after)
-            held = _slurm("scontrol", "show", "hostnames",
-                          _slurm("squeue", "-h", "-j", job, "-o", "%N")).split()
+            held = _held(job)
             assert held == ["n1", "n2", "n4"], held  # n3 left the job; the rest stayed
             states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
             assert collections.Counter(states) == {pf.DONE: n}, \
@@ -182,7 +192,7 @@ def _squeue_wrapper(where: Path) -> tuple[Path, Path, Path]:
 
 
 def test_a_failing_squeue_is_retried_and_the_pilot_lives(slurm, tmp_path, monkeypatch):
-    """squeue fails for 20 s while tasks run (the client's every poll gets slurmctld's
+    """squeue fails for 10 s while tasks run (the client's every poll gets slurmctld's
     "Unable to contact slurm controller"): the agent goes on heartbeating, so the client
     retries with back-off -- the pilot stays ACTIVE, 0 tasks FAIL, the polls resume once
     squeue answers. Canceled while squeue fails again, the pilot ends CANCELED on its
@@ -198,8 +208,10 @@ def test_a_failing_squeue_is_retried_and_the_pilot_lives(slurm, tmp_path, monkey
         t0 = time.monotonic()
         tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", f"sleep 2; {WHERE}"])
-                                   for _ in range(8 * slurm.cpus)])  # ~16 s on 2 x 16 cores
-        failing_s = 20.0
+                                   for _ in range(6 * slurm.cpus)])  # ~12 s on 2 x 16 cores
+        # (back-off from 0.5 s: tries at ~0, 0.5, 1.5, 3.5, 7.5 s -- one per interval would
+        # be 20; the next at ~15.5 s, after squeue answers again)
+        failing_s = 10.0
         while time.monotonic() - t0 < failing_s:
             assert pilot.state == pf.ACTIVE, (pilot.state, pilot.reason)
             time.sleep(0.5)

@@ -73,8 +73,10 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
         assert on_n3 and all(t.state == pf.EXECUTING for t in tasks)
         time.sleep(1.0)  # (their processes exist)
         killed = _kill_host("n3")
+        t_kill = time.monotonic()
         assert killed
         states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
+        print(f"all ended {time.monotonic() - t_kill:.0f}s after the kill")
         by = dict(zip([t.uid for t in tasks], states))
         for t in tasks:
             if t not in on_n3:
@@ -96,7 +98,9 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
         assert collections.Counter(states) == {pf.DONE: 200}
         assert not [t for t in later if t.slots[0].node == "n3"]
         assert {t.stdout.split()[0] for t in later} == {"n1", "n2", "n4"}
+        print(f"later tasks ended {time.monotonic() - t_kill:.0f}s after the kill")
         pilot.cancel()
+    print(f"session closed {time.monotonic() - t_kill:.0f}s after the kill")
 
 
 def _status(pid: int) -> str:

@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as user nobody")]
 
 
+HOLD_S = 12  # how long the half-open connections are held: the 500 tasks run inside it
+
+
 def _ports(pid: int, host: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "exec", netns(host), "ss", "-ltnpH"], capture_output=True,
                          text=True, check=True).stdout
@@ -62,12 +65,17 @@ def test_floods_at_the_agents_ports_on_another_host(slurm, tmp_path):
         big = finished(attack("big", 3, targets))
         assert big["cut_off"] == big["connections"] == 4 * len(targets), big
         assert _rss_mb(agent) - before < BOUND_MB, (before, _rss_mb(agent), big)
-        floods = [attack("hold:1000", 20, targets) for _ in range(4)]
+        floods = [attack("hold:1000", HOLD_S, targets) for _ in range(4)]
         time.sleep(2)
+        t0 = time.monotonic()
         tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
                                                       arguments=["-c", "hostname"])
                                    for _ in range(500)])
         states = tmgr.wait_tasks([t.uid for t in tasks], timeout=300)
+        ran_s = time.monotonic() - t0
+        # every task ran under the flood: the attackers were still holding when the last ended
+        assert all(f.poll() is None for f in floods), ("the flood ended before the tasks", ran_s)
+        print(f"500 tasks in {ran_s:.1f}s under a flood of {HOLD_S:g}s")
         got = [finished(f) for f in floods]
         assert collections.Counter(states) == {pf.DONE: 500}, \
             collections.Counter(t.reason for t in tasks if t.reason).most_common(3)
