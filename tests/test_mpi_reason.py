@@ -1,7 +1,7 @@
 """Issue 41, papercut 10: the stderr a failure reason quotes starts at a line's start (never
 cut mid-word), and MPICH's libmpi under Open MPI's launcher names the fix (MPI4PY_LIBMPI).
 The agent's reason (agent/table.py) is to call _mpi.stderr_reason: see
-tests/test_issue41_pending.py::test_reason_quotes_stderr_from_a_line_start."""
+tests/test_issue41_papercuts.py::test_reason_quotes_stderr_from_a_line_start."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Issue 41, papercut 2: a spawn that fails because the child cannot open its output file
 names that file, not the executable (executor.spawn_failure; the core reports only the
-errno). The end-to-end repro: tests/test_issue41_pending.py::
+errno). The end-to-end repro: tests/test_issue41_papercuts.py::
 test_missing_output_directory_is_named."""
 
 from __future__ import annotations
