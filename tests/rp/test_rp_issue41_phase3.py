@@ -79,6 +79,8 @@ def test_session_close_cancels_tasks_waiting_for_a_pilot(tmp_path):
     t = tmgr.submit_tasks(rp.TaskDescription({"executable": "/bin/true", "pilot": "p.x"}))
     s.close()
     assert t.state == rp.CANCELED and t.wait(timeout=0) == rp.CANCELED
+    with open(os.path.join(s.path, "client.log")) as f:  # (RP's client-side log: it says why)
+        assert f"task {t.uid}: waits for pilot 'p.x'" in f.read()
 
 
 def test_rp_sandbox_layout(rp_session):

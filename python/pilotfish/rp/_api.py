@@ -118,7 +118,7 @@ class Session:
         self.cfg = dict(cfg or {})
         self._pmgrs: list[PilotManager] = []
         self._tmgrs: list[TaskManager] = []
-        self._log = _client_log(self.path)
+        self._log = _ClientLog(self.path)
         self._linker = _Linker()  # RP's <pilot sandbox>/<uid> links
 
     def close(
@@ -134,10 +134,7 @@ class Session:
             self._pf.close(terminate=terminate)
             self._linker.close()
         finally:
-            if self._log is not None:
-                logging.getLogger("pilotfish").removeHandler(self._log)
-                self._log.close()
-                self._log = None
+            self._log.close()
         for tmgr in self._tmgrs:
             for task in list(tmgr._tasks.values()):
                 task._launch_failure_err()
@@ -171,29 +168,48 @@ class Session:
         self.close()
 
 
-def _client_log(path: str) -> logging.Handler | None:
+class _ClientLog:
     """RP's client-side log in the session's directory (<client sandbox>/<sid>/client.log:
     `grep ERROR *log` there finds what went wrong): pilotfish's own log records, from the
-    level $RADICAL_LOG_LVL names (RP's switch; default WARNING), until the session closes."""
-    level = logging.getLevelName(os.environ.get("RADICAL_LOG_LVL", "WARNING").upper())
-    if not isinstance(level, int):
-        level = logging.WARNING
-    name = os.path.join(path, "client.log")
-    try:
-        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # (private)
-        handler: logging.Handler = logging.FileHandler(name)
-    except OSError as e:
-        log.warning("no client.log in %s: %s", path, e)
-        return None
-    handler.setLevel(level)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
-    )
-    logger = logging.getLogger("pilotfish")
-    if logger.getEffectiveLevel() > level:
-        logger.setLevel(level)
-    logger.addHandler(handler)
-    return handler
+    level $RADICAL_LOG_LVL names (RP's switch; default WARNING), until the session closes.
+    Where nothing else handles pilotfish's records (Python's last resort would print its
+    warnings on stderr), they still reach stderr from WARNING on, as before."""
+
+    def __init__(self, path: str):
+        level = logging.getLevelName(os.environ.get("RADICAL_LOG_LVL", "WARNING").upper())
+        if not isinstance(level, int):
+            level = logging.WARNING
+        self.logger = logging.getLogger("pilotfish")
+        self.level = self.logger.level  # (given back at close)
+        self.handlers: list[logging.Handler] = []
+        name = os.path.join(path, "client.log")
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private
+            file = logging.FileHandler(name)
+        except OSError as e:
+            log.warning("no client.log in %s: %s", path, e)
+            return
+        file.setLevel(level)
+        file.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
+        )
+        if not self.logger.hasHandlers():
+            console = logging.StreamHandler()  # (as logging.lastResort: stderr, WARNING)
+            console.setLevel(logging.WARNING)
+            self.handlers.append(console)
+        self.handlers.append(file)
+        if self.logger.getEffectiveLevel() > level:
+            self.logger.setLevel(level)
+        for h in self.handlers:
+            self.logger.addHandler(h)
+
+    def close(self) -> None:
+        for h in self.handlers:
+            self.logger.removeHandler(h)
+            h.close()
+        if self.handlers:
+            self.logger.setLevel(self.level)
+        self.handlers = []
 
 
 def _write_profiles(session: Session) -> None:
@@ -207,7 +223,7 @@ def _write_profiles(session: Session) -> None:
     for tmgr in session._tmgrs:
         for task in list(tmgr._tasks.values()):
             pilot = task._pf.pilot
-            if pilot is None:
+            if pilot is None or type(task._pf) is _Early:  # (never reached a pilot)
                 continue
             lines, running = [], False
             for state, t in task._pf.history:
