@@ -615,8 +615,6 @@ class _Description:
         object.__setattr__(d, "values", values)
         return d
 
-    _checked = from_checked  # alias: rp/ still reads this (issue 40), goes when rp/ moves
-
     def _unknown(self, name: Any, value: Any) -> str:
         """The field a str subclass names; else DescriptionError (with a suggestion)."""
         if not isinstance(name, str):
@@ -679,10 +677,6 @@ class _Description:
         shown = ", ".join(f"{k}={_field_repr(k, v)}" for k, v in self.values.items())
         return f"{self._kind}({shown})"
 
-
-# alias: rp/ still reads this (issue 40), goes when rp/ moves -- the slot under its old
-# name: `d._values` reads the same dict, `_Description._values.__set__` fills it
-setattr(_Description, "_values", _Description.values)  # noqa: B010 -- the slot's own descriptor
 
 _OPAQUE_FIELDS = frozenset(("function", "args", "kwargs"))
 

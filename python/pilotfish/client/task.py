@@ -294,11 +294,6 @@ class TaskManager:
         (its tasks still run there) -- else None."""
         return self._known.get(uid)
 
-    # alias: rp/ still reads this (issue 40), goes when rp/ moves
-    _spec_extra = property(
-        lambda self: self.spec_extra, lambda self, f: setattr(self, "spec_extra", f)
-    )
-
     def submit_tasks(self, descriptions):
         """Validate, route to pilots, send in batches. Returns Task (or list, given a list).
 
