@@ -130,7 +130,7 @@ class Scheduler:
         self.waiting = 0
         # nothing added, released or removed since the last round: every head failed to fit
         # then and would again (blocked shapes are skipped), so the round is skipped whole
-        self._dirty = True
+        self.dirty = True
         # policy "plan": what was learned, the planner, the plan in force
         self.estimates: Estimates | None = None
         self.planner: Planner | None = None
@@ -153,7 +153,7 @@ class Scheduler:
         """tasks: agent tasks with .spec, .seq, .key (state becomes WAITING); now: the
         clock schedule() is given (its arrival time, for aging)."""
         shapes = self._shapes
-        self._dirty = True
+        self.dirty = True
         self._plan_added = True
         now = REAL.mono() if now is None else now
         if self.planner is not None:
@@ -182,7 +182,7 @@ class Scheduler:
             return
         move(task, DROPPED)
         self.waiting -= 1
-        self._dirty = True
+        self.dirty = True
         if self._reserved is task:
             self._unreserve()
 
@@ -197,7 +197,7 @@ class Scheduler:
         if keys:
             self.placer.release_batch(keys)
             self._gen += 1
-            self._dirty = True
+            self.dirty = True
             if self.planner is not None:
                 holding = self._holding
                 est = self.estimates
@@ -263,9 +263,9 @@ class Scheduler:
 
     def schedule(self, now: float | None = None) -> list[tuple[Any, list]]:
         """Place what fits now. Returns [(task, [(node, cores, gpus) per rank])]."""
-        if not self.waiting or not self._dirty:
+        if not self.waiting or not self.dirty:
             return []
-        self._dirty = False
+        self.dirty = False
         now = REAL.mono() if now is None else now
         placed: list[tuple[Any, list]] = []
         free_cores, free_gpus = self.placer.total_free()
@@ -566,7 +566,7 @@ class Scheduler:
                 if t.state is WAITING
             ]
             heapq.heapify(shape.heap)
-        self._dirty = True
+        self.dirty = True
 
     def _sortval(self, t) -> int:
         r = self._rank.get(t.key)
@@ -703,4 +703,4 @@ class Scheduler:
         self.placer.unreserve(self._reserved.key)
         self._reserved = None
         self._gen += 1  # its nodes are open to every shape again
-        self._dirty = True
+        self.dirty = True

@@ -274,7 +274,7 @@ class TaskTable:
         mono = None
         for p in self.partitions:
             sched = p.scheduler
-            if not ((sched.waiting and sched._dirty) or sched.unplaceable) or not p.open:
+            if not ((sched.waiting and sched.dirty) or sched.unplaceable) or not p.open:
                 continue
             if mono is None:
                 mono = self.clock.mono()

@@ -157,7 +157,6 @@ class LaunchMethod:
             return str(given)
         return find_tool(names, is_right) or names[0]
 
-    _find_tool = locate_tool  # (its old name: mpiexec.py and prrte.py still call it on self)
 
 
 class Daemon:

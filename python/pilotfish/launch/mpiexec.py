@@ -51,7 +51,7 @@ class Mpiexec(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.exe = self._find_tool("mpiexec", HYDRA_TOOLS, is_hydra)
+        self.exe = self.locate_tool("mpiexec", HYDRA_TOOLS, is_hydra)
         in_slurm = getattr(resources, "source", None) == "slurm"
         self.own_env = {"SLURM_OVERLAP": "1"} if in_slurm else {}
         self.prefix = (

@@ -145,8 +145,8 @@ class Prrte(SupervisedLaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.prte = self._find_tool("prte", ("prte",))
-        self.prterun = self._find_tool("prterun", ("prterun",))
+        self.prte = self.locate_tool("prte", ("prte",))
+        self.prterun = self.locate_tool("prterun", ("prterun",))
         self.required_env = openmpi_env(self.prterun, self.options.get("prefix"))
         if getattr(resources, "source", None) == "slurm":
             self.required_env.update(PRRTE_IN_SLURM)
