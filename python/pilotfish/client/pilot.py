@@ -3,6 +3,13 @@
 A pilot's messages reach it through the session's router: the manager attaches a listener
 per pilot (Hello, Bye, Heartbeat, Missing, Resized); its tasks' Updates go to the session's
 task registry and its service groups' news to the groups, without passing here.
+
+The manager is the one writer of its pilots' states (_advance, then Pilot._move, guarded by
+_transitions.PILOT_LEGAL). What it needs besides is in rooms of their own, met through what
+they declare: launching.py starts a pilot's agent (its configuration, its batch job) and
+follows the batch jobs (JobWatcher, told what it may do through launching.WatchHost);
+resume.py reads a resumed session's journal and says which journaled pilot a description
+submitted again matches, and whether its agent may still live.
 """
 
 from __future__ import annotations
@@ -20,10 +27,9 @@ from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
-from .._journal import keeper_state, pilot_record
-from .._util import machine_shape, private_dir, read_private, write_private
-from ..agent import keeper_argv
-from ..batch import BatchJob, make_batch_job
+from .._journal import pilot_record
+from .._util import machine_shape, write_private
+from ..batch import BatchJob
 from ..descriptions import (
     PilotDescription,
     check_descriptions,
@@ -31,8 +37,10 @@ from ..descriptions import (
     misfit_partitions,
     partition_layout,
 )
-from .session import Session
 from ._transitions import PILOT_LEGAL, check
+from .launching import Followed, JobWatcher, WatchHost, agent_config, start_agent
+from .resume import local_agent, stop_stale_agent
+from .session import Session
 from .task import TaskManager
 
 log = logging.getLogger("pilotfish.client")
@@ -548,73 +556,6 @@ def _cancel_quietly(job) -> None:
         log.warning("cancel of a grown unit's job failed: %s", e)
 
 
-def local_agent(sandbox: str) -> tuple[int, bool]:
-    """(the pid of the pilot's agent if it ran on this host, else 0; whether it may still
-    live). One that ran here is alive only while its pid runs our agent.json; one that ran
-    elsewhere, or never said hello (still queued?), may live: ask it."""
-    try:
-        with open(os.path.join(sandbox, "pilot.json")) as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return 0, True
-    from .._util import hostname
-
-    pid = int(info.get("agent_pid") or 0)
-    if not pid or info.get("agent_host") != hostname():
-        return 0, True
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return pid, os.path.join(sandbox, "agent.json").encode() in f.read()
-    except OSError:
-        return pid, False
-
-
-def _stop_stale_agent(pid: int, sandbox: str, grace: float = 5.0) -> None:
-    """Stop an agent on this host that did not answer or died, so that nothing runs on it
-    and on its replacement at once. Under a keeper (agent/keeper.py) only the agent is
-    killed: the tasks it was running are the keeper's now, which sees them to their end and
-    records it, so they are neither lost nor run twice. An agent without a keeper led its own
-    session: that whole session goes, as the local batch adapter does at job end."""
-    import signal
-
-    from .._journal import keeper_state
-    from ..batch.local import session_members
-
-    members = session_members(pid)
-    if members:
-        for member in members:
-            try:
-                os.kill(member, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    else:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                ours = os.path.join(sandbox, "agent.json").encode() in f.read()
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{ppid}/cmdline", "rb") as f:
-                kept = b"keeper" in f.read()
-        except (OSError, ValueError, IndexError):
-            ours = kept = False
-        if ours:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            if kept:  # its keeper says what it holds before we go on
-                deadline = time.monotonic() + grace
-                while (
-                    keeper_state(sandbox) is None
-                    and os.path.exists(f"/proc/{ppid}")
-                    and time.monotonic() < deadline
-                ):
-                    time.sleep(0.02)
-    deadline = time.monotonic() + grace
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 _declared_shape = declared_shape  # (descriptions.py: the one rule, validate's too)
 
 
@@ -630,11 +571,19 @@ class PilotManager:
         self.pilots: dict[str, Pilot] = {}
         self._callbacks: list[Callable[[Pilot, str], None]] = []
         self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._poke = threading.Event()  # wakes the monitor early
-        self._monitor = threading.Thread(target=self._watch, name="pilotfish-pilots", daemon=True)
-        self._monitor_started = False
-        session.plane.pilot_closers.append(self._close)
+        plane = session.plane
+        self._watcher = JobWatcher(  # follows the batch jobs; says what it saw, here
+            WatchHost(
+                pilots=lambda: list(self.pilots.values()),
+                view=self._view,
+                finish=self._finish,
+                lost=self._lost,
+                last_seen=lambda: plane.bridge.last_seen,
+                agent_timeout=session.agent_timeout,
+                intervals=lambda: (self.poll_interval, self.idle_poll_interval),
+            )
+        )
+        plane.pilot_closers.append(self._close)
 
     # -- public API -------------------------------------------------------------------------
     def submit_pilots(self, descriptions):
@@ -664,9 +613,7 @@ class PilotManager:
                 self._advance(pilot, S.NEW)
                 self._launch(pilot)
             pilots.append(pilot)
-        if not self._monitor_started:
-            self._monitor_started = True
-            self._monitor.start()
+        self._watcher.start()
         return pilots[0] if single else pilots
 
     def wait_pilots(
@@ -753,48 +700,29 @@ class PilotManager:
     def _reattach(self, d: PilotDescription) -> tuple[Pilot | None, str | None]:
         """Resumed session: (the journaled pilot this description matches, re-attached if its
         agent answers within a few heartbeats, or None to start a new one; the uid of the
-        journaled pilot a new one replaces, if any)."""
+        journaled pilot a new one replaces, if any). What the journal says is resume.py's;
+        the wiring of the re-attaching pilot is here."""
         r = self.session.resumed
-        if r is None or r.pilots_used >= len(r.pilots):
+        if r is None:
             return None, None
-        uid, old_desc, sandbox = r.pilots[r.pilots_used]
-        r.pilots_used += 1
-        # The pilot's description is not the tasks' identity: a resume may change it (a
-        # walltime too short is fixed by resuming with a longer one). A pilot whose agent
-        # is gone is replaced by one of the new description; one still alive is re-attached
-        # as it was submitted (stopping it would lose what it runs), and that is said.
-        changed = old_desc != d.as_dict()
-        pilot = Pilot(self, uid, _as_submitted(old_desc, d) if changed else d, sandbox)
-        try:  # (never through a link: it holds the agent's secret key)
-            cfg_path = os.path.join(sandbox, "agent.json")
-            curve = _wire.decode_agent_config(read_private(cfg_path), cfg_path).curve
-            public = curve.public.encode() if curve else None
-        except (OSError, ValueError) as e:
-            log.warning("resume: pilot %s is replaced: %s", uid, e)
-            return None, uid
-        # what the agent journaled is known whatever happens next (it journals before it sends)
-        from .._journal import agent_finals, keeper_adopted
-
-        def learn_finals() -> None:
-            for t_uid, rec in agent_finals(sandbox).items():
-                r.finals.setdefault(t_uid, rec)
-            for t_uid in keeper_adopted(sandbox):  # still running under the agent's keeper
-                if t_uid not in r.finals:
-                    r.adopted[t_uid] = sandbox
-
+        m, replaced = r.match_pilot(d)
+        if m is None:
+            return None, replaced
+        uid, sandbox = m.uid, m.sandbox
         local_pid, may_live = local_agent(sandbox)
         if not may_live:
             self.session.events.record(uid, S.FAILED, "agent gone while the client was away")
             if local_pid:  # its orphaned tasks must not finish unseen beside a replacement
-                _stop_stale_agent(local_pid, sandbox)
-            learn_finals()
+                stop_stale_agent(local_pid, sandbox)
+            r.learn(sandbox)  # what the agent journaled is known whatever happens next
             return None, uid
-        pilot._resync = [t for t, p, _ in r.tasks if r.pilot_of.get(t) == uid and t not in r.finals]
+        pilot = Pilot(self, uid, m.description, sandbox)
+        pilot._resync = r.unfinished_on(uid)
         pilot._move(S.NEW)  # (its first history entry: no event, no callback)
         self.pilots[uid] = pilot
         # until its agent answers, whatever it says is a cue to ask it again
         self.session.router.watch(uid, functools.partial(self._heard, pilot))
-        self._attach(pilot, public)
+        self._attach(pilot, m.public_key)
         self._advance(pilot, S.LAUNCHING)
         # the agent beats every heartbeat_s; give it three, and the answer time
         if not pilot._resynced.wait(3 * self.session.heartbeat_s + 5):
@@ -802,56 +730,26 @@ class PilotManager:
             del self.pilots[uid]
             self.session.events.record(uid, S.FAILED, "agent did not answer the resumed client")
             if local_pid:  # a replacement must not run what this one still runs
-                _stop_stale_agent(local_pid, sandbox)
-            learn_finals()  # what it finished, up to now
+                stop_stale_agent(local_pid, sandbox)
+            r.learn(sandbox)  # what it finished, up to now
             return None, uid
         self.session.events.record(uid, E.REATTACHED, f"{len(pilot._resync)} tasks asked")
-        if changed:
+        if m.changed is not None:
             log.warning(
                 "resume: pilot %s still runs as it was submitted (%s); the changed "
                 "description applies to the pilots this resume starts",
                 uid,
-                _changed_fields(old_desc, d.as_dict()),
+                m.changed,
             )
-        if not self._monitor_started:
-            self._monitor_started = True
-            self._monitor.start()
+        self._watcher.start()
         return pilot, None
 
     def _launch(self, pilot: Pilot) -> None:
-        d = pilot.description
-        session = self.session
-        bridge = session.plane.bridge
-        public = curve = None
-        if bridge.public_key is not None:  # the agent's own key pair: only it can be this pilot
-            import zmq
-
-            public, secret = zmq.curve_keypair()
-            curve = _wire.Curve(bridge.public_key.decode(), public.decode(), secret.decode())
-        config = _wire.AgentConfig(
-            pilot_uid=pilot.uid,
-            session_uid=session.uid,
-            session_path=session.path,
-            sandbox=pilot.sandbox,
-            # an agent on another host (a batch pilot) reaches the session over TCP
-            address=session.address
-            if d.resource in ("local", "simulated")
-            else session.reachable_address(),
-            description=d.as_dict(),
-            profile=session.profile,
-            heartbeat_s=session.heartbeat_s,
-            client_timeout=session.client_timeout,
-            journal=session.journal.enabled,
-            curve=curve,
-        )
+        """Start a new pilot's agent: its configuration, its batch job (launching.py)."""
+        config, public = agent_config(self.session, pilot.uid, pilot.description, pilot.sandbox)
         self._attach(pilot, public)
         try:
-            private_dir(pilot.sandbox)  # 0700, ours: one another user made or may write is refused
-            cfg_path = os.path.join(pilot.sandbox, "agent.json")
-            write_private(cfg_path, _wire.encode_agent_config(config))  # holds its secret
-            agent_argv = keeper_argv(cfg_path)  # the agent, under a keeper that outlives it
-            pilot._job = make_batch_job(pilot.uid, d, pilot.sandbox, agent_argv)
-            pilot._job.submit()
+            pilot._job = start_agent(config, pilot.description)
         except Exception as e:  # noqa: BLE001 -- the pilot fails alone, with the reason
             self._advance(pilot, S.FAILED, f"cannot start the pilot: {e}")
             return
@@ -889,15 +787,15 @@ class PilotManager:
             pilot._on_explained(msg)
         elif isinstance(msg, _wire.Bye):
             pilot._on_bye(msg)
-            self._poke.set()
+            self._watcher.poke()
 
     def _shutdown(self, pilot: Pilot, final: str, reason: str) -> None:
-        """Ask the agent to stop; it cancels what runs and says bye. The monitor finishes up."""
+        """Ask the agent to stop; it cancels what runs and says bye. The watcher finishes up."""
         if pilot.state in S.FINAL:
             return
         if pilot._wanted is None:  # the first request wins: a pilot canceled then closed is
             pilot._wanted = (final, reason)  # CANCELED
-        self._poke.set()
+        self._watcher.poke()
         if pilot.state == S.ACTIVE:
             if pilot._bye is None:  # (after its bye the agent is gone: nothing to tell it)
                 self.session.plane.bridge.send(pilot.uid, _wire.encode(_wire.Shutdown(reason)))
@@ -908,59 +806,16 @@ class PilotManager:
                 log.warning("cancel of %s failed: %s", pilot.uid, e)
             self._advance(pilot, final, reason)
 
-    def _watch(self) -> None:
-        """Follow batch jobs: a job that ends without the agent's bye fails the pilot; a batch
-        system that cannot be asked ends nothing (the agent's silence or bye still does)."""
-        while not self._stop.is_set():
-            last_seen = self.session.plane.bridge.last_seen
-            now = time.monotonic()
-            for pilot in list(self.pilots.values()):
-                if pilot.state == S.ACTIVE and pilot._wanted is None:
-                    silent = now - last_seen.get(pilot.uid, now)
-                    if silent > self.session.agent_timeout:  # heartbeats stopped: agent gone
-                        self._lost(
-                            pilot,
-                            f"agent silent for {silent:.0f}s "
-                            f"(bound {self.session.agent_timeout:g}s)",
-                        )
-                        continue
-                if pilot.state in S.FINAL:
-                    continue
-                if pilot._job is None:  # re-attached: no batch job object, only its agent
-                    if pilot._bye is not None:
-                        self._finish(pilot, "DONE", None)
-                    else:
-                        kept = keeper_state(pilot.sandbox)  # the agent died under its keeper
-                        if kept is not None:
-                            self._finish(
-                                pilot,
-                                "FAILED",
-                                f"agent process ended with {kept.get('agent_status')}",
-                            )
-                    continue
-                try:
-                    job_state, message = pilot._job.poll()
-                except Exception as e:  # noqa: BLE001 -- a poll that fails counts as still running
-                    job_state, message = "RUNNING", None
-                    log.warning("poll of %s failed: %s", pilot.uid, e)
-                if job_state in ("QUEUED", "RUNNING"):
-                    # A failed queue poll is retried, never the pilot's end (psij_job.py): the
-                    # state is the last one known. An agent that said bye has ended, though:
-                    # its word ends the pilot when the batch system cannot be asked.
-                    trouble = getattr(pilot._job, "poll_trouble", None)
-                    if pilot._bye is not None and trouble is not None and trouble():
-                        self._finish(pilot, "DONE", None)
-                    continue
-                self._finish(pilot, job_state, message)
-            # Every wake-up costs CPU the tasks could use (~0.2 ms on this kind of VM): poll
-            # fast only while a pilot is starting or stopping; a bye or a shutdown pokes.
-            busy = any(
-                p.state in (S.NEW, S.LAUNCHING) or p._wanted is not None
-                for p in self.pilots.values()
-                if p.state not in S.FINAL
-            )
-            self._poke.wait(self.poll_interval if busy else self.idle_poll_interval)
-            self._poke.clear()
+    def _view(self, pilot: Pilot) -> Followed:
+        """The pilot as its JobWatcher sees it (launching.WatchHost.view)."""
+        return Followed(
+            pilot.uid,
+            pilot.state,
+            pilot.sandbox,
+            pilot._job,
+            pilot._bye is not None,
+            pilot._wanted is not None,
+        )
 
     def _lost(self, pilot: Pilot, reason: str) -> None:
         if pilot._job is not None:
@@ -971,7 +826,7 @@ class PilotManager:
         else:  # re-attached: no job object to end it; a local agent's leftovers go here
             pid, _ = local_agent(pilot.sandbox)
             if pid:
-                _stop_stale_agent(pid, pilot.sandbox)
+                stop_stale_agent(pid, pilot.sandbox)
         self._advance(pilot, S.FAILED, reason)
         self.session.plane.bridge.forget(pilot.uid)
 
@@ -1007,25 +862,4 @@ class PilotManager:
                 if p._job is not None:
                     p._job.cancel()
                 self._finish(p, "CANCELED", "did not stop within the grace period")
-        self._stop.set()
-        self._poke.set()
-        if self._monitor_started:
-            self._monitor.join(2)
-
-
-def _changed_fields(old: dict, new: dict) -> str:
-    """The fields a resume changed, as "runtime: 4.0 -> 600.0, ..." (for its warning)."""
-    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
-
-
-def _as_submitted(old: dict, new: PilotDescription) -> PilotDescription:
-    """The description a journaled pilot was submitted with (its record holds runtime in
-    seconds, a bare number a description refuses), or the new one if it no longer parses."""
-    fields = dict(old)
-    if isinstance(fields.get("runtime"), (int, float)):
-        fields["runtime"] = f"{fields['runtime']}s"
-    try:
-        return PilotDescription(fields)
-    except PilotfishError:
-        return new
+        self._watcher.stop(join=2)

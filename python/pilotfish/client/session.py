@@ -12,7 +12,8 @@ path and the cause; close() reports them and does not raise.
 The session owns the one way in from the agents: bridge (_bridge.Bridge: the socket, the IO
 thread) -> router (_router.Router) -> the task registry (_registry.TaskRegistry: Updates), the
 pilots' listeners (PilotManager: Hello, Bye, ...) and the service groups (GroupView, ...).
-That machinery is one object, `session.plane` (plane.Plane), which the managers use.
+That machinery is one object, `session.plane` (plane.Plane), which the managers use. A
+resumed session reads its journal once (resume.Resumed, `session.resumed`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import threading
@@ -36,12 +36,13 @@ from .. import _events as E
 from .._version import __version__
 from .._errors import PilotfishError, SessionError
 from .._events import EventWriter, TaskRecord
-from .._journal import Journal, read_journal
+from .._journal import Journal
 from .._util import hostname, open_private, private_dir, read_private, write_private
 from ._bridge import Bridge
 from ._registry import TaskRegistry
 from ._router import Router
 from .plane import Plane
+from .resume import Resumed
 
 log = logging.getLogger("pilotfish.client")
 
@@ -557,85 +558,3 @@ def _session_keys(path: str) -> tuple[bytes, bytes]:
             key_path, json.dumps({"public": public.decode(), "secret": secret.decode()}).encode()
         )
     return public, secret
-
-
-class Resumed:
-    """What the journal of a session being resumed says."""
-
-    def __init__(self) -> None:
-        self.pilots: list[tuple[str, dict, str]] = []  # (uid, description, sandbox), in order
-        self.tasks: list[tuple[str, str, dict]] = []  # (uid, pilot uid, values), submit order
-        self.pilot_of: dict[str, str] = {}  # task uid -> the pilot it was last sent to
-        self.finals: dict[str, list] = {}  # task uid -> ["final", uid, state, code, sig, reason, t]
-        self.answers: dict[str, object] = {}  # task uid -> latest agent update (re-attach)
-        self.adopted: dict[str, str] = {}  # task uid -> sandbox whose agent's keeper runs it
-        self.next_task = 0
-        self.next_pilot = 0
-        self.pilots_used = 0  # how many journaled pilots submit_pilots has matched
-        self.tasks_used = 0  # how many journaled tasks submit_tasks has matched
-
-    def pilot_keys(self) -> dict[str, bytes]:
-        """{uid: agent public key} of the journaled pilots (from their agent.json)."""
-        out = {}
-        for uid, _, sandbox in self.pilots:
-            try:
-                curve = json.loads(read_private(os.path.join(sandbox, "agent.json"))).get("curve")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if curve:
-                out[uid] = curve["public"].encode()
-        return out
-
-    @classmethod
-    def load(cls, path: str) -> "Resumed":
-        """Read the session's journal, and its pilots' agent and keeper journals. A journal
-        damaged anywhere but in a last record cut short by a kill, or holding records of the
-        wrong shape, is refused (JournalError: the file, the byte offset, what to do) --
-        never read up to the damage and taken for all there was."""
-        r = cls()
-        seen = set()
-        sandboxes: list[str] = []
-        for rec in read_journal(os.path.join(path, "journal"), strict=True):
-            kind = rec[0]
-            if kind == "task":
-                uid = rec[1]
-                if uid not in seen:
-                    seen.add(uid)
-                    r.tasks.append((uid, rec[2], rec[3]))
-                r.pilot_of[uid] = rec[2]
-                r.next_task = max(r.next_task, int(uid.rsplit(".", 1)[1]) + 1)
-            elif kind == "final":
-                r.finals[rec[1]] = rec
-            elif kind == "pilot":  # [pilot, uid, description, sandbox, replaced uid | None]
-                sandboxes.append(rec[3])
-                replaced = rec[4] if len(rec) > 4 else None
-                slot = next((i for i, p in enumerate(r.pilots) if p[0] == replaced), None)
-                if replaced is not None and slot is not None:
-                    r.pilots[slot] = (rec[1], rec[2], rec[3])  # the pilot a resume started instead
-                else:
-                    r.pilots.append((rec[1], rec[2], rec[3]))
-                r.next_pilot = max(r.next_pilot, int(rec[1].rsplit(".", 1)[1]) + 1)
-        # every agent the session ever had journaled what it finished -- also those that a
-        # resume replaced, which may have run on until they were stopped
-        from .._journal import agent_finals, keeper_adopted
-
-        for sandbox in sandboxes:
-            for uid, rec in agent_finals(sandbox, strict=True).items():
-                r.finals.setdefault(uid, rec)
-            for uid in keeper_adopted(sandbox):  # its agent died; its keeper still runs these
-                if uid not in r.finals:
-                    r.adopted[uid] = sandbox
-        # a pilot uid is never given twice, even when the journal is gone (moved away, or
-        # never kept): its sandbox still holds the old agent's journals
-        try:
-            names = os.listdir(path)
-        except OSError:
-            names = []
-        for name in names:
-            m = _PILOT_DIR.fullmatch(name)
-            if m:
-                r.next_pilot = max(r.next_pilot, int(m.group(1)) + 1)
-        return r
-
-
-_PILOT_DIR = re.compile(r"pilot\.(\d+)")
