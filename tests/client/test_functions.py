@@ -57,6 +57,15 @@ def raise_local():
     raise LocalOnlyError("mine")
 
 
+def rendezvous(where, n):
+    """Waits (30 s at most) until n calls run at once, each in its own worker; its pid."""
+    open(os.path.join(where, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 30
+    while len(os.listdir(where)) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.getpid()
+
+
 def on_ranks(x, comm):
     return (comm.rank, comm.size, comm.allreduce(x))
 
@@ -508,3 +517,33 @@ def test_idle_workers_give_their_cores_to_work_that_waits(tmp_path):
         assert wide.wait(timeout=60) == pf.DONE and wide.result == 49
         last = tmgr.submit_tasks(pf.TaskDescription(function=square, args=(3,)))
         assert last.wait(timeout=60) == pf.DONE and last.result == 9
+
+
+def test_a_multi_core_task_gets_its_cores_from_idle_workers_at_once(tmp_path):
+    """Four idle 1-core workers fill a 4-core pilot; an executable asks for 3 cores on one
+    rank. Exactly three workers give way, at once (the queue's count of the cores that wait,
+    ports.Host.waiting_for), and the fourth stays warm for the next call. Before, the pool
+    counted a waiting task as one core: one worker stopped, the task still did not fit, and
+    STALL_S (0.5 s) later every idle worker stopped -- four ended, the fourth too."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=1, cores_per_node=4, runtime="10m", workers={"idle_s": 3600}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        calls = tmgr.submit_tasks([pf.TaskDescription(function=rendezvous, args=(str(meet), 4))
+                                   for _ in range(4)])
+        assert tmgr.wait_tasks([t.uid for t in calls], timeout=60) == [pf.DONE] * 4
+        pids = {t.result for t in calls}
+        assert len(pids) == 4  # four workers, each idle now
+        wide = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh",
+                                                    arguments=["-c", "exit 0"],
+                                                    cores_per_rank=3))
+        assert wide.wait(timeout=60) == pf.DONE, wide.reason
+        assert _eventually(lambda: len(_worker_ends(pilot)) >= 3)
+        time.sleep(1.5)  # (the agent writes its events out about once a second)
+        assert len(_worker_ends(pilot)) == 3, _worker_ends(pilot)  # not the fourth
+        last = tmgr.submit_tasks(pf.TaskDescription(function=pid_of, args=(0,)))
+        assert last.wait(timeout=60) == pf.DONE and last.result in pids  # (warm)
+        assert _worker_starts(pilot) == 4

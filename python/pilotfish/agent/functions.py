@@ -19,10 +19,12 @@ Idle workers (nothing in flight, nothing queued for their shape) keep their core
 nothing else waits -- the next calls find them warm -- and stop after IDLE_S. When other work
 waits in their partition's queue (an executable task, or a worker of another shape that has
 calls to run), they give their cores back at once (_give_way): the longest idle first, as
-many as cover what waits beyond the free cores -- a waiting worker's shape exactly, a core for
-any other task (the pool does not see inside the queue). Work that still waits although that
-many cores are free (it is larger, or needs GPUs or memory the workers hold) has every idle
-worker of its partition stop once it has waited STALL_S.
+many as cover the cores and GPUs that what waits asks for beyond the free ones (the queue's
+exact counts, through ports.Host.waiting_for). Work that still does not fit although that
+much is free in all -- it needs more on one node than is free there, or memory the workers
+hold (the counts say nothing of nodes or memory) -- has, once its scheduling round is over
+and nothing changed since (the queue is settled), the idle workers of one node stop: the
+node where they hold the most cores; again at the next settled round while it still waits.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .._sockets import bind_tcp, curve_router
 from .._util import hostname
 from ..descriptions import rank_capacity
 from .inbox import router_messages
+from .ports import Host
 from .tasks import RUNNING, WAITING
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
@@ -63,7 +66,6 @@ STARTING, READY = WorkerState.STARTING, WorkerState.READY
 BATCH_S = 0.005  # about this much work per batch (from the measured call time)
 MAX_BATCH = 1024  # calls per batch at most
 IDLE_S = 5.0  # a worker with nothing to do this long stops (while nothing else waits)
-STALL_S = 0.5  # work that waits though cores are free: then every idle worker makes way
 STUCK_S = 0.05  # a worker without a result for this long is in a long call: no
 # more calls for it, and the ones it holds but has not started are
 # taken back for the other workers
@@ -139,7 +141,7 @@ class Worker:
 
 
 class FunctionPool:
-    def __init__(self, agent):
+    def __init__(self, agent: Host):
         self.agent = agent
         self.clock = agent.clock
         self.dir = os.path.join(agent.sandbox, "functions")
@@ -181,7 +183,6 @@ class FunctionPool:
         self.max_calls = int(opts.get("max_calls", MAX_CALLS))
         self.max_mem = float(opts.get("max_mem_mib", MAX_RSS_MIB))
         self.idle_s = float(opts.get("idle_s", IDLE_S))
-        self.stalled: dict = {}  # partition -> (mono) since its waiting work found cores free
 
     # -- calls in -----------------------------------------------------------------------
     def accept(self, specs: list[_wire.TaskSpec], now: float) -> None:
@@ -554,10 +555,9 @@ class FunctionPool:
                 and not self.queues.get(w.shape)
             ]
             if not idle:
-                self.stalled.clear()
                 return
             stop = [w for w in idle if now - w.idle_since > self.idle_s]
-            for w in self._give_way(idle, now):
+            for w in self._give_way(idle):
                 if now - w.idle_since <= self.idle_s:
                     w.gave_way = True
                     stop.append(w)
@@ -568,27 +568,31 @@ class FunctionPool:
                 except zmq.ZMQError:
                     pass
 
-    def _give_way(self, idle: list[Worker], now: float) -> list[Worker]:
-        """The idle workers (of `idle`) whose cores other work waits for: per partition, the
-        scheduler's waiting tasks less this pool's spare workers (waiting, their shape has no
-        calls queued). They cover what waits beyond the free cores and the cores of workers
-        already stopped for it: a waiting worker's cores exactly, at least a core for any other
-        task, longest idle first; where that is nothing but work still waits, STALL_S later
-        all of them (see the module's docstring)."""
-        tasks = self.agent.tasks
+    def _give_way(self, idle: list[Worker]) -> list[Worker]:
+        """The idle workers (of `idle`) whose cores other work waits for, per partition, by
+        what its queue holds (Host.waiting_for: exact counts): the cores and GPUs the waiting
+        tasks ask for, less those of this pool's spare workers (waiting, their shape has no
+        calls queued), beyond the free ones and those of workers already stopped for it --
+        the longest idle first, as many as cover that. Where the counts are covered but the
+        queue is settled with work still waiting (it needs more on one node, or memory), the
+        idle workers of one node: the node where they hold the most. See the module's
+        docstring."""
+        host = self.agent
+        tasks = host.tasks
         queues = self.queues
         mine: dict = {}  # partition -> its idle workers
         for w in idle:
             t = tasks.get(w.uid)
             if t is not None and t.partition is not None:
                 mine.setdefault(t.partition, []).append(w)
-        if not any(p.scheduler.waiting for p in mine):
-            self.stalled.clear()
+        queued = {p: host.waiting_for(p) for p in mine}
+        if not any(q.tasks for q in queued.values()):
             return []
         spare: collections.Counter = collections.Counter()  # waiting workers not needed
-        wanted: collections.Counter = collections.Counter()  # waiting workers needed: cores
-        n_wanted: collections.Counter = collections.Counter()
-        back: collections.Counter = collections.Counter()  # cores of workers that gave way
+        spare_c: collections.Counter = collections.Counter()  # ... their cores
+        spare_g: collections.Counter = collections.Counter()  # ... their GPUs
+        back_c: collections.Counter = collections.Counter()  # cores of workers that gave way
+        back_g: collections.Counter = collections.Counter()  # ... GPUs
         for w in self.workers.values():
             if w.state is READY and not w.leaving:
                 continue
@@ -596,37 +600,43 @@ class FunctionPool:
             if t is None or t.partition not in mine:
                 continue
             p = t.partition
+            ranks, cores, gpus, _ = w.shape
             if t.state is WAITING:
                 if w.leaving or not queues.get(w.shape):
                     spare[p] += 1
-                else:
-                    wanted[p] += w.shape[0] * w.shape[1]
-                    n_wanted[p] += 1
+                    spare_c[p] += ranks * cores
+                    spare_g[p] += ranks * gpus
             elif w.gave_way:
-                back[p] += w.shape[0] * w.shape[1]
+                back_c[p] += ranks * cores
+                back_g[p] += ranks * gpus
         out: list[Worker] = []
-        stalled = {}
         for p, ws in mine.items():
-            waiting = p.scheduler.waiting - spare[p]
-            if waiting <= 0:
-                continue
-            free = p.placer.total_free()[0]
-            need = wanted[p] + (waiting - n_wanted[p]) - free - back[p]
-            if need <= 0:
-                if back[p]:
-                    continue  # the cores given back go first
-                since = stalled[p] = self.stalled.get(p, now)
-                if now - since < STALL_S:
-                    continue
-                need = math.inf  # larger than a core a task, or GPUs, memory: all of them
-                del stalled[p]
+            q = queued[p]
+            if q.tasks - spare[p] <= 0:
+                continue  # nothing but spare workers waits
+            need_c = q.cores - spare_c[p] - q.free_cores - back_c[p]
+            need_g = q.gpus - spare_g[p] - q.free_gpus - back_g[p]
             ws.sort(key=lambda w: w.idle_since)
-            for w in ws:
-                if need <= 0:
-                    break
-                out.append(w)
-                need -= w.shape[0] * w.shape[1]
-        self.stalled = stalled
+            if need_c > 0 or need_g > 0:
+                for w in ws:
+                    if need_c <= 0 and need_g <= 0:
+                        break
+                    ranks, cores, gpus, _ = w.shape
+                    if (need_c > 0 and cores) or (need_g > 0 and gpus):
+                        out.append(w)
+                        need_c -= ranks * cores
+                        need_g -= ranks * gpus
+            elif q.settled and not back_c[p] and not back_g[p]:
+                # enough is free in all, yet it does not fit: free one node's worth
+                held: collections.Counter = collections.Counter()
+                by_node: dict = {}
+                for w in ws:
+                    t = tasks[w.uid]
+                    node = t.slots[0].node_index if t.slots else -1
+                    held[node] += w.shape[0] * w.shape[1]
+                    by_node.setdefault(node, []).append(w)
+                node = max(held, key=lambda n: (held[n], -by_node[n][0].idle_since))
+                out.extend(by_node[node])
         return out
 
     def explain(self, uid: str) -> dict | None:

@@ -3,7 +3,8 @@
     Host        what the task table (table.py) gives the rooms it hosts -- the function pool
                 (functions.py), the service registry (services.py), launch supervisors
                 (supervisor.py) and the elastic part (elastic.py): accept, cancel, relaunch,
-                a function call's end, events, the clock, messages to the client.
+                a function call's end, events, the clock, messages to the client, and what
+                waits in a partition's queue (waiting_for: a Waiting).
     TaskEnded   told when a task of the table ends (the pool's workers, the registry's
                 members and holders are tasks too).
     NodeLeaving a room whose tasks leave a drained unit their own way (elastic.py).
@@ -20,7 +21,7 @@ A room is given the narrowest of these it needs, never the Agent (agent/_main.py
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 from .._wire import TaskSpec
 from .tasks import AgentTask
@@ -36,6 +37,20 @@ class StopWhy(enum.Enum):
     LAUNCHERS = "launchers"  # no partition can launch any more (the pilot FAILS): CANCELED
 
 
+class Waiting(NamedTuple):
+    """What waits in a partition's queue and what is free there (Host.waiting_for): exact
+    counts kept as the queue changes (scheduler.py), never a scan."""
+
+    tasks: int  # waiting tasks
+    cores: int  # cores they ask for in all (ranks x cores per rank)
+    gpus: int  # GPUs they ask for in all
+    free_cores: int  # free in the partition now (reserved nodes' included)
+    free_gpus: int
+    settled: bool  # the last scheduling round left them waiting and nothing changed since:
+    # they do not fit what is free (on one node, or for memory) -- the counts alone say
+    # nothing of nodes or memory
+
+
 class Host(Protocol):
     uid: str  # the pilot's
     sandbox: str
@@ -45,7 +60,10 @@ class Host(Protocol):
     clock: Any  # clock.Clock: now(), mono(), real_mono()
     events: Any  # _events.EventWriter
     launchers: Any  # partition.Launchers
-    tasks: Mapping[str, AgentTask]  # live tasks by uid (read only: move() changes them)
+
+    @property
+    def tasks(self) -> Mapping[str, AgentTask]:
+        """Live tasks by uid (read only: move() changes them)."""
 
     @property
     def stopping(self) -> tuple[str, str, StopWhy] | None:
@@ -90,6 +108,10 @@ class Host(Protocol):
 
     def send(self, msg: Any) -> None:
         """A message for the client, after the updates gathered before it."""
+
+    def waiting_for(self, partition: Any) -> Waiting:
+        """What waits in this partition's queue (partition.Partition: a task's .partition)
+        and what is free there. O(1)."""
 
 
 class TaskEnded(Protocol):

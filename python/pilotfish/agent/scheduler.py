@@ -28,8 +28,11 @@ durations not known yet): exactly "utilization". Real pilots plan on a worker th
 loop never waits for it), simulated ones inline.
 
 A shape that did not fit is not retried until something is released, so a round costs
-O(shapes log shapes + placed), never O(waiting). A head blocked longer than `starvation_s`
-gets a reservation: the placer keeps everyone else off the nodes it picked until it starts.
+O(shapes log shapes + placed), never O(waiting). What waits is counted as it changes (O(1) a
+task, never a scan): `waiting` tasks, `waiting_cores` and `waiting_gpus` they ask for in all --
+the function pool's idle workers give way by these (functions.py, through ports.Host). A head
+blocked longer than `starvation_s` gets a reservation: the placer keeps everyone else off the
+nodes it picked until it starts.
 
 Nothing may stall the pilot for good: a task that can never be placed (a colocated task larger
 than its group's node) is handed back as unplaceable with the reason, at once; a reservation
@@ -127,7 +130,9 @@ class Scheduler:
         self._gen = 0  # bumped on every release: blocked shapes may fit again
         self._colocated: dict[str, int] = {}  # colocation group -> node index
         self._reserved: Any = None  # the task holding the reservation
-        self.waiting = 0
+        self.waiting = 0  # tasks in the queue (WAITING), and what they ask for in all:
+        self.waiting_cores = 0  # ranks x cores_per_rank, summed
+        self.waiting_gpus = 0  # ranks x gpus_per_rank, summed
         # nothing added, released or removed since the last round: every head failed to fit
         # then and would again (blocked shapes are skipped), so the round is skipped whole
         self.dirty = True
@@ -171,7 +176,7 @@ class Scheduler:
                 if self.planner is not None and shape.order[:2] != (0, 0):
                     self._hard.add(k)
             heapq.heappush(shape.heap, (-s.priority, self._unplanned + t.seq, t))
-            self.waiting += 1
+            self._count(s, 1)
             node = self._colocated.get(s.colocate, -1) if s.colocate is not None else -1
             if node >= 0 and not self._fits_node(k, node):
                 self._reject_shape(shape, [], node)
@@ -181,7 +186,7 @@ class Scheduler:
         if task.state is not WAITING:
             return
         move(task, DROPPED)
-        self.waiting -= 1
+        self._count(task.spec, -1)
         self.dirty = True
         if self._reserved is task:
             self._unreserve()
@@ -231,7 +236,8 @@ class Scheduler:
             out.extend(e[2] for e in live[len(live) - k :])
             shape.heap = live[: len(live) - k] + kept
             heapq.heapify(shape.heap)
-        self.waiting -= len(out)
+        for t in out:
+            self._count(t.spec, -1)
         return out
 
     def drain_waiting(self) -> list:
@@ -240,7 +246,7 @@ class Scheduler:
         for shape in self._shapes.values():
             out.extend(t for _, _, t in shape.heap if t.state is WAITING)
             shape.heap.clear()
-        self.waiting = 0
+        self.waiting = self.waiting_cores = self.waiting_gpus = 0
         if self._reserved is not None:
             self.placer.unreserve(self._reserved.key)
             self._reserved = None
@@ -573,6 +579,12 @@ class Scheduler:
         return r if r is not None else self._unplanned + t.seq
 
     # -- internals --------------------------------------------------------------------------
+    def _count(self, spec, n: int) -> None:
+        """n tasks of this spec joined (1) or left (-1) the queue: the counts follow."""
+        self.waiting += n
+        self.waiting_cores += n * spec.ranks * spec.cores_per_rank
+        self.waiting_gpus += n * spec.ranks * spec.gpus_per_rank
+
     def _head_key(self, h, shape: _Shape, planned: bool, aged_before: float) -> tuple:
         """A head's place in the utilization order (or the plan's)."""
         if planned:
@@ -613,6 +625,8 @@ class Scheduler:
             placed.append((t, slots))
             move(t, PLACED)
             count += 1
+            self.waiting_cores -= ranks * cpr
+            self.waiting_gpus -= ranks * gpr
             if colocate is not None and colocate not in self._colocated:
                 self._colocated[colocate] = slots[0][0]
                 self._check_group(colocate, slots[0][0])
@@ -637,7 +651,7 @@ class Scheduler:
             return False
         placed.append((t, slots))
         move(t, PLACED)
-        self.waiting -= 1
+        self._count(s, -1)
         if s.colocate is not None and s.colocate not in self._colocated:
             self._colocated[s.colocate] = slots[0][0]
             self._check_group(s.colocate, slots[0][0])
@@ -674,7 +688,7 @@ class Scheduler:
             if self._reserved is t:
                 self._unreserve()
             self.unplaceable.append((t, why))
-        self.waiting -= len(tasks)
+            self._count(t.spec, -1)
 
     def _blocked(self, shape: _Shape, now: float, starving: bool) -> None:
         shape.blocked_gen = self._gen

@@ -35,7 +35,7 @@ from .containment import kill_marked
 from .executor import REASON_TAIL, signal_name
 from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
 from .pmi_worlds import route as pmi_route
-from .ports import CallPool, StopWhy, TaskEnded
+from .ports import CallPool, StopWhy, TaskEnded, Waiting
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
 
@@ -133,6 +133,19 @@ class TaskTable:
 
     def signal(self, tasks: list[AgentTask], sig: int) -> None:
         self.runner.kill(tasks, sig)
+
+    def waiting_for(self, partition: Partition) -> Waiting:
+        """What waits in the partition's queue (the scheduler's counts) and what is free."""
+        sched = partition.scheduler
+        free_cores, free_gpus = partition.placer.total_free()
+        return Waiting(
+            sched.waiting,
+            sched.waiting_cores,
+            sched.waiting_gpus,
+            free_cores,
+            free_gpus,
+            bool(sched.waiting) and not sched.dirty,
+        )
 
     def call_final(
         self,
