@@ -8,6 +8,7 @@ absolute (`import pilotfish.client.x`, `from pilotfish.client.x import y`) and r
 package that is one of its modules is an edge to that module, any other name an edge to the
 package's __init__. An agent's message reaches the tasks, the pilots and the service groups
 through the session's router (client/_router.py), so none of them needs another in a circle.
+Beyond no circle, each module has a floor (FLOORS) and imports only from floors below it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,33 @@ def test_client_modules_import_each_other_without_a_circle():
             "pilotfish/client/ has an import circle: "
             + " -> ".join(map(_short, cycle))
             + f"\nmodules in circles: {circles}\nthe graph:\n{edges}")
+
+
+# The client's floors, lowest first (docs/internals.md, "The client's rooms"): a module imports
+# only from floors below its own. A new module gets a floor here, or this test says so.
+FLOORS = [
+    {"_ports", "_bridge", "_calls", "_transitions", "resume"},  # import nothing of the client
+    {"_router", "_registry", "adoption"},  # the plane's parts, meeting through _ports
+    {"plane"},
+    {"session"},  # the directory, the lock, the plane; a resumed one's journal (resume)
+    {"services", "progress", "launching"},  # launching: an agent's config, its job, the watcher
+    {"submit"},
+    {"task"},
+    {"pilot"},  # PilotManager: its pilots' states; launching and resume do the rest
+    {"executor"},
+    {"__init__"},
+]
+
+
+def test_client_modules_import_only_from_the_floors_below():
+    graph = import_graph(PACKAGE, CLIENT_DIR)
+    floor = {m: i for i, floors in enumerate(FLOORS) for m in floors}
+    unplaced = sorted(_short(m) for m in graph if _short(m) not in floor)
+    assert not unplaced, f"client modules without a floor in FLOORS: {unplaced}"
+    upward = [f"{_short(m)} (floor {floor[_short(m)]}) -> {_short(t)} (floor {floor[_short(t)]})"
+              for m in sorted(graph) for t in sorted(graph[m])
+              if floor[_short(t)] >= floor[_short(m)]]
+    assert not upward, "imports that do not go down a floor:\n" + "\n".join(upward)
 
 
 def test_every_message_an_agent_sends_has_one_route():
