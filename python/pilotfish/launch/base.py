@@ -158,7 +158,6 @@ class LaunchMethod:
         return find_tool(names, is_right) or names[0]
 
 
-
 class Daemon:
     """One daemon instance of a supervised launch method (a PRRTE DVM), with what the
     supervisor counts on it. `state`: live (current), retiring (replaced: stops when its
