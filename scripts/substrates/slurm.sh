@@ -242,6 +242,10 @@ write_conf() {
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_Core"
         echo "SchedulerType=sched/backfill"
+        # a job submitted while the last one's nodes are still completing is started by the
+        # next scheduling pass, not at submission: passes every 1-2 s, not Slurm's 30/60 s
+        # (each test's pilot waited up to a minute, pending on nodes long free)
+        echo "SchedulerParameters=bf_interval=1,sched_interval=2"
         echo "ProctrackType=proctrack/linuxproc"
         echo "TaskPlugin=task/none"
         echo "MpiDefault=none"
