@@ -12,6 +12,8 @@ import os
 import threading
 import time
 
+import pytest
+
 import pilotfish as pf
 from pilotfish._journal import Journal, task_record
 from pilotfish.batch import LocalJob
@@ -188,3 +190,72 @@ def test_an_open_session_journals_pilots_without_keys(tmp_path):
     assert r.pilot_keys() == {}
     m, replaced = r.match_pilot(pf.PilotDescription(SIM))
     assert m is not None and m.public_key is None and m.changed is None and replaced is None
+
+
+# -- elastic.GrownUnits --------------------------------------------------------------------------
+def _units(*sizes):
+    from pilotfish import _wire
+    from pilotfish.client.elastic import GrownUnits
+
+    g = GrownUnits("pilot.0000")
+    for size in sizes:
+        unit = g.name_next()
+        g.add(unit, [_wire.NodeInfo(f"{unit}.n{i}", 4, 0, 1024) for i in range(size)], None)
+    return g
+
+
+def test_grown_units_are_given_back_whole_newest_first():
+    from pilotfish._errors import DescriptionError
+
+    g = _units(1, 2)
+    assert g.select(2, set()) == ["grow1"] and g.select(3, set()) == ["grow1", "grow0"]
+    assert g.select(["grow0.n0"], set()) == ["grow0"]
+    with pytest.raises(DescriptionError, match=r"in units of \[2, 1\] \(newest first\)"):
+        g.select(1, set())
+    with pytest.raises(DescriptionError, match=r"given back whole: also name \['grow1.n1'\]"):
+        g.select(["grow1.n0"], set())
+    with pytest.raises(DescriptionError, match="are the pilot's own nodes"):
+        g.select(["n7"], {"n7"})
+    with pytest.raises(DescriptionError, match="no such node in pilot.0000"):
+        g.select(["n8"], {"n7"})
+    with pytest.raises(DescriptionError, match="has no grown nodes"):
+        _units().select(1, set())
+
+
+def test_a_unit_the_agent_no_longer_lists_leaves_and_its_job_ends(tmp_path):
+    from pilotfish import _wire
+    from pilotfish.client.elastic import GrownUnits
+
+    d = pf.PilotDescription({"resource": "local", "nodes": 1, "runtime": "10m"})
+    job = LocalJob("pilot.0000.grow0", d, str(tmp_path), ["/bin/sh", "-c", "sleep 30"])
+    job.submit()
+    g = GrownUnits("pilot.0000")
+    unit = g.name_next()
+    g.add(unit, [_wire.NodeInfo("g.n0", 4, 0, 1024)], job)
+    got: list = []
+    state = ["ACTIVE"]
+    waiter = threading.Thread(target=lambda: got.append(g.wait(unit, None, lambda: state[0])))
+    g.expect([unit])
+    waiter.start()
+    msg = _wire.Resized(unit, [_wire.NodeInfo("n0", 4, 0, 1024)], 1.0)
+    g.resized(msg)  # its node is no longer listed: it left
+    assert g.node_lists() == [] and g.nodes_of(unit) == []
+    assert _until(lambda: job.poll()[0] == "CANCELED")
+    g.answered(msg)
+    waiter.join(10)
+    assert got == [msg]
+    # a pilot that ends wakes whoever waits for a resize, with why
+    errors: list = []
+
+    def wait_in_vain():
+        try:
+            g.wait("grow9", None, lambda: state[0])
+        except pf.PilotfishError as e:
+            errors.append(str(e))
+
+    waiter = threading.Thread(target=wait_in_vain)
+    waiter.start()
+    state[0] = "FAILED"
+    g.end()
+    waiter.join(10)
+    assert errors == ["pilot.0000 ended (FAILED) during a resize"]

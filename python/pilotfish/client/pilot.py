@@ -9,7 +9,8 @@ _transitions.PILOT_LEGAL). What it needs besides is in rooms of their own, met t
 they declare: launching.py starts a pilot's agent (its configuration, its batch job) and
 follows the batch jobs (JobWatcher, told what it may do through launching.WatchHost);
 resume.py reads a resumed session's journal and says which journaled pilot a description
-submitted again matches, and whether its agent may still live.
+submitted again matches, and whether its agent may still live. A Pilot's grown units (grow,
+shrink) and the resizes it waits for are elastic.py's GrownUnits.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..descriptions import (
     partition_layout,
 )
 from ._transitions import PILOT_LEGAL, check
+from .elastic import GrownUnits
 from .launching import Followed, JobWatcher, WatchHost, agent_config, start_agent
 from .resume import local_agent, stop_stale_agent
 from .session import Session
@@ -77,11 +79,8 @@ class Pilot:
         self.fn_sent: set[bytes] = set()
         """Digests of the callables its agent was sent (TaskManager.submit_tasks, under
         session.plane.fn_lock): a call of one of them names it instead of carrying it."""
-        # grown units (grow): name -> [their nodes, their batch job or None]; in order
-        self._grown: dict[str, list] = {}
-        self._n_grown = 0
-        self._resized: dict[str, _wire.Resized] = {}
-        self._replies = threading.Condition()  # the agent's answers: Resized, Explained
+        self._grown = GrownUnits(uid)  # grown units (grow, shrink) and their resizes
+        self._replies = threading.Condition()  # the agent's answers to Explain
         self._explained: dict[str, list[dict]] = {}  # Explain token -> the agent's answer
 
     @property
@@ -123,15 +122,14 @@ class Pilot:
             return None
         if self._parts is None or self._parts[0] is not shape:  # cut once per shape
             d = self.description
-            grown = sum(len(nodes) for nodes, _ in self._grown.values())
+            units = self._grown.node_lists()
+            grown = sum(len(nodes) for nodes in units)
             own = shape[: len(shape) - grown]  # the pilot's own nodes, then each grown unit's
             parts = [
                 own[first : first + n]
                 for first, n, _ in partition_layout(len(own), d.partitions, d.launcher)
             ]
-            parts += [
-                [(n.cores, n.gpus, n.mem) for n in nodes] for nodes, _ in self._grown.values()
-            ]
+            parts += [[(n.cores, n.gpus, n.mem) for n in nodes] for nodes in units]
             self._parts = (shape, parts)
             self._misfits = {}
         return self._parts[1]
@@ -302,8 +300,7 @@ class Pilot:
         d = self.description
         if d.resource == "simulated":
             raise PilotfishError("grow: a simulated pilot does not grow")
-        unit = f"grow{self._n_grown}"
-        self._n_grown += 1
+        unit = self._grown.name_next()
         job = None
         launcher, options = None, {}
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -319,16 +316,16 @@ class Pilot:
             launcher, options = "srun", {"srun": {"jobid": job.native_id}}
         else:
             raise PilotfishError(f"grow: a {d.resource} pilot does not grow (local and slurm do)")
-        self._grown[unit] = [infos, job]
+        self._grown.add(unit, infos, job)
         try:
             r = self._resize(_wire.Grow(unit, infos, launcher, options), unit, deadline)
         except BaseException:
-            self._grown.pop(unit, None)
+            self._grown.drop(unit)
             if job is not None:
                 job.cancel()
             raise
         if r.error:
-            self._grown.pop(unit, None)
+            self._grown.drop(unit)
             if job is not None:
                 job.cancel()
             raise PilotfishError(f"grow of {self.uid}: {r.error}")
@@ -343,19 +340,17 @@ class Pilot:
         back. A pilot's own nodes are its batch job's and are not shrunk."""
         from .._errors import DescriptionError
 
-        units = self._units_for(nodes)
+        units = self._grown.select(nodes, {n.name for n in self._nodes})
         if self.state != S.ACTIVE:
             raise PilotfishError(f"shrink: {self.uid} is {self.state}, not ACTIVE")
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._replies:
-            for u in units:
-                self._resized.pop(u, None)
+        self._grown.expect(units)
         self._send(_wire.Shrink(units))
         names = []
         errors = []
-        for u in units:  # (each unit's job ends as its Resized arrives: _on_resized)
-            infos = self._grown.get(u, [[]])[0]
-            r = self._wait_resized(u, deadline)
+        for u in units:  # (each unit's job ends as its Resized arrives: GrownUnits.answered)
+            infos = self._grown.nodes_of(u)
+            r = self._grown.wait(u, deadline, self._state)
             if r.error:
                 errors.append(r.error)
             else:
@@ -363,58 +358,6 @@ class Pilot:
         if errors:
             raise DescriptionError("Pilot.shrink", "nodes", nodes, "; ".join(errors))
         return names
-
-    def _units_for(self, nodes) -> list[str]:
-        from .._errors import DescriptionError
-
-        units = list(self._grown)
-        if isinstance(nodes, int) and not isinstance(nodes, bool):
-            if nodes < 1:
-                raise DescriptionError("Pilot.shrink", "nodes", nodes, "must be >= 1")
-            out, n = [], 0
-            for u in reversed(units):
-                if n >= nodes:
-                    break
-                out.append(u)
-                n += len(self._grown[u][0])
-            if n != nodes:
-                sizes = [len(self._grown[u][0]) for u in reversed(units)]
-                raise DescriptionError(
-                    "Pilot.shrink",
-                    "nodes",
-                    nodes,
-                    f"{self.uid} has {sum(sizes)} grown node(s), in units of {sizes} (newest "
-                    "first): shrink gives back whole units"
-                    if sizes
-                    else f"{self.uid} has no grown nodes (its own nodes are its batch job's)",
-                )
-            return out
-        if isinstance(nodes, str) or not all(isinstance(x, str) for x in nodes):
-            raise DescriptionError(
-                "Pilot.shrink", "nodes", nodes, "must be a node count or a list of node names"
-            )
-        wanted = set(nodes)
-        out = [u for u in units if {n.name for n in self._grown[u][0]} & wanted]
-        covered = {n.name for u in out for n in self._grown[u][0]}
-        unknown = sorted(wanted - covered)
-        if unknown:
-            own = {n.name for n in self._nodes}
-            raise DescriptionError(
-                "Pilot.shrink",
-                "nodes",
-                unknown,
-                "are the pilot's own nodes (its batch job's): only grown nodes are given back"
-                if set(unknown) <= own
-                else f"no such node in {self.uid}",
-            )
-        if covered != wanted:
-            raise DescriptionError(
-                "Pilot.shrink",
-                "nodes",
-                sorted(wanted),
-                f"grown units are given back whole: also name {sorted(covered - wanted)}",
-            )
-        return out
 
     def _send(self, msg) -> None:
         self._pmgr.session.plane.bridge.send(self.uid, _wire.encode(msg))
@@ -489,10 +432,7 @@ class Pilot:
 
     def _ended(self) -> None:
         """After its final state: grown units go with it; resize and explain waits wake."""
-        for unit, (_, job) in list(self._grown.items()):
-            if job is not None:
-                _cancel_quietly(job)
-            self._grown.pop(unit, None)
+        self._grown.end()
         with self._replies:
             self._replies.notify_all()
 
@@ -509,36 +449,20 @@ class Pilot:
         self._final_listeners.append(listener)
 
     def _resize(self, msg, unit: str, deadline: float | None) -> _wire.Resized:
-        with self._replies:
-            self._resized.pop(unit, None)
+        self._grown.expect([unit])
         self._send(msg)
-        return self._wait_resized(unit, deadline)
+        return self._grown.wait(unit, deadline, self._state)
 
-    def _wait_resized(self, unit: str, deadline: float | None) -> _wire.Resized:
-        with self._replies:
-            while unit not in self._resized:
-                if self.state in S.FINAL:
-                    raise PilotfishError(f"{self.uid} ended ({self.state}) during a resize")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise PilotfishError(f"{self.uid}: resize of {unit} not done in time")
-                self._replies.wait(1.0 if left is None else min(left, 1.0))
-            return self._resized.pop(unit)
+    def _state(self) -> str:
+        return self.state
 
     def _on_resized(self, msg: _wire.Resized) -> None:  # IO thread
+        self._grown.resized(msg)  # (a unit whose nodes are gone leaves)
         if msg.error is None:
-            unit = self._grown.get(msg.unit)
-            now = {n.name for n in msg.nodes}
-            if unit is not None and not {n.name for n in unit[0]} & now:  # it left: its job ends
-                del self._grown[msg.unit]
-                if unit[1] is not None:
-                    _cancel_quietly(unit[1])
             self._nodes = list(msg.nodes)
             self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
             self._pmgr.session.events.record(self.uid, E.PILOT_NODES, str(len(msg.nodes)), msg.t)
-        with self._replies:
-            self._resized[msg.unit] = msg
-            self._replies.notify_all()
+        self._grown.answered(msg)  # (then its waiter wakes)
 
     def cancel(self) -> None:
         """Cancel this pilot (PilotManager.cancel_pilots): its agent stops, its running tasks
@@ -547,13 +471,6 @@ class Pilot:
 
     def __repr__(self) -> str:
         return f"<Pilot {self.uid} {self.state}>"
-
-
-def _cancel_quietly(job) -> None:
-    try:
-        job.cancel()
-    except Exception as e:  # noqa: BLE001 -- its walltime ends it anyway
-        log.warning("cancel of a grown unit's job failed: %s", e)
 
 
 _declared_shape = declared_shape  # (descriptions.py: the one rule, validate's too)
