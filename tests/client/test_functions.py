@@ -57,12 +57,19 @@ def raise_local():
     raise LocalOnlyError("mine")
 
 
-def rendezvous(where, n):
-    """Waits (30 s at most) until n calls run at once, each in its own worker; its pid."""
-    open(os.path.join(where, str(os.getpid())), "w").close()
+def rendezvous(where, n, interleave=False):
+    """Waits (30 s at most) until n calls run at once, each in its own worker; its pid. With
+    interleave, the calls then end 0.3 s apart, alternating between the workers' nodes (the
+    first of node 0, the first of node 1, the second of node 0, ...): longest idle first,
+    the workers go across nodes."""
+    node = int(os.environ.get("PILOTFISH_NODE_INDEX", "0"))
+    open(os.path.join(where, f"{node}-{os.getpid()}"), "w").close()
     deadline = time.monotonic() + 30
     while len(os.listdir(where)) < n and time.monotonic() < deadline:
         time.sleep(0.01)
+    if interleave:
+        mine = sorted(f for f in os.listdir(where) if f.startswith(f"{node}-"))
+        time.sleep(0.3 * (2 * mine.index(f"{node}-{os.getpid()}") + node))
     return os.getpid()
 
 
@@ -547,3 +554,34 @@ def test_a_multi_core_task_gets_its_cores_from_idle_workers_at_once(tmp_path):
         last = tmgr.submit_tasks(pf.TaskDescription(function=pid_of, args=(0,)))
         assert last.wait(timeout=60) == pf.DONE and last.result in pids  # (warm)
         assert _worker_starts(pilot) == 4
+
+
+def test_a_task_a_node_wide_gets_a_nodes_worth_from_idle_workers(tmp_path):
+    """Two emulated 2-core nodes, four idle 1-core workers, the two longest idle on different
+    nodes; an executable asks for 2 cores on one rank. The counts (2 cores wait, none free)
+    stop those two: the task still does not fit (a core free on each node), and once its
+    round is over (the queue settled) the idle worker of one node stops too. The fourth stays
+    warm -- before, STALL_S after the first, every idle worker stopped (four ended)."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    with pf.Session(path=tmp_path / "s") as s:
+        pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
+            nodes=2, cores_per_node=2, runtime="10m", workers={"idle_s": 3600}))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pilot)
+        calls = tmgr.submit_tasks([pf.TaskDescription(function=rendezvous,
+                                                      args=(str(meet), 4, True))
+                                   for _ in range(4)])
+        assert tmgr.wait_tasks([t.uid for t in calls], timeout=60) == [pf.DONE] * 4
+        pids = {t.result for t in calls}
+        assert len(pids) == 4  # four workers, each idle now
+        assert sorted(f.split("-")[0] for f in os.listdir(meet)) == ["0", "0", "1", "1"]
+        wide = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sh",
+                                                    arguments=["-c", "exit 0"],
+                                                    cores_per_rank=2))
+        assert wide.wait(timeout=60) == pf.DONE, wide.reason
+        assert _eventually(lambda: len(_worker_ends(pilot)) >= 3)
+        time.sleep(1.5)  # (the agent writes its events out about once a second)
+        assert len(_worker_ends(pilot)) == 3, _worker_ends(pilot)  # not the fourth
+        last = tmgr.submit_tasks(pf.TaskDescription(function=pid_of, args=(0,)))
+        assert last.wait(timeout=60) == pf.DONE and last.result in pids  # (warm)

@@ -25,6 +25,8 @@ much is free in all -- it needs more on one node than is free there, or memory t
 hold (the counts say nothing of nodes or memory) -- has, once its scheduling round is over
 and nothing changed since (the queue is settled), the idle workers of one node stop: the
 node where they hold the most cores; again at the next settled round while it still waits.
+The table tells the pool when a round leaves work waiting (give_way, ports.CallPool), so this
+happens right after the round, not at the loop's next turn (up to a second later).
 """
 
 from __future__ import annotations
@@ -546,27 +548,37 @@ class FunctionPool:
                 self.agent.cancel(
                     late, f"never connected to the agent within {READY_TIMEOUT_S:.0f} s of starting"
                 )
-            idle = [
-                w
-                for w in self.workers.values()
-                if w.state is READY
-                and not w.leaving
-                and not w.inflight
-                and not self.queues.get(w.shape)
-            ]
-            if not idle:
-                return
-            stop = [w for w in idle if now - w.idle_since > self.idle_s]
-            for w in self._give_way(idle):
-                if now - w.idle_since <= self.idle_s:
-                    w.gave_way = True
-                    stop.append(w)
-            for w in stop:
-                w.leaving = True
-                try:
-                    sock.send_multipart([w.ident, _encode(["stop"])])
-                except zmq.ZMQError:
-                    pass
+            self._stop_idle(now)
+
+    def give_way(self) -> None:
+        """A scheduling round left work waiting (ports.CallPool; the table calls it then):
+        the idle workers whose cores it needs stop now, not at the loop's next turn -- the
+        queue is settled only after a round (see _give_way)."""
+        if self.stopping is None and self.workers:
+            self._stop_idle(self.clock.mono())
+
+    def _stop_idle(self, now: float) -> None:
+        """Stop the idle workers (nothing in flight, nothing queued for their shape) idle
+        past idle_s, and those whose cores other work waits for (_give_way)."""
+        queues = self.queues
+        idle = [
+            w
+            for w in self.workers.values()
+            if w.state is READY and not w.leaving and not w.inflight and not queues.get(w.shape)
+        ]
+        if not idle:
+            return
+        stop = [w for w in idle if now - w.idle_since > self.idle_s]
+        for w in self._give_way(idle):
+            if now - w.idle_since <= self.idle_s:
+                w.gave_way = True
+                stop.append(w)
+        for w in stop:
+            w.leaving = True
+            try:
+                self.sock.send_multipart([w.ident, _encode(["stop"])])
+            except zmq.ZMQError:
+                pass
 
     def _give_way(self, idle: list[Worker]) -> list[Worker]:
         """The idle workers (of `idle`) whose cores other work waits for, per partition, by
@@ -637,6 +649,13 @@ class FunctionPool:
                     by_node.setdefault(node, []).append(w)
                 node = max(held, key=lambda n: (held[n], -by_node[n][0].idle_since))
                 out.extend(by_node[node])
+                log.info(
+                    "%d waiting task(s) of partition %s do not fit though enough is free in "
+                    "all: the idle function workers of node %s give way",
+                    q.tasks - spare[p],
+                    p.index,
+                    node,
+                )
         return out
 
     def explain(self, uid: str) -> dict | None:

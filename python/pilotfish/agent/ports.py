@@ -8,7 +8,8 @@
     TaskEnded   told when a task of the table ends (the pool's workers, the registry's
                 members and holders are tasks too).
     NodeLeaving a room whose tasks leave a drained unit their own way (elastic.py).
-    CallPool    the function pool as the table sees it: it may own what a cancel names.
+    CallPool    the function pool as the table sees it: it may own what a cancel names, and
+                its idle workers may give way to work a scheduling round left waiting.
     Runner      what turns placed tasks into processes and exits into results: TaskRunner
                 (executor.py, real processes here), NodeRunner (node_runner.py: and on
                 other hosts, through their node executors), SimRunner (simulation.py, a
@@ -132,6 +133,9 @@ class CallPool(Protocol):
 
     def cancel(self, uids: list[str], state: str, reason: str) -> list[str]:
         """Cancel the calls among uids; the uids that are not its calls."""
+
+    def give_way(self) -> None:
+        """A scheduling round left tasks waiting: idle workers whose cores they need stop."""
 
 
 class Runner(Protocol):

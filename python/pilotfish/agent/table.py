@@ -285,6 +285,7 @@ class TaskTable:
         events = []
         profile = self.events.enabled  # off: not even the event tuples are built
         mono = None
+        left = False  # a round left tasks waiting
         for p in self.partitions:
             sched = p.scheduler
             if not ((sched.waiting and sched.dirty) or sched.unplaceable) or not p.open:
@@ -292,6 +293,7 @@ class TaskTable:
             if mono is None:
                 mono = self.clock.mono()
             placed = sched.schedule(mono)
+            left = left or bool(sched.waiting)
             if sched.plan_notes:
                 for note in sched.plan_report(p.index):  # planning outcomes, as JSON
                     self.events.record(self.uid, E.QUEUE_PLAN, note)
@@ -326,6 +328,8 @@ class TaskTable:
             self.launch(launching, events)
         elif events:
             self.events.record_many(events)
+        if left and self.calls is not None:
+            self.calls.give_way()  # (idle function workers, for what the rounds left waiting)
 
     def launch(self, tasks: list[AgentTask], events: list, relaunch: bool = False) -> None:
         """Spawn placed tasks whose launcher is ready; the others wait for theirs (held, on
