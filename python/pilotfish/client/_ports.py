@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import collections
+    import threading
 
     from .. import _wire
 
@@ -122,3 +123,37 @@ class PilotPort(Protocol):
 
     def when_final(self, listener: Callable[[Any], None]) -> None:
         """listener(pilot) once the pilot reaches a final state (TaskManager.add_pilots)."""
+
+
+class SubmitPlane(Protocol):
+    """The session's plane (plane.Plane) as the submit pipeline (submit.py) uses it."""
+
+    bridge: Any  # send(pilot_uid, frame, on_sent=f): f(when) on the IO thread once it left
+    journal: Any  # the session's journal: enabled, write_encoded(payloads) (all or nothing)
+    registry: Any  # the session's task registry: entries {uid: (task, its owner)}
+    fn_lock: "threading.Lock"  # held while a submit marks callables sent and queues frames
+
+    def check_open(self) -> None:
+        """Raise SessionClosed once the session is closed."""
+
+    def next_task_uids(self, n: int) -> list[str]:
+        """The next n task uids of the session."""
+
+    def journal_error(self, e: OSError, what: str) -> Exception:
+        """The error to raise for a journal write that failed."""
+
+
+class SubmitOwner(TaskOwner, Protocol):
+    """A TaskManager as its submit pipeline (submit.register, submit.send) hands it its new
+    tasks."""
+
+    def make_tasks(self, uids: list[str], descs: list, pilot_uids: list[str], now: float) -> list:
+        """Task objects in SCHEDULING (NEW then SCHEDULING at `now`), nowhere kept yet."""
+
+    def keep_tasks(self, tasks: list, resumed: dict[int, tuple[str, str | None]]) -> None:
+        """Registered tasks into the manager's books (its list, its counts; `resumed`: a
+        resumed session's matches, put back in their state), then the callbacks of NEW and
+        SCHEDULING, before any frame leaves."""
+
+    def tasks_sent(self, tasks: list, when: float) -> None:
+        """Their frame left (IO thread): SCHEDULING -> STAGING_INPUT."""

@@ -10,11 +10,9 @@ thread.
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import pickle
-import shlex
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -23,11 +21,11 @@ import msgspec
 
 from .. import _explain, _wire
 from .. import states as S
-from .._errors import DescriptionError, PilotfishError
-from .._journal import final_record, task_record
+from .._errors import PilotfishError
+from .._journal import final_record
 from .._util import gc_paused
-from ..descriptions import TaskDescription, check_descriptions
-from ._calls import pickle_calls
+from ..descriptions import TaskDescription
+from . import submit
 from ._ports import PilotPort
 from ._transitions import TASK_LEGAL, check
 from .progress import wait_with_progress
@@ -35,8 +33,6 @@ from .services import submit_group
 from .session import Session
 
 log = logging.getLogger("pilotfish.client")
-
-SUBMIT_BATCH = 2048  # tasks per Submit frame
 
 
 class Task:
@@ -198,7 +194,7 @@ class TaskManager:
     can hold is rejected at submit, naming the field.
     """
 
-    SCHEDULERS = ("backfilling", "round_robin")
+    SCHEDULERS = submit.Routing.SCHEDULERS
 
     def __init__(self, session: Session, scheduler: str = "backfilling"):
         """scheduler: how tasks are routed over the manager's pilots --
@@ -208,13 +204,13 @@ class TaskManager:
         dry; "round_robin": to the pilots in turn, skipping those that cannot hold it.
         A task that names its `pilot` goes there."""
         session.plane.check_open()
-        if scheduler not in self.SCHEDULERS:
-            raise ValueError(
-                f"TaskManager scheduler {scheduler!r} is unknown: use one of "
-                f"{', '.join(map(repr, self.SCHEDULERS))}"
-            )
-        self.scheduler = scheduler
-        self._turn = 0  # round_robin: the next pilot's turn
+        self._pilots: dict[str, PilotPort] = {}  # where new tasks may go (add/remove_pilots)
+        # every pilot ever added, removed ones too: their tasks still run there (cancel,
+        # explain and sandbox reach them through it)
+        self._known: dict[str, PilotPort] = {}
+        # which pilot a task goes to (ValueError for an unknown scheduler), and the
+        # outstanding cores per pilot it goes by
+        self._routing = submit.Routing(scheduler, self._pilots, self._known)
         self.spec_extra: Callable[[str, TaskDescription, PilotPort], dict] | None = None
         """A compatibility layer's hook, no user's (pilotfish.rp: RP_TASK_ID and friends, a
         sandbox per task): (uid, description, pilot) -> TaskSpec fields to add to each task
@@ -222,17 +218,17 @@ class TaskManager:
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
-        self._pilots: dict[str, PilotPort] = {}  # where new tasks may go (add/remove_pilots)
-        # every pilot ever added, removed ones too: their tasks still run there (cancel,
-        # explain and sandbox reach them through it)
-        self._known: dict[str, PilotPort] = {}
-        self._load: dict[str, int] = collections.defaultdict(int)  # outstanding cores per pilot
         self._callbacks: list[Callable[[Task, str], None]] = []
         self._cond = threading.Condition()
         self._n_final = 0  # tasks of this manager in a final state
         self._wake_ats: list[int] = []  # final-count marks that "wait for all" waiters need
         self._general_waiters = 0  # waiters that must look at every change
         session.plane.task_closers.append(self._close)
+
+    @property
+    def scheduler(self) -> str:
+        """How tasks are routed over the manager's pilots ("backfilling", "round_robin")."""
+        return self._routing.scheduler
 
     # -- public API -------------------------------------------------------------------------
     def add_pilots(self, pilots: PilotPort | Iterable[PilotPort]) -> None:
@@ -303,137 +299,43 @@ class TaskManager:
             return self._submit_tasks(descriptions)
 
     def _submit_tasks(self, descriptions):
+        # the pipeline (submit.py): nothing is registered or sent unless every stage before
+        # register went through
         session = self.session
-        session.plane.check_open()
+        plane = session.plane
         single = isinstance(descriptions, (TaskDescription, dict))
-        descs = check_descriptions([descriptions] if single else descriptions, TaskDescription)
-        pilots = [p for p in self._pilots.values() if p.state not in S.FINAL]
-        if not pilots:
-            removed = [u for u in self._known if u not in self._pilots]
-            raise PilotfishError(
-                "no live pilot: add one with TaskManager.add_pilots() first"
-                + (f" ({', '.join(removed)}: taken off by remove_pilots)" if removed else "")
-            )
-        resumed = self._match_journal(descs) if session.resumed is not None else {}
-        # routed one after another, each seeing the cores routed before it in this call: a bulk
-        # submit spreads over the pilots by their capacity (it all went to one pilot)
-        pending: dict[str, int] = collections.defaultdict(int)
-        routes = [
-            None if i in resumed else self._route(d, i, pilots, pending)
-            for i, d in enumerate(descs)
-        ]
+        plan = submit.plan(
+            [descriptions] if single else descriptions, self._routing, plane, session.resumed
+        )
+        encoded = submit.encode(plan, self.spec_extra, plane.journal.enabled)
+        submit.write_journal(encoded, plane)
+        tasks = submit.register(plan, self, plane, session.events, self._routing)
+        submit.send(encoded, tasks, plane, self)
+        return tasks[0] if single else tasks
 
-        # All or nothing: every wire spec and journal record is encoded before a task is
-        # registered, so a description that cannot cross the wire fails the call, naming it.
-        n_new = len(descs) - len(resumed)
-        new_uids = iter(session.plane.next_task_uids(n_new))
-        uids, to_send = [], []
-        for i, d in enumerate(descs):
-            r = resumed.get(i)
-            if r is None:
-                uids.append(next(new_uids))
-                to_send.append(i)
-            else:
-                uids.append(r[0])
-                if r[1] is None:  # known, but never reached an agent that still knows it
-                    to_send.append(i)
-        for i in to_send:
-            if routes[i] is None:
-                routes[i] = self._route(descs[i], i, pilots, pending)
-            _check_outer_paths(descs[i], i, routes[i])
-        by_pilot_idx: dict[str, list[int]] = collections.defaultdict(list)
-        for i in to_send:
-            by_pilot_idx[routes[i].uid].append(i)
-        calls = pickle_calls(descs, to_send)  # function tasks: DescriptionError if unpicklable
-        refs = {c[2] for c in calls.values()}  # their callables' digests
-        frames = []  # (pilot uid, frame, indices)
-        journal = []
-        fn_sent: dict[str, set[bytes]] = {}  # callables each pilot's agent will have been sent
-        for pilot_uid, idx in by_pilot_idx.items():
-            for k in range(0, len(idx), SUBMIT_BATCH):
-                part = idx[k : k + SUBMIT_BATCH]
-                try:
-                    pilot = self._known[pilot_uid]
-                    shared = os.path.join(pilot.sandbox, "tasks", "shared")
-                    hook = self.spec_extra
-                    extra = None if hook is None else (lambda u, d, p=pilot, f=hook: f(u, d, p))
-                    specs = [
-                        _spec(uids[i], descs[i], shared, pilot.envs, extra, calls.get(i))
-                        for i in part
-                    ]
-                    if calls:
-                        sent = fn_sent.get(pilot_uid)
-                        if sent is None:  # (of this submit's callables only)
-                            sent = fn_sent[pilot_uid] = refs & pilot.fn_sent
-                        _first_carries_function(specs, sent)
-                    frame = _wire.encode(_wire.Submit(specs))
-                    if session.journal.enabled:
-                        journal.append(
-                            _journal_encode(
-                                [
-                                    task_record(uids[i], pilot_uid, _journal_values(descs[i]))
-                                    for i in part
-                                ]
-                            )
-                        )
-                except Exception:  # noqa: BLE001 -- any failure names the culprit description
-                    raise _culprit(part, uids, descs, pilot_uid) from None
-                frames.append((pilot_uid, frame, part))
-        # journaled before anything is registered or sent: a resume knows them all, and a
-        # journal that cannot take them (a full disk) fails the call with nothing done (the
-        # journal takes back a write that fails)
-        try:
-            session.journal.write_encoded(journal)
-        except OSError as e:
-            raise session.plane.journal_error(
-                e,
-                f"journal the {len(to_send)} tasks of this submit (none was registered or sent) in",
-            ) from e
-        del journal
-
-        now = time.time()
-        tasks: list[Task] = []
-        events = []
-        profile = session.events.enabled  # off: not even the event tuples are built
-        entries = session.plane.registry.entries  # (uid -> (task, its owner): this manager)
-        load = self._load
-        for i, (uid, d) in enumerate(zip(uids, descs)):
-            r = resumed.get(i)
-            pilot_uid = routes[i].uid if routes[i] is not None else r[1]
+    def make_tasks(
+        self, uids: list[str], descs: list[TaskDescription], pilot_uids: list[str], now: float
+    ) -> list[Task]:
+        """The submit pipeline's (_ports.SubmitOwner), no user's: new Tasks in SCHEDULING."""
+        tasks = []
+        for uid, d, pilot_uid in zip(uids, descs, pilot_uids):
             t = Task(self, uid, d, pilot_uid)
             t._hist = [S.NEW, now]
             t._move(S.SCHEDULING, now)
-            entries[uid] = (t, self)
             tasks.append(t)
-            load[pilot_uid] += _cores(d)
-            if not profile or r is not None:
-                continue
-            events += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot_uid))
-            if len(events) >= 8192:  # hand over in slices: no big transient list
-                session.events.record_many(events)
-                events = []
+        return tasks
+
+    def keep_tasks(self, tasks: list[Task], resumed: dict[int, tuple[str, str | None]]) -> None:
+        """The submit pipeline's (_ports.SubmitOwner), no user's: registered tasks into this
+        manager's list and counts, a resumed session's put back in their state, then the
+        callbacks of NEW and SCHEDULING (before any frame leaves)."""
         self._tasks.extend(tasks)
         with self._cond:
             self.counts[S.SCHEDULING] += len(tasks)
-        session.events.record_many(events)
-        del events
         if resumed:
             self._restore(tasks, resumed)
         if self._callbacks:  # the states before the agent's, in order, before any frame leaves
             self._run_callbacks([(t, S.NEW) for t in tasks] + [(t, S.SCHEDULING) for t in tasks])
-        # The callables these frames carry count as sent once they are queued (not before:
-        # a submit that fails on the way sends them again next time); another thread's frame
-        # that only names one is queued after these (the lock), and the agent would keep its
-        # calls until the callable came anyway. Frames without function tasks need no lock.
-        with session.plane.fn_lock if fn_sent else contextlib.nullcontext():
-            for pilot_uid, sent in fn_sent.items():
-                self._known[pilot_uid].fn_sent |= sent
-            for pilot_uid, frame, part in frames:
-                batch = [tasks[i] for i in part]
-                session.plane.bridge.send(
-                    pilot_uid, frame, on_sent=lambda when, b=batch: self._sent(b, when)
-                )
-        return tasks[0] if single else tasks
 
     def submit_service_group(self, description, replicas: int = 1):
         """Start a group of `replicas` long-running members (a ServiceDescription or dict) on
@@ -443,37 +345,6 @@ class TaskManager:
         more members than the pilot holds."""
         self.session.plane.check_open()
         return submit_group(self, list(self._pilots.values()), description, replicas)
-
-    def _match_journal(self, descs: list[TaskDescription]) -> dict[int, tuple[str, str | None]]:
-        """Resumed session: {index: (uid, pilot uid that still has it, or None to send it
-        again)} for the descriptions that match the journal's tasks, in submit order."""
-        r = self.session.resumed
-        assert r is not None  # (called on a resumed session only)
-        out: dict[int, tuple[str, str | None]] = {}
-        for i, d in enumerate(descs):
-            if r.tasks_used >= len(r.tasks):
-                break
-            uid, pilot_uid, values = r.tasks[r.tasks_used]
-            if _normalized(values) != _normalized(_journal_values(d)):
-                raise PilotfishError(
-                    f"resume: task {i} of this submit differs from {uid} in the journal; "
-                    f"submit the same tasks in the same order (then add new ones)"
-                )
-            r.tasks_used += 1
-            pilot_uid = r.pilot_of.get(uid, pilot_uid)
-            live = self._known.get(pilot_uid)
-            if uid in r.finals or uid in r.adopted:  # (adopted: its agent's keeper runs it)
-                out[i] = (uid, pilot_uid)
-            elif (
-                live is not None
-                and live.state not in S.FINAL
-                and uid not in live.missing
-                and live.resync is not None
-            ):
-                out[i] = (uid, pilot_uid)  # its agent is still on it
-            else:
-                out[i] = (uid, None)
-        return out
 
     def _restore(self, tasks: list[Task], resumed: dict[int, tuple[str, str | None]]) -> None:
         """Put journaled tasks back in the state the journal and their agents report."""
@@ -627,121 +498,9 @@ class TaskManager:
                 raise PilotfishError(f"task {t.uid!r} belongs to another TaskManager")
         return [t for t, _ in got]
 
-    def _route(
-        self,
-        d: TaskDescription,
-        index: int,
-        pilots: list[PilotPort],
-        pending: dict[str, int] | None = None,
-    ) -> PilotPort:
-        """The least loaded pilot (outstanding cores per core, with `pending`: cores routed
-        earlier in the same call) that can hold the request; else a DescriptionError.
-        (Per task of every bulk submit: the description's values are read directly.)"""
-        v = d.values
-        pin = v.get("pilot")
-        if pin is not None:  # pinned: that pilot or an error
-            pinned = [p for p in pilots if p.uid == pin]
-            if not pinned:
-                why = (
-                    "was removed from this TaskManager (remove_pilots; add_pilots adds it again)"
-                    if pin in self._known and pin not in self._pilots
-                    else "not a live pilot of this TaskManager"
-                )
-                raise DescriptionError(
-                    "TaskDescription",
-                    "pilot",
-                    pin,
-                    f"{why} (live: {', '.join(p.uid for p in pilots) or 'none'})",
-                    index=index,
-                )
-            pilots = pinned
-        env = v.get("named_env")
-        if env is not None:
-            having = [p for p in pilots if env in p.envs]
-            if not having:
-                raise DescriptionError(
-                    "TaskDescription",
-                    "named_env",
-                    env,
-                    "no environment of that name was prepared on "
-                    f"{'pilot ' + pin if pin else 'any live pilot'}"
-                    " (Pilot.prepare_env)",
-                    index=index,
-                )
-            pilots = having
-        ranks = v.get("ranks", 1)
-        cores = v.get("cores_per_rank", 1)
-        if len(pilots) == 1:  # the common case: one pilot, a shape it fits (memoized)
-            p = pilots[0]
-            problem = p.misfit(ranks, cores, v.get("gpus_per_rank", 0), v.get("mem_per_rank", 0))
-            if problem is not None:
-                raise DescriptionError(
-                    "TaskDescription",
-                    problem[0],
-                    getattr(d, problem[0]),
-                    problem[1] + f" of {p.uid}",
-                    index=index,
-                )
-            chosen = p
-        else:
-            chosen = self._choose(d, index, pilots, pending, ranks, cores)
-        if pending is not None:
-            pending[chosen.uid] += ranks * cores
-        if chosen.simulated and v.get("duration") is None:
-            raise DescriptionError(
-                "TaskDescription",
-                "duration",
-                None,
-                f"required on a simulated pilot ({chosen.uid}): a simulated "
-                "task runs for its duration",
-                index=index,
-            )
-        return chosen
-
-    def _choose(
-        self,
-        d: TaskDescription,
-        index: int,
-        pilots: list[PilotPort],
-        pending: dict[str, int] | None,
-        ranks: int,
-        cores: int,
-    ) -> PilotPort:
-        fitting, unknown, why = [], [], None
-        v = d.values
-        for p in pilots:
-            if p.partition_shapes is None:
-                unknown.append(p)
-                continue
-            problem = p.misfit(ranks, cores, v.get("gpus_per_rank", 0), v.get("mem_per_rank", 0))
-            if problem is None:
-                fitting.append(p)
-            elif why is None:
-                why = (problem[0], problem[1] + f" of {p.uid}")
-        candidates = fitting or unknown
-        if not candidates:
-            assert why is not None  # (every pilot said why)
-            field, reason = why
-            raise DescriptionError("TaskDescription", field, getattr(d, field), reason, index=index)
-        if len(candidates) == 1:
-            return candidates[0]
-        if self.scheduler == "round_robin":
-            order = list(self._pilots)
-            chosen = min(candidates, key=lambda p: (order.index(p.uid) - self._turn) % len(order))
-            self._turn = (order.index(chosen.uid) + 1) % len(order)
-            return chosen
-        load = self._load
-        extra = pending if pending is not None else {}
-        return min(
-            candidates,
-            key=lambda p: (
-                (load[p.uid] + extra.get(p.uid, 0))
-                / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)])))
-            ),
-        )
-
-    def _sent(self, batch: list[Task], now: float) -> None:  # IO thread: the frame left
-
+    def tasks_sent(self, batch: list[Task], now: float) -> None:
+        """The submit pipeline's (_ports.SubmitOwner), no user's: these tasks' frame left (IO
+        thread)."""
         moved = 0
         with self._cond:
             for t in batch:
@@ -791,7 +550,7 @@ class TaskManager:
                     t.stdout = u.stdout
                     t.stderr = u.stderr
                     t.reason = u.reason
-                    self._load[t.pilot] -= _cores(t.description)
+                    self._routing.load[t.pilot] -= _cores(t.description)
                     ended += 1
                     finals.append(final_record(t.uid, state, u.exit_code, u.signal, u.reason, u.t))
                 changed.append((t, state))
@@ -812,7 +571,7 @@ class TaskManager:
                 self.counts[t._move(state, now)] -= 1
                 self.counts[state] += 1
                 t.reason = reason
-                self._load[t.pilot] -= _cores(t.description)
+                self._routing.load[t.pilot] -= _cores(t.description)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
         self._acknowledge(
@@ -923,154 +682,3 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.tb}"""'
-
-
-# The wire spec is derived from the description: every TaskSpec field but these is the
-# TaskDescription field of the same name (same default; tests/client/test_descriptions.py
-# checks it), copied only when set. These are computed from other fields.
-_SPEC_DERIVED = ("uid", "colocate", "input_staging", "output_staging", "function", "call", "fn_ref")
-_SPEC_COPIED = frozenset(_wire.TaskSpec.__struct_fields__) - frozenset(_SPEC_DERIVED)
-
-
-def _first_carries_function(specs: list[_wire.TaskSpec], sent: set[bytes]) -> None:
-    """Function tasks to one pilot: only the first that names a callable its agent was not
-    sent yet carries it; the others name it by digest (a callable that closes over a large
-    array used to travel, and sit in the agent's memory, once per call)."""
-    for spec in specs:  # (fresh specs of this submit: changed in place)
-        ref = spec.fn_ref
-        if ref is None:
-            continue
-        if ref in sent:
-            spec.function = None
-        else:
-            sent.add(ref)
-
-
-def _spec(
-    uid: str,
-    d: TaskDescription,
-    shared: str | None = None,
-    envs: dict | None = None,
-    extra=None,
-    call: tuple | None = None,
-) -> _wire.TaskSpec:
-    v = d.values  # only fields set away from their defaults
-    if call is not None:  # a function task: its pickled callable and arguments
-        kw = {k: v[k] for k in _CALL_COPIED.intersection(v)}
-        return _wire.TaskSpec(
-            uid=uid, executable="", function=call[0], call=call[1], fn_ref=call[2], **kw
-        )
-    kw = {k: v[k] for k in _SPEC_COPIED.intersection(v)}
-    if "named_env" in v:  # (the route checked that the pilot has it)
-        env = envs[v["named_env"]]  # type: ignore[index]  # the route checked the pilot has it
-        activate = (
-            [f". {shlex.quote(os.path.join(env['path'], 'bin', 'activate'))}"]
-            if env["path"]
-            else []
-        )
-        kw["pre_exec"] = activate + list(env["pre_exec"]) + list(kw.get("pre_exec", ()))
-    if extra is not None:
-        more = extra(uid, d)
-        env = more.pop("environment", None)
-        if env:
-            kw["environment"] = {**env, **kw.get("environment", {})}
-        kw.update(more)
-    tags = v.get("tags")
-    if tags and "colocate" in tags:
-        kw["colocate"] = tags["colocate"]
-    if "input_staging" in v:
-        kw["input_staging"] = _outer_absolute(v["input_staging"], "source", shared)
-    if "output_staging" in v:
-        kw["output_staging"] = _outer_absolute(v["output_staging"], "target", shared)
-    return _wire.TaskSpec(uid=uid, **kw)
-
-
-# what of a function task's description the agent needs (its worker's shape, mainly)
-_CALL_COPIED = frozenset(
-    ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank", "priority", "timeout", "duration")
-)
-
-
-def _journal_values(d: TaskDescription) -> dict:
-    """A description's values as journaled: a function task's callable by its name (the
-    journal is msgpack; resume matches by name; the arguments are not kept)."""
-    v = d.values
-    if "function" not in v:
-        return v
-    fn = v["function"]
-    out = {k: x for k, x in v.items() if k not in ("function", "args", "kwargs")}
-    name = getattr(fn, "__qualname__", None)
-    if name is None:  # a callable object: its class's name (its repr has its address)
-        name = type(fn).__qualname__
-    out["function"] = f"{getattr(fn, '__module__', '?')}.{name}"
-    return out
-
-
-def _outer_absolute(directives: list | None, side: str, shared: str | None = None) -> list:
-    """Staging paths on the user's side (input sources, output targets) that are relative are
-    relative to where the user is: made absolute here, at submit."""
-    if not directives:
-        return []
-    out = []
-    for d in directives:
-        p = d[side]
-        if p.startswith("pilot://"):  # the pilot's shared directory (Pilot.stage_in)
-            if shared is None:
-                raise ValueError(f"{p}: pilot:// needs the pilot the task goes to")
-            p = os.path.join(shared, p[len("pilot://") :])
-            out.append({**d, side: os.path.normpath(p)})
-            continue
-        out.append(d if os.path.isabs(p) else {**d, side: os.path.abspath(p)})
-    return out
-
-
-_journal_encode = msgspec.msgpack.Encoder().encode
-
-
-def _normalized(values: dict) -> bytes:
-    """A description's values as the journal holds them (tuples become lists)."""
-    return _journal_encode(msgspec.msgpack.decode(_journal_encode(values)))
-
-
-def _culprit(part: list[int], uids: list[str], descs: list, pilot_uid: str) -> DescriptionError:
-    """Which field of which task of a batch cannot be encoded, as a DescriptionError."""
-    for i in part:
-        for name, value in descs[i].values.items():
-            try:
-                _journal_encode(value)  # the wire and the journal encode alike (msgpack)
-            except Exception as e:  # noqa: BLE001 -- a value msgpack refuses: a DescriptionError
-                return DescriptionError(
-                    "TaskDescription", name, value, f"cannot be sent to the agent: {e}", index=i
-                )
-    return DescriptionError("TaskDescription", "(batch)", None, "cannot be encoded", index=part[0])
-
-
-def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None:
-    """Absolute paths on the user's side of staging (and output files) may not name the
-    pilot's own files (its events, journal, keys, configuration)."""
-    v = d.values
-    if not (
-        v.get("input_staging")
-        or v.get("output_staging")
-        or isinstance(v.get("stdout"), str)
-        or isinstance(v.get("stderr"), str)
-        or isinstance(v.get("sandbox"), str)
-    ):
-        return
-    from .._paths import protected
-
-    checks = [("input_staging", x["source"]) for x in v.get("input_staging", ())]
-    checks += [("output_staging", x["target"]) for x in v.get("output_staging", ())]
-    checks += [(f, v[f]) for f in ("stdout", "stderr", "sandbox") if isinstance(v.get(f), str)]
-    for field, path in checks:
-        if path.startswith("pilot://"):  # below the pilot's tasks/ by construction
-            continue
-        full = os.path.abspath(path)
-        if protected(full, pilot.sandbox):
-            raise DescriptionError(
-                "TaskDescription",
-                field,
-                path,
-                f"names the files of {pilot.uid} itself ({pilot.sandbox})",
-                index=index,
-            )
