@@ -242,9 +242,11 @@ write_conf() {
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_Core"
         echo "SchedulerType=sched/backfill"
-        # a job submitted while the last one's nodes are still completing is started by the
-        # next scheduling pass, not at submission: passes every 1-2 s, not Slurm's 30/60 s
-        # (each test's pilot waited up to a minute, pending on nodes long free)
+        # a job that cannot start at submission (the last one's nodes still completing) is
+        # tried again by the next scheduling pass: every 1-2 s, not Slurm's 30 s (backfill)
+        # and 60 s (main loop) -- the tests start their pilots one after another. (Not cured
+        # by this: pilots pending "Resources" on idle nodes until the next node ping, every
+        # SlurmdTimeout/3 = 20 s, "Requested nodes are busy" in the backfill log.)
         echo "SchedulerParameters=bf_interval=1,sched_interval=2"
         echo "ProctrackType=proctrack/linuxproc"
         echo "TaskPlugin=task/none"
