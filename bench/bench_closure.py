@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import numpy as np  # noqa: E402
 
 import pilotfish as pf  # noqa: E402
-from pilotfish.client import task as task_mod  # noqa: E402
+from pilotfish.client import submit as submit_mod  # noqa: E402
 
 
 def _closure(big):
@@ -33,9 +33,9 @@ def _closure(big):
 
 
 def run(calls: int, mib: int, every_call: bool, base: str) -> dict:
-    once = task_mod._first_carries_function
+    once = submit_mod.first_carries_function
     if every_call:
-        task_mod._first_carries_function = lambda specs, sent: None
+        submit_mod.first_carries_function = lambda specs, sent: None
     try:
         pick = _closure(np.random.default_rng(0).random(mib * 131072))
         with pf.Session(path=os.path.join(base, "every" if every_call else "once")) as s:
@@ -54,7 +54,7 @@ def run(calls: int, mib: int, every_call: bool, base: str) -> dict:
                 hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
             done = sum(t.state == pf.DONE for t in tasks)
     finally:
-        task_mod._first_carries_function = once
+        submit_mod.first_carries_function = once
     return {"variant": "every call" if every_call else "once per pilot", "calls": calls,
             "mib": mib, "seconds": round(dt, 2), "agent_peak_mib": hwm // 1024, "done": done}
 

@@ -11,7 +11,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _wire
-from pilotfish.client import task as client_task
+from pilotfish.client import submit as client_submit
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ BAD_SPECS = {
 
 def test_bad_wire_specs_fail_alone(pilot_env, monkeypatch):
     s, pilot, tmgr = pilot_env
-    real_spec = client_task._spec
+    real_spec = client_submit.spec
 
     def forged(uid, d, *args):  # what a broken or hostile client could send
         spec = real_spec(uid, d, *args)
@@ -57,7 +57,7 @@ def test_bad_wire_specs_fail_alone(pilot_env, monkeypatch):
             fields[k] = v
         return msgspec.structs.replace(spec, **fields)  # (encoding does not check types)
 
-    monkeypatch.setattr(client_task, "_spec", forged)
+    monkeypatch.setattr(client_submit, "spec", forged)
     tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true", name=n) for n in BAD_SPECS]
                               + [pf.TaskDescription(executable="/bin/echo", arguments=["alive"], name="good")])
     tmgr.wait_tasks(timeout=60)
@@ -71,7 +71,7 @@ def test_bad_wire_specs_fail_alone(pilot_env, monkeypatch):
     # garbage frames: dropped, the agent keeps serving
     for junk in (b"", b"\xc1", msgspec.msgpack.encode(["submit", [["x"]]]), os.urandom(64)):
         s.plane.bridge.send(pilot.uid, junk)
-    monkeypatch.setattr(client_task, "_spec", real_spec)
+    monkeypatch.setattr(client_submit, "spec", real_spec)
     after = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
     assert after.wait(timeout=30) == pf.DONE
     assert pilot.state == pf.ACTIVE

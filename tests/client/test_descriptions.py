@@ -154,11 +154,11 @@ def test_wire_spec_is_derived_from_the_description():
     import msgspec
 
     from pilotfish import _wire
-    from pilotfish.client.task import _SPEC_COPIED, _spec
+    from pilotfish.client.submit import SPEC_COPIED, spec
     from pilotfish.descriptions import TaskDescription
 
     fields = {f.name: f for f in msgspec.structs.fields(_wire.TaskSpec)}
-    for name in _SPEC_COPIED:
+    for name in SPEC_COPIED:
         assert name in TaskDescription._fields, f"TaskSpec.{name} is no TaskDescription field"
         default = TaskDescription._fields[name][0]
         default = default() if callable(default) else default
@@ -171,11 +171,11 @@ def test_wire_spec_is_derived_from_the_description():
     d = TaskDescription(executable="x", arguments=["a"], ranks=2, cores_per_rank=3, timeout=5,
                         duration="2m", priority=-1, retries=2, shell=True, stdout="o.txt",
                         tags={"colocate": "g"}, launcher="direct", environment={"A": "1"})
-    s = _spec("task.000001", d)
+    s = spec("task.000001", d)
     assert (s.executable, tuple(s.arguments), s.ranks, s.cores_per_rank, s.timeout, s.duration,
             s.priority, s.retries, s.shell, s.stdout, s.colocate, s.launcher, s.environment) == \
         ("x", ("a",), 2, 3, 5.0, 120.0, -1, 2, True, "o.txt", "g", "direct", {"A": "1"})
-    assert _spec("u", TaskDescription(executable="y")) == _wire.TaskSpec(uid="u", executable="y")
+    assert spec("u", TaskDescription(executable="y")) == _wire.TaskSpec(uid="u", executable="y")
 
 
 @pytest.mark.parametrize("kind, field, hint", [

@@ -376,17 +376,17 @@ def test_a_callable_travels_once_per_pilot(tmp_path, monkeypatch):
     every call carried it: 100 calls of an 8 MB closure cost the agent 1.9 GB.)"""
     import numpy as np
 
-    from pilotfish.client import task as task_mod
+    from pilotfish.client import submit as submit_mod
 
     carried = []
-    real = task_mod._first_carries_function
+    real = submit_mod.first_carries_function
 
     def spy(specs, sent):
         real(specs, sent)
         carried.append(sum(s.function is not None for s in specs))
 
-    monkeypatch.setattr(task_mod, "_first_carries_function", spy)
-    monkeypatch.setattr(task_mod, "SUBMIT_BATCH", 50)  # several frames per submit
+    monkeypatch.setattr(submit_mod, "first_carries_function", spy)
+    monkeypatch.setattr(submit_mod, "SUBMIT_BATCH", 50)  # several frames per submit
     pick = _closure_over(np.arange(1_000_000) * 3)  # 8 MB
     with pf.Session(path=tmp_path / "s") as s:
         _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
@@ -406,15 +406,15 @@ def test_calls_that_overtake_their_callable_wait_for_it(tmp_path, monkeypatch):
     with the last call of five frames; every call runs, none fails."""
     import pickle
 
-    from pilotfish.client import task as task_mod
+    from pilotfish.client import submit as submit_mod
 
     def last_carries(specs, sent):
         for k, spec in enumerate(specs):
             if spec.fn_ref is not None and pickle.loads(spec.call)[0] != (249,):
-                specs[k] = task_mod.msgspec.structs.replace(spec, function=None)
+                specs[k] = submit_mod.msgspec.structs.replace(spec, function=None)
 
-    monkeypatch.setattr(task_mod, "_first_carries_function", last_carries)
-    monkeypatch.setattr(task_mod, "SUBMIT_BATCH", 50)
+    monkeypatch.setattr(submit_mod, "first_carries_function", last_carries)
+    monkeypatch.setattr(submit_mod, "SUBMIT_BATCH", 50)
     with pf.Session(path=tmp_path / "s") as s:
         _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")
         tasks = tmgr.submit_tasks([pf.TaskDescription(function=square, args=(i,))
@@ -464,13 +464,13 @@ def test_a_refused_call_still_delivers_its_callable(tmp_path, monkeypatch):
 def test_calls_whose_callable_never_comes_fail_with_why(tmp_path, monkeypatch):
     """Never a wait without end: calls that name a callable the agent never got (a client
     that lost the frame carrying it; forced here) fail after PILOTFISH_FN_PARK_S, saying so."""
-    from pilotfish.client import task as task_mod
+    from pilotfish.client import submit as submit_mod
 
     def none_carries(specs, sent):
         for spec in specs:
             spec.function = None
 
-    monkeypatch.setattr(task_mod, "_first_carries_function", none_carries)
+    monkeypatch.setattr(submit_mod, "first_carries_function", none_carries)
     monkeypatch.setenv("PILOTFISH_FN_PARK_S", "1")
     with pf.Session(path=tmp_path / "s") as s:
         _, tmgr = start_pilot(s, nodes=1, cores_per_node=2, runtime="10m")

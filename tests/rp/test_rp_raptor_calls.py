@@ -12,10 +12,7 @@ import pytest
 
 import pilotfish as pf
 import pilotfish.rp as rp
-try:  # (client/submit.py's once the client split of issue 40 lands; client/task.py's before)
-    from pilotfish.client.submit import journal_values as _journal_values
-except ImportError:
-    from pilotfish.client.task import _journal_values
+from pilotfish.client.submit import journal_values
 
 
 @rp.pythontask
@@ -105,7 +102,7 @@ def test_journal_names_a_callable_object_by_its_class_not_its_address():
             return x + 1
 
     d = pf.TaskDescription(function=Adder(), args=(1,))
-    name = _journal_values(d)["function"]
+    name = journal_values(d)["function"]
     assert name.endswith("Adder") and "0x" not in name, name
 
 
