@@ -27,9 +27,9 @@ def fail():
 
 
 def test_bash_app_after_python_apps_is_not_late(tmp_path):
-    """(Was tests/test_issue41_pending.py's xfail.) The workers' idle_s is a minute: before the
-    fix the bash_app started only once its cores came back, a minute later (the wait timed
-    out); at the default idle_s, 5 s late. Now at once."""
+    """(Was an xfail in what is now tests/test_issue41_papercuts.py.) The workers' idle_s is
+    a minute: before the fix the bash_app started only once its cores came back, a minute
+    later (the wait timed out); at the default idle_s, 5 s late. Now at once."""
     with pf.Session(path=str(tmp_path / "session")) as s:
         pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(
             nodes=1, cores_per_node=2, runtime="10m", workers={"idle_s": 60}))
