@@ -143,6 +143,16 @@ class SubmitPlane(Protocol):
         """The error to raise for a journal write that failed."""
 
 
+class EventSink(Protocol):
+    """The session's event log (session.events, _events) as the submit pipeline records its
+    tasks' first states."""
+
+    enabled: bool  # off: nothing is recorded (no event tuples need building)
+
+    def record_many(self, events: list) -> None:
+        """(t, uid, event, detail) tuples, in order."""
+
+
 class SubmitOwner(TaskOwner, Protocol):
     """A TaskManager as its submit pipeline (submit.register, submit.send) hands it its new
     tasks."""

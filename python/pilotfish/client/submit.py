@@ -43,7 +43,7 @@ from .._errors import DescriptionError, PilotfishError
 from .._journal import task_record
 from ..descriptions import TaskDescription, check_descriptions
 from ._calls import pickle_calls
-from ._ports import PilotPort, SubmitOwner, SubmitPlane
+from ._ports import EventSink, PilotPort, SubmitOwner, SubmitPlane
 
 SUBMIT_BATCH = 2048  # tasks per Submit frame
 
@@ -202,6 +202,13 @@ class Routing:
                 / max(1, sum(c for c, _, _ in (p.shape or [(1, 0, 0)])))
             ),
         )
+
+
+def cores(d: TaskDescription) -> int:
+    """A description's cores (ranks x cores per rank), read without attribute lookups: a
+    pilot's load counts it for every task at register and at its end (TaskManager)."""
+    v = d.values
+    return v.get("ranks", 1) * v.get("cores_per_rank", 1)
 
 
 # -- plan -----------------------------------------------------------------------------------
@@ -387,7 +394,7 @@ def write_journal(encoded: Encoded, plane: SubmitPlane) -> None:
 
 
 def register(
-    plan: Plan, owner: SubmitOwner, plane: SubmitPlane, events: Any, routing: Routing
+    plan: Plan, owner: SubmitOwner, plane: SubmitPlane, events: EventSink, routing: Routing
 ) -> list:
     """The plan's tasks, made by their manager (owner.make_tasks: in SCHEDULING, at one time),
     entered in the session's task registry with it as their owner, their cores counted on
@@ -406,8 +413,7 @@ def register(
         uid = uids[i]
         pilot_uid = pilot_uids[i]
         entries[uid] = (t, owner)
-        v = descs[i].values
-        load[pilot_uid] += v.get("ranks", 1) * v.get("cores_per_rank", 1)
+        load[pilot_uid] += cores(descs[i])
         if not profile or (resumed and i in resumed):
             continue
         batch += ((now, uid, S.NEW, None), (now, uid, S.SCHEDULING, pilot_uid))

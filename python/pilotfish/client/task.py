@@ -26,6 +26,7 @@ from .._journal import final_record
 from .._util import gc_paused
 from ..descriptions import TaskDescription
 from . import submit
+from .submit import cores
 from ._ports import PilotPort
 from ._transitions import TASK_LEGAL, check
 from .progress import wait_with_progress
@@ -523,6 +524,7 @@ class TaskManager:
         unless journal=False (news a resume already holds)."""
         changed = []
         counts = self.counts
+        load = self._routing.load  # (outstanding cores per pilot: a final gives its back)
         ended = 0
         finals = []
         with self._cond:
@@ -550,7 +552,7 @@ class TaskManager:
                     t.stdout = u.stdout
                     t.stderr = u.stderr
                     t.reason = u.reason
-                    self._routing.load[t.pilot] -= _cores(t.description)
+                    load[t.pilot] -= cores(t.description)
                     ended += 1
                     finals.append(final_record(t.uid, state, u.exit_code, u.signal, u.reason, u.t))
                 changed.append((t, state))
@@ -571,7 +573,7 @@ class TaskManager:
                 self.counts[t._move(state, now)] -= 1
                 self.counts[state] += 1
                 t.reason = reason
-                self._routing.load[t.pilot] -= _cores(t.description)
+                self._routing.load[t.pilot] -= cores(t.description)
                 changed.append((t, state))
         self.session.events.record_many([(now, t.uid, state, reason) for t, _ in changed])
         self._acknowledge(
@@ -637,13 +639,6 @@ class TaskManager:
 
     def _close(self) -> None:
         pass
-
-
-def _cores(d: TaskDescription) -> int:
-    """A description's cores (ranks x cores per rank), read without attribute lookups: the
-    manager's load counts it for every task at submit and at its end."""
-    v = d.values
-    return v.get("ranks", 1) * v.get("cores_per_rank", 1)
 
 
 def decode_result(payload: bytes | None, state: str, reason: str | None) -> tuple:
