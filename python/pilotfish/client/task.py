@@ -1,7 +1,10 @@
-"""Tasks and the TaskManager that validates, routes and follows them.
+"""Tasks and the TaskManager that submits them and follows them.
 
-A TaskManager sees its pilots through _ports.PilotPort (it never imports pilot.py: a Pilot
-runs tasks of its own, prepare_env). News of its tasks comes from the session's task registry
+A submit runs the pipeline of submit.py (plan: check, route by the manager's Routing, give
+uids; encode; write_journal; register; send); the manager makes and keeps the tasks it
+registers and hears when their frames leave (_ports.SubmitOwner). A TaskManager sees its
+pilots through _ports.PilotPort (it never imports pilot.py: a Pilot runs tasks of its own,
+prepare_env). News of its tasks comes from the session's task registry
 (_registry.TaskRegistry, which the router hands every agent's Updates and the adopter a
 keeper's finals) as calls of apply_updates and finish_locally (_ports.TaskOwner), on the IO
 thread.
@@ -212,7 +215,7 @@ class TaskManager:
         # which pilot a task goes to (ValueError for an unknown scheduler), and the
         # outstanding cores per pilot it goes by
         self._routing = submit.Routing(scheduler, self._pilots, self._known)
-        self.spec_extra: Callable[[str, TaskDescription, PilotPort], dict] | None = None
+        self.spec_extra: submit.SpecExtra | None = None
         """A compatibility layer's hook, no user's (pilotfish.rp: RP_TASK_ID and friends, a
         sandbox per task): (uid, description, pilot) -> TaskSpec fields to add to each task
         sent ("environment" is merged under the task's own); None: none."""
