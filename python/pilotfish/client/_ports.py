@@ -7,7 +7,8 @@
 
 The import order is one way (tests/client/test_client_shape.py checks it): this module and
 _bridge import nothing of the client; _router, adoption and session import these ports;
-task imports session; pilot imports task (Pilot.prepare_env runs a task). So a lower room
+submit and task import session; pilot imports task (Pilot.prepare_env runs a task), and
+launching, resume and elastic (the floors: test_client_shape.FLOORS). So a lower room
 never names a higher one's class: it is handed an object that fits a port. Every member
 declared here is public (no room uses another module's underscored member: tests/test_layers.py);
 those that are no user's say which rooms use them.
