@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .functions import FunctionPool
 
 log = logging.getLogger("pilotfish.agent")
+STEP_GRACE = 5.0  # seconds the end waits for launcher steps told to stop (executors' srun)
 
 
 class Agent:
@@ -630,6 +631,14 @@ class Agent:
         self._flush(force=True)
         self.events.record(self.uid, E.DRAIN_STOP)
         self.launchers.stop_all(self.partitions)  # all at once
+        # The launchers' own steps (the node executors' srun step) end before the job does:
+        # one still running when the batch script exits is killed by Slurm, and its nodes stay
+        # COMPLETING until slurmctld's next ping (20-40 s before the next job can have them).
+        deadline = clock.real_mono() + STEP_GRACE
+        while self.runner.aux and not self.sim and clock.real_mono() < deadline:
+            if self.nodes is not None:
+                self.nodes.on_readable()
+            table.reap(block_s=0.05)
         # the pilot ends: nothing it started outlives it (setsid escapees included)
         self.reserve.release()  # the cleanup opens /proc files: never short of them
         left = kill_marked(self.sandbox) if not self.sim else 0

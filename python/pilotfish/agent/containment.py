@@ -33,14 +33,19 @@ def become_subreaper() -> bool:
 
 
 def marked(
-    scope: str, var: str | None = None, values: set[str] | None = None
+    scope: str, var: str | None = None, values: set[str] | None = None, here_only: bool = False
 ) -> dict[str, list[int]]:
     """Live processes (not this one) of this pilot -- PILOTFISH_SANDBOX=scope in their
     environment: task uids repeat across sessions, sandboxes do not. With var: {value: [pids]}
-    of those whose var is one of values; without: {scope: [pids]}."""
+    of those whose var is one of values; without: {scope: [pids]}. here_only (a node
+    executor's): only those of this node, in this process's network namespace -- on a real
+    node all of its processes; on hosts sharing one kernel (the test cluster's namespaces) not
+    the agent's launcher steps on another host, whose SIGKILL would tear down the pilot's
+    srun step under Slurm and leave its nodes COMPLETING until slurmctld's next ping."""
     if var is not None and not values:
         return {}
     me = os.getpid()
+    netns = _netns("self") if here_only else None
     mark = b"PILOTFISH_SANDBOX=" + scope.encode()
     out: dict[str, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -52,6 +57,8 @@ def marked(
         except OSError:
             continue  # gone, or not ours
         if mark not in raw:
+            continue
+        if netns is not None and _netns(entry) != netns:
             continue
         env = dict(item.partition(b"=")[::2] for item in raw.split(b"\0") if item)
         if env.get(b"PILOTFISH_SANDBOX") != scope.encode():
@@ -66,11 +73,15 @@ def marked(
 
 
 def kill_marked(
-    scope: str, var: str | None = None, values: set[str] | None = None, sig: int = _signal.SIGKILL
+    scope: str,
+    var: str | None = None,
+    values: set[str] | None = None,
+    sig: int = _signal.SIGKILL,
+    here_only: bool = False,
 ) -> int:
     """Signal every process marked as above; returns how many."""
     n = 0
-    for pids in marked(scope, var, values).values():
+    for pids in marked(scope, var, values, here_only).values():
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -78,3 +89,11 @@ def kill_marked(
             except (ProcessLookupError, PermissionError):
                 pass
     return n
+
+
+def _netns(pid: str) -> str | None:
+    """The network namespace of a process ("net:[4026531840]"), None if it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None

@@ -299,7 +299,7 @@ class NodeExecutor:
         from .containment import marked
 
         own = {r[0] for r in self.running.values()}
-        for pids in marked(self.sandbox, "PILOTFISH_TASK_UID", uids).values():
+        for pids in marked(self.sandbox, "PILOTFISH_TASK_UID", uids, here_only=True).values():
             for pid in pids:
                 if pid in own:
                     continue  # a task process itself: the core reaps it
@@ -438,7 +438,7 @@ class NodeExecutor:
                     self.reap()
         from .containment import kill_marked
 
-        kill_marked(self.sandbox)  # nothing the pilot started on this node outlives it
+        kill_marked(self.sandbox, here_only=True)  # nothing the pilot started here outlives it
         self.pmi.close()
         self.sock.close()  # lingers for the last exits
         self.ctx.term()
