@@ -12,9 +12,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_e2e as b  # noqa: E402 -- after its folder is on the path
+import bench_e2e as b
 
-import pilotfish as pf  # noqa: E402 -- (the same, for the order)
+import pilotfish as pf
 
 with tempfile.TemporaryDirectory() as d:
     with pf.Session(path=os.path.join(d, "s")) as s:
