@@ -15,7 +15,8 @@ OUTCOMES (docs/rp.md has the table) says what each does today:
   PENDING  breaks today for a feature pilotfish.rp lacks: xfail(strict=True), the reason
            names the file the fix goes in (../shared/notes/issue41-pending.md says what);
   RP_TOO   breaks in RP itself as well (not run: the reason says why).
-Scripts that take more than ~10 s run only with PILOTFISH_RP_SLOW=1 (marker rp_slow).
+Scripts that take more than ~10 s (marker rp_slow) run side by side, SLOW_AT_ONCE at a time,
+all started by the first of them to run: mostly they wait (their tasks sleep).
 """
 
 from __future__ import annotations
@@ -160,36 +161,74 @@ def restart_copy(tmp_path_factory):
     return root
 
 
+SLOW_AT_ONCE = 4  # slow scripts run side by side (mostly waiting: their tasks sleep)
+
+
+def _env(tmp_path: Path, rp_tree) -> dict:
+    examples, ru, wheels = rp_tree
+    rp_bin = examples.parent / "bin"  # (RP's own scripts: radical-pilot-hello.sh)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return {**os.environ,
+            "PYTHONPATH": f"{ru}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "PATH": f"{rp_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HOME": str(tmp_path / "home"),
+            "PILOTFISH_SESSIONS": str(tmp_path / "sessions"), "RADICAL_REPORT_ANIME": "0",
+            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
+            "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+
+
+def _execute(name: str, tmp_path: Path, env: dict, where: Path) -> tuple:
+    """Run one script as RP's users do: ("ran", rc, output) or, for FOREVER, ("stopped",
+    alive at its time, failed tasks then, rc, output)."""
+    if name in FOREVER:
+        return _run_forever(name, tmp_path, env)
+    if name in VENVS and not os.path.isfile(os.path.join(VENVS[name], "bin", "activate")):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", VENVS[name]], check=True)
+    r = subprocess.run([sys.executable, str(where / name)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    return "ran", r.returncode, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def slow_runs(rp_tree, tmp_path_factory):
+    """The slow scripts, all started on first use, SLOW_AT_ONCE at a time (each in its own
+    directory): {name: future of _execute's result}. Each test then checks its own."""
+    import concurrent.futures
+
+    futures: dict = {}
+    pool = concurrent.futures.ThreadPoolExecutor(SLOW_AT_ONCE, thread_name_prefix="rp-slow")
+
+    def get(name: str):
+        if not futures:
+            for n, (outcome, _, slow) in OUTCOMES.items():
+                if slow and outcome not in (RP_TOO, PENDING):
+                    d = tmp_path_factory.mktemp(re.sub(r"\W", "_", n))
+                    futures[n] = pool.submit(_execute, n, d, _env(d, rp_tree), HERE)
+        return futures[name]
+
+    yield get
+    pool.shutdown(wait=True)
+
+
 @pytest.mark.parametrize("name", list(_params()))
 def test_rp_tutorial(name, rp_tree, tmp_path, request):
     outcome, why, slow = OUTCOMES[name]
-    if slow and os.environ.get("PILOTFISH_RP_SLOW") != "1":
-        pytest.skip("takes over 10 s: runs with PILOTFISH_RP_SLOW=1 (marker rp_slow)")
-    examples, ru, wheels = rp_tree
-    rp_bin = examples.parent / "bin"  # (RP's own scripts: radical-pilot-hello.sh)
-    (tmp_path / "home").mkdir()
-    env = {**os.environ,
-           "PYTHONPATH": f"{ru}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "PATH": f"{rp_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HOME": str(tmp_path / "home"),
-           "PILOTFISH_SESSIONS": str(tmp_path / "sessions"), "RADICAL_REPORT_ANIME": "0",
-           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
-           "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
-           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
-    if name in FOREVER:
-        _run_forever(name, tmp_path, env)
+    if slow:
+        got = request.getfixturevalue("slow_runs")(name).result(timeout=600)
+    else:
+        where = request.getfixturevalue("restart_copy") if name.startswith("misc/restart_") \
+            else HERE
+        got = _execute(name, tmp_path, _env(tmp_path, rp_tree), where)
+    if got[0] == "stopped":
+        _check_forever(name, *got[1:])
         return
-    if name in VENVS and not os.path.isfile(os.path.join(VENVS[name], "bin", "activate")):
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", VENVS[name]], check=True)
-    where = request.getfixturevalue("restart_copy") if name.startswith("misc/restart_") else HERE
-    r = subprocess.run([sys.executable, str(where / name)], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
-    out = r.stdout + r.stderr
+    _, rc, out = got
     if outcome == REFUSED:
-        assert r.returncode != 0, out[-3000:]
+        assert rc != 0, out[-3000:]
         assert why in out, out[-3000:]
         return
-    assert r.returncode == 0, f"{name} rc={r.returncode}\n{out[-4000:]}"
+    assert rc == 0, f"{name} rc={rc}\n{out[-4000:]}"
     if name in TRACE_BY_DESIGN:
         assert TRACE_BY_DESIGN[name] in out, out[-4000:]
     else:
@@ -201,7 +240,7 @@ def test_rp_tutorial(name, rp_tree, tmp_path, request):
         assert not _failed_tasks(tmp_path / "sessions")
 
 
-def _run_forever(name: str, tmp_path: Path, env: dict) -> None:
+def _run_forever(name: str, tmp_path: Path, env: dict) -> tuple:
     import signal
     import time
 
@@ -219,8 +258,11 @@ def _run_forever(name: str, tmp_path: Path, env: dict) -> None:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    out = log.read_text(errors="replace")
-    assert alive, f"{name} ended before it was stopped (rc={p.returncode})\n{out[-4000:]}"
+    return "stopped", alive, failed, p.returncode, log.read_text(errors="replace")
+
+
+def _check_forever(name: str, alive: bool, failed: list, rc: int, out: str) -> None:
+    assert alive, f"{name} ended before it was stopped (rc={rc})\n{out[-4000:]}"
     assert not failed, failed
     traces = out.split("Traceback (most recent call last):")[1:]
     assert all("KeyboardInterrupt" in t for t in traces), out[-4000:]
