@@ -117,7 +117,7 @@ def test_slurm_pilot_grows_by_a_node_runs_there_and_shrinks_back(slurm, tmp_path
         pilot, tmgr = start_pilot(s, timeout=120, resource="slurm", nodes=1, runtime="10m")
         t0 = time.monotonic()
         names = pilot.grow(nodes=1, timeout=120)
-        job = pilot._grown["grow0"][1].native_id
+        job = pilot._grown.job_of("grow0").native_id
         assert len(names) == 1 and names[0] != pilot.nodes[0].name
         # the pilot's own node is taken first (equal load: the lower partition) ...
         hold = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"],

@@ -56,6 +56,12 @@ class GrownUnits:
         got = self._units.get(unit)
         return got[0] if got else []
 
+    def job_of(self, unit: str) -> BatchJob | None:
+        """The batch job holding the unit's nodes (None: a unit of the pilot's own job, or one
+        that has left)."""
+        got = self._units.get(unit)
+        return got[1] if got else None
+
     def select(self, nodes, own: set[str]) -> list[str]:
         """The units `nodes` names for shrink: a count (the newest units that add up to it)
         or node names (whole units). DescriptionError naming the value and why otherwise;
