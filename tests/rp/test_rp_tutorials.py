@@ -195,7 +195,16 @@ def slow_runs(rp_tree, tmp_path_factory):
     """The slow scripts, all started on first use, SLOW_AT_ONCE at a time (each in its own
     directory): {name: future of _execute's result}. Each test then checks its own."""
     import concurrent.futures
+    import signal
 
+    # The FOREVER scripts are stopped with SIGINT, as a user's Ctrl-C: their Python must have
+    # its KeyboardInterrupt handler, which it installs only where SIGINT is not ignored at its
+    # start -- and a suite started in the background by a non-interactive shell (CI) has it
+    # ignored. A handled signal is at its default in an exec'd child; an ignored one stays
+    # ignored. (Set here, in the main thread; preexec_fn is not safe with the pool's threads.)
+    old_sigint = signal.getsignal(signal.SIGINT)
+    if old_sigint == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     futures: dict = {}
     pool = concurrent.futures.ThreadPoolExecutor(SLOW_AT_ONCE, thread_name_prefix="rp-slow")
 
@@ -209,6 +218,7 @@ def slow_runs(rp_tree, tmp_path_factory):
 
     yield get
     pool.shutdown(wait=True)
+    signal.signal(signal.SIGINT, old_sigint)
 
 
 @pytest.mark.parametrize("name", list(_params()))
