@@ -735,6 +735,7 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
     run` or from Python, ended or live (a task that has not ended shows its state; what it
     prints shows once it ends)."""
     from . import states as S
+    from ._inert import inert, one_line
 
     _session_dir(session_dir)
     outs = _what_exists(session_dir)
@@ -760,19 +761,19 @@ def logs(session_dir: str, task: tuple[str, ...]) -> None:
         why = o.reason or (f"exit code {o.exit_code}" if o.exit_code not in (None, 0) else "")
         if o.state not in S.FINAL:
             why = "not ended: what it prints shows once it ends"
-        click.echo(f"== {o.uid} ({o.name}): {o.state}" + (f": {why}" if why else ""))
+        click.echo(one_line(f"== {o.uid} ({o.name}): {o.state}" + (f": {why}" if why else "")))
         for what, text, where in (
             ("stdout", o.stdout, o.stdout_path),
             ("stderr", o.stderr, o.stderr_path),
         ):
             if where is not None:
                 click.echo(
-                    f"-- {what}: written to {where}"
+                    one_line(f"-- {what}: written to {where}")
                     + ("" if os.path.isabs(where) else " (in the task's sandbox)")
                 )
             elif isinstance(text, str) and text:
                 click.echo(f"-- {what}")
-                click.echo(text, nl=not text.endswith("\n"))
+                click.echo(inert(text, keep="\n\t"), nl=not text.endswith("\n"))
 
 
 @main.command(

@@ -30,6 +30,7 @@ from .._events import EventWriter
 from .._journal import Journal, spawn_record
 from .._sockets import client_link
 from .._door import Reserve
+from .._inert import open_log
 from .._util import hostname, open_private, raise_nofile_limit, read_private
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
@@ -683,11 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         os.path.join(config.sandbox, "agent.log"),  # (never via a link)
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,
     )
-    logging.basicConfig(
-        stream=os.fdopen(log_fd, "a", buffering=1),
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    open_log(log_fd)  # (what a task or peer writes is bounded and escaped there: _inert.py)
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
 

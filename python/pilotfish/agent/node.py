@@ -450,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m pilotfish.agent.node CONFIG.json", file=sys.stderr)
         return 2
+    from .._inert import open_log
     from .._util import open_private
 
     os.umask(0o077)  # its files and its tasks' are the owner's alone (as the agent's: _main.py)
@@ -458,11 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     d = os.path.join(config["sandbox"], "nodes")
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = open_private(os.path.join(d, f"{node_name()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    logging.basicConfig(
-        stream=os.fdopen(fd, "a", buffering=1),
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    open_log(fd)  # (bounded, escaped, rate-limited per call site: _inert.py)
     ex = NodeExecutor(config)
     signal.signal(signal.SIGTERM, lambda *_: setattr(ex, "stopping", "terminated by signal"))
     signal.signal(signal.SIGIO, signal.SIG_IGN)

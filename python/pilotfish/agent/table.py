@@ -27,6 +27,7 @@ from .. import _events as E
 from .. import _wire
 from .. import states as S
 from .._journal import final_record, out_record
+from .._inert import one_line
 from .._mpi import stderr_reason
 from .._paths import task_cwd
 from .._staging import stage
@@ -658,6 +659,7 @@ class TaskTable:
             now = self.clock.now()
         elif t.spool >= 0:  # it never ran this time (canceled in its retry backoff)
             self.runner.read_outputs([t])
+        t.reason = one_line(t.reason)  # (what a task or peer said: escaped, bounded: _inert.py)
         t.final_state = state
         move(t, FINAL)
         if t.work and t.partition is not None:
