@@ -25,6 +25,7 @@ from .._mpi import stderr_reason
 from .._paths import TASKS_DIR
 from . import _nodes
 from . import _states as RS
+from ._venv import existing_venv
 from .._errors import DescriptionError
 from ._describe import (
     RAPTOR_MASTER,
@@ -515,7 +516,7 @@ class Pilot:
             spec["type"] = "venv"
         path = spec.pop("path", None)
         if path:
-            spec = _existing_venv(env_name, path, spec)
+            spec = existing_venv(env_name, path, spec)
         if spec.get("type") in ("conda", "anaconda"):
             raise ValueError(
                 f"prepare_env {env_name!r}: conda environments are not supported "
@@ -597,46 +598,6 @@ class Pilot:
 
     def __repr__(self) -> str:
         return f"<rp.Pilot {self.uid} {self.state}>"
-
-
-def _existing_venv(env_name: str, path, spec: dict) -> dict:
-    """RP 1.60's prepare_env 'path' where a venv is there already (RP's create-static-ve
-    then activates it and installs nothing): a shell environment that activates it before
-    each task's pre_exec. pilotfish does not make one at a path outside the pilot's sandbox
-    (RP would): a path that is not a venv is refused, naming it."""
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise ValueError(
-            f"prepare_env {env_name!r}: path {path!r} must be an absolute path to an existing venv"
-        )
-    if spec.get("type", "venv") != "venv":
-        raise ValueError(
-            f"prepare_env {env_name!r}: path {path!r} is for type 'venv' (not {spec.get('type')!r})"
-        )
-    path = path.rstrip("/") or "/"
-    if not os.path.isdir(path):
-        raise ValueError(
-            f"prepare_env {env_name!r}: path {path!r} does not exist: pilotfish.rp uses an "
-            f"existing venv there (make it first: python3 -m venv {path}), or leave 'path' "
-            "out to have one made on the pilot"
-        )
-    python = os.path.join(path, "bin", "python")
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)) or not os.path.isfile(
-        os.path.join(path, "bin", "activate")
-    ):
-        raise ValueError(
-            f"prepare_env {env_name!r}: path {path!r} is not a venv (no executable "
-            "bin/python and bin/activate in it)"
-        )
-    if spec.get("setup") or spec.get("packages"):
-        log.info(
-            "prepare_env %r: %s exists: used as it is, its 'setup' not installed (as RP)",
-            env_name,
-            path,
-        )
-    import shlex
-
-    activate = f". {shlex.quote(os.path.join(path, 'bin', 'activate'))}"
-    return {"type": "shell", "pre_exec": [activate, *list(spec.get("pre_exec") or [])]}
 
 
 class PilotManager:
