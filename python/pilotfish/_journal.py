@@ -657,11 +657,11 @@ def keeper_state(sandbox: str) -> dict | None:
     """What a pilot's keeper says after its agent died: {"pid", "host", "agent_status",
     "adopted": [task uids], "done": bool, "t"}, or None (agent alive, ended cleanly, or never
     kept)."""
-    import json
+    from . import _json
 
     try:
         with open(os.path.join(sandbox, "keeper.json")) as f:
-            return json.load(f)
+            return _json.load(f)
     except (OSError, ValueError):
         return None
 

@@ -16,7 +16,7 @@ import time
 import click
 import msgspec
 
-from . import __version__
+from . import __version__, _json
 from .workload import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -396,7 +396,7 @@ def _submit(session, tmgr, w, resume: bool) -> list:
     reruns: list[int] = []  # for each task submitted after the workload's: its index there
     if resume:
         try:
-            reruns = json.loads(read_private(state_path))["reruns"]
+            reruns = _json.loads(read_private(state_path))["reruns"]
         except FileNotFoundError:
             reruns = []
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -982,7 +982,7 @@ def _ask_agents(
     while pending and time.monotonic() < deadline:
         for p, base in list(pending.items()):
             try:
-                body = json.loads(read_private(base + ".json"))
+                body = _json.loads(read_private(base + ".json"))
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as e:

@@ -20,12 +20,12 @@ pilotfish._launch_costs'.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
 from pilotfish import _events as E
+from pilotfish import _json
 from pilotfish._events import read_all_events
 from pilotfish._launch_costs import read_launch_model  # noqa: F401 -- `pilotfish simulate` reads it here
 from pilotfish.analytics.partitions import first_nodes, pilot_layout
@@ -63,7 +63,7 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
         ev = read_all_events(path)
         try:
             with open(os.path.join(session_dir, uid, "pilot.json")) as f:
-                opts = (json.load(f).get("description") or {}).get("launcher_options") or {}
+                opts = (_json.load(f).get("description") or {}).get("launcher_options") or {}
             for method, o in opts.items():
                 if "hang_grace" in o:
                     grace[method] = float(o["hang_grace"])

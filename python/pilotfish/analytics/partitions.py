@@ -10,13 +10,13 @@ released, as utilization.py counts "busy") over the partition's cores x the pilo
 
 from __future__ import annotations
 
-import json
 import os
 
 import msgspec
 import numpy as np
 
 from pilotfish import _events as E
+from pilotfish import _json
 from pilotfish.analytics import utilization as ru
 from pilotfish.descriptions import partition_layout
 
@@ -26,7 +26,7 @@ def pilot_layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | Non
     if it has none or it cannot be read); launch_model.py reads it too."""
     try:
         with open(os.path.join(path, uid, "pilot.json")) as f:
-            pj = json.load(f)
+            pj = _json.load(f)
     except (OSError, ValueError):
         return None
     rows = pj.get("nodes") or []

@@ -6,10 +6,10 @@ duration estimates per kind (executable and shape) as the last attempt saw them.
 
 from __future__ import annotations
 
-import json
 import os
 
 from pilotfish import _events as E
+from pilotfish import _json
 
 
 def plans(data) -> list[dict]:
@@ -29,7 +29,7 @@ def plans(data) -> list[dict]:
         for _, _, name, detail in E.read_all_events(path):
             if name == E.QUEUE_PLAN and detail:
                 try:
-                    notes.append(json.loads(detail))
+                    notes.append(_json.loads(detail))
                 except ValueError:
                     continue
         if not notes:

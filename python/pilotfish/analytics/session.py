@@ -17,7 +17,6 @@ an event that did not happen is NaN. An event that happened more than once for a
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pilotfish import _events as E
+from pilotfish import _json
 from pilotfish.analytics._load import (
     EventColumns,
     gc_paused,
@@ -78,7 +78,7 @@ class SessionData:
         for uid in self.pilots.index if self.pilots is not None else ():
             try:
                 with open(os.path.join(self.path, uid, "pilot.json")) as f:
-                    if (json.load(f).get("description") or {}).get("resource") == "simulated":
+                    if (_json.load(f).get("description") or {}).get("resource") == "simulated":
                         return True
             except (OSError, ValueError):
                 continue
@@ -117,7 +117,7 @@ def _pilot_dirs(path: str) -> list[str]:
 def _read_json(path: str) -> dict:
     try:
         with open(path) as fh:
-            return json.load(fh)
+            return _json.load(fh)
     except (OSError, ValueError):
         return {}
 

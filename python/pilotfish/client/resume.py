@@ -12,14 +12,13 @@ The wiring of a re-attaching pilot (its listener, its resync) is the PilotManage
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import time
 from typing import NamedTuple
 
-from .. import _wire
+from .. import _json, _wire
 from .._errors import PilotfishError
 from .._journal import agent_finals, keeper_adopted, keeper_state, read_journal
 from .._util import hostname, read_private
@@ -62,7 +61,7 @@ class Resumed:
         out = {}
         for uid, _, sandbox in self.pilots:
             try:
-                curve = json.loads(read_private(os.path.join(sandbox, "agent.json"))).get("curve")
+                curve = _json.loads(read_private(os.path.join(sandbox, "agent.json"))).get("curve")
             except (OSError, ValueError, AttributeError):
                 continue
             if curve:
@@ -184,7 +183,7 @@ def local_agent(sandbox: str) -> tuple[int, bool]:
     elsewhere, or never said hello (still queued?), may live: ask it."""
     try:
         with open(os.path.join(sandbox, "pilot.json")) as f:
-            info = json.load(f)
+            info = _json.load(f)
     except (OSError, ValueError):
         return 0, True
     pid = int(info.get("agent_pid") or 0)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import msgspec
 
 from .. import _events as E
+from .. import _json
 from .._version import __version__
 from .._errors import PilotfishError, SessionError
 from .._events import EventWriter, TaskRecord
@@ -447,7 +448,7 @@ def _read_meta(meta_path: str) -> dict | None:
             return None
         raise
     try:
-        meta = json.loads(data)
+        meta = _json.loads(data)
     except ValueError as e:
         meta = e
     if (
@@ -544,7 +545,7 @@ def _session_keys(path: str) -> tuple[bytes, bytes]:
             raise
     else:
         try:
-            k = json.loads(data)
+            k = _json.loads(data)
             return k["public"].encode(), k["secret"].encode()
         except (ValueError, KeyError, TypeError, AttributeError):
             raise SessionError(

@@ -10,8 +10,9 @@ fake_resources (True: one node of whatever was asked for, as RP's localhost).
 
 from __future__ import annotations
 
-import json
 import os
+
+from .. import _json
 
 _KEYS = (
     "resource",
@@ -52,9 +53,13 @@ def resource_config(label: str) -> dict:
         return RESOURCES[label]
     extra = os.environ.get("PILOTFISH_RP_RESOURCES")
     if extra:
-        with open(extra) as f:
-            for k, v in json.load(f).items():
-                add_resource(k, v)
+        try:
+            with open(extra) as f:
+                table = _json.load(f)
+        except ValueError as e:
+            raise ValueError(f"$PILOTFISH_RP_RESOURCES {extra}: not a JSON file: {e}") from None
+        for k, v in table.items():
+            add_resource(k, v)
         if label in RESOURCES:
             return RESOURCES[label]
     raise KeyError(
@@ -100,9 +105,11 @@ def _user_site(site: str) -> dict:
     path = os.path.join(user_config_dir(), f"resource_{site}.json")
     try:
         with open(path) as f:
-            return json.load(f)
+            return _json.load(f)
     except FileNotFoundError:
         return {}
+    except ValueError as e:
+        raise ValueError(f"{path}: not a JSON file: {e}") from None
 
 
 def list_resources() -> list[str]:

@@ -25,7 +25,6 @@ they are keyed "<pilot>/<uid>".
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -36,6 +35,7 @@ import msgspec
 import numpy as np
 
 from pilotfish import _events as E
+from pilotfish import _json
 from pilotfish import states as S
 from pilotfish.analytics.dashboard.tail import FrameTail, decode_events, decode_journal
 
@@ -273,7 +273,7 @@ class SessionWatch:
             return None
         try:
             with os.fdopen(fd, "rb") as fh:
-                return json.loads(fh.read(4 << 20))
+                return _json.loads(fh.read(4 << 20))
         except (OSError, ValueError):
             return None
 
@@ -753,7 +753,7 @@ class SessionWatch:
                     rec["detail"] = (detail or "")[:300]
             elif name == E.PARTITION:  # detail: JSON {index, nodes, launcher}
                 try:
-                    d = json.loads(detail or "{}")
+                    d = _json.loads(detail or "{}")
                 except ValueError:
                     d = None
                 if not isinstance(d, dict):
