@@ -2,7 +2,8 @@
 model a user gives (a dict, or the path of a JSON file). The contract between the
 description (checked at submit, client side) and the simulated agent (agent/simulation.py,
 which runs it) -- here so that neither imports the other. What each cost means:
-agent/simulation.py's opening docstring.
+agent/simulation.py's opening docstring. A model's key "cpu" is not a launch method: the
+agent's own CPU costs (_cpu_costs.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from ._cpu_costs import CPU_KEY, check_cpu, load_cpu
 from ._errors import show
 from ._files import file_name, read_file
 
@@ -106,8 +108,16 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
     if not isinstance(model, dict):
         return "must be a dict {launch method: {cost: seconds}} or the path of a JSON file"
     for name, costs in model.items():
+        if name == CPU_KEY:
+            why = check_cpu(costs)
+            if why is not None:
+                return why
+            continue
         if not (isinstance(name, str) and name in launchers):
-            return f"{show(name, 60)} is not a launch method ({', '.join(launchers)})"
+            return (
+                f"{show(name, 60)} is not a launch method ({', '.join(launchers)}) "
+                f"nor {CPU_KEY!r} (the agent's CPU costs)"
+            )
         if not isinstance(costs, dict):
             return f"{name!r}: its costs must be a dict"
         for k, v in costs.items():
@@ -129,12 +139,15 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
     return None
 
 
-def load_model(model: Any) -> dict[str, dict[str, float]]:
-    """The defaults, overridden per method and cost by `model` (a dict, a path or None)."""
+def load_model(model: Any) -> dict[str, dict[str, Any]]:
+    """The defaults, overridden per method and cost by `model` (a dict, a path or None);
+    under CPU_KEY the agent's CPU costs (_cpu_costs.load_cpu)."""
     if isinstance(model, str):
         model = read_model(model)
-    out = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
-    for name, costs in (model or {}).items():
+    model = dict(model or {})
+    out: dict[str, dict[str, Any]] = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
+    out[CPU_KEY] = load_cpu(model.pop(CPU_KEY, None))
+    for name, costs in model.items():
         out.setdefault(name, dict(DEFAULT_MODEL["prrte"]))
         out[name].update(costs)
     return out

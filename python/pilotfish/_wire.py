@@ -98,6 +98,11 @@ class Heartbeat(msgspec.Struct, tag="beat", array_like=True):
     t: float
 
 
+class Waiting(msgspec.Struct, tag="waiting", array_like=True):
+    """The client waits for its tasks, after everything it submitted: a simulated pilot's
+    clock, held by a Submit, may run (agent/simulation.py). Sent to simulated pilots only."""
+
+
 class Resync(msgspec.Struct, tag="resync", array_like=True):
     """A resumed client asks what became of these tasks. The agent answers with a Hello,
     Updates (current or final state of each it knows) and Missing (those it never got)."""
@@ -168,6 +173,7 @@ ToAgent = Union[
     Cancel,
     Shutdown,
     Heartbeat,
+    Waiting,
     Resync,
     GroupStart,
     GroupResize,

@@ -43,7 +43,7 @@ from .partition import FAILED, Launchers, make_partitions, rebalance
 from .ports import StopWhy
 from .reports import Reports
 from .resume import resync
-from .simulation import AUTOJUMP_S, SIM_POLL_S
+from .simulation import SIM_POLL_S, next_event
 from .table import KILL_GRACE, TaskTable
 from .walltime import batch_time_left, drain_margin
 
@@ -183,11 +183,14 @@ class Agent:
         # the journal, what finished is known even if this process is killed a moment later
         if self.sim:
             from .._launch_costs import load_model
-            from .simulation import SimRunner
+            from .simulation import ClientWord, CpuModel, SimRunner
 
             self.core = None
             self.model = load_model(desc.get("launch_model"))
-            self.runner: SimRunner | TaskRunner = SimRunner(clock, profile=events.enabled)
+            self.word = ClientWord()  # when its clock may run; what its work costs its CPU
+            beats = table.single_node_launcher == "nodes" or self.default_launcher == "pmi"
+            self.cpu = CpuModel(self.model["cpu"], self.partitions, beats)
+            self.runner: SimRunner | TaskRunner = SimRunner(clock, events.enabled, cpu=self.cpu)
         else:
             from .. import _core
 
@@ -419,7 +422,7 @@ class Agent:
                 last_asked = real
                 self._doors_said()
                 requests(self.sandbox, self._explain)
-            if sim and real - self._last_heard >= AUTOJUMP_S:
+            if sim and self.word.may_run(real):
                 self._sim_jump()
         return self._shutdown()
 
@@ -436,22 +439,14 @@ class Agent:
     # -- simulated time ---------------------------------------------------------------------
     def _next_event(self) -> float:
         """Mono time of the next thing that will happen by itself (inf: nothing)."""
-        clock = self.clock
-        nxt = self.runner.next_event()
-        if self.table.timers:
-            nxt = min(nxt, self.table.next_timer - (clock.now() - clock.mono()))
-        for lm in self.launchers.starting:
-            nxt = min(nxt, getattr(lm.method, "ready_at", math.inf))
-        if self.table.tasks and nxt == math.inf:  # work waits that nothing will unblock
-            nxt = self.drain_at - (clock.now() - clock.mono())  # but the walltime
-        return nxt
+        return next_event(self.runner, self.table, self.launchers, self.clock, self.drain_at)
 
     def _sim_timeout(self) -> int:
         """poll() timeout (ms) of a simulated pilot: none while the clock may jump to a next
-        event; else until the client has been quiet long enough, or a while."""
-        quiet = self.clock.real_mono() - self._last_heard
-        if quiet < AUTOJUMP_S:
-            return int((AUTOJUMP_S - quiet) * 1000) + 1
+        event; else until the client's word (or its silence) lets it, or a while."""
+        held = self.word.wait_s(self.clock.real_mono())
+        if held > 0:
+            return min(100, int(held * 1000) + 1)
         return 0 if self._next_event() < math.inf else 100
 
     def _sim_jump(self) -> None:
@@ -484,6 +479,9 @@ class Agent:
             self._on_message(msg)
         except Exception:  # a bug must not cost the pilot: log it, keep serving
             log.exception("handling %s failed", type(msg).__name__)
+        if self.sim:  # the client's word; the frame's CPU (simulation.py)
+            self.word.heard(msg, self._last_heard)
+            self.cpu.heard(msg, self.table.tasks, self.clock.mono())
 
     def _on_message(self, msg) -> None:
         if isinstance(msg, _wire.Submit):

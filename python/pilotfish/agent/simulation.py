@@ -2,18 +2,31 @@
 states) with an executor that starts nothing and a clock that jumps.
 
 `PilotDescription(resource="simulated", ...)`: every task "runs" for its `duration`; launcher
-instances start and tasks launch after the delays of a launch model. The agent's loop is the
-real one; only three parts are swapped, as flux-core's job-exec swaps its exec
-implementation:
+instances start and tasks launch after the delays of a launch model, and the agent's own work
+takes the CPU time of a CPU model. The agent's loop is the real one; only three parts are
+swapped, as flux-core's job-exec swaps its exec implementation:
 
     clock     VirtualClock (clock.py): now() advances only when the loop jumps it
     executor  SimRunner: launch() puts each task's end on a heap, reap() pops what ended
     launchers ModeledLauncher: ready start-up seconds after begin(), per the model
 
 The loop jumps the clock to the next event (a task's end, a launcher ready, a timer) as soon
-as everything due now is done -- but only once the client has been silent for AUTOJUMP_S of
-real time, so that a burst of submissions arrives at one virtual instant (as Trio's
-autojump_threshold). Liveness (heartbeats, the client's silence) stays on real time.
+as everything due now is done -- but only on the client's word (ClientWord): a Submit holds
+the clock until the client says it waits (its Waiting message, sent by wait_tasks after
+everything it submitted), so that a burst of submissions arrives at one virtual instant
+however slowly the client sends it. A client that never waits that way (it polls) is heard
+by its silence: WORD_SILENCE_S of real time after its last Submit the clock runs anyway.
+Liveness (heartbeats, the client's silence) stays on real time.
+
+CPU model (CpuModel; the costs, their defaults fitted from the real agent and their checks:
+pilotfish/_cpu_costs.py; `launch_model={"cpu": {...}}` overrides them): the agent is a server
+whose work takes CPU time -- each frame received or sent, each task accepted, launched,
+ended, the heartbeats of its node executors -- on a timeline of its own (Timeline: first come,
+first served, at the speed its idle load leaves). A launch is made when its process's
+timeline gets to it (its latency counts from then), a task's end is seen (its slots released,
+its final state reported) when the timeline has reaped it: a saturated agent caps the
+throughput and shows in TTX and RU. With `subagents` each partition's sub-agent has its own
+timeline and nodes, under a root charged per routed frame.
 
 Launch model (`launch_model=` a dict or a JSON file; unknown methods or negative costs are
 rejected at submit), per launch method:
@@ -35,17 +48,209 @@ BENCHMARKS.md names the runs).
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import random
 import signal as _signal
 from typing import Any
 
 from .. import _events as E
+from .. import _wire
 from ..launch.base import LaunchMethod
 from .ports import Runner
 
-AUTOJUMP_S = 0.1  # real seconds of client silence before the clock may jump
+log = logging.getLogger("pilotfish.agent")
+
+WORD_SILENCE_S = 2.0  # real seconds after a Submit without the client's word: the clock runs
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
+MIN_SPEED = 0.05  # a process whose idle load leaves less runs its work at this speed (logged)
+NODE_LAUNCHERS = ("nodes", "pmi")  # launches sent to node executors (no process spawned)
+
+
+def next_event(runner: Any, table: Any, launchers: Any, clock: Any, drain_at: float) -> float:
+    """Mono time of the next thing that will happen by itself in a simulated pilot (inf:
+    nothing): a task's end (or its being seen), a timer, a launcher ready; work that waits
+    with nothing to unblock it: the walltime's drain (`drain_at`, epoch seconds)."""
+    nxt = runner.next_event()
+    if table.timers:
+        nxt = min(nxt, table.next_timer - (clock.now() - clock.mono()))
+    for lm in launchers.starting:
+        nxt = min(nxt, getattr(lm.method, "ready_at", math.inf))
+    if table.tasks and nxt == math.inf:  # work waits that nothing will unblock
+        nxt = drain_at - (clock.now() - clock.mono())  # but the walltime
+    return nxt
+
+
+class ClientWord:
+    """When a simulated pilot's clock may run: a Submit holds it; the client's Waiting (it
+    waits for its tasks, after everything it sent) lets it go. Messages arrive in the order
+    they were sent, so the word comes after the last frame of a burst however long the
+    client took between them. Held WORD_SILENCE_S of real time after the last Submit without
+    a word, the clock runs anyway (a client that polls instead of waiting), said once."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.since = 0.0  # real time of the last Submit
+        self.warned = False
+
+    def heard(self, msg: Any, real: float) -> None:
+        if isinstance(msg, _wire.Submit):
+            self.held = True
+            self.since = real
+        elif isinstance(msg, _wire.Waiting):
+            self.held = False
+
+    def may_run(self, real: float) -> bool:
+        if not self.held:
+            return True
+        if real - self.since < WORD_SILENCE_S:
+            return False
+        if not self.warned:
+            self.warned = True
+            log.warning(
+                "the client submitted and said nothing for %gs: the virtual clock runs "
+                "without its word (a client that waits with wait_tasks keeps each burst of "
+                "submissions at one virtual instant)",
+                WORD_SILENCE_S,
+            )
+        return True
+
+    def wait_s(self, real: float) -> float:
+        """Real seconds until may_run() turns true by silence (0: it is true now)."""
+        return max(0.0, self.since + WORD_SILENCE_S - real) if self.held else 0.0
+
+
+class Timeline:
+    """One process's CPU in virtual time: work given at `at` runs once the work before it is
+    done (first come, first served), at the speed the process's idle load leaves."""
+
+    __slots__ = ("name", "free_at", "speed", "busy")
+
+    def __init__(self, name: str, load: float):
+        self.name = name
+        self.free_at = 0.0  # (mono) when the work given so far is done
+        self.speed = max(1.0 - load, MIN_SPEED)
+        if 1.0 - load < MIN_SPEED:
+            log.warning(
+                "simulated %s: its idle load (%.2f CPU s/s: heartbeats) leaves no CPU for its "
+                "work; modeled at %g of a core",
+                name,
+                load,
+                MIN_SPEED,
+            )
+        self.busy = 0.0  # CPU seconds charged
+
+    def run(self, at: float, cost: float) -> float:
+        """Charge `cost` CPU seconds of work given at `at`: when it is done."""
+        start = at if at > self.free_at else self.free_at
+        if cost:
+            self.free_at = start + cost / self.speed
+            self.busy += cost
+        elif start > self.free_at:
+            self.free_at = start
+        return self.free_at
+
+
+class CpuModel:
+    """The CPU timelines of a simulated pilot's agent -- one, or with `subagents` one per
+    partition plus the root's -- and what each piece of its work costs them (the costs:
+    pilotfish/_cpu_costs.py). Mechanism only: which partition a task is bound to, where it is
+    placed and which launcher launches it are the real agent's decisions."""
+
+    def __init__(self, costs: dict[str, Any], partitions: list, node_executors: bool):
+        scale = float(costs["scale"])
+        c = {k: float(costs[k]) * scale for k in costs if k not in ("scale", "subagents")}
+        self.frame_s, self.accept_s = c["frame_s"], c["accept_s"]
+        self.launch_s, self.end_s, self.spawn_s = c["launch_s"], c["end_s"], c["spawn_s"]
+        self.route_s = c["route_s"]
+        beat = c["beat_per_node_s"] if node_executors else 0.0
+        idle = c["idle_s"]
+        self.subagents = bool(costs["subagents"])
+        if self.subagents:
+            self.root: Timeline | None = Timeline("root", idle)
+            self.lines = [
+                Timeline(f"sub-agent p{p.index}", idle + beat * len(p.nodes)) for p in partitions
+            ]
+        else:
+            self.root = None
+            n = sum(len(p.nodes) for p in partitions)
+            self.lines = [Timeline("agent", idle + beat * n)]
+
+    def line(self, partition: Any) -> Timeline:
+        """The timeline of the process that handles a partition's tasks."""
+        if self.subagents and partition is not None and partition.index < len(self.lines):
+            return self.lines[partition.index]
+        return self.lines[0]
+
+    def heard(self, msg: Any, tasks: dict, mono: float) -> None:
+        """A frame from the client, handled (its tasks accepted: `tasks` by uid) at `mono`.
+        The client's heartbeats are in idle_s; its word is no frame a real agent gets."""
+        if isinstance(msg, (_wire.Waiting, _wire.Heartbeat)):
+            return
+        at = mono if self.root is None else self.root.run(mono, self.route_s)
+        if isinstance(msg, _wire.Submit):
+            per: dict[Timeline, int] = {}
+            line = self.line
+            for spec in msg.tasks:
+                t = tasks.get(spec.uid)
+                tl = line(t.partition if t is not None else None)
+                per[tl] = per.get(tl, 0) + 1
+            for tl, n in per.items():
+                tl.run(at, self.frame_s + n * self.accept_s)
+        elif self.root is None:
+            self.lines[0].run(at, self.frame_s)
+
+    def launched(self, tasks: list, mono: float) -> list[float]:
+        """Tasks launched in one round at `mono`: when each one's process has launched it
+        (one after another; a launch frame per node executor, else a spawn), then the
+        round's Updates frame, if the round found its process idle."""
+        done = []
+        framed: dict[Timeline, set] = {}
+        idle: dict[Timeline, bool] = {}
+        frame_s, launch_s, spawn_s = self.frame_s, self.launch_s, self.spawn_s
+        for t in tasks:
+            tl = self.line(t.partition)
+            nodes = framed.get(tl)
+            if nodes is None:
+                nodes = framed[tl] = set()
+                idle[tl] = tl.free_at <= mono
+            cost = launch_s
+            if t.lm.name in NODE_LAUNCHERS:
+                for s in t.slots:
+                    if s.node not in nodes:
+                        nodes.add(s.node)
+                        cost += frame_s
+            else:
+                cost += spawn_s
+            done.append(tl.run(mono, cost))
+        for tl, was_idle in idle.items():
+            if was_idle:
+                tl.run(mono, frame_s)
+        return done
+
+    def reaped(self, ended: list[tuple[float, Any]]) -> list[float]:
+        """Tasks whose payloads ended, (end, task) in end order: when each is seen by its
+        process -- a node's exit frame per node, end_s each, the round's Updates frame if it
+        finds the process idle -- all of a process's at once (one round)."""
+        groups: dict[Timeline, list[int]] = {}
+        for i, (_, t) in enumerate(ended):
+            groups.setdefault(self.line(t.partition), []).append(i)
+        seen = [0.0] * len(ended)
+        frame_s = self.frame_s
+        for tl, idx in groups.items():
+            at = ended[idx[-1]][0]
+            nodes: set[str] = set()
+            for i in idx:
+                t = ended[i][1]
+                if t.lm is not None and t.lm.name in NODE_LAUNCHERS:
+                    nodes.update(s.node for s in t.slots)
+            cost = len(idx) * self.end_s + len(nodes) * frame_s
+            if tl.free_at <= at:
+                cost += frame_s
+            when = tl.run(at, cost)
+            for i in idx:
+                seen[i] = when
+        return seen
 
 
 class ModeledLauncher(LaunchMethod):
@@ -95,11 +300,16 @@ class SimRunner(Runner):
     put on a heap at launch + latency + duration; reap() pops what ended by the clock's now.
     Kills end a task at once with the signal."""
 
-    def __init__(self, clock: Any, profile: bool = True, seed: int = 0):
+    def __init__(
+        self, clock: Any, profile: bool = True, seed: int = 0, cpu: CpuModel | None = None
+    ):
         self.clock = clock
         self.profile = profile
         self.rng = random.Random(seed)
+        self.cpu = cpu
         self._ends: list[tuple[float, int, Any]] = []  # (mono end, seq, task)
+        # payloads ended, not yet seen by their process's CPU: (mono seen, seq, task, end)
+        self._seen: list[tuple[float, int, Any, float]] = []
         self._seq = 0
         self._running: dict[Any, float] = {}  # task -> its end (mono)
         self.signal_ranks = None
@@ -113,10 +323,11 @@ class SimRunner(Runner):
         base = clock.now() - mono  # epoch of mono 0
         events = []
         profile = self.profile
-        for t in tasks:
+        done = self.cpu.launched(tasks, mono) if self.cpu is not None else [mono] * len(tasks)
+        for t, at in zip(tasks, done):
             lm = t.lm
-            lat = lm.latency(mono, self.rng)
-            end = mono + lat + (t.spec.duration or 0.0)
+            lat = lm.latency(at, self.rng)
+            end = at + lat + (t.spec.duration or 0.0)
             if lm.costs["hang_rate"] and self.rng.random() < lm.costs["hang_rate"]:
                 end += lm.costs["hang_s"]
             self._seq += 1
@@ -126,26 +337,38 @@ class SimRunner(Runner):
             heapq.heappush(self._ends, (end, self._seq, t))
             if profile:
                 uid = t.spec.uid
-                events.append((base + mono, uid, E.EXEC_OK, "simulated"))
-                events.append((base + mono + lat, uid, E.LAUNCH_OK, t.slots[0].node))
+                events.append((base + at, uid, E.EXEC_OK, "simulated"))
+                events.append((base + at + lat, uid, E.LAUNCH_OK, t.slots[0].node))
         return [], events
 
     def next_event(self) -> float:
-        """The mono time of the next task end (inf: none)."""
-        ends = self._ends
-        while ends and self._running.get(ends[0][2]) != ends[0][0]:
+        """The mono time of the next task end, or of an ended task seen (inf: none)."""
+        ends, seen, running = self._ends, self._seen, self._running
+        while ends and running.get(ends[0][2]) != ends[0][0]:
             heapq.heappop(ends)  # a killed task's stale entry
-        return ends[0][0] if ends else math.inf
+        while seen and running.get(seen[0][2]) != seen[0][3]:
+            heapq.heappop(seen)
+        return min(ends[0][0] if ends else math.inf, seen[0][0] if seen else math.inf)
 
     def reap(self, block_s: float | None = None) -> tuple[list, list, list]:
         now = self.clock.mono()
         base = self.clock.now() - now
         finished, events = [], []
-        ends = self._ends
+        ends, seen = self._ends, self._seen
         running = self._running
         profile = self.profile
+        ended = []
         while ends and ends[0][0] <= now:
             end, _, t = heapq.heappop(ends)
+            if running.get(t) == end:
+                ended.append((end, t))
+        if ended:  # seen once their process's CPU gets to them
+            when = self.cpu.reaped(ended) if self.cpu is not None else [e for e, _ in ended]
+            for (end, t), w in zip(ended, when):
+                self._seq += 1
+                heapq.heappush(seen, (w, self._seq, t, end))
+        while seen and seen[0][0] <= now:
+            _, _, t, end = heapq.heappop(seen)
             if running.get(t) != end:
                 continue
             del running[t]

@@ -14,6 +14,9 @@ it pf.Executor, pilotfish.parsl and pilotfish.rp).
                                                   their manager's books
     send(encoded, tasks, plane, owner)            the frames queued to the bridge
 
+Word: the client's word to its simulated pilots -- it waits (TaskManager.wait_tasks) -- after
+which their virtual clocks may run (agent/simulation.py): a burst of submits is one instant.
+
 All or nothing up to register: plan, encode and journal raise (a DescriptionError naming the
 task's index, field and value; a PilotfishError; the journal's SessionError) with no task
 registered, counted or sent -- what they did leaves no trace but uids given out, a
@@ -32,6 +35,7 @@ import collections
 import contextlib
 import os
 import shlex
+import threading
 import time
 from typing import Any, Callable, Iterable, NamedTuple, cast
 
@@ -440,6 +444,45 @@ def send(encoded: Encoded, tasks: list, plane: SubmitPlane, owner: SubmitOwner) 
         for pilot_uid, frame, part in encoded.frames:
             batch = [tasks[i] for i in part]
             bridge.send(pilot_uid, frame, on_sent=lambda when, b=batch: owner.tasks_sent(b, when))
+
+
+class Word:
+    """The client's word to its manager's simulated pilots (agent/simulation.py): a Submit
+    holds a simulated pilot's clock until the client says it waits, so everything submitted
+    before a wait -- however slowly -- arrives at one virtual instant. A waiter is counted
+    before it says so, and a submit made while one waits (from a callback, another thread)
+    says it again after its frames: a word always follows the last frame sent."""
+
+    WAITING = _wire.encode(_wire.Waiting())
+
+    def __init__(self, plane: SubmitPlane, pilots: dict[str, PilotPort]) -> None:
+        self._plane = plane
+        self._pilots = pilots  # the manager's known pilots (shared)
+        self._lock = threading.Lock()
+        self._waiters = 0
+
+    def say(self) -> None:
+        bridge = self._plane.bridge
+        for p in list(self._pilots.values()):
+            if p.simulated and p.state not in S.FINAL:
+                bridge.send(p.uid, self.WAITING)
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """Around a wait: the client waits."""
+        with self._lock:
+            self._waiters += 1
+        try:
+            self.say()
+            yield
+        finally:
+            with self._lock:
+                self._waiters -= 1
+
+    def submitted(self) -> None:
+        """After a submit's frames were queued."""
+        if self._waiters:
+            self.say()
 
 
 # -- a description as the wire and the journal have it ---------------------------------------

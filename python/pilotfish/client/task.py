@@ -215,6 +215,7 @@ class TaskManager:
         # which pilot a task goes to (ValueError for an unknown scheduler), and the
         # outstanding cores per pilot it goes by
         self._routing = submit.Routing(scheduler, self._pilots, self._known)
+        self._word = submit.Word(session.plane, self._known)  # (to simulated pilots)
         self.spec_extra: submit.SpecExtra | None = None
         """A compatibility layer's hook, no user's (pilotfish.rp: RP_TASK_ID and friends, a
         sandbox per task): (uid, description, pilot) -> TaskSpec fields to add to each task
@@ -315,6 +316,7 @@ class TaskManager:
         submit.write_journal(encoded, plane)
         tasks = submit.register(plan, self, plane, session.events, self._routing)
         submit.send(encoded, tasks, plane, self)
+        self._word.submitted()
         return tasks[0] if single else tasks
 
     def make_tasks(
@@ -411,7 +413,7 @@ class TaskManager:
         # manager's tasks have ended: the waiter sleeps until then (no O(tasks) scan per
         # update batch, which made waiting for 100k tasks cost more than running them).
         by_count = state is None and return_when == "all"
-        with self._cond:
+        with self._word.waiting(), self._cond:
             pending = [t for t in tasks if t.state not in targets]
             while pending:
                 if return_when == "any" and len(pending) < len(tasks):

@@ -1,0 +1,116 @@
+"""A simulated pilot's CPU model: what the agent's own work costs its process, so that a
+saturated agent (or root) shows in a prediction. The costs, their defaults and the checks of
+the part of a launch model that gives them (the key "cpu" of `launch_model`: a dict or the
+JSON file's object) -- here, beside the launch model (_launch_costs.py), so that the
+description (checked at submit, client side) and the simulated agent (agent/simulation.py,
+whose CpuModel charges them) import neither each other.
+
+Costs are CPU seconds of the process that pays them (agent/simulation.py says when each is
+charged):
+    frame_s          a frame the agent receives or sends: a Submit from the client, a launch
+                     frame to a node executor (one per node per launch round), a node's exit
+                     frame (one per node per instant its tasks end), the Updates frame of a
+                     round that finds the process idle (a round that arrives while it is
+                     busy joins the round in progress: no frame of its own)
+    accept_s         a task accepted (checked, queued, bound to its partition)
+    launch_s         a task placed and launched (besides its frames or its spawn)
+    end_s            a task's end reaped, released, finalized and reported
+    spawn_s          a task whose launcher process the agent spawns itself (every launch
+                     method but the node executors' "nodes" and "pmi"): spawn and reap
+    idle_s           CPU seconds per second the process spends idle (its loop, the client's
+                     heartbeats): its work runs on what is left
+    beat_per_node_s  CPU seconds per second per node executor it serves (heartbeats both
+                     ways, one per node per beat_s = 1 s): off without node executors
+    route_s          subagents only: the root's cost per frame from the client it routes
+                     (a Submit goes on whole to the sub-agents of its tasks)
+    scale            every cost above times this (an agent core faster than the one fitted:
+                     < 1; 0: the agent's work costs no time, as before issue 48)
+    subagents        false: one agent process (one CPU timeline); true: each partition has a
+                     sub-agent process of its own (its own timeline, its own nodes'
+                     heartbeats) under a root charged route_s per routed frame
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._errors import show
+
+CPU_KEY = "cpu"  # its key in a launch model (no launch method has this name)
+
+CPU_COSTS = (
+    "frame_s",
+    "accept_s",
+    "launch_s",
+    "end_s",
+    "spawn_s",
+    "idle_s",
+    "beat_per_node_s",
+    "route_s",
+    "scale",
+)
+CPU_FLAGS = ("subagents",)
+
+# Fitted from the real agent (issue 48; the lead's measurements of the agent's CPU per
+# process, on this machine's cores):
+#   one task per frame, tasks spread over many node executors: 131 us of agent CPU per task
+#     (~70 us of it messaging: CURVE/ZeroMQ I/O 38-45 us, Python send/receive ~26 us)
+#   many tasks per frame: 30-40 us per task      -> accept + launch + end = 35 us
+#   one host, null tasks (spawned): 102-109 us    -> spawn_s = 105 - 35 = 70 us
+#   idle, per node executor (1 s beats both ways): ~13 ms/s + 38 us per node per second
+# Each one-task frame costs the agent five frames (its Submit, the launch frame to its node,
+# the node's exit frame, the Updates frame after the launch and after the end): frame_s =
+# (131 - 35) / 5 = 19.2 us (the round's own loop overhead included). The split of the 35 us
+# over accept / launch / end was not measured (placement is in launch). route_s: a root
+# receives a frame and sends it on whole, two frames (sub-agents do not exist yet: a design
+# figure, not a measurement).
+DEFAULT_CPU: dict[str, Any] = {
+    "frame_s": 19.2e-6,
+    "accept_s": 10e-6,
+    "launch_s": 15e-6,
+    "end_s": 10e-6,
+    "spawn_s": 70e-6,
+    "idle_s": 0.013,
+    "beat_per_node_s": 38e-6,
+    "route_s": 38.4e-6,
+    "scale": 1.0,
+    "subagents": False,
+}
+
+
+def check_cpu(costs: Any) -> str | None:
+    """Why this "cpu" part of a launch model is unusable, or None."""
+    if not isinstance(costs, dict):
+        return f"{CPU_KEY!r}: its costs must be a dict"
+    for k, v in costs.items():
+        if not isinstance(k, str) or k not in CPU_COSTS + CPU_FLAGS:
+            return (
+                f"{CPU_KEY}.{show(k, 60)}: unknown cost (expected "
+                f"{', '.join(CPU_COSTS + CPU_FLAGS)})"
+            )
+        if k in CPU_FLAGS:
+            if not isinstance(v, bool):
+                return f"{CPU_KEY}.{k} = {show(v, 60)}: must be true or false"
+            continue
+        try:  # (math.isfinite of an int too large for a float raises OverflowError)
+            bad = (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v < 0
+            )
+        except OverflowError:
+            bad = True
+        if bad:
+            return f"{CPU_KEY}.{k} = {show(v, 60)}: must be a finite number >= 0"
+        if k == "idle_s" and v >= 1:
+            return f"{CPU_KEY}.{k} = {show(v, 60)}: must be < 1 (CPU seconds per second)"
+    return None
+
+
+def load_cpu(costs: dict | None) -> dict[str, Any]:
+    """The defaults, overridden by `costs` (checked already)."""
+    out = dict(DEFAULT_CPU)
+    out.update(costs or {})
+    return out

@@ -1,0 +1,220 @@
+"""Simulated pilots (agent/simulation.py), issue 48: the clock waits for the client's word
+(a burst of submits is one virtual instant however slowly the client sends it), and the
+agent's own work takes CPU time (CpuModel; costs: pilotfish/_cpu_costs.py), so a saturated
+agent caps the predicted throughput and sub-agents (one CPU per partition) lift it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import pilotfish as pf
+from pilotfish import _cpu_costs
+from pilotfish._events import read_all_events
+from pilotfish.agent.simulation import CpuModel, Timeline
+from pilotfish.client import submit
+
+
+def simulated(session, **kw):
+    pmgr = pf.PilotManager(session)
+    kw.setdefault("runtime", "1000h")
+    pilot = pmgr.submit_pilots(pf.PilotDescription(resource="simulated", **kw))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+    return pilot, tmgr
+
+
+def times(task):
+    return dict(zip(task._hist[::2], task._hist[1::2]))
+
+
+# -- the client's word ----------------------------------------------------------------------
+def test_a_burst_arrives_at_one_instant_however_slow_the_client(session):
+    """Three submits of one burst, 0.3 s of real time apart (the clock used to run after
+    0.1 s of the client's silence: the second batch arrived when the first had ended, 5
+    virtual seconds later), then a wait: every task arrives at one virtual instant."""
+    pilot, tmgr = simulated(
+        session, nodes=2, cores_per_node=2, launch_model={"direct": {"latency_s": 0.0}}
+    )
+    tasks = []
+    for _ in range(3):
+        tasks += tmgr.submit_tasks(
+            [pf.TaskDescription(executable="w", duration=5) for _ in range(4)]
+        )
+        time.sleep(0.3)  # a slow client (or a loaded machine) between two submits
+    assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 12
+    arrived = {times(t)[pf.AGENT_SCHEDULING] for t in tasks}
+    assert len(arrived) == 1, sorted(arrived)
+    # and the clock ran once the client waited: three waves of 4 on 4 cores
+    ends = sorted(times(t)[pf.DONE] for t in tasks)
+    assert ends[-1] - min(arrived) == pytest.approx(15.0, abs=0.1)
+
+
+def test_callbacks_chain_tasks_back_to_back_in_virtual_time(session):
+    """Each task submitted from a callback of the one before (the client waits throughout):
+    with nothing else to run the clock stays where the last one ended, so the chain of six
+    minute-long tasks takes six virtual minutes -- and no real seconds of a held clock."""
+    pilot, tmgr = simulated(
+        session, nodes=1, cores_per_node=2, launch_model={"direct": {"latency_s": 0.0}}
+    )
+    more = []
+
+    def chain(task, state):
+        if state == pf.DONE and len(more) < 5:
+            more.append(tmgr.submit_tasks(pf.TaskDescription(executable="w", duration=60)))
+
+    tmgr.register_callback(chain)
+    first = tmgr.submit_tasks(pf.TaskDescription(executable="w", duration=60))
+    t0 = time.monotonic()
+    while len(more) < 5 or more[-1].state not in pf.FINAL:
+        tmgr.wait_tasks(timeout=1.5)
+        assert time.monotonic() - t0 < 1.5 * 6, "the clock stayed held"
+    assert times(more[-1])[pf.DONE] - times(first)[pf.EXECUTING] == pytest.approx(360, abs=1)
+
+
+def test_the_word_follows_every_submit_made_while_the_client_waits():
+    """submit.Word alone (a recording bridge): a waiter says the word to the manager's live
+    simulated pilots (no other); a submit while one waits says it again after its frames
+    (a callback's, another thread's), none while nobody waits."""
+    sent = []
+
+    class Bridge:
+        def send(self, uid, frame):
+            sent.append((uid, frame))
+
+    class Plane:
+        bridge = Bridge()
+
+    class Pilot:
+        def __init__(self, uid, simulated, state):
+            self.uid, self.simulated, self.state = uid, simulated, state
+
+    word = submit.Word(
+        Plane(),
+        {
+            "a": Pilot("a", True, pf.ACTIVE),
+            "b": Pilot("b", False, pf.ACTIVE),
+            "c": Pilot("c", True, pf.DONE),
+        },
+    )
+    word.submitted()
+    assert sent == []
+    with word.waiting():
+        assert sent == [("a", submit.Word.WAITING)]
+        word.submitted()
+        assert sent == [("a", submit.Word.WAITING)] * 2
+    word.submitted()
+    assert len(sent) == 2
+
+
+def test_a_client_that_never_waits_is_heard_by_its_silence(session):
+    """A client that polls states instead of waiting never says its word: the clock runs
+    WORD_SILENCE_S of real time after its last submit."""
+    from pilotfish.agent.simulation import WORD_SILENCE_S
+
+    pilot, tmgr = simulated(session, nodes=1, cores_per_node=1)
+    t = tmgr.submit_tasks(pf.TaskDescription(executable="w", duration=3600))
+    t0 = time.monotonic()
+    while t.state not in pf.FINAL:
+        assert time.monotonic() - t0 < WORD_SILENCE_S + 20, t.state
+        time.sleep(0.05)
+    assert t.state == pf.DONE and time.monotonic() - t0 >= WORD_SILENCE_S - 0.5
+
+
+# -- the agent's CPU --------------------------------------------------------------------------
+COSTS = {
+    "frame_s": 20e-6,
+    "accept_s": 10e-6,
+    "launch_s": 15e-6,
+    "end_s": 10e-6,
+    "idle_s": 0.0,
+    "beat_per_node_s": 0.0,
+    "route_s": 40e-6,
+}
+NODES = {"startup_s": 0.0, "startup_per_node_s": 0.0, "latency_s": 0.0}
+
+
+def one_task_frames(session, monkeypatch, partitions=1, subagents=False, n=3000):
+    """n tasks of 20 ms, one per Submit frame, on 1,000 one-core nodes through node
+    executors (no launch latency): tasks per virtual second, first arrival -> last end."""
+    monkeypatch.setattr(submit, "SUBMIT_BATCH", 1)
+    pilot, tmgr = simulated(
+        session,
+        nodes=1000,
+        cores_per_node=1,
+        node_executors=True,
+        partitions=partitions,
+        launch_model={"nodes": NODES, "cpu": dict(COSTS, subagents=subagents)},
+    )
+    tasks = tmgr.submit_tasks([pf.TaskDescription(executable="w", duration=0.02) for _ in range(n)])
+    assert set(tmgr.wait_tasks(timeout=120)) == {pf.DONE}
+    pilot.cancel()
+    pilot.wait(timeout=60)
+    ev = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+    arrive = [e[0] for e in ev if e[2] == pf.AGENT_SCHEDULING and e[1].startswith("task.")]
+    done = [e[0] for e in ev if e[2] == pf.DONE and e[1].startswith("task.")]
+    assert len(arrive) == len(done) == len(tasks)
+    return n / (max(done) - min(arrive))
+
+
+def test_one_task_frames_are_capped_by_the_agents_cpu_and_sub_agents_lift_it(session, monkeypatch):
+    """Each task costs one agent: its Submit frame and accept (30 us), its launch and its
+    node's launch frame (35 us), its end and its node's exit frame (30 us): 95 us, at most
+    ~10,500 tasks/s of virtual time (before issue 48 the agent's work took no time: 20 ms
+    tasks on 1,000 cores ran at up to 50,000/s). Four partitions in one agent change
+    nothing; four sub-agents (a CPU each, a root routing the frames at 40 us each) lift it."""
+    cap = 1 / (COSTS["frame_s"] * 3 + COSTS["accept_s"] + COSTS["launch_s"] + COSTS["end_s"])
+    one = one_task_frames(session, monkeypatch)
+    assert 0.8 * cap < one <= 1.001 * cap, (one, cap)
+    parts = one_task_frames(session, monkeypatch, partitions=4)
+    assert parts == pytest.approx(one, rel=0.1)
+    subs = one_task_frames(session, monkeypatch, partitions=4, subagents=True)
+    assert subs > 1.4 * one, (subs, one)
+    # the root's frames now cap it: 3,000 x 40 us, then each sub-agent's quarter of the rest
+    assert subs <= 1 / COSTS["route_s"], subs
+
+
+def test_timeline_is_first_come_first_served_at_its_idle_speed():
+    tl = Timeline("agent", 0.5)  # half its CPU goes to heartbeats: work takes twice as long
+    assert tl.run(1.0, 0.1) == pytest.approx(1.2)
+    assert tl.run(1.1, 0.1) == pytest.approx(1.4)  # given while busy: after the work before
+    assert tl.run(2.0, 0.0) == pytest.approx(2.0)
+    assert tl.run(3.0, 0.05) == pytest.approx(3.1)
+    assert tl.busy == pytest.approx(0.25)
+
+
+def test_heartbeats_of_node_executors_load_their_process():
+    class P:
+        def __init__(self, index, n):
+            self.index, self.nodes = index, [None] * n
+
+    costs = _cpu_costs.load_cpu(None)
+    one = CpuModel(costs, [P(0, 5000), P(1, 5000)], node_executors=True)
+    assert one.lines[0].speed == pytest.approx(1 - 0.013 - 10_000 * 38e-6)
+    subs = CpuModel(dict(costs, subagents=True), [P(0, 5000), P(1, 5000)], node_executors=True)
+    assert [tl.speed for tl in subs.lines] == pytest.approx([1 - 0.013 - 5000 * 38e-6] * 2)
+    assert subs.root is not None and subs.root.speed == pytest.approx(1 - 0.013)
+    assert CpuModel(costs, [P(0, 10_000)], node_executors=False).lines[0].speed == pytest.approx(
+        1 - 0.013
+    )
+
+
+@pytest.mark.parametrize(
+    "cpu, why",
+    [
+        ({"speed": 1}, "cpu.'speed': unknown cost"),
+        ({"frame_s": -1}, "cpu.frame_s = -1: must be a finite number >= 0"),
+        ({"frame_s": float("nan")}, "must be a finite number >= 0"),
+        ({"idle_s": 1.0}, "cpu.idle_s = 1.0: must be < 1"),
+        ({"subagents": 1}, "cpu.subagents = 1: must be true or false"),
+        ({"scale": True}, "cpu.scale = True: must be a finite number >= 0"),
+        ([1, 2], "'cpu': its costs must be a dict"),
+    ],
+)
+def test_bad_cpu_models_are_rejected(cpu, why):
+    with pytest.raises(pf.DescriptionError) as e:
+        pf.PilotDescription(resource="simulated", launch_model={"cpu": cpu})
+    assert e.value.field == "launch_model" and why in str(e.value), str(e.value)
