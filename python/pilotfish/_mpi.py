@@ -81,23 +81,42 @@ def check_world(MPI, error: type[Exception] = RuntimeError) -> None:
 
 # -- failure reasons (issue 41, papercut 10) --------------------------------------------------
 
-PMIX_MISMATCH = "unsupported PMI version PMIx"  # MPICH's MPI_Init under a PMIx launcher
+PMIX_MISMATCH = "unsupported PMI version PMIx"  # MPICH's MPI_Init in a PMIx environment
+# Open MPI's MPI_Init without a PMIx server (help topic no-pmi; its text, or the topic's name
+# where the wheel's help files are not found)
+NO_PMIX = ("requires access to a local PMIx server", "about:\n    no-pmi")
+
+
+def _lib(prefix: str | None, name: str, family: str) -> str:
+    lib = os.path.join(prefix or sys.prefix, "lib", name)
+    return lib if os.path.exists(lib) else f"<{family}'s prefix>/lib/{name}"
 
 
 def libmpi_hint(stderr: str, prefix: str | None = None) -> str | None:
-    """The fix when a rank's stderr shows MPICH's libmpi started by Open MPI's / PRRTE's
-    launcher (mpirun, prterun, a DVM): which MPI4PY_LIBMPI to set, or which launcher to use.
-    None for any other stderr."""
-    if not stderr or PMIX_MISMATCH not in stderr:
+    """The fix when a rank's stderr shows an MPI library started where it cannot join its
+    task's world: MPICH's libmpi in a PMIx environment (Open MPI's mpirun / PRRTE, or the
+    pilot's guard on plain processes: launch/mpi_route.py), or Open MPI's without a PMIx
+    server. None for any other stderr."""
+    if not stderr:
         return None
-    lib = os.path.join(prefix or sys.prefix, "lib", "libmpi.so.40")
-    where = lib if os.path.exists(lib) else "<Open MPI's prefix>/lib/libmpi.so.40"
-    return (
-        "this is MPICH's libmpi under Open MPI's launcher (mpirun / PRRTE speak PMIx, MPICH "
-        f"does not): set MPI4PY_LIBMPI={where} in the task's environment (for mpi4py; a "
-        "compiled program: link it against Open MPI), or run it with launcher='mpiexec' "
-        "(MPICH's hydra) or srun --mpi=pmi2"
-    )
+    if PMIX_MISMATCH in stderr:
+        return (
+            "this is MPICH's libmpi in a PMIx environment: Open MPI's launcher (mpirun, "
+            "prrte) started it, or the pilot started the ranks as plain processes, not "
+            "knowing the program was MPI; MPICH speaks PMI, not PMIx: set "
+            f"MPI4PY_LIBMPI={_lib(prefix, 'libmpi.so.40', 'Open MPI')} in the task's "
+            "environment under mpirun/prrte (for mpi4py; a compiled program: link it against "
+            "Open MPI), or run it with launcher='pmi' (the pilot's own PMI), 'mpiexec' "
+            "(MPICH's hydra) or 'srun' (--mpi=pmi2)"
+        )
+    if any(m in stderr for m in NO_PMIX):
+        return (
+            "this is Open MPI's libmpi without a PMIx server: its ranks were not started by "
+            "PRRTE (plain processes, the pilot's own PMI, hydra, or srun without pmix), so "
+            "they cannot form one world: run it with launcher='prrte' (or 'mpirun'), or for "
+            f"mpi4py set MPI4PY_LIBMPI={_lib(prefix, 'libmpi.so.12', 'MPICH')} to use MPICH"
+        )
+    return None
 
 
 def stderr_tail(stderr: str, limit: int) -> str:

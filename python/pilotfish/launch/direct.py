@@ -9,6 +9,11 @@ node of the pilot is this machine:
     NodeHostname=<this host>) is how a single machine emulates a cluster -- as the project's
     test Slurm does -- and such nodes are all this machine. Asked once, when the launcher
     is made; on a real cluster the answer names other hosts and direct is refused.
+
+A multi-rank task's ranks are plain processes, so no MPI world: a program known to be MPI is
+refused at build, and every rank of any other gets SINGLETON_GUARD, which makes an MPI library
+the pilot did not recognise fail in MPI_Init instead of running as a singleton
+(launch/mpi_route.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import socket
 
 from .._wire import RankSlot, TaskSpec
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env, probe
+from .mpi_check import plain_guard
 
 
 def local_names() -> set[str]:
@@ -63,4 +69,8 @@ class Direct(LaunchMethod):
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         argv = payload_argv(task)
-        return [ProcSpec(argv, placement_env(task, slots, r), r) for r in range(len(slots))]
+        guard = plain_guard(self.name, task, sandbox) if len(slots) > 1 else None
+        procs = [ProcSpec(argv, placement_env(task, slots, r), r) for r in range(len(slots))]
+        for p in procs if guard else ():
+            p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
+        return procs

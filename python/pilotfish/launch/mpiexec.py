@@ -23,6 +23,10 @@ Inside a Slurm allocation hydra starts its proxies with `srun`; SLURM_OVERLAP=1 
 own environment lets that step share CPUs with the pilot's other steps (else it waits for
 CPUs the pilot already gave to other tasks; the pilot's placement is the accounting).
 
+One world: a multi-rank Open MPI program (PMIx only: hydra serves PMI) is refused at build
+(launch/mpi_route.py); a Python program that did not choose its library gets
+MPI4PY_LIBMPI=<prefix>/lib/libmpi.so.12.
+
 options: mpiexec (command), ignore_sigpipe (default True).
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 from .._wire import RankSlot, TaskSpec
 from .base import LaunchMethod, ProcSpec, by_node, compose_env, probe, rank_wrapped
+from .mpi_check import one_world
 from .mpirun import host_list
 
 IGNORE_SIGPIPE = ["env", "--ignore-signal=PIPE"]
@@ -61,6 +66,7 @@ class Mpiexec(LaunchMethod):
         )
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
+        task = one_world(self.name, task, sandbox)  # (mpi_route.py)
         ordered = by_node(slots)
         payload, placement = rank_wrapped(task, ordered, MPICH_RANK)
         env = compose_env(task, placement)

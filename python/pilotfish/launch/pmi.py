@@ -10,10 +10,12 @@ PMI_JOBID (the KVS name, which Slurm's libpmi2 also asks for). Ranks are numbere
 order of first appearance (`by_node`, as `--host h1:n1,h2:n2` launchers number them), so
 MPICH's PMI_process_mapping is a few blocks.
 
-Open MPI does not speak this protocol (it needs PMIx): its tasks keep the PRRTE DVM (README,
-"Launchers"). A rank that ends without speaking PMI at all -- a program that is not of the
-MPICH ABI, routed here by `launcher="pmi"` -- fails its task naming it (agent/pmi_worlds.py):
-never N singletons.
+Open MPI does not speak this protocol (it needs PMIx): a task that names no launcher goes to
+a PRRTE DVM (launch/mpi_route.py), and one of a known Open MPI program that names `pmi` is
+refused at build; a Python program that did not choose its library gets MPI4PY_LIBMPI=<its
+prefix>/lib/libmpi.so.12. A rank that ends without speaking PMI at all -- a program the pilot
+could not read, routed here by `launcher="pmi"` -- fails its task naming it
+(agent/pmi_worlds.py): never N singletons.
 
 options: init_timeout (seconds a rank may take to reach PMI init; default 60).
 """
@@ -34,6 +36,7 @@ from .base import (
     placement_env,
 )
 from .direct import remote_nodes
+from .mpi_check import one_world
 
 INIT_TIMEOUT_S = 60.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
@@ -81,6 +84,7 @@ class Pmi(LaunchMethod):
         return True
 
     def build(self, task, slots, sandbox) -> list[ProcSpec]:
+        task = one_world(self.name, task, sandbox)  # (an Open MPI program: refused)
         ordered = by_node(slots)
         size = len(ordered)
         uid = _UNSAFE.sub("_", task.uid)[-120:]

@@ -47,6 +47,11 @@ origin) goes in the ranks' environment, exported by name (`-x PILOTFISH_NOTE_TOK
 bash (or notes=False) the payload is run as before and only stderr evidence makes a launch
 retryable.
 
+One world: a multi-rank task whose program is of the MPICH ABI (it speaks PMI, not PMIx: its
+ranks would not form one world here) is refused at build, before it reaches the DVM; a Python
+program that did not choose its library gets MPI4PY_LIBMPI=<its prefix>/lib/libmpi.so.40,
+exported by name like every task variable (launch/mpi_route.py).
+
 Slots: the hostfile gives each node its core count (an emulated machine: `localhost
 slots=<all declared cores>`). Each rank takes one PRRTE slot whatever its cores, so the DVM
 never runs out before the pilot's own accounting does.
@@ -86,6 +91,7 @@ from .base import (
     rank_prelude,
     rank_wrapped,
 )
+from .mpi_check import one_world
 from .mpirun import MCA_DEFAULTS, OMPI_RANK, PRRTE_IN_SLURM, host_list, openmpi_env, prted_nodelist
 from .rank_notes import RankNotes, address_from_uri
 
@@ -358,6 +364,7 @@ class Prrte(SupervisedLaunchMethod):
 
     # -- launching -----------------------------------------------------------------------------
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
+        task = one_world(self.name, task, sandbox)  # (before the DVM: mpi_route.py)
         d = self.dvm
         ordered = by_node(slots)
         self._launch_seq += 1
