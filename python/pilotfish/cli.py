@@ -445,6 +445,17 @@ def _submit(session, tmgr, w, resume: bool) -> list:
 )
 @click.option("--runtime", default=None, help="Walltime of the simulated pilot (virtual).")
 @click.option(
+    "--subagents",
+    is_flag=True,
+    help="Each partition's agent work on a CPU of its own (a sub-agent under a root).",
+)
+@click.option(
+    "--cpu-scale",
+    type=click.FloatRange(min=0, max=1e6),
+    default=None,
+    help="The agent's CPU costs times this (a faster core: < 1; 0: its work costs no time).",
+)
+@click.option(
     "--sessions",
     type=_Path(file_okay=False),
     default=None,
@@ -474,13 +485,16 @@ def simulate(
     launcher,
     launch_model,
     runtime,
+    subagents,
+    cpu_scale,
     sessions,
     make_report,
     fit_dir,
     out_file,
 ) -> None:
     """Simulate WORKLOAD (YAML, as for `run`; every task needs `duration:`) on a virtual clock:
-    the real agent's scheduler, partitions and launch model, no process started.
+    the real agent's scheduler, partitions, launch model and CPU model (what its own work
+    costs it: a saturated agent shows), no process started.
 
     Prints the predicted TTX and utilization; the session directory is a normal one
     (`pilotfish report` works on it). With --fit SESSION_DIR: write the launch model of a real
@@ -527,6 +541,25 @@ def simulate(
     ):
         if value is not None:
             pd[key] = value
+    if subagents or cpu_scale is not None:  # the CPU model's part of the launch model
+        model = pd.get("launch_model")
+        if isinstance(model, str):
+            from ._launch_costs import read_launch_model
+
+            try:
+                model = read_launch_model(model)
+            except ValueError as e:
+                raise BadInput(f"launch_model: {e}") from None
+        model = dict(model or {})
+        cpu = model.get("cpu", {})
+        if isinstance(cpu, dict):  # (else the pilot's description says why not)
+            cpu = dict(cpu)
+            if subagents:
+                cpu["subagents"] = True
+            if cpu_scale is not None:
+                cpu["scale"] = cpu_scale
+            model["cpu"] = cpu
+        pd["launch_model"] = model
     if pd.get("runtime") == 3600.0 and runtime is None:
         pd["runtime"] = 1000 * 3600.0  # the default walltime is real-run sized: not a bound here
     if isinstance(pd.get("runtime"), float):  # checked seconds already: keep the unit

@@ -75,10 +75,12 @@ def test_callbacks_chain_tasks_back_to_back_in_virtual_time(session):
     assert times(more[-1])[pf.DONE] - times(first)[pf.EXECUTING] == pytest.approx(360, abs=1)
 
 
-def test_the_word_follows_every_submit_made_while_the_client_waits():
+def test_the_word_follows_every_submit_made_while_the_client_waits(monkeypatch):
     """submit.Word alone (a recording bridge): a waiter says the word to the manager's live
     simulated pilots (no other); a submit while one waits says it again after its frames
-    (a callback's, another thread's), none while nobody waits."""
+    (a callback's, another thread's); a submit nobody waits for says it SILENCE_S after the
+    call, unless another submit or a wait came first (their own word then)."""
+    monkeypatch.setattr(submit.Word, "SILENCE_S", 0.2)
     sent = []
 
     class Bridge:
@@ -87,41 +89,63 @@ def test_the_word_follows_every_submit_made_while_the_client_waits():
 
     class Plane:
         bridge = Bridge()
+        closed = False
+
+        def check_open(self):
+            if self.closed:
+                raise pf.SessionClosed("closed")
 
     class Pilot:
         def __init__(self, uid, simulated, state):
             self.uid, self.simulated, self.state = uid, simulated, state
 
+    plane = Plane()
     word = submit.Word(
-        Plane(),
+        plane,
         {
             "a": Pilot("a", True, pf.ACTIVE),
             "b": Pilot("b", False, pf.ACTIVE),
             "c": Pilot("c", True, pf.DONE),
         },
     )
-    word.submitted()
-    assert sent == []
+    said = ("a", submit.Word.WAITING)
     with word.waiting():
-        assert sent == [("a", submit.Word.WAITING)]
-        word.submitted()
-        assert sent == [("a", submit.Word.WAITING)] * 2
-    word.submitted()
-    assert len(sent) == 2
+        assert sent == [said]
+        with word.submitting():
+            pass
+        assert sent == [said] * 2
+    with word.submitting():
+        pass
+    time.sleep(0.1)
+    with word.submitting():  # the next submit of the burst, within SILENCE_S: no word yet
+        pass
+    time.sleep(0.15)
+    assert sent == [said] * 2
+    time.sleep(0.2)
+    assert sent == [said] * 3  # SILENCE_S after the last submit
+    with word.submitting():
+        pass
+    with word.waiting():  # a wait says it at once (no word of the timer's after it)
+        pass
+    time.sleep(0.3)
+    assert sent == [said] * 4
+    with word.submitting():
+        pass
+    plane.closed = True  # a closed session's timer says nothing
+    time.sleep(0.3)
+    assert sent == [said] * 4
 
 
 def test_a_client_that_never_waits_is_heard_by_its_silence(session):
-    """A client that polls states instead of waiting never says its word: the clock runs
-    WORD_SILENCE_S of real time after its last submit."""
-    from pilotfish.agent.simulation import WORD_SILENCE_S
-
+    """A client that polls states instead of waiting: its client says the word for it
+    Word.SILENCE_S of real time after its last submit call."""
     pilot, tmgr = simulated(session, nodes=1, cores_per_node=1)
     t = tmgr.submit_tasks(pf.TaskDescription(executable="w", duration=3600))
     t0 = time.monotonic()
     while t.state not in pf.FINAL:
-        assert time.monotonic() - t0 < WORD_SILENCE_S + 20, t.state
+        assert time.monotonic() - t0 < submit.Word.SILENCE_S + 20, t.state
         time.sleep(0.05)
-    assert t.state == pf.DONE and time.monotonic() - t0 >= WORD_SILENCE_S - 0.5
+    assert t.state == pf.DONE and time.monotonic() - t0 >= submit.Word.SILENCE_S - 0.1
 
 
 # -- the agent's CPU --------------------------------------------------------------------------
@@ -218,3 +242,37 @@ def test_bad_cpu_models_are_rejected(cpu, why):
     with pytest.raises(pf.DescriptionError) as e:
         pf.PilotDescription(resource="simulated", launch_model={"cpu": cpu})
     assert e.value.field == "launch_model" and why in str(e.value), str(e.value)
+
+
+def test_simulate_command_charges_the_agents_cpu_and_takes_sub_agents(tmp_path):
+    """`pilotfish simulate`: 5,000 one-millisecond tasks on 200 one-core nodes through node
+    executors (no launch latency) take 25 waves of 1 ms when the agent's work costs nothing
+    (--cpu-scale 0), ~75 us of its CPU each with the fitted defaults, and about a quarter of
+    that per partition with --subagents (4 partitions: four CPUs)."""
+    import subprocess
+    import sys
+
+    from pilotfish.analytics import analyze
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text("""
+pilot: {resource: simulated, nodes: 200, cores_per_node: 1, partitions: 4, node_executors: true,
+        launch_model: {nodes: {startup_s: 0, startup_per_node_s: 0, latency_s: 0}}}
+tasks:
+  - {count: 5000, executable: sim, duration: 0.001}
+""")
+    ttx = {}
+    for name, opts in (("free", ["--cpu-scale", "0"]), ("one", []), ("subs", ["--subagents"])):
+        r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "simulate", *opts,
+                            "--sessions", str(tmp_path / name), str(wl)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "5000 DONE" in r.stdout, r.stdout
+        (s,) = (tmp_path / name).iterdir()
+        ttx[name] = analyze(s).ttx
+    assert ttx["free"] == pytest.approx(0.025, abs=0.002), ttx
+    assert 0.3 < ttx["one"] < 0.5, ttx  # 5,000 x (accept, launch, end, two node frames)
+    assert ttx["subs"] < 0.4 * ttx["one"], ttx
+    r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "simulate", "--cpu-scale", "-1",
+                        str(wl)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--cpu-scale" in r.stderr, r.stderr

@@ -422,7 +422,7 @@ class Agent:
                 last_asked = real
                 self._doors_said()
                 requests(self.sandbox, self._explain)
-            if sim and self.word.may_run(real):
+            if sim and not self.word.held:
                 self._sim_jump()
         return self._shutdown()
 
@@ -443,11 +443,8 @@ class Agent:
 
     def _sim_timeout(self) -> int:
         """poll() timeout (ms) of a simulated pilot: none while the clock may jump to a next
-        event; else until the client's word (or its silence) lets it, or a while."""
-        held = self.word.wait_s(self.clock.real_mono())
-        if held > 0:
-            return min(100, int(held * 1000) + 1)
-        return 0 if self._next_event() < math.inf else 100
+        event; else a while (for the client's word, or something to do)."""
+        return 100 if self.word.held or self._next_event() == math.inf else 0
 
     def _sim_jump(self) -> None:
         nxt = self._next_event()
@@ -480,7 +477,7 @@ class Agent:
         except Exception:  # a bug must not cost the pilot: log it, keep serving
             log.exception("handling %s failed", type(msg).__name__)
         if self.sim:  # the client's word; the frame's CPU (simulation.py)
-            self.word.heard(msg, self._last_heard)
+            self.word.heard(msg)
             self.cpu.heard(msg, self.table.tasks, self.clock.mono())
 
     def _on_message(self, msg) -> None:

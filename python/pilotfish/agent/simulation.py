@@ -12,11 +12,11 @@ swapped, as flux-core's job-exec swaps its exec implementation:
 
 The loop jumps the clock to the next event (a task's end, a launcher ready, a timer) as soon
 as everything due now is done -- but only on the client's word (ClientWord): a Submit holds
-the clock until the client says it waits (its Waiting message, sent by wait_tasks after
-everything it submitted), so that a burst of submissions arrives at one virtual instant
-however slowly the client sends it. A client that never waits that way (it polls) is heard
-by its silence: WORD_SILENCE_S of real time after its last Submit the clock runs anyway.
-Liveness (heartbeats, the client's silence) stays on real time.
+the clock until the client says it waits (its Waiting message: sent by wait_tasks after
+everything it submitted, or by the client itself a while after a submit call that no wait and
+no other submit followed), so that a burst of submissions arrives at one virtual instant
+however slowly the client sends it and however loaded the machine. Liveness (heartbeats, the
+client's silence) stays on real time.
 
 CPU model (CpuModel; the costs, their defaults fitted from the real agent and their checks:
 pilotfish/_cpu_costs.py; `launch_model={"cpu": {...}}` overrides them): the agent is a server
@@ -61,7 +61,6 @@ from .ports import Runner
 
 log = logging.getLogger("pilotfish.agent")
 
-WORD_SILENCE_S = 2.0  # real seconds after a Submit without the client's word: the clock runs
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 MIN_SPEED = 0.05  # a process whose idle load leaves less runs its work at this speed (logged)
 NODE_LAUNCHERS = ("nodes", "pmi")  # launches sent to node executors (no process spawned)
@@ -82,42 +81,20 @@ def next_event(runner: Any, table: Any, launchers: Any, clock: Any, drain_at: fl
 
 
 class ClientWord:
-    """When a simulated pilot's clock may run: a Submit holds it; the client's Waiting (it
-    waits for its tasks, after everything it sent) lets it go. Messages arrive in the order
-    they were sent, so the word comes after the last frame of a burst however long the
-    client took between them. Held WORD_SILENCE_S of real time after the last Submit without
-    a word, the clock runs anyway (a client that polls instead of waiting), said once."""
+    """When a simulated pilot's clock may run: a Submit holds it; the client's word (Waiting:
+    it waits for its tasks, or it said nothing for a while after its last submit: client/
+    submit.Word) lets it go. Messages arrive in the order they were sent, so the word comes
+    after the last frame of a burst however long the client took between them, and however
+    long this agent takes to handle them: no real time is measured here."""
 
     def __init__(self) -> None:
         self.held = False
-        self.since = 0.0  # real time of the last Submit
-        self.warned = False
 
-    def heard(self, msg: Any, real: float) -> None:
+    def heard(self, msg: Any) -> None:
         if isinstance(msg, _wire.Submit):
             self.held = True
-            self.since = real
         elif isinstance(msg, _wire.Waiting):
             self.held = False
-
-    def may_run(self, real: float) -> bool:
-        if not self.held:
-            return True
-        if real - self.since < WORD_SILENCE_S:
-            return False
-        if not self.warned:
-            self.warned = True
-            log.warning(
-                "the client submitted and said nothing for %gs: the virtual clock runs "
-                "without its word (a client that waits with wait_tasks keeps each burst of "
-                "submissions at one virtual instant)",
-                WORD_SILENCE_S,
-            )
-        return True
-
-    def wait_s(self, real: float) -> float:
-        """Real seconds until may_run() turns true by silence (0: it is true now)."""
-        return max(0.0, self.since + WORD_SILENCE_S - real) if self.held else 0.0
 
 
 class Timeline:

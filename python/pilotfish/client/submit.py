@@ -14,8 +14,9 @@ it pf.Executor, pilotfish.parsl and pilotfish.rp).
                                                   their manager's books
     send(encoded, tasks, plane, owner)            the frames queued to the bridge
 
-Word: the client's word to its simulated pilots -- it waits (TaskManager.wait_tasks) -- after
-which their virtual clocks may run (agent/simulation.py): a burst of submits is one instant.
+Word: the client's word to its simulated pilots -- it waits (TaskManager.wait_tasks), or it
+said nothing for a while after a submit -- after which their virtual clocks may run
+(agent/simulation.py): a burst of submits is one instant however slowly it is sent.
 
 All or nothing up to register: plan, encode and journal raise (a DescriptionError naming the
 task's index, field and value; a PilotfishError; the journal's SessionError) with no task
@@ -449,27 +450,47 @@ def send(encoded: Encoded, tasks: list, plane: SubmitPlane, owner: SubmitOwner) 
 class Word:
     """The client's word to its manager's simulated pilots (agent/simulation.py): a Submit
     holds a simulated pilot's clock until the client says it waits, so everything submitted
-    before a wait -- however slowly -- arrives at one virtual instant. A waiter is counted
-    before it says so, and a submit made while one waits (from a callback, another thread)
-    says it again after its frames: a word always follows the last frame sent."""
+    before a wait -- however slowly, however loaded the machine -- arrives at one virtual
+    instant. The word is said
+      - by a waiter (TaskManager.wait_tasks), counted before it says so;
+      - after a submit made while one waits (from a callback, another thread);
+      - SILENCE_S after a submit call that neither a wait nor another submit followed (a
+        client that polls states): the client's own silence, between its calls, not the
+        time its frames take to arrive.
+    Each word follows the frames of the submits before it (the bridge keeps their order)."""
 
     WAITING = _wire.encode(_wire.Waiting())
+    SILENCE_S = 2.0
 
     def __init__(self, plane: SubmitPlane, pilots: dict[str, PilotPort]) -> None:
         self._plane = plane
         self._pilots = pilots  # the manager's known pilots (shared)
         self._lock = threading.Lock()
         self._waiters = 0
+        self._timer: threading.Timer | None = None
+
+    def _simulated(self) -> list[PilotPort]:
+        return [p for p in list(self._pilots.values()) if p.simulated and p.state not in S.FINAL]
 
     def say(self) -> None:
+        try:
+            self._plane.check_open()
+        except PilotfishError:  # (a closed session's timer)
+            return
         bridge = self._plane.bridge
-        for p in list(self._pilots.values()):
-            if p.simulated and p.state not in S.FINAL:
-                bridge.send(p.uid, self.WAITING)
+        for p in self._simulated():
+            bridge.send(p.uid, self.WAITING)
+
+    def _disarm(self) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
 
     @contextlib.contextmanager
     def waiting(self):
         """Around a wait: the client waits."""
+        self._disarm()
         with self._lock:
             self._waiters += 1
         try:
@@ -479,10 +500,23 @@ class Word:
             with self._lock:
                 self._waiters -= 1
 
-    def submitted(self) -> None:
-        """After a submit's frames were queued."""
-        if self._waiters:
-            self.say()
+    @contextlib.contextmanager
+    def submitting(self):
+        """Around a submit call (its frames are queued inside it)."""
+        self._disarm()
+        try:
+            yield
+        finally:
+            if self._waiters:
+                self.say()
+            elif self._simulated():
+                timer = threading.Timer(self.SILENCE_S, self.say)
+                timer.daemon = True
+                with self._lock:
+                    old, self._timer = self._timer, timer
+                if old is not None:
+                    old.cancel()
+                timer.start()
 
 
 # -- a description as the wire and the journal have it ---------------------------------------

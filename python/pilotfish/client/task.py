@@ -300,8 +300,8 @@ class TaskManager:
 
         Raises DescriptionError (field, value, why) before anything is sent.
         """
-        with gc_paused():  # (a bulk submit builds objects by the thousand, none cyclic)
-            return self._submit_tasks(descriptions)
+        with gc_paused(), self._word.submitting():  # (gc: a bulk submit builds objects by
+            return self._submit_tasks(descriptions)  # the thousand, none cyclic)
 
     def _submit_tasks(self, descriptions):
         # the pipeline (submit.py): nothing is registered or sent unless every stage before
@@ -316,7 +316,6 @@ class TaskManager:
         submit.write_journal(encoded, plane)
         tasks = submit.register(plan, self, plane, session.events, self._routing)
         submit.send(encoded, tasks, plane, self)
-        self._word.submitted()
         return tasks[0] if single else tasks
 
     def make_tasks(
