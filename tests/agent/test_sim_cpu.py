@@ -33,24 +33,26 @@ def times(task):
 
 # -- the client's word ----------------------------------------------------------------------
 def test_a_burst_arrives_at_one_instant_however_slow_the_client(session):
-    """Three submits of one burst, 0.3 s of real time apart (the clock used to run after
-    0.1 s of the client's silence: the second batch arrived when the first had ended, 5
-    virtual seconds later), then a wait: every task arrives at one virtual instant."""
-    pilot, tmgr = simulated(
-        session, nodes=2, cores_per_node=2, launch_model={"direct": {"latency_s": 0.0}}
-    )
+    """Three submits of one burst, 0.3 s of real time apart, then a two-core task, then a
+    wait: every task arrives at one virtual instant (the clock used to run after 0.1 s of
+    the client's silence: the second batch arrived when the first had ended, 5 virtual
+    seconds later), and the burst is placed whole -- the big task first, as the policy
+    places the hardest first -- not by the real time its frames took to come."""
+    pilot, tmgr = simulated(session, nodes=2, cores_per_node=2,
+                            launch_model={"direct": {"latency_s": 0.0}})
     tasks = []
     for _ in range(3):
-        tasks += tmgr.submit_tasks(
-            [pf.TaskDescription(executable="w", duration=5) for _ in range(4)]
-        )
+        tasks += tmgr.submit_tasks([pf.TaskDescription(executable="w", duration=5)
+                                    for _ in range(4)])
         time.sleep(0.3)  # a slow client (or a loaded machine) between two submits
-    assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 12
-    arrived = {times(t)[pf.AGENT_SCHEDULING] for t in tasks}
+    big = tmgr.submit_tasks(pf.TaskDescription(executable="w", cores_per_rank=2, duration=5))
+    assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 13
+    arrived = {times(t)[pf.AGENT_SCHEDULING] for t in tasks + [big]}
     assert len(arrived) == 1, sorted(arrived)
-    # and the clock ran once the client waited: three waves of 4 on 4 cores
-    ends = sorted(times(t)[pf.DONE] for t in tasks)
-    assert ends[-1] - min(arrived) == pytest.approx(15.0, abs=0.1)
+    t0 = min(arrived)
+    assert times(big)[pf.EXECUTING] == pytest.approx(t0, abs=0.01)
+    # and the clock ran once the client waited: 70 core-seconds on 4 cores, in 5 s waves
+    assert max(times(t)[pf.DONE] for t in tasks) - t0 == pytest.approx(20.0, abs=0.1)
 
 
 def test_callbacks_chain_tasks_back_to_back_in_virtual_time(session):

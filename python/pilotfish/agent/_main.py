@@ -385,8 +385,10 @@ class Agent:
             table.reap()
             if table.stopping is not None:
                 break
-            table.schedule()
-            if elastic.rebalance_on:
+            placing = not (sim and self.word.held)  # (a simulated burst: placed whole, on its word)
+            if placing:
+                table.schedule()
+            if placing and elastic.rebalance_on:
                 moves = rebalance(self.partitions)
                 for p, moved in moves:
                     table.move_to(p, moved)
