@@ -99,6 +99,12 @@ def test_a_task_that_names_no_launcher_gets_the_path_of_its_mpi(hello, ompi):
     assert route(spec(hello), None, False, "prrte").launcher == "prrte"
     assert route(spec("/bin/hostname"), None, True, None).launcher is None
     assert route(spec("/bin/hostname"), None, False, "prrte").launcher is None
+    # what the pilot cannot read (an interpreter, a shell, a script) may be MPI: a pilot's
+    # MPI launcher takes it, not the shortcut to plain processes
+    assert route(spec(PY, ["-c", "print(1)"]), None, False, "prrte").launcher == "prrte"
+    assert route(spec("/bin/sh", ["-c", "./a.out"]), None, False, "srun").launcher == "srun"
+    assert route(spec(PY, ["-c", "print(1)"]), None, True, None).launcher is None
+    assert route(spec(PY, ["-c", "print(1)"]), None, False, "direct").launcher is None
 
 
 def test_a_launcher_refuses_an_mpi_it_cannot_make_one_world(hello, ompi):

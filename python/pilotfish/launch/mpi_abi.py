@@ -177,6 +177,10 @@ def python_prefixes(python: str, env: Mapping[str, Any] | None = None) -> list[s
     _site_prefixes): a venv's own; the user base when user site-packages are on; the base
     prefix of an interpreter that is not a venv's (never /usr)."""
     env = env or {}
+    home = str(env.get("HOME") or os.environ.get("HOME") or "")
+    key = ("prefixes", python, home, env.get("PYTHONUSERBASE"), env.get("PYTHONNOUSERSITE"))
+    if key in _cache:  # (an interpreter's prefixes do not move while the pilot runs)
+        return list(_cache[key])
     out: list[str] = []
     venv = None
     for d in (os.path.dirname(os.path.dirname(python)),):  # (a venv's bin/python is a link)
@@ -195,13 +199,12 @@ def python_prefixes(python: str, env: Mapping[str, Any] | None = None) -> list[s
             cfg = ""
         user_site = bool(re.search(r"include-system-site-packages\s*=\s*true", cfg, re.I))
     if user_site and not str(env.get("PYTHONNOUSERSITE", "")):
-        home = str(env.get("HOME") or os.environ.get("HOME") or "")
         base = str(env.get("PYTHONUSERBASE") or (os.path.join(home, ".local") if home else ""))
         if base:
             out.append(base)
     if venv is None and real != "/usr":
         out.append(real)
-    return [p for p in dict.fromkeys(out) if p != "/usr"]
+    return list(_remember(key, [p for p in dict.fromkeys(out) if p != "/usr"]))
 
 
 def mpi4py_library(python: str, env: Mapping[str, Any] | None = None) -> str | None:
@@ -314,6 +317,22 @@ def python_uses_mpi(python: str, arguments: Sequence[str], cwd: str | None) -> b
         script = a if os.path.isabs(a) or not cwd else os.path.join(cwd, a)
         return _names_mpi4py(script)
     return False
+
+
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "env")
+
+
+def opaque(executable: str) -> bool:
+    """Can a program run MPI that this module cannot see? A script (not ELF), a Python
+    interpreter or a shell -- not an ELF binary without libmpi (/bin/hostname)."""
+    path = executable if "/" in executable else shutil.which(executable)
+    if not path:
+        return True
+    if is_python(path) or is_python(os.path.realpath(path)):
+        return True
+    if os.path.basename(path) in _SHELLS or os.path.basename(os.path.realpath(path)) in _SHELLS:
+        return True
+    return elf_dynamic(path) is None
 
 
 def program_mpi(

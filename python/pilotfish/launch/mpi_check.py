@@ -50,8 +50,8 @@ def python_env(task: Any, kind: str) -> dict[str, str]:
 def _use_instead(kind: str) -> str:
     if kind == MPICH:
         return (
-            "name no launcher on a pilot that names none (the pilot's own PMI), or "
-            "launcher='pmi', 'mpiexec' or 'srun'"
+            "launcher='pmi' (the pilot's own PMI; what a task that names none gets on a "
+            "pilot that names none), 'mpiexec' or 'srun'"
         )
     return "launcher='prrte' (or 'mpirun')"
 
@@ -83,7 +83,7 @@ def check(method: str, task: Any, cwd: str | None = None) -> dict[str, str]:
     else:
         why = f"launcher '{method}' serves PMI, and {saw} speaks only PMIx"
     raise LaunchError(
-        f"a {saw} program ({task.executable}) cannot form one MPI world of "
+        f"an {saw} program ({task.executable}) cannot form one MPI world of "
         f"{task.ranks} ranks here ({why}: each would be a world of its own): use "
         f"{_use_instead(kind)}"
     )

@@ -8,18 +8,20 @@ copies of "rank 0 of 1" end DONE. The MPI is read from the program (launch/mpi_a
     ----------------+-------------------+-------------------+-------------------+--------------
     MPICH ABI       | one world         | one world (pmi2)  | refused at build  | refused
     Open MPI        | refused at build  | pmix, or refused  | one world         | refused
-    Python (mpi4py) | its lib: .so.12   | its own library   | its lib: .so.40   | refused
-    not known MPI   | as it is          | pmi2              | as it is          | guarded
+    Python, mpi4py  | its lib: .so.12   | its own library   | its lib: .so.40   | refused
+    not known MPI   | as it is (*)      | pmi2              | as it is (*)      | guarded
 
-(ssh: refused as direct, not guarded; "its lib": MPI4PY_LIBMPI=<prefix>/lib/libmpi.so.N
-where the task did not choose its library.)
+("its lib": MPI4PY_LIBMPI=<its prefix>/lib/libmpi.so.N where the task did not choose its
+library; (*) a Python program gets its lib too; ssh: refused as direct, not guarded.)
 
 - `route()` (the agent, when a task arrives): a multi-rank task of a known MPI that names no
   launcher is given the path of its MPI -- MPICH: `pmi` where the pilot routes there
   (agent/pmi_worlds.routes), Open MPI: `prrte` (a DVM the agent starts on first need) or
   else Open MPI's `mpirun`; on a pilot that names its launcher, that launcher, whose build
   says whether it can (the pilot's single-node shortcut to plain processes, `nodes`, never
-  takes a known MPI program).
+  takes a known MPI program). A program the pilot cannot read (a script, a Python
+  interpreter, a shell) goes to the launcher a pilot names when that is an MPI launcher --
+  it may be MPI; an ELF binary without libmpi (/bin/hostname) keeps the pilot's shortcut.
 - `check()` (launch/mpi_check.py, at each launch method's build): a program whose MPI cannot
   form one world through this launcher is refused before anything starts (LaunchError: the
   task FAILS naming the MPI it saw and the launcher to use). A Python program that did not
@@ -44,7 +46,9 @@ from typing import Any
 
 import msgspec
 
-from .mpi_abi import MPICH, program_mpi
+from .mpi_abi import MPICH, opaque, program_mpi
+
+MPI_LAUNCHERS = ("pmi", "mpiexec", "srun", "prrte", "mpirun")
 
 _openmpi_launcher: list[str | None] = []
 
@@ -74,6 +78,9 @@ def route(spec: Any, cwd: str | None, pmi: bool, pilot_launcher: str | None) -> 
         spec.executable or "", list(spec.arguments or ()), dict(spec.environment or {}), cwd
     )
     if kind is None:
+        if pilot_launcher in MPI_LAUNCHERS and opaque(spec.executable or ""):
+            # (a script or interpreter: MPI or not, the pilot's MPI launcher can tell)
+            return msgspec.structs.replace(spec, launcher=pilot_launcher)
         return spec
     if pilot_launcher:
         name: str | None = pilot_launcher
