@@ -222,7 +222,7 @@ class PmiWorlds:
             return
         w.failed, w.weak = why, weak
         if t.kill_reason is None or t.kill_reason[0] == S.FAILED:
-            if fatal:
+            if fatal and t.kill_reason is None:  # (the pilot's own kill keeps its reason)
                 t.kill_reason = (S.FAILED, why)  # (no retry: a wrong guess, not bad luck)
             elif t.kill_reason is None:
                 t.reason = f"{why}; the task's other ranks were killed" if t.running > 1 else why

@@ -31,11 +31,11 @@ from .._inert import one_line
 from .._mpi import stderr_reason
 from .._paths import task_cwd
 from .._staging import stage
+from ..launch.mpi_route import route as mpi_route
 from .checks import check_spec, misfit_reason
 from .containment import kill_marked
 from .executor import REASON_TAIL, signal_name
 from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
-from .pmi_worlds import route as pmi_route
 from .ports import CallPool, StopWhy, TaskEnded, Waiting
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
@@ -210,8 +210,11 @@ class TaskTable:
                 events.record(spec.uid, S.FAILED, "a task with this uid is already live", now)
                 continue
             try:
-                if spec.ranks > 1 and spec.launcher is None and self.pmi_route:
-                    spec = t.spec = pmi_route(spec, self.cwd_of(spec))  # MPICH ABI: "pmi"
+                if spec.ranks > 1 and spec.launcher is None and not self.sim:
+                    # one world per MPI task: its MPI's launcher (launch/mpi_route.py)
+                    spec = t.spec = mpi_route(
+                        spec, self.cwd_of(spec), self.pmi_route, self.desc.get("launcher")
+                    )
                 if spec.ranks > 1 and spec.launcher is None and self._mpi_launcher is not False:
                     spec = t.spec = self._with_mpi_launcher(spec)
                 problem = check_spec(spec, shapes, self.tasks_dir, self.sandbox, self.misfits)
