@@ -18,7 +18,7 @@ executor's additions). What the agent sends (spawn specs) the executor checks sp
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 import msgspec
 
@@ -88,24 +88,53 @@ class Spawn(msgspec.Struct, tag="spawn", array_like=True):
 PmiKey = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]  # pmi.KEYLEN_MAX
 PmiValue = Annotated[str, msgspec.Meta(max_length=1024)]  # pmi.VALLEN_MAX
 PmiKeys = Annotated[dict[PmiKey, PmiValue], msgspec.Meta(max_length=1 << 16)]
+# keys and values of one part of a fence, bytes (each key also costs pmi.ENTRY_COST): a
+# fence's keys travel in parts of at most this, both ways, each next part pulled by its
+# receiver (agent/pmi_fence.py) -- no frame holds more, whatever the number of keys
+PMI_PART_BYTES = 128 * 1024
+
+
+class PmiPart(msgspec.Struct, tag="part", array_like=True):
+    """A fence step: one part of a node's keys (node -> agent) or of the union of every node's
+    (agent -> node); more: further parts follow, each sent when the receiver pulls it."""
+
+    keys: PmiKeys
+    more: bool = False
+
+
+class PmiPull(msgspec.Struct, tag="pull", array_like=True):
+    """A fence step: send part `part` (0: the first) of what you are sending me."""
+
+    part: Count
+
+
+PmiStep = Union[PmiPart, PmiPull]
+if TYPE_CHECKING:  # (for the checker: what the executor's PMI server hands over to send)
+    EncodedStep = Any
+else:
+    EncodedStep = msgspec.Raw  # a PmiStep, encoded: agent/pmi_fence.py decodes it
 
 
 class PmiFence(msgspec.Struct, tag="pmi_fence", array_like=True):
-    """node -> agent: every rank of this world on the node entered fence `epoch`; the keys they
-    put since the last one. One message per node per fence, whatever its ranks."""
+    """node -> agent: every rank of this world on the node entered fence `epoch`; keys: a
+    PmiStep, encoded (msgspec.Raw) -- the first part of the keys they put since the last
+    fence, the next part when the agent pulls it, or a pull of the union's next part. The
+    agent decodes the step itself, so a step it cannot accept fails that world at once,
+    naming why (agent/pmi_fence.py)."""
 
     kvsname: Name
     epoch: Count
-    keys: PmiKeys
+    keys: EncodedStep
 
 
 class PmiFenceDone(msgspec.Struct, tag="pmi_done", array_like=True):
-    """agent -> node: every node of the world arrived at fence `epoch`: the union of their
-    keys (the ranks are answered, and served gets from it)."""
+    """agent -> node: merged, a PmiStep, encoded -- a part of the union of every node's keys
+    of fence `epoch` (the last one completes it: the ranks are answered, and served gets
+    from it), or a pull of the node's next part."""
 
     kvsname: str
     epoch: int
-    merged: dict[str, str]
+    merged: EncodedStep
 
 
 class PmiFail(msgspec.Struct, tag="pmi_fail", array_like=True):

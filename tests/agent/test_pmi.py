@@ -36,8 +36,12 @@ TIMEOUT = 60  # generous: a world of 4 forms in ~0.1 s
 
 def _compile(out: Path, src: str, cc: list[str], libs: list[str]) -> str:
     exe = out / Path(src).stem
-    r = subprocess.run(cc + ["-O1", "-o", str(exe), str(PROGS / src)] + libs,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        cc + ["-O1", "-o", str(exe), str(PROGS / src)] + libs,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return str(exe)
 
@@ -71,20 +75,28 @@ class Owner:
         self._parts: dict[tuple[str, int], list[dict]] = {}
 
     def server(self, **kw) -> PmiServer:
-        s = PmiServer(on_fence=self.on_fence, on_abort=self.on_abort, on_error=self.on_error,
-                      on_lost=self.on_lost, **kw)
+        s = PmiServer(
+            on_fence=self.on_fence,
+            on_abort=self.on_abort,
+            on_error=self.on_error,
+            on_lost=self.on_lost,
+            **kw,
+        )
         self.servers.append(s)
         return s
 
     def add(self, server, kvsname, size, local, argv, env=None, outdir=None, **kw):
         job = server.add_job(kvsname, size, local, **kw)
         self.jobs.setdefault(kvsname, []).append(job)
-        files = {r: open(outdir / f"{kvsname}.{r}.out", "wb") for r in job.ranks} \
-            if outdir else {}
+        files = {r: open(outdir / f"{kvsname}.{r}.out", "wb") for r in job.ranks} if outdir else {}
         try:
-            procs = spawn_local(job, argv, env,
-                                stdout=(lambda r: files[r]) if files else subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+            procs = spawn_local(
+                job,
+                argv,
+                env,
+                stdout=(lambda r: files[r]) if files else subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         finally:
             for f in files.values():  # the ranks hold their own copies
                 f.close()
@@ -129,8 +141,9 @@ class Owner:
 
     def run(self, timeout=TIMEOUT) -> None:
         procs = [p for d in self.procs.values() for p in d.values()]
-        assert wait_local(self.servers, procs, timeout, on_exit=self.on_exit), \
+        assert wait_local(self.servers, procs, timeout, on_exit=self.on_exit), (
             f"ranks still running after {timeout} s; events {self.events}"
+        )
 
     def codes(self, kvsname) -> dict[int, int]:
         return {r: p.returncode for r, p in sorted(self.procs[kvsname].items())}
@@ -167,6 +180,7 @@ def _no_shm_left(jobs):
 
 # -- one node -------------------------------------------------------------------------------
 
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_c_world_forms_through_the_server(owner, mpi_hello, tmp_path, n):
@@ -176,8 +190,7 @@ def test_a_c_world_forms_through_the_server(owner, mpi_hello, tmp_path, n):
     assert owner.codes(kvs) == {r: 0 for r in range(n)}, owner.events
     assert owner.events == []
     for r, words in enumerate(_lines(tmp_path, kvs, n)):
-        assert words == ["rank", str(r), "size", str(n), "host", HOST, "sum",
-                         str(n * (n - 1) // 2)]
+        assert words == ["rank", str(r), "size", str(n), "host", HOST, "sum", str(n * (n - 1) // 2)]
     assert job.finished and not job.not_inited()
     # MPI_Init and MPI_Finalize fence (the wheel's libmpi: one each on one node); each fence
     # reached the owner once for the whole node, not once per rank
@@ -195,8 +208,15 @@ def test_an_mpi4py_world_forms_through_the_server(owner, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPAL_", "PRTE_", "PMIX_"))}
     env.pop("MPI4PY_MPIABI", None)
     env["MPI4PY_LIBMPI"] = str(LIBMPI)
-    owner.add(owner.server(), kvs, n, range(n), [sys.executable, str(PROGS / "mpi4py_hello.py")],
-              env=env, outdir=tmp_path)
+    owner.add(
+        owner.server(),
+        kvs,
+        n,
+        range(n),
+        [sys.executable, str(PROGS / "mpi4py_hello.py")],
+        env=env,
+        outdir=tmp_path,
+    )
     owner.run()
     assert owner.codes(kvs) == {r: 0 for r in range(n)}, owner.events
     for r, words in enumerate(_lines(tmp_path, kvs, n)):
@@ -210,14 +230,22 @@ def test_mpi_comm_spawn_is_refused_not_hung(owner, tmp_path):
     pytest.importorskip("mpi4py")
     kvs = _kvs("spawn")
     env = dict(os.environ, MPI4PY_LIBMPI=str(LIBMPI))
-    owner.add(owner.server(), kvs, 1, [0], [sys.executable, str(PROGS / "mpi4py_spawn.py")],
-              env=env, outdir=tmp_path)
+    owner.add(
+        owner.server(),
+        kvs,
+        1,
+        [0],
+        [sys.executable, str(PROGS / "mpi4py_spawn.py")],
+        env=env,
+        outdir=tmp_path,
+    )
     owner.run()
     assert owner.codes(kvs) == {0: 0}, owner.events
     assert _lines(tmp_path, kvs, 1)[0][:2] == ["spawn", "refused"]
 
 
 # -- two nodes: two servers, the test merging their fences --------------------------------------
+
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("layout", [[0, 0, 1, 1], [0, 1, 0, 1]], ids=["block", "cyclic"])
@@ -226,8 +254,18 @@ def test_two_nodes_form_one_world(owner, mpi_hello, tmp_path, layout):
     business cards through the owner's merge and talks between the halves over its netmod."""
     kvs = _kvs("two" + "".join(map(str, layout)))
     a, b = owner.server(), owner.server()
-    jobs = [owner.add(s, kvs, 4, [r for r in range(4) if layout[r] == i], [mpi_hello],
-                      outdir=tmp_path, node_of_rank=layout) for i, s in enumerate((a, b))]
+    jobs = [
+        owner.add(
+            s,
+            kvs,
+            4,
+            [r for r in range(4) if layout[r] == i],
+            [mpi_hello],
+            outdir=tmp_path,
+            node_of_rank=layout,
+        )
+        for i, s in enumerate((a, b))
+    ]
     assert jobs[0].attrs["PMI_process_mapping"] == pmi.process_mapping(layout)
     owner.run()
     assert owner.codes(kvs) == {r: 0 for r in range(4)}, owner.events
@@ -253,14 +291,28 @@ def test_process_mapping():
 
 # -- PMI-2 through Slurm's libpmi2 --------------------------------------------------------------
 
+
 def test_pmi2_through_a_real_client_one_node(owner, pmi2_hello, tmp_path):
     kvs = _kvs("p2")
     owner.add(owner.server(), kvs, 3, range(3), [pmi2_hello, "node", "0"], outdir=tmp_path)
     owner.run()
     assert owner.codes(kvs) == {0: 0, 1: 0, 2: 0}, owner.events
     for r, words in enumerate(_lines(tmp_path, kvs, 3)):
-        assert words == ["pmi2", "rank", str(r), "size", "3", "jobid", kvs, "got", "3", "map",
-                         "(vector,(0,1,3))", "node", "from-lowest"]
+        assert words == [
+            "pmi2",
+            "rank",
+            str(r),
+            "size",
+            "3",
+            "jobid",
+            kvs,
+            "got",
+            "3",
+            "map",
+            "(vector,(0,1,3))",
+            "node",
+            "from-lowest",
+        ]
 
 
 def test_pmi2_through_a_real_client_two_nodes(owner, pmi2_hello, tmp_path):
@@ -270,8 +322,15 @@ def test_pmi2_through_a_real_client_two_nodes(owner, pmi2_hello, tmp_path):
     layout = [0, 1, 0, 1]
     a, b = owner.server(), owner.server()
     for i, s in enumerate((a, b)):
-        owner.add(s, kvs, 4, [r for r in range(4) if layout[r] == i],
-                  [pmi2_hello, "node", str(i)], outdir=tmp_path, node_of_rank=layout)
+        owner.add(
+            s,
+            kvs,
+            4,
+            [r for r in range(4) if layout[r] == i],
+            [pmi2_hello, "node", str(i)],
+            outdir=tmp_path,
+            node_of_rank=layout,
+        )
     owner.run()
     assert owner.codes(kvs) == {r: 0 for r in range(4)}, owner.events
     for r, words in enumerate(_lines(tmp_path, kvs, 4)):
@@ -290,6 +349,7 @@ def test_pmi2_abort_names_the_rank_and_its_message(owner, pmi2_hello):
 
 
 # -- faults ---------------------------------------------------------------------------------
+
 
 @pytest.mark.mpi
 def test_mpi_abort_reaches_the_owner_with_the_rank(owner, mpi_hello):
@@ -326,9 +386,13 @@ def test_bad_lines_fail_their_job_only(owner, mpi_hello, tmp_path):
     owner.kill_on_fault = False  # to see each bad rank read EOF: the server closed it
     srv = owner.server()
     raw = [sys.executable, str(PROGS / "raw_pmi.py")]
-    bad = {"malformed": "neither a PMI-1 line", "oversized": "longer than 65536",
-           "oversized2": "frame of 999999 bytes", "early": "before init",
-           "liar": "fullinit as rank '1' on rank 0"}
+    bad = {
+        "malformed": "neither a PMI-1 line",
+        "oversized": "longer than 65536",
+        "oversized2": "frame of 999999 bytes",
+        "early": "before init",
+        "liar": "fullinit as rank '1' on rank 0",
+    }
     for mode in bad:
         owner.add(srv, _kvs(mode), 1, [0], raw + [mode])
     good = _kvs("good")
@@ -383,8 +447,11 @@ def test_a_merged_space_over_the_bound_fails_the_job():
         job.fence_done(epoch, {**new, **{f"k{i}": "v" * 500 for i in range(20)}})
 
     errors = []
-    srv = PmiServer(on_fence=on_fence, max_kvs_bytes=4096,
-                    on_error=lambda job, rank, why: errors.append((rank, why)))
+    srv = PmiServer(
+        on_fence=on_fence,
+        max_kvs_bytes=4096,
+        on_error=lambda job, rank, why: errors.append((rank, why)),
+    )
     job = srv.add_job(_kvs("merged"), 2, [0], node_of_rank=[0, 1])
     (proc,) = spawn_local(job, [sys.executable, str(PROGS / "raw_pmi.py"), "fence"]).values()
     try:
@@ -399,8 +466,9 @@ def test_a_merged_space_over_the_bound_fails_the_job():
 
 def test_a_rank_that_exits_without_finalize_is_reported_lost(owner):
     kvs = _kvs("lost")
-    job = owner.add(owner.server(), kvs, 2, range(2),
-                    [sys.executable, str(PROGS / "raw_pmi.py"), "lost"])
+    job = owner.add(
+        owner.server(), kvs, 2, range(2), [sys.executable, str(PROGS / "raw_pmi.py"), "lost"]
+    )
     owner.run()
     lost = [e[2] for e in owner.events if e[0] == "lost"]
     assert lost and set(lost) <= {0, 1}, owner.events
@@ -410,6 +478,7 @@ def test_a_rank_that_exits_without_finalize_is_reported_lost(owner):
 
 
 # -- what the owner may give -------------------------------------------------------------------
+
 
 def test_add_job_refuses_bad_arguments():
     srv = PmiServer()
@@ -440,28 +509,47 @@ def test_add_job_refuses_bad_arguments():
     srv.close()
 
 
-def test_a_kvsname_whose_shared_memory_is_left_is_refused(tmp_path):
+def test_a_kvsname_whose_shared_memory_is_left_gets_a_new_name(tmp_path):
     """A run killed before MPI_Finalize leaves /dev/shm/mpich_shm_<world id>_<node>; a new job
-    of the same name would open it and fail in MPI_Init (UCX: "failed to unpack address"),
-    so add_job refuses the name."""
+    of the same name would open it and fail in MPI_Init (UCX: "failed to unpack address") --
+    or share another user's planted file -- so add_job serves the job under a fresh name
+    (tests/agent/test_pmi_attacks.py: the attack)."""
     kvs = _kvs("stale")
     path = f"{pmi.SHM_DIR}/mpich_shm_{pmi.mpich_world_id(kvs):x}_0"
     Path(path).write_bytes(b"left by a killed run")
+    srv = PmiServer()
     try:
-        with pytest.raises(ValueError, match="exists"):
-            PmiServer().add_job(kvs, 1, [0])
+        job = srv.add_job(kvs, 1, [0])
+        assert (
+            job.kvsname == kvs and job.name.startswith(kvs + ".") and len(job.name) == len(kvs) + 33
+        ), job.name
+        assert not any(os.path.lexists(p) for p in job.shm_paths())
     finally:
+        srv.close()
         os.unlink(path)
 
 
 def test_rank_environment_drops_another_managers_variables():
     srv = PmiServer()
     job = srv.add_job(_kvs("env"), 2, [0, 1])
-    base = {"PATH": "/bin", "PMI_PORT": "h:1", "PMI_ID": "3", "PMIX_NAMESPACE": "x",
-            "PMI_HOSTNAME": "10.0.0.9", "PMI_RANK": "7", "KEEP": "1"}
+    base = {
+        "PATH": "/bin",
+        "PMI_PORT": "h:1",
+        "PMI_ID": "3",
+        "PMIX_NAMESPACE": "x",
+        "PMI_HOSTNAME": "10.0.0.9",
+        "PMI_RANK": "7",
+        "KEEP": "1",
+    }
     env = pmi.rank_environment(base, job, 1)
-    assert env == {"PATH": "/bin", "KEEP": "1", "PMI_FD": str(job.rank_fds[1]),
-                   "PMI_RANK": "1", "PMI_SIZE": "2", "PMI_JOBID": job.kvsname}
+    assert env == {
+        "PATH": "/bin",
+        "KEEP": "1",
+        "PMI_FD": str(job.rank_fds[1]),
+        "PMI_RANK": "1",
+        "PMI_SIZE": "2",
+        "PMI_JOBID": job.kvsname,
+    }
     job.close_rank_fds()
     with pytest.raises(ValueError, match="released"):
         job.env(0)
@@ -470,6 +558,7 @@ def test_rank_environment_drops_another_managers_variables():
 
 
 # -- through the Rust core: the path node executors take ----------------------------------------
+
 
 def _spawn_core(owner, core, server, kvsname, size, local, argv, outdir, **kw):
     """The ranks of one job on one server, spawned by the Rust core (one batch): each holds
@@ -481,8 +570,18 @@ def _spawn_core(owner, core, server, kvsname, size, local, argv, outdir, **kw):
     specs = []
     for r in job.ranks:
         fd, env = pmi.core_rank(job, r)
-        specs.append((r, argv, [f"{k}={v}" for k, v in env.items()], None,
-                      str(outdir / f"{kvsname}.{r}.out"), None, False, fd))
+        specs.append(
+            (
+                r,
+                argv,
+                [f"{k}={v}" for k, v in env.items()],
+                None,
+                str(outdir / f"{kvsname}.{r}.out"),
+                None,
+                False,
+                fd,
+            )
+        )
     try:
         out = core.spawn_batch(specs)
     finally:
@@ -505,8 +604,9 @@ def _serve_core(owner, core, pids, timeout=TIMEOUT) -> dict[int, int]:
             left = end - time.monotonic()
             if left <= 0:
                 core.kill(pids, signal.SIGKILL)
-                pytest.fail(f"ranks still running after {timeout} s: done {codes}, "
-                            f"events {owner.events}")
+                pytest.fail(
+                    f"ranks still running after {timeout} s: done {codes}, events {owner.events}"
+                )
             for fd, _ in sel.poll(min(left, 1.0)):
                 if fd in by_fd:
                     by_fd[fd].poll(0)
@@ -534,8 +634,17 @@ def test_a_world_forms_from_ranks_the_rust_core_spawns(owner, mpi_hello, tmp_pat
     servers = [owner.server() for _ in set(layout)]
     pids, jobs = [], []
     for i, s in enumerate(servers):
-        job, p = _spawn_core(owner, core, s, kvs, 2, [r for r in range(2) if layout[r] == i],
-                             [mpi_hello], tmp_path, node_of_rank=layout)
+        job, p = _spawn_core(
+            owner,
+            core,
+            s,
+            kvs,
+            2,
+            [r for r in range(2) if layout[r] == i],
+            [mpi_hello],
+            tmp_path,
+            node_of_rank=layout,
+        )
         jobs.append(job)
         pids += p
     assert _serve_core(owner, core, pids) == {0: 0, 1: 0}, owner.events

@@ -21,9 +21,18 @@ is that process manager for one node: it owns the server ends of one socketpair 
 Fences cost one message per node, not per rank: when every LOCAL rank of a job has entered a
 fence (barrier_in / kvs-fence) the server calls `on_fence(job, epoch, new_keys)` once, with the
 keys this node's ranks put since the last fence. The owner gathers every node's dict (the agent,
-over its node link) and calls `job.fence_done(epoch, merged)` with the union; the server then
-answers every local rank and serves gets from the merged space. A job whose ranks all live here
-needs no owner for that: without `on_fence` the server completes the fence itself.
+over its node link, in bounded parts: pmi_fence.py) and hands the union back -- whole,
+`job.fence_done(epoch, merged)`, or part by part, `job.fence_part(epoch, keys, more)`, each
+checked against the cap as it comes; the server then answers every local rank and serves gets
+from the merged space. A job whose ranks all live here needs no owner for that: without
+`on_fence` the server completes the fence itself.
+
+The name a job's ranks are told (`job.name`: get_my_kvsname, job-getid, PMI_JOBID) is its KVS
+name, of which MPICH names its shared memory on the node (mpich_world_id): a name whose files
+exist already -- planted by another user, or left by a killed run -- is never served (MPICH
+would open such a file rather than create its own); the job gets a fresh name instead, 128
+random bits, and so does every job added with fresh_name=True (the node executors' and the
+agent's: another user can predict none). The owner knows the job by its kvsname either way.
 
 Every input from a rank is bounded and checked: a PMI-1 line or PMI-2 frame over `max_line`
 bytes, a malformed one, a key or value over the advertised maxima, a KVS over `max_kvs_bytes`
@@ -57,6 +66,7 @@ import errno
 import logging
 import os
 import re
+import secrets
 import select
 import signal
 import socket
@@ -65,6 +75,8 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from .pmi_parse import PmiProtocolError, need, parse1, parse2, show
 
 log = logging.getLogger("pilotfish.pmi")
 
@@ -96,6 +108,7 @@ STALE_ENV = (
 STALE_PREFIXES = ("PMIX_",)
 
 SHM_DIR = "/dev/shm"
+NAME_TRIES = 16  # fresh names tried for a job whose name's shared memory exists
 
 # the descriptor a rank holds its connection as when the Rust core spawns it: the core's
 # pass_fd (`_core.Executor.spawn_batch`, a spec's 8th field) puts it there by default
@@ -104,10 +117,6 @@ RANK_FD = 3
 _KVSNAME_OK = re.compile(r"[A-Za-z0-9_.:+-]{1,%d}\Z" % (KVSNAME_MAX - 1))
 
 FenceFn = Callable[["PmiJob", int, dict], None]
-
-
-class PmiProtocolError(Exception):
-    """A rank broke the protocol: its job fails with this reason."""
 
 
 def process_mapping(node_of_rank: Sequence[int]) -> str:
@@ -230,7 +239,8 @@ class PmiJob:
         on_fence: FenceFn | None,
     ):
         self.server = server
-        self.kvsname = kvsname
+        self.kvsname = kvsname  # the owner's name of the job
+        self.name = kvsname  # the name its ranks are told (add_job: fresh where taken)
         self.size = size
         self.ranks = ranks
         self.appnum = appnum
@@ -240,6 +250,7 @@ class PmiJob:
         self.new: dict[str, str] = {}  # this node's puts since the last fence
         self.node_attrs: dict[str, str] = {}  # PMI-2 info-putnodeattr (this node only)
         self.kvs_bytes = 0
+        self.elsewhere = 0  # bytes of this fence the owner holds from other nodes (the cap's)
         self.epoch = 0
         self.arrived = 0
         self.fencing = False  # on_fence called, fence_done not yet
@@ -256,7 +267,7 @@ class PmiJob:
         """The shared-memory files MPICH makes for this job on this node (a run whose ranks
         were killed leaves them: 2 MiB each); close() removes them."""
         out = []
-        for wid in {mpich_world_id(self.kvsname), mpich_world_id(f"{self.kvsname}-1")}:
+        for wid in {mpich_world_id(self.name), mpich_world_id(f"{self.name}-1")}:
             for kind in ("shm", "vci"):
                 out.append(f"{SHM_DIR}/mpich_{kind}_{wid:x}_{self.node_id}")
         return out
@@ -279,7 +290,7 @@ class PmiJob:
             "PMI_FD": str(fd),
             "PMI_RANK": str(rank),
             "PMI_SIZE": str(self.size),
-            "PMI_JOBID": self.kvsname,
+            "PMI_JOBID": self.name,
         }
 
     def close_rank_fds(self) -> None:
@@ -304,10 +315,36 @@ class PmiJob:
         """Local ranks that have not sent their init yet (a launch timeout names them)."""
         return [r for r, c in self.conns.items() if not c.inited]
 
+    @property
+    def pending_bytes(self) -> int:
+        """What this node's ranks put since the last fence, bytes (as the cap counts them)."""
+        return self._new_bytes
+
+    def rank_exited(self, rank: int) -> str | None:
+        """Rank `rank`'s process ended: serve what it sent before, stop serving its connection
+        (whoever else holds its descriptor), and say what its state was -- "noinit" (it never
+        sent init), "lost" (it never finalized nor aborted), None (it did; or the job
+        failed or closed)."""
+        c = self.conns.get(rank)
+        if c is None or self.closed or self.failed is not None:
+            return None
+        self.server.settle(c)
+        state = None
+        if self.failed is None and not c.finalized and not c.aborted:
+            state = "lost" if c.inited else "noinit"
+        self.server.forget(c)
+        return state
+
     # -- for the owner ------------------------------------------------------------------------
     def fence_done(self, epoch: int, merged: Mapping[str, str]) -> None:
         """Complete fence `epoch` with `merged`: the union of every node's new keys of that
         epoch (a whole space is fine too). Answers every local rank in the fence."""
+        self.fence_part(epoch, merged, False)
+
+    def fence_part(self, epoch: int, keys: Mapping[str, str], more: bool) -> None:
+        """A part of fence `epoch`'s union, checked against the cap and added to the space as
+        it comes (over the cap: the job fails, naming it); the last one (more=False)
+        completes the fence and answers every local rank in it."""
         if self.closed or self.failed is not None:
             return  # the job ended while the other nodes were still arriving
         if not self.fencing or epoch != self.epoch:
@@ -320,7 +357,7 @@ class PmiJob:
                 )
             )
         add = 0
-        for k, v in merged.items():
+        for k, v in keys.items():
             old = self.kvs.get(k)
             add += len(v) - (len(old) if old is not None else -len(k) - ENTRY_COST)
         if self.kvs_bytes + add > self.server.max_kvs_bytes:
@@ -328,12 +365,15 @@ class PmiJob:
                 self,
                 None,
                 f"the key-value space would grow to "
-                f"{self.kvs_bytes + add} bytes after fence {epoch}, over "
+                f"{self.kvs_bytes + add} bytes in fence {epoch}, over "
                 f"max_kvs_bytes={self.server.max_kvs_bytes}",
             )
             return
-        self.kvs.update(merged)
+        self.kvs.update(keys)
         self.kvs_bytes += add
+        if more:
+            return
+        self.elsewhere = 0
         self.epoch += 1
         self.fencing = False
         self.arrived = 0
@@ -398,14 +438,20 @@ class PmiJob:
             )
         old = self.new.get(key)
         add = len(value) - (len(old) if old is not None else -len(key) - ENTRY_COST)
-        if self.kvs_bytes + add > self.server.max_kvs_bytes:
-            raise PmiProtocolError(
-                f"the key-value space is full ({self.kvs_bytes} bytes, "
-                f"max_kvs_bytes={self.server.max_kvs_bytes})"
-            )
+        self._room(add)
         self.new[key] = value
         self.kvs_bytes += add
         self._new_bytes += add
+
+    def _room(self, add: int) -> None:
+        """PmiProtocolError unless `add` more bytes fit the cap (with what the owner holds of
+        this fence from other nodes: the world's space is one)."""
+        if self.kvs_bytes + self.elsewhere + add > self.server.max_kvs_bytes:
+            there = f", {self.elsewhere} of them other nodes'" if self.elsewhere else ""
+            raise PmiProtocolError(
+                f"the key-value space is full ({self.kvs_bytes + self.elsewhere} "
+                f"bytes{there}, max_kvs_bytes={self.server.max_kvs_bytes})"
+            )
 
     def _get(self, key: str) -> str | None:
         v = self.attrs.get(key)
@@ -423,11 +469,7 @@ class PmiJob:
             )
         old = self.node_attrs.get(key)
         add = len(value) - (len(old) if old is not None else -len(key) - ENTRY_COST)
-        if self.kvs_bytes + add > self.server.max_kvs_bytes:
-            raise PmiProtocolError(
-                f"the key-value space is full ({self.kvs_bytes} bytes, "
-                f"max_kvs_bytes={self.server.max_kvs_bytes})"
-            )
+        self._room(add)
         self.node_attrs[key] = value
         self.kvs_bytes += add
         for c in self.conns.values():  # wake the ranks waiting for it
@@ -488,9 +530,14 @@ class PmiServer:
         universe_size: int | None = None,
         attrs: Mapping[str, str] | None = None,
         on_fence: FenceFn | None = None,
+        fresh_name: bool = False,
     ) -> PmiJob:
         """A job with `size` ranks of which `local_ranks` live on this node; one socketpair
         per local rank (job.rank_fds: the ends to hand to the ranks).
+
+        Its ranks are told job.name: kvsname, unless MPICH's shared memory of that name
+        exists on this node or a live job has its world id -- then, and always with
+        fresh_name, `<kvsname>.<128 random bits>`, drawn again while taken.
 
         node_of_rank: the node of every rank (any ids; needed when ranks live elsewhere, by
         default all on this node), for PMI_process_mapping. on_fence: this job's (else the
@@ -504,14 +551,6 @@ class PmiServer:
             )
         if kvsname in self._jobs:
             raise ValueError(f"kvsname={kvsname!r}: a job of that name is already served")
-        wid = mpich_world_id(kvsname)
-        for other in self._jobs.values():
-            if mpich_world_id(other.kvsname) == wid:
-                raise ValueError(
-                    f"kvsname={kvsname!r}: MPICH's world id {wid:x} is that of "
-                    f"live job {other.kvsname!r} (they would share shared "
-                    "memory); pick another name"
-                )
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size={size!r}: a positive int")
         ranks = tuple(sorted(local_ranks))
@@ -586,13 +625,7 @@ class PmiServer:
                 f"{sorted(here)}, not one node"
             )
         job.node_id = ids[here.pop()]
-        taken = [p for p in job.shm_paths() if os.path.lexists(p)]
-        if taken:  # a killed run of that name, or another pilot's job of the same world id
-            raise ValueError(
-                f"kvsname={kvsname!r}: {taken[0]} exists (a killed run of that "
-                "name, or another job of the same MPICH world id): pick another "
-                "name"
-            )
+        self._name(job, fresh_name)
         try:
             for r in ranks:
                 mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -609,8 +642,46 @@ class PmiServer:
         self._jobs[kvsname] = job
         return job
 
+    def _name(self, job: PmiJob, fresh: bool) -> None:
+        """job.name: its kvsname, or a fresh one (see add_job) -- never a name whose shared
+        memory exists here (MPICH would open another's file instead of creating its own) or
+        that shares a live job's world id."""
+        live = set()
+        for other in self._jobs.values():
+            live.update({mpich_world_id(other.name), mpich_world_id(f"{other.name}-1")})
+        for i in range(NAME_TRIES):
+            if i or fresh:
+                job.name = f"{job.kvsname[: KVSNAME_MAX - 34]}.{secrets.token_hex(16)}"
+            ids = {mpich_world_id(job.name), mpich_world_id(f"{job.name}-1")}
+            taken = [p for p in job.shm_paths() if os.path.lexists(p)]
+            if not taken and not ids & live:
+                return
+            log.warning(
+                "%s: %s (a killed run's, another job's or user's): serving it under a new name",
+                job.name,
+                taken[0] if taken else "its MPICH world id is a live job's",
+            )
+        raise ValueError(
+            f"kvsname={job.kvsname!r}: {NAME_TRIES} fresh names taken in a row "
+            f"({SHM_DIR} is flooded with MPICH's names)"
+        )
+
     def jobs(self) -> list[PmiJob]:
         return list(self._jobs.values())
+
+    def settle(self, c: _Conn) -> None:
+        """Serve what a rank sent that is not read yet (its process ended: what it said
+        before decides), at most 32 reads' worth."""
+        ready = select.poll()
+        ready.register(c.fd, select.POLLIN)
+        for _ in range(32):
+            if c.closed or not ready.poll(0):
+                return
+            self.on_readable(c.fd)
+
+    def forget(self, c: _Conn) -> None:
+        """Stop serving a rank's connection (its process ended)."""
+        self._close(c)
 
     # -- the loop -----------------------------------------------------------------------------
     def fileno(self) -> int:
@@ -694,14 +765,14 @@ class PmiServer:
             if len(buf) < 6:
                 if b"\n" in buf:
                     raise PmiProtocolError(
-                        f"malformed: {_show(bytes(buf))} is neither a "
+                        f"malformed: {show(bytes(buf))} is neither a "
                         "PMI-1 line (cmd=...) nor a PMI-2 frame"
                     )
                 return
             head = bytes(buf[:6])
             if not head.strip().isdigit():
                 raise PmiProtocolError(
-                    f"malformed: {_show(bytes(buf[:40]))} is neither a "
+                    f"malformed: {show(bytes(buf[:40]))} is neither a "
                     "PMI-1 line (cmd=...) nor a PMI-2 frame (6-digit "
                     "length)"
                 )
@@ -716,17 +787,17 @@ class PmiServer:
 
     def _line1(self, c: _Conn, raw: bytes) -> None:
         if self._trace:
-            log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, _show(raw))
+            log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, show(raw))
         try:
             line = raw.decode("ascii")
         except UnicodeDecodeError:
             raise PmiProtocolError(
-                f"malformed: a PMI-1 line that is not ASCII: {_show(raw)}"
+                f"malformed: a PMI-1 line that is not ASCII: {show(raw)}"
             ) from None
         if c.mcmd is not None or line.startswith("mcmd="):
             self._spawn1(c, line)
             return
-        kv = _parse1(line)
+        kv = parse1(line)
         cmd = kv.pop("cmd")
         job = c.job
         if not c.inited and cmd != "init":
@@ -760,18 +831,18 @@ class PmiServer:
         elif cmd == "get_appnum":
             self._reply1(c, "appnum", rc="0", appnum=str(job.appnum))
         elif cmd == "get_my_kvsname":
-            self._reply1(c, "my_kvsname", rc="0", kvsname=job.kvsname)
+            self._reply1(c, "my_kvsname", rc="0", kvsname=job.name)
         elif cmd == "get_universe_size":
             self._reply1(c, "universe_size", rc="0", size=str(job.universe_size))
         elif cmd == "put":
-            if kv.get("kvsname", job.kvsname) != job.kvsname:
+            if kv.get("kvsname", job.name) not in (job.name, job.kvsname):
                 self._reply1(c, "put_result", rc="-1", msg="unknown_kvsname")
                 return
-            job._put(_need(kv, "key", cmd), _need(kv, "value", cmd))
+            job._put(need(kv, "key", cmd), need(kv, "value", cmd))
             self._reply1(c, "put_result", rc="0")
         elif cmd == "get":
-            key = _need(kv, "key", cmd)
-            v = job._get(key) if kv.get("kvsname", job.kvsname) == job.kvsname else None
+            key = need(kv, "key", cmd)
+            v = job._get(key) if kv.get("kvsname", job.name) in (job.name, job.kvsname) else None
             if v is None:
                 self._reply1(c, "get_result", rc="-1", msg="key_not_found")
             else:
@@ -816,14 +887,14 @@ class PmiServer:
 
     def _frame2(self, c: _Conn, raw: bytes) -> None:
         if self._trace:
-            log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, _show(raw))
+            log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, show(raw))
         try:
             body = raw.decode("ascii")
         except UnicodeDecodeError:
             raise PmiProtocolError(
-                f"malformed: a PMI-2 frame that is not ASCII: {_show(raw)}"
+                f"malformed: a PMI-2 frame that is not ASCII: {show(raw)}"
             ) from None
-        kv = _parse2(body)
+        kv = parse2(body)
         cmd = kv.pop("cmd")
         thrid = kv.get("thrid")
         job = c.job
@@ -848,30 +919,31 @@ class PmiServer:
                 },
             )
         elif cmd == "job-getid":
-            self._reply2(c, "job-getid-response", thrid, jobid=job.kvsname)
+            self._reply2(c, "job-getid-response", thrid, jobid=job.name)
         elif cmd == "kvs-put":
-            job._put(_need(kv, "key", cmd), _need(kv, "value", cmd))
+            job._put(need(kv, "key", cmd), need(kv, "value", cmd))
             self._reply2(c, "kvs-put-response", thrid)
         elif cmd == "kvs-fence":
             job._arrive(c, thrid)
         elif cmd == "kvs-get":
             jid = kv.get("jobid")
-            v = job._get(_need(kv, "key", cmd)) if jid in (None, "", job.kvsname) else None
+            mine = jid in (None, "", job.name, job.kvsname)
+            v = job._get(need(kv, "key", cmd)) if mine else None
             if v is None:
                 self._reply2(c, "kvs-get-response", thrid, found="FALSE")
             else:
                 self._reply2(c, "kvs-get-response", thrid, found="TRUE", value=v)
         elif cmd == "info-getjobattr":
-            v = job.attrs.get(_need(kv, "key", cmd))
+            v = job.attrs.get(need(kv, "key", cmd))
             if v is None:
                 self._reply2(c, "info-getjobattr-response", thrid, found="FALSE")
             else:
                 self._reply2(c, "info-getjobattr-response", thrid, found="TRUE", value=v)
         elif cmd == "info-putnodeattr":
-            job._put_node_attr(_need(kv, "key", cmd), _need(kv, "value", cmd))
+            job._put_node_attr(need(kv, "key", cmd), need(kv, "value", cmd))
             self._reply2(c, "info-putnodeattr-response", thrid)
         elif cmd == "info-getnodeattr":
-            key = _need(kv, "key", cmd)
+            key = need(kv, "key", cmd)
             v = job.node_attrs.get(key)
             if v is not None:
                 self._reply2(c, "info-getnodeattr-response", thrid, found="TRUE", value=v)
@@ -925,7 +997,7 @@ class PmiServer:
         if c.closed:
             return
         if self._trace:
-            log.debug("%s rank %d <- %s", c.job.kvsname, c.rank, _show(data))
+            log.debug("%s rank %d <- %s", c.job.kvsname, c.rank, show(data))
         if c.outbuf:
             c.outbuf += data
         else:
@@ -994,84 +1066,6 @@ class PmiServer:
             log.warning("%s: %s: %s", job.kvsname, who, reason)
             if self.on_error is not None:
                 self.on_error(job, rank, reason)
-
-
-def _need(kv: dict[str, str], key: str, cmd: str) -> str:
-    v = kv.get(key)
-    if v is None:
-        raise PmiProtocolError(f"malformed: cmd={cmd} without {key}=")
-    return v
-
-
-def _parse1(line: str) -> dict[str, str]:
-    """`cmd=put kvsname=k key=a value=b` -> dict. Values are kept as they came (a backslash
-    escapes the next character in MPICH's reader; the ranks that read a value back unescape
-    it themselves), tokens split on unescaped spaces."""
-    if "\\" in line:
-        toks, cur, i = [], [], 0
-        while i < len(line):
-            ch = line[i]
-            if ch == "\\" and i + 1 < len(line):
-                cur.append(line[i : i + 2])
-                i += 2
-                continue
-            if ch == " ":
-                toks.append("".join(cur))
-                cur = []
-            else:
-                cur.append(ch)
-            i += 1
-        toks.append("".join(cur))
-    else:
-        toks = line.split(" ")
-    return _pairs(toks, "a PMI-1 line", line)
-
-
-def _parse2(body: str) -> dict[str, str]:
-    """`cmd=kvs-put;key=a;value=b;` -> dict; `;;` is a literal `;` in a value (Slurm's
-    libpmi2 escapes so)."""
-    if ";;" in body:
-        toks, cur, i = [], [], 0
-        while i < len(body):
-            ch = body[i]
-            if ch == ";":
-                if body.startswith(";;", i):
-                    cur.append(";")
-                    i += 2
-                    continue
-                toks.append("".join(cur))
-                cur = []
-            else:
-                cur.append(ch)
-            i += 1
-        if cur:
-            toks.append("".join(cur))
-    else:
-        toks = body.split(";")
-    return _pairs(toks, "a PMI-2 frame", body)
-
-
-def _pairs(toks: list[str], where: str, whole: str) -> dict[str, str]:
-    """key=value tokens -> dict (the first of a key wins); a token that is not key=value, or
-    no cmd=, is PmiProtocolError naming it."""
-    kv: dict[str, str] = {}
-    for t in toks:
-        if not t:
-            continue
-        k, eq, v = t.partition("=")
-        if not eq or not k:
-            raise PmiProtocolError(
-                f"malformed: token {_show(t.encode())} in {where} is not key=value"
-            )
-        kv.setdefault(k, v)
-    if not kv.get("cmd"):
-        raise PmiProtocolError(f"malformed: {where} without cmd=: {_show(whole.encode())}")
-    return kv
-
-
-def _show(b: bytes, limit: int = 80) -> str:
-    s = repr(b[:limit])[2:-1]
-    return s + (f"...({len(b)} bytes)" if len(b) > limit else "")
 
 
 # -- a local spawner: what a node executor does, with subprocess (tests, benches) -------------

@@ -10,13 +10,26 @@ timeout for PMI init, the job closed once its local ranks are reaped.
     pmi.spawned(kvsname)
     ... poll pmi.fileno(); pmi.poll(); pmi.tick() now and then; pmi.reaped(key) at each exit
 
-on_fence(kvsname, epoch, new_keys): this node's ranks all entered fence `epoch` (a world whose
-ranks all live here completes its fences itself: no owner round trip). on_fail(kvsname, rank,
-why, kind): the job cannot go on -- kind "abort" (MPI_Abort), "error" (a malformed or
-oversized PMI input, rank -1 for the job), "lost" (a rank closed its connection before
-finalize: it died), "noinit" (a rank ended without ever speaking PMI: not a program of the
-MPICH ABI), "timeout" (a rank did not reach PMI init in time). The job is not served after a
-failure; its ranks read EOF.
+Each node serves its part of a world under a name of its own, drawn fresh (128 random bits)
+for it -- the KVS name its ranks are told, of which MPICH names its shared memory on the node
+(/dev/shm/mpich_shm_<FNV-1a of it>_<node>): another user cannot predict one node's from
+another's nor the next world's, and a name whose shared memory exists gets a fresh one
+(pmi.PmiServer.add_job). The world's own name (kvsname) is what the owner and the node wire
+know it by.
+
+on_fence(kvsname, epoch, step): this node's ranks all entered fence `epoch` (a world whose
+ranks all live here completes its fences itself: no owner round trip). A node executor's
+(wire=True) sends its keys in bounded parts, each step an encoded PmiFence payload
+(pmi_fence.py): the first part at once, each next when the owner pulls it; the union comes
+back the same way, through fence_done. The agent's own (wire=False) hands its whole
+contribution over as a dict and takes the union's parts through fence_part.
+
+on_fail(kvsname, rank, why, kind): the job cannot go on -- kind "abort" (MPI_Abort), "error"
+(a malformed or oversized PMI input or fence step, rank -1 for the job), "lost" (a rank
+closed its connection or exited before finalize: it died), "noinit" (a rank ended without
+ever speaking PMI: not a program of the MPICH ABI -- judged when its process is reaped, from
+its connection's state then, whoever else holds its descriptor), "timeout" (a rank did not
+reach PMI init in time). The job is not served after a failure; its ranks read EOF.
 """
 
 from __future__ import annotations
@@ -25,7 +38,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from typing import Any
+
+from .. import _node_wire as W
 from .pmi import PmiJob, PmiServer, core_rank
+from .pmi_fence import FenceError, decode, part, pull, split
 
 log = logging.getLogger("pilotfish.pmi")
 
@@ -33,7 +50,7 @@ FailFn = Callable[[str, int, str, str], None]
 
 
 class _Local:
-    __slots__ = ("job", "keys", "left", "deadline", "timeout", "reported")
+    __slots__ = ("job", "keys", "left", "deadline", "timeout", "reported", "out", "got")
 
     def __init__(self, job: PmiJob, keys: dict[int, int], deadline: float, timeout: float):
         self.job = job
@@ -42,20 +59,24 @@ class _Local:
         self.deadline = deadline  # monotonic: every local rank must have sent init by then
         self.timeout = timeout
         self.reported = False  # a failure was reported (once per job)
+        self.out: list[dict[str, str] | None] = []  # this fence's parts, until pulled
+        self.got = 0  # parts of the union taken in this fence
 
 
 class NodePmi:
     def __init__(
         self,
         node: str,
-        on_fence: Callable[[str, int, dict], None],
+        on_fence: Callable[[str, int, Any], None],
         on_fail: FailFn,
         mono: Callable[[], float] = time.monotonic,
+        wire: bool = True,
     ):
         self.node = node
         self._on_fence = on_fence
         self._on_fail = on_fail
         self.mono = mono
+        self.wire = wire  # fences in encoded parts (a node executor's), or whole (the agent's)
         self.server = PmiServer(on_abort=self._abort, on_error=self._error, on_lost=self._lost)
         self.jobs: dict[str, _Local] = {}
         self.by_key: dict[int, str] = {}  # spawn key -> kvsname
@@ -90,6 +111,7 @@ class NodePmi:
             [r for r, _ in ranks],
             node_of_rank=node_of_rank,
             on_fence=None if alone else self._fence,
+            fresh_name=True,
         )  # (alone: the
         # server completes its fences itself, every rank is here)
         keys = {int(k): int(r) for r, k in ranks}
@@ -108,17 +130,52 @@ class NodePmi:
 
     def unspawned(self, kvsname: str, key: int) -> None:
         """A rank that could not be spawned: its end is closed with the others; counted as
-        reaped (it never ran)."""
-        self.reaped(key)
+        reaped (it never ran: its spawn failure names why, not its connection)."""
+        self.reaped(key, exited=False)
 
-    def fence_done(self, kvsname: str, epoch: int, merged: dict) -> None:
+    def fence_done(self, kvsname: str, epoch: int, step: Any) -> None:
+        """A fence step from the owner (the wire's PmiFenceDone payload): a part of the union
+        (the last completes the fence; while more follow, the next is pulled), or a pull of
+        this node's next part. A whole union as a dict completes the fence at once."""
+        loc = self.jobs.get(kvsname)
+        if loc is None or loc.job.failed is not None or loc.job.closed:
+            return
+        try:
+            s = decode(step, "the agent")
+            if isinstance(s, W.PmiPull):
+                self._send_part(loc, epoch, s.part)
+                return
+            self.fence_part(kvsname, epoch, s.keys, s.more)
+            if s.more and loc.job.failed is None:
+                loc.got += 1
+                self._on_fence(kvsname, epoch, pull(loc.got))
+            else:
+                loc.got = 0
+        except FenceError as e:
+            self._report(loc.job, -1, f"PMI error on {self.node}: {e}", "error")
+            loc.job.fail(str(e))
+
+    def fence_part(self, kvsname: str, epoch: int, keys: dict, more: bool) -> None:
+        """A part of fence `epoch`'s union for this node's job (the last one completes it)."""
         loc = self.jobs.get(kvsname)
         if loc is not None:
             try:
-                loc.job.fence_done(epoch, merged)
+                loc.job.fence_part(epoch, keys, more)
             except ValueError as e:  # a stale or doubled answer: the job fails, named
                 self._report(loc.job, -1, f"fence {epoch}: {e}", "error")
                 loc.job.fail(str(e))
+
+    def pending(self, kvsname: str) -> int:
+        """Bytes this node's ranks of the world have put and not fenced yet."""
+        loc = self.jobs.get(kvsname)
+        return loc.job.pending_bytes if loc is not None else 0
+
+    def elsewhere(self, kvsname: str, nbytes: int) -> None:
+        """The owner holds `nbytes` of the world's current fence from other nodes: they count
+        against the job's cap too (a local put that would pass it fails the world)."""
+        loc = self.jobs.get(kvsname)
+        if loc is not None:
+            loc.job.elsewhere = nbytes
 
     def fail(self, kvsname: str, why: str) -> None:
         """The owner gave up on the world (another rank, another node): stop serving it."""
@@ -127,13 +184,30 @@ class NodePmi:
             loc.reported = True
             loc.job.fail(why)
 
-    def reaped(self, key: int) -> None:
+    def reaped(self, key: int, exited: bool = True) -> None:
+        """A rank's process was reaped: its connection's state NOW decides -- a rank that never
+        sent init fails its job ("noinit"), one that did but never finalized is lost -- even
+        where another process (a child it left) still holds its descriptor; that connection
+        is not served any more."""
         kvsname = self.by_key.pop(key, None)
         if kvsname is None:
             return
         loc = self.jobs.get(kvsname)
         if loc is None:
             return
+        rank = loc.keys.get(key)
+        if rank is not None:
+            state = loc.job.rank_exited(rank)
+            if exited and state is not None and not loc.reported:
+                if state == "noinit":
+                    self._lost(loc.job, rank)
+                else:
+                    self._report(
+                        loc.job,
+                        rank,
+                        f"rank {rank} on {self.node} exited before MPI_Finalize",
+                        "lost",
+                    )
         loc.left.discard(key)
         if not loc.left:
             loc.job.close()  # (and MPICH's /dev/shm files of a killed run)
@@ -182,7 +256,26 @@ class NodePmi:
         self._on_fail(job.kvsname, rank, why, kind)
 
     def _fence(self, job: PmiJob, epoch: int, new: dict) -> None:
-        self._on_fence(job.kvsname, epoch, new)
+        if not self.wire:
+            self._on_fence(job.kvsname, epoch, new)
+            return
+        loc = self.jobs[job.kvsname]
+        loc.out = list(split(new))
+        loc.got = 0
+        self._send_part(loc, epoch, 0)
+
+    def _send_part(self, loc: _Local, epoch: int, i: int) -> None:
+        """Part i of this node's contribution to fence `epoch` (each is sent once, then let
+        go), or FenceError for a pull out of turn."""
+        out = loc.out
+        if epoch != loc.job.epoch or not 0 <= i < len(out) or out[i] is None:
+            raise FenceError(f"the agent pulled part {i} of fence {epoch}, which is not due")
+        keys = out[i]
+        out[i] = None
+        more = i < len(out) - 1
+        if not more:
+            loc.out = []
+        self._on_fence(loc.job.kvsname, epoch, part(keys or {}, more))
 
     def _abort(self, job: PmiJob, rank: int, code: int, message: str) -> None:
         self._report(

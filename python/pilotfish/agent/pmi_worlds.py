@@ -7,18 +7,22 @@ agent's node.
         agent's node: its NodePmi serves them; pass_fd = the rank's end (its descriptor 3)
         other nodes:  a PmiStart rides in the node's Spawn frame; its executor does the same
     rank: PMI init, put ... fence ──► its node's server (when ALL its local ranks arrived):
-        one PmiFence per node ──► PmiWorlds.on_fence ── every node of the world arrived? ──►
-        one PmiFenceDone per node (the union of the keys) ──► ranks answered, gets served
+        its keys in bounded parts, PmiFence ──► PmiWorlds.on_fence: each part counted against
+        the world's cap as it arrives (pmi_fence.Gather) ── every node of the world in? ──►
+        the union's parts, PmiFenceDone, to each node ──► ranks answered, gets served
     a world whose ranks all live on one node completes its fences there: no round trip
 
 Failures, each failing the task alone, naming the rank and its node, every other rank killed
 (SIGKILL) on every node: a rank that exits non-zero or is killed (reaped by its spawner:
 `rank_exit`), `MPI_Abort` (PMI abort, with its message), a malformed or oversized PMI input
-(that world only: bounded buffers, pmi.py), a rank that does not reach PMI init within the
-launch method's init_timeout, a rank that closes its connection before MPI_Finalize, and a
-node lost mid-task (`node_lost`). These end the task FAILED by its ranks' exits, so its
-retries apply. One more ends it FAILED without retries: a rank that ended without ever
-speaking PMI (a program not of the MPICH ABI) -- never N singletons ending DONE.
+(that world only: bounded buffers, pmi.py), a world whose keys and values, all nodes
+together, would pass max_kvs_bytes (the contribution that would, as it arrives: nothing is
+merged or sent back), a fence frame that cannot be accepted (at once), a rank that does not
+reach PMI init within the launch method's init_timeout, a rank that exits or closes its
+connection before MPI_Finalize, and a node lost mid-task (`node_lost`). These end the task
+FAILED by its ranks' exits, so its retries apply. One more ends it FAILED without retries: a
+rank that ended without ever speaking PMI (a program not of the MPICH ABI; judged when its
+process is reaped, whoever else still holds its descriptor) -- never N singletons ending DONE.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from .. import states as S
 from ..launch.direct import remote_nodes
 from ..launch.mpi_abi import MPICH, program_mpi
 from .executor import signal_name
+from .pmi import MAX_KVS_BYTES
+from .pmi_fence import FenceError, Gather
 from .pmi_node import NodePmi
 from .tasks import AgentTask
 
@@ -46,15 +52,14 @@ HERE = ""  # the place of ranks the agent spawns itself (its own node)
 
 
 class World:
-    __slots__ = ("task", "kvsname", "nodes", "places", "epoch", "fences", "failed", "weak")
+    __slots__ = ("task", "kvsname", "nodes", "places", "gather", "failed", "weak")
 
     def __init__(self, task: AgentTask, kvsname: str, nodes: tuple[str, ...], places: set[str]):
         self.task = task
         self.kvsname = kvsname
         self.nodes = nodes  # the node of every rank (rank order)
         self.places = places  # node executors serving its ranks; HERE: the agent
-        self.epoch = 0  # the fence the nodes arrive at next
-        self.fences: dict[str, dict] = {}  # place -> its keys, for the current epoch
+        self.gather: Gather | None = None  # its fences (pmi_fence.py), once prepared
         self.failed: str | None = None
         self.weak = False  # failed for a reason a rank's own exit may name better
 
@@ -66,13 +71,16 @@ class PmiWorlds:
         kill: Callable[[AgentTask], None],
         link: Any = None,
         mono: Callable[[], float] | None = None,
+        max_kvs_bytes: int = MAX_KVS_BYTES,
     ):
         """here: the name of the agent's node (in reasons); kill(task): SIGKILL every rank of
-        the task, wherever it runs; link: the node executors (agent/nodes.py), if any."""
+        the task, wherever it runs; link: the node executors (agent/nodes.py), if any;
+        max_kvs_bytes: a world's key-value space, all its nodes together."""
         self.kill = kill
         self.link = link
+        self.max_kvs_bytes = max_kvs_bytes
         kw = {"mono": mono} if mono is not None else {}
-        self.local = NodePmi(here, self._local_fence, self._local_fail, **kw)
+        self.local = NodePmi(here, self._local_fence, self._local_fail, wire=False, **kw)
         self.worlds: dict[str, World] = {}
         self.of_task: dict[str, World] = {}  # task uid -> its live world
         self.bad = 0  # node messages about worlds they do not serve (dropped)
@@ -105,6 +113,15 @@ class PmiWorlds:
             fds = {k: fd for k, (fd, _env) in got.items()}
         places = set(away) | ({HERE} if here else set())
         w = World(t, world.kvsname, world.nodes, places)
+        name = w.kvsname
+        w.gather = Gather(
+            places,
+            self.max_kvs_bytes,
+            send=lambda p, e, step: self._send(p, W.PmiFenceDone(name, e, step)),
+            local=lambda e, keys, more: self.local.fence_part(name, e, keys, more),
+            pending=lambda: self.local.pending(name),
+            name=lambda p: self._place_name(w, p),
+        )
         self.worlds[w.kvsname] = w
         self.of_task[t.spec.uid] = w
         starts = {
@@ -118,34 +135,38 @@ class PmiWorlds:
             self.local.spawned(k)
 
     # -- from the nodes' servers ----------------------------------------------------------------
-    def on_fence(self, place: str, kvsname: str, epoch: int, keys: dict) -> None:
+    def on_fence(self, place: str, kvsname: str, epoch: int, keys: Any) -> None:
+        """A fence step from a node executor (keys: a PmiStep, encoded) or the agent's own
+        ranks' whole contribution (a dict)."""
         w = self.worlds.get(kvsname)
-        if w is None or place not in w.places:
+        if w is None or place not in w.places or w.gather is None:
             self.bad += 1
             return
         if w.failed is not None:
             return
-        if epoch != w.epoch or place in w.fences:
-            self._fail(
-                w,
-                f"PMI error: node {place or 'of the agent'} entered fence {epoch} "
-                f"while the world is at fence {w.epoch}",
-                weak=False,
-            )
+        try:
+            w.gather.step(place, epoch, keys)
+        except FenceError as e:
+            self._fail(w, f"PMI error: {e}", weak=False)
             return
-        w.fences[place] = keys
-        if len(w.fences) < len(w.places):
-            return
-        merged: dict[str, str] = {}
-        for ks in w.fences.values():
-            merged.update(ks)
-        w.fences = {}
-        w.epoch += 1
-        for p in w.places:
-            if p == HERE:
-                self.local.fence_done(kvsname, epoch, merged)
-            elif self.link is not None:
-                self.link.send_to(p, W.PmiFenceDone(kvsname, epoch, merged))
+        if HERE in w.places and w.failed is None:  # (the agent's ranks' puts: what is left)
+            self.local.elsewhere(kvsname, w.gather.elsewhere())
+
+    def _send(self, place: str, msg: W.PmiFenceDone) -> None:
+        if self.link is not None:
+            self.link.send_to(place, msg)
+
+    def _place_name(self, w: World, place: str) -> str:
+        node = place or self.local.node
+        ranks = [r for r, n in enumerate(w.nodes) if n == node]
+        if not ranks:
+            return f"node {node}"
+        if len(ranks) == 1:
+            return f"node {node} (rank {ranks[0]})"
+        if ranks == list(range(ranks[0], ranks[-1] + 1)):
+            return f"node {node} (ranks {ranks[0]}-{ranks[-1]})"
+        more = f" +{len(ranks) - 4} more" if len(ranks) > 4 else ""
+        return f"node {node} (ranks {', '.join(map(str, ranks[:4]))}{more})"
 
     def on_fail(self, place: str, kvsname: str, rank: int, why: str, kind: str) -> None:
         w = self.worlds.get(kvsname)
@@ -183,6 +204,8 @@ class PmiWorlds:
         w = self.of_task.get(t.spec.uid)
         if w is not None and (w.failed is None or w.weak):
             w.failed, w.weak = why, False
+            if w.gather is not None:
+                w.gather.drop()
             self.local.fail(w.kvsname, why)
 
     def finished(self, t: AgentTask) -> None:
@@ -221,6 +244,8 @@ class PmiWorlds:
         if not first and weak:
             return
         w.failed, w.weak = why, weak
+        if w.gather is not None:
+            w.gather.drop()  # (what it held of the world's keys)
         if t.kill_reason is None or t.kill_reason[0] == S.FAILED:
             if fatal and t.kill_reason is None:  # (the pilot's own kill keeps its reason)
                 t.kill_reason = (S.FAILED, why)  # (no retry: a wrong guess, not bad luck)

@@ -23,8 +23,8 @@ options: init_timeout (seconds a rank may take to reach PMI init; default 60).
 from __future__ import annotations
 
 import itertools
-import os
 import re
+import secrets
 
 from .base import (
     LaunchError,
@@ -58,9 +58,6 @@ class Pmi(LaunchMethod):
                 f"launcher_options['pmi']['init_timeout']={self.init_timeout!r}: "
                 "a positive number of seconds"
             )
-        # KVS names: unique among the jobs that may share a node's /dev/shm (other pilots'
-        # too: MPICH names its shared memory after a hash of it)
-        self._tag = os.urandom(4).hex()
         self._seq = itertools.count(1)
 
     def begin(self, spawn=None) -> None:
@@ -88,8 +85,13 @@ class Pmi(LaunchMethod):
         ordered = by_node(slots)
         size = len(ordered)
         uid = _UNSAFE.sub("_", task.uid)[-120:]
+        # its KVS name: 128 fresh random bits (nobody else can predict it; each node's server
+        # also tells its ranks a fresh name of its own, of which MPICH names its shared memory
+        # there: agent/pmi_node.py)
         world = PmiWorld(
-            f"pf.{self._tag}.{uid}.{next(self._seq)}", size, tuple(s.node for s in ordered)
+            f"pf.{secrets.token_hex(16)}.{uid}.{next(self._seq)}",
+            size,
+            tuple(s.node for s in ordered),
         )
         argv = payload_argv(task)
         procs = []

@@ -7,7 +7,10 @@ MODE: malformed (init, then a line that is not PMI), oversized (init, then a put
 oversized2 (a PMI-2 frame that declares 999999 bytes), noread (init, then 20,000 requests
 without reading an answer), flood (init, then puts until refused), liar (PMI-2 fullinit as
 another rank), early (a command before init), fence (init, a put, a fence whose merged space
-the owner makes too big), lost (init, then exit 9 with no finalize).
+the owner makes too big), lost (init, then exit 9 with no finalize), bigput MB (init, MB MiB of
+puts of 1,000-byte values, a fence: the world's space is over its cap when several nodes do it),
+manykeys COUNT (every rank puts COUNT keys; a fence; each rank gets every rank's first and
+last key back, then finalizes: exit 0 when all were right).
 
 Each mode then reads until the server closes the connection and exits 0 when it did (the job
 was failed and its connections closed), 2 when an answer came where none should, 9 for `lost`.
@@ -107,4 +110,42 @@ if mode == "fence":
 if mode == "lost":
     init()
     sys.exit(9)
+
+
+def put(key: str, value: str) -> None:
+    send(f"cmd=put kvsname={kvs} key={key} value={value}\n".encode())
+    a = answer()
+    if b"rc=0" not in a:  # (refused: the server fails the job and closes us)
+        sys.exit(closed_by_server() if not a else f"put {key} answered {a!r}")
+
+
+def get(key: str) -> str:
+    send(f"cmd=get kvsname={kvs} key={key}\n".encode())
+    a = answer().decode()
+    if "rc=0" not in a:
+        sys.exit(f"get {key} answered {a!r}")
+    return a.split("value=", 1)[1].rstrip("\n")
+
+
+if mode == "bigput":
+    init()
+    value = "v" * 1000
+    for i in range(int(float(sys.argv[2]) * 1024 * 1024) // 1024):
+        put(f"b{rank}_{i}", value)
+    send(b"cmd=barrier_in\n")
+    sys.exit(2 if answer() else 0)  # 0: closed (the world failed) instead of barrier_out
+if mode == "manykeys":
+    init()
+    count, size = int(sys.argv[2]), int(os.environ["PMI_SIZE"])
+    for i in range(count):
+        put(f"r{rank}k{i}", f"value{i}x{rank}")
+    send(b"cmd=barrier_in\n")
+    a = answer()
+    if b"cmd=barrier_out" not in a or b"rc=0" not in a:
+        sys.exit(f"barrier answered {a!r}")
+    want = {f"r{r}k{i}": f"value{i}x{r}" for r in range(size) for i in (0, count - 1)}
+    got = {k: get(k) for k in want}
+    send(b"cmd=finalize\n")
+    answer()
+    sys.exit(0 if got == want else f"got {got}, want {want}")
 sys.exit(f"unknown mode {mode!r}")
