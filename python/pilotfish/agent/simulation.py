@@ -15,8 +15,12 @@ as everything due now is done -- but only on the client's word (ClientWord): a S
 the clock until the client says it waits (its Waiting message: sent by wait_tasks after
 everything it submitted, or by the client itself a while after a submit call that no wait and
 no other submit followed), so that a burst of submissions arrives at one virtual instant
-however slowly the client sends it and however loaded the machine. Liveness (heartbeats, the
-client's silence) stays on real time.
+however slowly the client sends it and however loaded the machine; until the word the loop
+accepts but does not place (_main), so the burst is placed whole, not in the rounds its
+frames happened to arrive in. The clock does not wait for the client to react to its news:
+what a callback submits on a task's end arrives at the instant the clock has reached by then
+(the same one while nothing else is due). Liveness (heartbeats, the client's silence) stays
+on real time.
 
 CPU model (CpuModel; the costs, their defaults fitted from the real agent and their checks:
 pilotfish/_cpu_costs.py; `launch_model={"cpu": {...}}` overrides them): the agent is a server
