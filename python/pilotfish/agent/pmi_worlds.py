@@ -226,6 +226,8 @@ class PmiWorlds:
         w = self.of_task.pop(t.spec.uid, None)
         if w is not None:
             self.worlds.pop(w.kvsname, None)
+            if w.gather is not None:
+                w.gather.drop()  # (now: its lambdas and the world make a cycle)
             self.local.fail(w.kvsname, "its task ended")  # (closed once its ranks are reaped)
 
     def tick(self) -> None:

@@ -10,7 +10,10 @@ another rank), early (a command before init), fence (init, a put, a fence whose 
 the owner makes too big), lost (init, then exit 9 with no finalize), bigput MB (init, MB MiB of
 puts of 1,000-byte values, a fence: the world's space is over its cap when several nodes do it),
 manykeys COUNT (every rank puts COUNT keys; a fence; each rank gets every rank's first and
-last key back, then finalizes: exit 0 when all were right).
+last key back, then finalizes: exit 0 when all were right), fenceput MB (as bigput, then a key
+of the next rank read back and finalize: exit 0 when the fence completed), getflood /
+unknownflood (init, then gets of a missing key / unknown commands, 64 in flight, answers
+read, until killed; every 10,000 answers one byte `.` on stdout).
 
 Each mode then reads until the server closes the connection and exits 0 when it did (the job
 was failed and its connections closed), 2 when an answer came where none should, 9 for `lost`.
@@ -134,6 +137,41 @@ if mode == "bigput":
         put(f"b{rank}_{i}", value)
     send(b"cmd=barrier_in\n")
     sys.exit(2 if answer() else 0)  # 0: closed (the world failed) instead of barrier_out
+if mode == "fenceput":
+    init()
+    value = "v" * 1000
+    n = int(float(sys.argv[2]) * 1024 * 1024) // 1024
+    for i in range(n):
+        put(f"b{rank}_{i}", value)
+    send(b"cmd=barrier_in\n")
+    a = answer()
+    if b"cmd=barrier_out" not in a or b"rc=0" not in a:
+        sys.exit(f"barrier answered {a!r}")
+    other = (rank + 1) % int(os.environ["PMI_SIZE"])
+    if n and get(f"b{other}_{n - 1}") != value:
+        sys.exit("a key of the next rank came back wrong")
+    send(b"cmd=finalize\n")
+    answer()
+    sys.exit(0)
+if mode in ("getflood", "unknownflood"):
+    init()
+    line = (
+        b"cmd=get kvsname=" + kvs.encode() + b" key=nokey\n"
+        if mode == "getflood"
+        else b"cmd=frobnicate\n"
+    )
+    done = 0
+    while send(line * 64):
+        got = 0
+        while got < 64:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                sys.exit(0)
+            got += chunk.count(b"\n")
+        done += 64
+        if done % 10048 == 0:
+            os.write(1, b".")
+    sys.exit(0)
 if mode == "manykeys":
     init()
     count, size = int(sys.argv[2]), int(os.environ["PMI_SIZE"])
