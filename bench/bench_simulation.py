@@ -2,8 +2,8 @@
 
     python bench/bench_simulation.py table2 [--nodes 256 512 1024 2048] [--partitions 1 2 8 32]
         [--node-executors] [--launcher prrte|pmi] [--model FILE] [--subagents] [--cpu-scale X]
-    python bench/bench_simulation.py throughput [--nodes 10000] [--tasks 100000] [--duration 1]
-        [--partitions 1 4 16 32] [--per-frame 2048] [--cpu-scale X]
+    python bench/bench_simulation.py throughput [--nodes 10000] [--cores 8] [--tasks 100000]
+        [--duration 1] [--partitions 1 4 16 32] [--per-frame 2048] [--cpu-scale X]
     python bench/bench_simulation.py reality --real DIR [--model FILE]
 
 table2   the seed-000 mix at the seed's own durations (90 % 1 rank x U[1,9] cores for
@@ -15,10 +15,11 @@ table2   the seed-000 mix at the seed's own durations (90 % 1 rank x U[1,9] core
          --subagents: each partition's agent work on a CPU of its own (a sub-agent under a
          root) instead of one agent's; --cpu-scale X: the agent's CPU costs times X (0: its
          work costs no time, as before issue 48).
-throughput  N one-core tasks of D seconds on single-core nodes through node executors (no
+throughput  N one-core tasks of D seconds on nodes of C cores through node executors (no
          launch latency): where the agent's CPU is what limits, tasks per second of virtual
          time for one agent (every P), then for P sub-agents, and with --cpu-scale 0 beside
-         them (what the simulation said before it charged the agent's CPU).
+         them (what the simulation said before it charged the agent's CPU). The defaults are
+         issue 48's run: 100,000 one-second tasks on 10,000 nodes of 8 cores.
 reality  the real 16-node PRRTE runs of `bench_partitions.py seed000 --keep DIR`, each
          simulated with the launch model fitted from its own events (`pilotfish simulate
          --fit`): TTX and RU real vs predicted, per partition count. --model FILE: simulate
@@ -216,9 +217,10 @@ def throughput(
     per_frame: int,
     model_file: str | None = None,
     cpu_scale: float | None = None,
+    cores: int = 8,
 ) -> None:
-    """Where the agent's CPU limits: n one-core tasks of `duration` s on `nodes` one-core
-    nodes through node executors that start at once and launch without latency; the client
+    """Where the agent's CPU limits: n one-core tasks of `duration` s on `nodes` nodes of
+    `cores` cores through node executors that start at once and launch without latency; the client
     sends `per_frame` tasks a Submit frame. Tasks per second of virtual time, first arrival
     -> last end, for one agent and for sub-agents per partition count, and (cpu_scale 0)
     with the agent's work costing no time."""
@@ -244,12 +246,20 @@ def throughput(
             continue
         model = with_cpu(base, subagents=sub, scale=scale)
         r = simulate(
-            nodes, p, tasks, model=model, gpus=0, cores=1, node_executors=True, launcher="direct"
+            nodes,
+            p,
+            tasks,
+            model=model,
+            gpus=0,
+            cores=cores,
+            node_executors=True,
+            launcher="direct",
         )
         print(
             json.dumps(
                 {
                     "nodes": nodes,
+                    "cores": cores,
                     "tasks": n,
                     "duration_s": duration,
                     "tasks_per_frame": per_frame,
@@ -336,6 +346,7 @@ def main() -> None:
         help="the agent's CPU costs times this (0: its work costs no time)",
     )
     ap.add_argument("--tasks", type=int, default=100_000, help="throughput: how many tasks")
+    ap.add_argument("--cores", type=int, default=8, help="throughput: cores per node")
     ap.add_argument("--duration", type=float, default=1.0, help="throughput: each task's s")
     ap.add_argument(
         "--per-frame",
@@ -376,6 +387,7 @@ def main() -> None:
             a.per_frame,
             a.model,
             a.cpu_scale,
+            a.cores,
         )
     else:
         if not a.real:
