@@ -96,6 +96,17 @@ NODES_START = "nodes_start"  # one launcher step starts executors; detail: "<n> 
 NODE_UP = "node_up"  # an executor said hello; detail: "<node> <host> <pid>"
 NODE_LOST = "node_lost"  # detail: "<node> <why>": its tasks fail, nothing more goes there
 
+# The allocation policy (client/autoalloc.py): its uid ("alloc.0000"), a held task's own
+ALLOC_POLICY = "alloc_policy"  # it starts; detail: JSON of its template's resource and limits
+ALLOC_SUBMIT = "alloc_submit"  # an allocation requested; detail: "<pilot> (<n> nodes): why"
+ALLOC_FAIL = "alloc_fail"  # a request that failed; detail: "<pilot>: the batch system's words"
+ALLOC_PAUSE = "alloc_pause"  # no more requests after failures in a row; detail: why
+ALLOC_RESUME = "alloc_resume"  # requests again (AutoAlloc.resume)
+ALLOC_END = "alloc_end"  # an idle pilot ended (drained); detail: "<pilot>: why"
+ALLOC_CANCEL = "alloc_cancel"  # a queued pilot no longer needed; detail: "<pilot>: why"
+ALLOC_LIMIT = "alloc_limit"  # tasks wait and a limit holds the next request; detail: which
+ROUTED = "routed"  # (a task) the policy sent a held task to a pilot; detail: the pilot
+
 NAMES = frozenset(
     v
     for k, v in list(globals().items())

@@ -907,6 +907,10 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
             e = X.from_history(uid, state, hist[uid], reason.get(uid), pilot.get(uid))
             if uid in notes:
                 e[X.WAITS_FOR].append(notes[uid])
+            if state == S.SCHEDULING and not pilot.get(uid):  # an allocation policy's to send
+                from .client.autoalloc import waiting_text
+
+                e[X.WAITS_FOR] += waiting_text(session_dir)
         out.append(e)
     if as_json:
         click.echo(json.dumps(out, indent=1))
@@ -918,6 +922,7 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
     """(state history, final reason, pilot) of each TASK from the session's events, and the
     first and last task uid seen; journals: also the final states the client's and the
     agents' journals hold (the agent journals one before it tells anyone)."""
+    from . import _events as E
     from . import states as S
     from ._events import read_all_events
 
@@ -967,6 +972,8 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
                 pilot[uid] = detail
             if name in S.FINAL:
                 reason[uid] = detail
+        elif name == E.ROUTED:  # a held task sent on by an allocation policy
+            pilot[uid] = detail
     return hist, reason, pilot, first, last
 
 

@@ -126,6 +126,21 @@ class PilotPort(Protocol):
         """listener(pilot) once the pilot reaches a final state (TaskManager.add_pilots)."""
 
 
+class TaskHolder(Protocol):
+    """An allocation policy (autoalloc.AutoAlloc) as a TaskManager it serves hands it the
+    tasks it submits (TaskManager.holder; _held.hold) and asks why one waits."""
+
+    def check(self, descs: list) -> None:
+        """Raise DescriptionError (index, field, value, why) for a task no allocation of the
+        policy can ever hold."""
+
+    def held(self, owner: Any, tasks: list) -> None:
+        """These registered tasks of `owner` (a TaskManager) wait for one of its pilots."""
+
+    def why_waiting(self, uid: str) -> str:
+        """Why a task it holds waits (Task.explain)."""
+
+
 class SubmitPlane(Protocol):
     """The session's plane (plane.Plane) as the submit pipeline (submit.py) uses it."""
 

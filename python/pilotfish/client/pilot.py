@@ -579,6 +579,21 @@ class PilotManager:
         PilotfishError for a uid this manager does not have."""
         return self._select(uids)
 
+    def autoalloc(self, template, max_pilots: int = 3, idle_timeout="30s", **settings):
+        """An allocation policy (autoalloc.AutoAlloc): pilots of `template` (a
+        PilotDescription or dict) requested while tasks wait that no pilot will take, at most
+        max_pilots at once, each ended once idle for idle_timeout. Add it to a TaskManager
+        (tmgr.add_pilots(policy)); `settings` are AutoAlloc's. Returns the policy."""
+        from .autoalloc import AutoAlloc
+
+        return AutoAlloc(self, template, max_pilots, idle_timeout, **settings)
+
+    def end_pilots(self, uids, reason: str, state: str = S.DONE) -> None:
+        """End these pilots in `state` (DONE, or CANCELED) with `reason`: an allocation
+        policy's pilot that is idle, or queued and no longer needed. Returns at once."""
+        for p in self._select(uids):
+            self._shutdown(p, state, reason)
+
     # -- internals --------------------------------------------------------------------------
     def _select(self, uids) -> list[Pilot]:
         if uids is None:

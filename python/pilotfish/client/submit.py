@@ -675,3 +675,6 @@ def _check_outer_paths(d: TaskDescription, index: int, pilot: PilotPort) -> None
                 f"names the files of {pilot.uid} itself ({pilot.sandbox})",
                 index=index,
             )
+
+
+check_outer_paths = _check_outer_paths  # (_held.release: a held task, once it has a pilot)

@@ -28,9 +28,9 @@ from .._errors import PilotfishError
 from .._journal import final_record
 from .._util import gc_paused
 from ..descriptions import TaskDescription
-from . import submit
+from . import _held, submit
 from .submit import cores
-from ._ports import PilotPort
+from ._ports import PilotPort, TaskHolder
 from ._transitions import TASK_LEGAL, check
 from .progress import wait_with_progress
 from .services import submit_group
@@ -169,7 +169,10 @@ class Task:
         nodes = sorted({s.node for s in self.slots}) if self.slots else None
         state = self.state
         if state in S.FINAL or not self.pilot:
-            return X.from_history(self.uid, state, self.history, self.reason, self.pilot, nodes)
+            e = X.from_history(self.uid, state, self.history, self.reason, self.pilot, nodes)
+            if not self.pilot and state not in S.FINAL and self._tmgr.holder is not None:
+                e[X.WAITS_FOR] = [self._tmgr.holder.why_waiting(self.uid)]  # (held)
+            return e
         pilot = self._tmgr._known.get(self.pilot)
         answer = pilot.explain_tasks([self.uid], timeout) if pilot is not None else None
         if not answer:
@@ -220,6 +223,7 @@ class TaskManager:
         """A compatibility layer's hook, no user's (pilotfish.rp: RP_TASK_ID and friends, a
         sandbox per task): (uid, description, pilot) -> TaskSpec fields to add to each task
         sent ("environment" is merged under the task's own); None: none."""
+        self.holder: TaskHolder | None = None  # an allocation policy's (add_pilots(policy))
         self.session = session
         self._tasks: list[Task] = []  # in submit order (the session maps uids to tasks)
         self.counts: collections.Counter[str] = collections.Counter()  # tasks per state
@@ -240,6 +244,8 @@ class TaskManager:
         """Let this manager run tasks on these pilots (a Pilot or several): a submitted task
         goes to the pilot where it fits and can start soonest."""
         # (a pilot, which has a uid, or an iterable of pilots)
+        if hasattr(pilots, "serve"):  # an allocation policy (autoalloc.py): it holds this
+            return pilots.serve(self)  # manager's tasks for its pilots
         one = isinstance(getattr(pilots, "uid", None), str)
         many: Iterable[Any] = [pilots] if one else pilots  # type: ignore[assignment]  # (one)
         for p in many:
@@ -309,6 +315,10 @@ class TaskManager:
         session = self.session
         plane = session.plane
         single = isinstance(descriptions, (TaskDescription, dict))
+        if self.holder is not None:  # an allocation policy holds them (_held.py)
+            args = (plane, session.events, self._routing, self.holder)
+            got = _held.hold([descriptions] if single else descriptions, self, *args)
+            return got[0] if single else got
         plan = submit.plan(
             [descriptions] if single else descriptions, self._routing, plane, session.resumed
         )
@@ -317,6 +327,13 @@ class TaskManager:
         tasks = submit.register(plan, self, plane, session.events, self._routing)
         submit.send(encoded, tasks, plane, self)
         return tasks[0] if single else tasks
+
+    def release_tasks(self, tasks: list[Task], pilot: PilotPort) -> list[Task]:
+        """An allocation policy's, no user's: send held tasks to `pilot` (_held.release)."""
+        self.add_pilots(pilot)
+        with self._word.submitting():
+            args = (self.session.plane, self.session.events, self._routing, self.spec_extra)
+            return _held.release(tasks, pilot, self, *args)
 
     def make_tasks(
         self, uids: list[str], descs: list[TaskDescription], pilot_uids: list[str], now: float

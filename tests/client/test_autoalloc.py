@@ -1,0 +1,132 @@
+"""An allocation policy end to end on this machine (client/autoalloc.py): local pilots
+requested while tasks wait, fed from the client, ended once idle; a batch system that says
+no; its events, explain (the task's and `pilotfish explain`'s), its settings checked. The
+rules themselves are tests/client/test_autoalloc_policy.py's; the Slurm end to end is
+tests/batch/test_autoalloc_slurm.py."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+
+import pytest
+from click.testing import CliRunner
+
+import pilotfish as pf
+from pilotfish import _events as E
+from pilotfish._events import read_all_events
+from pilotfish.cli import main as cli
+
+LOCAL = dict(resource="local", nodes=1, cores_per_node=2, runtime="10m")
+
+
+def events(s) -> list:
+    s.events.flush()
+    return read_all_events(os.path.join(s.path, "client.events"))
+
+
+def test_a_burst_gets_pilots_and_they_end_once_idle(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pol = pmgr.autoalloc(
+            pf.PilotDescription(**LOCAL), max_pilots=2, idle_timeout="1s", tick="0.2s"
+        )
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pol)
+        tasks = tmgr.submit_tasks(
+            [pf.TaskDescription(executable="/bin/sleep", arguments=["0.3"]) for _ in range(16)]
+        )
+        e = tasks[-1].explain()  # at once: no pilot has room for it yet
+        assert e["where"] == "not sent" and "waiting for an allocation (" in str(e), str(e)
+        assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 16
+        assert len(pol.pilots) == 2  # at most max_pilots
+        for p in pol.pilots:
+            assert p.wait(timeout=30) == pf.DONE, p.reason
+            assert p.reason.startswith(f"{pol.uid}: idle for "), p.reason
+        used = collections.Counter(t.pilot for t in tasks)
+        assert set(used) == {p.uid for p in pol.pilots}  # both took work
+        evs = events(s)
+        mine = [(n, d) for _, u, n, d in evs if u == pol.uid]
+        subs = [d for n, d in mine if n == E.ALLOC_SUBMIT]
+        assert len(subs) == 2 and all("wait that no pilot will take" in d for d in subs)
+        assert sorted(d.split(":")[0] for n, d in mine if n == E.ALLOC_END) == sorted(used)
+        routed = {u: d for _, u, n, d in evs if n == E.ROUTED}
+        assert routed == {t.uid: t.pilot for t in tasks}  # where each held task went
+        assert pol.status["requested"] == 2 and pol.status["waiting"] == 0
+
+
+def test_a_batch_system_that_says_no(tmp_path):
+    """Every submission fails (no batch system here that takes it): the error is quoted,
+    requests back off and pause after max_failures; the tasks wait, none is lost, and
+    explain says why; they end CANCELED only when the session closes."""
+    tmpl = pf.PilotDescription(
+        resource="slurm", nodes=1, cores_per_node=2, runtime="10m", queue="no-such-partition"
+    )
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pol = pmgr.autoalloc(
+            tmpl, max_pilots=2, idle_timeout="1s", tick="0.1s", backoff="0.2s", max_failures=3
+        )
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pol)
+        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/true") for _ in range(5)])
+        deadline = time.monotonic() + 60
+        while pol.status["paused"] is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # (paused: nothing more is requested, however long it waits)
+        assert pol.status["paused"], pol.status
+        assert len(pol.pilots) == 3
+        words = pol.pilots[-1].reason
+        assert words.startswith("cannot start the pilot: ")
+        mine = [(n, d) for _, u, n, d in events(s) if u == pol.uid]
+        fails = [d for n, d in mine if n == E.ALLOC_FAIL]
+        assert len(fails) == 3 and words in fails[-1]
+        assert [n for n, _ in mine].count(E.ALLOC_PAUSE) == 1
+        assert all(t.state == pf.SCHEDULING for t in tasks)  # none lost
+        text = str(tasks[0].explain())
+        assert (
+            "waiting for an allocation (0 queued, 0 of 2 running); the policy is paused: "
+            "3 submissions failed in a row" in text
+        ), text
+        out = CliRunner().invoke(cli, ["explain", str(s.path), tasks[0].uid])
+        assert out.exit_code == 0, out.output
+        assert f"{pol.uid}: waiting for an allocation" in out.output and "paused" in out.output
+        with open(os.path.join(s.path, "autoalloc.json")) as f:
+            assert json.load(f)[pol.uid]["paused"]
+        assert oct(os.stat(os.path.join(s.path, "autoalloc.json")).st_mode & 0o777) == "0o600"
+    assert {t.state for t in tasks} == {pf.CANCELED}
+    assert tasks[0].reason == "the policy closed before an allocation took it"
+
+
+def test_settings_and_tasks_it_cannot_take_are_refused_by_name(tmp_path):
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        tmpl = pf.PilotDescription(**LOCAL)
+        for kw, field in [
+            ({"max_pilots": 0}, "max_pilots"),
+            ({"idle_timeout": "soon"}, "idle_timeout"),
+            ({"max_nodes": 0}, "max_nodes"),
+            ({"parallelism": 2}, "parallelism"),
+            ({"max_queue": 1}, "max_queue"),
+            ({"min_nodes": 2}, "min_nodes"),
+        ]:
+            with pytest.raises(pf.DescriptionError) as err:
+                pmgr.autoalloc(tmpl, **kw)
+            assert err.value.field == field, (kw, err.value)
+        pol = pmgr.autoalloc(tmpl, max_pilots=1, idle_timeout="1s", max_nodes=1)
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pol)
+        for d, field in [
+            (dict(executable="/bin/true", ranks=3, cores_per_rank=2), "ranks"),
+            (dict(executable="/bin/true", cores_per_rank=3), "cores_per_rank"),
+            (dict(executable="/bin/true", pilot="pilot.0000"), "pilot"),
+            (dict(executable="/bin/true", duration="1h"), "duration"),
+        ]:
+            with pytest.raises(pf.DescriptionError) as err:
+                tmgr.submit_tasks(
+                    [pf.TaskDescription(executable="/bin/true"), pf.TaskDescription(**d)]
+                )
+            assert err.value.field == field and err.value.index == 1, err.value
+        assert len(tmgr) == 0 and pol.pilots == []  # nothing was held, nothing requested
