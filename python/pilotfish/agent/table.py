@@ -160,6 +160,7 @@ class TaskTable:
         stderr: str | None = None,
     ) -> None:
         """A function call's end (functions.py): its events, journal record and update."""
+        reason = one_line(reason)  # (a worker's words: escaped, bounded)
         if started is not None:
             self.events.record_many(
                 [(started, uid, S.EXECUTING, None), (ended, uid, state, reason)]
@@ -597,7 +598,7 @@ class TaskTable:
     def retry(self, t: AgentTask, now: float) -> None:
         """Run a failed task again after a backoff (0.5 s doubling, at most 30 s). The client
         sees a `retry` sub-event with the reason, never a FAILED it would have to take back."""
-        why = t.reason or (
+        why = one_line(t.reason) or (
             f"killed by {signal_name(t.signal)}" if t.signal else f"exit code {t.exit_code}"
         )
         t.attempt += 1
