@@ -228,3 +228,22 @@ def test_after_a_failure_one_request_at_a_time():
     pol2 = Policy(Limits(max_pilots=5, nodes=1, cores_per_node=4, backoff=1, max_failures=5))
     pol2.step(0.0, work, [View("x", "ended", 1, failed=True, why="FAILED: no")])
     assert len(pol2.step(2.0, work, []).submit) == 1  # a probe, not a storm
+
+
+def test_a_pilot_idle_past_its_timeout_that_gets_a_task_now_is_not_ended():
+    """(Ended in the same step that sent it a task, the task was lost with it.)"""
+    pol = Policy(Limits(idle_timeout=10, cores_per_node=4))
+    a = View("a", RUNNING, 1, 4, 0)
+    pol.step(0.0, [], [a])
+    step = pol.step(30.0, [Need("t")], [a])
+    assert step.dispatch == {"a": ["t"]} and step.end == []
+    tasks = [SimTask(f"s{i}", duration=20) for i in range(100)] + [
+        SimTask("b", ranks=2, cores_per_rank=16, duration=20)
+    ]
+    r = simulate(
+        tasks,
+        Limits(max_pilots=1, nodes=4, cores_per_node=16, idle_timeout=0.0),
+        Cluster(nodes=4, queue_wait=1.0),
+        until=2000,
+    )
+    assert r.done == 101 and r.killed == 0

@@ -193,7 +193,7 @@ class Policy:
         if any(v.state == RUNNING for v in views) and s.failures:
             s.failures, s.backoff_until = 0, None  # the batch system said yes
         dispatch, left = self._dispatch(waiting, running)
-        end = self._idle(now, running, left)
+        end = self._idle(now, running, left, dispatch)
         unserved = self._unserved(left, queued)
         cancel = self._unwanted(now, queued, left)
         for uid, _ in cancel:
@@ -283,12 +283,14 @@ class Policy:
                 left.append(n)
         return out, left
 
-    def _idle(self, now: float, running: list[View], left: list[Need]) -> list[tuple[str, str]]:
+    def _idle(
+        self, now: float, running: list[View], left: list[Need], sent: dict[str, list[str]]
+    ) -> list[tuple[str, str]]:
         L = self.limits
         out: list[tuple[str, str]] = []
         alive = len(running)
         for v in running:
-            if v.busy > 0:
+            if v.busy > 0 or v.uid in sent:  # (sent: what this step gives it)
                 self._idle_since.pop(v.uid, None)
                 continue
             since = self._idle_since.setdefault(v.uid, now)

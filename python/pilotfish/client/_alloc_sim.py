@@ -123,8 +123,10 @@ def simulate(
         for j in jobs.values():
             if j.started is not None and j.ended is None:
                 end_at = j.started + L.runtime
-                if j.ending_at is not None and j.ending_at <= now:
-                    _end(j, now, j.why or "ended", res, ends, by_task)
+                if j.ending_at is not None and j.ending_at <= now:  # (the policy ended it:
+                    k = _end(j, now, j.why or "ended", res, ends, by_task)  # none, if idle)
+                    todo -= k
+                    res.killed += k
                 elif end_at <= now:
                     k = _end(j, now, "walltime", res, ends, by_task)
                     todo -= k
