@@ -48,6 +48,9 @@ WORKLOAD_EXAMPLE = """\
       cores_per_rank: 2
       executable: python3
       arguments: ["-c", "import os; print(os.environ['PILOTFISH_RANK'])"]
+  # autoalloc:                # instead of one pilot, pilots like it requested while tasks
+  #   max_pilots: 3           # wait and ended once idle (PilotManager.autoalloc's settings:
+  #   idle_timeout: 30s       # max_queued, max_nodes, min_nodes, parallelism, max_failures...)
 """
 WORKLOAD_LIMITS = (
     f"Limits: a file of at most {MAX_FILE_BYTES >> 20} MiB, nested at most {MAX_DEPTH} levels, "
@@ -175,7 +178,7 @@ def run(
 
     w = _load_workload(workload)
     t0 = time.time()
-    session = pilot = None
+    session = pilot = policy = None
     tasks: list = []  # the latest run of each task of the workload, in order
     interrupted = timed_out = False
     try:
@@ -192,9 +195,13 @@ def run(
         with session:
             try:  # (a full disk is a SessionError here: exit 2 with its path, no traceback)
                 pmgr = PilotManager(session)
-                pilot = pmgr.submit_pilots(w.pilot)
                 tmgr = TaskManager(session)
-                tmgr.add_pilots(pilot)
+                if w.autoalloc is not None:  # pilots of w.pilot as the tasks need them
+                    policy = pmgr.autoalloc(w.pilot, **w.autoalloc)
+                    tmgr.add_pilots(policy)
+                else:
+                    pilot = pmgr.submit_pilots(w.pilot)
+                    tmgr.add_pilots(pilot)
                 tasks = _submit(session, tmgr, w, bool(resume))
             except (ValueError, PilotfishError) as e:
                 raise BadInput(str(e)) from None
@@ -203,7 +210,8 @@ def run(
             else:  # (a resume's bar counts the workload's tasks, not the canceled attempts)
                 wait_with_progress(_LatestRuns(tmgr, tasks), timeout=timeout)
             timed_out = any(t.state not in S.FINAL for t in tasks)  # (--timeout passed)
-            _let_walltime_end(pilot, tasks)
+            if pilot is not None:
+                _let_walltime_end(pilot, tasks)
     except KeyboardInterrupt:
         interrupted = True  # (the session closed on the way out: its tasks are canceled)
     ttx = time.time() - t0
@@ -216,6 +224,8 @@ def run(
     for t in tasks:
         counts[t.state] = counts.get(t.state, 0) + 1
     click.echo(f"session {session.uid}: {session.path}")
+    for p in policy.pilots if policy is not None else []:
+        click.echo(f"pilot {p.uid} ({p.description.nodes} nodes, {policy.uid}): {p.state}")
     if pilot is not None:
         click.echo(
             f"pilot {pilot.uid}: {pilot.state}"

@@ -70,7 +70,7 @@ MAX_SCALAR = 128 << 10
 MAX_TASKS = 1_000_000
 MAX_TOTAL_BYTES = 1 << 30
 
-_TOP = ("pilot", "tasks")
+_TOP = ("pilot", "tasks", "autoalloc")
 
 
 # -- YAML, with limits ----------------------------------------------------------------------
@@ -325,6 +325,7 @@ class Workload:
     pilot: PilotDescription
     groups: list[TaskGroup]
     source: str = "workload"  # the file's name, for messages
+    autoalloc: dict | None = None  # PilotManager.autoalloc's settings: `pilot` is a template
 
     def check_fit(self, pilot: PilotDescription | None = None) -> None:
         """What a submit to a pilot of this description checks before anything is sent, done
@@ -335,6 +336,10 @@ class Workload:
         duration, and no task names an environment (a workload file prepares none).
         Raises WorkloadError naming the group, the field, the value and why."""
         d = pilot or self.pilot
+        if self.autoalloc is not None and pilot is None:  # requests grow up to max_nodes
+            grown = {**d.as_dict(), "nodes": self.autoalloc.get("max_nodes") or 4096}
+            grown.pop("partitions", None)
+            d = PilotDescription(grown)
         shape = declared_shape(d)
         shapes = (
             None
@@ -400,7 +405,9 @@ def load_workload(path: str) -> Workload:
     if unknown:
         shown = ", ".join(show(k, 40) for k in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise WorkloadError(f"{name}: unknown top-level keys {shown}{more} (expected pilot, tasks)")
+        raise WorkloadError(
+            f"{name}: unknown top-level keys {shown}{more} (expected pilot, tasks, autoalloc)"
+        )
     pilot_doc = doc.get("pilot") or {}
     if isinstance(pilot_doc, dict) and isinstance(pilot_doc.get("launch_model"), str):
         # read here with a bound: PilotDescription reads the file again, whole
@@ -414,6 +421,7 @@ def load_workload(path: str) -> Workload:
         pilot = PilotDescription(pilot_doc)
     except DescriptionError as e:
         raise WorkloadError(f"{name}: pilot: {e}") from None
+    autoalloc = _autoalloc(doc.get("autoalloc"), pilot, name)
     groups_doc = doc.get("tasks")
     if not isinstance(groups_doc, list) or not groups_doc:
         raise WorkloadError(f"{name}: 'tasks' must be a non-empty list of task groups")
@@ -477,4 +485,23 @@ def load_workload(path: str) -> Workload:
                 "may submit"
             )
         groups.append(TaskGroup(group_name, template, count))
-    return Workload(pilot, groups, name)
+    return Workload(pilot, groups, name, autoalloc)
+
+
+def _autoalloc(doc: object, pilot: PilotDescription, name: str) -> dict | None:
+    """The file's `autoalloc:` settings (PilotManager.autoalloc's), checked as it checks
+    them; None without the key."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not all(type(k) is str for k in doc):
+        raise WorkloadError(
+            f"{name}: autoalloc: expected a mapping of settings, not {show(doc, 60)}"
+        )
+    from .client.autoalloc import limits_of
+
+    kw = dict(doc)
+    try:
+        limits_of(pilot, kw.pop("max_pilots", 3), kw.pop("idle_timeout", "30s"), **kw)
+    except DescriptionError as e:
+        raise WorkloadError(f"{name}: autoalloc: {e}") from None
+    return dict(doc)

@@ -130,3 +130,32 @@ def test_settings_and_tasks_it_cannot_take_are_refused_by_name(tmp_path):
                 )
             assert err.value.field == field and err.value.index == 1, err.value
         assert len(tmgr) == 0 and pol.pilots == []  # nothing was held, nothing requested
+
+
+def test_pilotfish_run_takes_the_same_settings(tmp_path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "pilot: {resource: local, nodes: 1, cores_per_node: 2, runtime: 10m}\n"
+        "autoalloc: {max_pilots: 2, idle_timeout: 1s, max_nodes: 2}\n"
+        "tasks:\n  - {name: a, count: 12, executable: /bin/sleep, arguments: ['0.2']}\n"
+        "  - {name: wide, count: 1, executable: /bin/true, ranks: 2,"
+        " cores_per_rank: 2}\n"
+    )
+    out = CliRunner().invoke(cli, ["run", "-q", "--sessions", str(tmp_path / "ss"), str(wl)])
+    assert out.exit_code == 0, out.output
+    assert "tasks: 13 total, 13 done" in out.output
+    pilots = [line for line in out.output.splitlines() if line.startswith("pilot ")]
+    assert 1 <= len(pilots) <= 2 and all("alloc." in p for p in pilots), out.output
+    assert any("(2 nodes," in p for p in pilots), out.output  # the wide task: 2 nodes
+    wl.write_text(wl.read_text().replace("max_pilots: 2", "max_pilots: many"))
+    out = CliRunner().invoke(cli, ["validate", str(wl)])
+    assert out.exit_code == 2 and "autoalloc: AutoAlloc.max_pilots = 'many'" in out.output, (
+        out.output
+    )
+    wl.write_text(
+        wl.read_text()
+        .replace("max_pilots: many", "max_pilots: 2")
+        .replace("max_nodes: 2", "max_nodes: 1")
+    )
+    out = CliRunner().invoke(cli, ["validate", str(wl)])
+    assert out.exit_code == 2 and "ranks" in out.output, out.output  # 2 nodes > max_nodes
