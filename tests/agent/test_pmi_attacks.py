@@ -300,17 +300,20 @@ def _reap_all(core, node, pids, timeout=60.0, wire=None) -> dict[int, int]:
 
 
 def _world(wire: Wire, uid: str, argv: list[str], nodes: list[str], init_timeout: float = 30):
-    """Start a world of len(nodes) ranks (rank r on nodes[r], none on the agent's node):
+    """Start a world of len(nodes) ranks (rank r on nodes[r]; "n1": the agent's own node):
     PmiWorlds.prepare, each node's NodePmi.start with its PmiStart (through the wire's codec),
     the ranks spawned by the Rust core. (task, core, pids)."""
     from pilotfish._core import Executor
 
     t = _task(uid)
     world = SimpleNamespace(kvsname=f"pf.{uid}", size=len(nodes), nodes=tuple(nodes))
-    ranks = [(r, 100 + r, n) for r, n in enumerate(nodes)]
-    _, starts = wire.worlds.prepare(t, world, ranks, init_timeout)
+    ranks = [(r, 100 + r, None if n == "n1" else n) for r, n in enumerate(nodes)]
+    fds, starts = wire.worlds.prepare(t, world, ranks, init_timeout)
     core = Executor(base_env=[f"{k}={v}" for k, v in pmi.clean_environment(os.environ).items()])
     specs = []
+    for key, fd in fds.items():  # (the agent's own ranks)
+        env = wire.worlds.local.jobs[world.kvsname].job.env(key - 100, pmi.RANK_FD)
+        specs.append((key, argv, _env(env), None, None, None, False, fd))
     for n, st in starts.items():
         st = msgspec.msgpack.decode(msgspec.msgpack.encode(st), type=W.PmiStart)
         got = wire.nodes[n].start(st.kvsname, st.size, st.nodes, st.ranks, st.init_timeout)
@@ -320,19 +323,20 @@ def _world(wire: Wire, uid: str, argv: list[str], nodes: list[str], init_timeout
     assert all(p > 0 for p in pids), pids
     for n in starts:
         wire.nodes[n].spawned(world.kvsname)
+    wire.worlds.spawned([world.kvsname])
     t.running = len(pids)
     return t, core, pids
 
 
-def test_70000_keys_from_a_remote_node_complete_one_fence():
+@pytest.mark.parametrize("nodes", [["n2", "n3"], ["n1", "n2"]], ids=["remote", "with-agent"])
+def test_70000_keys_from_a_remote_node_complete_one_fence(nodes):
     """Before: the node's one fence frame held 70,000 keys, over the wire's 65,536 entries --
-    the agent dropped it and the world waited for its task's timeout."""
+    the agent dropped it and the world waited for its task's timeout. (With a rank on the
+    agent's node, its whole contribution goes to the remote node in parts too.)"""
     wire = Wire(["n2", "n3"])
     try:
-        t, core, pids = _world(
-            wire, "many", [sys.executable, RAW, "manykeys", "70000"], ["n2", "n3"]
-        )
-        codes = _reap_all(core, list(wire.nodes.values()), pids, wire=wire)
+        t, core, pids = _world(wire, "many", [sys.executable, RAW, "manykeys", "70000"], nodes)
+        codes = _reap_all(core, [wire.worlds.local, *wire.nodes.values()], pids, wire=wire)
         assert codes == {100: 0, 101: 0}, (codes, t.reason, wire.node_fails)
         assert t.reason is None and not wire.killed
         assert max(wire.sizes) <= 2 * W.PMI_PART_BYTES, max(wire.sizes)  # bounded parts
@@ -340,14 +344,16 @@ def test_70000_keys_from_a_remote_node_complete_one_fence():
         wire.close()
 
 
-def test_a_world_over_its_cap_fails_as_the_contribution_arrives():
-    """Two remote nodes each put 0.6 x the cap (each node under it, the world over): the
-    second contribution fails the world as it arrives, naming the cap, the size and the node;
-    nothing merged was sent back, and the agent held at most the cap + one part."""
+@pytest.mark.parametrize("nodes", [["n2", "n3"], ["n1", "n2"]], ids=["remote", "with-agent"])
+def test_a_world_over_its_cap_fails_as_the_contribution_arrives(nodes):
+    """Two nodes each put 0.6 x the cap (each node under it, the world over): the second
+    contribution fails the world as it arrives, naming the cap, the size and the node;
+    nothing merged was sent back, and the agent held at most the cap + one part -- its own
+    ranks' puts counted with what it gathered (with-agent: whichever comes first)."""
     cap = 1 << 20
     wire = Wire(["n2", "n3"], max_kvs_bytes=cap)
     try:
-        t, core, pids = _world(wire, "big", [sys.executable, RAW, "bigput", "0.6"], ["n2", "n3"])
+        t, core, pids = _world(wire, "big", [sys.executable, RAW, "bigput", "0.6"], nodes)
         held = []
         orig = wire.worlds.on_fence
 
@@ -355,12 +361,14 @@ def test_a_world_over_its_cap_fails_as_the_contribution_arrives():
             orig(*a)
             w = wire.worlds.worlds.get("pf.big")
             if w is not None:
-                held.append(w.gather.held_bytes())
+                held.append(w.gather.held_bytes() + wire.worlds.local.pending(w.kvsname))
 
         wire.worlds.on_fence = on_fence
-        _reap_all(core, list(wire.nodes.values()), pids, wire=wire)
+        _reap_all(core, [wire.worlds.local, *wire.nodes.values()], pids, wire=wire)
         assert t.reason is not None and f"max_kvs_bytes={cap}" in t.reason, t.reason
-        assert "key-value space" in t.reason and "node n" in t.reason, t.reason
+        assert "key-value space" in t.reason and ("node n" in t.reason or " n1:" in t.reason), (
+            t.reason
+        )
         assert wire.killed == ["big"]
         assert not [s for s in wire.sizes if s > 64], "nothing merged was sent back"
         assert held and max(held) <= cap + W.PMI_PART_BYTES, max(held)

@@ -129,6 +129,7 @@ class Gather:
         self.waiting: list[str] = []  # places with more parts, not pulled yet
         self.pulling: str | None = None
         self.unions: dict[int, _Union] = {}  # completed fences the nodes still pull
+        self.dropped = False  # its world failed: nothing more is sent
 
     def held_bytes(self) -> int:
         """What the agent holds of this world's keys now: this fence's parts and the unions
@@ -140,12 +141,15 @@ class Gather:
         return self.held - self.held_here
 
     def drop(self) -> None:
-        """The world failed: forget what is held."""
+        """The world failed (or ended): forget what is held."""
         self.parts, self.held, self.unions, self.charges = [], 0, {}, {}
+        self.dropped = True
 
     # -- steps ----------------------------------------------------------------------------------
     def step(self, place: str, epoch: int, raw: object) -> None:
         """A step from `place` (FenceError: the world cannot go on)."""
+        if self.dropped:
+            return
         s = decode(raw, self.name(place))
         if isinstance(s, W.PmiPull):
             self._pulled(place, epoch, s.part)
@@ -205,7 +209,7 @@ class Gather:
             for i, keys in enumerate(parts):
                 self.local(e, keys, i < len(parts) - 1)
         away = [p for p in self.places if p != HERE]
-        if away:
+        if away and not self.dropped:  # (the agent's own server may have failed the world)
             self.unions[e] = _Union(parts, away, held)
             for place in away:
                 self._give(place, e, 0)

@@ -112,8 +112,7 @@ class NodePmi:
             node_of_rank=node_of_rank,
             on_fence=None if alone else self._fence,
             fresh_name=True,
-        )  # (alone: the
-        # server completes its fences itself, every rank is here)
+        )  # (alone: the server completes its fences itself, every rank is here)
         keys = {int(k): int(r) for r, k in ranks}
         deadline = self.mono() + init_timeout
         self.jobs[kvsname] = _Local(job, keys, deadline, init_timeout)
@@ -268,7 +267,8 @@ class NodePmi:
         """Part i of this node's contribution to fence `epoch` (each is sent once, then let
         go), or FenceError for a pull out of turn."""
         out = loc.out
-        if epoch != loc.job.epoch or not 0 <= i < len(out) or out[i] is None:
+        due = 0 <= i < len(out) and out[i] is not None and (i == 0 or out[i - 1] is None)
+        if epoch != loc.job.epoch or not due:
             raise FenceError(f"the agent pulled part {i} of fence {epoch}, which is not due")
         keys = out[i]
         out[i] = None
