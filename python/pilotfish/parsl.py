@@ -15,8 +15,12 @@ instead, so its semantics stay Parsl's.
 
 parsl_resource_specification: cores, memory (MB), gpus, num_ranks (or num_nodes x
 ranks_per_node), running_time (s: the timeout), priority; anything else raises
-InvalidResourceSpecification. Scaling: the pilot is the capacity; this executor has no
-blocks and no provider, and says so (it does not pretend to scale out).
+InvalidResourceSpecification. Scaling: by default the pilot is the capacity (one pilot,
+no blocks). With max_blocks, blocks are pilots of `pilot` (the template) that an allocation
+policy (PilotManager.autoalloc) requests as the apps wait: max_blocks -> max_pilots,
+min_blocks -> min_pilots, init_blocks -> init_pilots, parallelism -> parallelism,
+max_idletime (s) -> idle_timeout; a block's size is sized from what waits (up to the
+template's nodes).
 """
 
 from __future__ import annotations
@@ -62,6 +66,11 @@ class PilotfishExecutor(ParslExecutor):
         tmgr=None,
         session_path: str | None = None,
         bash_apps_as_executables: bool = True,
+        max_blocks: int | None = None,
+        min_blocks: int = 0,
+        init_blocks: int = 0,
+        parallelism: float = 1.0,
+        max_idletime: float = 120.0,
     ):
         super().__init__()
         self.label = label
@@ -69,13 +78,31 @@ class PilotfishExecutor(ParslExecutor):
         self.tmgr = tmgr
         self.session_path = session_path
         self.bash_apps_as_executables = bash_apps_as_executables
+        self.autoalloc = (
+            None
+            if max_blocks is None
+            else {
+                "max_pilots": max_blocks,
+                "min_pilots": min_blocks,
+                "init_pilots": init_blocks,
+                "parallelism": max(0.01, parallelism)
+                if isinstance(parallelism, (int, float))
+                else parallelism,
+                "idle_timeout": max_idletime,
+            }
+        )
         self._ex: Executor | None = None
 
     def start(self) -> None:
         path = self.session_path
         if path is None and self.tmgr is None:
             path = os.path.join(self.run_dir, "pilotfish-session")
-        self._ex = Executor(self.tmgr, pilot=self.pilot_description, session_path=path)
+        self._ex = Executor(
+            self.tmgr,
+            pilot=self.pilot_description,
+            session_path=path,
+            autoalloc=None if self.tmgr is not None else self.autoalloc,
+        )
 
     def monitor_resources(self) -> bool:
         return False  # calls run inside persistent workers: no process tree per task

@@ -247,3 +247,20 @@ def test_a_pilot_idle_past_its_timeout_that_gets_a_task_now_is_not_ended():
         until=2000,
     )
     assert r.done == 101 and r.killed == 0
+
+
+def test_min_and_init_pilots_as_parsl_blocks():
+    """init_pilots are requested at once, whatever waits; min_pilots are kept when idle."""
+    pol = Policy(
+        Limits(max_pilots=4, nodes=2, cores_per_node=4, init_pilots=3, min_pilots=1, idle_timeout=5)
+    )
+    step = pol.step(0.0, [], [])
+    assert [n for n, _ in step.submit] == [2, 2, 2] and "init_pilots=3" in step.submit[0][1]
+    views = [View(f"p{i}", RUNNING, 2, 4, 0) for i in range(3)]
+    assert pol.step(1.0, [], views).submit == []  # (init: the first step's only)
+    ends = pol.step(10.0, [], views).end
+    assert len(ends) == 2  # min_pilots=1 kept
+    pol2 = Policy(Limits(max_pilots=4, nodes=2, cores_per_node=4, min_pilots=2))
+    assert len(pol2.step(0.0, [], []).submit) == 2
+    assert pol2.step(0.0, [], [View("q0", QUEUED, 2), View("q1", QUEUED, 2)]).submit == []
+    assert pol2.step(99.0, [], [View("q0", QUEUED, 2), View("q1", QUEUED, 2)]).cancel == []

@@ -76,6 +76,8 @@ class Limits:
     max_failures: int = 3
     backoff: float = 5.0
     backoff_max: float = 300.0
+    min_pilots: int = 0  # kept (queued or running) even when nothing waits: Parsl's min_blocks
+    init_pilots: int = 0  # requested at the first step, whatever waits: Parsl's init_blocks
 
 
 class Need(NamedTuple):
@@ -171,6 +173,7 @@ class Policy:
         self._ending: set[str] = set()  # pilots it ended or canceled
         self._seen: set[str] = set()  # pilots whose end was counted
         self._said_limit: str | None = None
+        self._first = True  # (init_pilots: the first step's)
         self._said_never: set[str] = set()
 
     # -- the user's ------------------------------------------------------------------------
@@ -195,10 +198,12 @@ class Policy:
         dispatch, left = self._dispatch(waiting, running)
         end = self._idle(now, running, left, dispatch)
         unserved = self._unserved(left, queued)
-        cancel = self._unwanted(now, queued, left)
+        present = [v for v in views if v.state != ENDED]  # (ending ones hold their job)
+        cancel = self._unwanted(
+            now, queued, left, len(present) - len(self._ending & {v.uid for v in present})
+        )
         for uid, _ in cancel:
             queued = [v for v in queued if v.uid != uid]
-        present = [v for v in views if v.state != ENDED]  # (ending ones hold their job)
         submit = self._requests(now, unserved, present, queued, cancel, events)
         for uid, why in end:
             events.append((END, f"{uid}: {why}"))
@@ -298,6 +303,8 @@ class Policy:
                 continue
             if left and alive - len(out) <= 1:
                 continue  # never the last running pilot while tasks wait
+            if alive - len(out) <= L.min_pilots:
+                continue  # (min_pilots: kept)
             out.append((v.uid, f"idle for {now - since:.0f} s (idle_timeout {L.idle_timeout:g} s)"))
         return out
 
@@ -314,9 +321,13 @@ class Policy:
                 out.append(n)
         return out
 
-    def _unwanted(self, now: float, queued: list[View], left: list[Need]) -> list[tuple[str, str]]:
-        out = []
+    def _unwanted(
+        self, now: float, queued: list[View], left: list[Need], kept: int
+    ) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
         for v in queued:
+            if kept - len(out) <= self.limits.min_pilots:
+                break  # (min_pilots: kept)
             if any(self.fits(n, v, self.limits.runtime) for n in left):
                 self._unwanted_since.pop(v.uid, None)
                 continue
@@ -337,13 +348,25 @@ class Policy:
         L, s = self.limits, self.status
         s.limit = None
         s.backoff_until = s.backoff_until if s.backoff_until and s.backoff_until > now else None
-        if not unserved or s.paused is not None or s.backoff_until is not None:
+        if s.paused is not None or s.backoff_until is not None:
             return []
         n_live = len(live)  # (those ending and canceled too: their job is still there)
         n_queued = len(queued)
         held = sum(v.nodes for v in live)
         max_queued = L.max_queued if L.max_queued is not None else L.max_pilots
         out: list[tuple[int, str]] = []
+        first, self._first = self._first, False
+        floor = max(L.min_pilots, L.init_pilots if first else 0)
+        while n_live < min(floor, L.max_pilots):  # (prewarmed: their nodes the template's)
+            if L.max_nodes is not None and held + L.nodes > L.max_nodes:
+                break
+            which = "init_pilots" if first and L.init_pilots >= L.min_pilots else "min_pilots"
+            out.append((L.nodes, f"{which}={floor}: {n_live} allocations are held"))
+            n_live, n_queued, held = n_live + 1, n_queued + 1, held + L.nodes
+            rest_q = self._unserved(unserved, [View("", QUEUED, L.nodes)])
+            unserved = rest_q
+            if s.failures:
+                return out
         rest = self._drop_never(unserved, events)
         while rest:
             if n_live >= L.max_pilots:

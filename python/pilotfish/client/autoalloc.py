@@ -102,6 +102,8 @@ def limits_of(template: PilotDescription, max_pilots: Any, idle_timeout: Any, **
         "max_failures",
         "backoff",
         "backoff_max",
+        "min_pilots",
+        "init_pilots",
     }
     unknown = sorted(set(kw) - known)
     if unknown:
@@ -127,7 +129,14 @@ def limits_of(template: PilotDescription, max_pilots: Any, idle_timeout: Any, **
         max_failures=_count("max_failures", kw.get("max_failures", 3), 1),
         backoff=_seconds("backoff", kw.get("backoff", "5s"), 0.1),
         backoff_max=_seconds("backoff_max", kw.get("backoff_max", "5m"), 0.1),
+        min_pilots=_count("min_pilots", kw.get("min_pilots", 0), 0),
+        init_pilots=_count("init_pilots", kw.get("init_pilots", 0), 0),
     )
+    for name in ("min_pilots", "init_pilots"):
+        if getattr(lim, name) > lim.max_pilots:
+            raise DescriptionError(
+                "AutoAlloc", name, getattr(lim, name), f"more than max_pilots ({lim.max_pilots})"
+            )
     if lim.min_nodes > lim.nodes:
         raise DescriptionError(
             "AutoAlloc", "min_nodes", lim.min_nodes, f"more than the template's nodes ({lim.nodes})"

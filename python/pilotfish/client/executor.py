@@ -49,6 +49,8 @@ class Executor(cf.Executor):
     tmgr      run on this TaskManager's pilots (default: start a session and a local pilot
               of `pilot` -- default one node of this machine's cores -- and stop them at
               shutdown)
+    autoalloc without tmgr: instead of one pilot, pilots of `pilot` requested as the calls
+              need them (PilotManager.autoalloc's settings: max_pilots, idle_timeout, ...)
     ranks, cores_per_rank, gpus_per_rank, mem_per_rank
               the shape of each call's worker (default: one core)
     """
@@ -63,6 +65,7 @@ class Executor(cf.Executor):
         cores_per_rank: int = 1,
         gpus_per_rank: int = 0,
         mem_per_rank: int = 0,
+        autoalloc: dict | None = None,
     ):
         self._shape = {
             k: v
@@ -82,9 +85,12 @@ class Executor(cf.Executor):
                 pd = (
                     pilot if pilot is not None else PilotDescription(nodes=1, runtime="24h")
                 )  # (a local pilot: this machine's shape)
-                p = PilotManager(session).submit_pilots(pd)
+                pmgr = PilotManager(session)
                 tmgr = TaskManager(session)
-                tmgr.add_pilots(p)
+                if autoalloc is not None:
+                    tmgr.add_pilots(pmgr.autoalloc(pd, **autoalloc))
+                else:
+                    tmgr.add_pilots(pmgr.submit_pilots(pd))
             except BaseException:
                 session.close()
                 raise
