@@ -473,6 +473,17 @@ def _submit(session, tmgr, w, resume: bool) -> list:
 )
 @click.option("--report", "make_report", is_flag=True, help="Write the HTML report after it.")
 @click.option(
+    "--autoalloc",
+    "autoalloc_model",
+    is_flag=True,
+    help="Instead: run the workload's allocation policy (its autoalloc: settings, pilot: the "
+    "template) against a model of the batch queue, to choose limits before spending.",
+)
+@click.option("--queue-wait", default="60s", help="With --autoalloc: each job's queue wait.")
+@click.option(
+    "--cluster-nodes", type=int, default=None, help="With --autoalloc: the nodes the queue has."
+)
+@click.option(
     "--fit",
     "fit_dir",
     type=_Path(exists=True, file_okay=False),
@@ -499,6 +510,9 @@ def simulate(
     cpu_scale,
     sessions,
     make_report,
+    autoalloc_model,
+    queue_wait,
+    cluster_nodes,
     fit_dir,
     out_file,
 ) -> None:
@@ -526,6 +540,9 @@ def simulate(
         return
     if not workload:
         raise BadInput("simulate: give a WORKLOAD file (or --fit SESSION_DIR)")
+    if autoalloc_model:
+        _simulate_autoalloc(workload, cores_per_node, runtime, queue_wait, cluster_nodes)
+        return
     from . import states as S
     from ._errors import DescriptionError, PilotfishError
     from .client import PilotManager, Session, TaskManager
@@ -642,6 +659,38 @@ def simulate(
         report_main(session.path, None, as_json=False)
     if unfinished:
         sys.exit(1)
+
+
+def _simulate_autoalloc(workload, cores_per_node, runtime, queue_wait, cluster_nodes) -> None:
+    """`simulate --autoalloc`: the workload's policy on _alloc_sim's model of the queue."""
+    from ._util import parse_duration
+    from .client import _alloc_sim as sim
+    from .client.autoalloc import limits_of
+    from .descriptions import PilotDescription
+
+    w = _load_workload(workload, check_fit=False)
+    d = w.pilot.as_dict()
+    for key, value in (("cores_per_node", cores_per_node), ("runtime", runtime)):
+        if value is not None:
+            d[key] = value
+    settings = dict(w.autoalloc or {})
+    try:
+        pilot = PilotDescription(d)
+        lim = limits_of(
+            pilot, settings.pop("max_pilots", 3), settings.pop("idle_timeout", "30s"), **settings
+        )
+        wait = parse_duration(queue_wait)
+        tasks = sim.from_descriptions(w.descriptions())
+    except ValueError as e:
+        raise BadInput(f"simulate --autoalloc: {e}") from None
+    if lim.cores_per_node is None:
+        raise BadInput(
+            "simulate --autoalloc: give the nodes' cores (pilot cores_per_node, or "
+            "--cores-per-node)"
+        )
+    cluster = sim.Cluster(cluster_nodes or 1 << 20, lim.cores_per_node, wait)
+    for line in sim.summary(sim.simulate(tasks, lim, cluster), lim):
+        click.echo(line)
 
 
 def _session_dir(session_dir: str) -> None:

@@ -159,3 +159,22 @@ def test_pilotfish_run_takes_the_same_settings(tmp_path):
     )
     out = CliRunner().invoke(cli, ["validate", str(wl)])
     assert out.exit_code == 2 and "ranks" in out.output, out.output  # 2 nodes > max_nodes
+
+
+def test_simulate_runs_the_policy_on_a_model_of_the_queue(tmp_path):
+    """`pilotfish simulate --autoalloc`: the workload's policy, a queue wait, no pilot."""
+    wl = tmp_path / "w.yaml"
+    wl.write_text(
+        "pilot: {resource: slurm, nodes: 2, cores_per_node: 16, runtime: 1h}\n"
+        "autoalloc: {max_pilots: 3, idle_timeout: 30s, max_nodes: 4}\n"
+        "tasks:\n  - {name: s, count: 600, executable: /bin/true, duration: 20}\n"
+        "  - {name: w, count: 20, executable: /bin/true, ranks: 2, cores_per_rank: 16,"
+        " duration: 20}\n"
+    )
+    out = CliRunner().invoke(cli, ["simulate", "--autoalloc", "--queue-wait", "30s", str(wl)])
+    assert out.exit_code == 0, out.output
+    assert "620 tasks done" in out.output and "2 requested, at most 2 at once" in out.output
+    assert "ran 30-" in out.output  # (the queue wait)
+    wl.write_text(wl.read_text().replace(", duration: 20}", "}", 1))
+    out = CliRunner().invoke(cli, ["simulate", "--autoalloc", str(wl)])
+    assert out.exit_code == 2 and "duration is required" in out.output, out.output

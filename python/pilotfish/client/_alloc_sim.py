@@ -283,3 +283,45 @@ def _end(j: Job, now: float, why: str, res: Result, ends: list, by_task: dict) -
     j.ended = now
     j.why = j.why or why
     return killed
+
+
+def from_descriptions(descs: list) -> list[SimTask]:
+    """The model's tasks of TaskDescriptions (each needs a duration: ValueError naming the
+    first that has none), all submitted at 0."""
+    out = []
+    for i, d in enumerate(descs):
+        v = d.values
+        if v.get("duration") is None:
+            raise ValueError(f"task {i} ({d.name or 'no name'}): duration is required to simulate")
+        out.append(
+            SimTask(
+                f"task.{i:06d}",
+                v.get("ranks", 1),
+                v.get("cores_per_rank", 1),
+                v["duration"],
+                0.0,
+                v.get("gpus_per_rank", 0),
+            )
+        )
+    return out
+
+
+def summary(r: Result, limits: Limits) -> list[str]:
+    """A few lines for `pilotfish simulate --autoalloc`."""
+    lines = [
+        f"makespan {r.makespan:.0f} s; {r.done} tasks done"
+        + (f", {r.killed} killed at a walltime" if r.killed else "")
+        + (f", {r.never} can never start" if r.never else "")
+        + (f", {r.waiting} still waiting" if r.waiting else ""),
+        f"allocations: {len(r.jobs)} requested, at most {r.max_jobs} at once "
+        f"(max_pilots={limits.max_pilots}, idle_timeout {limits.idle_timeout:g} s)",
+        f"core-seconds: {r.allocated_core_s:.0f} allocated, {r.busy_core_s:.0f} busy, "
+        f"{r.idle_core_s:.0f} idle ({100 * r.idle_core_s / max(1.0, r.allocated_core_s):.1f} %)",
+    ]
+    for j in r.jobs:
+        lines.append(
+            f"  {j.uid}: {j.nodes} nodes, queued {j.submitted:.0f} s, "
+            + (f"ran {j.started:.0f}-{j.ended:.0f} s" if j.started is not None else "never ran")
+            + f": {j.why}"
+        )
+    return lines
