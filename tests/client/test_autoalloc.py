@@ -55,6 +55,16 @@ def test_a_burst_gets_pilots_and_they_end_once_idle(tmp_path):
         routed = {u: d for _, u, n, d in evs if n == E.ROUTED}
         assert routed == {t.uid: t.pilot for t in tasks}  # where each held task went
         assert pol.status["requested"] == 2 and pol.status["waiting"] == 0
+    # the dashboard shows the allocations; the report counts the cores allocated but idle
+    from pilotfish.analytics.dashboard.state import SessionWatch
+    from pilotfish.analytics.metrics import compute_metrics
+
+    watch = SessionWatch(str(s.path))
+    watch.refresh()
+    shown = watch.pilots_json()["allocations"][pol.uid]
+    assert (shown["requested"], shown["ended"], shown["running"]) == (2, 2, 0), shown
+    cores = compute_metrics(str(s.path))["utilization"]["cores"]
+    assert 0 < cores["allocated_idle_s"] < cores["available_s"], cores
 
 
 def test_a_batch_system_that_says_no(tmp_path):

@@ -122,6 +122,7 @@ class Analysis:
         for kind, u in self.utilization.items():
             util[kind] = {
                 "available_s": u.available,
+                "allocated_idle_s": u.available - sum(u.phases[k] for k in ru.TASK_PHASES),
                 "oversubscribed_s": u.oversubscribed,
                 "phases": {
                     k: {

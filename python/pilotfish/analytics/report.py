@@ -399,6 +399,9 @@ def _cards(a: Analysis) -> str:
                 f"of {_num(gpus.available)} GPU-s",
             )
         )
+    if cores.available:  # (the pilots' cores no task held: what an allocation policy trims)
+        idle = cores.available - sum(cores.phases[k] for k in ru.TASK_PHASES)
+        items.append(("Allocated, idle", f"{_num(idle)} core-s", "cores held by no task"))
     tp = a.throughput.get("finished_mean_per_s")
     items.append(
         (

@@ -183,7 +183,9 @@ class AutoAlloc:
         self._failed_submits: list[View] = []  # submit_pilots raised: counted as failures
         self._wake = threading.Event()
         self._closed = False
-        self._status_text: str | None = None
+        self._status_text: dict | None = None  # what autoalloc.json says of it
+        self._said: str | None = None
+        self._written = float("-inf")
         if self.template.resource not in ("local", "simulated"):
             try:  # (PSI/J warns when it is first imported on another thread than the main one)
                 import psij  # noqa: F401 -- imported for its side effect only
@@ -250,6 +252,11 @@ class AutoAlloc:
         self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
+        views = [self._view(p, time.time()) for p in self.pilots]  # its last look: the ends
+        for kind, detail in self._policy.step(time.monotonic(), [], views).events:  # counted
+            self._session.events.record(self.uid, _KINDS[kind], detail)  # (no decision taken)
+        self._written = float("-inf")  # (its last counts, said)
+        self._write_status()
         by_owner: dict[int, tuple[Any, list]] = {}
         for t, owner in held:
             by_owner.setdefault(id(owner), (owner, []))[1].append(t)
@@ -482,9 +489,11 @@ class AutoAlloc:
     def _write_status(self) -> None:
         """<session>/autoalloc.json: each policy's sentence, for `pilotfish explain`."""
         text = self._policy.why_waiting()
-        if text == self._status_text:
+        mine = {"text": text, **self.status}
+        now = time.monotonic()  # (the counts at most once a second; a new sentence at once)
+        if mine == self._status_text or (text == self._said and now - self._written < 1.0):
             return
-        self._status_text = text
+        self._status_text, self._said, self._written = mine, text, now
         path = os.path.join(self._session.path, STATUS_FILE)
         try:
             kept = json.loads(read_private(path))
@@ -492,7 +501,7 @@ class AutoAlloc:
                 kept = {}
         except (OSError, ValueError):
             kept = {}
-        kept[self.uid] = {"text": text, **self.status}
+        kept[self.uid] = mine
         try:
             write_private(path, json.dumps(kept).encode())
         except OSError as e:

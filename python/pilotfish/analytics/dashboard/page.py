@@ -159,7 +159,10 @@ function drawFailed(f){
   put("failed", d);
 }
 function drawPilots(pp){
-  const d=el("div"); if(!pp.pilots.length){put("pilots",none("no pilot yet"));return;}
+  const d=el("div"), al=Object.entries(pp.allocations||{});
+  if(al.length) d.append(table(["allocation policy","requested","queued","running","ended","tasks waiting","now"],
+    al.map(([u,a])=>[u,fmt(a.requested),fmt(a.queued),fmt(a.running),fmt(a.ended),fmt(a.waiting),a.paused?"paused: "+a.paused:(a.limit||"")]),[1,2,3,4,5]));
+  if(!pp.pilots.length){d.append(none("no pilot yet"));put("pilots",d);return;}
   d.append(table(["pilot","state","nodes","cores in use","GPUs in use"],pp.pilots.map(p=>[p.uid+(p.resource?" ("+p.resource+")":""),p.state||"–",
     fmt(p.nodes),fmt(p.busy_cores)+" / "+fmt(p.cores),fmt(p.busy_gpus)+" / "+fmt(p.gpus)]),[2,3,4]));
   const parts=[]; for(const p of pp.pilots) for(const x of p.partitions) parts.push([p.uid,"p"+x.index,fmt(x.nodes),x.launcher||"",x.state+(x.why?": "+x.why:"")]);

@@ -944,7 +944,8 @@ class SessionWatch:
                     "lost_nodes": sorted(p.lost)[:50],
                 }
             )
-        return {"pilots": out}
+        alloc = self._json(os.path.join(self.path, "autoalloc.json"))  # (client/autoalloc.py)
+        return {"pilots": out, "allocations": alloc if isinstance(alloc, dict) else {}}
 
     def nodes_json(self) -> dict:
         """Per node of each pilot: cores and GPUs, and those in use -- now (placements named
