@@ -28,11 +28,15 @@ The rules, each step (at `now`, seconds on any clock that only goes forward):
              task goes to another pilot or is unserved, so its allocation is requested
              while the running pilots still run.
   idle       a running pilot with nothing outstanding for idle_timeout is ended (it holds no
-             task: nothing is lost) -- but never the last running one while tasks wait. A
+             task: nothing is lost; not one this step sends a task) -- but never the last
+             running one while tasks wait, nor one of the min_pilots. A
              queued pilot that no waiting task fits for idle_timeout is canceled.
+  floor      min_pilots are kept (queued or running) whatever waits, and init_pilots are
+             requested at the first step (Parsl's min_blocks, init_blocks).
   failures   a pilot that ends without ever running (a rejected submission, a job that
              failed in the queue) is a failure: the next request waits a back-off
-             (backoff x 2^(n-1), at most backoff_max); after max_failures in a row the policy
+             (backoff x 2^(n-1), at most backoff_max) and goes alone, a probe, until a pilot
+             runs again; after max_failures in a row the policy
              pauses and says why, until resume(). A pilot that runs ends the series.
 """
 

@@ -16,17 +16,22 @@ out each step -- sends tasks (TaskManager.release_tasks), submits pilots of the 
 DONE and cancels queued ones no longer needed (PilotManager.end_pilots) -- on a thread of its
 own, which steps every `tick` seconds and whenever a task is submitted or ends.
 
+The same settings come from a workload file's `autoalloc:` section (`pilotfish run`,
+`pilotfish simulate --autoalloc`: the model of _alloc_sim.py), pf.Executor(autoalloc=...)
+and Parsl's blocks (pilotfish.parsl: max_blocks, min_blocks, init_blocks, parallelism,
+max_idletime).
+
 Every decision is an event of the session (uid alloc.NNNN: _events' ALLOC_*; a held task's
 ROUTED when it is sent), and where the policy stands is in <session>/autoalloc.json (0600),
-which `pilotfish explain` reads for a task that waits for an allocation. task.explain() says
+which `pilotfish explain` and the dashboard read. task.explain() of a held task says
 "waiting for an allocation (1 queued, 2 of 3 running)", and why no request goes out (paused
-after failures, backing off, a limit).
+after failures, backing off, a limit). A resumed session cannot use a policy yet.
 
 A submission the batch system rejects fails its pilot at once with the batch system's words
 (launching.start_agent); the policy counts it, backs off, and pauses after max_failures in
 a row (resume() goes on). The held tasks are not touched: nothing is lost, they wait.
-Tasks that ask for a pilot by name, a named environment, or (resumed sessions) the journal's
-order are not for a policy: refused at submit, naming the field.
+Tasks that ask for a pilot by name or a named environment, or that no allocation within
+the limits can hold, are refused at submit, naming the field.
 """
 
 from __future__ import annotations
