@@ -188,3 +188,26 @@ def test_simulate_runs_the_policy_on_a_model_of_the_queue(tmp_path):
     wl.write_text(wl.read_text().replace(", duration: 20}", "}", 1))
     out = CliRunner().invoke(cli, ["simulate", "--autoalloc", str(wl)])
     assert out.exit_code == 2 and "duration is required" in out.output, out.output
+
+
+def test_the_batch_systems_words_reach_events_and_explain_bounded_and_inert(tmp_path):
+    """A rejection's text is the batch system's (or whoever wrote its error): a terminal
+    escape or a megabyte of it reaches the events, explain and autoalloc.json escaped and
+    cut."""
+    from types import SimpleNamespace
+
+    from pilotfish.client.autoalloc import AutoAlloc
+
+    with pf.Session(path=tmp_path / "s") as s:
+        pol = AutoAlloc(pf.PilotManager(s), pf.PilotDescription(**LOCAL), 1, "1s")
+        evil = "sbatch: error: \x1b]0;owned\x07\x1b[31mred\u202e" + "x" * 1_000_000
+        gone = SimpleNamespace(
+            uid="pilot.9999",
+            state=pf.FAILED,
+            reason=evil,
+            history=[(pf.NEW, 0.0), (pf.FAILED, 1.0)],
+            description=pf.PilotDescription(**LOCAL),
+        )
+        why = pol._view(gone, 2.0).why
+        assert len(why) <= 2100 and "\x1b" not in why and "\x07" not in why
+        assert "\u202e" not in why and "sbatch: error: " in why

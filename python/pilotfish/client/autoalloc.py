@@ -47,6 +47,7 @@ from typing import Any
 from .. import _events as E
 from .. import states as S
 from .._errors import DescriptionError, PilotfishError
+from .._inert import one_line
 from .._util import parse_duration, read_private, write_private
 from ..descriptions import PilotDescription, check_descriptions
 from . import _alloc_core as core
@@ -55,6 +56,7 @@ from ._alloc_core import ENDED, QUEUED, RUNNING, Limits, Need, Policy, View
 log = logging.getLogger("pilotfish.client")
 
 STATUS_FILE = "autoalloc.json"  # in the session directory: where each policy stands
+WORDS_MAX = 2000  # characters of a failed request's words kept (events, explain, the file)
 
 _KINDS = {  # _alloc_core's event kinds -> _events' names
     core.SUBMIT: E.ALLOC_SUBMIT,
@@ -436,7 +438,7 @@ class AutoAlloc:
         try:
             pilot = self._pmgr.submit_pilots(PilotDescription(d))
         except Exception as e:  # noqa: BLE001 -- a failed request, counted as one
-            words = f"{type(e).__name__}: {e}"
+            words = one_line(f"{type(e).__name__}: {e}", WORDS_MAX)
             self._session.events.record(self.uid, E.ALLOC_SUBMIT, f"({nodes} nodes): {why}")
             self._failed_submits.append(
                 View(
@@ -460,13 +462,13 @@ class AutoAlloc:
         """A pilot as the policy sees it."""
         ran = any(s == S.ACTIVE for s, _ in p.history)
         if p.state in S.FINAL:
-            return View(
+            return View(  # (the batch system's words: a peer's, made inert and bounded)
                 p.uid,
                 ENDED,
                 p.description.nodes,
                 ran=ran,
                 failed=p.state == S.FAILED,
-                why=f"{p.state}: {p.reason}",
+                why=one_line(f"{p.state}: {p.reason}", WORDS_MAX),
             )
         if p.state != S.ACTIVE:
             return View(p.uid, QUEUED, p.description.nodes)
