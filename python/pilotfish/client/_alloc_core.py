@@ -135,7 +135,7 @@ class Status:
     backoff_until: float | None = None  # no request before then (a failure's back-off)
     limit: str | None = None  # the limit that holds the next request back
     failures: int = 0  # submissions that failed in a row
-    requested: int = 0  # allocations requested so far
+    requested: int = 0  # allocations requested so far (counted by who requests them)
     ended: int = 0  # allocations ended (idle, canceled, failed, at their walltime)
     never: dict[str, str] = field(default_factory=dict)  # task uid -> why no allocation can
 
@@ -217,7 +217,6 @@ class Policy:
         s.queued = len(queued) + len(submit)
         s.running = len([v for v in running if v.uid not in self._ending])
         s.waiting, s.unserved = len(left), len(unserved)
-        s.requested += len(submit)
         return Step(dispatch, submit, end, cancel, events)
 
     def _learn(self, views: list[View]) -> None:

@@ -173,6 +173,7 @@ def simulate(
             j = jobs[uid] = Job(uid, nodes, now)
             res.events.append((now, SUBMIT, f"{uid} ({nodes} nodes): {why}"))
             n_submitted += 1
+            pol.status.requested += 1
             if C.reject is not None and (C.reject_first is None or n_submitted <= C.reject_first):
                 j.ended, j.why, j.failed = now, f"FAILED: {C.reject}", True
                 break  # (as autoalloc.py: no more requests before the policy hears of it)
