@@ -62,6 +62,8 @@ def release(
     fails a check is FAILED with its reason instead)."""
     ok, bad = [], []
     for i, t in enumerate(tasks):
+        if t.state != S.SCHEDULING:  # (canceled while held: it goes nowhere)
+            continue
         try:
             routing.route(t.description, i, [pilot])
             submit.check_outer_paths(t.description, i, pilot)
