@@ -481,6 +481,11 @@ class Word:
         for p in self._simulated():
             bridge.send(p.uid, self.WAITING)
 
+    def _late(self) -> None:
+        """The timer's word (its session may be closing under it: nothing to say then)."""
+        with contextlib.suppress(Exception):
+            self.say()
+
     def _disarm(self) -> None:
         with self._lock:
             timer, self._timer = self._timer, None
@@ -510,7 +515,7 @@ class Word:
             if self._waiters:
                 self.say()
             elif self._simulated():
-                timer = threading.Timer(self.SILENCE_S, self.say)
+                timer = threading.Timer(self.SILENCE_S, self._late)
                 timer.daemon = True
                 with self._lock:
                     old, self._timer = self._timer, timer
