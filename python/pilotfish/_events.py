@@ -96,6 +96,10 @@ NODES_START = "nodes_start"  # one launcher step starts executors; detail: "<n> 
 NODE_UP = "node_up"  # an executor said hello; detail: "<node> <host> <pid>"
 NODE_LOST = "node_lost"  # detail: "<node> <why>": its tasks fail, nothing more goes there
 
+# A pilot's root and its sub-agents (agent/root.py): the pilot's uid
+SUBAGENT_UP = "subagent_up"  # a sub-agent said hello; detail: "p<i> <pid> <nodes>"
+SUBAGENT_LOST = "subagent_lost"  # a sub-agent ended before its pilot; detail: "p<i> <why>"
+
 # The allocation policy (client/autoalloc.py): its uid ("alloc.0000"), a held task's own
 ALLOC_POLICY = "alloc_policy"  # it starts; detail: JSON of its template's resource and limits
 ALLOC_SUBMIT = "alloc_submit"  # an allocation requested; detail: "<pilot> (<n> nodes): why"

@@ -881,6 +881,11 @@ class PilotDescription(_Description):
                     instance (its own PRRTE DVM), placer and queue; or a list
                     [{"nodes": 12, "launcher": "prrte"}, {"nodes": 4, "launcher": "direct"}]
                     whose sizes add up to `nodes`. Default 1. A task never spans partitions.
+    subagents       each partition served by an agent process of its own (a sub-agent), under
+                    a root that routes whole submit batches (pilotfish.agent.subagent). Default
+                    None: on for a pilot of several partitions and at least 512 nodes; True: on
+                    (several partitions needed); False: one agent. Not for simulated pilots
+                    (their launch model's cpu.subagents models them)
     environment     extra environment for the agent and its tasks
     """
 
@@ -913,6 +918,7 @@ class PilotDescription(_Description):
         "launcher_options": (dict, _launcher_options),
         "node_executors": (None, _opt(_bool)),
         "partitions": (1, _partitions),
+        "subagents": (None, _opt(_bool)),
         "launch_model": (None, _launch_model),
         "environment": (dict, _env),
         "name": (None, _opt(_str)),
@@ -955,6 +961,18 @@ class PilotDescription(_Description):
                 "only a simulated pilot (resource='simulated') has a launch model",
             )
         parts = values.get("partitions", 1)
+        if values.get("subagents") is True and (
+            (parts if isinstance(parts, int) else len(parts)) < 2
+            or values.get("resource") == "simulated"
+        ):
+            raise DescriptionError(
+                self._kind,
+                "subagents",
+                True,
+                "a simulated pilot models sub-agents in its launch model (cpu.subagents)"
+                if values.get("resource") == "simulated"
+                else "a sub-agent serves a partition: give the pilot several (partitions=P)",
+            )
         if isinstance(parts, int) and parts > nodes:
             raise DescriptionError(
                 self._kind,

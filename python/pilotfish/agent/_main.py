@@ -44,6 +44,7 @@ from .ports import StopWhy
 from .reports import Reports
 from .resume import resync
 from .simulation import SIM_POLL_S, next_event
+from .subagent import decode_subagent_config, own_partition, subagents_on
 from .table import KILL_GRACE, TaskTable
 from .walltime import batch_time_left, drain_margin
 
@@ -110,6 +111,9 @@ class Agent:
         self.partitions = make_partitions(
             self.resources, desc.get("partitions"), self.default_launcher, policy, clock
         )
+        own = own_partition(config, self.partitions)  # a sub-agent: its partition alone
+        if own is not None:
+            self.partitions, self.resources = own, own[0].resources
         if len(self.partitions) > 1:
             for p in self.partitions:
                 events.record(
@@ -126,7 +130,7 @@ class Agent:
         base_env["PILOTFISH_SANDBOX"] = self.sandbox
         self.ctx = zmq.Context()
         self.reports = Reports()
-        self.tasks_dir = os.path.join(self.sandbox, "tasks")
+        self.tasks_dir = getattr(config, "tasks_dir", "") or os.path.join(self.sandbox, "tasks")
         os.makedirs(self.tasks_dir, exist_ok=True)
         # a multi-rank task on a local pilot that names no launcher anywhere gets an
         # installed MPI launcher (looked up on first need)
@@ -194,6 +198,8 @@ class Agent:
         else:
             from .. import _core
 
+            # (TaskRunner's profile, spool_dir, clock: a sub-agent's spool is its own)
+            spool = os.path.join(self.sandbox, "spool")
             self.core = _core.Executor(
                 [f"{k}={v}" for k, v in base_env.items()],
                 exit_log=os.path.join(self.sandbox, "agent.exits")
@@ -202,12 +208,10 @@ class Agent:
             )
             if self.nodes is not None:
                 self.runner = NodeRunner(
-                    self.nodes, self.core, self.tasks_dir, profile=events.enabled, clock=clock
+                    self.nodes, self.core, self.tasks_dir, events.enabled, spool, clock
                 )
             else:
-                self.runner = TaskRunner(
-                    self.core, self.tasks_dir, profile=events.enabled, clock=clock
-                )
+                self.runner = TaskRunner(self.core, self.tasks_dir, events.enabled, spool, clock)
         if self.journal.enabled:
             self.runner.on_spawn = lambda items: self.journal.write(
                 [spawn_record(t.spec.uid, keys, not t.spec.output_staging) for t, keys in items]
@@ -665,15 +669,18 @@ class Agent:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    sub = argv[:1] == ["--subagent"]  # started by a root for one partition (root.py)
+    argv = argv[1:] if sub else argv
     if len(argv) != 1:
-        print("usage: python -m pilotfish.agent AGENT_CONFIG.json", file=sys.stderr)
+        print("usage: python -m pilotfish.agent [--subagent] AGENT_CONFIG.json", file=sys.stderr)
         return 2
     # Everything the agent, its steps and its tasks create in the sandbox is its owner's alone
     # (0600 files, 0700 directories), whatever umask the agent was started with: a local
     # pilot's is the client's (often 022); a batch script sets 077 itself (psij_job.py).
     os.umask(0o077)
     try:  # (never through a link: it holds the agent's secret key)
-        config = _wire.decode_agent_config(read_private(argv[0]), argv[0])
+        decode = decode_subagent_config if sub else _wire.decode_agent_config
+        config = decode(read_private(argv[0]), argv[0])
     except (OSError, ValueError) as e:
         print(f"pilotfish agent: {e}", file=sys.stderr)
         return 2
@@ -682,6 +689,10 @@ def main(argv: list[str] | None = None) -> int:
         os.O_WRONLY | os.O_CREAT | os.O_APPEND,
     )
     open_log(log_fd)  # (what a task or peer writes is bounded and escaped there: _inert.py)
+    if not sub and subagents_on(config.description):  # a root and a sub-agent per partition
+        from .root import run_root
+
+        return run_root(config)
     # SIGTERM from the batch system (or a cancel): drain like a shutdown request
     agent = Agent(config)
 
