@@ -6,7 +6,9 @@ per task: a task of the MPICH ABI starts at the executors' speed.
 Every rank gets, on top of the placement environment every launcher gives (`PILOTFISH_*`,
 `CUDA_VISIBLE_DEVICES`): PMI_FD=3 (the descriptor it inherits: one end of a socketpair whose
 other end its node's server holds -- nothing listens on a port), PMI_RANK, PMI_SIZE and
-PMI_JOBID (the KVS name, which Slurm's libpmi2 also asks for). Ranks are numbered by node in
+PMI_JOBID (the world's KVS name, 128 random bits, which Slurm's libpmi2 also sends; what
+each node's server tells its ranks, and MPICH names its shared memory after, is a fresh
+name of that node's own: agent/pmi_node.py). Ranks are numbered by node in
 order of first appearance (`by_node`, as `--host h1:n1,h2:n2` launchers number them), so
 MPICH's PMI_process_mapping is a few blocks.
 

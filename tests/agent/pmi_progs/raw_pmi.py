@@ -13,7 +13,7 @@ manykeys COUNT (every rank puts COUNT keys; a fence; each rank gets every rank's
 last key back, then finalizes: exit 0 when all were right), fenceput MB (as bigput, then a key
 of the next rank read back and finalize: exit 0 when the fence completed), getflood /
 unknownflood (init, then gets of a missing key / unknown commands, 64 in flight, answers
-read, until killed; every 10,000 answers one byte `.` on stdout).
+read, until killed; every 10,048 answers one byte `.` on stdout).
 
 Each mode then reads until the server closes the connection and exits 0 when it did (the job
 was failed and its connections closed), 2 when an answer came where none should, 9 for `lost`.
