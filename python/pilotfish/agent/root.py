@@ -248,8 +248,8 @@ class Root:
                     self._gone(sub)
         if self.signalled and self.stopping is None:
             self._stop(S.CANCELED, "terminated by signal", signal_subs=True)
-        self._flush()
         self._timers(now)
+        self._flush()
         self.events.maybe_flush()
 
     def _timers(self, now: float) -> None:
@@ -265,7 +265,7 @@ class Root:
             if sub.ended or sub.status is not None:
                 continue
             if now - sub.last_sent >= self.heartbeat_s:
-                sub.send(_wire.encode(_wire.Heartbeat(time.time())))
+                sub.post(_wire.encode(_wire.Heartbeat(time.time())))
             if sub.silent is None and now - sub.last_heard > self.client_timeout:
                 sub.silent = f"silent for {now - sub.last_heard:.0f}s"
                 sub.kill()
@@ -310,7 +310,7 @@ class Root:
             self._route(msg.tasks, frame)
         elif isinstance(msg, _wire.Cancel):
             for sub, uids in self._owners(msg.uids, unowned=False).items():
-                sub.send(_wire.encode(_wire.Cancel(uids)))
+                sub.post(_wire.encode(_wire.Cancel(uids)))
         elif isinstance(msg, _wire.Shutdown):
             self._stop(S.DONE, msg.reason)
         elif isinstance(msg, _wire.Explain):
@@ -336,11 +336,11 @@ class Root:
         elif isinstance(msg, _wire.GroupStart):
             home = self._group_home(msg.spec.template)
             self.groups[msg.spec.name] = home
-            home.send(frame)
+            home.post(frame)
         elif isinstance(msg, (_wire.GroupResize, _wire.GroupHold, _wire.GroupRelease)):
             held = self.groups.get(msg.name) or self._any()
             if held is not None:
-                held.send(frame)
+                held.post(frame)
         # (Heartbeat: heard; Waiting: a simulated pilot's, never a root's)
 
     def _route(self, specs: list[_wire.TaskSpec], frame: bytes | None) -> None:
@@ -351,10 +351,7 @@ class Root:
                 self.events.record(uid, S.FAILED, why, now)
                 self.own.append(_wire.Update(uid, S.FAILED, now, reason=why))
         for share, ts in slices:
-            sub = self.subs[share.index]
-            payload = frame if whole and frame is not None else _wire.encode(_wire.Submit(ts))
-            if not sub.send(payload):
-                log.warning("%s unreachable: %d tasks wait for its end", share.label, len(ts))
+            self.subs[share.index].submit(ts, frame if whole else None)
 
     def _owners(self, uids: list[str], unowned: bool) -> dict[SubAgent, list[str]]:
         """{sub-agent: the uids of these tasks it holds}; unowned: those no live one holds
@@ -389,7 +386,7 @@ class Root:
         for sub, its in parts.items():
             token = secrets.token_hex(8)
             self.explains[token] = (msg.token, sub)
-            sub.send(_wire.encode(_wire.Explain(token, its)))
+            sub.post(_wire.encode(_wire.Explain(token, its)))
         self._explained(msg.token)
 
     def _explained(self, token: str) -> None:
@@ -406,7 +403,7 @@ class Root:
         live = [s for s in self.subs if not s.ended]
         self.resync = [set(live), set(uids)]
         for sub in live:
-            sub.send(_wire.encode(_wire.Resync(uids)))
+            sub.post(_wire.encode(_wire.Resync(uids)))
         self._resynced()
 
     def _resynced(self) -> None:
@@ -532,6 +529,9 @@ class Root:
 
     # -- to the client ------------------------------------------------------------------------
     def _flush(self) -> None:
+        for sub in self.subs:
+            if sub.outbox and sub.flush():
+                log.warning("%s unreachable: tasks sent to it wait for its end", sub.share.label)
         if self.own:
             self.pending.append((True, _wire.encode(_wire.Updates(self.own))))
             self.own = []
@@ -571,7 +571,7 @@ class Root:
             if signal_subs:
                 sub.kill(signal.SIGTERM)
             else:
-                sub.send(_wire.encode(_wire.Shutdown(reason)))
+                sub.post(_wire.encode(_wire.Shutdown(reason)))
 
     def _end(self) -> int:
         state, reason = self.stopping  # type: ignore[misc]  # set before the loop ends
@@ -599,4 +599,13 @@ def run_root(config: _wire.AgentConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGIO, signal.SIG_IGN)
-    return root.run()
+    prof_path = os.environ.get("PILOTFISH_ROOT_CPROFILE")  # where the root's time goes
+    if not prof_path:
+        return root.run()
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(root.run)
+    finally:
+        prof.dump_stats(prof_path)

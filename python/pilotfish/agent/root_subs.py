@@ -119,6 +119,7 @@ class SubAgent:
         self.bye: _wire.Bye | None = None
         self.last_heard = self.last_sent = time.monotonic()
         self.dropped = 0  # frames whose proven sender was not this sub-agent
+        self.outbox: list = []  # frames for it (bytes), and runs of tasks ([specs, frame])
 
     @property
     def index(self) -> int:
@@ -204,14 +205,36 @@ class SubAgent:
             self.last_heard = time.monotonic()
         return out
 
-    def send(self, payload: bytes) -> bool:
-        """To it; False when it cannot be reached (gone)."""
-        try:
-            self.sock.send_multipart([self.ident, payload])
-        except zmq.ZMQError:
-            return False
-        self.last_sent = time.monotonic()
-        return True
+    def post(self, payload: bytes) -> None:
+        """A frame for it, sent in order with the rest at the round's end (flush)."""
+        self.outbox.append(payload)
+
+    def submit(self, specs: list, frame: bytes | None) -> None:
+        """Tasks for it: one Submit of them all per run of them in its outbox (the frame
+        they came in, when they are one whole frame); ordered with its other frames."""
+        box = self.outbox
+        if box and isinstance(box[-1], list):
+            box[-1][0].extend(specs)
+            box[-1][1] = None
+        else:
+            box.append([list(specs), frame])
+
+    def flush(self) -> int:
+        """Send what its outbox holds; how many tasks could not be sent (it is gone)."""
+        box, self.outbox = self.outbox, []
+        lost = 0
+        for item in box:
+            if isinstance(item, list):
+                payload = item[1] or _wire.encode(_wire.Submit(item[0]))
+            else:
+                payload = item
+            try:
+                self.sock.send_multipart([self.ident, payload])
+            except zmq.ZMQError:
+                lost += len(item[0]) if isinstance(item, list) else 0
+        if box:
+            self.last_sent = time.monotonic()
+        return lost
 
     def reaped(self, status: int) -> None:
         """Its process ended with this status (reap_children found it)."""
