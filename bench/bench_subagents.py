@@ -3,7 +3,7 @@ pilot shape side by side in one run -- the CPU each process spends per task, fro
 counters, and the rates of the node-executor and PMI paths.
 
     scripts/substrates/slurm.sh exec .venv/bin/python bench/bench_subagents.py \
-        [--tasks 2000] [--repeats 5] [--pmi 200] [--json OUT]
+        [--tasks 2000] [--repeats 5] [--pmi 200] [--latency 50] [--json OUT]
     .venv/bin/python bench/bench_subagents.py --local      # an emulated local pilot instead
 
 Pilots: Slurm, the four compute hosts, partitions=2 (n1+n2, n3+n4); `one`: subagents=False
@@ -24,6 +24,7 @@ Cases, each repeated --repeats times (min and median reported):
            last final)
   pmi      --pmi 2-rank MPI tasks (tests/agent/pmi_progs/mpi_hello.c, the mpich wheel's mpicc)
            through the pilot's own PMI path, one submit call: tasks/s (cluster only)
+  latency  --latency /bin/true tasks one after another: submit -> DONE, median and min
 Prints one JSON line per case and pilot, and a final JSON object (--json: also to OUT).
 """
 
@@ -166,11 +167,26 @@ def pmi(tmgr, exe: str, n: int):
     return run
 
 
+def latency(tmgr, n: int) -> dict:
+    """Median and min seconds of submit -> DONE of one task at a time (the first warms)."""
+    times = []
+    for _ in range(n + 1):
+        t0 = time.monotonic()
+        t = tmgr.submit_tasks(null_tasks(1)[0])
+        assert t.wait(timeout=600) == pf.DONE, t.reason
+        times.append(time.monotonic() - t0)
+    return {
+        "median_ms": round(1000 * statistics.median(times[1:]), 2),
+        "min_ms": round(1000 * min(times[1:]), 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--pmi", type=int, default=200)
+    ap.add_argument("--latency", type=int, default=50)
     ap.add_argument("--local", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -202,6 +218,7 @@ def main() -> int:
             if exe:
                 runs = [measure(procs, pmi(tmgr, exe, a.pmi)) for _ in range(a.repeats)]
                 rows.append(summarize("pmi", name, a.pmi, runs))
+            rows.append(emit("latency", pilot=name, tasks=a.latency, **latency(tmgr, a.latency)))
             pilot.cancel()
             pilot.wait(timeout=300)
     out = {"rows": rows}

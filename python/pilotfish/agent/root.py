@@ -172,6 +172,7 @@ class Root:
         self.resync: list | None = None  # [sub-agents yet to answer, missing everywhere]
         self.last_heard = self.last_sent = time.monotonic()
         self.last_reap = 0.0
+        self.said_hello = False
 
     # -- start ------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -194,6 +195,7 @@ class Root:
             self._round(min(left, 0.5) if left > 0 else 0.2)
         self.events.record(self.uid, S.ACTIVE)
         self._hello()
+        self.said_hello = True
         self.events.flush()
 
     def _hello(self) -> None:
@@ -253,6 +255,8 @@ class Root:
         self.events.maybe_flush()
 
     def _timers(self, now: float) -> None:
+        if not self.said_hello:  # (nothing goes up before the hello, nor is awaited)
+            self.last_heard = self.last_sent = now
         if self.stopping is None and now - self.last_heard > self.client_timeout:
             self._stop(
                 S.CANCELED,
