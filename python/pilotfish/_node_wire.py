@@ -1,16 +1,17 @@
 """Messages between the agent and its node executors (agent/nodes.py <-> agent/node.py).
 
 One ZeroMQ frame per message, msgpack through typed msgspec Structs (tagged: one decoder for
-the whole union), every message a batch. The agent's ROUTER knows a node executor by its
-routing id, the node's name.
+the whole union), every message a batch. The agent's ROUTER knows a node executor by the key
+its connection proved (its ZAP User-Id, the node's name: agent/node_keys.py), never by a
+routing id the peer chose.
 
 A spawn spec travels as a tuple: (key, argv, env ["K=V", ...] or None, cwd or None, stdout,
 stderr), where stdout/stderr are None (discarded), True (captured: the node executor writes it
 to its own spool and sends the text back with the exit) or a path (the user's file).
 
 What a node executor sends is typed all the way down (rows of fixed shape, integers within
-their ranges, texts of bounded length): the agent reads frames from any holder of the node key
-(a task of the owner can read it), so a frame that is not exactly a node's message fails to
+their ranges, texts of bounded length): the agent trusts no peer's frame further than its
+shape, not even a node's, so a frame that is not exactly a node's message fails to
 decode -- one error, which the agent counts and drops (agent/nodes.py) -- and never reaches
 code that would take it apart. Trailing fields a decoder does not know are ignored (a newer
 executor's additions). What the agent sends (spawn specs) the executor checks spec by spec.
@@ -55,13 +56,16 @@ class ExitRow(msgspec.Struct, array_like=True):
 class NodeHello(msgspec.Struct, tag="hello", array_like=True):
     """node -> agent, on connecting and whenever the agent asks (Resync): who it is and what it
     holds -- keys still running and exits the agent has not acknowledged (a restarted agent's
-    resync; a lost node's reconciliation, agent/nodes.py)."""
+    resync; a lost node's reconciliation, agent/nodes.py) -- and its executor's token (drawn
+    at its start, in its memory only: a later connection of the node is adopted only with the
+    same one, agent/node_keys.py)."""
 
     node: Name
     pid: Pid
     host: Name
     running: list[Key] = []
     exits: list[ExitRow] = []
+    token: Annotated[bytes, msgspec.Meta(max_length=64)] = b""
 
 
 class PmiStart(msgspec.Struct, array_like=True):

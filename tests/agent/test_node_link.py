@@ -13,7 +13,10 @@ from pilotfish import _events as E
 from pilotfish import _node_wire as W
 from pilotfish._sockets import curve_dealer
 from pilotfish.agent.clock import REAL
-from pilotfish.agent.nodes import Node, NodeLink
+from pilotfish.agent.node_keys import TOKEN_BYTES, derive
+from pilotfish.agent.nodes import NodeLink
+
+TOKEN = b"t" * TOKEN_BYTES  # (a node executor draws its own: node_keys.py)
 
 
 class Events:
@@ -34,6 +37,21 @@ def _link(tmp_path, **kw):
     return ctx, ev, link
 
 
+def _expect(link, name="n2"):
+    """A node the link expects an executor of, and that executor's key pair (public, secret),
+    derived from the step secret as the executor derives it (node_keys.py)."""
+    return derive(link.expect([name]), name)
+
+
+def _dealer(ctx, link, keys):
+    """A connection to the node port with this key pair (no routing id: the ROUTER's own)."""
+    return curve_dealer(ctx, link.key_file, link.address, keys=keys)
+
+
+def _hello(name="n2", pid=1, running=(), exits=(), token=TOKEN):
+    return W.encode(W.NodeHello(name, pid, name, list(running), list(exits), token))
+
+
 def _pump(link, until, timeout=5.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -47,28 +65,40 @@ def _pump(link, until, timeout=5.0):
 def test_bad_frames_are_dropped_and_the_node_goes_on(tmp_path):
     ctx, ev, link = _link(tmp_path)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
-        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
-        sock.send(W.encode(W.NodeHello("n2", 123, "n2")))
+        sock = _dealer(ctx, link, _expect(link))
+        sock.send(_hello(pid=123))
         assert _pump(link, lambda: link.nodes["n2"].up)
         assert ev.named(E.NODE_UP) == ["n2 n2 123"]
         # a spawn the agent sent, then garbage, then the exit of that spawn and of a key
         # the node never had
         assert link.spawn("n2", [(7, ["/bin/true"], None, None, None, None)]) is None
         sock.send(b"\x93garbage")
-        sock.send(W.encode(W.Exits([(7, 4242, 0, 0, 1.0, 0.0, 0.0, 0, "out", None),
-                                    (99, 4243, 0, 0, 1.0, 0.0, 0.0, 0, None, None)])))
+        sock.send(
+            W.encode(
+                W.Exits(
+                    [
+                        (7, 4242, 0, 0, 1.0, 0.0, 0.0, 0, "out", None),
+                        (99, 4243, 0, 0, 1.0, 0.0, 0.0, 0, None, None),
+                    ]
+                )
+            )
+        )
         assert _pump(link, lambda: link.exits)
         assert len(ev.named(E.BAD_FRAME)) == 1 and "node n2" in ev.named(E.BAD_FRAME)[0]
         _, exits = link.take()
         assert [e[0] for e in exits] == [7]  # not 99: no task of this agent's
         assert link.outputs == {7: ("out", None)}
         assert link.nodes["n2"].lost is None and link.nodes["n2"].up
-        # a frame from a node that is not one of this pilot's
-        other = curve_dealer(ctx, link.key_file, link.address, identity=b"n9")
+        # a peer with the server key (nodes.key) but no node's key: refused at its handshake
+        # (ZAP, node_keys.py), whatever routing id it claims -- nothing of it reaches the link
+        other = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
         other.send(W.encode(W.Beat(1.0)))
-        assert _pump(link, lambda: len(ev.named(E.BAD_FRAME)) == 2)
-        assert "unknown node" in ev.named(E.BAD_FRAME)[1]
+        other.send(_hello())
+        assert _pump(link, lambda: link.keys.strangers > 0)
+        assert _pump(link, lambda: link.door.counts["handshakes"] > 0)
+        _pump(link, lambda: False, 0.3)
+        assert len(ev.named(E.BAD_FRAME)) == 1 and link.bad_frames == 1
+        assert link.nodes["n2"].up and ev.named(E.NODE_UP) == ["n2 n2 123"]
         sock.close(0)
         other.close(0)
     finally:
@@ -79,11 +109,10 @@ def test_bad_frames_are_dropped_and_the_node_goes_on(tmp_path):
 def test_wrong_key_is_refused_and_counted(tmp_path):
     ctx, ev, link = _link(tmp_path)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
         forged = tmp_path / "forged.key"
         forged.write_bytes(zmq.curve_keypair()[0])
-        sock = curve_dealer(ctx, str(forged), link.address, identity=b"n2")
-        sock.send(W.encode(W.NodeHello("n2", 1, "n2")))
+        sock = curve_dealer(ctx, str(forged), link.address, keys=_expect(link))
+        sock.send(_hello())
         assert _pump(link, lambda: link.door.counts["handshakes"] > 0)  # (refused: _door.py)
         assert not link.nodes["n2"].up and ev.named(E.NODE_UP) == []
         sock.close(0)
@@ -99,9 +128,8 @@ def test_silent_node_is_lost_and_its_processes_end_with_why(tmp_path):
     verdict_after_s later, which ends them with why."""
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.3)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
-        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
-        sock.send(W.encode(W.NodeHello("n2", 1, "n2")))
+        sock = _dealer(ctx, link, _expect(link))
+        sock.send(_hello())
         assert _pump(link, lambda: link.nodes["n2"].up)
         link.spawn("n2", [(1, ["x"], None, None, None, None), (2, ["y"], None, None, None, None)])
         time.sleep(0.5)
@@ -123,6 +151,7 @@ def test_silent_node_is_lost_and_its_processes_end_with_why(tmp_path):
 
 
 # -- a holder of the node key (any task of the owner can read nodes.key) -------------------------
+
 
 def _raw(*fields) -> bytes:
     """A frame as a forger builds it: any msgpack at all."""
@@ -161,12 +190,19 @@ def test_malformed_frames_with_the_real_key_are_dropped_counted_and_the_link_goe
     is dropped, counted and logged; the node's real frames before and after still count."""
     ctx, ev, link = _link(tmp_path)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
-        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
-        sock.send(W.encode(W.NodeHello("n2", 123, "n2")))
+        sock = _dealer(ctx, link, _expect(link))
+        sock.send(_hello(pid=123))
         assert _pump(link, lambda: link.nodes["n2"].up)
-        assert link.spawn("n2", [(7, ["/bin/true"], None, None, None, None),
-                                 (8, ["/bin/true"], None, None, None, None)]) is None
+        assert (
+            link.spawn(
+                "n2",
+                [
+                    (7, ["/bin/true"], None, None, None, None),
+                    (8, ["/bin/true"], None, None, None, None),
+                ],
+            )
+            is None
+        )
         for _why, frame in MALFORMED:
             sock.send(frame)
         sock.send(W.encode(W.Spawned([(7, 4242, 1.0)])))
@@ -179,7 +215,7 @@ def test_malformed_frames_with_the_real_key_are_dropped_counted_and_the_link_goe
         assert [(k, p) for k, p, _ in spawned] == [(7, 4242)]
         assert [e[0] for e in exits] == [7] and link.outputs == {7: ("out", None)}
         # a well-formed frame about a key that is not this node's touches nothing
-        link.nodes["n3"] = Node("n3", time.monotonic() + 60, None)
+        _expect(link, "n3")
         link.nodes["n3"].up = True
         link.nodes["n3"].last_heard = time.monotonic()
         assert link.spawn("n3", [(9, ["/bin/true"], None, None, None, None)]) is None
@@ -198,6 +234,7 @@ def test_malformed_frames_with_the_real_key_are_dropped_counted_and_the_link_goe
 
 
 # -- a node that is lost and comes back ---------------------------------------------------------
+
 
 def _tick(link, seconds, until=None):
     """The agent's loop for a while: read, tick (heartbeats, losses, verdicts)."""
@@ -227,13 +264,21 @@ class _Partition:
 
 
 def _executor(tmp_path, link, node="n2"):
-    """A real node executor (python -m pilotfish.agent.node) on this host, for `node`."""
+    """A real node executor (python -m pilotfish.agent.node) on this host, for `node`, which
+    the link expects: the step secret on its stdin, as the launcher step gives it."""
     import os
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, "-m", "pilotfish.agent.node", link.config_path],
-                            env=dict(os.environ, SLURMD_NODENAME=node))
+    secret = link.expect([node], None, 30.0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pilotfish.agent.node", link.config_path],
+        env=dict(os.environ, SLURMD_NODENAME=node),
+        stdin=subprocess.PIPE,
+    )
+    proc.stdin.write(secret.hex().encode() + b"\n")
+    proc.stdin.close()
+    return proc
 
 
 @pytest.mark.slow
@@ -252,13 +297,31 @@ def test_a_stopped_executor_fences_itself_and_its_node_rejoins_reconciled(tmp_pa
     link.partitions.append(_Partition(["n2"], 4))
     proc = _executor(tmp_path, link)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
         assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
-        assert link.spawn("n2", [
-            (1, ["/bin/sh", "-c", f"sleep 0.3; echo 1 >> {side}"], None, str(tmp_path), None,
-             None),
-            (2, ["/bin/sh", "-c", f"sleep 30; echo 2 >> {side}"], None, str(tmp_path), None,
-             None)]) is None
+        assert (
+            link.spawn(
+                "n2",
+                [
+                    (
+                        1,
+                        ["/bin/sh", "-c", f"sleep 0.3; echo 1 >> {side}"],
+                        None,
+                        str(tmp_path),
+                        None,
+                        None,
+                    ),
+                    (
+                        2,
+                        ["/bin/sh", "-c", f"sleep 30; echo 2 >> {side}"],
+                        None,
+                        str(tmp_path),
+                        None,
+                        None,
+                    ),
+                ],
+            )
+            is None
+        )
         assert _tick(link, 10, lambda: len([s for s in link.spawned if s[1] > 0]) == 2)
         link.take()
         os.kill(proc.pid, signal.SIGSTOP)
@@ -309,12 +372,10 @@ def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_pa
 
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 60, None)
-        sock = curve_dealer(ctx, link.key_file, link.address, identity=b"n2")
-        sock.send(W.encode(W.NodeHello("n2", 1, "n2")))
+        sock = _dealer(ctx, link, _expect(link))
+        sock.send(_hello())
         assert _tick(link, 5, lambda: link.nodes["n2"].up)
-        assert link.spawn("n2", [(k, ["x"], None, None, None, None)
-                                 for k in (1, 2, 3, 4)]) is None
+        assert link.spawn("n2", [(k, ["x"], None, None, None, None) for k in (1, 2, 3, 4)]) is None
         assert _tick(link, 5, lambda: link.nodes["n2"].lost is not None)
         assert link.take() == ([], [])  # held
         journal = tmp_path / "nodes" / "n2"
@@ -331,13 +392,13 @@ def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_pa
         assert got[1][2:5] == (0, 0, 5.0) and got[1][8] is None  # completed, says its journal
         assert got[2][3] == 9 and "killed by signal 9" in got[2][8], got[2]
         for k in (3, 4):
-            assert got[k][2] != 0 and got[k][8].startswith("node n2 lost") \
-                and "no word" in got[k][8], got[k]
+            assert (
+                got[k][2] != 0 and got[k][8].startswith("node n2 lost") and "no word" in got[k][8]
+            ), got[k]
         # it comes back: key 3 ran to its end after all (late, counted), key 4 still runs
         while sock.poll(0):
             sock.recv()
-        sock.send(W.encode(W.NodeHello("n2", 1, "n2", [4], [
-            (3, 11, 0, 0, 7.0, 0.0, 0.0, 0, None, None)])))
+        sock.send(_hello(running=[4], exits=[(3, 11, 0, 0, 7.0, 0.0, 0.0, 0, None, None)]))
         assert _tick(link, 5, lambda: link.late == 1)
         kinds = []
         while sock.poll(300):
@@ -345,8 +406,7 @@ def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_pa
         kills = [m for m in kinds if isinstance(m, W.Kill)]
         assert kills and kills[0].keys == [4] and kills[0].signal == 9, kinds
         assert link.nodes["n2"].lost is not None  # not before it proves key 4 stopped
-        sock.send(W.encode(W.NodeHello("n2", 1, "n2", [], [
-            (4, 12, 0, 9, 8.0, 0.0, 0.0, 0, None, None)])))
+        sock.send(_hello(exits=[(4, 12, 0, 9, 8.0, 0.0, 0.0, 0, None, None)]))
         assert _tick(link, 5, lambda: link.nodes["n2"].lost is None)
         assert link.late == 2
         up = ev.named(E.NODE_UP)
@@ -370,7 +430,6 @@ def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path)
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.5)
     proc = _executor(tmp_path, link)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
         assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
         assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
         assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
@@ -391,8 +450,9 @@ def test_a_slow_agent_has_its_node_fence_itself_then_take_spawns_again(tmp_path)
         assert link.nodes["n2"].lost is None  # it never was: the agent was the slow one
         _tick(link, 0.5)  # (the refusal asked for a Resync: it is answered by now)
         assert link.spawn("n2", [(3, ["/bin/true"], None, None, None, None)]) is None
-        assert _tick(link, 10, lambda: any(r[0] == 3 and r[2] == 0 for r in link.exits)), \
+        assert _tick(link, 10, lambda: any(r[0] == 3 and r[2] == 0 for r in link.exits)), (
             "no spawn taken after the agent answered"
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -410,7 +470,6 @@ def test_a_node_back_before_its_fence_rejoins_with_its_tasks_running(tmp_path):
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.5)
     proc = _executor(tmp_path, link)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
         assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
         assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
         assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
@@ -448,12 +507,24 @@ def test_an_executor_whose_agent_died_finishes_its_tasks_unfenced(tmp_path):
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
     proc = _executor(tmp_path, link)
     try:
-        link.nodes["n2"] = Node("n2", time.monotonic() + 30, None)
         assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
         (tmp_path / "keeper.json").write_text(json.dumps({"pid": 1, "adopted": None}))
-        assert link.spawn("n2", [(1, ["/bin/sh", "-c", f"sleep {3 * link.fence_after_s}; "
-                                                        f"echo 1 > {side}"],
-                                  None, None, None, None)]) is None
+        assert (
+            link.spawn(
+                "n2",
+                [
+                    (
+                        1,
+                        ["/bin/sh", "-c", f"sleep {3 * link.fence_after_s}; echo 1 > {side}"],
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                ],
+            )
+            is None
+        )
         assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
         time.sleep(3 * link.fence_after_s + 1.0)  # the agent is silent (dead)
         assert side.exists(), "the task was killed"
@@ -461,6 +532,187 @@ def test_an_executor_whose_agent_died_finishes_its_tasks_unfenced(tmp_path):
         assert [r[2:4] for r in link.exits if r[0] == 1] == [(0, 0)]
         log = (tmp_path / "nodes" / "n2.log").read_text()
         assert "keeper holds" in log and "fencing" not in log, log
+    finally:
+        proc.kill()
+        proc.wait()
+        link.close()
+        ctx.destroy(0)
+
+
+# -- a node is who its key says it is (issue 47, row 2) -----------------------------------------
+
+
+def _handshakes(sock):
+    """A monitor of this DEALER's handshakes: () -> (succeeded, failed) so far."""
+    import struct
+
+    mon = sock.get_monitor_socket(
+        zmq.EVENT_HANDSHAKE_SUCCEEDED
+        | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    )
+    seen = [0, 0]
+
+    def read():
+        while mon.poll(0):
+            event = struct.unpack("=hi", mon.recv_multipart()[0][:6])[0]
+            seen[event != zmq.EVENT_HANDSHAKE_SUCCEEDED] += 1
+        return tuple(seen)
+
+    return read
+
+
+def _frames(sock, wait_ms=300):
+    got = []
+    while sock.poll(wait_ms):
+        got.append(type(W.decode(sock.recv())).__name__)
+    return got
+
+
+def test_a_second_connection_as_a_live_node_is_refused_counted_and_gets_nothing(tmp_path):
+    """Before: ROUTER_HANDOVER gave a newcomer under a node's routing id that node's route --
+    the node was lost, its spawns went to the newcomer. Now a connection is its key's node's
+    (ZAP), and while that node is connected a second connection with its key is refused at
+    the handshake (300: it may retry, and gets in only once the node is lost), counted, an
+    event; every frame for the node goes to its first connection."""
+    ctx, ev, link = _link(tmp_path)
+    try:
+        keys = _expect(link)
+        first = _dealer(ctx, link, keys)
+        first.send(_hello(pid=11))
+        assert _pump(link, lambda: link.nodes["n2"].up)
+        second = _dealer(ctx, link, keys)
+        seen = _handshakes(second)
+        second.send(_hello(pid=12, token=b"x" * TOKEN_BYTES))
+        assert _pump(link, lambda: link.keys.second["n2"] >= 1)
+        assert link.second >= 1
+        refused = ev.named(E.REFUSED)
+        assert refused and "second connection as node n2" in refused[0], refused
+        assert link.spawn("n2", [(7, ["/bin/true"], None, None, None, None)]) is None
+        link.tick()  # (a heartbeat, acks: all to the first)
+        assert "Spawn" in _frames(first)
+        _pump(link, lambda: False, 0.5)
+        assert _frames(second, 100) == [] and seen()[0] == 0, seen()
+        assert link.nodes["n2"].pid == 11 and link.nodes["n2"].lost is None
+        assert ev.named(E.NODE_UP) == ["n2 n2 11"]
+        first.close(0)
+        second.close(0)
+    finally:
+        link.close()
+        ctx.destroy(0)
+
+
+def test_two_connections_before_the_hello_the_first_hello_is_the_node(tmp_path):
+    """Both connected while the node had no route (its key leaked before its executor's
+    hello, say): the first hello makes its connection the node's route; the other one's frames
+    are refused, counted, and nothing is sent to it."""
+    ctx, ev, link = _link(tmp_path)
+    try:
+        keys = _expect(link)
+        a, b = _dealer(ctx, link, keys), _dealer(ctx, link, keys)
+        seen_a, seen_b = _handshakes(a), _handshakes(b)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and (seen_a()[0] == 0 or seen_b()[0] == 0):
+            link.on_readable()  # (ZAP: both get in, the node has no route yet)
+            time.sleep(0.01)
+        assert seen_a()[0] == seen_b()[0] == 1
+        a.send(_hello(pid=21))
+        assert _pump(link, lambda: link.nodes["n2"].up)
+        b.send(_hello(pid=22, token=b"y" * TOKEN_BYTES))
+        b.send(W.encode(W.Exits([(7, 1, 0, 0, 1.0, 0.0, 0.0, 0, None, None)])))
+        assert _pump(link, lambda: link.second >= 2)
+        assert link.spawn("n2", [(7, ["/bin/true"], None, None, None, None)]) is None
+        assert "Spawn" in _frames(a) and _frames(b, 100) == []
+        assert link.nodes["n2"].pid == 21 and link.take() == ([], [])
+        a.close(0)
+        b.close(0)
+    finally:
+        link.close()
+        ctx.destroy(0)
+
+
+def test_a_lost_node_is_taken_back_only_with_its_executors_token(tmp_path):
+    """The node is lost (silent): its key gets in again (its executor may have reconnected),
+    but that connection becomes the node's only with a hello carrying the token of the
+    executor's first hello; one without is refused and counted, and gets nothing but the ask
+    for a hello. The real executor, on a new connection, rejoins."""
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
+    try:
+        keys = _expect(link)
+        old = _dealer(ctx, link, keys)
+        old.send(_hello(pid=31))
+        assert _tick(link, 5, lambda: link.nodes["n2"].up)
+        assert link.spawn("n2", [(7, ["x"], None, None, None, None)]) is None
+        old.close(0)  # (its link broke)
+        assert _tick(link, 5, lambda: link.nodes["n2"].lost is not None)
+        thief = _dealer(ctx, link, keys)
+        thief.send(W.encode(W.Beat(1.0)))  # (asked for a hello)
+        assert _tick(link, 5, lambda: "Resync" in _frames(thief, 50))
+        thief.send(_hello(pid=32, token=b"z" * TOKEN_BYTES))
+        assert _tick(link, 5, lambda: link.second >= 1)
+        assert link.nodes["n2"].lost is not None and link.take() == ([], [])
+        back = _dealer(ctx, link, keys)
+        back.send(_hello(pid=31, running=[7]))
+        assert _tick(link, 5, lambda: link.nodes["n2"].lost is None)
+        assert "rejoined" in ev.named(E.NODE_UP)[-1] and link.nodes["n2"].keys == {7}
+        link.kill([7], 15)
+        assert "Kill" in _frames(back) and "Kill" not in _frames(thief, 100)
+        thief.close(0)
+        back.close(0)
+    finally:
+        link.close()
+        ctx.destroy(0)
+
+
+@pytest.mark.slow
+def test_a_lost_nodes_never_started_tasks_are_queued_again_not_failed(tmp_path):
+    """Spawns sent to a node whose executor is stopped (SIGSTOP) reach it only after it fenced
+    itself: it never starts them, and what it says of them never reaches the agent (here: the
+    agent does not read). At the verdict, the executor's journal and its fence mark say they
+    were never tried: they are queued again (NEVER_STARTED), not FAILED "taken as ended" as
+    before; the task it was running ends as its journal says (killed by the fence)."""
+    import os
+    import signal
+
+    from pilotfish.agent.nodes import NEVER_STARTED
+
+    ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=1.0)
+    proc = _executor(tmp_path, link)
+    try:
+        assert _tick(link, 20, lambda: link.nodes["n2"].up), "the executor never said hello"
+        assert link.spawn("n2", [(1, ["/bin/sleep", "30"], None, None, None, None)]) is None
+        assert _tick(link, 10, lambda: any(s[0] == 1 and s[1] > 0 for s in link.spawned))
+        link.take()
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            assert (
+                link.spawn(
+                    "n2",
+                    [
+                        (2, ["/bin/true"], None, None, None, None),
+                        (3, ["/bin/true"], None, None, None, None),
+                    ],
+                )
+                is None
+            )
+            while time.monotonic() - stopped < link.fence_after_s + 0.3:
+                link.tick()  # (the agent's clock runs; it reads nothing from now on)
+                time.sleep(0.02)
+            assert link.nodes["n2"].lost is not None
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and link.nodes["n2"].keys:
+            link.tick()  # (its verdict, verdict_after_s after the loss)
+            time.sleep(0.02)
+        spawned, exits = link.take()
+        assert sorted((k, p) for k, p, _ in spawned) == [(2, NEVER_STARTED), (3, NEVER_STARTED)]
+        assert all("never started there" in why for _, _, why in spawned), spawned
+        assert [(e[0], e[3]) for e in exits] == [(1, signal.SIGKILL)], exits
+        assert "killed by signal 9 there (its journal)" in exits[0][8], exits[0]
+        assert (tmp_path / "nodes" / "n2" / "fenced").exists()
     finally:
         proc.kill()
         proc.wait()

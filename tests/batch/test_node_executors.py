@@ -26,7 +26,6 @@ from cluster import hosts, WHERE, agent_events, netns, slurm_pilot  # noqa: F401
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 
-
 def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
     """2,000 single-node tasks run through node executors: each prints the host it ran on,
     which is the node it was placed on; every host gets tasks; no srun step per task."""
@@ -37,12 +36,13 @@ def test_thousands_of_tasks_on_every_host(slurm, tmp_path):
         address = json.loads(Path(pilot.sandbox, "agent.json").read_text())["address"]
         net = os.environ.get("PILOTFISH_CLUSTER_NET", "10.77.0")  # (slurm.sh)
         assert address.startswith(f"tcp://{net}.1:"), address
-        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
-                                                      arguments=["-c", WHERE])
-                                   for _ in range(2000)])
+        tasks = tmgr.submit_tasks(
+            [pf.TaskDescription(executable="/bin/sh", arguments=["-c", WHERE]) for _ in range(2000)]
+        )
         states = tmgr.wait_tasks([t.uid for t in tasks], timeout=400)
-        assert collections.Counter(states) == {pf.DONE: 2000}, \
-            [t.reason for t in tasks if t.reason][:3]
+        assert collections.Counter(states) == {pf.DONE: 2000}, [
+            t.reason for t in tasks if t.reason
+        ][:3]
         hosts = collections.Counter()
         for t in tasks:
             host, node = t.stdout.split()
@@ -62,12 +62,16 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = slurm_pilot(s, launcher_options={"nodes": {"lost_after_s": 3}})
         n = 4 * slurm.cpus  # one per core: every node busy
-        tasks = tmgr.submit_tasks([
-            pf.TaskDescription(executable="/bin/sh", arguments=["-c", f"sleep 6; {WHERE}"],
-                               retries=i % 2) for i in range(n)])
+        tasks = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(
+                    executable="/bin/sh", arguments=["-c", f"sleep 6; {WHERE}"], retries=i % 2
+                )
+                for i in range(n)
+            ]
+        )
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(t.state != pf.EXECUTING
-                                                  for t in tasks):
+        while time.monotonic() < deadline and any(t.state != pf.EXECUTING for t in tasks):
             time.sleep(0.2)
         on_n3 = [t for t in tasks if t.slots and t.slots[0].node == "n3"]
         assert on_n3 and all(t.state == pf.EXECUTING for t in tasks)
@@ -91,9 +95,9 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
                 assert "node n3 lost" in t.reason or t.reason == "killed by SIGKILL", t.reason
         lost = agent_events(pilot, E.NODE_LOST)
         assert [e[3].split()[0] for e in lost] == ["n3"], lost
-        later = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
-                                                      arguments=["-c", WHERE])
-                                   for _ in range(200)])
+        later = tmgr.submit_tasks(
+            [pf.TaskDescription(executable="/bin/sh", arguments=["-c", WHERE]) for _ in range(200)]
+        )
         states = tmgr.wait_tasks([t.uid for t in later], timeout=120)
         assert collections.Counter(states) == {pf.DONE: 200}
         assert not [t for t in later if t.slots[0].node == "n3"]
@@ -105,8 +109,11 @@ def test_killed_host_fails_its_tasks_alone(slurm, tmp_path):
 
 def _status(pid: int) -> str:
     try:
-        return " ".join(line.strip() for line in Path(f"/proc/{pid}/status").read_text()
-                        .splitlines() if line.startswith(("Name", "State", "PPid")))
+        return " ".join(
+            line.strip()
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith(("Name", "State", "PPid"))
+        )
     except OSError:
         return "gone"
 
@@ -114,8 +121,9 @@ def _status(pid: int) -> str:
 def _kill_host(node: str) -> list[int]:
     """SIGKILL every process in that host's network namespace but its slurmd."""
     ns = netns(node)
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=True
+    ).stdout.split()
     killed = []
     for pid in map(int, out):
         try:
@@ -147,19 +155,27 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
         (tmp_path / "forged").mkdir()
         (tmp_path / "forged.json").write_text(json.dumps(cfg))
         first, second = [n.name for n in pilot.nodes]  # (any two idle hosts)
-        forger = subprocess.Popen([sys.executable, "-m", "pilotfish.agent.node",
-                                   str(tmp_path / "forged.json")],
-                                  env=dict(os.environ, SLURMD_NODENAME=second))
+        forger = subprocess.Popen(
+            [sys.executable, "-m", "pilotfish.agent.node", str(tmp_path / "forged.json")],
+            env=dict(os.environ, SLURMD_NODENAME=second),
+            stdin=subprocess.PIPE,
+        )
+        forger.stdin.write(os.urandom(32).hex().encode() + b"\n")  # (a step secret of its own)
+        forger.stdin.close()
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not [
-                    e for e in agent_events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]:
+                e for e in agent_events(pilot, E.REFUSED) if "node executor" in (e[3] or "")
+            ]:
                 time.sleep(0.3)
             refused = [e for e in agent_events(pilot, E.REFUSED) if "node executor" in (e[3] or "")]
             assert refused, "the forged executor's handshake was not refused"
-            tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
-                                                          arguments=["-c", WHERE])
-                                       for _ in range(100)])
+            tasks = tmgr.submit_tasks(
+                [
+                    pf.TaskDescription(executable="/bin/sh", arguments=["-c", WHERE])
+                    for _ in range(100)
+                ]
+            )
             states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
             assert collections.Counter(states) == {pf.DONE: 100}
             assert {t.stdout.split()[0] for t in tasks} == {first, second}
@@ -188,17 +204,23 @@ def test_function_workers_and_service_members_on_remote_hosts(slurm, tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = slurm_pilot(s)
         whole = slurm.cpus  # a worker per node: the placer fills n1 first otherwise
-        calls = tmgr.submit_tasks([pf.TaskDescription(function=_where_am_i, args=(0.5,),
-                                                      cores_per_rank=whole)
-                                   for _ in range(24)])
+        calls = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(function=_where_am_i, args=(0.5,), cores_per_rank=whole)
+                for _ in range(24)
+            ]
+        )
         states = tmgr.wait_tasks([t.uid for t in calls], timeout=240)
         assert collections.Counter(states) == {pf.DONE: 24}, [t.reason for t in calls][:3]
         hosts = {t.result for t in calls}
         assert hosts - {"n1"}, hosts  # some ran on the other hosts
         assert hosts <= {"n1", "n2", "n3", "n4"}
-        group = tmgr.submit_service_group(pf.ServiceDescription(
-            name="echo", executable=sys.executable, arguments=[echo],
-            cores_per_rank=whole), replicas=3)
+        group = tmgr.submit_service_group(
+            pf.ServiceDescription(
+                name="echo", executable=sys.executable, arguments=[echo], cores_per_rank=whole
+            ),
+            replicas=3,
+        )
         group.wait_ready(timeout=120)
         nodes = sorted(m.node for m in group.members)
         assert len(nodes) == 3 and set(nodes) - {"n1"}, nodes
@@ -213,16 +235,22 @@ def _kill_and_resume_program(path, side, cpus, resume):
     again with resume=True: the same tasks submitted in the same order."""
     with pf.Session(path=path, resume=resume) as s:
         pilot, tmgr = slurm_pilot(s)
-        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["8"])
-                                  for _ in range(cpus)])  # n1 (first fit) is full
+        hold = tmgr.submit_tasks(
+            [pf.TaskDescription(executable="/bin/sleep", arguments=["8"]) for _ in range(cpus)]
+        )  # n1 (first fit) is full
         if not resume:
             for t in hold:
                 assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
             assert {t.slots[0].node for t in hold} == {"n1"}
-        tasks = tmgr.submit_tasks([pf.TaskDescription(
-            executable="/bin/sh",
-            arguments=["-c", f'sleep 4; echo "$PILOTFISH_TASK_UID $(hostname)" >> {side}'])
-            for _ in range(3 * cpus)])
+        tasks = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(
+                    executable="/bin/sh",
+                    arguments=["-c", f'sleep 4; echo "$PILOTFISH_TASK_UID $(hostname)" >> {side}'],
+                )
+                for _ in range(3 * cpus)
+            ]
+        )
         if not resume:
             for t in tasks:
                 assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
@@ -257,18 +285,25 @@ def test_node_whose_executor_never_starts(slurm, tmp_path):
     with the launcher's stderr, the pilot runs on the other hosts. Where none can start, the
     pilot FAILS with that reason."""
     wrapper = tmp_path / "python.sh"
-    wrapper.write_text(f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then echo "no python on n3" >&2; '
-                       f'exit 3; fi\nexec {sys.executable} "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$(hostname)" = n3 ]; then echo "no python on n3" >&2; '
+        f'exit 3; fi\nexec {sys.executable} "$@"\n'
+    )
     wrapper.chmod(0o755)
     with pf.Session(path=tmp_path / "s") as s:
-        pilot, tmgr = slurm_pilot(s, launcher_options={"nodes": {"python": str(wrapper),
-                                                            "start_timeout": 5}})
-        tasks = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sh",
-                                                      arguments=["-c", f"sleep 0.2; {WHERE}"])
-                                   for _ in range(4 * slurm.cpus)])
+        pilot, tmgr = slurm_pilot(
+            s, launcher_options={"nodes": {"python": str(wrapper), "start_timeout": 5}}
+        )
+        tasks = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(executable="/bin/sh", arguments=["-c", f"sleep 0.2; {WHERE}"])
+                for _ in range(4 * slurm.cpus)
+            ]
+        )
         states = tmgr.wait_tasks([t.uid for t in tasks], timeout=120)
-        assert collections.Counter(states) == {pf.DONE: len(tasks)}, \
-            [t.reason for t in tasks if t.reason][:3]
+        assert collections.Counter(states) == {pf.DONE: len(tasks)}, [
+            t.reason for t in tasks if t.reason
+        ][:3]
         assert {t.stdout.split()[0] for t in tasks} == {"n1", "n2", "n4"}
         lost = agent_events(pilot, E.NODE_LOST)
         assert len(lost) == 1 and lost[0][3].startswith("n3 "), lost
@@ -276,9 +311,14 @@ def test_node_whose_executor_never_starts(slurm, tmp_path):
         pilot.cancel()
     with pf.Session(path=tmp_path / "s2") as s:
         pmgr = pf.PilotManager(s)
-        pilot = pmgr.submit_pilots(pf.PilotDescription(
-            resource="slurm", nodes=2, runtime="5m",
-            launcher_options={"nodes": {"python": "/nonexistent/python", "start_timeout": 5}}))
+        pilot = pmgr.submit_pilots(
+            pf.PilotDescription(
+                resource="slurm",
+                nodes=2,
+                runtime="5m",
+                launcher_options={"nodes": {"python": "/nonexistent/python", "start_timeout": 5}},
+            )
+        )
         tmgr = pf.TaskManager(s)
         tmgr.add_pilots(pilot)
         t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
@@ -294,13 +334,20 @@ def test_escapee_of_a_canceled_remote_task_is_killed_by_its_node_executor(slurm,
     pids = tmp_path / "escapee"
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = slurm_pilot(s, nodes=2)
-        hold = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["60"])
-                                  for _ in range(slurm.cpus)])  # n1 full (first fit)
+        hold = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(executable="/bin/sleep", arguments=["60"])
+                for _ in range(slurm.cpus)
+            ]
+        )  # n1 full (first fit)
         for t in hold:
             assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
-        t = tmgr.submit_tasks(pf.TaskDescription(
-            executable="/bin/sh",
-            arguments=["-c", f"setsid sh -c 'echo $$ > {pids}; exec sleep 300' & sleep 300"]))
+        t = tmgr.submit_tasks(
+            pf.TaskDescription(
+                executable="/bin/sh",
+                arguments=["-c", f"setsid sh -c 'echo $$ > {pids}; exec sleep 300' & sleep 300"],
+            )
+        )
         assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
         assert t.slots[0].node == pilot.nodes[1].name  # not the agent's host
         deadline = time.monotonic() + 20
@@ -313,8 +360,10 @@ def test_escapee_of_a_canceled_remote_task_is_killed_by_its_node_executor(slurm,
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and Path(f"/proc/{escapee}").exists():
             time.sleep(0.1)
-        assert not Path(f"/proc/{escapee}").exists(), \
-            ("the escapee outlived its task", _status(escapee))
+        assert not Path(f"/proc/{escapee}").exists(), (
+            "the escapee outlived its task",
+            _status(escapee),
+        )
         pilot.cancel()
 
 
@@ -326,9 +375,12 @@ def test_explain_across_hosts(slurm, tmp_path):
     with pf.Session(path=tmp_path / "s") as s:
         pilot, tmgr = slurm_pilot(s, nodes=2)
         cores = pilot.nodes[0].cores
-        full = tmgr.submit_tasks([pf.TaskDescription(executable="/bin/sleep", arguments=["30"],
-                                                     cores_per_rank=cores)
-                                  for _ in range(2)])
+        full = tmgr.submit_tasks(
+            [
+                pf.TaskDescription(executable="/bin/sleep", arguments=["30"], cores_per_rank=cores)
+                for _ in range(2)
+            ]
+        )
         deadline = time.monotonic() + 60
         while not all(t.state == pf.EXECUTING for t in full) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -341,9 +393,22 @@ def test_explain_across_hosts(slurm, tmp_path):
         e = full[1].explain(timeout=20)
         assert e["where"] == "running" and e["nodes"] == [full[1].slots[0].node], e
         assert e["nodes"][0] in names
-        r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "explain", str(s.path),
-                            waiting.uid, "--json", "--timeout", "20"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pilotfish.cli",
+                "explain",
+                str(s.path),
+                waiting.uid,
+                "--json",
+                "--timeout",
+                "20",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout)[0]
         assert got["where"] == "queued" and got["pilot"] == pilot.uid, got

@@ -224,7 +224,7 @@ NODE_SCRIPT = textwrap.dedent("""
     import zmq
     from pilotfish.agent.clock import REAL
     from pilotfish.agent.node import NodeExecutor
-    from pilotfish.agent.nodes import Node, NodeLink
+    from pilotfish.agent.nodes import NodeLink
 
     class Events:
         def record(self, *a, **k):
@@ -241,9 +241,9 @@ NODE_SCRIPT = textwrap.dedent("""
     sandbox, child = sys.argv[1], sys.argv[2]
     ctx = zmq.Context()
     link = NodeLink(ctx, sandbox, REAL, Events(), "pilot.0000", [], time.time() + 600)
-    link.nodes["n7"] = Node("n7", time.monotonic() + 60, None)
+    secret = link.expect(["n7"])  # (its step secret: agent/node_keys.py)
     ex = NodeExecutor({"sandbox": sandbox, "key_file": link.key_file,
-                       "address": link.address})
+                       "address": link.address}, secret)
     ex.hello()
     pump(lambda: link.nodes["n7"].up)
     py = sys.executable

@@ -392,12 +392,15 @@ class TaskRunner(Runner):
         env: dict[str, str] | None = None,
         stdout: str | None = None,
         stderr: str | None = None,
+        fd3: int | None = None,
     ) -> int:
-        """Start a daemon (e.g. a PRRTE DVM) through the core, so its exit is reaped too."""
+        """Start a daemon (e.g. a PRRTE DVM) through the core, so its exit is reaped too;
+        fd3: a descriptor of ours it inherits as its 3 (the node executors' step secret)."""
         key = self._next_key
         self._next_key += 1
         envl = [f"{k}={v}" for k, v in env.items()] if env else None
-        ((pid, info),) = self.core.spawn_batch([(key, argv, envl, None, stdout, stderr)])
+        spec = (key, argv, envl, None, stdout, stderr) + (() if fd3 is None else (False, fd3))
+        ((pid, info),) = self.core.spawn_batch([spec])
         if pid < 0:
             raise OSError(-pid, f"cannot start {name}: {info}")
         self.aux[key] = name

@@ -2,8 +2,10 @@
 
 The agent starts one on every other node of its pilot, all in one step of the batch system's
 own launcher (`srun --ntasks-per-node=1`, agent/nodes.py), instead of one launcher process per
-task. Each connects to the agent's node ROUTER over CURVE (the server key is in a 0600 file
-in the pilot's sandbox: only a process that can read it completes the handshake) and then
+task. Each makes itself non-dumpable, reads its step's secret from its stdin and derives its
+own CURVE key from it (agent/node_keys.py: no file and no environment variable holds it, so no
+task of the owner's can speak as a node), connects to the agent's node ROUTER with it, says
+hello with a token of its own, and then
 
 - spawns the batches of processes the agent sends with the Rust core (clone + exec, one reaper
   thread, no file descriptor per task) -- its node's fork rate, not a launcher's;
@@ -21,7 +23,10 @@ in the pilot's sandbox: only a process that can read it completes the handshake)
   it -EHOSTUNREACH, "never started") until the agent answers it again with a Resync, to which
   it says hello with what it still runs and every exit not acknowledged. The agent has
   declared the node lost by then and holds its tasks' verdict until it hears how they ended
-  (agent/nodes.py: exactly once across a lost node that comes back). The check comes first in
+  (agent/nodes.py: exactly once across a lost node that comes back). It marks its fence in its
+  journal's directory once what it tried is flushed there, and takes the mark away before it
+  takes a spawn again: a verdict queues again what it never tried (agent/node_verdict.py).
+  The check comes first in
   every round, before any frame is read: an executor that was stopped (SIGSTOP) fences the
   moment it runs again, and a spawn the agent sent before the loss never starts late. An exit
   of a task the fence killed says so (ExitRow.fenced);
@@ -29,7 +34,7 @@ in the pilot's sandbox: only a process that can read it completes the handshake)
   then it finishes what runs, as the keeper expects; it exits when nothing runs and the agent
   stays away (agent_timeout_s), and at the pilot's walltime kills what still runs.
 
-    python -m pilotfish.agent.node CONFIG.json
+    python -m pilotfish.agent.node CONFIG.json < STEP-SECRET
 """
 
 from __future__ import annotations
@@ -61,17 +66,23 @@ def node_name() -> str:
 
 
 class NodeExecutor:
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, secret: bytes):
+        """secret: its step's (node_keys.read_step), from which its key is derived."""
         import zmq
 
         from .. import _core
         from .._sockets import curve_dealer
         from .containment import become_subreaper
+        from .node_keys import TOKEN_BYTES, derive
+        from .node_verdict import unmark
 
         self.node = node_name()
         self.sandbox = config["sandbox"]
         self.dir = os.path.join(self.sandbox, "nodes", self.node)
         os.makedirs(os.path.join(self.dir, "spool"), mode=0o700, exist_ok=True)
+        if not unmark(self.dir):  # (the fence mark of an executor before it: not its own)
+            raise OSError(f"cannot remove the fence mark in {self.dir}")
+        self.token = os.urandom(TOKEN_BYTES)  # (node_keys.py: in its hellos, nowhere else)
         self.beat_s = float(config.get("beat_s", 1.0))
         self.agent_timeout = float(config.get("agent_timeout_s", 60.0))
         # None: never (an agent that does not hold a lost node's verdict does not ask it)
@@ -89,11 +100,7 @@ class NodeExecutor:
         self.pmi = NodePmi(self.node, self.pmi_fence, self.pmi_fail)
         self.ctx = zmq.Context()
         self.sock = curve_dealer(
-            self.ctx,
-            config["key_file"],
-            config["address"],
-            identity=self.node.encode(),
-            linger=2000,
+            self.ctx, config["key_file"], config["address"], None, 2000, derive(secret, self.node)
         )
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
@@ -117,6 +124,7 @@ class NodeExecutor:
                 socket.gethostname(),
                 list(self.running),
                 list(self.unacked.values()),
+                self.token,
             )
         )
 
@@ -150,6 +158,10 @@ class NodeExecutor:
             self.stopping = msg.reason
         elif isinstance(msg, W.Resync):  # the agent hears us again: take spawns, say all
             if self.fenced:
+                from .node_verdict import unmark
+
+                if not unmark(self.dir):
+                    return  # (fenced while its mark stands: node_verdict.py)
                 log.warning("the agent is back (%s): taking spawns again", msg.why[:200])
             self.fenced = False
             self.hello()
@@ -179,6 +191,9 @@ class NodeExecutor:
         if keys:
             self.fenced_keys.update(keys)
             self.kill(keys, signal.SIGKILL)
+        from .node_verdict import mark_fenced
+
+        mark_fenced(self.dir)  # (what it tried is in its journal: node_verdict.py)
         self.send(W.Beat(time.time(), True))
 
     def refuse(self, specs: list) -> None:
@@ -446,9 +461,17 @@ class NodeExecutor:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .node_keys import conceal, read_step
+
+    conceal()  # first: before it holds anything (node_keys.py)
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m pilotfish.agent.node CONFIG.json", file=sys.stderr)
+        print("usage: python -m pilotfish.agent.node CONFIG.json < STEP-SECRET", file=sys.stderr)
+        return 2
+    try:
+        secret = read_step()
+    except (ValueError, TimeoutError) as e:
+        print(f"node executor on {node_name()}: {e}", file=sys.stderr)
         return 2
     from .._inert import open_log
     from .._util import open_private
@@ -460,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = open_private(os.path.join(d, f"{node_name()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     open_log(fd)  # (bounded, escaped, rate-limited per call site: _inert.py)
-    ex = NodeExecutor(config)
+    ex = NodeExecutor(config, secret)
+    del secret
     signal.signal(signal.SIGTERM, lambda *_: setattr(ex, "stopping", "terminated by signal"))
     signal.signal(signal.SIGIO, signal.SIG_IGN)
     return ex.run()

@@ -7,6 +7,8 @@ reaping on the agent's own node, and the node executors (nodes.NodeLink) for eve
             verdicts of lost nodes) -- one stream of exit rows for the task table
     outputs: captured here for the ranks here, sent with the exit by the executors for theirs
     kill:   the core for processes here, the executors for theirs
+    aux:    the launcher step that starts the executors gets the pipe holding its step secret
+            as its descriptor 3 (NodeLink.start; agent/node_keys.py)
 
 A process sent away is running from the agent's point of view (pid 0 until its node reports
 the spawn); one that never started there (its node lost or fenced before) sends its task back
@@ -27,6 +29,21 @@ class NodeRunner(TaskRunner):
         """link: the node executors (nodes.NodeLink); the rest: TaskRunner's."""
         super().__init__(*args, **kw)
         self.link = link
+
+    def spawn_aux(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        fd3: int | None = None,
+    ) -> int:
+        """TaskRunner's; while NodeLink.start starts a step of executors (step_stdin set),
+        that step inherits the step secret's pipe as its descriptor 3."""
+        if fd3 is None:
+            fd3 = self.link.step_stdin
+        return super().spawn_aux(name, argv, env, stdout, stderr, fd3)
 
     def _spawn(self, specs: list[Proc], starts: dict[str, list]) -> list[tuple]:
         """Specs for this host to the core, the others to their nodes' executors: (pid, t) /

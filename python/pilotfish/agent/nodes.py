@@ -10,12 +10,17 @@ batches -- no launcher process per task, none on this host at all. Tasks on the 
 node are spawned by its own core, as `direct` would. Multi-node tasks keep the partition's
 launcher (srun, mpiexec, prrte). NodeLink implements launch.nodes.NodeStarter.
 
-NodeLink owns the ROUTER the executors connect to (CURVE; its server key in a 0600 file of
-the sandbox: an executor started with another key fails the handshake, and is counted), and
-knows which node is up. Every frame is typed to the last field (_node_wire.py): the key is
-readable by any task of the owner, so a frame of any other shape is dropped, counted
-(bad_frames) and logged -- one BAD_FRAME event per node per second at most -- and the agent goes
-on; a node's frame about a process that is not its own touches nothing.
+NodeLink owns the ROUTER the executors connect to, and knows which node is up. A node is who
+its key says it is (node_keys.py): each executor proves itself with its own CURVE key, derived
+from a step secret that reaches it through its launcher step's stdin and no file; the port's
+ZAP handler refuses every other key at the handshake, and a node's key while that node is
+connected (counted, one REFUSED event per node per second at most); a frame's node is the one
+its connection proved, and the agent answers a node on one connection only, its route (the
+one its hello came over; a later one only with its executor's token). The server key
+(`nodes.key`, 0600) lets a peer check the agent, not speak as a node. Every frame is typed
+to the last field (_node_wire.py): one of any other shape is dropped, counted (bad_frames) and
+logged -- one BAD_FRAME event per node per second at most -- and the agent goes on; a node's
+frame about a process that is not its own touches nothing.
 
 A node whose executor stops heartbeating for lost_after_s (or never starts) is *lost*: an event
 names it and why, and its free resources are fenced off in the placer so that nothing more is
@@ -42,8 +47,10 @@ their end (issue 42). So, exactly once across a lost node that comes back:
   * the node stays silent for verdict_after_s (5 x lost_after_s) after its loss: its executor,
     if it runs at all, fenced at least 2 x lost_after_s before. Each task ends as its node's
     journal on the shared file system says (`nodes/<node>/exits`: the executor records each
-    exit as it reaps), or, with no word of it there, as lost ("node nK lost: ...; no word of
-    it ...": it FAILS, or runs again elsewhere with retries). A node that comes back later
+    spawn it tries and each exit as it reaps); one its executor never tried before it marked
+    its fence there is queued again (it never started: node_verdict.py); one with no word of
+    it there ends as lost ("node nK lost: ...; no word of it ...": it FAILS, or runs again
+    elsewhere with retries). A node that comes back later
     rejoins once its hello shows it runs none of the tasks decided without it (the agent kills
     those first); their exits are *late*: dropped, counted (late), and the rejoin event says
     how many of them ran to their end after a verdict without word of them.
@@ -61,90 +68,25 @@ the node ever comes back.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import signal
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from .. import _events as E
 from .. import _node_wire as W
-from .._door import Door
+from .._door import Door, joined
 from .._util import write_private
 from ..launch.nodes import executor_step
-from .inbox import router_messages
+from . import node_keys
+from .node_keys import NodeKeys, conceal
+from .node_verdict import NEVER_STARTED, Ended, Node, verdict
 
 log = logging.getLogger("pilotfish.agent")
 
 FENCE_KEY0 = 1 << 50  # placer keys of fences on lost nodes (apart from tasks' and processes')
-NEVER_STARTED = -errno.EHOSTUNREACH  # a spawn result (executor.UNREACHABLE): queued again
-BAD_EVENT_S = 1.0  # at most one BAD_FRAME event per node (and one for strangers) per second
-
-
-class Ended(NamedTuple):
-    """A process of a node executor's that ended, as the agent takes it: the core's exit row
-    (key, pid, code, signal, time, user and system CPU seconds, max RSS KiB) and why, when the
-    agent knows better than the code (a fence's kill, a lost node's verdict)."""
-
-    key: int
-    pid: int
-    code: int
-    sig: int
-    t: float
-    ut: float
-    st: float
-    rss: int
-    reason: str | None
-
-    def core(self) -> tuple:
-        """The row as the core's reap gives it (agent/executor.py)."""
-        return tuple(self[:8])
-
-
-class Node:
-    __slots__ = (
-        "name",
-        "pid",
-        "host",
-        "up",
-        "lost",
-        "last_heard",
-        "last_sent",
-        "keys",
-        "expected_by",
-        "starter",
-        "lost_at",
-        "decided",
-        "kills",
-        "kill_uids",
-        "fences",
-        "late",
-        "late_ran",
-        "resynced",
-    )
-
-    def __init__(self, name: str, expected_by: float, starter: Any):
-        self.name = name
-        self.pid = 0
-        self.host = ""
-        self.up = False
-        self.lost: str | None = None
-        self.last_heard = 0.0
-        self.last_sent = 0.0
-        self.keys: set[int] = set()  # its running processes' spawn keys
-        self.expected_by = expected_by  # its executor must have said hello by then
-        self.starter = starter  # the NodesLaunch method that started it
-        # while lost (the module docstring): its keys are held, undecided, until its hello or
-        # its verdict; then what was decided without it, and what is asked of it meanwhile
-        self.lost_at = 0.0
-        self.decided: dict[int, bool] = {}  # key -> decided without word of its end
-        self.kills: set[int] = set()  # keys killed while it was lost: killed when it rejoins
-        self.kill_uids: set[str] = set()  # tasks whose escapees go then too
-        self.fences: list[tuple[Any, int]] = []  # (partition, placer key) held on it
-        self.late = 0  # exits of decided keys since it was lost
-        self.late_ran = 0  # ... of which ran to their end after a verdict without word
-        self.resynced = 0.0  # when it was last sent a Resync (one per heartbeat period)
+BAD_EVENT_S = 1.0  # at most one BAD_FRAME (or REFUSED) event per node per second
 
 
 class NodeLink:
@@ -172,15 +114,23 @@ class NodeLink:
         self.events = events
         self.uid = uid
         self.partitions = partitions  # the agent's list (grown units join it)
+        conceal()  # no process of the owner's reads this one's memory (node_keys.py)
+        # the port has a context of its own (not the agent's, ctx): its ZAP handler answers
+        # every CURVE server of its context, and it answers this port alone
+        self.ctx = zmq.Context(1)
+        self.keys = NodeKeys(self.ctx)
+        self.step_stdin: int | None = None  # while start() starts a step: its secret's pipe
         self.key_file = os.path.join(sandbox, "nodes.key")
-        self.sock, _ = curve_router(ctx, self.key_file, "nodes")
+        self.sock, _ = curve_router(self.ctx, self.key_file, "nodes", handover=False)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.address = bind_tcp(self.sock)
         # what a stranger may hold of this port before its handshake (_door.py); its refusals
         # reach the events as one summary per interval (tick)
         self.door = Door(self.sock, "node executor port")
-        self.fds = (self.sock,)  # what the agent's poller watches
+        self.fds = (self.sock, self.keys.zap)  # what the agent's poller watches
+        self.routes: dict[bytes, tuple[str, int]] = {}  # routing id -> (node, step): ZAP's
+        self.second = 0  # a second connection as a connected node: refused (handshakes, frames)
         self.beat_s = beat_s
         self.lost_after_s = lost_after_s
         # the executor kills its tasks after fence_after_s without the agent (3 x: an agent
@@ -195,7 +145,6 @@ class NodeLink:
         self._bad_at: dict[str, float] = {}  # node (or "?") -> last BAD_FRAME event
         self._bad_since: dict[str, int] = {}  # ... frames dropped since, unreported
         self.nodes: dict[str, Node] = {}
-        self.gone: set[str] = set()  # nodes whose executors were stopped (a drained unit)
         self.owner: dict[int, str] = {}  # running spawn key -> node
         # what the executors sent, until TaskRunner takes it
         self.spawned: list[tuple] = []  # (key, pid, info)
@@ -229,16 +178,27 @@ class NodeLink:
         names = [n for n in names if n not in self.nodes or self.nodes[n].lost]
         if not names:
             return
-        timeout = float(options.get("start_timeout", 60.0))
+        argv, env = executor_step(names, options, self.config_path)  # (launch/nodes.py)
+        secret = self.expect(names, starter, float(options.get("start_timeout", 60.0)))
+        self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
+        self.step_stdin = node_keys.step_pipe(secret)  # (NodeRunner.spawn_aux passes it on)
+        try:
+            spawn(argv, env)
+        finally:
+            os.close(self.step_stdin)
+            self.step_stdin = None
+
+    def expect(self, names: list[str], starter: Any = None, timeout: float = 60.0) -> bytes:
+        """Executors of these nodes are about to start: a Node each (whose executor must say
+        hello within timeout), and the secret of their step (node_keys.py)."""
         now = self.clock.real_mono()
+        secret, step = self.keys.new_step(names)
         for n in names:
             old = self.nodes.get(n)
             if old is not None and old.keys:
                 self._verdict(old)  # (a new executor knows nothing of the old one's tasks)
-            self.nodes[n] = Node(n, now + timeout, starter)
-        argv, env = executor_step(names, options, self.config_path)  # (launch/nodes.py)
-        self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
-        spawn(argv, env)
+            self.nodes[n] = Node(n, now + timeout, starter, step)
+        return secret
 
     def waiting(self, starter: Any) -> list[Node]:
         return [
@@ -247,40 +207,95 @@ class NodeLink:
 
     # -- the socket ----------------------------------------------------------------------------
     def on_readable(self) -> None:
-        for ident, frame in router_messages(self.sock):
-            name = ident.decode(errors="replace")
-            node = self.nodes.get(name)
-            if node is None and name in self.gone:
-                continue
-            if node is None:
-                self._bad(None, f"unknown node {name[:40]!r}")
-                continue
+        for name in self.keys.serve(self._connected):  # (ZAP: the handshakes waiting)
+            self._refused(name, "a second connection")
+        zmq = self.zmq
+        while True:
             try:
-                msg = W.decode(frame)
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if len(frames) < 2:
+                continue
+            route = frames[0].bytes
+            got = self.routes.get(route)
+            if got is None:  # a new connection: the node its key proved (ZAP's User-Id)
+                step, _, name = frames[1].get("User-Id").partition(" ")
+                got = self.routes[route] = (name, int(step))
+            node = self.nodes.get(got[0])
+            if node is None or node.step != got[1]:
+                continue  # a node whose executor was stopped, or replaced: not heard
+            try:
+                msg = W.decode(joined(frames, 1))
             except Exception as e:  # noqa: BLE001 -- a frame that does not decode is dropped
                 self._bad(node, str(e))
+                continue
+            if route != node.route and not self._adopt(node, route, msg):
                 continue
             try:
                 self._on_message(node, msg)
             except Exception as e:  # a well-formed frame we cannot take: dropped alone
-                log.exception("node %s: a frame failed", name)
+                log.exception("node %s: a frame failed", node.name)
                 self._bad(node, f"{type(e).__name__}: {e}")
 
-    def _bad(self, node: Node | None, why: str) -> None:
+    def _connected(self, name: str) -> bool:
+        """Is this node's executor connected (a route, not lost)? Then ZAP refuses its key."""
+        node = self.nodes.get(name)
+        return node is not None and node.route is not None and node.lost is None
+
+    def _adopt(self, node: Node, route: bytes, msg: Any) -> bool:
+        """A frame from a connection that is not the node's route: its hello makes it the
+        route while the node has none or is lost -- with its executor's token, once the node
+        has one (node_keys.py); anything else from it asks it for a hello (an executor that
+        reconnected). While the node's route is up it is a second connection's: refused."""
+        if node.route is not None and node.lost is None:
+            self._refused(node.name, "a frame from a second connection")
+            return False
+        if not isinstance(msg, W.NodeHello):
+            self._resync(node, "say hello on this connection", route)
+            return False
+        if not node_keys.same_token(node.token, msg.token):
+            self._refused(node.name, "a hello without its executor's token")
+            return False
+        if node.route is not None:
+            self.routes.pop(node.route, None)
+        node.route, node.token = route, msg.token
+        return True
+
+    def _told(self, key: str) -> int | None:
+        """Rate of events: None when one was told for `key` less than BAD_EVENT_S ago (this
+        one is summed up); else how many were summed up since the last."""
+        now = self.clock.real_mono()
+        if now - self._bad_at.get(key, -BAD_EVENT_S) < BAD_EVENT_S:
+            self._bad_since[key] = self._bad_since.get(key, 0) + 1
+            return None
+        self._bad_at[key] = now
+        return self._bad_since.pop(key, 0)
+
+    def _bad(self, node: Node, why: str) -> None:
         """A frame dropped as malformed: counted, logged, an event -- at a bounded rate."""
         self.bad_frames += 1
-        name = node.name if node is not None else "?"
-        now = self.clock.real_mono()
-        if now - self._bad_at.get(name, -BAD_EVENT_S) < BAD_EVENT_S:
-            self._bad_since[name] = self._bad_since.get(name, 0) + 1
+        more = self._told(node.name)
+        if more is None:
             return
-        self._bad_at[name] = now
-        more = self._bad_since.pop(name, 0)
-        what = f"node {name}: {why[:200]}" if node is not None else why[:200]
+        what = f"node {node.name}: {why[:200]}"
         if more:
             what += f" (and {more} more dropped since)"
         log.warning("dropped a malformed node frame: %s", what)
         self.events.record(self.uid, E.BAD_FRAME, what)
+
+    def _refused(self, name: str, what: str) -> None:
+        """A second connection as a connected node (its handshake, or a frame of one that got
+        in before the node's hello), refused: counted, logged, an event at a bounded rate."""
+        self.second += 1
+        more = self._told(f"refused {name}")
+        if more is None:
+            return
+        text = f"node executor port: {what} as node {name}, which is connected: refused"
+        if more:
+            text += f" (and {more} more since)"
+        log.warning("%s", text)
+        self.events.record(self.uid, E.REFUSED, text)
 
     def _on_message(self, node: Node, msg: Any) -> None:
         if not isinstance(msg, W.FROM_NODE):
@@ -322,13 +337,14 @@ class NodeLink:
             # again; its killed tasks' exits come as usual, saying so
             self._resync(node, "the agent hears you")
 
-    def _resync(self, node: Node, why: str) -> None:
+    def _resync(self, node: Node, why: str, route: bytes | None = None) -> None:
         """Ask it for a hello, which also lets it spawn again: at most once per heartbeat
-        period (what it refused meanwhile is queued again)."""
+        period (what it refused meanwhile is queued again). route: a connection of its that
+        is not its route yet."""
         now = self.clock.real_mono()
         if now - node.resynced >= self.beat_s:
             node.resynced = now
-            self._send(node, W.Resync(why[:300]))
+            self._send(node, W.Resync(why[:300]), route)
 
     def _spawned(self, node: Node, rows: list) -> None:
         for key, pid, info in rows:
@@ -437,67 +453,17 @@ class NodeLink:
         node.late = node.late_ran = 0
 
     def _verdict(self, node: Node) -> None:
-        """A lost node silent for verdict_after_s: its held tasks end as its journal says, or,
-        with no word of them there, as lost."""
-        from .._journal import read_node_exit_logs
-
-        try:
-            ended, pids = read_node_exit_logs(self.sandbox)
-        except (OSError, ValueError) as e:
-            log.warning("cannot read the node executors' journals: %s", e)
-            ended, pids = {}, {}
-        t = self.clock.now()
-        why = f"node {node.name} lost: {node.lost}"
-        known = 0
-        for key in sorted(node.keys):
-            self.owner.pop(key, None)
-            end = ended.get(key)
-            if end is not None:
-                code, sig, t_exit = end
-                known += 1
-                self.exits.append(
-                    Ended(
-                        key,
-                        pids.get(key, 0),
-                        code,
-                        sig,
-                        t_exit,
-                        0.0,
-                        0.0,
-                        0,
-                        (
-                            f"{why}; killed by signal {sig} there (its journal)"
-                            if sig
-                            else f"{why}; it ended there with exit code {code} (its journal)"
-                        )
-                        if sig or code
-                        else None,
-                    )
-                )
-                node.decided[key] = False
-            else:
-                self.exits.append(
-                    Ended(
-                        key,
-                        0,
-                        255,
-                        0,
-                        t,
-                        0.0,
-                        0.0,
-                        0,
-                        f"{why}; no word of it for {self.verdict_after_s:g} s since: "
-                        f"taken as ended (its node executor kills what it runs "
-                        f"after {self.fence_after_s:g} s without the agent)",
-                    )
-                )
-                node.decided[key] = True
-        log.warning(
-            "node %s: verdict on %d tasks (%d ended as its journal says)",
-            node.name,
-            len(node.keys),
-            known,
+        """A lost node silent for verdict_after_s: its held tasks end as its journal says,
+        are queued again if it never started them, or, with no word of them, end as lost
+        (node_verdict.py)."""
+        v = verdict(
+            self.sandbox, node, self.clock.now(), (self.fence_after_s, self.verdict_after_s)
         )
+        for key in node.keys:
+            self.owner.pop(key, None)
+        self.exits.extend(v.exits)
+        self.spawned.extend(v.never)
+        node.decided.update(v.decided)
         node.keys.clear()
         node.kills.clear()
 
@@ -546,9 +512,13 @@ class NodeLink:
             elif node is not None and node.up:
                 self._send(node, W.Kill([], 9, sorted(uids)))
 
-    def _send(self, node: Node, msg: Any) -> None:
+    def _send(self, node: Node, msg: Any, route: bytes | None = None) -> None:
+        """To the node's route (the connection its hello came over), or this one of its."""
+        route = route or node.route
+        if route is None:
+            return  # (no hello yet: nowhere that is surely the node)
         try:
-            self.sock.send_multipart([node.name.encode(), W.encode(msg)], self.zmq.NOBLOCK)
+            self.sock.send_multipart([route, W.encode(msg)], self.zmq.NOBLOCK)
         except self.zmq.ZMQError as e:  # gone for now (ROUTER_MANDATORY off: dropped silently)
             log.warning("cannot send to node %s: %s", node.name, e)
         node.last_sent = self.clock.real_mono()
@@ -665,12 +635,14 @@ class NodeLink:
                 self._send(node, W.Stop(reason))
             elif node.keys:
                 self._verdict(node)  # (held tasks of a lost node: nobody would decide them)
-            self.gone.add(node.name)
+            self.keys.forget(node.name)  # (its connection may linger: not heard)
             del self.nodes[node.name]
 
     def close(self) -> None:
         self.door.close()
         self.sock.close(0)
+        self.keys.close()
+        self.ctx.term()
 
 
 def _bad_spawned(rows: list) -> str | None:

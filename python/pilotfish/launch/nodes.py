@@ -22,8 +22,10 @@ from .mpi_check import plain_guard
 def executor_step(names: list[str], options: dict, config: str) -> tuple[list[str], dict]:
     """The batch system's launcher step that starts a node executor on each of these nodes
     (argv, extra environment): one Slurm step, one task per node, that outlives a dead node
-    (--no-kill) and a rank's bad exit, without an MPI plugin of its own."""
-    argv = [str(options.get("srun") or "srun")]
+    (--no-kill) and a rank's bad exit, without an MPI plugin of its own. Its stdin is the
+    descriptor 3 it is started with, forwarded to every executor (--input=all): the agent's
+    pipe holding the step secret, from which each derives its key (agent/node_keys.py)."""
+    argv = ["/bin/sh", "-c", 'exec "$0" "$@" <&3 3<&-', str(options.get("srun") or "srun")]
     jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
     if jobid:
         argv.append(f"--jobid={jobid}")
@@ -36,6 +38,7 @@ def executor_step(names: list[str], options: dict, config: str) -> tuple[list[st
         "--cpus-per-task=1",
         "--kill-on-bad-exit=0",
         "--no-kill",
+        "--input=all",
         "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi_node.py)
         str(options.get("python") or sys.executable),
         "-m",
