@@ -332,6 +332,12 @@ def test_nobody_but_a_sub_agent_speaks_as_it(session):
     )
     time.sleep(2.0)
     assert t.state == pf.EXECUTING
+    assert wait_for(
+        lambda: any(
+            " connections refused (a key not" in e[3] for e in root_events(pilot, E.REFUSED)
+        ),
+        timeout=15,
+    )
     for s, ctx in socks:
         s.close()
         ctx.term()

@@ -47,6 +47,7 @@ import msgspec
 import zmq
 
 from .. import _events as E
+from .. import _explain as X
 from .. import _wire
 from .. import states as S
 from .._events import EventWriter
@@ -62,6 +63,7 @@ log = logging.getLogger("pilotfish.agent")
 START_S = 120.0  # a sub-agent that has not said hello by then is given up
 STOP_S = 30.0  # sub-agents told to stop that still run after this are killed
 REAP_S = 1.0  # orphans (a dead sub-agent's) are reaped this often
+SUMMARY_S = 10.0  # refusals at the sub-agents' ports: one event an interval at most
 
 
 class Head(msgspec.Struct, array_like=True):
@@ -173,6 +175,7 @@ class Root:
         self.last_heard = self.last_sent = time.monotonic()
         self.last_reap = 0.0
         self.said_hello = False
+        self.next_said = 0.0
 
     # -- start ------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -273,6 +276,18 @@ class Root:
             if sub.silent is None and now - sub.last_heard > self.client_timeout:
                 sub.silent = f"silent for {now - sub.last_heard:.0f}s"
                 sub.kill()
+        if now >= self.next_said and (self.zap.refused or any(s.dropped for s in self.subs)):
+            self.next_said = now + SUMMARY_S  # (at most one summary an interval)
+            said = (
+                f"sub-agents' ports: {self.zap.refused} connections refused (a key not the "
+                f"sub-agent's of that port), "
+                f"{sum(s.dropped for s in self.subs)} frames dropped (another sender)"
+            )
+            self.zap.refused = 0
+            for s in self.subs:
+                s.dropped = 0
+            log.warning("%s", said)
+            self.events.record(self.uid, E.REFUSED, said)
         if self.stopping is not None and now > self.stop_deadline:
             for sub in self.subs:
                 if not sub.ended and sub.silent is None:
@@ -445,7 +460,7 @@ class Root:
                 ans = self.answers[asked[0]]
                 ans[1] -= 1
                 for item in msg.items:
-                    ans[2].setdefault(item.get("uid"), item)
+                    ans[2].setdefault(item.get(X.UID), item)
                 self._explained(asked[0])
         elif isinstance(msg, _wire.Missing):
             if self.resync is not None and sub in self.resync[0]:
