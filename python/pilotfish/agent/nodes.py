@@ -220,7 +220,10 @@ class NodeLink:
             route = frames[0].bytes
             got = self.routes.get(route)
             if got is None:  # a new connection: the node its key proved (ZAP's User-Id)
-                step, _, name = frames[1].get("User-Id").partition(" ")
+                try:
+                    step, _, name = frames[1].get("User-Id").partition(" ")
+                except zmq.ZMQError:  # (none: every connection passes ZAP, bound first)
+                    continue
                 got = self.routes[route] = (name, int(step))
             node = self.nodes.get(got[0])
             if node is None or node.step != got[1]:
