@@ -15,16 +15,14 @@ its digest, fn_ref). A sub-agent that gets a later call of a callable it never s
 callable with it: the root keeps each callable it has seen.
 
 `live` holds each unfinished task the root routed: its share, its spec (to route it again
-when its sub-agent dies) and whether it was seen EXECUTING.
+when its sub-agent dies); `started` those seen EXECUTING.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
-from .. import states as S
+from ..states import EXECUTING, FINAL
 from .._wire import TaskSpec
 from ..descriptions import misfit
 
@@ -59,7 +57,10 @@ def cores_of(spec: TaskSpec) -> int:
 class Routing:
     def __init__(self, shares: list[Share]) -> None:
         self.shares = shares
-        self.live: dict[str, list[Any]] = {}  # uid -> [share, spec, seen executing]
+        # uid -> (its share's index, its spec): tuples of no tracked object, which the
+        # garbage collector stops looking at (a million queued tasks cost it nothing)
+        self.live: dict[str, tuple[int, TaskSpec]] = {}
+        self.started: set[str] = set()  # live tasks seen EXECUTING
         self.fn_bodies: dict[bytes, bytes] = {}
         self._fit: dict[tuple[int, int, int, int], tuple[Share, ...]] = {}
 
@@ -69,21 +70,31 @@ class Routing:
     ) -> tuple[list[tuple[Share, list[TaskSpec]]], list[tuple[str, str]], bool]:
         """([(share, its slice)], [(uid, why refused)], whole): whole when the batch goes
         as it came -- one slice, every task, nothing added -- so its frame can be sent on."""
+        if len(specs) == 1:  # one task per frame: the hot path, kept short
+            spec = specs[0]
+            if spec.uid not in self.live:
+                key = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
+                fit = self._fit.get(key)
+                if fit is None:
+                    fit = self._fits(key)
+                if fit:
+                    one = [(self._freest(fit), specs)]
+                    added = spec.fn_ref is not None and self._callables(one)
+                    self._count(one)
+                    return one, [], not added
         groups: dict[tuple[Share, ...], list[TaskSpec]] = {}
         refused: list[tuple[str, str]] = []
         dups: dict[Share, list[TaskSpec]] = {}
-        live, fit_memo = self.live, self._fit
+        live, fit_memo, shares = self.live, self._fit, self.shares
         for spec in specs:
             held = live.get(spec.uid)
             if held is not None:  # its sub-agent fails it, as one agent does
-                dups.setdefault(held[0], []).append(spec)
+                dups.setdefault(shares[held[0]], []).append(spec)
                 continue
             key = (spec.ranks, spec.cores_per_rank, spec.gpus_per_rank, spec.mem_per_rank)
             fit = fit_memo.get(key)
             if fit is None:
-                fit = fit_memo[key] = tuple(
-                    s for s in self.shares if s.alive and misfit(*key, s.shape) is None
-                )
+                fit = self._fits(key)
             if not fit:
                 refused.append((spec.uid, self._why_not(key)))
                 continue
@@ -99,19 +110,42 @@ class Routing:
             out.append((share, ts))
         added = self._callables(out)
         whole = len(out) == 1 and not refused and not added and len(out[0][1]) == len(specs)
+        self._count(out)
+        return out, refused, whole
+
+    def _fits(self, key: tuple[int, int, int, int]) -> tuple[Share, ...]:
+        fit = self._fit[key] = tuple(
+            s for s in self.shares if s.alive and misfit(*key, s.shape) is None
+        )
+        return fit
+
+    @staticmethod
+    def _freest(fit: tuple[Share, ...]) -> Share:
+        """The share with the most free cores (then the least load per core, then first)."""
+        best = fit[0]
+        free = best.cores - best.load
+        for s in fit[1:]:
+            f = s.cores - s.load
+            if f > free or (f == free and s.load * best.cores < best.load * s.cores):
+                best, free = s, f
+        return best
+
+    def _count(self, out: list[tuple[Share, list[TaskSpec]]]) -> None:
+        live = self.live
         for share, ts in out:
-            cores = 0
+            cores = n = 0
+            i = share.index
             for spec in ts:
                 if spec.uid not in live:
-                    live[spec.uid] = [share, spec, False]
-                    cores += cores_of(spec)
-                    share.tasks += 1
+                    live[spec.uid] = (i, spec)
+                    cores += spec.ranks * spec.cores_per_rank
+                    n += 1
             share.load += cores
-        return out, refused, whole
+            share.tasks += n
 
     def _spread(self, group: list[TaskSpec], fit: tuple[Share, ...]):
         total = sum(cores_of(s) for s in group)
-        best = max(fit, key=lambda s: (s.cores - s.load, -s.load / s.cores, -s.index))
+        best = self._freest(fit)
         if len(fit) == 1 or best.cores - best.load >= total or len(group) == 1:
             return [(best, group)]
         # water-filling: the level L (load per core) where sum(max(0, L*c - load)) = total
@@ -172,20 +206,20 @@ class Routing:
     # -- out -----------------------------------------------------------------------------------
     def seen(self, uid: str, state: str) -> None:
         """A sub-agent's update: a final ends the task's count; EXECUTING marks it started."""
-        if state in S.FINAL:
+        if state in FINAL:
             held = self.live.pop(uid, None)
             if held is not None:
-                share = held[0]
-                share.load -= cores_of(held[1])
+                share = self.shares[held[0]]
+                spec = held[1]
+                share.load -= spec.ranks * spec.cores_per_rank
                 share.tasks -= 1
-        elif state == S.EXECUTING:
-            held = self.live.get(uid)
-            if held is not None:
-                held[2] = True
+                self.started.discard(uid)
+        elif state == EXECUTING and uid in self.live:
+            self.started.add(uid)
 
     def owner(self, uid: str) -> Share | None:
         held = self.live.get(uid)
-        return held[0] if held is not None else None
+        return self.shares[held[0]] if held is not None else None
 
     def lost(self, share: Share, why: str) -> list[tuple[TaskSpec, bool]]:
         """The share's sub-agent is gone: nothing more goes there; its unfinished tasks
@@ -193,8 +227,10 @@ class Routing:
         share.alive = False
         share.why = why
         self._fit.clear()
-        out = [(h[1], h[2]) for h in self.live.values() if h[0] is share]
+        i = share.index
+        out = [(h[1], uid in self.started) for uid, h in self.live.items() if h[0] == i]
         for spec, _ in out:
             del self.live[spec.uid]
+            self.started.discard(spec.uid)
         share.load = share.tasks = 0
         return out
