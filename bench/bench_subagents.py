@@ -11,6 +11,9 @@ Pilots: Slurm, the four compute hosts, partitions=2 (n1+n2, n3+n4); `one`: subag
 sub-agent per partition, both on n1). --local: resource="local", 4 emulated nodes of 16 cores
 (tasks spawned here, no node executors).
 
+us_per_task divides a process's CPU by every task of the run; us_per_own_task a sub-agent's
+by the tasks its partition ran. (The root sends a sub-agent the tasks of one round in one
+frame: at these rates a sub-agent's frames carry about one task.)
 CPU of a process: the sum over its threads of /proc/PID/task/TID/schedstat's first field
 (nanoseconds on a CPU; ZeroMQ's I/O threads, where CURVE runs, included) -- read before and
 after each repeat; idle: the same over IDLE_S with nothing submitted, per second, measured
@@ -31,6 +34,7 @@ Prints one JSON line per case and pilot, and a final JSON object (--json: also t
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -98,17 +102,19 @@ def processes(pilot) -> dict[str, int]:
     return out
 
 
-def measure(procs: dict[str, int], run) -> tuple[dict[str, float], float]:
-    """({process: CPU seconds of run() beyond its idle rate}, run's wall seconds)."""
+def measure(procs: dict[str, int], run) -> tuple[dict[str, float], float, dict]:
+    """({process: CPU seconds of run() beyond its idle rate}, run's wall seconds, the tasks
+    each partition ran {p<i>: n})."""
     c0 = {k: cpu_ns(p) for k, p in procs.items()}
     time.sleep(IDLE_S)
     c1 = {k: cpu_ns(p) for k, p in procs.items()}
     idle = {k: (c1[k] - c0[k]) / 1e9 / IDLE_S for k in procs}
     t0 = time.monotonic()
-    run()
+    tasks = run()
     dt = time.monotonic() - t0
     c2 = {k: cpu_ns(p) for k, p in procs.items()}
-    return {k: (c2[k] - c1[k]) / 1e9 - idle[k] * dt for k in procs}, dt
+    ran = collections.Counter(f"p{t.partition}" for t in tasks)
+    return {k: (c2[k] - c1[k]) / 1e9 - idle[k] * dt for k in procs}, dt, ran
 
 
 def summarize(case: str, name: str, n: int, runs: list[tuple[dict, float]], **extra) -> dict:
@@ -118,6 +124,14 @@ def summarize(case: str, name: str, n: int, runs: list[tuple[dict, float]], **ex
             sum(v[i] for k, v in per.items() if k.startswith("p")) for i in range(len(runs))
         ]
     rates = [n / r[1] for r in runs]
+    own = {  # each sub-agent's CPU per task it ran itself
+        k: [1e6 * r[0][k] / max(1, r[2][k]) for r in runs] for k in runs[0][0] if k[0] == "p"
+    }
+    if own:
+        extra["us_per_own_task"] = {
+            k: {"min": round(min(v), 1), "median": round(statistics.median(v), 1)}
+            for k, v in own.items()
+        }
     return emit(
         case,
         pilot=name,
@@ -139,9 +153,10 @@ def null_tasks(n: int) -> list:
 
 def frame1(tmgr, n: int):
     def run():
-        uids = [tmgr.submit_tasks(d).uid for d in null_tasks(n)]
-        bad = [s for s in tmgr.wait_tasks(uids, timeout=3600) if s != pf.DONE]
+        tasks = [tmgr.submit_tasks(d) for d in null_tasks(n)]
+        bad = [s for s in tmgr.wait_tasks([t.uid for t in tasks], timeout=3600) if s != pf.DONE]
         assert not bad, bad[:3]
+        return tasks
 
     return run
 
@@ -151,6 +166,7 @@ def bulk(tmgr, n: int):
         tasks = tmgr.submit_tasks(null_tasks(n))
         bad = [s for s in tmgr.wait_tasks([t.uid for t in tasks], timeout=3600) if s != pf.DONE]
         assert not bad, bad[:3]
+        return tasks
 
     return run
 
@@ -163,6 +179,7 @@ def pmi(tmgr, exe: str, n: int):
             lines = (t.stdout or "").splitlines()
             if t.state != pf.DONE or len(lines) != 2:
                 raise SystemExit(f"{t.uid} ({t.state}): {t.reason!r} {t.stdout!r}"[:600])
+        return tasks
 
     return run
 
