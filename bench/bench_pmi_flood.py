@@ -156,7 +156,7 @@ def main() -> int:
     )
     rows = []
     with pf.Session(path=os.path.join(work, "session")) as s:
-        pilot, tmgr, _ = start_pilot(s, timeout=180, resource="slurm", nodes=4, runtime="60m")
+        pilot, tmgr, _ = start_pilot(s, timeout=900, resource="slurm", nodes=4, runtime="60m")
         with open(os.path.join(pilot.sandbox, "pilot.json")) as f:
             agent = json.load(f)["agent_pid"]
         end = time.monotonic() + 60
