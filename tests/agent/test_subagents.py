@@ -9,6 +9,8 @@ import collections
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -218,6 +220,45 @@ def test_two_sub_agents_run_a_pilots_tasks_each_on_its_own_nodes(session):
         assert os.stat(os.path.join(d, "agent.json")).st_mode & 0o777 == 0o600
         ran = {e[1] for e in read_all_events(os.path.join(d, "agent.events")) if e[2] == pf.DONE}
         assert ran == {t.uid for t in tasks + files if t.partition == i}
+
+
+def test_pilotfish_explain_reaches_the_sub_agent_that_holds_the_task(session):
+    """`pilotfish explain` from another process (a request file in the pilot's sandbox): the
+    root asks the sub-agent holding each task and writes their answers."""
+    pilot, tmgr = start(session)
+    slow = tmgr.submit_tasks(
+        [pf.TaskDescription(executable="/bin/sleep", arguments=["30"]) for _ in range(8)]
+    )
+    assert wait_for(lambda: all(t.state == pf.EXECUTING for t in slow))
+    waiting = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true", cores_per_rank=2))
+    assert wait_for(lambda: waiting.state == pf.AGENT_SCHEDULING)
+    on_p1 = next(t for t in slow if t.partition == 1)
+    for _ in range(10):  # (until the session's events name the tasks)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pilotfish.cli",
+                "explain",
+                str(session.path),
+                on_p1.uid,
+                waiting.uid,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if "no such task" not in r.stderr:
+            break
+        time.sleep(0.5)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got[0]["where"] == "running" and got[0]["partition_index"] == 1, got[0]
+    assert got[1]["where"] == "queued", got[1]
+    tmgr.cancel_tasks([t.uid for t in slow])
+    pilot.cancel()
+    assert pilot.wait(timeout=60) == pf.CANCELED
 
 
 def test_a_pilot_of_partitions_has_no_sub_agents_unless_asked(session):

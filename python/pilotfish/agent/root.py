@@ -28,9 +28,13 @@ again elsewhere with retries (a `retry` the client sees, one retry spent); those
 started go to the other sub-agents as new. The pilot stays ACTIVE while one sub-agent lives;
 when none does it FAILS, naming why.
 
+`pilotfish explain` (a request file in the pilot's sandbox) is answered by the sub-agents
+that hold the tasks, awaited a moment by the root.
+
 Not here (yet): the root keeps no journal (a resumed session reads its own; the sub-agents'
-are in sub/p<i>/), `pilotfish explain`'s file requests are not served, analytics read the
-root's agent.events (the tasks' events are in sub/p<i>/agent.events).
+are in sub/p<i>/); analytics read the root's agent.events (the tasks' events are in
+sub/p<i>/agent.events); sub-agents run on the root's node, not each on a node of its own
+partition.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from .._sockets import client_link
 from .._util import hostname, raise_nofile_limit
 from ..descriptions import misfit, partition_layout
 from .containment import become_subreaper
+from .explain import MAX_UIDS, POLL_S, requests
 from .routing import Routing, Share
 from .root_subs import SubAgent, Zap, reap_children
 
@@ -63,6 +68,7 @@ log = logging.getLogger("pilotfish.agent")
 START_S = 120.0  # a sub-agent that has not said hello by then is given up
 STOP_S = 30.0  # sub-agents told to stop that still run after this are killed
 REAP_S = 1.0  # orphans (a dead sub-agent's) are reaped this often
+EXPLAIN_WAIT_S = 2.0  # `pilotfish explain` waits this long for the sub-agents' answers
 SUMMARY_S = 10.0  # refusals at the sub-agents' ports: one event an interval at most
 
 
@@ -169,12 +175,14 @@ class Root:
         self.pending: list[tuple[bool, bytes]] = []  # (an Updates frame, payload) to go up
         self.own: list[_wire.Update] = []  # the root's own updates (refused, decided)
         self.explains: dict[str, tuple[str, SubAgent]] = {}  # sub token -> (client's, sub)
-        self.answers: dict[str, list] = {}  # client token -> [uids, parts left, {uid: item}]
+        self.answers: dict[str, list] = {}  # token -> [uids, parts left, {uid: item}, here]
         self.groups: dict[str, SubAgent] = {}  # service group -> the sub-agent it lives on
         self.resync: list | None = None  # [sub-agents yet to answer, missing everywhere]
         self.last_heard = self.last_sent = time.monotonic()
         self.last_reap = 0.0
         self.said_hello = False
+        self.last_asked = 0.0
+        self.told: dict[str, list] = {}  # answers the root asked for itself (_explain_file)
         self.next_said = 0.0
 
     # -- start ------------------------------------------------------------------------------
@@ -288,6 +296,9 @@ class Root:
                 s.dropped = 0
             log.warning("%s", said)
             self.events.record(self.uid, E.REFUSED, said)
+        if self.stopping is None and self.said_hello and now - self.last_asked >= POLL_S:
+            self.last_asked = now  # (`pilotfish explain` asks through files)
+            requests(self.sandbox, self._explain_file)
         if self.stopping is not None and now > self.stop_deadline:
             for sub in self.subs:
                 if not sub.ended and sub.silent is None:
@@ -398,10 +409,12 @@ class Root:
         fit = [s for s in live if misfit(*key, s.share.shape) is None] or live or self.subs
         return max(fit, key=lambda s: (s.share.cores - s.share.load, -s.index))
 
-    def _explain(self, msg: _wire.Explain) -> None:
+    def _explain(self, msg: _wire.Explain, here: bool = False) -> None:
+        """Ask the sub-agents that hold these tasks (here: the answer is the root's own to
+        take, from `told`, not the client's)."""
         uids = list(msg.uids)
         parts = self._owners(uids, unowned=True)
-        self.answers[msg.token] = [uids, len(parts), {}]
+        self.answers[msg.token] = [uids, len(parts), {}, here]
         for sub, its in parts.items():
             token = secrets.token_hex(8)
             self.explains[token] = (msg.token, sub)
@@ -413,7 +426,27 @@ class Root:
         if ans is not None and ans[1] <= 0:
             del self.answers[token]
             items = [ans[2][u] for u in ans[0] if u in ans[2]]
-            self.pending.append((False, _wire.encode(_wire.Explained(token, items))))
+            if ans[3]:
+                self.told[token] = items
+            else:
+                self.pending.append((False, _wire.encode(_wire.Explained(token, items))))
+
+    def _explain_file(self, uids: list[str]) -> list[dict]:
+        """`pilotfish explain`'s request file (agent/explain.py): the sub-agents that hold
+        the tasks are asked, and their answers awaited here -- EXPLAIN_WAIT_S at most, the
+        sub-agents served meanwhile (the client's frames wait)."""
+        token = "file." + secrets.token_hex(8)
+        self._explain(_wire.Explain(token, uids[:MAX_UIDS]), here=True)
+        deadline = time.monotonic() + EXPLAIN_WAIT_S
+        while token not in self.told and time.monotonic() < deadline:
+            self._flush()
+            ready = dict(self.poller.poll(50))
+            for sock, sub in self.by_sock.items():
+                if sock in ready and not sub.ended:
+                    for payload in sub.recv():
+                        self._on_sub(sub, payload)
+        self.answers.pop(token, None)
+        return self.told.pop(token, [])
 
     def _resync(self, uids: list[str]) -> None:
         self.events.record(self.uid, E.CLIENT_REATTACH, f"{len(uids)} tasks asked")
