@@ -399,3 +399,35 @@ def test_a_pilot_whose_sub_agents_all_die_fails_naming_them(session):
         "every sub-agent ended" in pilot.reason and "p0:" in pilot.reason and "p1:" in pilot.reason
     ), pilot.reason
     assert t.wait(timeout=30) == pf.FAILED and "died (killed by SIGKILL)" in t.reason, t.reason
+
+
+def test_a_killed_root_takes_its_sub_agents_with_it(session):
+    """SIGKILL to the root: the pilot FAILS naming its agent's end (its keeper says so), and
+    its sub-agents and their tasks end too (the keeper stops the children the root left;
+    PR_SET_PDEATHSIG tells a sub-agent even where no keeper is)."""
+    pilot, tmgr = start(session)
+    slow = tmgr.submit_tasks(
+        [pf.TaskDescription(executable="/bin/sleep", arguments=["30"]) for _ in range(4)]
+    )
+    assert wait_for(lambda: all(t.state == pf.EXECUTING for t in slow))
+    subs = sub_pids(pilot)
+    with open(os.path.join(pilot.sandbox, "pilot.json")) as f:
+        os.kill(json.load(f)["agent_pid"], signal.SIGKILL)
+    assert pilot.wait(timeout=60) == pf.FAILED
+    assert "killed by signal 9" in pilot.reason, pilot.reason
+    assert set(tmgr.wait_tasks([t.uid for t in slow], timeout=30)) == {pf.FAILED}
+
+    def gone(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return b"--subagent" not in f.read()
+        except OSError:
+            return True
+
+    assert wait_for(lambda: all(gone(p) for p in subs.values()), timeout=30)
+    from pilotfish.agent.containment import marked  # noqa: PLC0415 -- a look at /proc
+
+    assert wait_for(
+        lambda: not any(marked(os.path.join(pilot.sandbox, "sub", f"p{i}")) for i in (0, 1)),
+        timeout=30,
+    )
