@@ -709,6 +709,7 @@ def _what_exists(session_dir: str) -> list[_Output]:
     printed, written with its final state), then the events (the state of a task that has
     not ended: the agent writes them every half second), then tasks.msgpack (at close)."""
     from . import states as S
+    from ._agent_files import agent_files
     from ._events import read_all_events, read_task_records
     from ._journal import read_journal
     from ._util import read_private
@@ -767,14 +768,15 @@ def _what_exists(session_dir: str) -> list[_Output]:
             final(rec)
         elif rec[0] == "pilot" and isinstance(rec[3], str):
             sandboxes.add(rec[3])
-    for sandbox in sorted(sandboxes):
-        for rec in read_journal(os.path.join(sandbox, "agent.journal")):
-            if rec[0] == "out":
-                row(rec[1]).update(stdout=rec[2], stderr=rec[3])
-            elif rec[0] == "final":
-                final(rec)
+    for sandbox in sorted(sandboxes):  # (each of its agents': sub-agents' in sub/p<i>/ too)
+        for journal in agent_files(sandbox, "agent.journal"):
+            for rec in read_journal(journal):
+                if rec[0] == "out":
+                    row(rec[1]).update(stdout=rec[2], stderr=rec[3])
+                elif rec[0] == "final":
+                    final(rec)
     for path in [os.path.join(session_dir, "client.events")] + [
-        os.path.join(p, "agent.events") for p in sorted(sandboxes)
+        f for p in sorted(sandboxes) for f in agent_files(p, "agent.events")
     ]:
         try:
             events = read_all_events(path)
@@ -983,6 +985,7 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
     agents' journals hold (the agent journals one before it tells anyone)."""
     from . import _events as E
     from . import states as S
+    from ._agent_files import agent_files
     from ._events import read_all_events
 
     path = os.path.join(session_dir, "client.events")
@@ -995,14 +998,16 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
     wanted = set(task)
     journal_paths = [os.path.join(session_dir, "journal")]
     for name in sorted(os.listdir(session_dir)):  # what the agents recorded (states there)
-        agent_events = os.path.join(session_dir, name, "agent.events")
-        if name.startswith("pilot.") and os.path.exists(agent_events):
+        if not name.startswith("pilot."):
+            continue
+        sandbox = os.path.join(session_dir, name)  # (its agents: sub-agents' in sub/p<i>/ too)
+        for agent_events in agent_files(sandbox, "agent.events"):
             try:
                 events += read_all_events(agent_events)
             except (OSError, ValueError, msgspec.DecodeError):
                 pass  # (a torn last frame of a live agent: the client's events still count)
-        if journals and name.startswith("pilot."):
-            journal_paths.append(os.path.join(session_dir, name, "agent.journal"))
+        if journals:
+            journal_paths += agent_files(sandbox, "agent.journal")
     if journals:
         from ._journal import finals
 

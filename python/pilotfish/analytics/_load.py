@@ -35,9 +35,11 @@ FileBytes, chunk_spans, parse_chunk (KeyCollision: that chunk the exact slow way
 
 from __future__ import annotations
 
+import errno
 import mmap
 import operator
 import os
+import stat
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -57,8 +59,12 @@ _decode_frame = msgspec.msgpack.Decoder(list[tuple[float, str, str, Optional[str
 
 
 def _map_file(path: str):
-    """The file's bytes without copying them (a read-only map of the page cache)."""
-    with open(path, "rb") as fh:
+    """The file's bytes without copying them (a read-only map of the page cache). Never
+    through a link (O_NOFOLLOW: OSError), never a FIFO or device (ValueError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError(f"{path}: not a regular file")
         if os.fstat(fh.fileno()).st_size == 0:
             return b""
         # populate: map all pages up front, in bulk, instead of one fault per page later
@@ -481,7 +487,8 @@ class _Table:
 def read_event_columns(
     paths: Sequence[str | os.PathLike], detail_names: Optional[set[str]] = None
 ) -> EventColumns:
-    """Read events files (missing ones are skipped) into one EventColumns.
+    """Read events files (missing ones are skipped, as are links and what is not a regular
+    file: never followed) into one EventColumns.
 
     detail_names: keep the details of events with these names only (None: all). Details are
     per-event strings; keeping all of a large session's costs memory and time.
@@ -500,10 +507,18 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
     # is concatenated or copied afterwards.
     files = []
     for path in map(os.fspath, paths):
-        if os.path.exists(path):
+        try:  # (missing: skipped; a link or what is not a file is not read either)
             data = _map_file(path)
-            small = len(data) < SMALLEST_EVENT_FILE  # no event (and too small for the views)
-            files.append((path, data, [] if small else split_frames(data)))
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                continue
+            raise
+        except ValueError:
+            continue
+        small = len(data) < SMALLEST_EVENT_FILE  # no event (and too small for the views)
+        files.append((path, data, [] if small else split_frames(data)))
     total = sum(f.count for _, _, frames in files for f in frames if f.count > 0)
     t_out = np.empty(total, np.float64)
     uid_out = np.empty(total, np.int32)

@@ -26,6 +26,7 @@ import numpy as np
 
 from pilotfish import _events as E
 from pilotfish import _json
+from pilotfish._agent_files import agent_files
 from pilotfish._events import read_all_events
 from pilotfish._launch_costs import read_launch_model  # noqa: F401 -- `pilotfish simulate` reads it here
 from pilotfish.analytics.partitions import first_nodes, pilot_layout
@@ -55,12 +56,12 @@ def fit_launch_model(session_dir: str) -> dict[str, dict[str, float]]:
     hangs: dict[str, int] = {}
     grace: dict[str, float] = {}
     for uid in sorted(os.listdir(session_dir)):
-        path = os.path.join(session_dir, uid, "agent.events")
+        paths = agent_files(os.path.join(session_dir, uid), "agent.events")  # (sub-agents' too)
         found = pilot_layout(session_dir, uid)
-        if not os.path.exists(path) or found is None:
+        if not paths or found is None:
             continue
         layout, names, _ = found
-        ev = read_all_events(path)
+        ev = sorted((e for p in paths for e in read_all_events(p)), key=lambda e: e[0])
         try:
             with open(os.path.join(session_dir, uid, "pilot.json")) as f:
                 opts = (_json.load(f).get("description") or {}).get("launcher_options") or {}

@@ -12,7 +12,8 @@ import pandas as pd
 
 from pilotfish import _events as E
 from pilotfish import states as S
-from pilotfish._journal import agent_finals, read_journal
+from pilotfish._agent_files import pilot_finals
+from pilotfish._journal import read_journal
 
 _PILOT_DIR = re.compile(r"pilot\.\d+")
 
@@ -29,8 +30,8 @@ def final_reasons(session_dir: str) -> dict[str, tuple[int | None, str | None]]:
     except OSError:
         names = []
     for name in names:
-        if _PILOT_DIR.fullmatch(name):
-            for uid, rec in agent_finals(os.path.join(session_dir, name)).items():
+        if _PILOT_DIR.fullmatch(name):  # (each of its agents: sub-agents' too)
+            for uid, rec in pilot_finals(os.path.join(session_dir, name)).items():
                 if uid not in out and len(rec) >= 6:
                     out[uid] = (rec[3], rec[5])
     return out

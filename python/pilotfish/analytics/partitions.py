@@ -17,6 +17,7 @@ import numpy as np
 
 from pilotfish import _events as E
 from pilotfish import _json
+from pilotfish._agent_files import agent_files
 from pilotfish.analytics import utilization as ru
 from pilotfish.descriptions import partition_layout
 
@@ -58,14 +59,14 @@ def first_nodes(path: str) -> dict[str, int]:
 
 def _first_nodes_from_events(path: str, uid: str, wanted) -> dict[str, int]:
     """uid -> node index of its first rank, from the schedule_ok details ("<ranks>x<cores>/
-    <gpus> @<node>,...") in a pilot's agent.events: for the tasks whose record has no nodes
-    (a resumed session's records of the tasks that ended before it: placed by an earlier
-    pilot of the session, known from the journal only)."""
+    <gpus> @<node>,...") in a pilot's agents' agent.events (its sub-agents' too): for the
+    tasks whose record has no nodes (a resumed session's records of the tasks that ended
+    before it: placed by an earlier pilot of the session, known from the journal only)."""
     from pilotfish.analytics._load import read_event_columns
 
     try:
         ev = read_event_columns(
-            [os.path.join(path, uid, "agent.events")], detail_names={E.SCHEDULE_OK}
+            agent_files(os.path.join(path, uid), "agent.events"), detail_names={E.SCHEDULE_OK}
         )
     except (OSError, ValueError):
         return {}

@@ -1,7 +1,8 @@
 """What the agent's scheduler learned and planned (policy "plan", issue 33), from each
-pilot's `queue_plan` events: the planning attempts (planned, no gain, out of time; CPU
-seconds; the model's predicted end for today's order and for the plan) and the learned
-duration estimates per kind (executable and shape) as the last attempt saw them.
+pilot's `queue_plan` events (its sub-agents' too, each planning its partition's queue, in
+time order): the planning attempts (planned, no gain, out of time; CPU seconds; the model's
+predicted end for today's order and for the plan) and the learned duration estimates per kind
+(executable and shape) as the last attempt saw them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 
 from pilotfish import _events as E
 from pilotfish import _json
+from pilotfish._agent_files import agent_files
 
 
 def plans(data) -> list[dict]:
@@ -22,16 +24,15 @@ def plans(data) -> list[dict]:
     if pilots is None or not len(pilots):
         return out
     for uid in pilots.index:
-        path = os.path.join(data.path, uid, "agent.events")
-        if not os.path.exists(path):
-            continue
-        notes = []
-        for _, _, name, detail in E.read_all_events(path):
-            if name == E.QUEUE_PLAN and detail:
-                try:
-                    notes.append(_json.loads(detail))
-                except ValueError:
-                    continue
+        found = []  # (each sub-agent plans its own partition's queue: all, in time order)
+        for path in agent_files(os.path.join(data.path, uid), "agent.events"):
+            for t, _, name, detail in E.read_all_events(path):
+                if name == E.QUEUE_PLAN and detail:
+                    try:
+                        found.append((t, _json.loads(detail)))
+                    except ValueError:
+                        continue
+        notes = [n for _, n in sorted(found, key=lambda x: x[0])]
         if not notes:
             continue
         gains = [

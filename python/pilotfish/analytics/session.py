@@ -13,6 +13,10 @@
 Times in the DataFrames are seconds since `data.t0` (epoch seconds of the earliest event);
 an event that did not happen is NaN. An event that happened more than once for an entity
 (a final state written by both agent and client) counts at its first time.
+
+A pilot's agent events are those of all its agents (_agent_files.agent_files: its own, then
+its sub-agents' in <pilot>/sub/p<i>/); its life (bootstrap_start, ACTIVE, agent_stop...) is
+its own agent's (a root's), not each sub-agent's (_agent_files.SUB_LIFE).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pandas as pd
 
 from pilotfish import _events as E
 from pilotfish import _json
+from pilotfish._agent_files import SUB_LIFE, agent_files, is_sub
 from pilotfish.analytics._load import (
     EventColumns,
     gc_paused,
@@ -210,8 +215,9 @@ def _positions(table: list[str], keys: np.ndarray) -> np.ndarray:
 
 
 def load_session(path: str | os.PathLike) -> SessionData:
-    """Load a session directory (client.events, tasks.msgpack, <pilot>/pilot.json and
-    agent.events) into DataFrames. Missing files are tolerated: what they would have told is
+    """Load a session directory (client.events, tasks.msgpack, <pilot>/pilot.json and the
+    agent.events of each pilot's agents: its own, its sub-agents' in <pilot>/sub/p<i>/) into
+    DataFrames. Missing files are tolerated: what they would have told is
     inferred from the events where possible, and noted in `warnings`."""
     with gc_paused():
         return _load_session(os.fspath(path))
@@ -234,7 +240,11 @@ def _load_session(path: str) -> SessionData:
     if records is None:
         detail_names.add(E.SCHEDULE_OK)
     paths = [os.path.join(path, "client.events")]
-    paths += [os.path.join(path, p, "agent.events") for p in pilot_uids]
+    owner: dict[str, str] = {}  # an agent's events file -> its pilot (sub-agents' too)
+    for p in pilot_uids:
+        for f in agent_files(os.path.join(path, p), "agent.events"):
+            owner[f] = p
+            paths.append(f)
     ev = read_event_columns(paths, detail_names=detail_names)
     if not len(ev):
         warnings.append("no events found (client.events, <pilot>/agent.events)")
@@ -269,16 +279,8 @@ def _load_session(path: str) -> SessionData:
     columns, grid = _pivot(ev, task_of_uid, n_tasks, TASK_EVENTS, t0)
     t_final, final_state = _first_final(columns, grid)
 
-    # the pilot a task ran on: its record, else the pilot whose agent.events it appears in
-    src_pilot = np.array(
-        [
-            pilot_index.get(os.path.basename(os.path.dirname(p)), -1)
-            if p.endswith("agent.events")
-            else -1
-            for p in ev.paths
-        ],
-        dtype=np.int64,
-    )
+    # the pilot a task ran on: its record, else the pilot whose agents' events it appears in
+    src_pilot = np.array([pilot_index.get(owner.get(p, ""), -1) for p in ev.paths], np.int64)
 
     def pilot_from_files(tasks: np.ndarray) -> np.ndarray:
         if not len(tasks):
@@ -334,7 +336,7 @@ def _load_session(path: str) -> SessionData:
     tasks = pd.concat([meta, times], axis=1)
 
     pilot_rows = np.flatnonzero(is_pilot_uid[ev.uid]) if len(ev) else np.zeros(0, np.int64)
-    pilots = _pilots(path, ev, pilot_uids, pilot_rows, t0, warnings)
+    pilots = _pilots(path, ev, pilot_uids, _life_rows(ev, pilot_rows), t0, warnings, owner)
     launchers = _launchers(ev, pilot_rows, t0)
     return SessionData(path, t0, tasks, pilots, launchers, ev, info, warnings)
 
@@ -354,8 +356,19 @@ def _shapes_from_details(ev, task_rows, task_idx, has_record, ranks, cpr, gpr) -
     ranks[idx], cpr[idx], gpr[idx] = vals[:, 0], vals[:, 1], vals[:, 2]
 
 
-def _pilots(path, ev, pilot_uids, rows, t0, warnings) -> pd.DataFrame:
-    """rows: the pilots' event rows."""
+def _life_rows(ev: EventColumns, rows: np.ndarray) -> np.ndarray:
+    """The pilots' event rows but a sub-agent's own life (_agent_files.SUB_LIFE): the
+    pilot's is its root's."""
+    subs = [s for s, p in enumerate(ev.paths) if is_sub(p)]
+    codes = [c for c in map(ev.name_code, SUB_LIFE) if c >= 0]
+    if not subs or not codes or not len(rows):
+        return rows
+    drop = np.isin(ev.source[rows], subs) & np.isin(ev.name[rows], codes)
+    return rows[~drop]
+
+
+def _pilots(path, ev, pilot_uids, rows, t0, warnings, owner) -> pd.DataFrame:
+    """rows: the pilots' event rows; owner: each agent events file's pilot."""
     n = len(pilot_uids)
     index = {u: k for k, u in enumerate(pilot_uids)}
     pilot_of_uid = np.full(len(ev.uids), -1, np.int64)
@@ -393,13 +406,14 @@ def _pilots(path, ev, pilot_uids, rows, t0, warnings) -> pd.DataFrame:
     for name, c in zip(columns, grid):
         df[name] = c
     df["t_final"] = t_final
-    # last event of the pilot's own agent file: the end of a pilot that never finished
+    # last event of the pilot's agents' files: the end of a pilot that never finished
     last = np.full(n, np.nan)
     bounds = np.searchsorted(ev.source, np.arange(len(ev.paths) + 1))  # rows are file by file
     for s, p in enumerate(ev.paths):
-        owner = os.path.basename(os.path.dirname(p))
-        if owner in index and p.endswith("agent.events") and bounds[s + 1] > bounds[s]:
-            last[index[owner]] = float(ev.t[bounds[s] : bounds[s + 1]].max()) - t0
+        k = index.get(owner.get(p, ""), -1)
+        if k >= 0 and bounds[s + 1] > bounds[s]:
+            t = float(ev.t[bounds[s] : bounds[s + 1]].max()) - t0
+            last[k] = t if np.isnan(last[k]) else max(last[k], t)
     df["t_last_event"] = last
     return df
 

@@ -2,11 +2,12 @@
 
 A resumed session (Session(resume=True)) reads its journal once, here: the pilots it started
 (in order, a replaced one in its predecessor's slot), the tasks it sent and where, the finals
-it and every agent journaled, the tasks a dead agent's keeper still runs. Its managers match
-what is submitted again against that: TaskManager the tasks (by order), PilotManager the
-pilots (Resumed.match_pilot: the next journaled one, the description it runs with, its
-agent's key), then asks local_agent whether that agent may still live; one that cannot is
-stopped here (stop_stale_agent) so that nothing runs on it and on its replacement at once.
+it and every agent journaled (a pilot's sub-agents' too), the tasks a dead agent's keeper
+still runs. Its managers match what is submitted again against that: TaskManager the tasks
+(by order), PilotManager the pilots (Resumed.match_pilot: the next journaled one, the
+description it runs with, its agent's key), then asks local_agent whether that agent may
+still live; one that cannot is stopped here (stop_stale_agent) so that nothing runs on it
+and on its replacement at once.
 The wiring of a re-attaching pilot (its listener, its resync) is the PilotManager's.
 """
 
@@ -20,7 +21,8 @@ from typing import NamedTuple
 
 from .. import _json, _wire
 from .._errors import PilotfishError
-from .._journal import agent_finals, keeper_adopted, keeper_state, read_journal
+from .._agent_files import pilot_finals
+from .._journal import keeper_adopted, keeper_state, read_journal
 from .._util import hostname, read_private
 from ..descriptions import PilotDescription
 
@@ -101,10 +103,11 @@ class Resumed:
         ]
 
     def learn(self, sandbox: str, strict: bool = False) -> None:
-        """What a pilot's agent journaled it finished, and what its keeper still runs (its
-        agent died): known whatever happens to the pilot next (an agent journals before it
-        sends). A final the session's journal has already is kept."""
-        for uid, rec in agent_finals(sandbox, strict=strict).items():
+        """What a pilot's agents journaled they finished (its own, its sub-agents' in
+        sub/p<i>/: _agent_files.pilot_finals), and what its keeper still runs (its agent
+        died): known whatever happens to the pilot next (an agent journals before it sends).
+        A final the session's journal has already is kept."""
+        for uid, rec in pilot_finals(sandbox, strict=strict).items():
             self.finals.setdefault(uid, rec)
         for uid in keeper_adopted(sandbox):  # its agent died; its keeper still runs these
             if uid not in self.finals:

@@ -2,7 +2,8 @@
 appended since the last refresh (tail.FrameTail), answered as the dashboard's JSON.
 
 Sources, all in the session directory (or a pilot's sandbox where the journal says it is
-elsewhere): client.events, <pilot>/agent.events and <pilot>/pilot.json, the client's journal
+elsewhere): client.events, <pilot>/agent.events (and its sub-agents' <pilot>/sub/p<i>/
+agent.events: tail.PilotTails) and <pilot>/pilot.json, the client's journal
 (each task's shape, name and pilot, as submitted), tasks.msgpack when the session has closed
 (the per-rank node of each task). Nothing is read twice.
 
@@ -37,7 +38,8 @@ import numpy as np
 from pilotfish import _events as E
 from pilotfish import _json
 from pilotfish import states as S
-from pilotfish.analytics.dashboard.tail import FrameTail, decode_events, decode_journal
+from pilotfish._agent_files import SUB_LIFE
+from pilotfish.analytics.dashboard.tail import FrameTail, PilotTails, decode_events, decode_journal
 
 FINALS = (S.DONE, S.FAILED, S.CANCELED)
 RANK = {
@@ -189,7 +191,7 @@ class _KeyTable:
 class Pilot:
     uid: str
     sandbox: str
-    tail: FrameTail
+    tail: PilotTails  # its agents' agent.events: its own, its sub-agents'
     state: str | None = None
     rank: int = 0
     nodes: list = field(default_factory=list)  # [name, cores, gpus, mem] (pilot.json)
@@ -350,9 +352,7 @@ class SessionWatch:
         p = self.pilots.get(uid)
         if p is None:
             sandbox = sandbox or os.path.join(self.path, uid)
-            p = self.pilots[uid] = Pilot(
-                uid, sandbox, FrameTail(os.path.join(sandbox, "agent.events"))
-            )
+            p = self.pilots[uid] = Pilot(uid, sandbox, PilotTails(sandbox))
             self._pilot_index(uid)
         return p
 
@@ -381,8 +381,8 @@ class SessionWatch:
         t_start = time.perf_counter()
         self._discover_pilots()
         left, least = budget, min(_MIN_READ, budget // 16)
-        for pilot, tail in [(None, self.journal), (None, self.client)] + [
-            (p, p.tail) for p in self.pilots.values()
+        for pilot, tail, sub in [(None, self.journal, False), (None, self.client, False)] + [
+            (p, t, sub) for p in self.pilots.values() for t, sub in p.tail.discover()
         ]:
             while left > least:
                 data = tail.read(limit=min(left, 16 << 20))
@@ -393,7 +393,7 @@ class SessionWatch:
                     self._journal(data)
                     continue
                 for batch in decode_events(data, DETAIL_NAMES):
-                    self._batch(batch, pilot)
+                    self._batch(batch, pilot, sub)
         self.behind = any(t.unread() for t in self._tails())
         for p in self.pilots.values():
             self._pilot_json(p)
@@ -497,7 +497,8 @@ class SessionWatch:
             self.group[ents[no_group]] = [self._group_code(x) for x in names]
         self.record_nodes = (ents, path)
 
-    def _batch(self, b, pilot: Pilot | None) -> None:
+    def _batch(self, b, pilot: Pilot | None, sub: bool = False) -> None:
+        """sub: b is from a sub-agent's file (its own life is not the pilot's: SUB_LIFE)."""
         if not len(b.t):
             return
         self.events_read += len(b.t)
@@ -576,7 +577,7 @@ class SessionWatch:
         srows = np.flatnonzero(struct_lut[b.name] & ((ent < 0) | ~task_row))
         srows = np.union1d(srows, np.flatnonzero((rank > 0) & pilot_rows_uid[b.uid]))
         if len(srows):
-            self._struct(b, srows, pilot)
+            self._struct(b, srows, pilot, sub)
         # reasons of failed and canceled tasks, placements named in schedule_ok
         if b.details:
             drows = np.fromiter(b.details.keys(), np.int64, len(b.details))
@@ -724,10 +725,12 @@ class SessionWatch:
             np.add.at(pilot.busy_cores, idx, np.asarray(cs, float))
             np.add.at(pilot.busy_gpus, idx, np.asarray(gs, float))
 
-    def _struct(self, b, rows, pilot: Pilot | None) -> None:
+    def _struct(self, b, rows, pilot: Pilot | None, sub: bool = False) -> None:
         uids = b.uid_texts(b.uid[rows])
         for r, uid in zip(rows.tolist(), uids):
             name = b.names[b.name[r]]
+            if sub and name in SUB_LIFE and pilot is not None and uid == pilot.uid:
+                continue  # a sub-agent's own start, drain, stop: the pilot's are its root's
             detail = b.details.get(r)
             t = float(b.t[r])
             if name == E.SESSION_STOP:
@@ -886,7 +889,7 @@ class SessionWatch:
         return total
 
     def _tails(self) -> list[FrameTail]:
-        return [self.client, self.journal] + [p.tail for p in self.pilots.values()]
+        return [self.client, self.journal] + [t for p in self.pilots.values() for t in p.tail.all()]
 
     def timeline(self, points: int = 400) -> dict:
         """Tasks in each state over time (at most `points` samples)."""

@@ -9,6 +9,10 @@ written (its length runs past the end of the file) as pending bytes, completed b
 read -- never re-read, never decoded half. `bytes_read` counts
 every byte read from the file, so a test can check that nothing is read twice.
 
+A pilot's agents' events are several files when it has sub-agents (a root, and one agent per
+partition in <pilot>/sub/p<i>/: pilotfish._agent_files): `PilotTails` follows each with a
+FrameTail of its own, a sub-agent's from when its folder appears.
+
 Events are decoded in columns by the vectorized parser of pilotfish.analytics._load (the
 same one `pilotfish report` uses; exact, with its msgspec fallback), chunk by chunk:
 `decode_events` yields `EventBatch`es whose strings (uids, names) are small per-batch tables,
@@ -26,6 +30,7 @@ import msgspec
 import numpy as np
 
 from pilotfish import _frames
+from pilotfish._agent_files import sub_dirs
 from pilotfish.analytics import _load
 
 _READ_MAX = 64 << 20  # bytes read per call at most (a large finished file: in steps)
@@ -97,6 +102,34 @@ class FrameTail:
         except OSError:
             return 0
         return max(0, size - self.offset - len(self.pending))
+
+
+class PilotTails:
+    """The agent.events of a pilot's agents, each followed by its own FrameTail: the pilot's
+    own (its agent, or its root), then each sub-agent's (sub/p<i>/, listed without following
+    a link: _agent_files.sub_dirs) from when its folder is there."""
+
+    EVENTS = "agent.events"
+
+    def __init__(self, sandbox: str):
+        self.sandbox = sandbox
+        self.own = FrameTail(os.path.join(sandbox, self.EVENTS))
+        self.subs: dict[str, FrameTail] = {}  # sub-agent folder -> its tail
+
+    def discover(self) -> list[tuple[FrameTail, bool]]:
+        """(tail, whether it is a sub-agent's) of every agent's file, sub-agents' folders
+        looked for again."""
+        for d in sub_dirs(self.sandbox):
+            if d not in self.subs:
+                self.subs[d] = FrameTail(os.path.join(d, self.EVENTS))
+        return [(self.own, False)] + [(t, True) for t in self.subs.values()]
+
+    def all(self) -> list[FrameTail]:
+        return [self.own, *self.subs.values()]
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(t.bytes_read for t in self.all())
 
 
 def whole_frames(data: bytes) -> int:
