@@ -12,19 +12,26 @@ goes through here:
   dropped). Senders whose messages can be larger split them into frames of at most
   FRAME_CHUNK (send_split / joined): the limit is per frame, and only a proven peer's
   multipart message is ever assembled.
-- Door(sock): a thread reads the socket's monitor. Every accepted connection is *pending* until
-  HANDSHAKE_S has passed (libzmq has dropped it by then unless it proved itself: the v1
-  monitor names no connection on success, so age is the proof). Pending connections are
-  capped per peer (a TCP peer is its address; a local socket's is its uid, SO_PEERCRED) and in
-  total; over a cap the *oldest* pending connection of the peer holding the most -- of
-  those that have not yet received a whole handshake's bytes (TCP_INFO), when there is one:
-  everyone on a host shares its address, and a peer that proved itself in milliseconds must
-  not pay for a stranger's flood -- is shut
+- Door(sock): a thread reads the socket's monitor. Every accepted connection is *pending*
+  until it has authenticated -- the server has sent it the READY that ends a handshake,
+  which it does only after ZAP let it in (the v1 monitor names no connection on success,
+  but TCP_INFO's tcpi_bytes_acked does: a CURVE server's greeting and WELCOME come to 234
+  bytes, its READY makes at least 285, an ERROR 246; a PLAIN server's handshake, READY
+  included, stays under 150; no server sends a byte of data before READY: READY_BYTES) --
+  or until HANDSHAKE_S has passed (libzmq has dropped it by then unless it proved itself;
+  what TCP_INFO cannot tell: a local socket). An authenticated connection is never shut.
+  Pending connections are capped per peer (a TCP peer is its address; a local socket's is
+  its uid, SO_PEERCRED) and in total -- caps its owner scales with the peers it expects
+  (the node port: with the pilot's nodes, agent/nodes.py: many executors may share one
+  address, all of an emulated pilot's do); over a cap the *oldest* pending connection of
+  the peer holding the most -- of those that have not yet received a whole handshake's
+  bytes (TCP_INFO), when there is one: everyone on a host shares its address, and a peer
+  that proved itself in milliseconds must not pay for a stranger's flood -- is shut
   down (shutdown(2) on libzmq's descriptor, after checking it is still that connection: libzmq
   then closes it as any peer's hang-up). A flood costs descriptors and memory bounded by
   the caps: total * max_frame bytes at most, `total` descriptors -- never the agent's
-  descriptors for its tasks, and a proven peer that connects in milliseconds is never the
-  oldest. Refusals, evictions and failed accepts are counted; the owner takes one summary
+  descriptors for its tasks, and a proven peer is never shut. Refusals, evictions and
+  failed accepts are counted; the owner takes one summary
   per interval (take_summary) and records it as one event, never one per refusal.
 
 Memory bound under a pre-login flood, per socket: total * max_frame (defaults: 64 * 1 MiB).
@@ -51,6 +58,11 @@ PER_PEER = 32  # pending connections per peer
 TOTAL = 64  # pending connections in all
 SUMMARY_S = 10.0  # at most one summary of refusals per interval
 PROVEN_BYTES = 512  # a CURVE client's greeting, HELLO and INITIATE come to more than this
+# a server that has sent (and had acknowledged) this many bytes has sent READY: the connection
+# authenticated (module docstring: a CURVE handshake's 285+ against 246 for an ERROR)
+READY_BYTES = 275
+SETTLE_S = 0.05  # pending connections looked at (have they authenticated?) this often ...
+SETTLE_BUDGET = 512  # ... at most this many each time (a few microseconds each)
 
 
 def harden(sock: Any, max_frame: int = MAX_FRAME, handshake_s: float = HANDSHAKE_S) -> None:
@@ -134,6 +146,25 @@ def _bytes_in(s: socket.socket) -> int:
     return int.from_bytes(info[128:136], "little") if len(info) >= 136 else 0
 
 
+def _bytes_out(s: socket.socket) -> int:
+    """Bytes this end has sent and the peer acknowledged (tcpi_bytes_acked); a local
+    socket's: unknown, 0."""
+    if s.family == socket.AF_UNIX:
+        return 0
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 128)
+    return int.from_bytes(info[120:128], "little") if len(info) >= 128 else 0
+
+
+def _ready(fd: int, proof: tuple, ready_bytes: int) -> bool:
+    """Has the connection on fd -- still the one proof names -- authenticated (its server
+    side sent READY: ready_bytes)?"""
+
+    def ready(s: socket.socket) -> bool:
+        return _bytes_out(s) >= ready_bytes and _identify(s)[1] == proof
+
+    return _borrowed(fd, ready, False)
+
+
 def _received(fd: int) -> int:
     """Bytes a TCP connection has received (tcp_info.tcpi_bytes_received); a local
     socket's: unknown, 0."""
@@ -179,6 +210,7 @@ class Door:
         handshake_s: float = HANDSHAKE_S,
         summary_s: float = SUMMARY_S,
         proven_bytes: int = PROVEN_BYTES,
+        ready_bytes: int = READY_BYTES,
     ):
         import zmq
 
@@ -188,6 +220,7 @@ class Door:
         self.total = total
         self.handshake_s = handshake_s
         self.proven_bytes = proven_bytes
+        self.ready_bytes = ready_bytes
         self.summary_s = summary_s
         self._sock = sock
         self._mon = sock.get_monitor_socket(
@@ -200,11 +233,13 @@ class Door:
             | zmq.EVENT_HANDSHAKE_FAILED_AUTH
         )
         self._lock = threading.Lock()
-        self.counts = collections.Counter()  # refused, evicted, accept_failed, accepted (all time)
+        # handshakes (refused), evicted, accept_failed, accepted, authenticated (all time)
+        self.counts = collections.Counter()
         self._reported = collections.Counter()
         self._next_summary = 0.0  # the first refusal is told at once, later ones summed up
         self.pending: collections.OrderedDict[int, tuple] = collections.OrderedDict()
         self._by_peer: collections.Counter = collections.Counter()
+        self._settled = 0.0
         self._stop = False
         self._thread = threading.Thread(target=self._run, name=f"door-{name}", daemon=True)
         self._thread.start()
@@ -215,7 +250,7 @@ class Door:
         mon = self._mon
         try:
             while not self._stop:
-                if not mon.poll(200):
+                if not mon.poll(200 if not self.pending else int(SETTLE_S * 1000)):
                     self._expire(time.monotonic())
                     continue
                 while True:
@@ -246,6 +281,7 @@ class Door:
             if got is None:
                 return
             peer, proof = got
+            self._forget(value)  # (a number reused before its close was told: not twice)
             self.pending[value] = (now, peer, proof)
             self._by_peer[peer] += 1
             self._enforce(peer)
@@ -267,7 +303,8 @@ class Door:
         return got
 
     def _expire(self, now: float) -> None:
-        """Connections older than the handshake's limit are proven (or gone): not pending."""
+        """Connections older than the handshake's limit are proven (or gone), and those that
+        authenticated are: not pending."""
         limit = now - self.handshake_s - 0.5
         pending = self.pending
         while pending:
@@ -275,35 +312,73 @@ class Door:
             if t > limit:
                 break
             self._forget(fd)
+        if pending and now - self._settled >= SETTLE_S:
+            self._settle(now)
+
+    def _settle(self, now: float) -> None:
+        """Pending connections that authenticated stop being pending (looked at: the oldest
+        SETTLE_BUDGET of those a few milliseconds old)."""
+        self._settled = now
+        done = []
+        for n, (fd, (t, p, proof)) in enumerate(self.pending.items()):
+            if n >= SETTLE_BUDGET or now - t < 0.005:
+                break
+            if _ready(fd, proof, self.ready_bytes):
+                done.append(fd)
+        for fd in done:
+            self._forget(fd)
+        if done:
+            with self._lock:
+                self.counts["authenticated"] += len(done)
 
     def _enforce(self, peer: Any) -> None:
+        if self._by_peer.get(peer, 0) > self.per_peer or len(self.pending) > self.total:
+            self._settle(time.monotonic())  # (those that authenticated count no more)
         while self._by_peer.get(peer, 0) > self.per_peer:
-            self._evict(peer)
+            if not self._evict(peer):
+                break
         while len(self.pending) > self.total:
-            self._evict(self._by_peer.most_common(1)[0][0])
+            if not self._evict(self._by_peer.most_common(1)[0][0]):
+                break
 
-    def _evict(self, peer: Any) -> None:
+    def _evict(self, peer: Any) -> bool:
         """Close the oldest pending connection of that peer that has not sent a whole
         handshake's bytes (a TCP peer's address is shared by everyone on its host: a proven
-        connection must not pay for a stranger's flood); else its oldest."""
+        connection must not pay for a stranger's flood); else its oldest that has not
+        authenticated (one that has is no longer pending: never shut). False when every one
+        of its pending connections has."""
         victim = None
+        ready = []
         for fd, (_t, p, proof) in self.pending.items():
             if p != peer:
+                continue
+            if _ready(fd, proof, self.ready_bytes):
+                ready.append(fd)
                 continue
             if victim is None:
                 victim = (fd, proof)
             if _received(fd) < self.proven_bytes:
                 victim = (fd, proof)
                 break
+        for fd in ready:
+            self._forget(fd)
+        if ready:
+            with self._lock:
+                self.counts["authenticated"] += len(ready)
         if victim is None:
-            return
+            return bool(ready)
         fd, proof = victim
         self._forget(fd)
         if _shut(fd, proof):
             with self._lock:
                 self.counts["evicted"] += 1
+        return True
 
     # -- the owner's side ----------------------------------------------------------------------
+    def scale(self, per_peer: int, total: int) -> None:
+        """New caps (the peers the owner expects grew): taken from the next connection on."""
+        self.per_peer, self.total = int(per_peer), int(total)
+
     def take_summary(self, now: float | None = None, force: bool = False) -> str | None:
         """What was refused since the last summary, at most once per summary_s (None: nothing
         new, or too soon). One line, for one event."""

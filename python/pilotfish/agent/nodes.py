@@ -76,7 +76,7 @@ from typing import Any, Callable
 
 from .. import _events as E
 from .. import _node_wire as W
-from .._door import Door, joined
+from .._door import PER_PEER, TOTAL, Door, joined
 from .._util import write_private
 from ..launch.nodes import executor_step
 from . import node_keys
@@ -124,10 +124,13 @@ class NodeLink:
         self.sock, _ = curve_router(self.ctx, self.key_file, "nodes", handover=False)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        n = sum(len(p.names) for p in partitions)  # (all may connect at once: a queue for all)
+        self.sock.setsockopt(zmq.BACKLOG, max(100, n))  # (the kernel caps it: somaxconn)
         self.address = bind_tcp(self.sock)
-        # what a stranger may hold of this port before its handshake (_door.py); its refusals
-        # reach the events as one summary per interval (tick)
+        # what a stranger may hold of this port before its handshake (_door.py), caps grown
+        # with the nodes (_scale); its refusals reach the events summed up (tick)
         self.door = Door(self.sock, "node executor port")
+        self._scale(n)
         self.fds = (self.sock, self.keys.zap)  # what the agent's poller watches
         self.routes: dict[bytes, tuple[str, int]] = {}  # routing id -> (node, step): ZAP's
         self.second = 0  # a second connection as a connected node: refused (handshakes, frames)
@@ -172,12 +175,28 @@ class NodeLink:
             ).encode(),
         )
 
+    def _scale(self, n: int) -> None:
+        """Caps and descriptors for n nodes' executors: the door's pending caps grow by n
+        (so a pilot's own executors connecting at once are never shut, _door.py), and this
+        process's open-file limit is raised towards its hard limit to hold them and as many
+        pending strangers."""
+        import resource
+
+        self.door.scale(PER_PEER + n, TOTAL + n)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 2 * n + 1024
+        if soft != resource.RLIM_INFINITY and soft < want:
+            top = want if hard == resource.RLIM_INFINITY else min(hard, want)
+            if top > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+
     # -- starting ------------------------------------------------------------------------------
     def start(self, names: list[str], spawn: Callable, starter: Any, options: dict) -> None:
         """One step of the batch system's launcher: an executor on each of these nodes."""
         names = [n for n in names if n not in self.nodes or self.nodes[n].lost]
         if not names:
             return
+        self._scale(len(set(self.nodes) | set(names)))
         argv, env = executor_step(names, options, self.config_path)  # (launch/nodes.py)
         secret = self.expect(names, starter, float(options.get("start_timeout", 60.0)))
         self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
@@ -660,13 +679,18 @@ def wanted(desc: dict, resource: str) -> bool:
     """Does this pilot run its single-node tasks through node executors? On a batch pilot
     whose nodes are other hosts (Slurm, whose srun starts them), unless the description or
     PILOTFISH_NODE_EXECUTORS=0 turns them off; on a simulated pilot only when asked
-    (node_executors=True: the launch model's "nodes")."""
+    (node_executors=True: the launch model's "nodes"); on a local pilot when its nodes'
+    executors are emulated (launcher_options={"nodes": {"emulate": True}})."""
     opt = desc.get("node_executors")
     env = os.environ.get("PILOTFISH_NODE_EXECUTORS")
     if env is not None and env.strip() in ("0", "false", "no", "off"):
         return False
     if opt is False:
         return False
+    if resource == "local" and ((desc.get("launcher_options") or {}).get("nodes") or {}).get(
+        "emulate"
+    ):
+        return True  # emulated executors of its declared nodes (agent/node_emulated.py)
     if resource == "simulated":
         return opt is True
     # (a Slurm pilot all on this host may still grow onto others)

@@ -6,6 +6,11 @@ when the agent makes it. A pilot on other hosts routes every single-node task th
 launcher here; naming it on a pilot without executors fails the task with why. A multi-rank
 task: a program known to be MPI is refused at build (its ranks would be singletons), any
 other's ranks get SINGLETON_GUARD (launch/mpi_route.py).
+
+Emulated executors (option `emulate`, a local pilot's: agent/node_emulated.py): every declared
+node of the partition is one, started as one step of `emulate_procs` processes (default: one
+per EMULATE_PER_PROC nodes) instead of srun; a task's `duration`, when it has one, goes with
+its spawn (PILOTFISH_EMULATED_DURATION) and is how long its processes "run" there.
 """
 
 from __future__ import annotations
@@ -18,13 +23,24 @@ from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, placement_e
 from .direct import remote_nodes
 from .mpi_check import plain_guard
 
+EMULATE_PER_PROC = 2500  # emulated nodes per process (two descriptors each)
+DURATION_ENV = "PILOTFISH_EMULATED_DURATION"  # (agent/node_emulated.py reads it)
+
 
 def executor_step(names: list[str], options: dict, config: str) -> tuple[list[str], dict]:
     """The batch system's launcher step that starts a node executor on each of these nodes
     (argv, extra environment): one Slurm step, one task per node, that outlives a dead node
     (--no-kill) and a rank's bad exit, without an MPI plugin of its own. Its stdin is the
     descriptor 3 it is started with, forwarded to every executor (--input=all): the agent's
-    pipe holding the step secret, from which each derives its key (agent/node_keys.py)."""
+    pipe holding the step secret, from which each derives its key (agent/node_keys.py).
+    With option `emulate`: one process that reads the secret and forks the processes of the
+    emulated executors (agent/node_emulated.py), on this host."""
+    python = str(options.get("python") or sys.executable)
+    if options.get("emulate"):
+        procs = options.get("emulate_procs") or -(-len(names) // EMULATE_PER_PROC)
+        argv = ["/bin/sh", "-c", 'exec "$0" "$@" <&3 3<&-', python, "-m"]
+        argv += ["pilotfish.agent.node_emulated", config, "--procs", str(int(procs)), *names]
+        return argv, {}
     argv = ["/bin/sh", "-c", 'exec "$0" "$@" <&3 3<&-', str(options.get("srun") or "srun")]
     jobid = options.get("jobid") or os.environ.get("SLURM_JOB_ID")
     if jobid:
@@ -40,7 +56,7 @@ def executor_step(names: list[str], options: dict, config: str) -> tuple[list[st
         "--no-kill",
         "--input=all",
         "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi_node.py)
-        str(options.get("python") or sys.executable),
+        python,
         "-m",
         "pilotfish.agent.node",
         config,
@@ -72,7 +88,14 @@ class NodesLaunch(LaunchMethod):
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
         self.link: NodeStarter | None = None  # the agent's (agent/nodes.py), set when made
-        self.remote = remote_nodes(resources)  # (Slurm nodes whose slurmd is here are not)
+        self.emulate = bool(self.options.get("emulate"))
+        if self.emulate and not getattr(resources, "emulated", False):
+            raise LaunchError(
+                "launcher 'nodes': option emulate=True emulates the executors of a local "
+                f"pilot's declared nodes; this pilot's nodes are {resources.source}'s"
+            )
+        # (Slurm nodes whose slurmd is here are not remote; emulated ones all are)
+        self.remote = [n.name for n in resources.nodes] if self.emulate else remote_nodes(resources)
         self._away = set(self.remote)
         self._begun = False
 
@@ -114,6 +137,9 @@ class NodesLaunch(LaunchMethod):
         ]
         for p in procs if guard else ():
             p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
+        if self.emulate and task.duration is not None:
+            for p in procs:
+                p.env[DURATION_ENV] = repr(float(task.duration))
         return procs
 
     def stop_begin(self) -> None:
