@@ -224,5 +224,15 @@ def test_nothing_reached_through_a_link_is_read(runs, tmp_path):
     watch = SessionWatch(str(copy))
     watch.refresh()
     assert watch.summary()["tasks"] == N
+    p1 = pdir / "sub" / "p1" / "agent.events"  # replaced after it was read: named, not reread
+    data = p1.read_bytes()
+    (p1.parent / "new").write_bytes(data * 2)
+    os.replace(p1.parent / "new", p1)  # (another inode)
+    watch.refresh()
+    s = watch.summary()
+    assert s["tasks"] == N and s["states"]["DONE"] == N
+    assert any(
+        w.startswith(f"{pdir.name}/sub/p1/agent.events: was replaced") for w in s["warnings"]
+    )
     r = _cli("logs", str(copy), "task.999999")
     assert r.returncode != 0 and "no such task" in r.stderr

@@ -876,8 +876,13 @@ class SessionWatch:
             "refreshes": self.refreshes,
             "refresh_ms": round(1000 * self.last_refresh_s, 2),
             "warnings": self.warnings[-5:]
-            + [f"{os.path.basename(t.path)}: {t.problem}" for t in self._tails() if t.problem],
+            + [f"{self._shown(t.path)}: {t.problem}" for t in self._tails() if t.problem],
         }
+
+    def _shown(self, path: str) -> str:
+        """A file's path as a warning names it: in the session, from there (which agent's)."""
+        inside = path.startswith(self.path + os.sep)
+        return os.path.relpath(path, self.path) if inside else path
 
     def _bytes_total(self) -> int:
         total = 0
