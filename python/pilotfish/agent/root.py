@@ -31,10 +31,10 @@ when none does it FAILS, naming why.
 `pilotfish explain` (a request file in the pilot's sandbox) is answered by the sub-agents
 that hold the tasks, awaited a moment by the root.
 
-Not here (yet): the root keeps no journal (a resumed session reads its own; the sub-agents'
-are in sub/p<i>/); analytics read the root's agent.events (the tasks' events are in
-sub/p<i>/agent.events); sub-agents run on the root's node, not each on a node of its own
-partition.
+The root keeps no journal: the sub-agents' journals and events are in sub/p<i>/, and every
+reader of a pilot's agent files (report, analytics, dashboard, logs, explain, resume) lists
+them through _agent_files.py. Not here (yet): sub-agents run on the root's node, not each on
+a node of its own partition.
 """
 
 from __future__ import annotations

@@ -255,7 +255,7 @@ def _write_profiles(session: Session) -> None:
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 _PILOT_OWN = frozenset(
     ("agent", "env", "functions", "grow", "journal", "keeper", "nodes", "pilot", "psij")
-    + ("services", "session", "spool", "tasks", "prrte", "dvm", "flux", "bootstrap_0")
+    + ("services", "session", "spool", "sub", "tasks", "prrte", "dvm", "flux", "bootstrap_0")
 )
 
 
