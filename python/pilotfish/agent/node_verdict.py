@@ -83,6 +83,7 @@ class Node:
         "late",
         "late_ran",
         "resynced",
+        "due",
     )
 
     def __init__(self, name: str, expected_by: float, starter: Any, step: int = 0):
@@ -109,6 +110,7 @@ class Node:
         self.late = 0  # exits of decided keys since it was lost
         self.late_ran = 0  # ... of which ran to their end after a verdict without word
         self.resynced = 0.0  # when it was last sent a Resync (one per heartbeat period)
+        self.due = float("inf")  # its next deadline in the agent's heap (agent/nodes.py)
 
 
 # -- the executor's side ---------------------------------------------------------------------

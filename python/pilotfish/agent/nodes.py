@@ -22,56 +22,26 @@ to the last field (_node_wire.py): one of any other shape is dropped, counted (b
 logged -- one BAD_FRAME event per node per second at most -- and the agent goes on; a node's
 frame about a process that is not its own touches nothing.
 
-A node whose executor stops heartbeating for lost_after_s (or never starts) is *lost*: an event
-names it and why, and its free resources are fenced off in the placer so that nothing more is
-placed there. Its running tasks are not decided then: a silent node is not a dead one (its
-link may be down, its executor stopped), and a task there may be running to its end right
-now. Deciding it at once ran tasks twice (retried elsewhere) or FAILED tasks that had run to
-their end (issue 42). So, exactly once across a lost node that comes back:
+A node whose executor stops heartbeating for lost_after_s (or never starts) is *lost*: nothing
+more is placed there, and its running tasks are held until their end is known -- its rejoin or
+its verdict, exactly once (node_lost.py says how).
 
-- **Its executor fences itself** (node.py): when it has not heard the agent for
-  fence_after_s (3 x lost_after_s; the agent heartbeats no node it lost) it SIGKILLs every task
-  it runs, and takes no spawn until the agent answers it again (a Resync) -- so a spawn sent
-  before the loss and delivered after it never starts late. It checks before anything else in
-  each round: an executor that was stopped (SIGSTOP) fences the moment it runs again, before
-  it reads what waited. (Not when the agent died and its keeper holds the pilot's tasks: those
-  run to their end, as before.)
-- **The agent holds a lost node's verdict** until it knows how its tasks ended:
-  * the node comes back (link up, SIGCONT): whatever it sends gets a Resync, which it answers
-    with a hello -- what it still runs and every exit not acknowledged. Those exits are the
-    tasks' real ends: one that ran to its end while the node was unheard ends DONE (or FAILED by
-    its own exit code), one the fence killed FAILS "killed by its node executor's fence" (or
-    runs again with retries: it never ran to its end), one the node never heard of never
-    started and is queued again; what still runs there runs on. The node then *rejoins*: its
-    fences are lifted, the placer uses it again, NODE_UP says "rejoined";
-  * the node stays silent for verdict_after_s (5 x lost_after_s) after its loss: its executor,
-    if it runs at all, fenced at least 2 x lost_after_s before. Each task ends as its node's
-    journal on the shared file system says (`nodes/<node>/exits`: the executor records each
-    spawn it tries and each exit as it reaps); one its executor never tried before it marked
-    its fence there is queued again (it never started: node_verdict.py); one with no word of
-    it there ends as lost ("node nK lost: ...; no word of it ...": it FAILS, or runs again
-    elsewhere with retries). A node that comes back later
-    rejoins once its hello shows it runs none of the tasks decided without it (the agent kills
-    those first); their exits are *late*: dropped, counted (late), and the rejoin event says
-    how many of them ran to their end after a verdict without word of them.
-
-So no task runs twice to its end and none FAILS that ran to its end when a lost node comes back
-within the verdict time, or when its journal records its tasks' ends (its executor, alive,
-writes them, its fence's kills included, as long as it reaches the shared file system). What
-cannot be told apart from a dead host is a node unheard for longer than lost_after_s +
-verdict_after_s whose journal has no word of a task that did run: one that ran to its end
-before the fence while the node could not write its journal, or one that ends after its
-verdict because its executor was frozen (SIGSTOP, a paused VM) or died alone. Such a task has
-run twice (with retries) or FAILED although it ended; the rejoin event counts such ends, if
-the node ever comes back.
+At scale (issue 48): the door's caps and the port's listen queue grow with the pilot's nodes,
+so a machine's worth of executors connecting at once is let in, never shut (_door.py); the
+heartbeat period grows with the nodes too (beat_period: at most BEATS_PER_S heartbeats a second
+each way, all nodes together; lost_after_s at least LOST_BEATS periods; what nodes.json tells
+the executors), and each node's next deadline (its start, its beat, its silence, its verdict)
+sits in a heap: a tick looks at the nodes due, never at every node. The executors can be
+emulated (node_emulated.py: a local pilot's, many per process) to run this control plane of
+thousands of nodes on one machine.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
-import signal
 from typing import Any, Callable
 
 from .. import _events as E
@@ -81,15 +51,25 @@ from .._util import write_private
 from ..launch.nodes import executor_step
 from . import node_keys
 from .node_keys import NodeKeys, conceal
-from .node_verdict import NEVER_STARTED, Ended, Node, verdict
+from .node_lost import LostNodes
+from .node_verdict import NEVER_STARTED, Ended, Node
 
 log = logging.getLogger("pilotfish.agent")
 
-FENCE_KEY0 = 1 << 50  # placer keys of fences on lost nodes (apart from tasks' and processes')
 BAD_EVENT_S = 1.0  # at most one BAD_FRAME (or REFUSED) event per node per second
+BEATS_PER_S = 1000  # heartbeats an agent sends (and is sent) a second, all its nodes together
+LOST_BEATS = 3  # a node is lost after no fewer heartbeat periods of silence than this
 
 
-class NodeLink:
+def beat_period(nodes: int, beat_s: float, lost_after_s: float) -> tuple[float, float]:
+    """(heartbeat period, lost_after_s) for an agent of that many nodes: the period asked for,
+    or longer so that the nodes' beats come to at most BEATS_PER_S a second; lost after at
+    least LOST_BEATS periods of silence."""
+    beat = max(beat_s, nodes / BEATS_PER_S)
+    return beat, max(lost_after_s, LOST_BEATS * beat)
+
+
+class NodeLink(LostNodes):
     """The node executors of one agent: their socket, their nodes' state, what they sent."""
 
     def __init__(
@@ -130,19 +110,25 @@ class NodeLink:
         # what a stranger may hold of this port before its handshake (_door.py), caps grown
         # with the nodes (_scale); its refusals reach the events summed up (tick)
         self.door = Door(self.sock, "node executor port")
-        self._scale(n)
         self.fds = (self.sock, self.keys.zap)  # what the agent's poller watches
         self.routes: dict[bytes, tuple[str, int]] = {}  # routing id -> (node, step): ZAP's
         self.second = 0  # a second connection as a connected node: refused (handshakes, frames)
-        self.beat_s = beat_s
-        self.lost_after_s = lost_after_s
+        self.asked = (beat_s, lost_after_s)  # (as the description says: _scale adapts them)
+        self.beat_s, self.lost_after_s = beat_s, lost_after_s
         # the executor kills its tasks after fence_after_s without the agent (3 x: an agent
         # slow for 2 x lost_after_s costs no task); the agent gives a silent lost node's tasks
         # their verdict verdict_after_s after the loss: by then the executor, if it runs,
-        # fenced at least 2 x lost_after_s before (the module docstring)
+        # fenced at least 2 x lost_after_s before (node_lost.py)
         self.fence_after_s = 3.0 * lost_after_s
         self.verdict_after_s = 5.0 * lost_after_s
         self.deadline_epoch = deadline_epoch
+        self._scaled = 0  # the most nodes scaled for (_scale)
+        self._due: list[tuple[float, int, Node]] = []  # (when, seq, node): its next deadline
+        self._seq = 0
+        self._unheard: dict[int, set[str]] = {}  # id(starter) -> its nodes not up, not lost
+        self.lost_names: set[str] = set()
+        self._where_shape: list = []
+        self._where_at: dict[str, list[tuple[Any, int]]] = {}
         self.bad_frames = 0  # frames dropped as malformed
         self.late = 0  # exits of tasks decided while their node was lost (all nodes)
         self._bad_at: dict[str, float] = {}  # node (or "?") -> last BAD_FRAME event
@@ -159,29 +145,40 @@ class NodeLink:
         # executors' PMI servers report, and of a lost node
         self.pmi: Any = None
         self.config_path = os.path.join(sandbox, "nodes.json")
+        self._scale(n, write=True)
+
+    def _write_config(self) -> None:
+        """nodes.json: what an executor needs (where, the server key, its heartbeat)."""
         write_private(
             self.config_path,
             json.dumps(
                 {
-                    "pilot": uid,
-                    "sandbox": sandbox,
+                    "pilot": self.uid,
+                    "sandbox": self.sandbox,
                     "address": self.address,
                     "key_file": self.key_file,
-                    "beat_s": beat_s,
+                    "beat_s": self.beat_s,
                     "fence_after_s": self.fence_after_s,
-                    "agent_timeout_s": max(60.0, 6 * lost_after_s),
-                    "deadline": deadline_epoch,
+                    "agent_timeout_s": max(60.0, 6 * self.lost_after_s),
+                    "deadline": self.deadline_epoch,
                 }
             ).encode(),
         )
 
-    def _scale(self, n: int) -> None:
-        """Caps and descriptors for n nodes' executors: the door's pending caps grow by n
-        (so a pilot's own executors connecting at once are never shut, _door.py), and this
-        process's open-file limit is raised towards its hard limit to hold them and as many
-        pending strangers."""
+    def _scale(self, n: int, write: bool = False) -> None:
+        """Caps, descriptors and heartbeats for n nodes' executors: the door's pending caps
+        grow by n (so a pilot's own executors connecting at once are never shut, _door.py);
+        this process's open-file limit is raised towards its hard limit to hold them and as
+        many pending strangers; the heartbeat period and the times derived from it follow
+        beat_period (written to nodes.json for the executors started from now on)."""
         import resource
 
+        n = self._scaled = max(n, self._scaled)  # (never shorter: an executor's beat is)
+        beat, lost = beat_period(n, *self.asked)
+        if (beat, lost) != (self.beat_s, self.lost_after_s) or write:
+            self.beat_s, self.lost_after_s = beat, lost
+            self.fence_after_s, self.verdict_after_s = 3.0 * lost, 5.0 * lost
+            self._write_config()
         self.door.scale(PER_PEER + n, TOTAL + n)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         want = 2 * n + 1024
@@ -212,17 +209,29 @@ class NodeLink:
         hello within timeout), and the secret of their step (node_keys.py)."""
         now = self.clock.real_mono()
         secret, step = self.keys.new_step(names)
+        unheard = self._unheard.setdefault(id(starter), set())
         for n in names:
             old = self.nodes.get(n)
-            if old is not None and old.keys:
-                self._verdict(old)  # (a new executor knows nothing of the old one's tasks)
-            self.nodes[n] = Node(n, now + timeout, starter, step)
+            if old is not None:
+                self._unheard_done(old)
+                self.lost_names.discard(n)
+                if old.keys:
+                    self._verdict(old)  # (a new executor knows nothing of the old one's tasks)
+            node = self.nodes[n] = Node(n, now + timeout, starter, step)
+            unheard.add(n)
+            self._arm(node, node.expected_by)
         return secret
 
     def waiting(self, starter: Any) -> list[Node]:
-        return [
-            n for n in self.nodes.values() if n.starter is starter and not n.up and n.lost is None
-        ]
+        """The nodes this starter started whose executors have not said hello yet (nor
+        were lost)."""
+        return [self.nodes[n] for n in self._unheard.get(id(starter), ())]
+
+    def _unheard_done(self, node: Node) -> None:
+        """Its executor said hello, or it was lost (or replaced): not waited for."""
+        unheard = self._unheard.get(id(node.starter))
+        if unheard is not None:
+            unheard.discard(node.name)
 
     # -- the socket ----------------------------------------------------------------------------
     def on_readable(self) -> None:
@@ -351,6 +360,8 @@ class NodeLink:
             first = not node.up
             node.up, node.pid, node.host = True, msg.pid, msg.host
             if first:
+                self._unheard_done(node)
+                self._arm(node, node.last_heard + self.beat_s)
                 self.events.record(self.uid, E.NODE_UP, f"{node.name} {msg.host} {msg.pid}")
             if msg.exits:
                 self._exits(node, msg.exits)
@@ -402,92 +413,6 @@ class NodeLink:
             self.exits.append(Ended(r.key, r.pid, r.code, r.sig, r.t, r.ut, r.st, r.rss, reason))
             if r.stdout is not None or r.stderr is not None:
                 self.outputs[key] = (r.stdout, r.stderr)
-
-    def _late(self, node: Node, r: Any, without_word: bool) -> None:
-        """The exit of a task decided while its node was lost: dropped, counted. One that ran to
-        its end after a verdict given without word of it is what exactly-once could not hold."""
-        node.late += 1
-        self.late += 1
-        if without_word and not r.sig:
-            node.late_ran += 1
-            log.error(
-                "node %s: key %d ran to its end (code %d) after its verdict",
-                node.name,
-                r.key,
-                r.code,
-            )
-
-    # -- a lost node ---------------------------------------------------------------------------
-    def _from_lost(self, node: Node, msg: Any) -> None:
-        """What a lost node sends: the real ends of its held tasks; a hello, its rejoin.
-        Anything else from it gets a Resync (at most one per heartbeat period): its answer is
-        a hello."""
-        if isinstance(msg, W.NodeHello):
-            self._rejoin(node, msg)
-            return
-        if isinstance(msg, W.Exits):
-            self._exits(node, msg.exits)
-        elif isinstance(msg, W.Spawned):
-            self._spawned(node, msg.results)
-        self._resync(node, f"you were lost: {node.lost}")
-
-    def _rejoin(self, node: Node, hello: Any) -> None:
-        """A lost node's hello: its exits are its tasks' ends; it rejoins unless it still runs
-        a task decided without it (killed first: its next hello decides)."""
-        self._exits(node, hello.exits)
-        running = set(hello.running)
-        stale = sorted(k for k in running if k in node.decided)
-        if stale:
-            log.warning(
-                "node %s is back but runs %d tasks decided without it: killing them",
-                node.name,
-                len(stale),
-            )
-            self._send(node, W.Kill(stale, int(signal.SIGKILL)))
-            return
-        never = sorted(k for k in node.keys if k not in running)
-        for k in never:  # neither running there nor ended: its spawn never reached it
-            node.keys.discard(k)
-            node.kills.discard(k)
-            self.owner.pop(k, None)
-            self.spawned.append(
-                (k, NEVER_STARTED, f"node {node.name} lost ({node.lost}): never started there")
-            )
-        now = self.clock.real_mono()
-        was = node.lost
-        node.lost = None
-        node.up, node.pid, node.host = True, hello.pid, hello.host
-        node.last_heard = now
-        self._unfence(node)
-        if node.kills:  # stopped (canceled, timed out) while it was lost
-            self._send(node, W.Kill(sorted(node.kills), int(signal.SIGKILL)))
-        if node.kill_uids:
-            self._send(node, W.Kill([], int(signal.SIGKILL), sorted(node.kill_uids)))
-        node.kills, node.kill_uids = set(), set()
-        what = (
-            f"{node.name} {hello.host} {hello.pid} rejoined after {now - node.lost_at:.0f} s "
-            f"lost ({was}): {len(node.keys)} running, {len(never)} never started"
-        )
-        if node.late:
-            what += f", {node.late} late exits ({node.late_ran} ran to its end after its verdict)"
-        log.warning("%s", what)
-        self.events.record(self.uid, E.NODE_UP, what[:500])
-        node.late = node.late_ran = 0
-
-    def _verdict(self, node: Node) -> None:
-        """A lost node silent for verdict_after_s: its held tasks end as its journal says,
-        are queued again if it never started them, or, with no word of them, end as lost
-        (node_verdict.py)."""
-        v = verdict(
-            self.sandbox, node, self.clock.now(), (self.fence_after_s, self.verdict_after_s)
-        )
-        for key in node.keys:
-            self.owner.pop(key, None)
-        self.exits.extend(v.exits)
-        self.spawned.extend(v.never)
-        node.decided.update(v.decided)
-        node.keys.clear()
-        node.kills.clear()
 
     # -- to the executors ----------------------------------------------------------------------
     def spawn(self, name: str, specs: list[tuple], worlds: Any = ()) -> str | None:
@@ -547,8 +472,9 @@ class NodeLink:
 
     # -- time ----------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Acknowledge exits, heartbeat, find lost nodes, keep lost nodes fenced; what the
-        door refused, summed up."""
+        """Acknowledge exits; look at the nodes whose deadline came (heartbeat them, find the
+        silent and the unstarted lost, give a lost node's tasks their verdict); keep lost
+        nodes fenced; what the door refused, summed up."""
         now = self.clock.real_mono()
         refused = self.door.take_summary()
         if refused:
@@ -558,22 +484,46 @@ class NodeLink:
             if keys and node is not None and (node.up or node.lost is not None):
                 self._send(node, W.Ack(keys))  # (a lost node that talks: it may forget them)
         self._acks.clear()
-        for node in self.nodes.values():
-            if node.lost is not None:
-                if node.keys and now - node.lost_at >= self.verdict_after_s:
-                    self._verdict(node)
-                continue
-            if not node.up:
-                if now > node.expected_by:
-                    self.lose(node, "its node executor did not start in time" + self._stderr_tail())
-                continue
-            silent = now - node.last_heard
-            if silent > self.lost_after_s:
-                self.lose(node, f"no heartbeat for {silent:.0f} s")
-            elif now - node.last_sent >= self.beat_s:
-                self._send(node, W.Beat(self.clock.now()))
-        if any(n.lost for n in self.nodes.values()):
+        due = self._due
+        tail: list[str] = []  # (the launcher's stderr, read once a tick at most)
+        while due and due[0][0] <= now:
+            node = heapq.heappop(due)[2]
+            if self.nodes.get(node.name) is node and node.due <= now:
+                node.due = float("inf")
+                self._look(node, now, tail)
+        if self.lost_names:
             self._fence()
+
+    def _arm(self, node: Node, t: float) -> None:
+        """Look at this node again at t (or sooner, if it is due sooner already)."""
+        if t < node.due:
+            node.due = t
+            self._seq += 1
+            heapq.heappush(self._due, (t, self._seq, node))
+
+    def _look(self, node: Node, now: float, tail: list[str]) -> None:
+        """A node whose deadline came: what is due of it, and its next deadline."""
+        if node.lost is not None:
+            if node.keys and now - node.lost_at >= self.verdict_after_s:
+                self._verdict(node)
+            elif node.keys:
+                self._arm(node, node.lost_at + self.verdict_after_s)
+            return
+        if not node.up:
+            if now >= node.expected_by:
+                if not tail:
+                    tail.append(self._stderr_tail())
+                self.lose(node, "its node executor did not start in time" + tail[0])
+            else:
+                self._arm(node, node.expected_by)
+            return
+        silent = now - node.last_heard
+        if silent > self.lost_after_s:
+            self.lose(node, f"no heartbeat for {silent:.0f} s")
+            return
+        if now - node.last_sent >= self.beat_s:
+            self._send(node, W.Beat(self.clock.now()))
+        self._arm(node, min(node.last_heard + self.lost_after_s, node.last_sent + self.beat_s))
 
     def aux_exited(self, code: int, sig: int) -> None:
         """The launcher step that started executors ended: those not up will never be."""
@@ -599,48 +549,6 @@ class NodeLink:
                 pass
         return f"; launcher stderr: {text[-300:]}" if text else ""
 
-    def lose(self, node: Node, why: str) -> None:
-        """Nothing more goes there; its running tasks are held until their end is known (the
-        module docstring)."""
-        node.lost = why
-        node.up = False
-        node.lost_at = self.clock.real_mono()
-        held = (
-            f"; its {len(node.keys)} processes held until their end is known" if node.keys else ""
-        )
-        log.warning("node %s lost: %s%s", node.name, why, held)
-        self.events.record(self.uid, E.NODE_LOST, f"{node.name} {why}{held}"[:500])
-        self._fence()
-        if self.pmi is not None:  # MPI tasks with ranks there: the others are killed now
-            self.pmi.node_lost(node.name, why)
-
-    def _fence(self) -> None:
-        """Hold whatever is free on lost nodes, so that the placer uses them no more (until
-        they rejoin)."""
-        lost = {n.name: n for n in self.nodes.values() if n.lost is not None}
-        for p in self.partitions:
-            for i, name in enumerate(p.names):
-                node = lost.get(name)
-                if node is None:
-                    continue
-                cores, gpus, mem = p.placer.free(i)
-                if cores <= 0 and gpus <= 0:
-                    continue
-                self._fences += 1
-                key = FENCE_KEY0 + self._fences
-                got = p.placer.place_batch([key], [1], [cores], [gpus], [mem], node_hint=[i])
-                if got[0] is None:
-                    continue
-                if got[0][0][0] != i:  # (a hint: placed elsewhere, it fences nothing here)
-                    p.scheduler.release([key])
-                    continue
-                node.fences.append((p, key))
-
-    def _unfence(self, node: Node) -> None:
-        for p, key in node.fences:
-            p.scheduler.release([key])
-        node.fences.clear()
-
     def take(self) -> tuple[list[tuple], list[Ended]]:
         """(spawn results, exits) sent since the last call."""
         s, e = self.spawned, self.exits
@@ -658,6 +566,8 @@ class NodeLink:
             elif node.keys:
                 self._verdict(node)  # (held tasks of a lost node: nobody would decide them)
             self.keys.forget(node.name)  # (its connection may linger: not heard)
+            self._unheard_done(node)
+            self.lost_names.discard(node.name)
             del self.nodes[node.name]
 
     def close(self) -> None:
