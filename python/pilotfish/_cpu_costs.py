@@ -37,6 +37,18 @@ from typing import Any
 
 from ._errors import show
 
+
+def finite_cost(v: Any) -> bool:
+    """v is a number (not a bool), finite and >= 0: what every modeled cost must be (the
+    launch model's and the CPU model's)."""
+    try:  # (math.isfinite of an int too large for a float raises OverflowError)
+        return (
+            not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+        )
+    except OverflowError:
+        return False
+
+
 CPU_KEY = "cpu"  # its key in a launch model (no launch method has this name)
 
 CPU_COSTS = (
@@ -93,16 +105,7 @@ def check_cpu(costs: Any) -> str | None:
             if not isinstance(v, bool):
                 return f"{CPU_KEY}.{k} = {show(v, 60)}: must be true or false"
             continue
-        try:  # (math.isfinite of an int too large for a float raises OverflowError)
-            bad = (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not math.isfinite(v)
-                or v < 0
-            )
-        except OverflowError:
-            bad = True
-        if bad:
+        if not finite_cost(v):
             return f"{CPU_KEY}.{k} = {show(v, 60)}: must be a finite number >= 0"
         if k == "idle_s" and v >= 1:
             return f"{CPU_KEY}.{k} = {show(v, 60)}: must be < 1 (CPU seconds per second)"

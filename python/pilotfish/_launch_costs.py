@@ -9,10 +9,9 @@ agent's own CPU costs (_cpu_costs.py).
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
-from ._cpu_costs import CPU_KEY, check_cpu, load_cpu
+from ._cpu_costs import CPU_KEY, check_cpu, finite_cost, load_cpu
 from ._errors import show
 from ._files import file_name, read_file
 
@@ -123,16 +122,7 @@ def check_model(model: Any, launchers: tuple[str, ...]) -> str | None:
         for k, v in costs.items():
             if not (isinstance(k, str) and k in MODEL_KEYS):
                 return f"{name}.{show(k, 60)}: unknown cost (expected {', '.join(MODEL_KEYS)})"
-            try:  # (math.isfinite of an int too large for a float raises OverflowError)
-                bad = (
-                    isinstance(v, bool)
-                    or not isinstance(v, (int, float))
-                    or not math.isfinite(v)
-                    or v < 0
-                )
-            except OverflowError:
-                bad = True
-            if bad:
+            if not finite_cost(v):
                 return f"{name}.{k} = {show(v, 60)}: must be a finite number >= 0"
             if k in ("fail_rate", "hang_rate") and v >= 1:
                 return f"{name}.{k} = {show(v, 60)}: must be < 1"

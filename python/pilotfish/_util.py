@@ -364,3 +364,18 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def run_profiled(run, env_var: str) -> int:
+    """run(), under cProfile when the environment names a file in env_var (where a process's
+    time goes: the agent's PILOTFISH_AGENT_CPROFILE, the root's PILOTFISH_ROOT_CPROFILE)."""
+    prof_path = os.environ.get(env_var)
+    if not prof_path:
+        return run()
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(run)
+    finally:
+        prof.dump_stats(prof_path)

@@ -31,7 +31,7 @@ from .._journal import Journal, spawn_record
 from .._sockets import client_link
 from .._door import Reserve
 from .._inert import open_log
-from .._util import hostname, open_private, raise_nofile_limit, read_private
+from .._util import hostname, open_private, raise_nofile_limit, read_private, run_profiled
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper, kill_marked
 from .elastic import Elastic
@@ -704,13 +704,4 @@ def main(argv: list[str] | None = None) -> int:
     # signals the lease holder: SIGIO, whose default would kill the agent. (Tasks get it back
     # at its default.)
     _signal.signal(_signal.SIGIO, _signal.SIG_IGN)
-    prof_path = os.environ.get("PILOTFISH_AGENT_CPROFILE")  # where the agent's time goes
-    if not prof_path:
-        return agent.run()
-    import cProfile
-
-    prof = cProfile.Profile()
-    try:
-        return prof.runcall(agent.run)
-    finally:
-        prof.dump_stats(prof_path)
+    return run_profiled(agent.run, "PILOTFISH_AGENT_CPROFILE")  # where the agent's time goes

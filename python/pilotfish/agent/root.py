@@ -56,7 +56,7 @@ from .. import _wire
 from .. import states as S
 from .._events import EventWriter
 from .._sockets import client_link
-from .._util import hostname, raise_nofile_limit
+from .._util import hostname, raise_nofile_limit, run_profiled
 from ..descriptions import misfit, partition_layout
 from .containment import become_subreaper
 from .explain import MAX_UIDS, POLL_S, requests
@@ -651,13 +651,4 @@ def run_root(config: _wire.AgentConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGIO, signal.SIG_IGN)
-    prof_path = os.environ.get("PILOTFISH_ROOT_CPROFILE")  # where the root's time goes
-    if not prof_path:
-        return root.run()
-    import cProfile
-
-    prof = cProfile.Profile()
-    try:
-        return prof.runcall(root.run)
-    finally:
-        prof.dump_stats(prof_path)
+    return run_profiled(root.run, "PILOTFISH_ROOT_CPROFILE")  # where the root's time goes
