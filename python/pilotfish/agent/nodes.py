@@ -59,6 +59,9 @@ log = logging.getLogger("pilotfish.agent")
 BAD_EVENT_S = 1.0  # at most one BAD_FRAME (or REFUSED) event per node per second
 BEATS_PER_S = 1000  # heartbeats an agent sends (and is sent) a second, all its nodes together
 LOST_BEATS = 3  # a node is lost after no fewer heartbeat periods of silence than this
+# exits are acknowledged at most this often, all a node's since in one frame (an executor keeps
+# an exit until then: a second's worth more, resent only in a hello)
+ACK_S = 0.5
 
 
 def beat_period(nodes: int, beat_s: float, lost_after_s: float) -> tuple[float, float]:
@@ -139,7 +142,8 @@ class NodeLink(LostNodes):
         self.spawned: list[tuple] = []  # (key, pid, info)
         self.exits: list[Ended] = []
         self.outputs: dict[int, tuple[str | None, str | None]] = {}
-        self._acks: dict[str, list[int]] = {}
+        self._acks: dict[str, list[int]] = {}  # node -> exits to acknowledge
+        self._acked = 0.0  # when acknowledgments last went out (tick)
         self._fences = 0
         # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds): told of fences and failures the
         # executors' PMI servers report, and of a lost node
@@ -222,10 +226,10 @@ class NodeLink(LostNodes):
             self._arm(node, node.expected_by)
         return secret
 
-    def waiting(self, starter: Any) -> list[Node]:
+    def waiting(self, starter: Any) -> list[str]:
         """The nodes this starter started whose executors have not said hello yet (nor
         were lost)."""
-        return [self.nodes[n] for n in self._unheard.get(id(starter), ())]
+        return list(self._unheard.get(id(starter), ()))
 
     def _unheard_done(self, node: Node) -> None:
         """Its executor said hello, or it was lost (or replaced): not waited for."""
@@ -238,26 +242,29 @@ class NodeLink(LostNodes):
         for name in self.keys.serve(self._connected):  # (ZAP: the handshakes waiting)
             self._refused(name, "a second connection")
         zmq = self.zmq
+        sock = self.sock
         while True:
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                route = sock.recv(zmq.NOBLOCK)  # (bytes: a known route's frames need no more)
             except zmq.Again:
                 return
-            if len(frames) < 2:
+            if not sock.getsockopt(zmq.RCVMORE):
                 continue
-            route = frames[0].bytes
             got = self.routes.get(route)
             if got is None:  # a new connection: the node its key proved (ZAP's User-Id)
+                frames = sock.recv_multipart(0, copy=False)  # (the rest of this message)
                 try:
-                    step, _, name = frames[1].get("User-Id").partition(" ")
+                    step, _, name = frames[0].get("User-Id").partition(" ")
                 except zmq.ZMQError:  # (none: every connection passes ZAP, bound first)
                     continue
                 got = self.routes[route] = (name, int(step))
+            else:
+                frames = sock.recv_multipart(0)
             node = self.nodes.get(got[0])
             if node is None or node.step != got[1]:
                 continue  # a node whose executor was stopped, or replaced: not heard
             try:
-                msg = W.decode(joined(frames, 1))
+                msg = W.decode(joined(frames, 0))
             except Exception as e:  # noqa: BLE001 -- a frame that does not decode is dropped
                 self._bad(node, str(e))
                 continue
@@ -479,11 +486,13 @@ class NodeLink(LostNodes):
         refused = self.door.take_summary()
         if refused:
             self.events.record(self.uid, E.REFUSED, refused)
-        for name, keys in self._acks.items():
-            node = self.nodes.get(name)
-            if keys and node is not None and (node.up or node.lost is not None):
-                self._send(node, W.Ack(keys))  # (a lost node that talks: it may forget them)
-        self._acks.clear()
+        if self._acks and now - self._acked >= ACK_S:  # (one frame per node per ACK_S)
+            self._acked = now
+            for name, keys in self._acks.items():
+                node = self.nodes.get(name)
+                if keys and node is not None and (node.up or node.lost is not None):
+                    self._send(node, W.Ack(keys))  # (a lost node that talks: may forget them)
+            self._acks.clear()
         due = self._due
         tail: list[str] = []  # (the launcher's stderr, read once a tick at most)
         while due and due[0][0] <= now:

@@ -72,7 +72,7 @@ class NodeStarter(Protocol):
     def start(self, names: list[str], spawn: Callable, starter: Any, options: dict) -> None:
         """Start executors on these nodes (one launcher step); their hellos come later."""
 
-    def waiting(self, starter: Any) -> list:
+    def waiting(self, starter: Any) -> list[str]:
         """The nodes this starter started whose executors have not said hello yet."""
 
     def stop(self, reason: str, starter: Any) -> None:
