@@ -158,3 +158,27 @@ def test_a_stranger_holding_connections_locks_no_executor_out(tmp_path):
         assert tmgr.wait_tasks([t.uid for t in tasks], timeout=120) == [pf.DONE] * N
         pilot.cancel()
     _healthy(_events(pilot), N)
+
+
+def test_bad_emulation_options_and_specs_are_refused_naming_why():
+    from pilotfish.agent.node_emulated import duration_of
+    from pilotfish.agent.resources import discover
+    from pilotfish.launch.base import LaunchError
+    from pilotfish.launch.nodes import NodesLaunch
+
+    declared = discover("local", nodes=4, cores_per_node=2)
+    assert NodesLaunch(declared, {"emulate": True}).remote == [n.name for n in declared.nodes]
+    slurm = discover(
+        "slurm", env={"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}
+    )
+    with pytest.raises(LaunchError, match="emulate=True .* slurm"):
+        NodesLaunch(slurm, {"emulate": True})
+    for bad in (0, "2", 1.5):
+        with pytest.raises(LaunchError, match=f"emulate_procs = {re.escape(repr(bad))}"):
+            NodesLaunch(declared, {"emulate": True, "emulate_procs": bad})
+    assert duration_of((1, ["/bin/sleep", "2.5"], None, None, None, None)) == (2.5, 0)
+    env = ["A=1", "PILOTFISH_EMULATED_DURATION=0.25"]
+    assert duration_of((2, ["/bin/false"], env, None, None, None)) == (0.25, 1)
+    for spec in ((-1, ["x"], None, None, None, None), (3, [], None, None, None, None), (4,)):
+        with pytest.raises((ValueError, TypeError)):
+            duration_of(spec)

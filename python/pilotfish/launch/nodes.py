@@ -94,6 +94,12 @@ class NodesLaunch(LaunchMethod):
                 "launcher 'nodes': option emulate=True emulates the executors of a local "
                 f"pilot's declared nodes; this pilot's nodes are {resources.source}'s"
             )
+        procs = self.options.get("emulate_procs")
+        if procs is not None and (type(procs) is not int or procs < 1):
+            raise LaunchError(
+                f"launcher 'nodes': option emulate_procs = {procs!r}: must be a whole number "
+                "of processes >= 1 (the emulated executors' processes per partition)"
+            )
         # (Slurm nodes whose slurmd is here are not remote; emulated ones all are)
         self.remote = [n.name for n in resources.nodes] if self.emulate else remote_nodes(resources)
         self._away = set(self.remote)
