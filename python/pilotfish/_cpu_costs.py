@@ -20,7 +20,9 @@ charged):
     idle_s           CPU seconds per second the process spends idle (its loop, the client's
                      heartbeats): its work runs on what is left
     beat_per_node_s  CPU seconds per second per node executor it serves (heartbeats both
-                     ways, one per node per beat_s = 1 s): off without node executors
+                     ways, one per node a second up to agent/nodes.BEATS_PER_S nodes; past
+                     that the beat period grows, so the cost stays that of BEATS_PER_S
+                     nodes): off without node executors
     route_s          subagents only: the root's cost per frame from the client it routes
                      (a Submit goes on whole to the sub-agents of its tasks)
     scale            every cost above times this (an agent core faster than the one fitted:

@@ -13,6 +13,7 @@ import pytest
 import pilotfish as pf
 from pilotfish import _cpu_costs
 from pilotfish._events import read_all_events
+from pilotfish.agent.nodes import BEATS_PER_S
 from pilotfish.agent.simulation import CpuModel, Timeline
 from pilotfish.client import submit
 
@@ -38,12 +39,14 @@ def test_a_burst_arrives_at_one_instant_however_slow_the_client(session):
     the client's silence: the second batch arrived when the first had ended, 5 virtual
     seconds later), and the burst is placed whole -- the big task first, as the policy
     places the hardest first -- not by the real time its frames took to come."""
-    pilot, tmgr = simulated(session, nodes=2, cores_per_node=2,
-                            launch_model={"direct": {"latency_s": 0.0}})
+    pilot, tmgr = simulated(
+        session, nodes=2, cores_per_node=2, launch_model={"direct": {"latency_s": 0.0}}
+    )
     tasks = []
     for _ in range(3):
-        tasks += tmgr.submit_tasks([pf.TaskDescription(executable="w", duration=5)
-                                    for _ in range(4)])
+        tasks += tmgr.submit_tasks(
+            [pf.TaskDescription(executable="w", duration=5) for _ in range(4)]
+        )
         time.sleep(0.3)  # a slow client (or a loaded machine) between two submits
     big = tmgr.submit_tasks(pf.TaskDescription(executable="w", cores_per_rank=2, duration=5))
     assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 13
@@ -218,10 +221,16 @@ def test_heartbeats_of_node_executors_load_their_process():
             self.index, self.nodes = index, [None] * n
 
     costs = _cpu_costs.load_cpu(None)
+    small = CpuModel(costs, [P(0, 300), P(1, 200)], node_executors=True)
+    assert small.lines[0].speed == pytest.approx(1 - 0.013 - 500 * 38e-6)
+    # past BEATS_PER_S nodes the real agent's beat period grows (agent/nodes.beat_period):
+    # its beats, and so their cost, stay those of BEATS_PER_S nodes
     one = CpuModel(costs, [P(0, 5000), P(1, 5000)], node_executors=True)
-    assert one.lines[0].speed == pytest.approx(1 - 0.013 - 10_000 * 38e-6)
-    subs = CpuModel(dict(costs, subagents=True), [P(0, 5000), P(1, 5000)], node_executors=True)
-    assert [tl.speed for tl in subs.lines] == pytest.approx([1 - 0.013 - 5000 * 38e-6] * 2)
+    assert one.lines[0].speed == pytest.approx(1 - 0.013 - BEATS_PER_S * 38e-6)
+    subs = CpuModel(dict(costs, subagents=True), [P(0, 600), P(1, 5000)], node_executors=True)
+    assert [tl.speed for tl in subs.lines] == pytest.approx(
+        [1 - 0.013 - 600 * 38e-6, 1 - 0.013 - BEATS_PER_S * 38e-6]
+    )
     assert subs.root is not None and subs.root.speed == pytest.approx(1 - 0.013)
     assert CpuModel(costs, [P(0, 10_000)], node_executors=False).lines[0].speed == pytest.approx(
         1 - 0.013
@@ -265,9 +274,21 @@ tasks:
 """)
     ttx = {}
     for name, opts in (("free", ["--cpu-scale", "0"]), ("one", []), ("subs", ["--subagents"])):
-        r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "simulate", *opts,
-                            "--sessions", str(tmp_path / name), str(wl)],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pilotfish.cli",
+                "simulate",
+                *opts,
+                "--sessions",
+                str(tmp_path / name),
+                str(wl),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "5000 DONE" in r.stdout, r.stdout
         (s,) = (tmp_path / name).iterdir()
@@ -275,6 +296,10 @@ tasks:
     assert ttx["free"] == pytest.approx(0.025, abs=0.002), ttx
     assert 0.3 < ttx["one"] < 0.5, ttx  # 5,000 x (accept, launch, end, two node frames)
     assert ttx["subs"] < 0.4 * ttx["one"], ttx
-    r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "simulate", "--cpu-scale", "-1",
-                        str(wl)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "pilotfish.cli", "simulate", "--cpu-scale", "-1", str(wl)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "--cpu-scale" in r.stderr, r.stderr

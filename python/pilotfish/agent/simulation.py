@@ -61,6 +61,7 @@ from typing import Any
 from .. import _events as E
 from .. import _wire
 from ..launch.base import LaunchMethod
+from .nodes import BEATS_PER_S
 from .ports import Runner
 
 log = logging.getLogger("pilotfish.agent")
@@ -150,12 +151,13 @@ class CpuModel:
         if self.subagents:
             self.root: Timeline | None = Timeline("root", idle)
             self.lines = [
-                Timeline(f"sub-agent p{p.index}", idle + beat * len(p.nodes)) for p in partitions
+                Timeline(f"sub-agent p{p.index}", idle + beat * min(len(p.nodes), BEATS_PER_S))
+                for p in partitions
             ]
         else:
             self.root = None
-            n = sum(len(p.nodes) for p in partitions)
-            self.lines = [Timeline("agent", idle + beat * n)]
+            n = sum(len(p.nodes) for p in partitions)  # (beats: at most BEATS_PER_S a second)
+            self.lines = [Timeline("agent", idle + beat * min(n, BEATS_PER_S))]
 
     def line(self, partition: Any) -> Timeline:
         """The timeline of the process that handles a partition's tasks."""
