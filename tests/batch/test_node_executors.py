@@ -21,6 +21,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _events as E
+from pilotfish._journal import read_node_exit_logs
 from cluster import hosts, WHERE, agent_events, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -255,6 +256,12 @@ def _kill_and_resume_program(path, side, cpus, resume):
             for t in tasks:
                 assert t.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
             assert {t.slots[0].node for t in tasks} == {"n2", "n3", "n4"}
+            # EXECUTING means sent: the kill is to find them started on their hosts (their
+            # executors' journals hold a pid for each), not a Spawn frame still on its way
+            end = time.monotonic() + 60
+            while len(read_node_exit_logs(pilot.sandbox)[1]) < len(tasks):
+                assert time.monotonic() < end, "the remote tasks never started"
+                time.sleep(0.1)
             agent = json.loads(Path(pilot.sandbox, "pilot.json").read_text())["agent_pid"]
             os.kill(agent, signal.SIGKILL)
             assert pilot.wait(timeout=30) == pf.FAILED

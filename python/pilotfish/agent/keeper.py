@@ -43,6 +43,8 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOP_GRACE_S = 3.0
+SETTLE_QUIET_S = 1.5  # _settle: no new spawn on any node for this long ...
+SETTLE_MAX_S = 5.0  # ... or this long at most (keeper_adopted waits 10 s for the answer)
 
 
 def _subreaper() -> None:
@@ -198,11 +200,11 @@ class Keeper:
         intents: set[int] = set()
         exits, pids = read_exit_log(self.sandbox, intents)
         # tasks on node executors (agent/node.py) run on: their journals say what they
-        # started and what ended. (A spawn batch in flight when the agent died: a moment.)
+        # started and what ended. A Spawn frame the agent sent just before it died may still
+        # be on its way or in an executor's queue (a loaded host takes seconds): see below.
         node_exits, node_pids = read_node_exit_logs(self.sandbox)
         if node_pids:
-            time.sleep(0.5)
-            node_exits, node_pids = read_node_exit_logs(self.sandbox)
+            node_exits, node_pids = self._settle(spawned, finals, exits, pids, children)
         for k, e in node_exits.items():
             exits.setdefault(k, e)
         key_of_pid = {pid: key for key, pid in pids.items()}  # file order: the latest wins
@@ -335,6 +337,33 @@ class Keeper:
             self.stop(_children())
             state["done"], state["t"] = True, time.time()
             self._write_state(state)
+
+    def _settle(self, spawned: dict, finals: dict, exits: dict, pids: dict, children: list):
+        """The node executors' journals once the spawns the agent sent before it died have
+        landed: re-read while some task with a spawn record is neither held here nor
+        started there, until none is, nothing new appeared for SETTLE_QUIET_S, or
+        SETTLE_MAX_S. (Not waiting: a task whose Spawn was still on its way would run there
+        unadopted -- its pilot failed it -- and run again on resume.)"""
+        from pilotfish._journal import read_node_exit_logs
+
+        alive = set(children)
+        here = {k for k, pid in pids.items() if pid in alive}  # held on this host
+        start = quiet = time.monotonic()
+        seen = -1
+        while True:
+            node_exits, node_pids = read_node_exit_logs(self.sandbox)
+            unaccounted = 0
+            for uid, (keys, _) in spawned.items():
+                if uid in finals:
+                    continue
+                left = [k for k in keys if k not in exits and k not in node_exits]
+                unaccounted += any(k not in here and k not in node_pids for k in left)
+            now = time.monotonic()
+            if len(node_pids) != seen:
+                seen, quiet = len(node_pids), now
+            if not unaccounted or now - quiet >= SETTLE_QUIET_S or now - start >= SETTLE_MAX_S:
+                return node_exits, node_pids
+            time.sleep(0.1)
 
     @staticmethod
     def _away_ended(away: dict, done_on_exit: dict, journal, read_node_exit_logs) -> None:
