@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import os
+import subprocess
+import threading
 import time
 
 import pytest
@@ -34,6 +36,30 @@ def _end(p) -> float:
     return next(t for state, t in p.history if state in pf.FINAL)
 
 
+class InSqueue:
+    """The most of a policy's jobs that squeue lists at once, sampled every 0.3 s: what
+    Slurm holds, not what the client believes."""
+
+    def __init__(self, pol):
+        self.pol, self.most, self.samples, self._stop = pol, 0, 0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.wait(0.3):
+            out = subprocess.run(
+                ["squeue", "-h", "-r", "-o", "%i"], capture_output=True, text=True, timeout=20
+            ).stdout.split()
+            mine = {str(p._job.native_id) for p in list(self.pol.pilots) if p._job}
+            self.most = max(self.most, len(mine.intersection(out)))
+            self.samples += 1
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._t.join()
+        return self.most
+
+
 def test_a_burst_on_slurm_gets_pilots_that_end_once_idle(slurm, tmp_path):
     tmpl = pf.PilotDescription(resource="slurm", nodes=2, cores_per_node=slurm.cpus, runtime="10m")
     small = [pf.TaskDescription(executable="/bin/sleep", arguments=["2"]) for _ in range(40)]
@@ -50,6 +76,7 @@ def test_a_burst_on_slurm_gets_pilots_that_end_once_idle(slurm, tmp_path):
         )
         tmgr = pf.TaskManager(s)
         tmgr.add_pilots(pol)
+        squeue = InSqueue(pol)
         tasks = tmgr.submit_tasks(small + wide)
         said = str(tasks[-1].explain())
         assert "waiting for an allocation (" in said and "of 3 running)" in said, said
@@ -67,6 +94,8 @@ def test_a_burst_on_slurm_gets_pilots_that_end_once_idle(slurm, tmp_path):
         for p in second:
             assert p.wait(timeout=30) == pf.DONE, (p.uid, p.state, p.reason)
         evs = _events(s)
+        most = squeue.stop()
+    assert 1 <= most <= 3 and squeue.samples > 20, (most, squeue.samples)  # Slurm's own count
     # at most 3 jobs at once (each pilot's life, submit to end, is its job's)
     spans = [(p.history[0][1], _end(p)) for p in pol.pilots]
     at_once = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
@@ -124,3 +153,44 @@ def test_a_submission_slurm_rejects_is_quoted_backed_off_and_paused(slurm, tmp_p
         said = str(tasks[0].explain())
         assert "the policy is paused: 3 submissions failed in a row" in said, said
         assert "invalid partition specified: nope" in said
+
+
+def test_a_task_that_would_outlive_its_pilot_gets_the_next_allocation_ahead(slurm, tmp_path):
+    """The walltime rule on Slurm: 2-minute pilots (drained 12 s before their end), margin
+    10 s. Once the first pilot has run past 10 s, a task declaring a 90 s duration no longer
+    fits what it has left: it is not sent there; a second allocation is requested while the
+    first still runs, and the task runs on it. A task without a duration still goes to the
+    first pilot (walltime does not concern it)."""
+    tmpl = pf.PilotDescription(resource="slurm", nodes=1, cores_per_node=slurm.cpus, runtime="2m")
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        pol = pmgr.autoalloc(
+            tmpl, max_pilots=2, idle_timeout=f"{IDLE_S}s", max_nodes=2, tick="0.3s", margin="10s"
+        )
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(pol)
+        # a long one-core task keeps the first pilot from ending idle meanwhile
+        keep = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["25"]))
+        assert keep.wait(pf.EXECUTING, timeout=60) == pf.EXECUTING
+        (first,) = pol.pilots
+        active = next(t for state, t in first.history if state == pf.ACTIVE)
+        time.sleep(max(0.0, active + 11.0 - time.time()))  # left: 108 - 11 < 90 + 10
+        late = tmgr.submit_tasks(
+            pf.TaskDescription(executable="/bin/sleep", arguments=["1"], duration=90)
+        )
+        free = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["1"]))
+        assert late.wait(timeout=90) == pf.DONE, (late.state, late.reason)
+        assert free.wait(timeout=30) == pf.DONE, (free.state, free.reason)
+        assert free.pilot == first.uid  # no duration: the pilot ending soon takes it
+        assert len(pol.pilots) == 2 and late.pilot == pol.pilots[1].uid != first.uid
+        second = pol.pilots[1]
+        # requested ahead: the first pilot still runs (its 25 s task too)
+        assert first.state == pf.ACTIVE and keep.state == pf.EXECUTING, (first.state, keep.state)
+        assert second.state == pf.ACTIVE, (second.state, second.reason)
+        assert keep.wait(timeout=60) == pf.DONE and keep.pilot == first.uid
+        for p in pol.pilots:
+            assert p.wait(timeout=40) == pf.DONE, (p.uid, p.state, p.reason)
+        mine = [(n, d) for _, u, n, d in _events(s) if u == pol.uid]
+    subs = [d for n, d in mine if n == E.ALLOC_SUBMIT]
+    assert len(subs) == 2 and "1 would outlive the walltime the running pilots" in subs[1], subs
+    print(subs, [(p.uid, p.history) for p in pol.pilots])

@@ -169,6 +169,7 @@ def test_walltime_tasks_go_where_they_fit_and_the_next_allocation_comes_early():
     step = pol.step(0.0, [long_, short, free], [ending])
     assert step.dispatch == {"e": ["short", "free"]}
     assert len(step.submit) == 1 and "1 tasks" in step.submit[0][1]  # for `long`, ahead
+    assert "(1 would outlive the walltime the running pilots have left)" in step.submit[0][1]
     fresh = View("f", RUNNING, 1, 4, 0, busy=0, left=3000.0)
     assert pol.step(1.0, [long_], [ending, fresh]).dispatch == {"f": ["long"]}
 

@@ -386,6 +386,17 @@ class Policy:
             nodes, served = size
             cores = sum(n.cores for n in rest)
             why = f"{len(rest)} tasks ({cores} cores) wait that no pilot will take"
+            late = sum(
+                1
+                for n in rest
+                if n.duration is not None
+                and any(
+                    v.state == RUNNING and self.fits(n, v, None) and not self.fits(n, v, v.left)
+                    for v in live
+                )
+            )
+            if late:
+                why += f" ({late} would outlive the walltime the running pilots have left)"
             need = max(self._need(n) for n in served)
             if need > 1:
                 why += f"; the largest needs {need} nodes"
