@@ -3,7 +3,8 @@
 
     scripts/substrates/slurm.sh exec .venv/bin/python bench/bench_autoalloc.py
         [--small 600] [--big 20] [--duration 20] [--idle 30] [--second-gap 120]
-        [--only autoalloc,static,per_task,model] [--out bench/results/autoalloc.json]
+        [--only autoalloc,static,per_task,model] [--splits 4,2+2]
+        [--out bench/results/autoalloc.json]
 
 The burst: --small one-core tasks and --big tasks of 2 nodes (2 ranks x 16 cores), each
 sleeping --duration s, submitted at once. Three ways to run it, one after another:
@@ -14,8 +15,9 @@ sleeping --duration s, submitted at once. Three ways to run it, one after anothe
              done-when says: at most 3 of its jobs in Slurm at once (squeue, each second),
              every task DONE, every job ends within idle timeout + 15 s of its last task,
              no pilot ended while a task of its burst waited in the client.
-  static     the best static choice made by hand: one pilot of the 4 nodes, submitted
-             with the burst, ended (by hand: pilot.cancel) once every task is done.
+  static     static choices made by hand (--splits: one pilot of the 4 nodes, two of 2
+             nodes, ...), each submitted with the burst and ended (by hand: pilot.cancel)
+             once every task is done: the best of them is the baseline.
   per_task   no pilot: one Slurm job per task (two job arrays: 1 core each, and 2 nodes x
              16 cores each), each job recording when its script started and ended.
   model      the same burst on _alloc_sim's model of the queue (autoalloc and static), so
@@ -170,27 +172,36 @@ def run_autoalloc(a, root) -> dict:
     return out
 
 
-def run_static(a, root) -> dict:
-    with pf.Session(path=os.path.join(root, "static")) as s:
+def run_static(a, root, split: list[int]) -> dict:
+    """A static choice made by hand: pilots of these node counts, submitted with the burst,
+    each canceled (by hand) once every task is done."""
+    name = "+".join(map(str, split))
+    with pf.Session(path=os.path.join(root, f"static{name}")) as s:
         pmgr = pf.PilotManager(s)
         t0 = time.time()
-        pilot = pmgr.submit_pilots(
-            pf.PilotDescription(resource="slurm", nodes=NODES, cores_per_node=CORES, runtime="1h")
+        pilots = pmgr.submit_pilots(
+            [
+                pf.PilotDescription(resource="slurm", nodes=n, cores_per_node=CORES, runtime="1h")
+                for n in split
+            ]
         )
         tmgr = pf.TaskManager(s)
-        tmgr.add_pilots(pilot)
+        tmgr.add_pilots(pilots)
         tasks = tmgr.submit_tasks(burst(a.small, a.big, a.duration))
         states = tmgr.wait_tasks(timeout=3600)
-        pilot.cancel()  # by hand, as soon as all is done
-        pilot.wait(timeout=60)
+        for p in pilots:
+            p.cancel()  # by hand, as soon as all is done
+        for p in pilots:
+            p.wait(timeout=60)
     last = max(_final_t(t) for t in tasks)
-    alloc = _allocated([pilot])
+    alloc = _allocated(pilots)
     return {
+        "split": split,
         "makespan_s": round(last - t0, 1),
         "allocated_core_s": round(alloc),
         "busy_core_s": round(_busy(tasks)),
         "idle_core_s": round(alloc - _busy(tasks)),
-        "jobs": 1,
+        "jobs": len(split),
         "all_done": states == [pf.DONE] * len(tasks),
     }
 
@@ -274,6 +285,7 @@ def run_model(a) -> dict:
             ),
         ),
         ("static", Limits(max_pilots=1, nodes=NODES, cores_per_node=CORES, idle_timeout=0.0)),
+        ("static2+2", Limits(max_pilots=2, nodes=2, cores_per_node=CORES, idle_timeout=0.0)),
     ):
         r = simulate(tasks, lim, Cluster(nodes=NODES, cores_per_node=CORES, queue_wait=1.0))
         out[name] = {
@@ -296,6 +308,9 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=30.0)
     ap.add_argument("--second-gap", type=float, default=120.0)
     ap.add_argument("--only", default="model,autoalloc,static,per_task")
+    ap.add_argument(
+        "--splits", default="4,2+2", help="the static choices (nodes per pilot), e.g. 4,2+2,1+1+1+1"
+    )
     ap.add_argument("--out", default="bench/results/autoalloc.json")
     a = ap.parse_args()
     os.environ.setdefault("PILOTFISH_BATCH_POLL_S", "1")
@@ -305,10 +320,16 @@ def main() -> None:
         t = time.time()
         if way == "model":
             results[way] = run_model(a)
+        elif way == "static":
+            for split in a.splits.split(","):
+                nodes = [int(n) for n in split.split("+")]
+                key = f"static{split}"
+                results[key] = run_static(a, root, nodes)
+                print(f"{key}: {json.dumps(results[key])}", flush=True)
+            continue
         else:
             results[way] = {
                 "autoalloc": run_autoalloc,
-                "static": run_static,
                 "per_task": run_per_task,
             }[way](a, root)
         print(f"{way} ({time.time() - t:.0f} s): {json.dumps(results[way])}", flush=True)
@@ -317,7 +338,8 @@ def main() -> None:
     print(
         f"{'way':<10} {'makespan s':>11} {'allocated core-s':>17} {'idle core-s':>12} {'jobs':>5}"
     )
-    for way in ("autoalloc", "static", "per_task"):
+    statics = [k for k in results if k.startswith("static")]
+    for way in ("autoalloc", *statics, "per_task"):
         r = results.get(way)
         if r:
             print(
