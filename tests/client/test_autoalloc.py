@@ -211,3 +211,33 @@ def test_the_batch_systems_words_reach_events_and_explain_bounded_and_inert(tmp_
         why = pol._view(gone, 2.0).why
         assert len(why) <= 2100 and "\x1b" not in why and "\x07" not in why
         assert "\u202e" not in why and "sbatch: error: " in why
+
+
+def test_a_policy_beside_the_users_own_pilot(tmp_path):
+    """A TaskManager with a pilot of its own and a policy: the own pilot takes tasks first
+    and is never ended by the policy; what it cannot hold gets the policy's allocation, which
+    ends once idle. The own pilot's max_pilots is not spent."""
+    with pf.Session(path=tmp_path / "s") as s:
+        pmgr = pf.PilotManager(s)
+        own = pmgr.submit_pilots(pf.PilotDescription(**LOCAL))
+        tmgr = pf.TaskManager(s)
+        tmgr.add_pilots(own)
+        pol = pmgr.autoalloc(
+            pf.PilotDescription(**LOCAL), max_pilots=1, idle_timeout="1s", tick="0.2s"
+        )
+        tmgr.add_pilots(pol)
+        assert own.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE
+        tasks = tmgr.submit_tasks(
+            [pf.TaskDescription(executable="/bin/sleep", arguments=["1"]) for _ in range(12)]
+        )
+        assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 12
+        used = collections.Counter(t.pilot for t in tasks)
+        assert len(pol.pilots) == 1 and set(used) == {own.uid, pol.pilots[0].uid}, used
+        assert pol.pilots[0].wait(timeout=30) == pf.DONE
+        time.sleep(1.5)  # past the idle timeout: the user's pilot lives on
+        assert own.state == pf.ACTIVE
+        t = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/true"))
+        assert t.wait(timeout=30) == pf.DONE and t.pilot == own.uid  # no new allocation
+        assert len(pol.pilots) == 1
+        ends = [d for _, u, n, d in events(s) if u == pol.uid and n == E.ALLOC_END]
+        assert ends and all(d.startswith(pol.pilots[0].uid) for d in ends), ends

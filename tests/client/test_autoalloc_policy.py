@@ -265,3 +265,25 @@ def test_min_and_init_pilots_as_parsl_blocks():
     assert len(pol2.step(0.0, [], []).submit) == 2
     assert pol2.step(0.0, [], [View("q0", QUEUED, 2), View("q1", QUEUED, 2)]).submit == []
     assert pol2.step(99.0, [], [View("q0", QUEUED, 2), View("q1", QUEUED, 2)]).cancel == []
+
+
+def test_the_users_own_pilots_are_fed_first_never_ended_nor_counted():
+    """kept: a pilot of the user's own takes waiting tasks as the policy's do; its room
+    counts against the demand; it is never ended (idle) nor counted in max_pilots."""
+    pol = Policy(Limits(max_pilots=1, idle_timeout=5, cores_per_node=4, nodes=1, prefetch=0.0))
+    mine = View("u", RUNNING, 1, 4, 0, busy=0, kept=True)
+    step = pol.step(0.0, [Need(f"t{i}") for i in range(4)], [mine])
+    assert step.dispatch == {"u": ["t0", "t1", "t2", "t3"]} and not step.submit
+    # more than it holds: the rest asks for an allocation, max_pilots=1 not spent on "u"
+    busy = mine._replace(busy=4)
+    step = pol.step(1.0, [Need(f"t{i}") for i in range(4, 12)], [busy])
+    assert len(step.submit) == 1 and not step.dispatch
+    # idle long past idle_timeout: never ended; a queued one of the user's counts as room
+    for t in (10.0, 100.0):
+        assert pol.step(t, [], [mine]).end == []
+    queued = View("q", QUEUED, 2, kept=True)
+    assert not pol.step(101.0, [Need("x")], [busy, queued]).submit
+    # its shape never becomes the template's
+    unknown = Policy(Limits())
+    unknown.step(0.0, [], [View("u", RUNNING, 1, 64, 0, kept=True)])
+    assert unknown.node_cores is None

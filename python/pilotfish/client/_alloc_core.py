@@ -33,6 +33,9 @@ The rules, each step (at `now`, seconds on any clock that only goes forward):
              queued pilot that no waiting task fits for idle_timeout is canceled.
   floor      min_pilots are kept (queued or running) whatever waits, and init_pilots are
              requested at the first step (Parsl's min_blocks, init_blocks).
+  kept       pilots of the user's own (View.kept: added to a TaskManager the policy serves)
+             take waiting tasks as the policy's running pilots do, and a queued one counts
+             against the demand; they are never ended or canceled and count in no limit.
   failures   a pilot that ends without ever running (a rejected submission, a job that
              failed in the queue) is a failure: the next request waits a back-off
              (backoff x 2^(n-1), at most backoff_max) and goes alone, a probe, until a pilot
@@ -111,6 +114,7 @@ class View(NamedTuple):
     ran: bool = False  # its agent ran (it was RUNNING once)
     failed: bool = False  # ENDED FAILED (not canceled, not done)
     why: str | None = None  # ENDED: its final state and reason
+    kept: bool = False  # the user's, not the policy's: fed, never ended, never counted
 
 
 class Step(NamedTuple):
@@ -192,16 +196,21 @@ class Policy:
     def step(self, now: float, waiting: list[Need], views: list[View]) -> Step:
         s = self.status
         events: list[tuple[str, str]] = []
-        self._learn(views)
+        kept = [v for v in views if v.kept and v.state != ENDED]
+        views = [v for v in views if not v.kept]
+        self._learn(views)  # (the template's node shape: never from a kept pilot)
         live = [v for v in views if v.state != ENDED and v.uid not in self._ending]
         self._count_ends(now, views, events)
         running = [v for v in live if v.state == RUNNING]
         queued = [v for v in live if v.state == QUEUED]
         if any(v.state == RUNNING for v in views) and s.failures:
             s.failures, s.backoff_until = 0, None  # the batch system said yes
-        dispatch, left = self._dispatch(waiting, running)
+        # the user's own pilots (kept) take tasks first, as the policy's running ones do; a
+        # queued one counts against the demand; none is ended, canceled or counted in a limit
+        kept_running = [v for v in kept if v.state == RUNNING]
+        dispatch, left = self._dispatch(waiting, kept_running + running)
         end = self._idle(now, running, left, dispatch)
-        unserved = self._unserved(left, queued)
+        unserved = self._unserved(left, [v for v in kept if v.state == QUEUED] + queued)
         present = [v for v in views if v.state != ENDED]  # (ending ones hold their job)
         cancel = self._unwanted(
             now, queued, left, len(present) - len(self._ending & {v.uid for v in present})

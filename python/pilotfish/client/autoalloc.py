@@ -27,6 +27,11 @@ which `pilotfish explain` and the dashboard read. task.explain() of a held task 
 "waiting for an allocation (1 queued, 2 of 3 running)", and why no request goes out (paused
 after failures, backing off, a limit). A resumed session cannot use a policy yet.
 
+Pilots of the user's own, added to a TaskManager the policy serves (before or after the
+policy), take that manager's held tasks as the policy's running pilots do (a queued one
+counts against the demand); the policy never ends or cancels them and counts them in no
+limit (_alloc_core's "kept").
+
 A submission the batch system rejects fails its pilot at once with the batch system's words
 (launching.start_agent); the policy counts it, backs off, and pauses after max_failures in
 a row (resume() goes on). The held tasks are not touched: nothing is lost, they wait.
@@ -395,14 +400,16 @@ class AutoAlloc:
                 return
             held = self._held = [h for h in self._held if h[0].state == S.SCHEDULING]
         needs = [n for _, _, n in held]
+        kept = self._kept()
         views = [self._view(p, wall) for p in self.pilots] + self._failed_submits
+        views += [self._view(p, wall)._replace(kept=True) for p in kept]
         self._failed_submits = []
         step = self._policy.step(now, needs, views)
         ev = self._session.events
         for kind, detail in step.events:
             ev.record(self.uid, _KINDS[kind], detail)
         by_uid = {t.uid: (t, o) for t, o, _ in held} if step.dispatch else {}
-        pilots = {p.uid: p for p in self.pilots}
+        pilots = {p.uid: p for p in self.pilots + kept}
         for puid, uids in step.dispatch.items():
             self._send(pilots[puid], [by_uid[u] for u in uids])
         for uid, why in step.end:
@@ -414,7 +421,19 @@ class AutoAlloc:
                 break  # the batch system said no: the policy hears it before asking again
         self._write_status()
 
+    def _kept(self) -> list:
+        """The user's own pilots: those added to a TaskManager this policy serves."""
+        mine = {p.uid for p in self.pilots}
+        out: dict[str, Any] = {}
+        for tmgr in self._served:
+            for uid in tmgr.list_pilots():
+                if uid not in mine and uid not in out:
+                    out[uid] = tmgr.get_pilot(uid)
+        return [p for p in out.values() if p is not None]
+
     def _send(self, pilot: Any, pairs: list) -> None:
+        if pilot not in self.pilots:  # a user's pilot takes the tasks of its own managers
+            pairs = [(t, o) for t, o in pairs if pilot.uid in o.list_pilots()]
         sent_uids = {t.uid for t, _ in pairs}
         with self._lock:
             self._held = [h for h in self._held if h[0].uid not in sent_uids]
