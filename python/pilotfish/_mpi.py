@@ -18,6 +18,7 @@ MPI4PY_LIBMPI / MPI4PY_MPIABI always wins. `check_world()` then catches the rema
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from ._extras import require
@@ -135,9 +136,19 @@ def stderr_tail(stderr: str, limit: int) -> str:
     return "..." + tail.strip()
 
 
+# what a rank's shell says when its rank failed (launch.base.FAIL_FAST): the first such line
+# leads the reason, before a launcher's own words that bury it
+RANK_FAILED = re.compile(r"^pilotfish: rank (\S*) exited with (\d+) on ([^\s:]+)", re.M)
+
+
 def stderr_reason(stderr: str, limit: int) -> str:
-    """What a failed task's reason adds for its stderr: '; stderr: <tail from a line's
-    start>', and the fix when the stderr shows an MPI library / launcher mismatch."""
+    """What a failed task's reason adds for its stderr: the first rank that failed (when a
+    rank's shell said so), '; stderr: <tail from a line's start>', and the fix when the
+    stderr shows an MPI library / launcher mismatch."""
     out = f"; stderr: {stderr_tail(stderr, limit)}"
+    first = RANK_FAILED.search(stderr)
+    if first is not None:
+        rank, code, host = first.groups()
+        out = f"; rank {rank[:20]} exited with {code[:12]} on {host[:64]} first" + out
     hint = libmpi_hint(stderr)
     return f"{out}; {hint}" if hint else out

@@ -242,7 +242,25 @@ def genv(env):
     return [a for k, v in env.items() for a in ("-genv", k, v)]
 
 
-def test_mpiexec():
+# mpiexec in Slurm: a rank that fails ends hydra's step (launch/mpiexec.py); the literal text
+RANK_FAILS = """
+)
+_pf_rc=$?
+if [ "$_pf_rc" -ne 0 ]; then
+  printf 'pilotfish: rank %s exited with %s on %s: ending the job\\n' "$PILOTFISH_RANK" "$_pf_rc" "$(uname -n)" >&2
+  if [ -n "$SLURM_STEP_ID" ] && [ "$SLURM_STEP_ID" != '' ]; then scancel --signal=KILL "$SLURM_JOB_ID.$SLURM_STEP_ID" 2>/dev/null; fi
+fi
+exit $_pf_rc"""
+
+
+def failing_fast(payload: list[str]) -> list[str]:
+    """A multi-rank payload's script with its command in a subshell, then RANK_FAILS."""
+    prelude, _, command = payload[2].rpartition("\n")
+    return [*payload[:2], f"{prelude}\n(\n{command}{RANK_FAILS}"]
+
+
+def test_mpiexec(monkeypatch):
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)  # (the agent's own step: none here)
     lm = get_launcher("mpiexec", SLURM, {"mpiexec": "mpiexec", "ignore_sigpipe": False})
     argv, env = one(lm, ONE, ONE_SLOTS)
     assert env == {"SLURM_OVERLAP": "1"}  # hydra's own srun shares CPUs with other steps
@@ -256,7 +274,7 @@ def test_mpiexec():
         "-hosts",
         "nid001:2,nid002:2",
         *genv(FOUR_ENV),
-        *four_payload("${PMI_RANK:-${PMIX_RANK:-}}"),
+        *failing_fast(four_payload("${PMI_RANK:-${PMIX_RANK:-}}")),
     ]
 
     argv, _ = one(lm, GPU, GPU_SLOTS)
@@ -267,7 +285,7 @@ def test_mpiexec():
         "-hosts",
         "gpu01:2",
         *genv(GPU_ENV),
-        *gpu_payload("${PMI_RANK:-${PMIX_RANK:-}}", with_cuda=True),
+        *failing_fast(gpu_payload("${PMI_RANK:-${PMIX_RANK:-}}", with_cuda=True)),
     ]
 
     argv, _ = one(lm, SHELL, SHELL_SLOTS)

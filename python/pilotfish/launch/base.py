@@ -437,14 +437,34 @@ def rank_prelude(
     return lines, placement
 
 
+# rank_wrapped's `fail_fast`: after the task's command, a rank that ended with a status other
+# than 0 says so on its stderr and runs the launcher's action (e.g. ends the launcher's step:
+# hydra across hosts never ends the job for a rank's exit alone).
+FAIL_FAST = (
+    "_pf_rc=$?\n"
+    'if [ "$_pf_rc" -ne 0 ]; then\n'
+    "  printf 'pilotfish: rank %s exited with %s on %s: ending the job\\n' "
+    '"$PILOTFISH_RANK" "$_pf_rc" "$(uname -n)" >&2\n'
+    "  {action}\n"
+    "fi\n"
+    "exit $_pf_rc"
+)
+
+
 def rank_wrapped(
-    task: TaskSpec, slots: Sequence[RankSlot], rank_expr: str, skip: Sequence[str] = ()
+    task: TaskSpec,
+    slots: Sequence[RankSlot],
+    rank_expr: str,
+    skip: Sequence[str] = (),
+    fail_fast: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """argv and shared placement for a launcher that starts all ranks with one command.
 
     See rank_prelude for the arguments. Returns (argv, placement): one rank needs no prelude
     (its placement is all in the environment); more ranks get `/bin/sh -c` with the prelude
-    before the task's own command.
+    before the task's own command. fail_fast (more ranks; shell text): the command runs in
+    a subshell, and a rank that ends with a status other than 0 says so on stderr and runs
+    this action (FAIL_FAST).
     """
     if len(slots) == 1:
         placement = task_placement(task, slots)
@@ -455,4 +475,6 @@ def rank_wrapped(
         body = payload_script(task)
     else:
         body = "exec " + command_text(task)
+    if fail_fast:
+        body = f"(\n{body}\n)\n" + FAIL_FAST.replace("{action}", fail_fast)
     return ["/bin/sh", "-c", "\n".join([*prelude, body])], placement

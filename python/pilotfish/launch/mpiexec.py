@@ -27,10 +27,21 @@ One world: a multi-rank Open MPI program (PMIx only: hydra serves PMI) is refuse
 (launch/mpi_route.py); a Python program that did not choose its library gets
 MPI4PY_LIBMPI=<prefix>/lib/libmpi.so.12.
 
+A rank that fails ends the job (Slurm): hydra across hosts never ends it for a rank's exit
+alone (the rank stays a zombie of its proxy, the other ranks wait in a collective, the task
+stays EXECUTING); so each rank runs under a small shell (launch.base.FAIL_FAST) that, when the
+rank ends with a status other than 0, says "pilotfish: rank R exited with C on HOST" on its
+stderr and cancels the step of hydra's proxies (end_the_step) -- mpiexec then exits 255 and the
+task FAILS with that line in its reason. One host, no Slurm (`-launcher fork`): hydra ends the
+job itself; nothing is added.
+
 options: mpiexec (command), ignore_sigpipe (default True).
 """
 
 from __future__ import annotations
+
+import os
+import shlex
 
 from .._wire import RankSlot, TaskSpec
 from .base import LaunchMethod, ProcSpec, by_node, compose_env, probe, rank_wrapped
@@ -41,6 +52,18 @@ IGNORE_SIGPIPE = ["env", "--ignore-signal=PIPE"]
 
 MPICH_RANK = "${PMI_RANK:-${PMIX_RANK:-}}"
 HYDRA_TOOLS = ("mpiexec.hydra", "mpiexec")  # in order of preference
+
+
+def end_the_step(own_step: str | None) -> str:
+    """A failed rank's action (launch.base.FAIL_FAST) in a Slurm allocation: end the step of
+    hydra's proxies (the rank's SLURM_STEP_ID, set by the srun that started its proxy; never
+    the agent's own step) -- mpiexec then ends at once (measured: 0.16 s, exit 255), where a
+    rank's exit alone leaves it waiting for ever."""
+    own = shlex.quote(own_step or "")
+    return (
+        f'if [ -n "$SLURM_STEP_ID" ] && [ "$SLURM_STEP_ID" != {own} ]; then '
+        'scancel --signal=KILL "$SLURM_JOB_ID.$SLURM_STEP_ID" 2>/dev/null; fi'
+    )
 
 
 def is_hydra(path: str) -> bool:
@@ -59,6 +82,7 @@ class Mpiexec(LaunchMethod):
         self.exe = self.locate_tool("mpiexec", HYDRA_TOOLS, is_hydra)
         in_slurm = getattr(resources, "source", None) == "slurm"
         self.own_env = {"SLURM_OVERLAP": "1"} if in_slurm else {}
+        self.fail_fast = end_the_step(os.environ.get("SLURM_STEP_ID")) if in_slurm else None
         self.prefix = (
             IGNORE_SIGPIPE
             if self.options.get("ignore_sigpipe", True) and env_can_ignore_signals()
@@ -68,7 +92,7 @@ class Mpiexec(LaunchMethod):
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         task = one_world(self.name, task, sandbox)  # (mpi_route.py)
         ordered = by_node(slots)
-        payload, placement = rank_wrapped(task, ordered, MPICH_RANK)
+        payload, placement = rank_wrapped(task, ordered, MPICH_RANK, fail_fast=self.fail_fast)
         env = compose_env(task, placement)
         argv = [*self.prefix, self.exe, "-n", str(len(slots))]
         if self.emulated:
