@@ -30,8 +30,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tests" / "agent"))  # pmi_helpers: the local spawner
 
-from pilotfish.agent.pmi import PmiServer, spawn_local, wait_local  # noqa: E402
+from pilotfish.agent.pmi import PmiServer  # noqa: E402
+from pmi_helpers import spawn_local, wait_local  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PROGS = REPO / "tests" / "agent" / "pmi_progs"

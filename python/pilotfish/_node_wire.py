@@ -72,7 +72,7 @@ class PmiStart(msgspec.Struct, array_like=True):
     """In a Spawn: a PMI world some of whose ranks the node spawns (launch method `pmi`): its KVS
     name, size, the node of every rank (rank order), this node's ranks as (rank, spawn key),
     and how long a rank may take to reach PMI init. The executor serves their PMI connections
-    (agent/pmi_node.py) and passes each its descriptor."""
+    (agent/pmi/node.py) and passes each its descriptor."""
 
     kvsname: str
     size: int
@@ -94,7 +94,7 @@ PmiValue = Annotated[str, msgspec.Meta(max_length=1024)]  # pmi.VALLEN_MAX
 PmiKeys = Annotated[dict[PmiKey, PmiValue], msgspec.Meta(max_length=1 << 16)]
 # keys and values of one part of a fence, bytes (each key also costs pmi.ENTRY_COST): a
 # fence's keys travel in parts of at most this, both ways, each next part pulled by its
-# receiver (agent/pmi_fence.py) -- no frame holds more, whatever the number of keys
+# receiver (agent/pmi/fence.py) -- no frame holds more, whatever the number of keys
 PMI_PART_BYTES = 128 * 1024
 
 
@@ -116,7 +116,7 @@ PmiStep = Union[PmiPart, PmiPull]
 if TYPE_CHECKING:  # (for the checker: what the executor's PMI server hands over to send)
     EncodedStep = Any
 else:
-    EncodedStep = msgspec.Raw  # a PmiStep, encoded: agent/pmi_fence.py decodes it
+    EncodedStep = msgspec.Raw  # a PmiStep, encoded: agent/pmi/fence.py decodes it
 
 
 class PmiFence(msgspec.Struct, tag="pmi_fence", array_like=True):
@@ -124,7 +124,7 @@ class PmiFence(msgspec.Struct, tag="pmi_fence", array_like=True):
     PmiStep, encoded (msgspec.Raw) -- the first part of the keys they put since the last
     fence, the next part when the agent pulls it, or a pull of the union's next part. The
     agent decodes the step itself, so a step it cannot accept fails that world at once,
-    naming why (agent/pmi_fence.py)."""
+    naming why (agent/pmi/fence.py)."""
 
     kvsname: Name
     epoch: Count
@@ -142,7 +142,7 @@ class PmiFenceDone(msgspec.Struct, tag="pmi_done", array_like=True):
 
 
 class PmiFail(msgspec.Struct, tag="pmi_fail", array_like=True):
-    """node -> agent: a world cannot go on (agent/pmi_node.py: kind abort, error, lost, noinit,
+    """node -> agent: a world cannot go on (agent/pmi/node.py: kind abort, error, lost, noinit,
     timeout), naming the rank (-1: the job) and why."""
 
     kvsname: Name

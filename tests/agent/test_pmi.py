@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from pilotfish.agent import pmi
-from pilotfish.agent.pmi import PmiServer, spawn_local, wait_local
+from pilotfish.agent.pmi import PmiServer
+from pmi_helpers import spawn_local, wait_local  # tests/agent (on sys.path under pytest)
 
 PROGS = Path(__file__).resolve().parent / "pmi_progs"
 BIN = Path(sys.executable).parent

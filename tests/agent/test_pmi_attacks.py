@@ -33,8 +33,8 @@ from mpi_programs import build_hello
 import pilotfish as pf
 from pilotfish import _node_wire as W
 from pilotfish.agent import pmi
-from pilotfish.agent.pmi_node import NodePmi
-from pilotfish.agent.pmi_worlds import PmiWorlds
+from pilotfish.agent.pmi.node import NodePmi
+from pilotfish.agent.pmi.worlds import PmiWorlds
 from pilotfish.agent.tasks import AgentTask
 
 PROGS = Path(__file__).resolve().parent / "pmi_progs"

@@ -238,7 +238,7 @@ class Agent:
         # agent's own node, by the agent (pmi_worlds.py)
         self.pmi = None
         if not self.sim:
-            from .pmi_worlds import PmiWorlds, agent_node, kill_ranks, routes
+            from .pmi.worlds import PmiWorlds, agent_node, kill_ranks, routes
 
             self.pmi = PmiWorlds(
                 agent_node(self.resources), kill_ranks(self.runner), self.nodes, clock.real_mono

@@ -90,7 +90,7 @@ class NodeExecutor:
         self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
         become_subreaper()
         from .pmi import STALE_ENV, STALE_PREFIXES
-        from .pmi_node import NodePmi
+        from .pmi.node import NodePmi
 
         for k in list(os.environ):  # another process manager's identity is not our ranks'
             if k in STALE_ENV or k.startswith(STALE_PREFIXES):

@@ -55,7 +55,7 @@ def executor_step(names: list[str], options: dict, config: str) -> tuple[list[st
         "--kill-on-bad-exit=0",
         "--no-kill",
         "--input=all",
-        "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi_node.py)
+        "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi/node.py)
         python,
         "-m",
         "pilotfish.agent.node",

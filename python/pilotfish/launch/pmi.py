@@ -1,6 +1,6 @@
 """pmi: an MPI task's ranks as plain processes, each given its PMI connection by whoever spawns
 it -- the node executor of its node (agent/node.py) or the agent itself on the agent's node --
-which serves the simple PMI wire protocol (agent/pmi.py). No `srun`, `mpiexec` or `prterun`
+which serves the simple PMI wire protocol (agent/pmi/). No `srun`, `mpiexec` or `prterun`
 per task: a task of the MPICH ABI starts at the executors' speed.
 
 Every rank gets, on top of the placement environment every launcher gives (`PILOTFISH_*`,
@@ -8,7 +8,7 @@ Every rank gets, on top of the placement environment every launcher gives (`PILO
 other end its node's server holds -- nothing listens on a port), PMI_RANK, PMI_SIZE and
 PMI_JOBID (the world's KVS name, 128 random bits, which Slurm's libpmi2 also sends; what
 each node's server tells its ranks, and MPICH names its shared memory after, is a fresh
-name of that node's own: agent/pmi_node.py). Ranks are numbered by node in
+name of that node's own: agent/pmi/node.py). Ranks are numbered by node in
 order of first appearance (`by_node`, as `--host h1:n1,h2:n2` launchers number them), so
 MPICH's PMI_process_mapping is a few blocks.
 
@@ -17,7 +17,7 @@ a PRRTE DVM (launch/mpi_route.py), and one of a known Open MPI program that name
 refused at build; a Python program that did not choose its library gets MPI4PY_LIBMPI=<its
 prefix>/lib/libmpi.so.12. A rank that ends without speaking PMI at all -- a program the pilot
 could not read, routed here by `launcher="pmi"` -- fails its task naming it
-(agent/pmi_worlds.py): never N singletons.
+(agent/pmi/worlds.py): never N singletons.
 
 options: init_timeout (seconds a rank may take to reach PMI init; default 60).
 """
@@ -89,7 +89,7 @@ class Pmi(LaunchMethod):
         uid = _UNSAFE.sub("_", task.uid)[-120:]
         # its KVS name: 128 fresh random bits (nobody else can predict it; each node's server
         # also tells its ranks a fresh name of its own, of which MPICH names its shared memory
-        # there: agent/pmi_node.py)
+        # there: agent/pmi/node.py)
         world = PmiWorld(
             f"pf.{secrets.token_hex(16)}.{uid}.{next(self._seq)}",
             size,

@@ -1,6 +1,6 @@
 """The PMI jobs whose ranks one process spawns: a node executor (agent/node.py) for its node, or
-the agent (agent/pmi_worlds.py) for its own. Glue between the spawner and the PMI server
-(pmi.py): a job per task world, each rank's descriptor and PMI variables for the Rust core,
+the agent (worlds.py) for its own. Glue between the spawner and the PMI server
+(server.py): a job per task world, each rank's descriptor and PMI variables for the Rust core,
 the ranks' ends closed once spawned, fences and failures handed to the owner, the launch
 timeout for PMI init, the job closed once its local ranks are reaped.
 
@@ -14,13 +14,13 @@ Each node serves its part of a world under a name of its own, drawn fresh (128 r
 for it -- the KVS name its ranks are told, of which MPICH names its shared memory on the node
 (/dev/shm/mpich_shm_<FNV-1a of it>_<node>): another user cannot predict one node's from
 another's nor the next world's, and a name whose shared memory exists gets a fresh one
-(pmi.PmiServer.add_job). The world's own name (kvsname) is what the owner and the node wire
+(mpich.pick_name). The world's own name (kvsname) is what the owner and the node wire
 know it by.
 
 on_fence(kvsname, epoch, step): this node's ranks all entered fence `epoch` (a world whose
 ranks all live here completes its fences itself: no owner round trip). A node executor's
 (wire=True) sends its keys in bounded parts, each step an encoded PmiFence payload
-(pmi_fence.py): the first part at once, each next when the owner pulls it; the union comes
+(fence.py): the first part at once, each next when the owner pulls it; the union comes
 back the same way, through fence_done. The agent's own (wire=False) hands its whole
 contribution over as a dict and takes the union's parts through fence_part.
 
@@ -40,9 +40,11 @@ from collections.abc import Callable, Sequence
 
 from typing import Any
 
-from .. import _node_wire as W
-from .pmi import PmiJob, PmiServer, core_rank
-from .pmi_fence import FenceError, decode, part, pull, split
+from ... import _node_wire as W
+from .env import core_rank
+from .fence import FenceError, decode, part, pull, split
+from .job import PmiJob
+from .server import PmiServer
 
 log = logging.getLogger("pilotfish.pmi")
 

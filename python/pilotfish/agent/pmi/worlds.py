@@ -1,6 +1,6 @@
 """The agent's side of MPI tasks without a launcher (launch method `pmi`): one *world* per task
 attempt, whose ranks are served by the PMI server of the process that spawns them -- a node
-executor (agent/node.py) for its node, the agent's own (a NodePmi, agent/pmi_node.py) for the
+executor (agent/node.py) for its node, the agent's own (a NodePmi, node.py) for the
 agent's node.
 
     placed task ──► TaskRunner.launch: specs per rank, keys ──► PmiWorlds.prepare
@@ -8,14 +8,14 @@ agent's node.
         other nodes:  a PmiStart rides in the node's Spawn frame; its executor does the same
     rank: PMI init, put ... fence ──► its node's server (when ALL its local ranks arrived):
         its keys in bounded parts, PmiFence ──► PmiWorlds.on_fence: each part counted against
-        the world's cap as it arrives (pmi_fence.Gather) ── every node of the world in? ──►
+        the world's cap as it arrives (fence.Gather) ── every node of the world in? ──►
         the union's parts, PmiFenceDone, to each node ──► ranks answered, gets served
     a world whose ranks all live on one node completes its fences there: no round trip
 
 Failures, each failing the task alone, naming the rank and its node, every other rank killed
 (SIGKILL) on every node: a rank that exits non-zero or is killed (reaped by its spawner:
 `rank_exit`), `MPI_Abort` (PMI abort, with its message), a malformed or oversized PMI input
-(that world only: bounded buffers, pmi.py), a world whose keys and values, all nodes
+(that world only: bounded buffers, engine.py), a world whose keys and values, all nodes
 together, would pass max_kvs_bytes (the contribution that would, as it arrives: nothing is
 merged or sent back), a fence frame that cannot be accepted (at once), a rank that does not
 reach PMI init within the launch method's init_timeout, a rank that exits or closes its
@@ -36,15 +36,15 @@ from typing import Any
 
 import msgspec
 
-from .. import _node_wire as W
-from .. import states as S
-from ..launch.direct import remote_nodes
-from ..launch.mpi_abi import MPICH, program_mpi
-from .executor import signal_name
-from .pmi import MAX_KVS_BYTES
-from .pmi_fence import FenceError, Gather
-from .pmi_node import NodePmi
-from .tasks import AgentTask
+from ... import _node_wire as W
+from ... import states as S
+from ...launch.direct import remote_nodes
+from ...launch.mpi_abi import MPICH, program_mpi
+from ..executor import signal_name
+from ..tasks import AgentTask
+from .fence import FenceError, Gather
+from .node import NodePmi
+from .wire import MAX_KVS_BYTES
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -59,7 +59,7 @@ class World:
         self.kvsname = kvsname
         self.nodes = nodes  # the node of every rank (rank order)
         self.places = places  # node executors serving its ranks; HERE: the agent
-        self.gather: Gather | None = None  # its fences (pmi_fence.py), once prepared
+        self.gather: Gather | None = None  # its fences (fence.py), once prepared
         self.failed: str | None = None
         self.weak = False  # failed for a reason a rank's own exit may name better
 

@@ -1,6 +1,6 @@
 """A PMI world's fences across nodes, in bounded parts, checked against the world's cap where
-they are merged (issue 47): what the agent (pmi_worlds.py) and the node executors' PMI
-servers (pmi_node.py) exchange when every local rank of a world entered a fence.
+they are merged (issue 47): what the agent (worlds.py) and the node executors' PMI
+servers (node.py) exchange when every local rank of a world entered a fence.
 
     node: its ranks' new keys -> split() into parts of at most PART_BYTES
           part 0 ──PmiFence──► agent          (unasked: a fence of one part costs one message)
@@ -12,11 +12,11 @@ servers (pmi_node.py) exchange when every local rank of a world entered a fence.
 The union is the nodes' parts in the order they arrived (a later part's key wins, as the
 dict update of a whole merge did). What the agent holds of a world is its parts, at most the
 cap (keys and values, all nodes together, each key charged ENTRY_COST more, as a node's own
-server charges them: pmi.py) + the part in hand -- the contribution that would take the world
+server charges them: job.py) + the part in hand -- the contribution that would take the world
 past its cap fails it as it arrives, naming the cap, the size and the node, before anything
 is merged or sent back. In flight at once: the first part of each node that entered the fence,
 one pulled part, and one part of the union per node. A node's server holds its own keys until
-they are pulled and the union as its parts come: each bounded by the cap too (pmi.PmiJob).
+they are pulled and the union as its parts come: each bounded by the cap too (job.PmiJob).
 
 Steps are encoded here (msgspec.Raw inside the wire's PmiFence / PmiFenceDone,
 _node_wire.py): a step that does not decode -- a part over the wire's bounds, garbage -- is a
@@ -30,11 +30,11 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from .. import _node_wire as W
-from .pmi import ENTRY_COST
+from ... import _node_wire as W
+from .wire import ENTRY_COST
 
 PART_BYTES = W.PMI_PART_BYTES
-HERE = ""  # the place of ranks the agent serves itself (pmi_worlds.HERE)
+HERE = ""  # the place of ranks the agent serves itself (worlds.HERE)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(W.PmiStep)
@@ -45,7 +45,7 @@ class FenceError(Exception):
 
 
 def charge(key: str, value: str) -> int:
-    """What a key costs a key-value space: its text and ENTRY_COST (pmi.py's rule)."""
+    """What a key costs a key-value space: its text and ENTRY_COST (job.py's rule)."""
     return len(key) + len(value) + ENTRY_COST
 
 

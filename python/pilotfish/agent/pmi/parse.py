@@ -1,4 +1,4 @@
-"""Reading the simple PMI wire protocol (agent/pmi.py's server): PMI-1 lines and PMI-2 frames
+"""Reading the simple PMI wire protocol (the engine's, engine.py): PMI-1 lines and PMI-2 frames
 taken apart into key=value pairs, and the error a rank's bad input raises (its job fails with
 it). Every text from a rank that reaches a reason goes through show(): bounded, escaped."""
 
