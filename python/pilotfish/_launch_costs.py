@@ -75,7 +75,7 @@ DEFAULT_MODEL: dict[str, dict[str, float]] = {
         "hang_s": 0.0,
     },
 }
-for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun"):
+for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun", "pmix"):
     DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
 
 

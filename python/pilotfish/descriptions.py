@@ -37,6 +37,7 @@ LAUNCHERS = (
     "aprun",
     "nodes",
     "pmi",
+    "pmix",
 )
 # transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
 # archive, carried across, and unpacked at the target (one file to move instead of many)

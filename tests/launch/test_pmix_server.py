@@ -18,7 +18,10 @@ from pilotfish.launch import LaunchError
 from pilotfish.launch.mpirun import MCA_DEFAULTS, openmpi_env
 from pilotfish.launch.pmix import PmixHelper, available
 
-pytestmark = pytest.mark.skipif(not available(), reason="needs python3-pmix (OpenPMIx binding)")
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.skipif(not available(), reason="needs python3-pmix (OpenPMIx binding)"),
+]
 
 VENV = Path(sys.prefix)
 PY = str(VENV / "bin" / "python")

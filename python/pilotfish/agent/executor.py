@@ -440,6 +440,8 @@ class TaskRunner(Runner):
                 pmi.rank_exit(t, rank, code, sig)  # (a bad end: the other ranks are killed)
                 if not t.running:
                     pmi.finished(t)
+            elif (code or sig) and getattr(t.lm, "names_ranks", False):
+                self._rank_failed(t, rank, code, sig)
             if profile:
                 events.append((t_exit, t.spec.uid, E.EXEC_STOP, str(-sig if sig else code)))
             if t.running == 0:
@@ -447,6 +449,18 @@ class TaskRunner(Runner):
                     t.exit_code = -t.signal if t.signal else 0  # as subprocess does
                 finished.append(t)
         return finished, events, aux_exits
+
+    def _rank_failed(self, t: AgentTask, rank: int, code: int, sig: int) -> None:
+        """A rank of a launch method that `names_ranks` (pmix: one MPI world) ended badly: the
+        task fails naming it (the first one), and its other ranks, which would wait for it
+        forever, are killed."""
+        if t.reason is not None or t.kill_reason is not None:
+            return  # (a second end, or one we caused: the first says why)
+        how = f"was killed by {signal_name(sig)}" if sig else f"exited with code {code}"
+        t.reason = f"rank {rank} {how}"
+        if t.running:
+            t.reason += "; the task's other ranks were killed"
+            self.kill([t], _signal.SIGKILL)
 
     def kill(self, tasks: list[AgentTask], sig: int = _signal.SIGTERM) -> None:
         """Signal the tasks' process groups. Tasks of supervised launch methods (prrte) are

@@ -58,6 +58,8 @@ class LaunchWiring:
         lm.mono = self.clock.mono  # its deadlines on the agent's clock
         if name in ("nodes", "pmi"):
             lm.link = self.nodes  # type: ignore[attr-defined]  # NodesLaunch's (None: no executors on this pilot; begin() says so)
+        if name == "pmix":
+            self.table.ended.append(lm)  # (a task's end lets its worlds' namespaces go)
         if lm.launch_retries or isinstance(lm, SupervisedLaunchMethod):
             if p.supervisor is None:
                 p.supervisor = Supervisor(self.table, p)

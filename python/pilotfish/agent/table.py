@@ -31,6 +31,7 @@ from .._inert import one_line
 from .._mpi import stderr_reason
 from .._paths import task_cwd
 from .._staging import stage
+from ..launch.mpi_route import pmix_routes
 from ..launch.mpi_route import route as mpi_route
 from .checks import check_spec, misfit_reason
 from .containment import kill_marked
@@ -85,6 +86,7 @@ class TaskTable:
         # a multi-rank task of the MPICH ABI that names no launcher goes to "pmi"
         # (pmi_worlds.routes: a real pilot whose other nodes have executors)
         self.pmi_route = False
+        self.pmix_route = pmix_routes(desc, resources)  # ... of Open MPI to "pmix" (local)
         self.nodes: Any = None
         self.partitions = partitions  # (the agent's list: elastic.py grows and shrinks it)
         self.sim = sim
@@ -213,9 +215,8 @@ class TaskTable:
             try:
                 if spec.ranks > 1 and spec.launcher is None and not self.sim:
                     # one world per MPI task: its MPI's launcher (launch/mpi_route.py)
-                    spec = t.spec = mpi_route(
-                        spec, self.cwd_of(spec), self.pmi_route, self.desc.get("launcher")
-                    )
+                    how = (self.pmi_route, self.desc.get("launcher"), self.pmix_route)
+                    spec = t.spec = mpi_route(spec, self.cwd_of(spec), *how)
                 if spec.ranks > 1 and spec.launcher is None and self._mpi_launcher is not False:
                     spec = t.spec = self._with_mpi_launcher(spec)
                 problem = check_spec(spec, shapes, self.tasks_dir, self.sandbox, self.misfits)

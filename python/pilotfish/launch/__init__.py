@@ -21,20 +21,19 @@ from .mpiexec import Mpiexec
 from .mpirun import Mpirun
 from .nodes import NodesLaunch
 from .pmi import Pmi
+from .pmix import Pmix
 from .prrte import Prrte
 from .srun import Srun
 from .ssh import Ssh
 
-LAUNCHERS: dict[str, type[LaunchMethod]] = {
-    cls.name: cls
-    for cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodesLaunch, Pmi)
-}
+_ALL = (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodesLaunch, Pmi, Pmix)
+LAUNCHERS: dict[str, type[LaunchMethod]] = {cls.name: cls for cls in _ALL}
 
 
 def get_launcher(name: str, resources: Any, options: dict | None = None) -> LaunchMethod:
     """A launch method by name ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte",
-    "flux", "jsrun", "aprun", "nodes", "pmi"). Raises LaunchError for an unknown name or one that
-    cannot work with these resources."""
+    "flux", "jsrun", "aprun", "nodes", "pmi", "pmix"). Raises LaunchError for an unknown name
+    or one that cannot work with these resources."""
     cls = LAUNCHERS.get(name)
     if cls is None:
         raise LaunchError(f"unknown launcher {name!r}; expected one of {', '.join(LAUNCHERS)}")

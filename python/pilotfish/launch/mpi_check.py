@@ -24,6 +24,7 @@ SPEAKS = {  # the MPI whose ranks a launcher can make one world
     "srun": None,  # (either: srun.py chooses --mpi per program, and refuses what it cannot)
     "prrte": OPENMPI,
     "mpirun": OPENMPI,
+    "pmix": OPENMPI,
 }
 # in the ranks' environment on plain paths (mpi_route.py); a name, never a server
 SINGLETON_GUARD = {"PMIX_NAMESPACE": "pilotfish.no-mpi-launcher"}
@@ -79,7 +80,7 @@ def check(method: str, task: Any, cwd: str | None = None) -> dict[str, str]:
     if speaks is None:
         why = f"launcher '{method}' starts its {task.ranks} ranks as plain processes"
     elif speaks == OPENMPI:
-        why = f"launcher '{method}' serves PMIx (PRRTE), which {saw} does not speak"
+        why = f"launcher '{method}' serves PMIx, which {saw} does not speak"
     else:
         why = f"launcher '{method}' serves PMI, and {saw} speaks only PMIx"
     raise LaunchError(

@@ -4,7 +4,8 @@ A multi-rank task's ranks are ONE MPI world only where the launcher speaks its M
 protocol; anywhere else each rank's MPI_Init makes a world of its own (a singleton) and N
 copies of "rank 0 of 1" end DONE. The MPI is read from the program (launch/mpi_abi.py):
 
-    program         | pmi, mpiexec      | srun              | prrte, mpirun     | direct, nodes
+    program         | pmi, mpiexec      | srun              | prrte, mpirun,    | direct, nodes
+                    |                   |                   | pmix              |
     ----------------+-------------------+-------------------+-------------------+--------------
     MPICH ABI       | one world         | one world (pmi2)  | refused at build  | refused
     Open MPI        | refused at build  | pmix, or refused  | one world         | refused
@@ -16,8 +17,11 @@ library; (*) a Python program gets its lib too; ssh: refused as direct, not guar
 
 - `route()` (the agent, when a task arrives): a multi-rank task of a known MPI that names no
   launcher is given the path of its MPI -- MPICH: `pmi` where the pilot routes there
-  (agent/pmi_worlds.routes), Open MPI: `prrte` (a DVM the agent starts on first need) or
-  else Open MPI's `mpirun`; on a pilot that names its launcher, that launcher, whose build
+  (agent/pmi_worlds.routes), Open MPI: `pmix` (the pilot's own OpenPMIx server, launch/pmix.py)
+  where every rank is on the agent's host (a local pilot: `pmix_routes`) and OpenPMIx's Python
+  binding is installed, else `prrte` (a DVM the agent starts on first need) or else Open MPI's
+  `mpirun` -- and where none of them is, `pmix` still, whose start refuses it naming the
+  package to install (python3-pmix); on a pilot that names its launcher, that launcher, whose build
   says whether it can (the pilot's single-node shortcut to plain processes, `nodes`, never
   takes a known MPI program). A program the pilot cannot read (a script, a Python
   interpreter, a shell) goes to the launcher a pilot names when that is an MPI launcher --
@@ -42,13 +46,15 @@ MPICH there ("Found both env vars PMI_SIZE and PMIX_NAMESPACE").
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
 
 from .mpi_abi import MPICH, opaque, program_mpi
+from .pmix import available as pmix_available
 
-MPI_LAUNCHERS = ("pmi", "mpiexec", "srun", "prrte", "mpirun")
+MPI_LAUNCHERS = ("pmi", "mpiexec", "srun", "prrte", "mpirun", "pmix")
 
 _openmpi_launcher: list[str | None] = []
 
@@ -70,10 +76,22 @@ def openmpi_launcher() -> str | None:
     return _openmpi_launcher[0]
 
 
-def route(spec: Any, cwd: str | None, pmi: bool, pilot_launcher: str | None) -> Any:
+def pmix_routes(desc: dict, resources: Any) -> bool:
+    """May this pilot send a multi-rank Open MPI task that names no launcher to `pmix`? A
+    local pilot (every rank on the agent's host) whose description names no launcher; not
+    when PILOTFISH_PMIX=0 (what a benchmark's baseline sets)."""
+    if desc.get("launcher") or os.environ.get("PILOTFISH_PMIX", "1").strip() in ("0", "off"):
+        return False
+    return getattr(resources, "source", None) in ("local", "declared")
+
+
+def route(
+    spec: Any, cwd: str | None, pmi: bool, pilot_launcher: str | None, pmix: bool = False
+) -> Any:
     """The task (a multi-rank one that names no launcher) with the launcher of its MPI, or as
     it is when its program is not known to be MPI (module docstring). pmi: this pilot runs
-    MPICH worlds itself (agent/pmi_worlds.routes); pilot_launcher: the pilot's named one."""
+    MPICH worlds itself (agent/pmi_worlds.routes); pilot_launcher: the pilot's named one;
+    pmix: this pilot may run Open MPI worlds itself (pmix_routes)."""
     kind = program_mpi(
         spec.executable or "", list(spec.arguments or ()), dict(spec.environment or {}), cwd
     )
@@ -86,6 +104,8 @@ def route(spec: Any, cwd: str | None, pmi: bool, pilot_launcher: str | None) -> 
         name: str | None = pilot_launcher
     elif kind == MPICH:
         name = "pmi" if pmi else None
+    elif pmix and pmix_available():
+        name = "pmix"
     else:
-        name = openmpi_launcher()
+        name = openmpi_launcher() or ("pmix" if pmix else None)  # (pmix: refused, named)
     return msgspec.structs.replace(spec, launcher=name) if name else spec
