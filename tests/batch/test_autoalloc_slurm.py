@@ -194,3 +194,77 @@ def test_a_task_that_would_outlive_its_pilot_gets_the_next_allocation_ahead(slur
     subs = [d for n, d in mine if n == E.ALLOC_SUBMIT]
     assert len(subs) == 2 and "1 would outlive the walltime the running pilots" in subs[1], subs
     print(subs, [(p.uid, p.history) for p in pol.pilots])
+
+
+def test_a_queued_allocation_no_longer_needed_is_canceled_in_slurm(slurm, tmp_path):
+    """Two hosts held by another job: the policy's first pilot runs on the other two, its
+    second waits in Slurm's queue (PENDING). Once the first has taken every waiting task,
+    nothing needs the second: after the idle timeout it is canceled -- gone from squeue --
+    and every task is DONE on the first."""
+    blocker = (
+        subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-N",
+                "2",
+                "-t",
+                "5",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 300",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while _squeue_state(blocker) != "RUNNING":
+            assert time.monotonic() < deadline, "the blocking job never ran"
+            time.sleep(0.3)
+        tmpl = pf.PilotDescription(
+            resource="slurm", nodes=2, cores_per_node=slurm.cpus, runtime="10m"
+        )
+        with pf.Session(path=tmp_path / "s") as s:
+            pmgr = pf.PilotManager(s)
+            pol = pmgr.autoalloc(
+                tmpl, max_pilots=2, idle_timeout=f"{IDLE_S}s", max_nodes=4, tick="0.3s"
+            )
+            tmgr = pf.TaskManager(s)
+            tmgr.add_pilots(pol)
+            n = 3 * 2 * slurm.cpus  # three times what one pilot holds: a second is asked for
+            tasks = tmgr.submit_tasks(
+                [pf.TaskDescription(executable="/bin/sleep", arguments=["1"]) for _ in range(n)]
+            )
+            deadline = time.monotonic() + 60
+            while len(pol.pilots) < 2:
+                assert time.monotonic() < deadline, pol.status
+                time.sleep(0.2)
+            second = pol.pilots[1]
+            job = str(second._job.native_id)
+            assert _squeue_state(job) == "PENDING", _squeue_state(job)
+            assert tmgr.wait_tasks(timeout=120) == [pf.DONE] * n
+            assert second.wait(timeout=30) == pf.CANCELED, (second.state, second.reason)
+            assert "queued, and no waiting task needs it" in second.reason, second.reason
+            assert {t.pilot for t in tasks} == {pol.pilots[0].uid}
+            deadline = time.monotonic() + 15
+            while _squeue_state(job) is not None:  # Slurm let it go
+                assert time.monotonic() < deadline, _squeue_state(job)
+                time.sleep(0.3)
+            assert pol.pilots[0].wait(timeout=30) == pf.DONE
+            cancels = [d for _, u, n_, d in _events(s) if u == pol.uid and n_ == E.ALLOC_CANCEL]
+            assert len(cancels) == 1 and cancels[0].startswith(second.uid), cancels
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+
+
+def _squeue_state(job: str) -> str | None:
+    out = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=20
+    ).stdout.strip()
+    return out or None
