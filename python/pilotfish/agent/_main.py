@@ -40,6 +40,7 @@ from .node_runner import NodeRunner
 from .nodes import NodeLink
 from .launching import LaunchWiring
 from .partition import FAILED, Launchers, make_partitions, rebalance
+from .pmi.env import clean_environment
 from .ports import StopWhy
 from .reports import Reports
 from .resume import resync
@@ -124,7 +125,7 @@ class Agent:
                     ),
                 )
 
-        base_env = dict(os.environ)
+        base_env = clean_environment(os.environ)  # (not its own step's identity: pmi/env.py)
         base_env.update(desc.get("environment") or {})
         base_env["PILOTFISH_PILOT_UID"] = self.uid
         base_env["PILOTFISH_SANDBOX"] = self.sandbox

@@ -89,11 +89,11 @@ class NodeExecutor:
         self.fence_after = float(config.get("fence_after_s") or 0) or None
         self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
         become_subreaper()
-        from .pmi import STALE_ENV, STALE_PREFIXES
+        from .pmi import stale
         from .pmi.node import NodePmi
 
         for k in list(os.environ):  # another process manager's identity is not our ranks'
-            if k in STALE_ENV or k.startswith(STALE_PREFIXES):
+            if stale(k):  # (and the executors' own srun step: SLURM_PROCID ...)
                 del os.environ[k]
         self.core = _core.Executor(None, exit_log=os.path.join(self.dir, "exits"))
         # the PMI server of this node's ranks of MPI tasks (launch method `pmi`)

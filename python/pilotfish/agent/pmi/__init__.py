@@ -58,7 +58,15 @@ import fence, node and worlds from their own modules.
 import secrets
 
 from .engine import Engine
-from .env import RANK_FD, STALE_ENV, STALE_PREFIXES, clean_environment, core_rank, rank_environment
+from .env import (
+    RANK_FD,
+    STALE_ENV,
+    STALE_PREFIXES,
+    clean_environment,
+    core_rank,
+    rank_environment,
+    stale,
+)
 from .job import PmiJob
 from .mpich import SHM_DIR, mpich_world_id, process_mapping
 from .parse import PmiProtocolError

@@ -25,16 +25,65 @@ STALE_ENV = (
 )
 STALE_PREFIXES = ("PMIX_",)
 
+# the identity of the step and task the agent (or a node executor) itself runs as, which every
+# task would otherwise inherit -- on the default path rank 1 of a 4-host world read
+# SLURM_PROCID=0 SLURM_NTASKS=3 (its node executors' srun step) -- and of another process
+# manager's rank (PMI_RANK, OMPI_COMM_WORLD_RANK ...). Job-level variables stay (SLURM_JOB_ID,
+# SLURM_JOB_NODELIST, SLURM_CONF, SLURM_NTASKS_PER_NODE, SLURM_MPI_TYPE ...): srun and hydra
+# read them to start steps in the pilot's allocation; the owner's settings stay too
+# (OMPI_MCA_*, and whatever a description's `environment` sets, applied after this).
+STEP_ENV = (
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_TASK_PID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_STEPID",
+    "SLURM_GTIDS",
+    "SLURM_SRUN_COMM_HOST",
+    "SLURM_SRUN_COMM_PORT",
+    "SLURM_LAUNCH_NODE_IPADDR",
+    "SLURM_DISTRIBUTION",
+    "SLURM_PRIO_PROCESS",
+    "SLURM_UMASK",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_FD",
+    "PMI_JOBID",
+    "PMI_APPNUM",
+    "PMI_LOCAL_RANK",
+    "PMI_LOCAL_SIZE",
+    "OMPI_UNIVERSE_SIZE",
+    "OMPI_APP_CTX_NUM_PROCS",
+    "OMPI_NUM_APP_CTX",
+    "OMPI_FIRST_RANKS",
+    "OMPI_ARGV",
+    "OMPI_COMMAND",
+    "OMPI_FILE_LOCATION",
+)
+STEP_PREFIXES = ("SLURM_STEP_", "SLURM_CPU_BIND", "OMPI_COMM_WORLD_")
+
 # the descriptor a rank holds its connection as when the Rust core spawns it: the core's
 # pass_fd (`_core.Executor.spawn_batch`, a spec's 8th field) puts it there by default
 RANK_FD = 3
 
 
+def stale(name: str) -> bool:
+    """Whether a variable of the agent's (or a node executor's) own environment names another
+    process manager or its own step and task (STALE_*, STEP_*): no task inherits it."""
+    return (
+        name in STALE_ENV
+        or name in STEP_ENV
+        or name.startswith(STALE_PREFIXES)
+        or name.startswith(STEP_PREFIXES)
+    )
+
+
 def clean_environment(base: Mapping[str, str]) -> dict[str, str]:
-    """`base` without another process manager's variables (STALE_ENV, STALE_PREFIXES)."""
-    return {
-        k: v for k, v in base.items() if k not in STALE_ENV and not k.startswith(STALE_PREFIXES)
-    }
+    """`base` without another process manager's variables nor those of the step it runs in
+    (stale())."""
+    return {k: v for k, v in base.items() if not stale(k)}
 
 
 def rank_environment(
