@@ -8,10 +8,11 @@ whose CpuModel charges them) import neither each other.
 Costs are CPU seconds of the process that pays them (agent/simulation.py says when each is
 charged):
     frame_s          a frame the agent receives or sends: a Submit from the client, a launch
-                     frame to a node executor (one per node per launch round), a node's exit
-                     frame (one per node per instant its tasks end), the Updates frame of a
-                     round that finds the process idle (a round that arrives while it is
-                     busy joins the round in progress: no frame of its own)
+                     frame to a node executor (one per node per launch round) and its
+                     Spawned reply, a node's exit frame (one per node per instant its tasks
+                     end) and its acknowledgment (one per node per ACK_S), the Updates frame
+                     of a round that finds the process idle (a round that arrives while it
+                     is busy joins the round in progress: no frame of its own)
     accept_s         a task accepted (checked, queued, bound to its partition)
     launch_s         a task placed and launched (besides its frames or its spawn)
     end_s            a task's end reaped, released, finalized and reported
@@ -30,6 +31,12 @@ charged):
     subagents        false: one agent process (one CPU timeline); true: each partition has a
                      sub-agent process of its own (its own timeline, its own nodes'
                      heartbeats) under a root charged route_s per routed frame
+
+Fitted per machine (fit_cpu): `bench/bench_sim_vs_real.py --fit FILE` measures the real
+agent's CPU (per process, its threads' schedstat) on local pilots of emulated node
+executors -- idle at two sizes, per task in two workloads of different frames per task --
+and writes the costs as FILE's "cpu": a launch model (`pilotfish simulate --launch-model
+FILE`, `launch_model=FILE`) whose costs the simulated agent then charges.
 """
 
 from __future__ import annotations
@@ -118,4 +125,41 @@ def load_cpu(costs: dict | None) -> dict[str, Any]:
     """The defaults, overridden by `costs` (checked already)."""
     out = dict(DEFAULT_CPU)
     out.update(costs or {})
+    return out
+
+
+TASK_SPLIT = {"accept_s": 10 / 35, "launch_s": 15 / 35, "end_s": 10 / 35}  # (of a task's cost)
+
+
+def fit_cpu(idle: list[tuple[int, float]], runs: list[tuple[float, float]]) -> dict[str, float]:
+    """The CPU costs fitted from a real agent's CPU, measured per process on this machine
+    (bench/bench_sim_vs_real.py --fit):
+        idle  (beating nodes, CPU seconds per second with nothing to do) of pilots of two or
+              more sizes -- beating nodes: its node executors, at most agent/nodes.BEATS_PER_S
+              -> idle_s + beat_per_node_s x nodes (least squares)
+        runs  (CPU seconds per task beyond the idle rate, frames per task as the CPU model
+              counts them for that same workload) of two or more workloads of different
+              frames per task -> a task's cost + frame_s x frames (least squares); the task's
+              cost split over accept_s, launch_s, end_s as TASK_SPLIT (not separable here)
+    Only these costs: spawn_s and route_s are not measured by these runs (the defaults stay).
+    ValueError if the points cannot separate the costs, or the fit gives one out of range."""
+    out = {}
+    for name, pts, (a_key, b_key) in (
+        ("idle", idle, ("idle_s", "beat_per_node_s")),
+        ("runs", runs, ("task_s", "frame_s")),
+    ):
+        if len(pts) < 2 or len({round(x, 9) for x, _ in pts}) < 2:
+            raise ValueError(f"{name}: need points at two or more different x, got {pts!r}")
+        n = len(pts)
+        mx = sum(x for x, _ in pts) / n
+        my = sum(y for _, y in pts) / n
+        slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+        out[a_key], out[b_key] = my - slope * mx, slope
+    for k in ("idle_s", "beat_per_node_s", "task_s", "frame_s"):
+        if not finite_cost(out[k]):
+            raise ValueError(f"fitted {k} = {out[k]!r}: not a cost (>= 0); measure again")
+    if out["idle_s"] >= 1:
+        raise ValueError(f"fitted idle_s = {out['idle_s']!r}: must be < 1")
+    task = out.pop("task_s")
+    out.update({k: task * share for k, share in TASK_SPLIT.items()})
     return out

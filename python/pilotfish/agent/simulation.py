@@ -29,8 +29,13 @@ ended, the heartbeats of its node executors -- on a timeline of its own (Timelin
 first served, at the speed its idle load leaves). A launch is made when its process's
 timeline gets to it (its latency counts from then), a task's end is seen (its slots released,
 its final state reported) when the timeline has reaped it: a saturated agent caps the
-throughput and shows in TTX and RU. With `subagents` each partition's sub-agent has its own
-timeline and nodes, under a root charged per routed frame.
+throughput and shows in TTX and RU. A round is modeled as the real agent's: every task's
+launch work, then one launch frame per node executor (a node's tasks of the round start
+when it is sent, so they end together and come back in one exit frame), each with its
+Spawned reply; exits acknowledged once per node per nodes.ACK_S. With `subagents` each
+partition's sub-agent has its own timeline and nodes, under a root charged per routed frame.
+Once every task has ended, agent.log says what the model charged (CPU_LOG: tasks, frames,
+CPU seconds per process) -- what a fit of the costs counts (bench/bench_sim_vs_real.py).
 
 Launch model (`launch_model=` a dict or a JSON file; unknown methods or negative costs are
 rejected at submit), per launch method:
@@ -52,6 +57,7 @@ BENCHMARKS.md names the runs).
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 import math
 import random
@@ -61,7 +67,7 @@ from typing import Any
 from .. import _events as E
 from .. import _wire
 from ..launch.base import LaunchMethod
-from .nodes import BEATS_PER_S
+from .nodes import ACK_S, BEATS_PER_S
 from .ports import Runner
 
 log = logging.getLogger("pilotfish.agent")
@@ -69,6 +75,7 @@ log = logging.getLogger("pilotfish.agent")
 SIM_POLL_S = 0.002  # while jumping, the client's socket is polled at most this often (real s)
 MIN_SPEED = 0.05  # a process whose idle load leaves less runs its work at this speed (logged)
 NODE_LAUNCHERS = ("nodes", "pmi")  # launches sent to node executors (no process spawned)
+CPU_LOG = "simulated CPU, all tasks ended:"  # agent.log: what the CPU model charged so far
 
 
 def next_event(runner: Any, table: Any, launchers: Any, clock: Any, drain_at: float) -> float:
@@ -148,6 +155,8 @@ class CpuModel:
         beat = c["beat_per_node_s"] if node_executors else 0.0
         idle = c["idle_s"]
         self.subagents = bool(costs["subagents"])
+        self.count = {"accepted": 0, "launched": 0, "spawns": 0, "ended": 0, "frames": 0}
+        self.acked: dict[str, float] = {}  # node -> when its exits were last acknowledged
         if self.subagents:
             self.root: Timeline | None = Timeline("root", idle)
             self.lines = [
@@ -180,46 +189,60 @@ class CpuModel:
                 per[tl] = per.get(tl, 0) + 1
             for tl, n in per.items():
                 tl.run(at, self.frame_s + n * self.accept_s)
+                self.count["accepted"] += n
+                self.count["frames"] += 1
         elif self.root is None:
             self.lines[0].run(at, self.frame_s)
+            self.count["frames"] += 1
 
     def launched(self, tasks: list, mono: float) -> list[float]:
-        """Tasks launched in one round at `mono`: when each one's process has launched it
-        (one after another; a launch frame per node executor, else a spawn), then the
-        round's Updates frame, if the round found its process idle."""
-        done = []
-        framed: dict[Timeline, set] = {}
+        """Tasks launched in one round at `mono`: when each one's process has launched it.
+        As the real agent's round: every task's launch work first (a spawn: spawned then),
+        then one launch frame per node executor (node by node: a node's tasks start when its
+        frame is sent, so they end together), the nodes' Spawned replies, and the round's
+        Updates frame if the round found its process idle."""
+        done = [0.0] * len(tasks)
+        lines = [self.line(t.partition) for t in tasks]
+        nodes: dict[Timeline, dict[str, list[int]]] = {}
         idle: dict[Timeline, bool] = {}
-        frame_s, launch_s, spawn_s = self.frame_s, self.launch_s, self.spawn_s
-        for t in tasks:
-            tl = self.line(t.partition)
-            nodes = framed.get(tl)
-            if nodes is None:
-                nodes = framed[tl] = set()
+        for tl in lines:
+            if tl not in idle:
                 idle[tl] = tl.free_at <= mono
-            cost = launch_s
+                nodes[tl] = {}
+        launch_s, spawn_s = self.launch_s, self.spawn_s
+        n = self.count
+        for i, t in enumerate(tasks):
+            tl = lines[i]
+            per = nodes[tl]
             if t.lm.name in NODE_LAUNCHERS:
+                done[i] = tl.run(mono, launch_s)
                 for s in t.slots:
-                    if s.node not in nodes:
-                        nodes.add(s.node)
-                        cost += frame_s
+                    per.setdefault(s.node, []).append(i)
             else:
-                cost += spawn_s
-            done.append(tl.run(mono, cost))
-        for tl, was_idle in idle.items():
-            if was_idle:
-                tl.run(mono, frame_s)
+                done[i] = tl.run(mono, launch_s + spawn_s)
+                n["spawns"] += 1
+        n["launched"] += len(tasks)
+        frame_s = self.frame_s
+        for tl, per in nodes.items():
+            for idx in per.values():  # the launch frame to each node, one after another
+                sent = tl.run(mono, frame_s)
+                for i in idx:
+                    done[i] = sent if sent > done[i] else done[i]
+            frames = len(per) * 2 + (1 if idle[tl] else 0)  # (+ their Spawned, + Updates)
+            tl.run(mono, (frames - len(per)) * frame_s)
+            n["frames"] += frames
         return done
 
     def reaped(self, ended: list[tuple[float, Any]]) -> list[float]:
         """Tasks whose payloads ended, (end, task) in end order: when each is seen by its
-        process -- a node's exit frame per node, end_s each, the round's Updates frame if it
-        finds the process idle -- all of a process's at once (one round)."""
+        process -- a node's exit frame per node, its acknowledgment (one per node per
+        ACK_S), end_s each, the round's Updates frame if it finds the process idle -- all
+        of a process's at once (one round)."""
         groups: dict[Timeline, list[int]] = {}
         for i, (_, t) in enumerate(ended):
             groups.setdefault(self.line(t.partition), []).append(i)
         seen = [0.0] * len(ended)
-        frame_s = self.frame_s
+        frame_s, acked = self.frame_s, self.acked
         for tl, idx in groups.items():
             at = ended[idx[-1]][0]
             nodes: set[str] = set()
@@ -227,13 +250,29 @@ class CpuModel:
                 t = ended[i][1]
                 if t.lm is not None and t.lm.name in NODE_LAUNCHERS:
                     nodes.update(s.node for s in t.slots)
-            cost = len(idx) * self.end_s + len(nodes) * frame_s
+            frames = len(nodes)
+            for node in nodes:
+                if at - acked.get(node, -math.inf) >= ACK_S:
+                    acked[node] = at
+                    frames += 1
             if tl.free_at <= at:
-                cost += frame_s
-            when = tl.run(at, cost)
+                frames += 1
+            when = tl.run(at, len(idx) * self.end_s + frames * frame_s)
+            self.count["ended"] += len(idx)
+            self.count["frames"] += frames
             for i in idx:
                 seen[i] = when
         return seen
+
+    def counts(self) -> dict[str, Any]:
+        """What it charged so far: tasks accepted, launched, spawned, ended; frames; the CPU
+        seconds of each process (the work, its idle load not included)."""
+        out: dict[str, Any] = dict(self.count)
+        out["busy_s"] = {tl.name: round(tl.busy, 6) for tl in self.timelines()}
+        return out
+
+    def timelines(self) -> list[Timeline]:
+        return ([self.root] if self.root is not None else []) + self.lines
 
 
 class ModeledLauncher(LaunchMethod):
@@ -370,6 +409,8 @@ class SimRunner(Runner):
                     )
                 )
             finished.append(t)
+        if finished and not running and self.cpu is not None:  # (read by a fit: _cpu_fit)
+            log.info("%s %s", CPU_LOG, json.dumps(self.cpu.counts(), sort_keys=True))
         return finished, events, []
 
     def kill(self, tasks: list, sig: int = _signal.SIGTERM) -> None:

@@ -1,0 +1,382 @@
+"""Simulation vs reality at scale (issue 48): ONE workload run both ways in one run -- a real
+local pilot of emulated node executors, and `pilotfish simulate`'s library path (a simulated
+pilot of the same shape with the CPU model) -- tasks/s and RU side by side.
+
+    .venv/bin/python bench/bench_sim_vs_real.py [--nodes 1024] [--cores 4] [--tasks 20000]
+        [--duration 1] [--agents one subs] [--partitions 2] [--model FILE] [--json]
+
+Real: resource="local", --nodes declared nodes of --cores cores, every one an emulated executor
+(launcher_options nodes.emulate: a Spawn is answered by an exit after the task's `duration`);
+`one`: one agent (subagents=False, one partition), `subs`: a root and a sub-agent per
+partition (--partitions). Simulated: resource="simulated", the same nodes, cores and
+partitions, single-node tasks through the node executors' model with no start-up or latency
+(the emulated executors have neither to speak of) and the CPU model (its costs: --model FILE's
+"cpu", e.g. written by `pilotfish simulate --fit-cpu`, else the defaults of _cpu_costs.py;
+cpu.subagents as the real pilot). The same tasks -- --tasks one-core tasks of --duration s, in
+one submit call (the client's Submit frames of submit.SUBMIT_BATCH tasks) -- both ways.
+
+Both sides are measured by one function of the pilot's agent events (the agent's, or the
+root's and every sub-agent's): TTX = first AGENT_SCHEDULING -> last final state, tasks/s =
+tasks / TTX, RU = sum over tasks of cores x (placed -> released) / (pilot cores x TTX) --
+bench_simulation.py's definition. Real runs also report each process's CPU (its threads'
+schedstat, as bench_subagents.py) per task: the agent's, the root's, the sub-agents'.
+With --json: one JSON object on stdout (progress on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+
+import pilotfish as pf  # noqa: E402
+from pilotfish._events import read_all_events  # noqa: E402
+from bench_scale import processes, wait_connected  # noqa: E402
+from bench_subagents import cpu_ns  # noqa: E402
+
+
+def say(*a) -> None:
+    print(*a, file=sys.stderr, flush=True)
+
+
+def agent_events(sandbox: str) -> list:
+    """The events of a pilot's agent processes: the agent's (or root's), each sub-agent's."""
+    paths = [os.path.join(sandbox, "agent.events")]
+    paths += sorted(glob.glob(os.path.join(glob.escape(sandbox), "sub", "p*", "agent.events")))
+    out = []
+    for p in paths:
+        if os.path.exists(p):
+            out += read_all_events(p)
+    return out
+
+
+STAGES = (  # (name, from event, to event): the mean of each in seconds
+    ("arrive_to_placed", "AGENT_SCHEDULING", "schedule_ok"),
+    ("placed_to_running", "schedule_ok", "running"),
+    ("running_to_exit", "running", "exec_stop"),
+    ("exit_to_released", "exec_stop", "unschedule"),
+)
+
+
+def measure(sandbox: str, cores_of: dict[str, int], cores_total: int) -> dict:
+    """tasks/s, RU and held (module docstring), and the mean of each of a task's STAGES,
+    from a pilot's agent events. A payload runs from its node's spawn (a real pilot's
+    exec_ok: the time the executor spawned it; a simulated one's launch_ok) to its exit
+    (exec_stop)."""
+    first: dict[tuple[str, str], float] = {}
+    sim = False
+    for t, uid, name, _ in agent_events(sandbox):
+        if uid in cores_of:
+            if name == "launch_ok":
+                sim = True
+            first.setdefault((uid, name), t)
+    running = "launch_ok" if sim else "exec_ok"
+    for (u, n), t in list(first.items()):
+        if n == running:
+            first[(u, "running")] = t
+    arrive = [t for (u, n), t in first.items() if n == "AGENT_SCHEDULING"]
+    final = [t for (u, n), t in first.items() if n in ("DONE", "FAILED", "CANCELED")]
+    ttx = max(final) - min(arrive)
+    held = ran = 0.0
+    for u, c in cores_of.items():
+        s, e = first.get((u, "schedule_ok")), first.get((u, "unschedule"))
+        if s is not None and e is not None:
+            held += c * (e - s)
+        s, e = first.get((u, "running")), first.get((u, "exec_stop"))
+        if s is not None and e is not None:
+            ran += c * (e - s)
+    stages = {}
+    for name, a, b in STAGES:
+        d = [first[(u, b)] - first[(u, a)] for u in cores_of if (u, a) in first and (u, b) in first]
+        stages[name] = round(sum(d) / len(d), 4) if d else None
+    return {
+        "ttx_s": round(ttx, 3),
+        "tasks_per_s": round(len(final) / ttx, 1),
+        "ru": round(ran / (cores_total * ttx), 4),
+        "held": round(held / (cores_total * ttx), 4),
+        "final": len(final),
+        "stages_s": stages,
+    }
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process under pid (its children, theirs, ...), from /proc."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def descriptions(n: int, duration: float, cores: int = 1) -> list:
+    return [
+        pf.TaskDescription(
+            executable="payload",
+            cores_per_rank=cores,
+            duration=duration,
+            stdout=False,
+            stderr=False,
+        )
+        for _ in range(n)
+    ]
+
+
+def real_pilot(s, nodes: int, cores: int, parts: int, subs: bool):
+    """(pilot, tmgr, {process: pid}) of a local pilot of emulated executors, all of them up."""
+    pilot = pf.PilotManager(s).submit_pilots(
+        pf.PilotDescription(
+            resource="local",
+            nodes=nodes,
+            cores_per_node=cores,
+            runtime="60m",
+            partitions=parts,
+            subagents=subs,
+            launcher_options={"nodes": {"emulate": True}},
+        )
+    )
+    tmgr = pf.TaskManager(s)
+    tmgr.add_pilots(pilot)
+    assert pilot.wait(pf.ACTIVE, timeout=600) == pf.ACTIVE, pilot.reason
+    procs = processes(pilot, parts if subs else 0)
+    conn = wait_connected(pilot.sandbox, nodes, 600)
+    assert conn["connected"] == nodes, conn
+    time.sleep(2.0)  # (the hellos' aftermath)
+    return pilot, tmgr, procs
+
+
+def idle_rates(procs: dict[str, int], seconds: float) -> dict[str, float]:
+    c0 = {k: cpu_ns(p) for k, p in procs.items()}
+    time.sleep(seconds)
+    return {k: (cpu_ns(p) - c0[k]) / 1e9 / seconds for k, p in procs.items()}
+
+
+def run_cpu(tmgr, procs: dict[str, int], idle: dict, n: int, duration: float, cores: int):
+    """({process: CPU s per task beyond its idle rate}, wall s): n tasks of `cores` cores in
+    one submit call."""
+    c1 = {k: cpu_ns(p) for k, p in procs.items()}
+    t0 = time.monotonic()
+    hs = tmgr.submit_tasks(descriptions(n, duration, cores))
+    bad = [s for s in tmgr.wait_tasks([h.uid for h in hs], timeout=3600) if s != pf.DONE]
+    assert not bad, bad[:3]
+    wall = time.monotonic() - t0
+    c2 = {k: cpu_ns(p) for k, p in procs.items()}
+    return {k: ((c2[k] - c1[k]) / 1e9 - idle.get(k, 0.0) * wall) / n for k in procs}, wall
+
+
+def real(a, subs: bool, work: str) -> dict:
+    parts = a.partitions if subs else 1
+    with pf.Session(path=os.path.join(work, f"real-{'subs' if subs else 'one'}")) as s:
+        pilot, tmgr, procs = real_pilot(s, a.nodes, a.cores, parts, subs)
+        say(f"real {'subs' if subs else 'one'}: {a.nodes} nodes up, {sorted(procs)}")
+        agents = set(procs.values())
+        root = procs.get("root", procs.get("agent"))
+        others = [p for p in descendants(root) if p not in agents]  # the emulated executors
+        procs = dict(procs, client=os.getpid())
+        c0 = {k: cpu_ns(p) for k, p in procs.items()}
+        e0 = sum(cpu_ns(p) for p in others)
+        time.sleep(a.idle)
+        c1 = {k: cpu_ns(p) for k, p in procs.items()}
+        e1 = sum(cpu_ns(p) for p in others)
+        idle = {k: (c1[k] - c0[k]) / 1e9 / a.idle for k in procs}
+        idle["executors"] = (e1 - e0) / 1e9 / a.idle
+        t0 = time.monotonic()
+        hs = tmgr.submit_tasks(descriptions(a.tasks, a.duration))
+        states = tmgr.wait_tasks([h.uid for h in hs], timeout=3600)
+        wall = time.monotonic() - t0
+        c2 = {k: cpu_ns(p) for k, p in procs.items()}
+        c2["executors"], c1["executors"] = sum(cpu_ns(p) for p in others), e1
+        procs["executors"] = 0
+        bad = [s for s in states if s != pf.DONE]
+        assert not bad, bad[:3]
+        pilot.cancel()
+        pilot.wait(timeout=300)
+        m = measure(pilot.sandbox, {h.uid: 1 for h in hs}, a.nodes * a.cores)
+    cpu = {k: (c2[k] - c1[k]) / 1e9 for k in procs}
+    m["wall_s"] = round(wall, 2)
+    m["idle_cores"] = {k: round(v, 4) for k, v in idle.items()}
+    m["cpu_s"] = {k: round(v, 3) for k, v in cpu.items()}
+    m["us_per_task"] = {k: round(1e6 * (cpu[k] - idle[k] * wall) / a.tasks, 1) for k in procs}
+    return m
+
+
+def sim_pilot(s, nodes: int, cores: int, parts: int, model: dict):
+    pilot = pf.PilotManager(s).submit_pilots(
+        pf.PilotDescription(
+            resource="simulated",
+            nodes=nodes,
+            cores_per_node=cores,
+            runtime="10000h",
+            launcher="direct",
+            partitions=parts,
+            launch_model=model,
+            node_executors=True,
+        )
+    )
+    tmgr = pf.TaskManager(s)
+    tmgr.add_pilots(pilot)
+    assert pilot.wait(pf.ACTIVE, timeout=60) == pf.ACTIVE, pilot.reason
+    return pilot, tmgr
+
+
+def sim_model(model_file: str | None, subs: bool) -> dict:
+    """The launch model of the simulated side: the file's (or the defaults), node executors
+    that start at once and launch without latency (as the emulated ones), cpu.subagents."""
+    model = json.load(open(model_file)) if model_file else {}
+    model["nodes"] = {
+        **model.get("nodes", {}),
+        "startup_s": 0.0,
+        "startup_per_node_s": 0.0,
+        "latency_s": 0.0,
+    }
+    model["cpu"] = {**model.get("cpu", {}), "subagents": subs}
+    return model
+
+
+def sim_counts(sandbox: str) -> dict:
+    """What the simulated agent's CPU model charged, all tasks ended (its last log line)."""
+    from pilotfish.agent.simulation import CPU_LOG
+
+    last = None
+    with open(os.path.join(sandbox, "agent.log")) as f:
+        for line in f:
+            if CPU_LOG in line:
+                last = line
+    assert last is not None, f"no {CPU_LOG!r} in {sandbox}/agent.log"
+    return json.loads(last.split(CPU_LOG, 1)[1])
+
+
+def simulated(a, subs: bool, work: str) -> dict:
+    parts = a.partitions if subs else 1
+    path = tempfile.mkdtemp(prefix=f"sim-{'subs' if subs else 'one'}.", dir=work)
+    with pf.Session(path=path) as s:
+        pilot, tmgr = sim_pilot(s, a.nodes, a.cores, parts, sim_model(a.model, subs))
+        t0 = time.monotonic()
+        hs = tmgr.submit_tasks(descriptions(a.tasks, a.duration))
+        states = tmgr.wait_tasks([h.uid for h in hs], timeout=3600)
+        wall = time.monotonic() - t0
+        bad = [s for s in states if s != pf.DONE]
+        assert not bad, bad[:3]
+        pilot.cancel()
+        pilot.wait(timeout=60)
+        m = measure(pilot.sandbox, {h.uid: 1 for h in hs}, a.nodes * a.cores)
+        m["model_cpu_s"] = sim_counts(pilot.sandbox)["busy_s"]
+    m["wall_s"] = round(wall, 2)
+    return m
+
+
+def fit(a, work: str) -> dict:
+    """The CPU costs of this machine's real agent (_cpu_costs.fit_cpu): its idle CPU on
+    pilots of --fit-small and --fit-nodes emulated nodes of --fit-cores cores; on the
+    latter, its CPU per task of two workloads in one submit call each, --fit-bulk one-core
+    tasks (many tasks a frame) and --fit-whole tasks of a whole node (a frame or more per
+    task), both of --fit-duration s; the frames per task of each as the CPU model counts them
+    (the same workload simulated). Written to --fit FILE as its "cpu" (the file's other keys
+    kept): the simulation's costs when given that launch model."""
+    from pilotfish._cpu_costs import fit_cpu
+    from pilotfish.agent.nodes import BEATS_PER_S
+
+    works = (("bulk", a.fit_bulk, 1), ("whole", a.fit_whole, a.fit_cores))
+    idle_pts, runs, seen = [], [], {}
+    for nodes in (a.fit_small, a.fit_nodes):
+        with pf.Session(path=os.path.join(work, f"fit-real-{nodes}")) as s:
+            pilot, tmgr, procs = real_pilot(s, nodes, a.fit_cores, 1, False)
+            idle = idle_rates(procs, a.idle)
+            idle_pts.append((min(nodes, BEATS_PER_S), idle["agent"]))
+            if nodes == a.fit_nodes:
+                tmgr.wait_tasks([h.uid for h in tmgr.submit_tasks(descriptions(200, 0.001))])
+                for name, n, cores in works:
+                    used, _ = run_cpu(tmgr, procs, idle, n, a.fit_duration, cores)
+                    seen[name] = used["agent"]
+            pilot.cancel()
+            pilot.wait(timeout=300)
+        say(f"fit: {nodes} nodes idle {idle['agent']:.4f} cores")
+    for name, n, cores in works:
+        with pf.Session(path=os.path.join(work, f"fit-sim-{name}")) as s:
+            pilot, tmgr = sim_pilot(s, a.fit_nodes, a.fit_cores, 1, sim_model(None, False))
+            hs = tmgr.submit_tasks(descriptions(n, a.fit_duration, cores))
+            tmgr.wait_tasks([h.uid for h in hs])
+            pilot.cancel()
+            pilot.wait(timeout=60)
+            c = sim_counts(pilot.sandbox)
+        runs.append((c["frames"] / c["launched"], seen[name]))
+        say(f"fit: {name} {1e6 * seen[name]:.1f} us/task, {runs[-1][0]:.3f} frames/task")
+    cpu = fit_cpu(idle_pts, runs)
+    model = json.load(open(a.fit)) if os.path.exists(a.fit) else {}
+    model["cpu"] = {**model.get("cpu", {}), **{k: round(v, 9) for k, v in cpu.items()}}
+    with open(a.fit, "w") as f:
+        json.dump(model, f, indent=1, sort_keys=True)
+    return {"idle": idle_pts, "runs": runs, "cpu": model["cpu"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--cores", type=int, default=4)
+    ap.add_argument("--tasks", type=int, default=20000)
+    ap.add_argument("--duration", type=float, default=1.0)
+    ap.add_argument("--agents", nargs="+", choices=("one", "subs"), default=["one", "subs"])
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--idle", type=float, default=3.0)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--fit", default=None, help="fit the CPU costs first, into this file")
+    ap.add_argument("--fit-small", type=int, default=16)
+    ap.add_argument("--fit-nodes", type=int, default=256)
+    ap.add_argument("--fit-cores", type=int, default=16)
+    ap.add_argument("--fit-bulk", type=int, default=20000)
+    ap.add_argument("--fit-whole", type=int, default=3000)
+    ap.add_argument("--fit-duration", type=float, default=0.2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="bench_sim_vs_real.", dir=os.environ.get("PILOTFISH_BENCH_DIR"))
+    out: dict = {
+        "nodes": a.nodes,
+        "cores": a.cores,
+        "tasks": a.tasks,
+        "duration_s": a.duration,
+        "model": a.model or "defaults",
+        "rows": [],
+    }
+    if a.fit:
+        out["fit"] = fit(a, work)
+        a.model = out["model"] = a.fit
+    for agents in a.agents:
+        subs = agents == "subs"
+        r = real(a, subs, work)
+        say(f"real {agents}: {r}")
+        sm = simulated(a, subs, work)
+        say(f"sim {agents}: {sm}")
+        out["rows"].append(
+            {
+                "agents": agents,
+                "partitions": a.partitions if subs else 1,
+                "real": r,
+                "sim": sm,
+                "tasks_per_s_ratio": round(sm["tasks_per_s"] / r["tasks_per_s"], 3),
+                "ru_ratio": round(sm["ru"] / r["ru"], 3),
+                "held_ratio": round(sm["held"] / r["held"], 3),
+            }
+        )
+    print(json.dumps(out) if a.json else json.dumps(out, indent=1), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
