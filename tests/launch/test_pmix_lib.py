@@ -92,3 +92,43 @@ def test_open_mpi_ranks_on_several_servers_form_one_world(ompi, nodes, tmp_path)
         ["rank", str(r), "size", str(n), "sum", str(n * (n - 1) // 2)] for r in range(n)
     ], out
     assert fences >= 2, fences  # (MPI_Init's modex and MPI_Finalize's, at least: across servers)
+
+
+def test_the_ctypes_layouts_match_the_headers(tmp_path):
+    """agent/pmix_lib.py's structures and constants against libpmix-dev's pmix_server.h."""
+    import ctypes
+    import shutil
+
+    from pilotfish.agent import pmix_lib as L
+
+    inc = Path("/usr/lib/x86_64-linux-gnu/pmix2/include")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not (inc / "pmix_server.h").exists() or cc is None:
+        pytest.skip("needs libpmix-dev's headers and a C compiler")
+    src = tmp_path / "sz.c"
+    src.write_text(
+        '#include <stdio.h>\n#include <pmix_server.h>\nint main(void){printf("%zu %zu %zu %d '
+        '%d %d %d %d %d %d %d %d %d\\n", sizeof(pmix_proc_t), sizeof(pmix_data_array_t), '
+        "sizeof(pmix_server_module_t), PMIX_MAX_NSLEN, PMIX_STRING, PMIX_UINT16, PMIX_UINT32, "
+        "PMIX_INFO, PMIX_DATA_ARRAY, PMIX_PROC_RANK, PMIX_REGEX, PMIX_OPERATION_SUCCEEDED, "
+        "PMIX_SUCCESS);return 0;}\n"
+    )
+    exe = tmp_path / "sz"
+    subprocess.run([cc, f"-I{inc}", "-o", str(exe), str(src)], check=True, timeout=120)
+    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    want = [
+        ctypes.sizeof(L.Proc),
+        ctypes.sizeof(L.DataArray),
+        ctypes.sizeof(L.Module),
+        L.NSLEN,
+        L.PMIX_STRING,
+        L.PMIX_UINT16,
+        L.PMIX_UINT32,
+        L.PMIX_INFO,
+        L.PMIX_DATA_ARRAY,
+        L.PMIX_PROC_RANK,
+        L.PMIX_REGEX,
+        L.PMIX_OPERATION_SUCCEEDED,
+        L.PMIX_SUCCESS,
+    ]
+    assert [int(x) for x in got] == want

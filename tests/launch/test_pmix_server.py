@@ -20,7 +20,7 @@ from pilotfish.launch.pmix import PmixHelper, available
 
 pytestmark = [
     pytest.mark.mpi,
-    pytest.mark.skipif(not available(), reason="needs python3-pmix (OpenPMIx binding)"),
+    pytest.mark.skipif(not available(), reason="needs libpmix2 (OpenPMIx)"),
 ]
 
 VENV = Path(sys.prefix)

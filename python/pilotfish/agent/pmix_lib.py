@@ -16,20 +16,23 @@ needs no Python thread polling every millisecond: the library's own progress thr
     lib.fence_done(key, union)              # the world's blob: each node's, in node order
     lib.drop(ns)                            # PMIx_server_deregister_nspace
 
-`nodes`: the node of each rank (rank order); `here`: this node's name. Job info as
-pmix_server.job_info, with the node map and proc map of every node. Libraries: the system's
-libpmix.so.2 (libpmix2, a dependency of python3-pmix); its headers' sizes were checked with
-libpmix-dev's (pmix_info_t 552 bytes, pmix_proc_t 260, pmix_data_array_t 24).
+`nodes`: the node of each rank (rank order); `here`: this node's name. Job info: what Open
+MPI 5 reads at MPI_Init (agent/pmix_server.py lists it), with the node map and proc map of
+every node. pmix_info_t arrays are built by the library (PMIx_Info_list_*): no layout of
+them here; the layouts that are here (pmix_proc_t, pmix_data_array_t, the server module) and
+the constants are checked against libpmix-dev's headers (tests/launch/test_pmix_lib.py). The
+library: the system's libpmix.so.2 by absolute path (launch/pmix.libpmix_path).
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from ..launch.pmix import libpmix_path
 
 PMIX_SUCCESS = 0
 PMIX_OPERATION_SUCCEEDED = -157
@@ -88,12 +91,12 @@ class Module(ctypes.Structure):
 
 
 def load() -> ctypes.CDLL | None:
-    """The system's libpmix.so.2, or None where it is not installed."""
-    name = ctypes.util.find_library("pmix")
-    if not name:
+    """The system's libpmix.so.2 (launch/pmix.libpmix_path), or None where it is not."""
+    path = libpmix_path()
+    if path is None:
         return None
     try:
-        return ctypes.CDLL(name)
+        return ctypes.CDLL(path)
     except OSError:
         return None
 
@@ -317,6 +320,8 @@ class PmixLib:
 
     def drop(self, ns: str) -> None:
         if self.worlds.pop(ns, None) is not None:
+            # (blocking, ~1 ms: with a Python callback, the progress thread waits for the GIL
+            # and the next registration behind it took 5-14 ms)
             self.lib.PMIx_server_deregister_nspace(ns.encode(), None, None)
 
     def finalize(self) -> None:

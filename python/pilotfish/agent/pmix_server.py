@@ -12,20 +12,22 @@ socketpair, one JSON object a line, bounded):
 
 What the server library does itself: the ranks' PMIx_Init (over 127.0.0.1; the namespace NS
 -- 128 random bits in it -- is what a client must name, and only the ranks' environment holds
-it), their puts, every fence (all ranks are local: OpenPMIx completes a local-only fence in
-the server, `fence_localonly_opt`) and every get. What it is told here: per namespace the
-job-level info Open MPI 5 reads at MPI_Init -- job/universe size, the node map and proc map,
-local peers and size, app number/size/leader, session directories -- and per rank its rank,
-local/node rank, app and global rank, node id and host name (PMIX_PROC_DATA); per rank the
-environment PMIx_server_setup_fork gives (server URIs, namespace, rank, security mode).
+it: a connection naming another is closed), their puts, every fence (all ranks are local:
+OpenPMIx completes a local-only fence in the server; were one to reach the upcall, it is
+completed at once with this node's blob) and every get. What it is told here
+(agent/pmix_lib.py): per namespace the job-level info Open MPI 5 reads at MPI_Init --
+job/universe size, the node map and proc map, local peers and size, app number/size/leader,
+session directories -- and per rank its rank, local/node rank, app and global rank, node id
+and host name (PMIX_PROC_DATA); per rank the environment PMIx_server_setup_fork gives
+(server URIs, namespace, rank, security mode).
 
-Why a process of its own, in Python: the official binding (Debian's python3-pmix, OpenPMIx
-4.2.2's Cython module) does all this, but it starts a Python thread that polls its callback
-queue every millisecond, and its upcalls take the GIL: kept out of the agent's loop. Its
-fence upcall copies the data with strdup (binary modex blobs are cut at the first NUL), so
-fences across hosts need more than this binding (left for item 2); fences here never reach it.
+Why a process of its own: OpenPMIx's server has its own progress thread that calls into
+Python (fences, aborts) -- kept out of the agent's loop and its GIL. Why ctypes and not the
+official Python binding (Debian's python3-pmix): that binding polls its callback queue from a
+Python thread every millisecond (~3 % of a core for an idle pilot, measured) and cannot carry
+a fence's binary data (agent/pmix_lib.py) -- which worlds across hosts need.
 
-Where the binding is missing it prints one line naming the package (python3-pmix) and exits 2.
+Where libpmix.so.2 is missing it answers one line naming the package (libpmix2) and exits 2.
 An MPI_Abort is logged (bounded, escaped) on stderr; the rank then exits with its code, which
 fails the task naming the rank (the agent's executor).
 """
@@ -41,7 +43,9 @@ import sys
 import tempfile
 from typing import Any
 
-from ..launch.pmix import BINDING_DIRS, PACKAGE, binding_path
+from .._inert import inert
+from ..launch.pmix import PACKAGE
+from .pmix_lib import PmixLib, load
 
 MAX_LINE = 64 * 1024
 MAX_SIZE = 65536  # ranks of one world
@@ -52,129 +56,43 @@ STRIP = ("PMIX_", "OMPI_", "PRTE_", "OPAL_")
 
 
 def _bounded(text: Any, n: int = 300) -> str:
-    s = str(text)[:n]
-    return s.encode("unicode_escape", "replace").decode("ascii", "replace")
-
-
-def job_info(pmix: Any, srv: Any, ns: str, size: int, host: str, tmp: str) -> list[dict]:
-    """The job-level and per-rank info of a world of `size` ranks, all on `host`."""
-    P = pmix
-
-    def kv(key: Any, value: Any, t: int) -> dict:
-        return {"key": key, "value": value, "val_type": t}
-
-    ranks = ",".join(str(r) for r in range(size))
-    _rc, nodemap = srv.generate_regex([host])
-    _rc, procmap = srv.generate_ppn([ranks])
-    u32, rank_t = P.PMIX_UINT32, P.PMIX_PROC_RANK
-    info = [
-        kv(P.PMIX_UNIV_SIZE, size, u32),
-        kv(P.PMIX_JOB_SIZE, size, u32),
-        kv(P.PMIX_MAX_PROCS, size, u32),
-        kv(P.PMIX_JOBID, ns, P.PMIX_STRING),
-        kv(P.PMIX_NODE_MAP, nodemap, P.PMIX_REGEX),
-        kv(P.PMIX_PROC_MAP, procmap, P.PMIX_REGEX),
-        kv(P.PMIX_NUM_NODES, 1, u32),
-        kv(P.PMIX_LOCAL_PEERS, ranks, P.PMIX_STRING),
-        kv(P.PMIX_LOCAL_SIZE, size, u32),
-        kv(P.PMIX_NODE_SIZE, size, u32),
-        kv(P.PMIX_LOCALLDR, 0, rank_t),
-        kv(P.PMIX_APPNUM, 0, u32),
-        kv(P.PMIX_APPLDR, 0, rank_t),
-        kv(P.PMIX_APP_SIZE, size, u32),
-        kv(P.PMIX_NSDIR, tmp, P.PMIX_STRING),
-        kv(P.PMIX_TMPDIR, tmp, P.PMIX_STRING),
-    ]
-    for r in range(size):
-        per = [
-            kv(P.PMIX_RANK, r, rank_t),
-            kv(P.PMIX_APPNUM, 0, u32),
-            kv(P.PMIX_LOCAL_RANK, r, P.PMIX_UINT16),
-            kv(P.PMIX_NODE_RANK, r, P.PMIX_UINT16),
-            kv(P.PMIX_GLOBAL_RANK, r, rank_t),
-            kv(P.PMIX_APP_RANK, r, rank_t),
-            kv(P.PMIX_NODEID, 0, u32),
-            kv(P.PMIX_HOSTNAME, host, P.PMIX_STRING),
-        ]
-        # PMIX_PROC_DATA ("pmix.pdata": the binding does not export its name)
-        info.append(kv("pmix.pdata", {"type": P.PMIX_INFO, "array": per}, P.PMIX_DATA_ARRAY))
-    return info
+    return inert(str(text), n)  # (escaped, bounded: _inert.py)
 
 
 class Server:
-    """The OpenPMIx server of this process and the worlds registered with it."""
+    """This process's OpenPMIx server (agent/pmix_lib.py) and the worlds registered with it."""
 
-    def __init__(self, pmix: Any, tmp: str):
-        self.pmix = pmix
-        self.tmp = tmp
-        self.worlds: dict[str, int] = {}  # namespace -> its size
-        self.srv = pmix.PMIxServer()
-        P = pmix
-        info = [
-            {"key": P.PMIX_SERVER_TMPDIR, "value": tmp, "val_type": P.PMIX_STRING},
-            {"key": P.PMIX_SYSTEM_TMPDIR, "value": tmp, "val_type": P.PMIX_STRING},
-            {
-                "key": P.PMIX_SERVER_NSPACE,
-                "value": f"pf-pmix.{os.getpid()}",
-                "val_type": P.PMIX_STRING,
-            },
-            {"key": P.PMIX_SERVER_RANK, "value": 0, "val_type": P.PMIX_PROC_RANK},
-        ]
-        upcalls = {
-            "clientconnected": lambda proc: P.PMIX_SUCCESS,
-            "clientfinalized": lambda proc: P.PMIX_SUCCESS,
-            "abort": self._abort,
-        }
-        rc = self.srv.init(info, upcalls)
-        if rc != P.PMIX_SUCCESS:
-            raise RuntimeError(f"PMIx_server_init failed: {self._err(rc)}")
+    def __init__(self, tmp: str):
+        self.lib = PmixLib(tmp, self._fence, self._abort)
 
-    def _err(self, rc: int) -> str:
-        try:
-            return f"{self.srv.error_string(rc)} ({rc})"
-        except Exception:  # noqa: BLE001 -- a name for a code, nothing more
-            return str(rc)
+    @property
+    def worlds(self) -> dict[str, int]:
+        return self.lib.worlds
 
-    def _abort(self, args: dict) -> int:
-        caller = args.get("caller") or {}
+    def _fence(self, ns: str, key: int, blob: bytes) -> None:
+        # every rank of a world is here: this node's blob is the world's (a fence of local
+        # ranks only is normally completed inside the library and never comes here)
+        self.lib.fence_done(key, blob)
+
+    def _abort(self, ns: str, rank: int, status: int, msg: str) -> None:
         sys.stderr.write(
-            f"MPI_Abort: namespace {_bounded(caller.get('nspace'), 120)} rank "
-            f"{_bounded(caller.get('rank'), 12)} status {_bounded(args.get('status'), 12)}: "
-            f"{_bounded(args.get('msg', ''))}\n"
+            f"MPI_Abort: namespace {_bounded(ns, 120)} rank {rank} status {status}: "
+            f"{_bounded(msg)}\n"
         )
         sys.stderr.flush()
-        return int(self.pmix.PMIX_SUCCESS)
 
     def register(self, ns: str, size: int, host: str) -> list[dict[str, str]]:
         """Register the world's namespace and its ranks; each rank's environment."""
-        ok = (self.pmix.PMIX_SUCCESS, self.pmix.PMIX_OPERATION_SUCCEEDED)
-        if ns in self.worlds:
+        if ns in self.lib.worlds:
             raise ValueError(f"namespace {ns} is already registered")
-        rc = self.srv.register_nspace(
-            ns, size, job_info(self.pmix, self.srv, ns, size, host, self.tmp)
-        )
-        if rc not in ok:
-            raise RuntimeError(f"PMIx_server_register_nspace: {self._err(rc)}")
-        self.worlds[ns] = size
-        uid, gid = os.getuid(), os.getgid()
-        envs = []
-        for r in range(size):
-            proc = {"nspace": ns, "rank": r}
-            rc = self.srv.register_client(proc, uid, gid)
-            if rc not in ok:
-                self.drop(ns)
-                raise RuntimeError(f"PMIx_server_register_client rank {r}: {self._err(rc)}")
-            env: dict[str, str] = {}
-            rc = self.srv.setup_fork(proc, env)
-            if rc not in ok:
-                self.drop(ns)
-                raise RuntimeError(f"PMIx_server_setup_fork rank {r}: {self._err(rc)}")
-            envs.append(env)
-        return envs
+        try:
+            return self.lib.register(ns, [host] * size, host)
+        except RuntimeError:
+            self.lib.drop(ns)
+            raise
 
     def drop(self, ns: str) -> None:
-        if self.worlds.pop(ns, None) is not None:
-            self.srv.deregister_nspace(ns)
+        self.lib.drop(ns)
 
 
 def _check(msg: Any) -> tuple[str, str, int, str]:
@@ -227,38 +145,23 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     for k in [k for k in os.environ if k.startswith(STRIP)]:
         del os.environ[k]
-    path = binding_path()
-    if path is None:
-        sock.sendall(
-            json.dumps(
-                {
-                    "error": f"the OpenPMIx Python binding is not installed (package {PACKAGE}: "
-                    f"apt-get install {PACKAGE}; looked in {', '.join(BINDING_DIRS)} for "
-                    f"Python {sys.version_info.major}.{sys.version_info.minor})"
-                }
-            ).encode()
-            + b"\n"
-        )
+    if load() is None:
+        why = f"libpmix.so.2 is not installed (package {PACKAGE}: apt-get install {PACKAGE})"
+        sock.sendall(json.dumps({"error": why}).encode() + b"\n")
         return 2
-    sys.path.append(os.path.dirname(path))
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # (its setDaemon)
-        import pmix  # Debian's python3-pmix (module docstring)
     tmp = tempfile.mkdtemp(prefix="pmix.", dir=argv[2])  # (0700)
     try:
-        server = Server(pmix, tmp)
+        server = Server(tmp)
     except RuntimeError as e:
         sock.sendall(json.dumps({"error": _bounded(e)}).encode() + b"\n")
         return 2
-    sock.sendall(json.dumps({"ready": _bounded(server.srv.get_version(), 80)}).encode() + b"\n")
+    sock.sendall(json.dumps({"ready": "OpenPMIx server"}).encode() + b"\n")
     try:
         serve(sock, server)
     finally:
         for ns in list(server.worlds):
             server.drop(ns)
-        server.srv.finalize()
+        server.lib.finalize()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -21,7 +21,7 @@ library; (*) a Python program gets its lib too; ssh: refused as direct, not guar
   where every rank is on the agent's host (a local pilot: `pmix_routes`) and OpenPMIx's Python
   binding is installed, else `prrte` (a DVM the agent starts on first need) or else Open MPI's
   `mpirun` -- and where none of them is, `pmix` still, whose start refuses it naming the
-  package to install (python3-pmix); on a pilot that names its launcher, that launcher, whose build
+  package to install (libpmix2); on a pilot that names its launcher, that launcher, whose build
   says whether it can (the pilot's single-node shortcut to plain processes, `nodes`, never
   takes a known MPI program). A program the pilot cannot read (a script, a Python
   interpreter, a shell) goes to the launcher a pilot names when that is an MPI launcher --

