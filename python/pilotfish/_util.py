@@ -366,9 +366,31 @@ def gc_paused():
             gc.enable()
 
 
+# a long-running loop's young-generation threshold (Python's default, 700, collects every few
+# tasks' worth of allocations; settle_gc)
+GC_YOUNG = 10_000
+
+
+def settle_gc() -> None:
+    """A long-running process's loop is about to start (the agent's, the root's): what start-up
+    made (modules, the pilot's nodes and launchers) leaves the cyclic collector's view for
+    good (gc.freeze, after one collection), and the young generation is collected every
+    GC_YOUNG allocations. Measured (a sub-agent of 1,024 emulated nodes, one task per frame,
+    ~2,000 tasks): a full collection rescanned its ~30,000 start-up objects for 15 ms now and
+    then, and the young collections took 5-7 ms; frozen and at GC_YOUNG, one 1.5 ms
+    collection. Cycles are still collected (what the loop makes), only later."""
+    gc.collect()
+    gc.freeze()
+    young, mid, old = gc.get_threshold()
+    if young:  # (0: collection turned off -- left so)
+        gc.set_threshold(max(young, GC_YOUNG), mid, old)
+
+
 def run_profiled(run, env_var: str) -> int:
-    """run(), under cProfile when the environment names a file in env_var (where a process's
-    time goes: the agent's PILOTFISH_AGENT_CPROFILE, the root's PILOTFISH_ROOT_CPROFILE)."""
+    """run() -- a process's main loop, the collector settled first (settle_gc) -- under
+    cProfile when the environment names a file in env_var (where a process's time goes: the
+    agent's PILOTFISH_AGENT_CPROFILE, the root's PILOTFISH_ROOT_CPROFILE)."""
+    settle_gc()
     prof_path = os.environ.get(env_var)
     if not prof_path:
         return run()

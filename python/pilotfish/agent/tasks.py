@@ -37,6 +37,10 @@ class TaskState(enum.Enum):
     DROPPED = "dropped"
     FINAL = "final"
 
+    # members are singletons compared by identity: hashed as such in C (Enum's own __hash__
+    # is Python code, and move() hashes two states per call, four calls per task)
+    __hash__ = object.__hash__
+
 
 NEW, WAITING, PLACED, HELD = TaskState.NEW, TaskState.WAITING, TaskState.PLACED, TaskState.HELD
 RUNNING, BACKOFF, DROPPED, FINAL = (
