@@ -147,3 +147,25 @@ def test_a_round_sends_one_frame_per_node_and_its_tasks_start_together():
     assert cpu.count["frames"] == 9 + 1 + 1  # n0's exit frame, the (idle) round's Updates
     cpu.reaped([(end + ACK_S, tasks[4])])
     assert cpu.count["frames"] == 11 + 3  # n1's exit frame, its acknowledgment, Updates
+
+
+def test_a_burst_is_accepted_before_it_can_be_placed():
+    """Two Submit frames of 1,000 tasks heard at t=1: the agent accepts them one after the
+    other (a frame and 1,000 accepts each); until then accepting() says so (the real agent
+    places no task it has not read)."""
+    from types import SimpleNamespace
+
+    from pilotfish import _wire
+
+    costs = _cpu_costs.load_cpu(dict(COSTS, idle_s=0.0))
+    p = P(0)
+    cpu = CpuModel(costs, [p], node_executors=False)
+    tasks = {}
+    for k in range(2):
+        specs = [SimpleNamespace(uid=f"t{k}.{i}") for i in range(1000)]
+        tasks.update({s.uid: SimpleNamespace(partition=p) for s in specs})
+        cpu.heard(_wire.Submit(specs), tasks, 1.0)  # type: ignore[arg-type]
+    done = 1.0 + 2 * (COSTS["frame_s"] + 1000 * COSTS["accept_s"])
+    assert cpu.accepted_at == pytest.approx(done)
+    assert cpu.accepting(1.0) and cpu.accepting(done - 1e-6) and not cpu.accepting(done + 1e-9)
+    assert cpu.count["accepted"] == 2000 and cpu.count["frames"] == 2

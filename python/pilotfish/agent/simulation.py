@@ -83,6 +83,9 @@ def next_event(runner: Any, table: Any, launchers: Any, clock: Any, drain_at: fl
     nothing): a task's end (or its being seen), a timer, a launcher ready; work that waits
     with nothing to unblock it: the walltime's drain (`drain_at`, epoch seconds)."""
     nxt = runner.next_event()
+    cpu = getattr(runner, "cpu", None)
+    if cpu is not None and cpu.accepted_at > clock.mono():
+        nxt = min(nxt, cpu.accepted_at)  # (what was heard is accepted: placeable from then)
     if table.timers:
         nxt = min(nxt, table.next_timer - (clock.now() - clock.mono()))
     for lm in launchers.starting:
@@ -156,6 +159,9 @@ class CpuModel:
         idle = c["idle_s"]
         self.subagents = bool(costs["subagents"])
         self.count = {"accepted": 0, "launched": 0, "spawns": 0, "ended": 0, "frames": 0}
+        # when every Submit heard so far is accepted (its frame read, its tasks checked and
+        # queued): a real agent places no task before it has read it (accepting())
+        self.accepted_at = 0.0
         self.acked: dict[str, float] = {}  # node -> when its exits were last acknowledged
         if self.subagents:
             self.root: Timeline | None = Timeline("root", idle)
@@ -188,12 +194,21 @@ class CpuModel:
                 tl = line(t.partition if t is not None else None)
                 per[tl] = per.get(tl, 0) + 1
             for tl, n in per.items():
-                tl.run(at, self.frame_s + n * self.accept_s)
+                done = tl.run(at, self.frame_s + n * self.accept_s)
+                if done > self.accepted_at:
+                    self.accepted_at = done
                 self.count["accepted"] += n
                 self.count["frames"] += 1
         elif self.root is None:
             self.lines[0].run(at, self.frame_s)
             self.count["frames"] += 1
+
+    def accepting(self, mono: float) -> bool:
+        """Is some Submit heard not yet accepted at `mono` (its process busy before it)? The
+        real agent places a burst's tasks once it has read them: a loop that places only
+        when this is false (_main's `placing`) gets the placement times, and so the slots'
+        held time, of the real agent, not those of a burst placed the instant it arrived."""
+        return self.accepted_at > mono
 
     def launched(self, tasks: list, mono: float) -> list[float]:
         """Tasks launched in one round at `mono`: when each one's process has launched it.
