@@ -142,7 +142,7 @@ class TaskRunner(Runner):
             for s in spec_list:
                 key = self._next_key
                 self._next_key += 1
-                specs.append(s._replace(key=key))
+                specs.append(Proc(key, *s[1:]))  # (s with its key: _replace costs 2x)
                 owners.append((t, s.rank))
             if spec_list and spec_list[0].world is not None:
                 worlds.append((t, first, len(specs)))

@@ -243,28 +243,33 @@ class NodeLink(LostNodes):
             self._refused(name, "a second connection")
         zmq = self.zmq
         sock = self.sock
-        while True:
+        recv, getsockopt, routes, nodes = sock.recv, sock.getsockopt, self.routes, self.nodes
+        NOBLOCK, RCVMORE, Again = zmq.NOBLOCK, zmq.RCVMORE, zmq.Again
+        while True:  # (per frame, heartbeats included: as few calls as it takes)
             try:
-                route = sock.recv(zmq.NOBLOCK)  # (bytes: a known route's frames need no more)
-            except zmq.Again:
+                route = recv(NOBLOCK)  # (bytes: a known route's frames need no more)
+            except Again:
                 return
-            if not sock.getsockopt(zmq.RCVMORE):
+            if not getsockopt(RCVMORE):
                 continue
-            got = self.routes.get(route)
+            got = routes.get(route)
             if got is None:  # a new connection: the node its key proved (ZAP's User-Id)
                 frames = sock.recv_multipart(0, copy=False)  # (the rest of this message)
                 try:
                     step, _, name = frames[0].get("User-Id").partition(" ")
                 except zmq.ZMQError:  # (none: every connection passes ZAP, bound first)
                     continue
-                got = self.routes[route] = (name, int(step))
+                got = routes[route] = (name, int(step))
+                payload = joined(frames, 0)
             else:
-                frames = sock.recv_multipart(0)
-            node = self.nodes.get(got[0])
+                payload = recv(0)  # (one frame, unless send_split split it: the rest)
+                if getsockopt(RCVMORE):
+                    payload = joined([payload, *sock.recv_multipart(0)], 0)
+            node = nodes.get(got[0])
             if node is None or node.step != got[1]:
                 continue  # a node whose executor was stopped, or replaced: not heard
             try:
-                msg = W.decode(joined(frames, 0))
+                msg = W.decode(payload)
             except Exception as e:  # noqa: BLE001 -- a frame that does not decode is dropped
                 self._bad(node, str(e))
                 continue

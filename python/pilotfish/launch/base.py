@@ -350,7 +350,7 @@ def node_counts(slots: Sequence[RankSlot]) -> list[tuple[str, int]]:
 
 
 def _ids(ids: Sequence[int]) -> str:
-    return ",".join(str(i) for i in ids)
+    return ",".join(map(str, ids))
 
 
 def task_placement(task: TaskSpec, slots: Sequence[RankSlot]) -> dict[str, str]:
@@ -358,7 +358,7 @@ def task_placement(task: TaskSpec, slots: Sequence[RankSlot]) -> dict[str, str]:
     return {
         "PILOTFISH_TASK_UID": task.uid,
         "PILOTFISH_RANKS": str(len(slots)),
-        "PILOTFISH_NODELIST": ",".join(unique_nodes(slots)),
+        "PILOTFISH_NODELIST": slots[0].node if len(slots) == 1 else ",".join(unique_nodes(slots)),
     }
 
 
@@ -397,10 +397,13 @@ def placement_env(task: TaskSpec, slots: Sequence[RankSlot], rank: int | None) -
 
     rank None: only the variables every rank shares.
     """
-    placement = task_placement(task, slots)
+    # (compose_env's layers without defaults or required ones, in its order: built per task)
+    env = dict(task.environment)
+    env.setdefault("OMP_NUM_THREADS", str(task.cores_per_rank))
+    env.update(task_placement(task, slots))
     if rank is not None:
-        placement.update(rank_placement(slots, rank))
-    return compose_env(task, placement)
+        env.update(rank_placement(slots, rank))
+    return env
 
 
 # -- one command for all ranks ------------------------------------------------------------------
