@@ -5,7 +5,8 @@ world of size 1. Each row failed before:
 - a pilot that names no launcher: an Open MPI program (C against libmpi.so.40, or mpi4py with
   MPI4PY_LIBMPI=libmpi.so.40) that fits on one host ran as plain processes through the node
   executors -- DONE, every rank "size 1"; on two hosts it was refused ("use launcher='prrte'").
-  Now it goes to a PRRTE DVM: DONE, one world.
+  Now it goes to the pilot's own PMIx servers (launch method `pmix`, issue 51 item 2; a PRRTE
+  DVM where OpenPMIx's library is missing): DONE, one world.
 - a Python program that uses MPI where the pilot cannot read it (no "mpi4py" in its text) ran
   as plain processes: DONE as singletons. Now its MPI_Init fails and the reason names the fix.
 - a pilot with launcher="prrte": one-host tasks took the same shortcut (DONE as singletons,

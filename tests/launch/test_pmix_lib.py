@@ -132,3 +132,10 @@ def test_the_ctypes_layouts_match_the_headers(tmp_path):
         L.PMIX_SUCCESS,
     ]
     assert [int(x) for x in got] == want
+
+
+def test_the_rank_spec_marker_is_the_same_on_both_sides():
+    from pilotfish.agent.pmix_node import RANK_ARGV0 as node_side
+    from pilotfish.launch.pmix import RANK_ARGV0 as agent_side
+
+    assert node_side == agent_side

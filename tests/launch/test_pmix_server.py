@@ -138,3 +138,61 @@ def test_a_namespace_twice_is_refused(helper):
     helper.register("pf.test.twice", 1, "localhost", 10)
     with pytest.raises(LaunchError, match="already registered"):
         helper.register("pf.test.twice", 1, "localhost", 10)
+
+
+@pytest.fixture
+def two_servers(tmp_path):
+    """Two server processes: the agent's (the relay) and a node executor's."""
+    hs = []
+    for name in ("agent", "node"):
+        h = PmixHelper(str(tmp_path / name), str(tmp_path / f"{name}.log"))
+        deadline = time.monotonic() + 30
+        while not h.poll():
+            assert time.monotonic() < deadline, (tmp_path / f"{name}.log").read_text()
+            time.sleep(0.01)
+        hs.append(h)
+    yield hs
+    for h in hs:
+        h.close()
+
+
+@pytest.mark.parametrize("nodes", [["nA", "nB"], ["nA", "nA", "nB", "nB"], ["nB", "nA", "nB"]])
+def test_a_world_across_two_servers_fences_through_the_relay(two_servers, ompi, nodes):
+    """The agent's server relays the fences of a world whose ranks two servers serve (as
+    across hosts: agent/pmix_relay.py); the ranks form one world."""
+    agent, node = two_servers
+    relay = agent.request({"op": "listen", "host": "127.0.0.1"}, 10)
+    assert set(relay) == {"relay", "token"}, relay
+    ns = "pf.test.span"
+    mine_a = [r for r, n in enumerate(nodes) if n == "nA"]
+    mine_b = [r for r, n in enumerate(nodes) if n == "nB"]
+    envs_a = agent.register_world({"ns": ns, "nodes": nodes, "here": "nA"}, len(mine_a), 10)
+    envs_b = node.register_world({"ns": ns, "nodes": nodes, "here": "nB", **relay}, len(mine_b), 10)
+    res = _run_world(envs_a + envs_b, [ompi], {"OMPI_MCA_btl_tcp_if_include": "lo"})
+    assert [rc for rc, _ in res] == [0] * len(nodes), res
+    n = len(nodes)
+    rows = sorted(r.split()[:4] for _, o in res for r in o.splitlines() if r.startswith("rank"))
+    assert rows == [["rank", str(r), "size", str(n)] for r in range(n)], res
+    assert all(f"sum {n * (n - 1) // 2}" in o for _, o in res), res
+    agent.drop(ns)
+    node.drop(ns)
+
+
+def test_the_relay_closes_a_connection_without_the_token(two_servers, ompi):
+    """Someone who reaches the relay's port but has not the pilot's token is closed at its
+    first line; the world that has it is not disturbed."""
+    import json
+    import socket
+
+    agent, node = two_servers
+    relay = agent.request({"op": "listen", "host": "127.0.0.1"}, 10)
+    host, _, port = relay["relay"].rpartition(":")
+    intruder = socket.create_connection((host, int(port)), timeout=10)
+    intruder.sendall(json.dumps({"token": "00" * 16, "node": "nB"}).encode() + b"\n")
+    intruder.sendall(json.dumps({"fence": "pf.test.x", "seq": 0, "blob": ""}).encode() + b"\n")
+    assert intruder.recv(100) == b""  # closed
+    ns = "pf.test.after"
+    (ea,) = agent.register_world({"ns": ns, "nodes": ["nA", "nB"], "here": "nA"}, 1, 10)
+    (eb,) = node.register_world({"ns": ns, "nodes": ["nA", "nB"], "here": "nB", **relay}, 1, 10)
+    res = _run_world([ea, eb], [ompi], {"OMPI_MCA_btl_tcp_if_include": "lo"})
+    assert [rc for rc, _ in res] == [0, 0], res

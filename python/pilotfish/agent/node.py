@@ -8,7 +8,9 @@ task of the owner's can speak as a node), connects to the agent's node ROUTER wi
 hello with a token of its own, and then
 
 - spawns the batches of processes the agent sends with the Rust core (clone + exec, one reaper
-  thread, no file descriptor per task) -- its node's fork rate, not a launcher's;
+  thread, no file descriptor per task) -- its node's fork rate, not a launcher's; serves the
+  PMI of its ranks of MPICH worlds (agent/pmi/) and, through an OpenPMIx server of its own,
+  the PMIx of its ranks of Open MPI worlds (agent/pmix_node.py);
 - writes every spawn and exit to its own journal the moment it happens (the core's exit log,
   `nodes/<node>/exits`: key -> pid at spawn, the exit at reap);
 - sends spawn results and exits back in batches, captured stdout/stderr read from its own
@@ -49,6 +51,7 @@ import sys
 import time
 
 from .. import _node_wire as W
+from .pmix_node import RANK_ARGV0, NodePmix
 
 log = logging.getLogger("pilotfish.node")
 
@@ -98,6 +101,7 @@ class NodeExecutor:
         self.core = _core.Executor(None, exit_log=os.path.join(self.dir, "exits"))
         # the PMI server of this node's ranks of MPI tasks (launch method `pmi`)
         self.pmi = NodePmi(self.node, self.pmi_fence, self.pmi_fail)
+        self.pmix: NodePmix | None = None  # ... and of launch method `pmix`, on first need
         self.ctx = zmq.Context()
         self.sock = curve_dealer(
             self.ctx, config["key_file"], config["address"], None, 2000, derive(secret, self.node)
@@ -237,6 +241,11 @@ class NodeExecutor:
             if pid <= 0:
                 self.pmi.unspawned("", key)
 
+    def pmix_rank(self, key: int, argv: list, env: list | None) -> tuple[list, list]:
+        if self.pmix is None:
+            self.pmix = NodePmix(self.node, os.path.join(self.dir, "pmix"))
+        return self.pmix.rank(key, argv, env)
+
     def pmi_fence(self, kvsname: str, epoch: int, keys: dict) -> None:
         self.send(W.PmiFence(kvsname, epoch, keys))
 
@@ -256,6 +265,8 @@ class NodeExecutor:
             try:
                 key, argv, env, cwd, out, err = spec
                 key = int(key)
+                if argv and argv[0] == RANK_ARGV0:  # a rank of a PMIx world (pmix_node.py)
+                    argv, env = self.pmix_rank(key, argv, env)
                 o = os.path.join(spool, f"{key}.out") if out is True else out
                 e = os.path.join(spool, f"{key}.err") if err is True else err
                 if pmi_fds is None or key not in pmi_fds:
@@ -363,6 +374,8 @@ class NodeExecutor:
                 continue  # an escapee reaped as our descendant
             if pmi.by_key:
                 pmi.reaped(key)
+            if self.pmix is not None:
+                self.pmix.reaped(key)
             fenced = key in self.fenced_keys and sig != 0  # (one that ended first: its end)
             self.fenced_keys.discard(key)
             ended.append(W.ExitRow(key, pid, code, sig, t_exit, ut, st, rss, fenced=fenced))
@@ -455,6 +468,8 @@ class NodeExecutor:
 
         kill_marked(self.sandbox, here_only=True)  # nothing the pilot started here outlives it
         self.pmi.close()
+        if self.pmix is not None:
+            self.pmix.close()
         self.sock.close()  # lingers for the last exits
         self.ctx.term()
         return 0

@@ -86,7 +86,7 @@ class TaskTable:
         # a multi-rank task of the MPICH ABI that names no launcher goes to "pmi"
         # (pmi_worlds.routes: a real pilot whose other nodes have executors)
         self.pmi_route = False
-        self.pmix_route = pmix_routes(desc, resources)  # ... of Open MPI to "pmix" (local)
+        self.pmix_route: bool | None = None  # ... of Open MPI to "pmix" (at first need)
         self.nodes: Any = None
         self.partitions = partitions  # (the agent's list: elastic.py grows and shrinks it)
         self.sim = sim
@@ -215,6 +215,8 @@ class TaskTable:
             try:
                 if spec.ranks > 1 and spec.launcher is None and not self.sim:
                     # one world per MPI task: its MPI's launcher (launch/mpi_route.py)
+                    if self.pmix_route is None:  # (pmix_routes: once the executors are known)
+                        self.pmix_route = pmix_routes(self.desc, self.resources, self.nodes)
                     how = (self.pmi_route, self.desc.get("launcher"), self.pmix_route)
                     spec = t.spec = mpi_route(spec, self.cwd_of(spec), *how)
                 if spec.ranks > 1 and spec.launcher is None and self._mpi_launcher is not False:

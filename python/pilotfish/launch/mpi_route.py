@@ -18,14 +18,15 @@ library; (*) a Python program gets its lib too; ssh: refused as direct, not guar
 - `route()` (the agent, when a task arrives): a multi-rank task of a known MPI that names no
   launcher is given the path of its MPI -- MPICH: `pmi` where the pilot routes there
   (agent/pmi_worlds.routes), Open MPI: `pmix` (the pilot's own OpenPMIx server, launch/pmix.py)
-  where every rank is on the agent's host (a local pilot: `pmix_routes`) and OpenPMIx's Python
-  binding is installed, else `prrte` (a DVM the agent starts on first need) or else Open MPI's
-  `mpirun` -- and where none of them is, `pmix` still, whose start refuses it naming the
-  package to install (libpmix2); on a pilot that names its launcher, that launcher, whose build
-  says whether it can (the pilot's single-node shortcut to plain processes, `nodes`, never
-  takes a known MPI program). A program the pilot cannot read (a script, a Python
-  interpreter, a shell) goes to the launcher a pilot names when that is an MPI launcher --
-  it may be MPI; an ELF binary without libmpi (/bin/hostname) keeps the pilot's shortcut.
+  where every rank is on the agent's host (a local pilot) or on nodes with node executors
+  (`pmix_routes`) and OpenPMIx's library is installed, else `prrte` (a DVM the agent starts
+  on first need) or else Open MPI's `mpirun` -- and where none of them is, `pmix` still,
+  whose start refuses it naming the package to install (libpmix2); on a pilot that names
+  its launcher, that launcher, whose build says whether it can (the pilot's single-node
+  shortcut to plain processes, `nodes`, never takes a known MPI program). A program the
+  pilot cannot read (a script, a Python interpreter, a shell) goes to the launcher a pilot
+  names when that is an MPI launcher -- it may be MPI; an ELF binary without libmpi
+  (/bin/hostname) keeps the pilot's shortcut.
 - `check()` (launch/mpi_check.py, at each launch method's build): a program whose MPI cannot
   form one world through this launcher is refused before anything starts (LaunchError: the
   task FAILS naming the MPI it saw and the launcher to use). A Python program that did not
@@ -76,13 +77,14 @@ def openmpi_launcher() -> str | None:
     return _openmpi_launcher[0]
 
 
-def pmix_routes(desc: dict, resources: Any) -> bool:
-    """May this pilot send a multi-rank Open MPI task that names no launcher to `pmix`? A
-    local pilot (every rank on the agent's host) whose description names no launcher; not
-    when PILOTFISH_PMIX=0 (what a benchmark's baseline sets)."""
+def pmix_routes(desc: dict, resources: Any, link: Any = None) -> bool:
+    """May this pilot send a multi-rank Open MPI task that names no launcher to `pmix`? One
+    whose description names no launcher, and whose nodes are all the agent's host (a local
+    pilot) or have node executors (link: agent/nodes.py); not when PILOTFISH_PMIX=0 (what a
+    benchmark's baseline sets)."""
     if desc.get("launcher") or os.environ.get("PILOTFISH_PMIX", "1").strip() in ("0", "off"):
         return False
-    return getattr(resources, "source", None) in ("local", "declared")
+    return link is not None or getattr(resources, "source", None) in ("local", "declared")
 
 
 def route(

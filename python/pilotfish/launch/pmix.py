@@ -2,9 +2,13 @@
 an OpenPMIx server the pilot runs (agent/pmix_server.py) -- no `prterun`, `mpirun` or DVM
 per task: an Open MPI task starts at the agent's speed, as an MPICH one does through `pmi`.
 
-Where: every rank on the agent's own host (a local pilot, or an emulated one whose nodes all
-stand for this machine); across hosts (the node executors serving PMIx, fences through the
-agent) is issue 51 item 2 -- a pilot with other hosts refuses `pmix` at its making.
+Where: the agent's own host (a local pilot, or an emulated one whose nodes all stand for this
+machine) and, on a pilot with node executors, every host: the agent spawns the ranks of its
+own host, each node executor those of its node, and each of them serves its ranks with its
+own server (agent/pmix_node.py); fences cross hosts through the agent's server, the relay
+(agent/pmix_relay.py: its address and the pilot's token travel to the executors in the rank
+specs [RANK_ARGV0, WORLD, program ...], never to a rank). A pilot with other hosts but no
+node executors refuses `pmix` at its start.
 
 Per task: a fresh namespace (`pf.<128 random bits>.<uid>`: what a client must name to
 connect, known only to the ranks' environment) registered with the server with the job's
@@ -55,7 +59,10 @@ START_TIMEOUT_S = 30.0
 REGISTER_TIMEOUT_S = 10.0
 MAX_REPLY = 1 << 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
+_NODE = re.compile(r"[^A-Za-z0-9_.-]")  # (a node's name as the PMIx server takes it)
 PACKAGE = "libpmix2"
+# argv[0] of a rank spawned by a node executor, argv[1] its world (agent/pmix_node.py)
+RANK_ARGV0 = "pilotfish:pmix-rank"
 SERVER = "pilotfish.agent.pmix_server"
 
 
@@ -137,21 +144,30 @@ class PmixHelper:
             raise LaunchError("launcher 'pmix': a malformed answer of its PMIx server")
         return msg
 
-    def register(self, ns: str, size: int, host: str, timeout: float) -> list[dict[str, str]]:
-        """Each rank's PMIx environment for a world of `size` ranks on `host`."""
-        self.sock.sendall(
-            json.dumps({"op": "register", "ns": ns, "size": size, "host": host}).encode() + b"\n"
-        )
+    def request(self, req: dict, timeout: float) -> dict:
+        """Send one request; its answer (LaunchError when none comes in `timeout` s)."""
+        self.sock.sendall(json.dumps(req).encode() + b"\n")
         msg = self._read(timeout)
         if msg is None:
-            raise LaunchError(
-                f"launcher 'pmix': its PMIx server did not register a world in {timeout} s"
-            )
+            raise LaunchError(f"launcher 'pmix': its PMIx server did not answer in {timeout} s")
+        return msg
+
+    def register(self, ns: str, size: int, host: str, timeout: float) -> list[dict[str, str]]:
+        """Each rank's PMIx environment for a world of `size` ranks on `host`."""
+        req = {"op": "register", "ns": ns, "size": size, "host": host}
+        return self._envs(self.request(req, timeout), size)
+
+    def register_world(self, req: dict, n: int, timeout: float) -> list[dict[str, str]]:
+        """A world across hosts (req: ns, nodes, here, and a node's relay and token): the
+        environments of its `n` ranks here, in rank order."""
+        return self._envs(self.request(dict(req, op="register"), timeout), n)
+
+    @staticmethod
+    def _envs(msg: dict, n: int) -> list[dict[str, str]]:
         envs = msg.get("env")
-        if not isinstance(envs, list) or len(envs) != size:
-            raise LaunchError(
-                f"launcher 'pmix': cannot register the world: {msg.get('error', msg)}"
-            )
+        if not isinstance(envs, list) or len(envs) != n:
+            why = msg.get("error", msg)
+            raise LaunchError(f"launcher 'pmix': cannot register the world: {why}")
         return [{str(k): str(v) for k, v in e.items()} for e in envs]
 
     def drop(self, ns: str) -> None:
@@ -181,12 +197,8 @@ class Pmix(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        remote = remote_nodes(resources)
-        if remote:
-            raise LaunchError(
-                f"launcher 'pmix' serves the ranks of this host only, but the pilot's nodes "
-                f"include {', '.join(remote[:4])}: use 'prrte' or 'mpirun' across hosts"
-            )
+        self.link = None  # the agent's node executors (agent/nodes.py), set when made
+        self.remote = set(remote_nodes(resources))
         self.register_timeout = float(self.options.get("register_timeout", REGISTER_TIMEOUT_S))
         if not self.register_timeout > 0:
             raise LaunchError(
@@ -195,7 +207,11 @@ class Pmix(LaunchMethod):
             )
         tool = find_tool(OPENMPI_TOOLS, is_openmpi_launcher)
         self.required_env = openmpi_env(tool, self.options.get("prefix")) if tool else {}
-        self.host = _UNSAFE.sub("_", socket.gethostname())[:200] or "localhost"
+        self.host = _NODE.sub("_", socket.gethostname())[:200] or "localhost"
+        # what a world's node list calls the agent's own node (its ranks: spawned here)
+        here = [n.name for n in resources.nodes if n.name not in self.remote]
+        self.here = _NODE.sub("_", here[0])[:200] if here else self.host
+        self.relay: dict[str, str] | None = None  # the agent's relay of fences across hosts
         self.dir = str(self.options.get("dvm_dir") or os.path.join(os.getcwd(), "pmix"))
         self.helper: PmixHelper | None = None
         self._started = 0.0
@@ -209,6 +225,12 @@ class Pmix(LaunchMethod):
                 f"installed: install the package {PACKAGE} (apt-get install {PACKAGE}), or name "
                 "launcher='prrte' or 'mpirun'"
             )
+        if self.remote and self.link is None:
+            raise LaunchError(
+                "launcher 'pmix' spawns ranks on other hosts through node executors, which "
+                f"this pilot does not run on {', '.join(sorted(self.remote)[:4])}: use "
+                "'prrte' or 'mpirun' there"
+            )
         self.helper = PmixHelper(self.dir, os.path.join(self.dir, "pmix.log"))
         self._started = self.mono()
 
@@ -216,7 +238,16 @@ class Pmix(LaunchMethod):
         if self.helper is None:
             return False
         if self.helper.poll():
-            return True
+            if self.remote and self.relay is None:  # fences across hosts: the relay
+                host = socket.gethostbyname(socket.gethostname())
+                msg = self.helper.request({"op": "listen", "host": host}, self.register_timeout)
+                if "relay" not in msg:
+                    raise LaunchError(f"launcher 'pmix': no relay: {msg.get('error', msg)}")
+                self.relay = {"relay": str(msg["relay"]), "token": str(msg["token"])}
+            link = self.link
+            return link is None or all(
+                (nd := link.nodes.get(n)) is not None and (nd.up or nd.lost) for n in self.remote
+            )
         if self.helper.proc.poll() is not None and not self.helper.poll():
             raise LaunchError("launcher 'pmix': its PMIx server ended at start (see pmix.log)")
         if self.mono() - self._started > START_TIMEOUT_S:
@@ -236,15 +267,33 @@ class Pmix(LaunchMethod):
         self._seq += 1
         uid = _UNSAFE.sub("_", task.uid)[-100:]
         ns = f"pf.{secrets.token_hex(16)}.{uid}.{self._seq}"
-        envs = self.helper.register(ns, len(ordered), self.host, self.register_timeout)
+        remote = self.remote
+        nodes = [_NODE.sub("_", s.node)[:200] if s.node in remote else self.here for s in ordered]
+        mine = [r for r, n in enumerate(nodes) if n == self.here]
+        if len(mine) == len(nodes):
+            got = self.helper.register(ns, len(ordered), self.here, self.register_timeout)
+        else:
+            req = {"ns": ns, "nodes": nodes, "here": self.here}
+            got = self.helper.register_world(req, len(mine), self.register_timeout)
+        envs = dict(zip(mine, got))
         self._of_task.setdefault(task.uid, []).append(ns)
         argv = payload_argv(task)
+        world = None
         procs = []
-        for r in range(len(ordered)):
+        for r, s in enumerate(ordered):
             placement = task_placement(task, ordered)
             placement.update(rank_placement(ordered, r))
-            env = compose_env(task, placement, MCA_DEFAULTS, {**self.required_env, **envs[r]})
-            procs.append(ProcSpec(argv, env, r))
+            if r in envs:
+                env = compose_env(task, placement, MCA_DEFAULTS, {**self.required_env, **envs[r]})
+                procs.append(ProcSpec(argv, env, r))
+                continue
+            # a rank on another host: its node executor registers the world with its own
+            # server and gives it its PMIx environment (agent/pmix_node.py)
+            if world is None:
+                world = {"ns": ns, "nodes": nodes, **(self.relay or {})}
+            env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)
+            head = [RANK_ARGV0, json.dumps(dict(world, rank=r))]
+            procs.append(ProcSpec(head + argv, env, r, node=s.node))
         return procs
 
     def task_ended(self, t, state, stderr) -> None:
