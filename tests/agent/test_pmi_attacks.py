@@ -87,6 +87,9 @@ def test_nobody_cannot_stop_mpi_tasks_by_planting_shared_memory_names(local, hel
     )
     planted: list[str] = []
     try:
+        # its first look at /dev/shm comes before the tasks: a planter slow to start (a loaded
+        # machine) would take their worlds for old ones and see nothing
+        assert planter.stdout.readline().strip() == "watching"
         first = local.submit_tasks(
             [
                 pf.TaskDescription(executable=hello, ranks=2, arguments=["sleep", "2"])

@@ -116,6 +116,10 @@ class View(NamedTuple):
     why: str | None = None  # ENDED: its final state and reason
     kept: bool = False  # the user's, not the policy's: fed, never ended, never counted
 
+    def as_kept(self) -> "View":
+        """The same pilot as one of the user's own."""
+        return self._replace(kept=True)
+
 
 class Step(NamedTuple):
     """What one step decided."""

@@ -402,7 +402,7 @@ class AutoAlloc:
         needs = [n for _, _, n in held]
         kept = self._kept()
         views = [self._view(p, wall) for p in self.pilots] + self._failed_submits
-        views += [self._view(p, wall)._replace(kept=True) for p in kept]
+        views += [self._view(p, wall).as_kept() for p in kept]
         self._failed_submits = []
         step = self._policy.step(now, needs, views)
         ev = self._session.events

@@ -3,6 +3,9 @@ memory names before the tasks make them (issue 47, row 3): what the PMI path mus
 
     shm_planter.py WAIT_S NEXT
 
+It prints "watching" once it has listed what /dev/shm held before (the worlds it must find
+are made after that line), then its findings.
+
 It lists /dev/shm until it has seen two new MPICH worlds (`mpich_shm_<world id>_<node>`, world id
 = FNV-1a of the KVS name: pmi.mpich_world_id), then recovers the pilot's naming tag from them
 the way anyone can for names of the form `pf.<8 hex>.<task uid>.<n>`: FNV-1a is invertible
@@ -11,8 +14,9 @@ in the middle meet in the middle (2 x 65,536 steps per guess of the tail; the ta
 counters of a pilot are small consecutive numbers). With the tag it predicts the KVS names of
 the next NEXT tasks (and of a few counters either side) and creates their shared memory files
 (0666, O_EXCL), on nodes 0 and 1 -- for every tag that explains both worlds (FNV-1a mixes
-the tails' last bytes weakly: a dozen do). Prints one JSON line: the world ids seen, the tags
-(none when no name of that form explains both worlds) and the paths it created.
+the tails' last bytes weakly: a dozen do). Prints one JSON line after "watching": the world
+ids seen, the tags (none when no name of that form explains both worlds) and the paths it
+created.
 """
 
 import json
@@ -81,6 +85,7 @@ def main() -> int:
     wait_s, nxt = float(sys.argv[1]), int(sys.argv[2])
     seen: list[int] = []
     old = set(os.listdir("/dev/shm"))  # (worlds of other runs, left before it looked)
+    print("watching", flush=True)  # (the test starts its tasks only now: not before `old`)
     end = time.monotonic() + wait_s
     while len(seen) < 2 and time.monotonic() < end:
         for name in set(os.listdir("/dev/shm")) - old:
