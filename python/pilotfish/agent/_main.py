@@ -390,7 +390,8 @@ class Agent:
             table.reap()
             if table.stopping is not None:
                 break
-            placing = not (sim and self.word.held)  # (a simulated burst: placed whole, on its word)
+            # a simulated burst: placed whole, on its word, once its process has accepted it
+            placing = not (sim and (self.word.held or self.cpu.accepting(clock.mono())))
             if placing:
                 table.schedule()
             if placing and elastic.rebalance_on:
