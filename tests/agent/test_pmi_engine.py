@@ -10,7 +10,6 @@ import pytest
 
 from pilotfish.agent.pmi import Engine, PmiServer
 from pilotfish.agent.pmi.engine import PMI1, PMI2
-from pilotfish.agent.pmi.wire import format2
 
 
 class Owner:
@@ -96,18 +95,9 @@ def test_a_pmi2_conversation():
     assert say(eng, c, b"cmd=init pmi_version=2 pmi_subversion=0\n") == (
         b"cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0\n"
     )
-    assert say(eng, c, frame("cmd=fullinit;pmirank=0;thrid=7;")) == format2(
-        "fullinit-response",
-        "7",
-        **{
-            "pmi-version": "2",
-            "pmi-subversion": "0",
-            "rank": "0",
-            "size": "1",
-            "appnum": "0",
-            "debugged": "FALSE",
-            "pmiverbose": "FALSE",
-        },
+    assert say(eng, c, frame("cmd=fullinit;pmirank=0;thrid=7;")) == frame(
+        "cmd=fullinit-response;pmi-version=2;pmi-subversion=0;rank=0;size=1;appnum=0;"
+        "debugged=FALSE;pmiverbose=FALSE;rc=0;thrid=7;"
     )
     assert say(eng, c, frame("cmd=job-getid;")) == frame(
         "cmd=job-getid-response;jobid=pf.eng.3;rc=0;"

@@ -86,10 +86,10 @@ class Conn:
         self.waits: list[tuple[str, str | None]] = []  # info-getnodeattr wait=TRUE: key, thrid
 
     def reply1(self, cmd: str, **kv: str) -> None:
-        self.job.server.send(self, format1(cmd, **kv))
+        self.job.server.send(self, format1(cmd, kv))
 
     def reply2(self, cmd: str, thrid: str | None, **kv: str) -> None:
-        self.job.server.send(self, format2(cmd, thrid, **kv))
+        self.job.server.send(self, format2(cmd, thrid, kv))
 
 
 def check_kvsname(kvsname: object) -> None:

@@ -13,6 +13,8 @@ frame announcing more, or input that is neither is PmiProtocolError (parse.py), 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .parse import PmiProtocolError, show
 
 # what get_maxes advertises: the numbers MPICH's own hydra gives (the mpich wheel's libmpi is
@@ -66,14 +68,15 @@ def next_message(buf: bytearray, max_line: int, lines: bool) -> tuple[int, bytes
     return FRAME, body
 
 
-def format1(cmd: str, **kv: str) -> bytes:
+def format1(cmd: str, kv: Mapping[str, str]) -> bytes:
     """A PMI-1 answer: `cmd=<cmd> k=v ...` and its newline."""
     return ("cmd=" + cmd + "".join(f" {k}={v}" for k, v in kv.items()) + "\n").encode()
 
 
-def format2(cmd: str, thrid: str | None, **kv: str) -> bytes:
+def format2(cmd: str, thrid: str | None, kv: dict[str, str]) -> bytes:
     """A PMI-2 answer: its length, `cmd=<cmd>;k=v;...`, rc=0 unless given (Slurm's libpmi2
-    requires it in every answer), the request's thrid last; `;` in a value doubled."""
+    requires it in every answer), the request's thrid last; `;` in a value doubled. (kv
+    takes rc and thrid.)"""
     kv.setdefault("rc", "0")
     if thrid is not None:
         kv["thrid"] = thrid
