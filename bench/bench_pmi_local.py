@@ -1,4 +1,4 @@
-"""An MPI job of N ranks on this host through pilotfish's PMI server (agent/pmi.py) vs. MPICH's
+"""An MPI job of N ranks on this host through pilotfish's PMI server (agent/pmi/) vs. MPICH's
 own launcher, same program, same run.
 
     scripts/substrates/slurm.sh exec .venv/bin/python bench/bench_pmi_local.py \

@@ -115,7 +115,7 @@ class TaskRunner(Runner):
         # on_spawn([(task, [process keys])]): told before a batch is spawned (the journal
         # records which keys are whose, so the core's exit log can be read after a crash)
         self.on_spawn: Callable[[list[tuple[AgentTask, list[int]]]], None] | None = None
-        # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds), launch method `pmi`
+        # MPI tasks' PMI worlds (pmi/worlds.PmiWorlds), launch method `pmi`
         self.pmi: Any = None
 
     # -- spawning ---------------------------------------------------------------------------

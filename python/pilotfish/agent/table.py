@@ -84,7 +84,7 @@ class TaskTable:
         # default: "nodes" on a pilot with node executors (nodes.py); its link, for exits
         self.single_node_launcher: str | None = None
         # a multi-rank task of the MPICH ABI that names no launcher goes to "pmi"
-        # (pmi_worlds.routes: a real pilot whose other nodes have executors)
+        # (pmi/worlds.routes: a real pilot whose other nodes have executors)
         self.pmi_route = False
         self.pmix_route: bool | None = None  # ... of Open MPI to "pmix" (at first need)
         self.nodes: Any = None

@@ -50,9 +50,9 @@ class ProcSpec:
     supervised launch methods the launcher's handle of this launch (what its rank notes and
     daemon-health reports refer to; see prrte.py), and the node whose executor spawns it
     (agent/nodes.py; None: the agent's own core). pmi_fd: a descriptor of the agent the
-    process inherits as its 3 (its PMI connection, agent/pmi.py; agent/executor.py).
+    process inherits as its 3 (its PMI connection, agent/pmi/; agent/executor.py).
     world: the PMI job this rank belongs to (launch method `pmi`): whoever spawns it serves
-    its PMI connection (agent/pmi_worlds.py)."""
+    its PMI connection (agent/pmi/worlds.py)."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)

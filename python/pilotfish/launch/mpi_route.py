@@ -17,7 +17,7 @@ library; (*) a Python program gets its lib too; ssh: refused as direct, not guar
 
 - `route()` (the agent, when a task arrives): a multi-rank task of a known MPI that names no
   launcher is given the path of its MPI -- MPICH: `pmi` where the pilot routes there
-  (agent/pmi_worlds.routes), Open MPI: `pmix` (the pilot's own OpenPMIx server, launch/pmix.py)
+  (agent/pmi/worlds.routes), Open MPI: `pmix` (the pilot's own OpenPMIx server, launch/pmix.py)
   where every rank is on the agent's host (a local pilot) or on nodes with node executors
   (`pmix_routes`) and OpenPMIx's library is installed, else `prrte` (a DVM the agent starts
   on first need) or else Open MPI's `mpirun` -- and where none of them is, `pmix` still,
@@ -92,7 +92,7 @@ def route(
 ) -> Any:
     """The task (a multi-rank one that names no launcher) with the launcher of its MPI, or as
     it is when its program is not known to be MPI (module docstring). pmi: this pilot runs
-    MPICH worlds itself (agent/pmi_worlds.routes); pilot_launcher: the pilot's named one;
+    MPICH worlds itself (agent/pmi/worlds.routes); pilot_launcher: the pilot's named one;
     pmix: this pilot may run Open MPI worlds itself (pmix_routes)."""
     kind = program_mpi(
         spec.executable or "", list(spec.arguments or ()), dict(spec.environment or {}), cwd
