@@ -1,4 +1,4 @@
-"""The PMI server room (agent/pmi.py) with real MPI: ranks of the `mpich` wheel's libmpi (C and
+"""The PMI server room (agent/pmi/) with real MPI: ranks of the `mpich` wheel's libmpi (C and
 mpi4py) and of Slurm's libpmi2 form their world through it, on one "node" and on two (two
 servers on this host, the test as the owner that merges their fence dicts); the faults reach
 the owner naming the rank; what a rank may send that breaks the protocol fails that job only.

@@ -1,6 +1,6 @@
 """Attacks on the PMI worlds of MPI tasks (issue 47, rows 1, 3, 4 and 6), on this host: a local
-pilot, and the agent's side of a world (pmi_worlds.PmiWorlds) wired to node servers
-(pmi_node.NodePmi) through the real node wire (_node_wire encode/decode) in this process.
+pilot, and the agent's side of a world (agent/pmi/worlds.PmiWorlds) wired to node servers
+(agent/pmi/node.NodePmi) through the real node wire (_node_wire encode/decode) in this process.
 
 - another user (nobody) who lists /dev/shm, recovers the pilot's naming from two MPICH worlds
   and plants the shared memory names of the next tasks stops none of them: a world's KVS name

@@ -1,6 +1,6 @@
 """MPI through the launchers users keep, on the cluster of real hosts (issue 39, items 4-5): a
 multi-rank task that names `launcher="srun"` (or mpiexec, mpirun, prrte) -- so the pilot does
-not route it to its own PMI path (agent/pmi_worlds.routes).
+not route it to its own PMI path (agent/pmi/worlds.routes).
 
 - srun with no launcher options forms ONE world across two hosts, although this Slurm's
   MpiDefault is none (.substrates/slurm/etc/slurm.conf): the srun method adds --mpi=pmi2 for a

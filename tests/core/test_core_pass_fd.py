@@ -1,5 +1,5 @@
 """One descriptor handed to a task through the core (`spawn_batch`'s pass_fd): what an MPI
-rank's PMI connection rides on (agent/pmi.py). The child holds it as descriptor 3 (or the
+rank's PMI connection rides on (agent/pmi/). The child holds it as descriptor 3 (or the
 number asked), talks over it, and holds no other descriptor above stdio; a child without the
 option holds none. Both executors pass it on: the agent's TaskRunner (a ProcSpec's pmi_fd) and
 a node executor (spawn's pmi_fds), each over the real core. A real MPICH world through this
