@@ -163,7 +163,7 @@ class Agent:
             base_env.update(self.services.env)
             table.ended.append(self.services)
         # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py),
-        # and the ranks there of its MPI tasks (pmi_worlds.py); the runner is a NodeRunner
+        # and the ranks there of its MPI tasks (agent/pmi/worlds.py); the runner is a NodeRunner
         self.nodes: NodeLink | None = None
         from .nodes import wanted as nodes_wanted
 
@@ -236,7 +236,7 @@ class Agent:
             for fd in self.nodes.fds:
                 self.poller.register(fd, zmq.POLLIN)
         # MPI tasks without a launcher: PMI worlds served by the node executors and, on the
-        # agent's own node, by the agent (pmi_worlds.py)
+        # agent's own node, by the agent (agent/pmi/worlds.py)
         self.pmi = None
         if not self.sim:
             from .pmi.worlds import PmiWorlds, agent_node, kill_ranks, routes

@@ -256,7 +256,7 @@ class NodeExecutor:
     def spawn(self, specs: list, pmi_fds: dict[int, int] | None = None) -> list:
         """Spawn the agent's specs (key, argv, env, cwd, stdout, stderr) with the core.
         pmi_fds: key -> a descriptor of this process that the key's process inherits as its
-        3 (its PMI connection, agent/pmi.py): this executor's own, never the agent's."""
+        3 (its PMI connection, agent/pmi/): this executor's own, never the agent's."""
         built: list[tuple] = []
         keys: list[tuple[int, str | None, str | None]] = []
         bad: list[tuple] = []

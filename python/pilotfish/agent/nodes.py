@@ -145,7 +145,7 @@ class NodeLink(LostNodes):
         self._acks: dict[str, list[int]] = {}  # node -> exits to acknowledge
         self._acked = 0.0  # when acknowledgments last went out (tick)
         self._fences = 0
-        # MPI tasks' PMI worlds (pmi_worlds.PmiWorlds): told of fences and failures the
+        # MPI tasks' PMI worlds (agent/pmi/worlds.PmiWorlds): told of fences and failures the
         # executors' PMI servers report, and of a lost node
         self.pmi: Any = None
         self.config_path = os.path.join(sandbox, "nodes.json")
