@@ -11,8 +11,12 @@ and completes the fence there (fence_done).
 The agent's own node takes part without a connection (Relay.local). Authentication: the
 first line of a connection must carry the pilot's token (128 random bits, handed to node
 executors in the spawn specs of the world's ranks, never to a rank); anything else closes
-it. Lines are bounded (MAX_LINE) and so is a world's union (MAX_UNION); a fence that would
-pass it fails that world's fence on every node (status -1: the ranks' PMIx_Fence fails).
+it. Before that line a connection holds at most HELLO_MAX bytes, for HELLO_S, and at most
+MAX_PENDING of them at once (the oldest closed first). The link is plain TCP: the token and
+the fences' blobs (Open MPI's business cards) cross the pilot's network unencrypted, unlike
+the node link (CURVE). Lines are bounded (MAX_LINE) and so is a world's union (MAX_UNION);
+a fence that would pass it fails that world's fence on every node (status -1: the ranks'
+PMIx_Fence fails).
 Single-threaded: the owner's select loop calls `fileno`s and `on_readable`; fences from the
 library's progress thread reach it through the owner's queue.
 """
@@ -23,9 +27,16 @@ import base64
 import hmac
 import json
 import socket
+import time
 from collections.abc import Callable
 
 MAX_LINE = 48 << 20  # a fence message: base64 of a blob of at most MAX_UNION
+# before its hello (the token) a connection is a stranger's: it may hold at most a hello's
+# worth of bytes, MAX_PENDING such connections at once (the oldest closed first), each for
+# HELLO_S at most -- so strangers on the pilot's network cost kilobytes, not MAX_LINE each
+HELLO_MAX = 1024
+MAX_PENDING = 64
+HELLO_S = 10.0
 MAX_UNION = 32 << 20  # a world's fence blob, all nodes together (the PMI path's cap)
 FAILED = -1
 
@@ -45,6 +56,7 @@ class Conn:
         self.sock = sock
         self.buf = b""
         self.node: str | None = None  # (Relay: once its hello was right)
+        self.since = time.monotonic()
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -60,6 +72,8 @@ class Conn:
         if not data:
             return None
         self.buf += data
+        if self.node is None and len(self.buf) > HELLO_MAX and b"\n" not in self.buf[:HELLO_MAX]:
+            return None  # a stranger's: no hello is this long
         out = []
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
@@ -122,6 +136,14 @@ class Relay:
         except OSError:
             return
         sock.setblocking(False)
+        now = time.monotonic()
+        pending = [c for c in self.conns if c.node is None]
+        for c in pending:  # (strangers: bounded in time, and in number, oldest first)
+            if now - c.since > HELLO_S:
+                self._close(c)
+        pending = [c for c in self.conns if c.node is None]
+        for c in pending[: max(0, len(pending) + 1 - MAX_PENDING)]:
+            self._close(c)
         self.conns.append(Conn(sock))
 
     def on_readable(self, conn: Conn) -> None:
