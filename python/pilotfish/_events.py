@@ -30,8 +30,8 @@ Event = tuple  # (t, uid, name, detail)
 SCHEDULE_OK = "schedule_ok"  # placed on its slots; detail: "<ranks>x<cores>/<gpus> @<n>,..."
 # (the pilot's node index of each rank: a live per-node view)
 UNSCHEDULE = "unschedule"  # its slots are free again
-EXEC_START = "exec_start"  # its launch is being built; detail: "nodes" when its node
-# executor spawns it (agent/nodes.py), else None
+EXEC_START = "exec_start"  # its launch is being built; detail: its launch method ("nodes"
+# when its node executor spawns it (agent/nodes.py), "pmi", "srun", "direct", ...)
 EXEC_OK = "exec_ok"  # spawned (the launcher's process, or the task's own)
 LAUNCH_OK = "launch_ok"  # its first rank started (supervised launchers; simulated)
 EXEC_STOP = "exec_stop"  # its last process ended

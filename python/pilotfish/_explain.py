@@ -21,6 +21,7 @@ STATE = "state"  # its state as the client (or the events) know it
 ESTIMATE = "estimate"  # {seconds, source: given|learned, std, n, from} or absent
 WAITED_S = "waited_s"  # seconds in the queue so far
 NODES = "nodes"  # the nodes it is placed or runs on
+LAUNCHER = "launcher"  # the launch method that started it (pmi, pmix, srun, nodes, direct, ...)
 FREE_NOW = "free_now"  # {count, names}: nodes with room for one of its ranks now
 FITS_EVER = "fits_ever"  # {count, names}: nodes that could hold one of its ranks, empty
 RANKS_EVER = "ranks_ever"  # ranks of it its partition could hold at once, empty
@@ -112,6 +113,7 @@ def from_history(
     reason: str | None,
     pilot: str | None,
     nodes: list[str] | None = None,
+    launcher: str | None = None,
 ) -> Explanation:
     """What the client (or the events) alone can say: a task not sent yet, or ended."""
     from . import states as S
@@ -121,6 +123,8 @@ def from_history(
         e[PILOT] = pilot
     if nodes:
         e[NODES] = nodes
+    if launcher:
+        e[LAUNCHER] = launcher
     waits: list[str] = []
     e[WAITS_FOR] = waits
     times = {s: t for s, t in history}
@@ -133,6 +137,8 @@ def from_history(
             line += f" after running {end - start:.3g} s"
             if nodes:
                 line += f" on {', '.join(nodes[:8])}"
+            if launcher:
+                line += f" (launched by {launcher})"
         if reason:
             line += f": {reason}"
         waits.append(line)

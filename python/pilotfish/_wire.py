@@ -203,6 +203,7 @@ class Update(msgspec.Struct, array_like=True, omit_defaults=True):
     partition: int | None = None  # with EXECUTING: the partition it was placed in
     result: bytes | None = None  # a function task's final: tag + payload (agent/worker.py)
     started: float | None = None  # a function task's final: when its call started
+    launcher: str | None = None  # with EXECUTING: the launch method that started it
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True):

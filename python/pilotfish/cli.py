@@ -905,7 +905,7 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
     from . import states as S
 
     _session_dir(session_dir)
-    hist, reason, pilot, first, last = _histories(session_dir, task)
+    hist, reason, pilot, first, last, launcher = _histories(session_dir, task)
     # the client writes its events in batches: a task of a live run may not be there yet,
     # and its pilot is the authority anyway -- ask every live pilot about the others
     live: dict[str, list[str]] = {}
@@ -943,7 +943,7 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
     ]
     deadline = time.monotonic() + min(timeout, 2.0)
     while ended:
-        hist2, reason2, _, _, _ = _histories(session_dir, tuple(ended), journals=True)
+        hist2, reason2, _, _, _, _ = _histories(session_dir, tuple(ended), journals=True)
         for u in list(ended):
             if hist2[u] and hist2[u][-1][0] in S.FINAL:
                 hist[u], reason[u] = hist2[u], reason2.get(u)
@@ -965,7 +965,9 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
             p, a = answers[uid]
             e = X.merge(a, state, pilot.get(uid) or p)
         else:
-            e = X.from_history(uid, state, hist[uid], reason.get(uid), pilot.get(uid))
+            e = X.from_history(
+                uid, state, hist[uid], reason.get(uid), pilot.get(uid), None, launcher.get(uid)
+            )
             if uid in notes:
                 e[X.WAITS_FOR].append(notes[uid])
             if state == S.SCHEDULING and not pilot.get(uid):  # an allocation policy's to send
@@ -980,8 +982,8 @@ def explain(session_dir: str, task: tuple[str, ...], timeout: float, as_json: bo
 
 
 def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
-    """(state history, final reason, pilot) of each TASK from the session's events, and the
-    first and last task uid seen; journals: also the final states the client's and the
+    """(state history, final reason, pilot) of each TASK from the session's events, the
+    first and last task uid seen, and each TASK's launch method (exec_start); journals: also the final states the client's and the
     agents' journals hold (the agent journals one before it tells anyone)."""
     from . import _events as E
     from . import states as S
@@ -1018,6 +1020,7 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
     hist: dict[str, list] = {u: [] for u in task}
     reason: dict[str, str | None] = {}
     pilot: dict[str, str] = {}
+    launcher: dict[str, str] = {}
     first = last = None
     mine = []
     for ev in events:
@@ -1038,7 +1041,9 @@ def _histories(session_dir: str, task: tuple[str, ...], journals: bool = False):
                 reason[uid] = detail
         elif name == E.ROUTED:  # a held task sent on by an allocation policy
             pilot[uid] = detail
-    return hist, reason, pilot, first, last
+        elif name == E.EXEC_START and detail:  # the launch method that started it
+            launcher[uid] = detail
+    return hist, reason, pilot, first, last, launcher
 
 
 def _live_pilots(session_dir: str) -> list[str]:

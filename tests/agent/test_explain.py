@@ -39,8 +39,9 @@ def test_explain_queued_reserved_colocated_and_ended(session):
     tmgr.add_pilots(pilot)
     # both nodes full for a while (one core of the second frees at 2.5 s); a 2 x 2-core
     # task, a whole-node task and small ones wait behind them
-    full = tmgr.submit_tasks([_sleep(8, cores_per_rank=4), _sleep(8, cores_per_rank=3),
-                              _sleep(2.5)])
+    full = tmgr.submit_tasks(
+        [_sleep(8, cores_per_rank=4), _sleep(8, cores_per_rank=3), _sleep(2.5)]
+    )
     _wait_for(lambda: all(t.state == pf.EXECUTING for t in full))
     wide = tmgr.submit_tasks(_sleep(0.1, ranks=2, cores_per_rank=2, name="wide"))
     whole = tmgr.submit_tasks(_sleep(0.1, cores_per_rank=4, name="whole"))
@@ -59,11 +60,13 @@ def test_explain_queued_reserved_colocated_and_ended(session):
     e = small[2].explain()
     assert any("2 earlier tasks of the same shape" in w for w in e[X.WAITS_FOR]), e
     assert any("policy starts 2 other shapes" in w for w in e[X.WAITS_FOR]), e
+
     # once a core is released past starvation_s (2 s), the hardest blocked head gets a
     # reservation: it says so, and the small ones say whose it is
     def reserved():
         e = small[0].explain()
         return e if any("holds a reservation" in w for w in e[X.WAITS_FOR]) else None
+
     e = _wait_for(reserved, timeout=15)
     holder = next(w for w in e[X.WAITS_FOR] if "holds a reservation" in w).split()[1]
     assert holder in (wide.uid, whole.uid)
@@ -123,19 +126,28 @@ def test_explain_function_call_in_its_queue(session):
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=1, runtime="5m"))
     tmgr = pf.TaskManager(session)
     tmgr.add_pilots(pilot)
-    calls = tmgr.submit_tasks([pf.TaskDescription(function=time.sleep, args=(1.5,))
-                               for _ in range(3)])
-    e = _wait_for(lambda: (x := calls[2].explain()).get(X.WHERE) == X.QUEUED
-                  and "function call queued" in str(x) and x)
+    calls = tmgr.submit_tasks(
+        [pf.TaskDescription(function=time.sleep, args=(1.5,)) for _ in range(3)]
+    )
+    e = _wait_for(
+        lambda: (
+            (x := calls[2].explain()).get(X.WHERE) == X.QUEUED
+            and "function call queued" in str(x)
+            and x
+        )
+    )
     assert any("calls ahead" in w or "call ahead" in w for w in e[X.WAITS_FOR]), e
-    _wait_for(lambda: (x := calls[0].explain()).get(X.WHERE) == X.RUNNING
-              and "worker" in str(x))
+    _wait_for(lambda: (x := calls[0].explain()).get(X.WHERE) == X.RUNNING and "worker" in str(x))
     tmgr.wait_tasks(timeout=60)
 
 
 def _cli(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "pilotfish.cli", "explain", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pilotfish.cli", "explain", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -215,14 +227,60 @@ def test_explain_member_waiting_for_a_held_view(tmp_path):
         group.wait_ready(timeout=60)
         with group.hold():
             group.resize(2)
-            _wait_for(lambda: any(n.state == "ready" and n.uid == "held.m0001"
-                                  for n in group.news), timeout=30)
+            _wait_for(
+                lambda: any(n.state == "ready" and n.uid == "held.m0001" for n in group.news),
+                timeout=30,
+            )
             r = _cli(str(session.path), "held.m0001", "--json")
             assert r.returncode == 0, r.stderr
             e = json.loads(r.stdout)[0]
             assert e[X.WHERE] == X.RUNNING
-            assert any("a member of service group 'held' (ready" in w
-                       for w in e[X.WAITS_FOR]), e
-            assert any("its join waits for the view's hold to be released (held by the client)"
-                       in w for w in e[X.WAITS_FOR]), e
+            assert any("a member of service group 'held' (ready" in w for w in e[X.WAITS_FOR]), e
+            assert any(
+                "its join waits for the view's hold to be released (held by the client)" in w
+                for w in e[X.WAITS_FOR]
+            ), e
         group.stop()
+
+
+@pytest.mark.mpi
+def test_each_task_says_which_launch_method_started_it(session, tmp_path_factory):
+    """The route in plain sight (issue 51, row 6): the task's `launcher` (from its EXECUTING
+    update), the agent's explain of a running task, the client's and `pilotfish explain`'s of
+    an ended one, and the exec_start event's detail -- for a plain task and a 2-rank MPICH
+    world (the pilot's own PMI: `pmi`)."""
+    from mpi_programs import build_hello  # (tests/agent: the mpich wheel's mpicc)
+
+    hello = build_hello(tmp_path_factory)
+    pmgr = pf.PilotManager(session)
+    pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=4, runtime="5m"))
+    tmgr = pf.TaskManager(session)
+    tmgr.add_pilots(pilot)
+    slow = tmgr.submit_tasks(_sleep(30))
+    _wait_for(lambda: slow.state == pf.EXECUTING)
+    e = slow.explain()
+    assert e[X.WHERE] == X.RUNNING and e[X.LAUNCHER] == slow.launcher, (e, slow.launcher)
+    assert f"launched by {slow.launcher}" in str(e), str(e)
+    world = tmgr.submit_tasks(pf.TaskDescription(executable=hello, ranks=2))
+    assert world.wait(timeout=60) == pf.DONE, (world.state, world.reason)
+    assert world.launcher == "pmi", world.launcher
+    assert slow.launcher == pilot.launcher, (slow.launcher, pilot.launcher)
+    assert "(launched by pmi)" in str(world.explain())
+    slow.cancel()
+    tmgr.wait_tasks(timeout=30)
+    from pilotfish._events import read_all_events
+
+    def starts():
+        evs = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
+        return {e[1]: e[3] for e in evs if e[2] == "exec_start"}
+
+    _wait_for(lambda: len(starts()) == 2)  # (the agent writes its events every 0.5 s)
+    assert starts() == {slow.uid: slow.launcher, world.uid: "pmi"}, starts()
+    session.events.flush()
+    out = subprocess.run(
+        [sys.executable, "-m", "pilotfish.cli", "explain", str(session.path), world.uid],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "(launched by pmi)" in out.stdout, (out.stdout, out.stderr)

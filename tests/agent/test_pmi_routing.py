@@ -74,7 +74,7 @@ def test_a_local_pilot_runs_mpich_tasks_through_its_own_pmi(hello, tmp_path):
     evs = read_all_events(os.path.join(sandbox, "agent.events"))  # (all written at its end)
     start = {who: d for _, who, name, d in evs if name == E.EXEC_START}
     assert start[c2.uid] == start[c4.uid] == start[py3.uid] == "pmi"
-    assert start[sh2.uid] is None  # (not MPI: its launcher, as before)
+    assert start[sh2.uid] == sh2.launcher != "pmi"  # (not MPI: its launcher, as before)
     # the launch model learns the path, and a simulated pilot runs on it
     model = tmp_path / "model.json"
     r = subprocess.run([sys.executable, "-m", "pilotfish.cli", "simulate", "--fit", str(session),

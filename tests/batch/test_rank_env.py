@@ -71,3 +71,6 @@ def test_ranks_and_tasks_see_no_step_but_their_own(slurm, tmp_path):
         assert e["SLURM_JOB_ID"]
         for e in _envs(through_srun):
             assert e["SLURM_PROCID"] == str(e["_rank"]) and e["SLURM_NTASKS"] == "2", e
+        # and each says which path it took (issue 51, row 6)
+        assert (world.launcher, through_srun.launcher) == ("pmi", "srun")
+        assert single.launcher in ("nodes", "direct"), single.launcher

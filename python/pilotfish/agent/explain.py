@@ -101,8 +101,12 @@ def explain_one(uid: str, table: Any, pool: Any, services: Any, clock: Any) -> d
     elif state is RUNNING:
         out[X.WHERE] = X.RUNNING
         out[X.NODES] = _slot_nodes(t)
+        how = getattr(t.lm, "name", None)
+        if how:
+            out[X.LAUNCHER] = how
         waits.append(
             f"running on {', '.join(out[X.NODES][:NAMES])}"
+            + (f", launched by {how}" if how else "")
             + (f" (attempt {t.attempt + 1})" if t.attempt else "")
         )
     elif state is BACKOFF:

@@ -370,10 +370,17 @@ class TaskTable:
                 if profile:
                     events += (
                         (now, uid, S.EXECUTING, None),
-                        (now, uid, E.EXEC_START, name if name in ("nodes", "pmi") else None),
+                        (now, uid, E.EXEC_START, lm.name),
                     )
                 ups.append(
-                    _wire.Update(uid, S.EXECUTING, now, slots=t.slots, partition=t.partition.index)
+                    _wire.Update(
+                        uid,
+                        S.EXECUTING,
+                        now,
+                        slots=t.slots,
+                        partition=t.partition.index,
+                        launcher=lm.name,
+                    )
                 )
             else:  # starting (or degraded): it waits; failed: launchers_changed judges it
                 lm.held.append(t)

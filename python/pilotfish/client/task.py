@@ -54,6 +54,7 @@ class Task:
         "reason",
         "slots",
         "partition",
+        "launcher",
         "_hist",
         "_tmgr",
         "_cbs",
@@ -73,6 +74,7 @@ class Task:
         self.reason: str | None = None  # why it failed or was canceled
         self.slots: list[_wire.RankSlot] | None = None  # per rank: node, cores, GPUs
         self.partition: int | None = None  # index of the pilot partition it ran in
+        self.launcher: str | None = None  # the launch method that started it (pmi, srun, ...)
         self._hist: list = []  # state, t, state, t, ... (flat: no tuple per entry)
         self._tmgr = tmgr
         self._cbs: list | None = None  # this task's own callbacks (register_callback)
@@ -169,7 +171,9 @@ class Task:
         nodes = sorted({s.node for s in self.slots}) if self.slots else None
         state = self.state
         if state in S.FINAL or not self.pilot:
-            e = X.from_history(self.uid, state, self.history, self.reason, self.pilot, nodes)
+            e = X.from_history(
+                self.uid, state, self.history, self.reason, self.pilot, nodes, self.launcher
+            )
             if not self.pilot and state not in S.FINAL and self._tmgr.holder is not None:
                 e[X.WAITS_FOR] = [self._tmgr.holder.why_waiting(self.uid)]  # (held)
             return e
@@ -560,6 +564,7 @@ class TaskManager:
                 if u.slots is not None:  # (EXECUTING: the first launch, or again after a requeue)
                     t.slots = u.slots
                     t.partition = u.partition
+                    t.launcher = u.launcher
                 rank = S.TASK_RANK.get(state)
                 if rank is None or rank <= S.TASK_RANK[old]:
                     t._hist += (state, u.t)  # a sub-event (e.g. launch_retry) or late news
