@@ -218,15 +218,17 @@ class Engine:
             else:
                 self._frame2(c, raw)
 
-    def _line1(self, c: Conn, raw: bytes) -> None:
+    def _ascii(self, c: Conn, raw: bytes, what: str) -> str:
+        """A message's text (traced when asked); not ASCII: the job's protocol error."""
         if self._trace:
             log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, show(raw))
         try:
-            line = raw.decode("ascii")
+            return raw.decode("ascii")
         except UnicodeDecodeError:
-            raise PmiProtocolError(
-                f"malformed: a PMI-1 line that is not ASCII: {show(raw)}"
-            ) from None
+            raise PmiProtocolError(f"malformed: {what} that is not ASCII: {show(raw)}") from None
+
+    def _line1(self, c: Conn, raw: bytes) -> None:
+        line = self._ascii(c, raw, "a PMI-1 line")
         if c.mcmd is not None or line.startswith("mcmd="):
             self._spawn1(c, line)
             return
@@ -253,14 +255,7 @@ class Engine:
             c.reply1("spawn_result", rc="-1", msg="spawn_not_supported")
 
     def _frame2(self, c: Conn, raw: bytes) -> None:
-        if self._trace:
-            log.debug("%s rank %d -> %s", c.job.kvsname, c.rank, show(raw))
-        try:
-            body = raw.decode("ascii")
-        except UnicodeDecodeError:
-            raise PmiProtocolError(
-                f"malformed: a PMI-2 frame that is not ASCII: {show(raw)}"
-            ) from None
+        body = self._ascii(c, raw, "a PMI-2 frame")
         kv = parse2(body)
         cmd = kv.pop("cmd")
         thrid = kv.get("thrid")

@@ -17,12 +17,11 @@ from __future__ import annotations
 import logging
 import select
 import socket
-from collections.abc import Callable
+from typing import Any
 
 from .engine import Engine
-from .job import Conn, FenceFn, PmiJob
+from .job import Conn, PmiJob
 from .parse import show
-from .wire import MAX_KVS_BYTES, MAX_LINE, MAX_OUT
 
 log = logging.getLogger("pilotfish.pmi")
 
@@ -33,26 +32,9 @@ _READS_PER_WAKE = 8  # one connection cannot starve the others
 class PmiServer(Engine):
     """The PMI server of one node: any number of jobs, one epoll descriptor."""
 
-    def __init__(
-        self,
-        *,
-        on_fence: FenceFn | None = None,
-        on_abort: Callable[[PmiJob, int, int, str], None] | None = None,
-        on_error: Callable[[PmiJob, int | None, str], None] | None = None,
-        on_lost: Callable[[PmiJob, int], None] | None = None,
-        max_line: int = MAX_LINE,
-        max_kvs_bytes: int = MAX_KVS_BYTES,
-        max_out: int = MAX_OUT,
-    ):
-        super().__init__(
-            on_fence=on_fence,
-            on_abort=on_abort,
-            on_error=on_error,
-            on_lost=on_lost,
-            max_line=max_line,
-            max_kvs_bytes=max_kvs_bytes,
-            max_out=max_out,
-        )
+    def __init__(self, **settings: Any) -> None:
+        """Engine's settings (callbacks and limits, by keyword)."""
+        super().__init__(**settings)
         self._ep = select.epoll()
         self._conns: dict[int, Conn] = {}
 
