@@ -183,16 +183,34 @@ def test_many_two_node_prrte_tasks(slurm_pilot, slurm):
     """60 tasks of two whole-node ranks through the pilot's DVM spanning n1 and n2: PRRTE's
     transients there (failed launches, DVMs replaced; see launch/prrte.py) cost time, never a
     task -- each ends DONE with both ranks where they were placed."""
-    _, _, tmgr = slurm_pilot
+    _, pilot, tmgr = slurm_pilot
     # (across two real hosts, now and then a rank on the second never starts -- 1 of 60 in
     # one full run: the other rank waits; only the task's timeout ends it, and its retry runs)
-    tasks, states, dt = _run_many(tmgr, 60, executable="/bin/sh", arguments=["-c", WHERE],
+    # Each rank also writes where it runs to a file of its own (the pilot's sandbox is shared by
+    # the hosts): the placement is checked there. PRRTE's output forwarding has a race of its
+    # own (openpmix/prrte#109: prterun may see the job end before a remote daemon's last
+    # output) -- once in one full CI run, a task DONE with rank 1's line missing from stdout,
+    # not in 1,560 run apart, idle or loaded; so stdout is checked line by line, and a lost remote line
+    # is tolerated once in the 60 (reported), never a wrong or foreign one.
+    where_dir = os.path.join(pilot.sandbox, "where")
+    os.makedirs(where_dir, exist_ok=True)
+    script = f'{WHERE} | tee "{where_dir}/$PILOTFISH_TASK_UID.$PILOTFISH_RANK"'
+    tasks, states, dt = _run_many(tmgr, 60, executable="/bin/sh", arguments=["-c", script],
                                   ranks=2, cores_per_rank=slurm.cpus, launcher="prrte",
                                   timeout=60, retries=2)
     assert collections.Counter(states) == {pf.DONE: 60}, [t.reason for t in tasks if t.reason][:3]
+    expected = [["0", "n1", "n1"], ["1", "n2", "n2"]]
+    short = []
     for t in tasks:
-        assert sorted(line.split() for line in t.stdout.splitlines()) == \
-            [["0", "n1", "n1"], ["1", "n2", "n2"]], t.stdout
+        noted = [open(os.path.join(where_dir, f"{t.uid}.{r}")).read().split() for r in (0, 1)]
+        assert noted == expected, (t.uid, noted)
+        rows = sorted(line.split() for line in t.stdout.splitlines())
+        assert all(row in expected for row in rows) and len(rows) == len({str(r) for r in rows}), \
+            t.stdout
+        if rows != expected:
+            short.append((t.uid, t.stdout, t.history))
+    assert len(short) <= 1, short
+    print(f"stdout short of a remote rank's line (PRRTE IOF): {short}")
     print(f"60 two-node prrte tasks in {dt:.1f}s")
 
 
