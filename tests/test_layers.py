@@ -214,3 +214,17 @@ def test_the_private_rule_sees_what_it_must():
         assert (PKG / rel).exists() and why, (rel, name)
     for rel, why in PENDING_PRIVATE.items():
         assert (PKG / rel).exists() and why, rel
+
+
+def test_no_arrow_between_the_agent_and_the_client():
+    """The agent imports nothing of the client, the client nothing of the agent (it starts
+    the agent as a process: pilotfish/_keeper_argv.py is the command both layers share)."""
+    graph = _graph()
+
+    def within(mod: str, pkg: str) -> bool:
+        return mod == pkg or mod.startswith(pkg + ".")
+
+    wrong = sorted(f"{m} -> {n}" for m, e in graph.items() for n in e
+                   if (within(m, "pilotfish.agent") and within(n, "pilotfish.client"))
+                   or (within(m, "pilotfish.client") and within(n, "pilotfish.agent")))
+    assert not wrong, "imports between the agent and the client:\n" + "\n".join(wrong)

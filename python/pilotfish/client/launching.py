@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from .. import _wire
 from .. import states as S
 from .._journal import keeper_state
+from .._keeper_argv import keeper_argv
 from .._util import private_dir, write_private
-from ..agent import keeper_argv
 from ..batch import BatchJob, make_batch_job
 from ..descriptions import PilotDescription
 
