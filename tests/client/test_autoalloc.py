@@ -56,7 +56,7 @@ def test_a_burst_gets_pilots_and_they_end_once_idle(tmp_path):
         assert routed == {t.uid: t.pilot for t in tasks}  # where each held task went
         assert pol.status["requested"] == 2 and pol.status["waiting"] == 0
     # the dashboard shows the allocations; the report counts the cores allocated but idle
-    from pilotfish.analytics.dashboard.state import SessionWatch
+    from pilotfish.analytics.dashboard import SessionWatch
     from pilotfish.analytics.metrics import compute_metrics
 
     watch = SessionWatch(str(s.path))

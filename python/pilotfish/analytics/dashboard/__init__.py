@@ -7,8 +7,9 @@ prints a URL with a token (http://127.0.0.1:PORT/?token=...); from a laptop, for
 answers 403. The page polls /api/summary (JSON: `states`, a count per task state, ...) and
 its siblings /api/timeline, /api/nodes, /api/queue, /api/failed, /api/pilots,
 /api/services, /api/pools once a second; each refresh reads only what was appended to the
-session's files since the last one (tail.py) into running aggregates (state.py); server.py
-serves them, page.py is the page. docs/dashboard.md says more.
+session's files since the last one (tail.py) into running aggregates: ingest.py folds it
+into the columnar store (store.py), views.py answers the JSON from it (SessionWatch is the
+three); server.py serves them, page.py is the page. docs/dashboard.md says more.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import click
 
 from pilotfish.analytics.dashboard.server import Dashboard, make_server, url
-from pilotfish.analytics.dashboard.state import SessionWatch
+from pilotfish.analytics.dashboard.views import SessionWatch
 from pilotfish.analytics.dashboard.tail import FrameTail
 
 __all__ = ["Dashboard", "SessionWatch", "FrameTail", "dashboard", "make_server", "url"]

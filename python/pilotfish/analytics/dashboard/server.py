@@ -45,7 +45,7 @@ from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from pilotfish.analytics.dashboard.page import PAGE
-from pilotfish.analytics.dashboard.state import SessionWatch
+from pilotfish.analytics.dashboard.views import SessionWatch
 
 REFRESH_S = 0.5
 HEAD_TIMEOUT_S = 5.0  # a request's head arrives within this of its connection, or it closes
