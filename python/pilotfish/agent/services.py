@@ -13,15 +13,15 @@ socket), joins and leaves wait in order and take effect at the last release -- C
 first and only then is told to leave: no client is left with a view naming a member that
 already went. A member that fails leaves the view (at once, or at the release) and is
 replaced per the group's restart policy.
+
+The members and groups themselves (their states, the view peers get): service_groups.py.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
-import secrets
 import signal
 import sys
 from typing import Any
@@ -36,6 +36,7 @@ from .._door import Door
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname, write_private
 from .inbox import router_messages
+from .service_groups import GONE, LEAVING, READY, STARTING, Group, Member, changed_field, peer_view
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -46,134 +47,8 @@ MAX_ENDPOINT = 1024
 MAX_INFO = 65536  # bytes of a member's info, encoded
 MAX_REPLICAS = 100_000  # members of one group (the wire is an API: a bound on one message)
 
-
-class MemberState(enum.Enum):
-    """A member's state: started, its endpoint not announced yet; announced (in the view);
-    asked to leave (out of the view, its process not ended yet); ended."""
-
-    STARTING = "starting"
-    READY = "ready"
-    LEAVING = "leaving"
-    GONE = "gone"
-
-
-STARTING, READY, LEAVING, GONE = (
-    MemberState.STARTING,
-    MemberState.READY,
-    MemberState.LEAVING,
-    MemberState.GONE,
-)
-
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
-
-
-class Member:
-    __slots__ = (
-        "uid",
-        "k",
-        "group",
-        "slot",
-        "restarts",
-        "state",
-        "endpoint",
-        "info",
-        "node",
-        "ident",
-        "run_since",
-        "offset",
-        "last_pong",
-        "ping_due",
-        "leave_at",
-        "why",
-        "told",
-    )
-
-    def __init__(self, uid: str, k: int, group: "Group", slot: int, restarts: int):
-        self.uid = uid
-        self.k = k  # its number in the group (newer members have higher ones)
-        self.told = False  # asked to leave (message or SIGTERM)
-        self.group = group
-        self.slot = slot  # members replace one another in a slot (restart counts per slot)
-        self.restarts = restarts
-        self.state: MemberState = STARTING
-        self.endpoint: str | None = None
-        self.info: dict = {}
-        self.node = ""
-        self.ident: bytes | None = None  # its helper's connection, once it announced through it
-        self.run_since: float | None = None  # when its task was first seen running (mono)
-        self.offset = 0  # how far its stdout was scanned
-        self.last_pong = 0.0
-        self.ping_due = 0.0
-        self.leave_at: float | None = None  # asked to leave: stopped at this time (mono)
-        self.why: str | None = None  # why we stopped it
-
-
-class Group:
-    def __init__(self, spec: _wire.ServiceSpec):
-        self.spec = spec
-        self.name = spec.name
-        self.target = spec.replicas
-        self.members: dict[str, Member] = {}  # live (not gone), by uid
-        self.view: dict[str, Member] = {}  # in join order
-        self.epoch = 0
-        self.holds: dict[str, str | None] = {}  # token -> the task that holds it (None: client)
-        self.pending: list[tuple[str, Member]] = []  # ("join" | "leave", member) while held
-        self.subscribers: set[bytes] = set()
-        self.next_k = 0
-        self.next_slot = 0
-        self.dirty = False
-        self.fn_path: str | None = None
-        self.short: str | None = None  # why it last fell short of its target for good
-        # the key pair its clients prove themselves with: made here, handed out only with
-        # views (to the client and to subscribed tasks, over their CURVE connections)
-        self.client_key = [k.decode() for k in zmq.curve_keypair()]
-        # what its members alone share (they prove themselves to one another with it):
-        # handed to each member in the answer to its announcement
-        self.member_secret = secrets.token_hex(32)
-
-    def live(self) -> list[Member]:
-        return [m for m in self.members.values() if m.state in (STARTING, READY)]
-
-    def view_msg(self, t: float) -> _wire.GroupView:
-        return _wire.GroupView(
-            self.name,
-            self.epoch,
-            [_wire.MemberInfo(m.uid, m.endpoint or "", m.node, m.info) for m in self.view.values()],
-            t,
-            self.target,
-            self.client_key,
-        )
-
-
-def _changed_field(new: _wire.ServiceSpec, old: _wire.ServiceSpec) -> tuple | None:
-    """The first field a resumed program changed in a group's description: (name, new value,
-    running value), or None. Not compared: replicas (the group keeps its size), a function
-    member's callable and arguments (their pickles need not be equal from run to run)."""
-    for f in new.__struct_fields__:
-        if f in ("replicas", "template"):
-            continue
-        if getattr(new, f) != getattr(old, f):
-            return f, getattr(new, f), getattr(old, f)
-    for f in new.template.__struct_fields__:
-        if f in ("function", "call"):
-            continue
-        a, b = getattr(new.template, f), getattr(old.template, f)
-        if a != b:
-            return f, a, b
-    return None
-
-
-def _peer_view(msg: _wire.GroupView) -> list:
-    """A view as peers get it (pilotfish.service reads it)."""
-    return [
-        "view",
-        msg.name,
-        msg.epoch,
-        [[x.uid, x.endpoint, x.node, x.info] for x in msg.members],
-        msg.target,
-        msg.client_key,
-    ]
 
 
 class ServiceRegistry:
@@ -246,7 +121,7 @@ class ServiceRegistry:
         """A resumed client starts a group this agent runs already: the same group (members
         are not disturbed; its size stays what it is) -- unless the program changed it. The
         client that held its view is gone: its holds are released."""
-        changed = _changed_field(spec, g.spec)
+        changed = changed_field(spec, g.spec)
         if changed is not None:
             field, new, old = changed
             self._ack(
@@ -606,7 +481,7 @@ class ServiceRegistry:
         msg = g.view_msg(self.clock.now())
         self.agent.send(msg)
         if g.subscribers:
-            frame = _encode(_peer_view(msg))
+            frame = _encode(peer_view(msg))
             for ident in g.subscribers:
                 self._reply(ident, frame)
 
@@ -686,7 +561,7 @@ class ServiceRegistry:
                 self.waiting_subs.setdefault(name, set()).add(ident)
                 return
             g.subscribers.add(ident)
-            self._reply(ident, _peer_view(g.view_msg(self.clock.now())))  # it alone needs it
+            self._reply(ident, peer_view(g.view_msg(self.clock.now())))  # it alone needs it
         elif kind == "hold":
             _, name, token, owner = msg[:4]
             epoch, why = self.hold(name, token, owner or None)
