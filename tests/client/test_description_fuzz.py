@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import pilotfish as pf
 from pilotfish import descriptions as D
 from pilotfish._core import Placer
+from pilotfish._validate import STAGING_ACTIONS
 
 TASK_FIELDS = sorted(pf.TaskDescription._fields)
 PILOT_FIELDS = sorted(pf.PilotDescription._fields)
@@ -111,7 +112,7 @@ duration = st.one_of(st.sampled_from(_STRINGS[-8:] + ["10y", "3650d", "3651d"]),
                      st.floats(0, 4e8), st.integers(0, 4 * 10**8))
 staging_item = st.one_of(
     path, st.fixed_dictionaries({"source": path}, optional={
-        "target": st.one_of(path, st.none()), "action": st.sampled_from(D.STAGING_ACTIONS)}))
+        "target": st.one_of(path, st.none()), "action": st.sampled_from(STAGING_ACTIONS)}))
 env = st.dictionaries(st.one_of(st.sampled_from(["PATH", "OMP_X", "A=B", ""]), clean_text),
                       st.one_of(clean_text, st.integers(), st.floats()), max_size=3)
 

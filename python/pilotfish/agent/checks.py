@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .. import _wire
 from .._paths import resolve, task_cwd
-from ..descriptions import LAUNCHERS, misfit_partitions
+from .._shapes import misfit_partitions
+from ..descriptions import LAUNCHERS
 
 _SHAPE_FIELDS = ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank")
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from .. import _events as E
 from .. import _wire
-from ..descriptions import LAUNCHERS, MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit
+from .._shapes import MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit
+from ..descriptions import LAUNCHERS
 from .partition import Partition, add_work, task_work
 from .ports import NodeLeaving
 from .resources import Resources

@@ -46,7 +46,7 @@ from .. import states as S
 from .._door import Door
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname
-from ..descriptions import rank_capacity
+from .._shapes import rank_capacity
 from .inbox import router_messages
 from .ports import Host
 from .tasks import RUNNING, WAITING

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from .. import _events as E
 from .._wire import RankSlot
-from ..descriptions import misfit
+from .._shapes import misfit
 from ..launch.base import LaunchError, LaunchMethod
 from .scheduler import Scheduler
 
@@ -138,7 +138,7 @@ def make_partitions(
 ) -> list[Partition]:
     """The pilot's partitions (one by default) from its description's `partitions`: each its
     nodes, placer, queue and default launcher."""
-    from ..descriptions import partition_layout
+    from .._shapes import partition_layout
     from .resources import Resources
 
     nodes = resources.nodes

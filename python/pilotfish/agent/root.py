@@ -57,7 +57,7 @@ from .. import states as S
 from .._events import EventWriter
 from .._sockets import client_link
 from .._util import hostname, raise_nofile_limit, run_profiled
-from ..descriptions import misfit, partition_layout
+from .._shapes import misfit, partition_layout
 from .containment import become_subreaper
 from .explain import MAX_UIDS, POLL_S, requests
 from .routing import Routing, Share

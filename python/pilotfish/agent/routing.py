@@ -24,7 +24,7 @@ import msgspec
 
 from ..states import EXECUTING, FINAL
 from .._wire import TaskSpec
-from ..descriptions import misfit
+from .._shapes import misfit
 
 
 class Share:

@@ -19,7 +19,7 @@ from pilotfish import _events as E
 from pilotfish import _json
 from pilotfish._agent_files import agent_files
 from pilotfish.analytics import utilization as ru
-from pilotfish.descriptions import partition_layout
+from pilotfish._shapes import partition_layout
 
 
 def pilot_layout(path: str, uid: str) -> tuple[list, list[str], list[int]] | None:

@@ -17,7 +17,8 @@ from typing import Any, Callable
 from .. import _wire
 from .. import states as S
 from .._errors import DescriptionError
-from ..descriptions import ServiceDescription, TaskDescription, check_descriptions, rank_capacity
+from .._shapes import rank_capacity
+from ..descriptions import ServiceDescription, TaskDescription, check_descriptions
 from ..service import Hold, Member, ServiceError, View, client_key
 from ._calls import pickle_calls
 from ._ports import GroupListener, PilotPort
