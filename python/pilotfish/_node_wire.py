@@ -34,6 +34,58 @@ Name = Annotated[str, msgspec.Meta(max_length=255)]
 Text = Annotated[str, msgspec.Meta(max_length=1 << 21)]  # captured output (1 MiB cap, utf-8)
 
 
+# -- the node executors' configuration ------------------------------------------------------
+# Each default written once, here. The knobs a pilot description sets
+# (launcher_options={"nodes": {...}}; README, "Node executors"):
+BEAT_S = 1.0  # heartbeat asked of agent and executors (agent/nodes.py lengthens it with N)
+LOST_AFTER_S = 10.0  # a node not heard for this long is lost (also lengthened with N)
+START_TIMEOUT_S = 60.0  # the step that starts the executors: until every one said hello
+AGENT_TIMEOUT_S = 60.0  # an executor whose agent stays away this long (at least) exits
+CONFIG_MAX = 64 << 10  # nodes.json is a few hundred bytes
+
+
+class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """nodes.json: what the agent (agent/nodes.py) tells every node executor it starts, real
+    (agent/node.py) or emulated (agent/node_emulated.py): its pilot, the pilot's sandbox, the
+    node port's address and its public key's file, the heartbeat, after how long without the
+    agent it fences itself (None: never), after how long it exits, and the walltime's end
+    (epoch seconds; None: none)."""
+
+    pilot: str
+    sandbox: str
+    address: str
+    key_file: str
+    beat_s: Seconds = BEAT_S
+    fence_after_s: Union[Seconds, None] = None
+    agent_timeout_s: Seconds = AGENT_TIMEOUT_S
+    deadline: Union[Seconds, None] = None
+
+
+def read_node_config(path: str) -> NodeConfig:
+    """The executor's configuration from `path` (the owner's own private file, opened without
+    following a link: _util.read_private); ValueError naming the file, the field and why
+    when it is not one."""
+    from ._errors import SessionError
+    from ._util import read_private
+
+    try:
+        data = read_private(path)
+    except SessionError as e:  # a link, or not the owner's
+        raise ValueError(f"node executor config: {e}") from None
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise ValueError(f"node executor config {path}: cannot read it: {why}") from None
+    if len(data) > CONFIG_MAX:
+        n = len(data)
+        raise ValueError(f"node executor config {path}: {n} bytes, more than {CONFIG_MAX}")
+    try:
+        return msgspec.json.decode(data, type=NodeConfig)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"node executor config {path}: {e}") from None
+    except msgspec.DecodeError as e:
+        raise ValueError(f"node executor config {path}: not JSON ({e})") from None
+
+
 class ExitRow(msgspec.Struct, array_like=True):
     """One process that ended, in a node's Exits and NodeHello: its key, pid, exit code,
     signal, time, user and system CPU seconds, max RSS (KiB), captured stdout and stderr

@@ -42,7 +42,6 @@ hello with a token of its own, and then
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import signal
@@ -69,7 +68,7 @@ def node_name() -> str:
 
 
 class NodeExecutor:
-    def __init__(self, config: dict, secret: bytes):
+    def __init__(self, config: W.NodeConfig, secret: bytes):
         """secret: its step's (node_keys.read_step), from which its key is derived."""
         import zmq
 
@@ -80,17 +79,17 @@ class NodeExecutor:
         from .node_verdict import unmark
 
         self.node = node_name()
-        self.sandbox = config["sandbox"]
+        self.sandbox = config.sandbox
         self.dir = os.path.join(self.sandbox, "nodes", self.node)
         os.makedirs(os.path.join(self.dir, "spool"), mode=0o700, exist_ok=True)
         if not unmark(self.dir):  # (the fence mark of an executor before it: not its own)
             raise OSError(f"cannot remove the fence mark in {self.dir}")
         self.token = os.urandom(TOKEN_BYTES)  # (node_keys.py: in its hellos, nowhere else)
-        self.beat_s = float(config.get("beat_s", 1.0))
-        self.agent_timeout = float(config.get("agent_timeout_s", 60.0))
+        self.beat_s = config.beat_s
+        self.agent_timeout = config.agent_timeout_s
         # None: never (an agent that does not hold a lost node's verdict does not ask it)
-        self.fence_after = float(config.get("fence_after_s") or 0) or None
-        self.deadline = float(config.get("deadline", 0)) or None  # epoch seconds
+        self.fence_after = config.fence_after_s or None
+        self.deadline = config.deadline or None  # epoch seconds
         become_subreaper()
         from .pmi import stale
         from .pmi.node import NodePmi
@@ -104,7 +103,7 @@ class NodeExecutor:
         self.pmix: NodePmix | None = None  # ... and of launch method `pmix`, on first need
         self.ctx = zmq.Context()
         self.sock = curve_dealer(
-            self.ctx, config["key_file"], config["address"], None, 2000, derive(secret, self.node)
+            self.ctx, config.key_file, config.address, None, 2000, derive(secret, self.node)
         )
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
@@ -492,9 +491,12 @@ def main(argv: list[str] | None = None) -> int:
     from .._util import open_private
 
     os.umask(0o077)  # its files and its tasks' are the owner's alone (as the agent's: _main.py)
-    with open(argv[0]) as f:
-        config = json.load(f)
-    d = os.path.join(config["sandbox"], "nodes")
+    try:
+        config = W.read_node_config(argv[0])
+    except ValueError as e:
+        print(f"node executor on {node_name()}: {e}", file=sys.stderr)
+        return 2
+    d = os.path.join(config.sandbox, "nodes")
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = open_private(os.path.join(d, f"{node_name()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     open_log(fd)  # (bounded, escaped, rate-limited per call site: _inert.py)

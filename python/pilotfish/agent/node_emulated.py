@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import errno
 import heapq
-import json
 import logging
 import os
 import random
@@ -108,7 +107,7 @@ def duration_of(spec: Any) -> tuple[float, int]:
 class Emulator:
     """The emulated executors of one process (module docstring)."""
 
-    def __init__(self, config: dict, secret: bytes, names: list[str]):
+    def __init__(self, config: W.NodeConfig, secret: bytes, names: list[str]):
         import resource
 
         import zmq
@@ -119,12 +118,12 @@ class Emulator:
         if soft < hard:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         self.zmq = zmq
-        self.beat_s = float(config.get("beat_s", 1.0))
-        self.fence_after = float(config.get("fence_after_s") or 0) or None
-        self.agent_timeout = float(config.get("agent_timeout_s", 60.0))
-        self.deadline = float(config.get("deadline", 0)) or None
-        self.address = config["address"]
-        with open(config["key_file"], "rb") as f:
+        self.beat_s = config.beat_s
+        self.fence_after = config.fence_after_s or None
+        self.agent_timeout = config.agent_timeout_s
+        self.deadline = config.deadline or None
+        self.address = config.address
+        with open(config.key_file, "rb") as f:
             self.server_key = f.read().strip()
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -369,11 +368,11 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def _serve(config: dict, secret: bytes, names: list[str]) -> int:
+def _serve(config: W.NodeConfig, secret: bytes, names: list[str]) -> int:
     from .._inert import open_log
     from .._util import open_private
 
-    d = os.path.join(config["sandbox"], "nodes")
+    d = os.path.join(config.sandbox, "nodes")
     os.makedirs(d, mode=0o700, exist_ok=True)
     fd = open_private(os.path.join(d, f"emulated.{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT)
     open_log(fd)
@@ -400,8 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"emulated node executors: {e}", file=sys.stderr)
         return 2
     os.umask(0o077)
-    with open(argv[0]) as f:
-        config = json.load(f)
+    try:
+        config = W.read_node_config(argv[0])
+    except ValueError as e:
+        print(f"emulated node executors: {e}", file=sys.stderr)
+        return 2
     if procs == 1:
         if os.environ.get(CHILD_ENV):
             _die_with_parent()  # (a process of K: its parent is the step's, alive while it is)

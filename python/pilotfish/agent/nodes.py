@@ -39,10 +39,11 @@ thousands of nodes on one machine.
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import os
 from typing import Any, Callable
+
+import msgspec
 
 from .. import _events as E
 from .. import _node_wire as W
@@ -84,8 +85,8 @@ class NodeLink(LostNodes):
         uid: str,
         partitions: list,
         deadline_epoch: float,
-        beat_s: float = 1.0,
-        lost_after_s: float = 10.0,
+        beat_s: float = W.BEAT_S,
+        lost_after_s: float = W.LOST_AFTER_S,
     ):
         import zmq
 
@@ -153,21 +154,17 @@ class NodeLink(LostNodes):
 
     def _write_config(self) -> None:
         """nodes.json: what an executor needs (where, the server key, its heartbeat)."""
-        write_private(
-            self.config_path,
-            json.dumps(
-                {
-                    "pilot": self.uid,
-                    "sandbox": self.sandbox,
-                    "address": self.address,
-                    "key_file": self.key_file,
-                    "beat_s": self.beat_s,
-                    "fence_after_s": self.fence_after_s,
-                    "agent_timeout_s": max(60.0, 6 * self.lost_after_s),
-                    "deadline": self.deadline_epoch,
-                }
-            ).encode(),
+        config = W.NodeConfig(
+            pilot=self.uid,
+            sandbox=self.sandbox,
+            address=self.address,
+            key_file=self.key_file,
+            beat_s=self.beat_s,
+            fence_after_s=self.fence_after_s,
+            agent_timeout_s=max(W.AGENT_TIMEOUT_S, 6 * self.lost_after_s),
+            deadline=self.deadline_epoch,
         )
+        write_private(self.config_path, msgspec.json.encode(config))
 
     def _scale(self, n: int, write: bool = False) -> None:
         """Caps, descriptors and heartbeats for n nodes' executors: the door's pending caps
@@ -199,7 +196,7 @@ class NodeLink(LostNodes):
             return
         self._scale(len(set(self.nodes) | set(names)))
         argv, env = executor_step(names, options, self.config_path)  # (launch/nodes.py)
-        secret = self.expect(names, starter, float(options.get("start_timeout", 60.0)))
+        secret = self.expect(names, starter, float(options.get("start_timeout", W.START_TIMEOUT_S)))
         self.events.record(self.uid, E.NODES_START, f"{len(names)} {','.join(names[:8])}")
         self.step_stdin = node_keys.step_pipe(secret)  # (NodeRunner.spawn_aux passes it on)
         try:
