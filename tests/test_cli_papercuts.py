@@ -139,8 +139,9 @@ def test_explain_a_task_that_just_ended(tmp_path, monkeypatch):
     import threading
     import time
 
-    from pilotfish import _events as E, cli
+    from pilotfish import _events as E
     from pilotfish import _explain as X
+    from pilotfish.cli import explain as cli
     from pilotfish import states as S
 
     sess = _fake_session(tmp_path / "s")

@@ -1,0 +1,5 @@
+"""`python -m pilotfish.cli`: the `pilotfish` command."""
+
+from . import main
+
+main()
