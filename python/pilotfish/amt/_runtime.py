@@ -1,4 +1,4 @@
-"""The per-process runtime: scheduler loop, message kinds, epochs, phases, rebalance.
+"""The per-process runtime: scheduler loop, message processing, epochs.
 
 One Runtime per MPI process (`get()`), created on first use. It owns four duplicates of the
 world communicator, so that no kind of traffic can match another's:
@@ -7,14 +7,9 @@ world communicator, so that no kind of traffic can match another's:
   comm_ctl  bounded-time collective checks (Iallgather) and phase/reduce results
   comm_lb   load-balancing strategies' own collectives
 
-Message kinds (plain tuples, first two fields: kind, epoch):
-  INVOKE  (0, ep, cid, flat, method, args, kwargs, origin, hops)  run a handler
-  BCAST   (1, ep, cid, method, args, kwargs)        expands on each rank to INVOKEs of the
-                                                    elements it is home of (routed, so
-                                                    migrated elements get it once)
-  ELEMENT (2, ep, cid, flat, data, buffers, meta)   a migrating element (pickled state)
-  LOC     (3, ep, cid, flat, rank, version)         location update (to home) or hint
-  MIGRATE (4, ep, cid, flat, dest, origin, hops)    ask the element's host to migrate it
+The messages it sends and runs (INVOKE, BCAST, ELEMENT, LOC, MIGRATE) and how an element's
+state is pickled: _messages.py. Its collectives (sync_check, phase, reduce, rebalance,
+finalize...): _collectives.py, a base of Runtime.
 """
 
 from __future__ import annotations
@@ -27,20 +22,18 @@ import time
 import traceback
 from collections import deque
 
-from ._errors import AmtError, CollectiveMismatchError, HandlerError, MigrationError
-from ._instrument import HISTORY, LBStats, LoadModel, PhaseStats, imbalance
+from . import _collectives
+from ._instrument import LBStats, PhaseStats
+from ._errors import AmtError, CollectiveMismatchError, HandlerError
+from ._messages import BCAST, ELEMENT, INVOKE, LOC, MAX_HOPS, MIGRATE, deserialise, serialise
 from ._messenger import Messenger
 from ._mpi import check_world, mpi
 from ._termination import TerminationDetector
 
-INVOKE, BCAST, ELEMENT, LOC, MIGRATE = 0, 1, 2, 3, 4
-GID_SHIFT = 40  # global object id = cid << GID_SHIFT | flat
-MAX_HOPS = 10_000  # a routing loop would be a bug: reported, never silent
 STEP_SECONDS = 0.001  # a scheduler step sends its batches after at most ~this long
 SEND_AHEAD = 50e-6  # a handler expected to run longer than this sends what is pending
 # for other ranks before it starts (~ a few times a batch's own cost)
 
-COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce", "destroy")
 
 _RUNTIME: Runtime | None = None
 
@@ -57,19 +50,6 @@ def _env_float(name: str, default: float) -> float:
         return float(os.environ[name])
     except (KeyError, ValueError):
         return default
-
-
-def serialise(el) -> tuple[bytes, list, int]:
-    """Pickle an element with protocol 5; large buffers (numpy arrays) stay out-of-band."""
-    bufs: list = []
-    data = pickle.dumps(el, protocol=5, buffer_callback=bufs.append)
-    nbytes = len(data) + sum(b.raw().nbytes for b in bufs)
-    return data, bufs, nbytes
-
-
-def deserialise(data, bufs):
-    bufs = [b if isinstance(b, bytearray) else bytearray(b) for b in bufs]
-    return pickle.loads(data, buffers=bufs)
 
 
 class Runtime:
@@ -605,242 +585,24 @@ class Runtime:
         if len(self.epoch_stack) > 1:
             raise AmtError(f"amt.{what}() must be called outside `with amt.epoch():` blocks")
 
-    # -- bounded-time collective check ---------------------------------------------------------
-    def sync_check(self, what: str, timeout: float | None = None):
-        """All ranks must enter the same collective: an Iallgather of (collective, sequence)
-        on comm_ctl, served with messages until a deadline. A rank that waits past the deadline
-        raises CollectiveMismatchError instead of hanging; ranks that entered different
-        collectives all raise it at once, naming who called what."""
-        if self.broken:
-            raise CollectiveMismatchError(
-                f"amt.{what}(): the runtime is unusable after an "
-                f"earlier collective failure: {self.broken}"
-            )
-        np = self.np
-        self.op_seq += 1
-        code = COLLECTIVES.index(what)
-        send = np.array([code, self.op_seq], dtype=np.int64)
-        recv = np.zeros((self.size, 2), dtype=np.int64)
-        req = self.comm_ctl.Iallgather(send, recv)
-        timeout = self.sync_timeout if timeout is None else timeout
-        if not self.wait_until(req.Test, time.monotonic() + timeout):
-            self.broken = (
-                f"rank {self.rank} entered amt.{what}() (collective #{self.op_seq}) "
-                f"and the other ranks did not enter it within {timeout:g}s"
-            )
-            raise CollectiveMismatchError(
-                f"amt.{what}() was called on rank {self.rank} but not on every rank: the "
-                f"others did not call it within {timeout:g}s (collectives must be called by "
-                "all ranks, in the same order; timeout: amt.configure(sync_timeout=...) or "
-                "PILOTFISH_AMT_SYNC_TIMEOUT)"
-            )
-        if (recv[:, 0] != code).any() or (recv[:, 1] != self.op_seq).any():
-            calls: dict[str, list[int]] = {}
-            for r, (c, s) in enumerate(recv.tolist()):
-                calls.setdefault(f"amt.{COLLECTIVES[c]}() (collective #{s})", []).append(r)
-            desc = "; ".join(f"ranks {rs} called {name}" for name, rs in calls.items())
-            self.broken = f"mismatched collectives: {desc}"
-            raise CollectiveMismatchError(f"mismatched collective calls: {desc}")
+    # -- collectives (_collectives.py) ----------------------------------------------------------
+    def sync_check(self, what: str, timeout: float | None = None) -> None:
+        _collectives.sync_check(self, what, timeout)
 
-    # -- phases, reductions --------------------------------------------------------------------
-    def quiesce(self):
-        self._require_top_level("quiesce")
-        self.sync_check("quiesce")
-        self.wait_epoch(0)
+    def quiesce(self) -> None:
+        _collectives.quiesce(self)
 
     def phase(self) -> PhaseStats:
-        self._require_top_level("phase")
-        self.sync_check("phase")
-        self.wait_epoch(0)
-        local = 0.0
-        count = 0
-        per_coll = {}
-        for coll in self.colls.values():
-            load, synth, meta = coll.ledger.load, coll.ledger.synth, coll.ledger.meta
-            mine = 0.0
-            for flat in coll.ledger.local:
-                x = load.get(flat, 0.0) + synth.get(flat, 0.0)
-                hist = meta[flat][1]
-                hist.append(x)
-                if len(hist) > HISTORY:
-                    del hist[0]
-                mine += x
-                count += 1
-            load.clear()
-            synth.clear()
-            local += mine
-            per_coll[coll.name] = per_coll.get(coll.name, 0.0) + mine
-        rows = self.comm_ctl.allgather((local, per_coll))
-        loads = [row[0] for row in rows]
-        by_coll = {name: [row[1].get(name, 0.0) for row in rows] for name in per_coll}
-        stats = PhaseStats(
-            phase=self.phase_id,
-            rank_loads=loads,
-            imbalance=imbalance(loads),
-            max_load=max(loads),
-            mean_load=sum(loads) / len(loads),
-            elements=count,
-            collections=by_coll,
-        )
-        self.phase_id += 1
-        return stats
+        return _collectives.phase(self)
 
     def reduce(self, coll, value, op):
-        self._require_top_level("reduce")
-        self.sync_check("reduce")
-        self.wait_epoch(0)
-        combine = _combiner(op)
-        if callable(value):
-            local = None
-            for el in coll.ledger.local.values():
-                v = value(el)
-                local = v if local is None else combine(local, v)
-        else:
-            local = value
-        result = None
-        for v in self.comm_ctl.allgather(local):
-            if v is not None:
-                result = v if result is None else combine(result, v)
-        return result
+        return _collectives.reduce(self, coll, value, op)
 
-    def destroy(self, coll):
-        self._require_top_level("destroy")
-        self.sync_check("destroy")
-        self.wait_epoch(0)
-        self.colls.pop(coll.cid, None)
-        coll.destroyed = True
-        coll.ledger.clear()
-        coll.loc.where.clear()
+    def destroy(self, coll) -> None:
+        _collectives.destroy(self, coll)
 
-    def finalize(self):
-        if self.finalized:
-            return
-        self._require_top_level("finalize")
-        self.sync_check("finalize")
-        self.wait_epoch(0)
-        self.wait_until(lambda: not self.messenger.sends_pending())
-        self.finalized = True
+    def finalize(self) -> None:
+        _collectives.finalize(self)
 
-    # -- load balancing ------------------------------------------------------------------------
     def rebalance(self, strategy="greedy", model="last", collections=None, **options) -> LBStats:
-        from .lb import make_strategy
-
-        self._require_top_level("rebalance")
-        lm = LoadModel(model) if isinstance(model, str) else model
-        strat = make_strategy(strategy, **options)
-        self.sync_check("rebalance")
-        self.wait_epoch(0)
-        np = self.np
-        comm = self.comm_lb
-        ids, loads = [], []
-        chosen = None if collections is None else {c.cid for c in collections}
-        for coll in self.colls.values():
-            if not coll.migratable or (chosen is not None and coll.cid not in chosen):
-                continue
-            base = coll.cid << GID_SHIFT
-            meta = coll.ledger.meta
-            for flat in coll.ledger.local:
-                ids.append(base | flat)
-                loads.append(lm.predict(meta[flat][1]))
-        ids = np.array(ids, dtype=np.int64)
-        loads = np.array(loads, dtype=np.float64)
-        homes = np.array(
-            [self.colls[g >> GID_SHIFT].loc.home(g & ((1 << GID_SHIFT) - 1)) for g in ids.tolist()],
-            dtype=np.int64,
-        )
-        # a strategy that fails on some ranks only would leave the others in its collectives:
-        # loads are checked here, collectively, before any strategy runs
-        bad = np.nonzero(~np.isfinite(loads) | (loads < 0))[0]
-        first = None
-        if len(bad):
-            g = int(ids[bad[0]])
-            what = self.colls[g >> GID_SHIFT].describe(g & ((1 << GID_SHIFT) - 1))
-            first = f"rank {self.rank}: {what} has predicted load {float(loads[bad[0]])!r}"
-        firsts = [f for f in comm.allgather(first) if f]
-        if firsts:
-            raise AmtError(
-                f"rebalance: load model {lm.spec!r} predicted a negative or non-finite "
-                f"load: {firsts[0]} (loads must be finite and >= 0)"
-            )
-        comm.Barrier()
-        t0 = time.perf_counter()
-        dest = strat.run(comm, ids, loads, homes=homes)
-        t_strategy = time.perf_counter() - t0
-        dest = np.asarray(dest, dtype=np.int64)
-        bad = len(dest) != len(ids) or (len(dest) and (dest.min() < 0 or dest.max() >= self.size))
-        if comm.allreduce(int(bool(bad)), op=self.MPI.SUM):
-            raise AmtError(f"load balancer {strat.name!r} returned an invalid placement")
-        before = comm.allgather(float(loads.sum()))
-        contrib = np.bincount(dest, weights=loads, minlength=self.size).astype(np.float64)
-        after = np.zeros(self.size)
-        comm.Allreduce(contrib, after, op=self.MPI.SUM)
-        # serialise every leaving element first: all or nothing
-        t1 = time.perf_counter()
-        moving = np.nonzero(dest != self.rank)[0].tolist()
-        prepared, failures, nbytes = [], [], 0
-        mask = (1 << GID_SHIFT) - 1
-        for k in moving:
-            g = int(ids[k])
-            coll = self.colls[g >> GID_SHIFT]
-            flat = g & mask
-            try:
-                data, bufs, size = serialise(coll.ledger.local[flat])
-            except Exception as exc:  # noqa: BLE001 -- whatever it holds: the migration fails, named
-                failures.append(
-                    f"rank {self.rank}: cannot migrate {coll.describe(flat)} to "
-                    f"rank {int(dest[k])}: state not serialisable: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-                continue
-            prepared.append((coll, flat, int(dest[k]), data, bufs))
-            nbytes += size
-        all_failures = [f for fs in comm.allgather(failures) for f in fs]
-        if all_failures:
-            raise MigrationError(
-                f"rebalance({strat.name!r}) moved nothing: "
-                f"{len(all_failures)} element(s) cannot be serialised; "
-                f"first: {all_failures[0]}"
-            )
-        ep = self.new_epoch()
-        for coll, flat, d, data, bufs in prepared:
-            self._depart(coll, flat, d, ep, data, bufs)
-        self.wait_epoch(ep)
-        t_migrate = time.perf_counter() - t1
-        rows = comm.allgather((len(prepared), nbytes, t_strategy, t_migrate))
-        totals = (sum(r[0] for r in rows), sum(r[1] for r in rows))
-        times = (max(r[2] for r in rows), max(r[3] for r in rows))
-        return LBStats(
-            strategy=strat.name,
-            model=lm.spec,
-            imbalance_before=imbalance(before),
-            imbalance_after=imbalance(after.tolist()),
-            migrations=int(totals[0]),
-            migrated_bytes=int(totals[1]),
-            strategy_seconds=times[0],
-            migrate_seconds=times[1],
-            rank_loads_before=before,
-            rank_loads_after=after.tolist(),
-            details=getattr(strat, "details", {}),
-        )
-
-
-def _combiner(op):
-    import operator
-
-    if callable(op):
-        return op
-    table = {
-        "sum": operator.add,
-        "+": operator.add,
-        "prod": operator.mul,
-        "*": operator.mul,
-        "max": max,
-        "min": min,
-    }
-    try:
-        return table[op]
-    except KeyError:
-        raise ValueError(
-            f"unknown reduction op {op!r}: use 'sum', 'prod', 'max', 'min' or a "
-            "function of two values"
-        ) from None
+        return _collectives.rebalance(self, strategy, model, collections, **options)

@@ -67,7 +67,7 @@ def plan_flows(loads: list[float], fanout: int) -> dict[tuple[int, int], float]:
             pi = ni = 0
             while pi < len(pos) and ni < len(neg):
                 a = min(pos[pi][0], neg[ni][0])
-                move(pos[pi][1], neg[ni][1], a)
+                move(int(pos[pi][1]), int(neg[ni][1]), a)
                 pos[pi][0] -= a
                 neg[ni][0] -= a
                 if pos[pi][0] <= eps:
