@@ -3,29 +3,25 @@ check that all ranks entered the same one (sync_check), quiesce, phase, reduce, 
 finalize and rebalance (a strategy from lb/ places the elements by their predicted loads; the
 leaving ones are serialised first -- all or nothing -- then migrate in one epoch).
 
-Each is a function of the Runtime (_runtime.py: its methods of the same names call them), apart
-from its scheduler loop, message processing and epochs, which it uses: each collective first
-waits for the quiet of epoch 0.
-Their results travel on comm_ctl (phase, reduce) and comm_lb (the strategies' own traffic).
+Each is a function of the Runtime `rt` (_runtime.py: its methods of the same names call
+them; this module does not import it), apart from its scheduler loop, message processing and
+epochs, which it uses: each collective first waits for the quiet of epoch 0. Their results
+travel on comm_ctl (phase, reduce) and comm_lb (the strategies' own traffic).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from ._errors import AmtError, CollectiveMismatchError, MigrationError
 from ._instrument import HISTORY, LBStats, LoadModel, PhaseStats, imbalance
 from ._messages import GID_SHIFT, serialise
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
-
 COLLECTIVES = ("collection", "phase", "rebalance", "reduce", "finalize", "quiesce", "destroy")
 
 
 # -- bounded-time collective check ---------------------------------------------------------
-def sync_check(rt: Runtime, what: str, timeout: float | None = None):
+def sync_check(rt, what: str, timeout: float | None = None):
     """All ranks must enter the same collective: an Iallgather of (collective, sequence)
     on comm_ctl, served with messages until a deadline. A rank that waits past the deadline
     raises CollectiveMismatchError instead of hanging; ranks that entered different
@@ -63,14 +59,14 @@ def sync_check(rt: Runtime, what: str, timeout: float | None = None):
 
 
 # -- phases, reductions --------------------------------------------------------------------
-def quiesce(rt: Runtime):
-    rt._require_top_level("quiesce")
+def quiesce(rt):
+    rt.require_top_level("quiesce")
     rt.sync_check("quiesce")
     rt.wait_epoch(0)
 
 
-def phase(rt: Runtime) -> PhaseStats:
-    rt._require_top_level("phase")
+def phase(rt) -> PhaseStats:
+    rt.require_top_level("phase")
     rt.sync_check("phase")
     rt.wait_epoch(0)
     local = 0.0
@@ -107,8 +103,8 @@ def phase(rt: Runtime) -> PhaseStats:
     return stats
 
 
-def reduce(rt: Runtime, coll, value, op):
-    rt._require_top_level("reduce")
+def reduce(rt, coll, value, op):
+    rt.require_top_level("reduce")
     rt.sync_check("reduce")
     rt.wait_epoch(0)
     combine = _combiner(op)
@@ -126,8 +122,8 @@ def reduce(rt: Runtime, coll, value, op):
     return result
 
 
-def destroy(rt: Runtime, coll):
-    rt._require_top_level("destroy")
+def destroy(rt, coll):
+    rt.require_top_level("destroy")
     rt.sync_check("destroy")
     rt.wait_epoch(0)
     rt.colls.pop(coll.cid, None)
@@ -136,10 +132,10 @@ def destroy(rt: Runtime, coll):
     coll.loc.where.clear()
 
 
-def finalize(rt: Runtime):
+def finalize(rt):
     if rt.finalized:
         return
-    rt._require_top_level("finalize")
+    rt.require_top_level("finalize")
     rt.sync_check("finalize")
     rt.wait_epoch(0)
     rt.wait_until(lambda: not rt.messenger.sends_pending())
@@ -147,10 +143,10 @@ def finalize(rt: Runtime):
 
 
 # -- load balancing ------------------------------------------------------------------------
-def rebalance(rt: Runtime, strategy="greedy", model="last", collections=None, **options) -> LBStats:
+def rebalance(rt, strategy="greedy", model="last", collections=None, **options) -> LBStats:
     from .lb import make_strategy
 
-    rt._require_top_level("rebalance")
+    rt.require_top_level("rebalance")
     lm = LoadModel(model) if isinstance(model, str) else model
     strat = make_strategy(strategy, **options)
     rt.sync_check("rebalance")
@@ -228,7 +224,7 @@ def rebalance(rt: Runtime, strategy="greedy", model="last", collections=None, **
         )
     ep = rt.new_epoch()
     for coll, flat, d, data, bufs in prepared:
-        rt._depart(coll, flat, d, ep, data, bufs)
+        rt.depart(coll, flat, d, ep, data, bufs)
     rt.wait_epoch(ep)
     t_migrate = time.perf_counter() - t1
     rows = comm.allgather((len(prepared), nbytes, t_strategy, t_migrate))

@@ -374,7 +374,7 @@ class Runtime:
                         f"serialisable: {type(exc).__name__}: {exc}"
                     )
                 else:
-                    self._depart(coll, flat, dest, ep, data, bufs)
+                    self.depart(coll, flat, dest, ep, data, bufs)
             self.td.consumed[ep] += 1
         else:  # pragma: no cover
             raise AmtError(f"unknown message kind {kind}")
@@ -412,7 +412,7 @@ class Runtime:
             spans[key] = time.perf_counter() - t0
             self.ctx_epoch, self.ctx_elem = prev_ep, prev_el
 
-    def _depart(self, coll, flat, dest, ep, data, bufs):
+    def depart(self, coll, flat, dest, ep, data, bufs):
         """Send a local element (already serialised) to `dest` in epoch `ep`."""
         meta = coll.ledger.meta.pop(flat)
         version = meta[0] + 1
@@ -576,7 +576,7 @@ class Runtime:
             f"{len(failures)} handler failure(s) in epoch {ep}; first: {first}", failures
         )
 
-    def _require_top_level(self, what: str):
+    def require_top_level(self, what: str):
         if self.ctx_epoch is not None:
             raise AmtError(
                 f"amt.{what}() is collective: call it from the main program on "
