@@ -14,47 +14,33 @@
 What differs from RP, and why, is in docs/rp.md: RAPTOR masters' calls run on pilotfish's
 function workers (raptor.py), `runtime` in minutes as in RP, staging defaults as in RP
 (TRANSFER), a sandbox per task, resource labels from a small table (rp.add_resource for sites).
+
+A module per facade, lowest first (each imports only those before it):
+    _callbacks, _layout  RP's callbacks and listify; an RP task's place on disk
+    _session             Session: its managers join it (add_*_manager) with their close steps
+    _task                Task, RaptorTask, RaptorMaster, Early (a task held for its pilot)
+    _pilot               Pilot: its setup thread; attach / wait_set_up for a TaskManager
+    _api                 TaskManager: submit (plain, mixed, RAPTOR), early binding, waits,
+                         callbacks; RaptorPort (RAPTOR's bookkeeping, _masters.py, meets it)
+    _pilot_manager       PilotManager (a pilot's services run on _api.setup_task_manager's)
+_describe.py translates RP's descriptions (_staging.py their directives), _states.py RP's
+states.
 """
 
 from . import raptor, states, utils
-from ._api import (
-    PILOT_STATE,
-    SCHEDULER_BACKFILLING,
-    SCHEDULER_DEFAULT,
-    SCHEDULER_ROUND_ROBIN,
-    TASK_STATE,
-    Pilot,
-    PilotManager,
-    Raptor,
-    RaptorMaster,
-    RaptorWorker,
-    Session,
-    Task,
-    TaskManager,
-)
+from ._api import SCHEDULER_BACKFILLING, SCHEDULER_DEFAULT, SCHEDULER_ROUND_ROBIN, TaskManager
+from ._callbacks import PILOT_STATE, TASK_STATE
 from ._describe import (
     AGENT_SERVICE,
-    COPY,
-    CREATE_PARENTS,
     CUDA,
-    DEFAULT_ACTION,
-    DEFAULT_FLAGS,
-    DEFAULT_PRIORITY,
-    DOWNLOAD,
     FUNC,
     GPU,
     GPU_MPI,
-    LINK,
-    MOVE,
     MPI,
-    NON_FATAL,
     POSIX,
     RAPTOR_MASTER,
     RAPTOR_WORKER,
-    RECURSIVE,
     SERIAL,
-    SKIP_FAILED,
-    TARBALL,
     TASK_EVAL,
     TASK_EXEC,
     TASK_EXECUTABLE,
@@ -65,7 +51,6 @@ from ._describe import (
     TASK_PROC,
     TASK_SERVICE,
     TASK_SHELL,
-    TRANSFER,
     GPU_OpenMP,
     OpenMP,
     PilotDescription,
@@ -84,7 +69,25 @@ from ._nodes import (
     ResourceOccupation,
     Slot,
 )
+from ._pilot import Pilot
+from ._pilot_manager import PilotManager
 from ._resources import RESOURCES, ResourceConfig, add_resource
+from ._session import Session
+from ._staging import (
+    COPY,
+    CREATE_PARENTS,
+    DEFAULT_ACTION,
+    DEFAULT_FLAGS,
+    DEFAULT_PRIORITY,
+    DOWNLOAD,
+    LINK,
+    MOVE,
+    NON_FATAL,
+    RECURSIVE,
+    SKIP_FAILED,
+    TARBALL,
+    TRANSFER,
+)
 from ._states import (
     AGENT_EXECUTING,
     AGENT_EXECUTING_PENDING,
@@ -113,6 +116,7 @@ from ._states import (
     TMGR_STAGING_OUTPUT,
     TMGR_STAGING_OUTPUT_PENDING,
 )
+from ._task import Raptor, RaptorMaster, RaptorWorker, Task
 from .._errors import DescriptionError, PilotfishError
 
 WAIT_QUEUE_SIZE = "WAIT_QUEUE_SIZE"  # (a callback metric RP never fires)

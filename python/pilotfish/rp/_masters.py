@@ -123,7 +123,7 @@ class RaptorState:
     def __init__(self, port, uid: str, pilot, master: Master, desc: TaskDescription, task_class):
         self.port = port  # (_api.RaptorPort: what it may do with its TaskManager)
         self.tmgr = port.tmgr
-        self.task_class = task_class  # rp._api.Task (passed in: _api imports this module)
+        self.task_class = task_class  # rp._task.Task (passed in: _api imports this module)
         self.uid = uid
         self.pilot = pilot
         self.master = master
