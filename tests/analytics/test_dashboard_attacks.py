@@ -242,3 +242,55 @@ def test_at_the_cap_the_oldest_idle_connection_makes_room(small):
     assert head.recv(100).startswith(b"HTTP/1.0 431")
     for s in held + [head]:
         s.close()
+
+
+def _ask(server, raw: bytes) -> bytes:
+    """Everything the server answers to `raw` (sent at once) before it closes."""
+    s = socket.create_connection(server.server_address)
+    s.settimeout(5)
+    s.sendall(raw)
+    out = b""
+    try:
+        while data := s.recv(65536):
+            out += data
+    except OSError:
+        pass
+    s.close()
+    return out
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b"\r\n", 1)[0].split()[1])
+
+
+def test_a_whole_head_past_max_head_is_refused_even_sent_at_once(small):
+    # (a sans-I/O parser bounds what it buffers while a head is incomplete; a complete head
+    # that arrives in one piece must meet the same bound)
+    server, dash = small
+    base = b"GET /api/summary?token=" + dash.token.encode() + b" HTTP/1.0\r\nX-Pad: "
+    fits = base + b"a" * (dserver.MAX_HEAD - len(base) - 4) + b"\r\n\r\n"
+    assert len(fits) == dserver.MAX_HEAD
+    assert _status(_ask(server, fits)) == 200
+    assert _status(_ask(server, fits[:-4] + b"a\r\n\r\n")) == 431
+    assert server.counts["too_large"] == 1
+
+
+def test_too_many_header_lines_are_refused(small):
+    server, dash = small
+    line = b"GET /api/summary?token=" + dash.token.encode() + b" HTTP/1.0\r\n"
+    many = b"".join(b"X-%d: a\r\n" % i for i in range(dserver.MAX_HEADERS))
+    assert _status(_ask(server, line + many + b"\r\n")) == 200
+    assert _status(_ask(server, line + many + b"X-last: a\r\n\r\n")) == 431
+
+
+def test_one_request_per_connection_and_nothing_is_written(small):
+    server, dash = small
+    t = dash.token.encode()
+    two = b"GET /api/summary?token=" + t + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    out = _ask(server, two + two)
+    assert out.count(b" 200 OK\r\n") == 1 and out.count(b"HTTP/1.") == 1
+    post = b" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    assert _status(_ask(server, b"POST /api/summary?token=" + t + post)) == 405
+    assert _status(_ask(server, b"PUT /api/summary" + post)) == 403
+    for raw in (b"HELLO\r\n\r\n", b"OPTIONS /?token=" + t + b" HTTP/1.0\r\n\r\n"):
+        assert b"states" not in _ask(server, raw)

@@ -1,9 +1,10 @@
 """The dashboard's web server: the page and its JSON, behind a token.
 
 The dashboard serves one user (through `ssh -L`) a page that polls a few small JSON
-documents once a second, which needs no web framework -- nothing to install on a login node,
-no dependency for the base package. Every request -- the page, its JSON, any other path --
-needs the token printed with the URL (`?token=...`, compared in constant time): without it
+documents once a second, which needs no web framework: HTTP/1.1 is parsed and written by
+h11 (a sans-I/O library: bytes in, events out, explicit states and bounded buffers), the
+bytes moved by this module's own selector loop. Every request -- the page, its JSON, any
+other path -- needs the token printed with the URL (`?token=...`, compared in constant time): without it
 the answer is 403 and nothing else. The server binds 127.0.0.1 by default; the page sends no
 request off this server (a Content-Security-Policy forbids it) and its URL (with the token)
 is not sent on as a Referer.
@@ -18,9 +19,10 @@ when it would: a spare descriptor is given up to take the connection and close i
 cap a new connection makes room by closing the oldest one whose request has not arrived:
 the owner's connection brings its whole request at once, so it is answered however many idle
 ones others open and reopen. Each closing is counted (DashboardServer.counts) and reported
-one line per REPORT_S at most. One connection, one request (HTTP/1.0): the answer is
-written without blocking, then the connection closes. The request is parsed and answered by
-Python's BaseHTTPRequestHandler, on the head read into memory.
+one line per REPORT_S at most. A head past MAX_HEAD bytes or MAX_HEADERS lines is answered
+431, one h11 cannot parse 400. One connection, one request (`Connection: close`): the answer
+is written without blocking, then the connection closes. Dashboard.respond decides the answer
+(status, type, body) from the method and target alone; no I/O there.
 
 One SessionWatch holds the aggregates; a request refreshes it (reads what was appended to
 the session's files) when the last refresh is older than REFRESH_S, under one lock, so
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import errno
 import hmac
-import io
 import json
 import os
 import resource
@@ -40,9 +41,12 @@ import selectors
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
+from email.utils import formatdate
+from http import HTTPStatus
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
+
+import h11
 
 from pilotfish.analytics.dashboard.page import PAGE
 from pilotfish.analytics.dashboard.views import SessionWatch
@@ -51,6 +55,7 @@ REFRESH_S = 0.5
 HEAD_TIMEOUT_S = 5.0  # a request's head arrives within this of its connection, or it closes
 WRITE_TIMEOUT_S = 30.0  # an answer is taken within this, or its connection closes
 MAX_HEAD = 16 * 1024  # bytes of a request's head at most (431 past them)
+MAX_HEADERS = 99  # header lines of a request at most (431 past them; http.client's bound)
 MAX_CONNECTIONS = 256  # connections held at once at most (a page makes 8 a second)
 FD_RESERVE = 64  # descriptors left to the rest (the session's files, stdio, ...)
 BACKLOG = 128  # connections the kernel queues before accept
@@ -60,6 +65,9 @@ _CSP = (
     "style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'none'"
 )
+_SERVER = "pilotfish-dashboard"
+_METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"}
+_TEXT = "text/plain; charset=utf-8"
 _HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -120,6 +128,37 @@ class Dashboard:
         """Whether `token` is this dashboard's (compared in constant time)."""
         return token is not None and hmac.compare_digest(token.encode(), self.token.encode())
 
+    def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
+        """The answer to one request: (status, Content-Type, body). The page or a JSON
+        endpoint with the token; 403 for anything without it; nothing is written through
+        the dashboard (405 with the token)."""
+        if method not in _METHODS:
+            return 501, _TEXT, f"unsupported method {method[:32]!r}\n".encode()
+        url = urlsplit(target)
+        tokens = parse_qs(url.query).get("token")
+        if not self.allowed(tokens[0] if tokens else None):
+            if method in ("GET", "HEAD"):
+                return (
+                    403,
+                    _TEXT,
+                    b"403 forbidden: open the URL the dashboard printed (with its token)\n",
+                )
+            return 403, _TEXT, b"read only\n"
+        if method not in ("GET", "HEAD"):
+            return 405, _TEXT, b"read only\n"
+        if url.path in ("/", "/index.html"):
+            return 200, "text/html; charset=utf-8", PAGE.encode()
+        if url.path.startswith("/api/") and url.path[5:] in self.api:
+            try:
+                return 200, "application/json", self.answer(url.path[5:])
+            except Exception as e:  # the page shows it; the server keeps serving
+                return (
+                    500,
+                    "application/json",
+                    json.dumps({"error": f"{type(e).__name__}: {e}"}).encode(),
+                )
+        return 404, _TEXT, b"not found\n"
+
 
 def _plain(x):
     if isinstance(x, (set, tuple)):
@@ -129,103 +168,36 @@ def _plain(x):
     raise TypeError(type(x).__name__)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One request, from its head read into memory; the answer is written into `out`."""
-
-    dashboard: Dashboard  # set on the class made per server
-    server_version = "pilotfish-dashboard"
-    sys_version = ""
-
-    def __init__(self, head: bytes, address, server, out: io.BytesIO):
-        self._head, self._out = head, out
-        super().__init__(None, address, server)
-
-    def setup(self):
-        self.rfile = io.BytesIO(self._head)
-        self.wfile = self._out
-
-    def finish(self):
-        pass
-
-    def log_message(self, fmt, *args):
-        """Quiet: a line per poll would flood the terminal."""
-        pass
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in _HEADERS.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def do_GET(self):
-        """The page or a JSON endpoint with the token; 403 for anything without it."""
-        url = urlsplit(self.path)
-        token = (parse_qs(url.query).get("token") or [None])[0]
-        if not self.dashboard.allowed(token):
-            self._send(
-                403,
-                b"403 forbidden: open the URL the dashboard printed (with its token)\n",
-                "text/plain; charset=utf-8",
-            )
-            return
-        if url.path in ("/", "/index.html"):
-            self._send(200, PAGE.encode(), "text/html; charset=utf-8")
-        elif url.path.startswith("/api/") and url.path[5:] in self.dashboard.api:
-            try:
-                body = self.dashboard.answer(url.path[5:])
-            except Exception as e:  # the page shows it; the server keeps serving
-                body = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
-                self._send(500, body, "application/json")
-                return
-            self._send(200, body, "application/json")
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    do_HEAD = do_GET
-
-    def do_POST(self):
-        """Nothing is written through the dashboard: 403 without the token, 405 with it."""
-        self._send(
-            403
-            if not self.dashboard.allowed(
-                (parse_qs(urlsplit(self.path).query).get("token") or [None])[0]
-            )
-            else 405,
-            b"read only\n",
-            "text/plain; charset=utf-8",
-        )
-
-    do_PUT = do_DELETE = do_PATCH = do_POST
-
-
 class _Conn:
-    __slots__ = ("sock", "address", "deadline", "head", "out", "closed")
+    __slots__ = ("sock", "address", "deadline", "http", "received", "out", "closed")
 
     def __init__(self, sock: socket.socket, address, deadline: float):
         self.sock, self.address, self.deadline = sock, address, deadline
-        self.head = bytearray()
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.received = 0  # bytes
         self.out: memoryview | None = None
         self.closed = False
 
 
 class DashboardServer:
     """One thread, one selector: connections read until their request's head is whole (or
-    HEAD_TIMEOUT_S passed, or MAX_HEAD bytes came), answered by `handler`, written without
-    blocking, closed. At most `cap` held: a new one closes the oldest still reading its head.
+    HEAD_TIMEOUT_S passed, or MAX_HEAD bytes came), answered by `respond(method, target)`
+    (status, Content-Type, body), written without blocking, closed. At most `cap` held: a new one closes the oldest still reading its head.
     The interface of socketserver's servers that the dashboard uses: server_address,
     serve_forever, shutdown, server_close."""
 
-    def __init__(self, address: tuple[str, int], handler: type, cap: int | None = None):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        respond: Callable[[str, str], tuple[int, str, bytes]],
+        cap: int | None = None,
+    ):
         host, port = address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
         self.socket.setblocking(False)
         self.server_address = self.socket.getsockname()
-        self.handler = handler
+        self.respond = respond
         self.cap = cap if cap is not None else default_cap()
         self.counts = {
             "accepted": 0,
@@ -363,23 +335,60 @@ class DashboardServer:
         if not data:
             self._close(conn)
             return
-        start = max(0, len(conn.head) - 3)
-        conn.head += data
-        end = _head_end(conn.head, start)
-        if end < 0 or end > MAX_HEAD:
-            if len(conn.head) > MAX_HEAD:
+        conn.received += len(data)
+        conn.http.receive_data(data)
+        try:
+            event = conn.http.next_event()
+        except h11.RemoteProtocolError as e:  # (h11's bound on a head: MAX_HEAD, as ours)
+            if e.error_status_hint == 431:
                 self.counts["too_large"] += 1
                 self._answer(conn, _TOO_LARGE)
+            else:
+                self._answer(conn, self._error(conn, 400, b"bad request\n"))
             return
-        self._answer(conn, self._handle(bytes(conn.head[:end]), conn.address))
+        if event is h11.NEED_DATA:
+            return
+        if not isinstance(event, h11.Request):  # (a server's first event is a request)
+            self._close(conn)
+            return
+        # a whole head arrived at once is bound as one that trickles in
+        head = conn.received - len(conn.http.trailing_data[0])
+        if head > MAX_HEAD or len(event.headers) > MAX_HEADERS:
+            self.counts["too_large"] += 1
+            self._answer(conn, _TOO_LARGE)
+            return
+        self._answer(conn, self._handle(conn, event))
 
-    def _handle(self, head: bytes, address) -> bytes:
-        out = io.BytesIO()
+    def _handle(self, conn: _Conn, request: h11.Request) -> bytes:
+        """The answer's bytes (none: the connection closes unanswered)."""
+        method = request.method.decode("ascii", "replace")
         try:
-            self.handler(head, address, self, out)
+            code, ctype, body = self.respond(method, request.target.decode("ascii", "replace"))
+            headers = [("Content-Type", ctype), *_HEADERS.items()]
+            return self._response(conn, code, headers, b"" if method == "HEAD" else body, len(body))
         except Exception:  # noqa: BLE001 -- that request's problem; the server serves on
             return b""
-        return out.getvalue()
+
+    def _error(self, conn: _Conn, code: int, body: bytes) -> bytes:
+        try:
+            return self._response(conn, code, [("Content-Type", _TEXT)], body, len(body))
+        except h11.LocalProtocolError:
+            return b""
+
+    @staticmethod
+    def _response(conn: _Conn, code: int, headers: list, body: bytes, length: int) -> bytes:
+        head = [
+            ("Server", _SERVER),
+            ("Date", formatdate(usegmt=True)),
+            *headers,
+            ("Content-Length", str(length)),
+            ("Connection", "close"),
+        ]
+        out = [conn.http.send(h11.Response(status_code=code, headers=head, reason=_reason(code)))]
+        if body:
+            out.append(conn.http.send(h11.Data(data=body)))
+        out.append(conn.http.send(h11.EndOfMessage()))
+        return b"".join(x for x in out if x)
 
     def _answer(self, conn: _Conn, data: bytes) -> None:
         fd = conn.sock.fileno()
@@ -397,6 +406,8 @@ class DashboardServer:
             self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
 
     def _write(self, conn: _Conn) -> None:
+        if conn.out is None:  # (never: a connection writes once it has its answer)
+            return
         try:
             n = conn.sock.send(conn.out)
         except (BlockingIOError, InterruptedError):
@@ -472,16 +483,18 @@ class DashboardServer:
         )
 
 
+# (written here, not by h11: the bound is checked before, or without, a parsed request)
 _TOO_LARGE = (
     b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
     b"Content-Length: 23\r\nConnection: close\r\n\r\nrequest head too large\n"
 )
 
 
-def _head_end(buf: bytearray, start: int) -> int:
-    """Where the head ends (past its blank line), or -1."""
-    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := buf.find(sep, start)) >= 0]
-    return min(ends) if ends else -1
+def _reason(code: int) -> bytes:
+    try:
+        return HTTPStatus(code).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _spare() -> int | None:
@@ -511,8 +524,7 @@ def make_server(
     """A server (not yet serving) for the session; its URL is url(server, dash). cap:
     connections held at most (default_cap())."""
     dash = Dashboard(session_dir, token)
-    handler = type("Handler", (_Handler,), {"dashboard": dash})
-    return DashboardServer((host, port), handler, cap), dash
+    return DashboardServer((host, port), dash.respond, cap), dash
 
 
 def url(server: DashboardServer, dash: Dashboard) -> str:
