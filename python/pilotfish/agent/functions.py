@@ -15,28 +15,19 @@ anything (MAX_STARTS_WITHOUT_PROGRESS) fails its waiting calls with the last wor
 instead of restarting forever. Calls of a shape start in submit order (priority does not
 reorder calls).
 
-Idle workers (nothing in flight, nothing queued for their shape) keep their cores while
-nothing else waits -- the next calls find them warm -- and stop after IDLE_S. When other work
-waits in their partition's queue (an executable task, or a worker of another shape that has
-calls to run), they give their cores back at once (_give_way): the longest idle first, as
-many as cover the cores and GPUs that what waits asks for beyond the free ones (the queue's
-exact counts, through ports.Host.waiting_for). Work that still does not fit although that
-much is free in all -- it needs more on one node than is free there, or memory the workers
-hold (the counts say nothing of nodes or memory) -- has, once its scheduling round is over
-and nothing changed since (the queue is settled), the idle workers of one node stop: the
-node where they hold the most cores; again at the next settled round while it still waits.
-The table tells the pool when a round leaves work waiting (give_way, ports.CallPool), so this
-happens right after the round, not at the loop's next turn (up to a second later).
+Idle workers keep their cores while nothing else waits and stop after IDLE_S; when other
+work waits for their cores they give way at once (function_workers.py says which). The table
+tells the pool when a round leaves work waiting (give_way, ports.CallPool).
 """
 
 from __future__ import annotations
 
 import collections
-import enum
 import logging
 import math
 import os
-import sys
+from collections.abc import Collection
+from typing import Any
 
 import msgspec
 import zmq
@@ -45,105 +36,45 @@ from .. import _wire
 from .. import states as S
 from .._door import Door
 from .._sockets import bind_tcp, curve_router
-from .._util import hostname
 from .._shapes import rank_capacity
 from .inbox import router_messages
+from .loop import Pollable
 from .ports import Host
-from .tasks import RUNNING, WAITING
+from .tasks import RUNNING
+from .function_workers import (
+    BATCH_S,
+    BYE_WAIT_S,
+    DRAIN_S,
+    IDLE_S,
+    INITIAL_WORKERS,
+    MAX_BATCH,
+    MAX_CALLS,
+    MAX_RSS_MIB,
+    MAX_STARTS_WITHOUT_PROGRESS,
+    PARK_S,
+    READY,
+    READY_TIMEOUT_S,
+    STARTING,
+    STUCK_S,
+    TIMEOUT_GRACE_S,
+    Call,
+    Worker,
+    drop_results,
+    explain_call,
+    idle_to_stop,
+    worker_spec,
+)
 from .worker import CANCELED, ERROR, RETURNED, ResultLog
 
 log = logging.getLogger("pilotfish.agent")
 
 
-class WorkerState(enum.Enum):
-    """A function worker's state: started, not connected yet; connected (said ready). A
-    worker that leaves is dropped from the pool: no state of its own."""
-
-    STARTING = "starting"
-    READY = "ready"
-
-
-STARTING, READY = WorkerState.STARTING, WorkerState.READY
-
-BATCH_S = 0.005  # about this much work per batch (from the measured call time)
-MAX_BATCH = 1024  # calls per batch at most
-IDLE_S = 5.0  # a worker with nothing to do this long stops (while nothing else waits)
-STUCK_S = 0.05  # a worker without a result for this long is in a long call: no
-# more calls for it, and the ones it holds but has not started are
-# taken back for the other workers
-MAX_CALLS = 100_000  # a worker is recycled after this many calls
-MAX_RSS_MIB = 4096.0  # ... or above this resident memory
-MAX_STARTS_WITHOUT_PROGRESS = 3
-READY_TIMEOUT_S = 60.0  # a worker running this long without connecting is stopped
-TIMEOUT_GRACE_S = 1.0  # a call past its timeout by this much has its worker stopped
-BYE_WAIT_S = 0.5  # a worker that exited 0 without a bye seen: its bye may be this late
-INITIAL_WORKERS = 8  # per shape, before any call time is known
-PARK_S = 300.0  # a call that names a callable the agent never got fails after this
-DRAIN_S = 0.2  # then: enough workers to run what waits in about this long
-
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
 
 
-class Call:
-    __slots__ = ("uid", "fn_id", "call", "canceled", "worker", "timeout", "batch", "suspect")
-
-    def __init__(self, uid: str, fn_id: int, call: bytes, timeout: float | None):
-        self.uid = uid
-        self.timeout = timeout
-        self.fn_id = fn_id
-        self.call = call
-        self.canceled: tuple[str, str] | None = None  # (state, reason) once canceled
-        self.worker: Worker | None = None
-        self.batch = 0  # which of its worker's batches it went in
-        self.suspect = False  # in a batch whose worker died: runs alone (see worker_exited)
-
-
-class Worker:
-    __slots__ = (
-        "uid",
-        "shape",
-        "ident",
-        "state",
-        "inflight",
-        "fns",
-        "log",
-        "log_path",
-        "read_off",
-        "idle_since",
-        "leaving",
-        "progress_at",
-        "reclaiming",
-        "inline",
-        "batches",
-        "killed_for_cancel",
-        "running_since",
-        "gave_way",
-    )
-
-    def __init__(self, uid: str, shape: tuple, log_path: str, now: float):
-        self.uid = uid
-        self.shape = shape
-        self.ident: bytes | None = None
-        self.state: WorkerState = STARTING  # -> READY -> (gone)
-        self.inflight: collections.deque[Call] = collections.deque()  # in the order sent
-        self.fns: set[int] = set()  # functions it has been sent
-        self.log: ResultLog | None = None
-        self.log_path = log_path
-        self.read_off = 0
-        self.idle_since = now
-        self.leaving = False  # said bye, or asked to stop: nothing more is sent to it
-        self.progress_at = now  # when it last returned a result (or got work while idle)
-        self.reclaiming = False  # its unstarted calls were asked back
-        self.inline = False  # on another node: results come with its messages, not a log
-        self.batches = 0  # batches sent to it
-        self.killed_for_cancel = False
-        self.running_since: float | None = None  # when the agent first saw it running
-        self.gave_way = False  # stopped, idle, for work that waits for its cores
-
-
-class FunctionPool:
-    def __init__(self, agent: Host):
+class FunctionPool(Pollable):
+    def __init__(self, agent: Host, park_s: float = PARK_S, keep_results: bool = False):
         self.agent = agent
         self.clock = agent.clock
         self.dir = os.path.join(agent.sandbox, "functions")
@@ -175,7 +106,8 @@ class FunctionPool:
         # parked, [(shape, call)]) -- a frame that names a callable may overtake the one that
         # carries it
         self.parked: dict[bytes, tuple[float, list[tuple[tuple, Call]]]] = {}
-        self.park_s = float(os.environ.get("PILOTFISH_FN_PARK_S", PARK_S))
+        self.park_s = park_s  # (PILOTFISH_FN_PARK_S: knobs.py)
+        self.keep_results = keep_results  # (PILOTFISH_KEEP_RESULTS: knobs.py)
         self.n_started = 0
         self.call_s: float | None = None  # moving mean of a call's run time (once measured)
         self.caps: dict[tuple, int] = {}
@@ -185,6 +117,16 @@ class FunctionPool:
         self.max_calls = int(opts.get("max_calls", MAX_CALLS))
         self.max_mem = float(opts.get("max_mem_mib", MAX_RSS_MIB))
         self.idle_s = float(opts.get("idle_s", IDLE_S))
+        self.fds = (self.sock,)
+
+    def on_ready(self, ready: Collection[Any]) -> None:
+        """The loop (loop.Pollable): workers' messages; else calls out (idle workers stop)."""
+        if self.sock in ready:
+            self.on_readable()
+        elif self.workers:
+            self.dispatch()
+        if self.parked:
+            self.expire_parked()
 
     # -- calls in -----------------------------------------------------------------------
     def accept(self, specs: list[_wire.TaskSpec], now: float) -> None:
@@ -315,28 +257,15 @@ class FunctionPool:
         uid = f"worker.{self.n_started:04d}"
         self.n_started += 1
         log_path = os.path.join(self.dir, uid + ".log")
-        ranks, cores, gpus, mem = shape
-        spec = _wire.TaskSpec(
-            uid=uid,
-            executable=sys.executable,
-            arguments=(
-                "-m",
-                "pilotfish.agent.worker",
-                self.address,
-                uid,
-                log_path,
-                str(self.max_calls),
-                str(self.max_mem),
-                hostname(),
-                self.remote_address,
-            ),
-            ranks=ranks,
-            cores_per_rank=cores,
-            gpus_per_rank=gpus,
-            mem_per_rank=mem,
-            environment={"PILOTFISH_FN_KEYFILE": self.key_file},
-            stdout=False,
-            stderr=True,
+        spec = worker_spec(
+            uid,
+            shape,
+            log_path,
+            self.address,
+            self.remote_address,
+            self.key_file,
+            self.max_calls,
+            self.max_mem,
         )
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
         self.agent.accept([spec])
@@ -558,131 +487,21 @@ class FunctionPool:
             self._stop_idle(self.clock.mono())
 
     def _stop_idle(self, now: float) -> None:
-        """Stop the idle workers (nothing in flight, nothing queued for their shape) idle
-        past idle_s, and those whose cores other work waits for (_give_way)."""
-        queues = self.queues
-        idle = [
-            w
-            for w in self.workers.values()
-            if w.state is READY and not w.leaving and not w.inflight and not queues.get(w.shape)
-        ]
-        if not idle:
-            return
-        stop = [w for w in idle if now - w.idle_since > self.idle_s]
-        for w in self._give_way(idle):
-            if now - w.idle_since <= self.idle_s:
-                w.gave_way = True
-                stop.append(w)
-        for w in stop:
+        """Stop the idle workers past idle_s, and those whose cores other work waits for
+        (function_workers.idle_to_stop)."""
+        for w in idle_to_stop(self.agent, self.workers, self.queues, now, self.idle_s):
             w.leaving = True
             try:
                 self.sock.send_multipart([w.ident, _encode(["stop"])])
             except zmq.ZMQError:
                 pass
 
-    def _give_way(self, idle: list[Worker]) -> list[Worker]:
-        """The idle workers (of `idle`) whose cores other work waits for, per partition, by
-        what its queue holds (Host.waiting_for: exact counts): the cores and GPUs the waiting
-        tasks ask for, less those of this pool's spare workers (waiting, their shape has no
-        calls queued), beyond the free ones and those of workers already stopped for it --
-        the longest idle first, as many as cover that. Where the counts are covered but the
-        queue is settled with work still waiting (it needs more on one node, or memory), the
-        idle workers of one node: the node where they hold the most. See the module's
-        docstring."""
-        host = self.agent
-        tasks = host.tasks
-        queues = self.queues
-        mine: dict = {}  # partition -> its idle workers
-        for w in idle:
-            t = tasks.get(w.uid)
-            if t is not None and t.partition is not None:
-                mine.setdefault(t.partition, []).append(w)
-        queued = {p: host.waiting_for(p) for p in mine}
-        if not any(q.tasks for q in queued.values()):
-            return []
-        spare: collections.Counter = collections.Counter()  # waiting workers not needed
-        spare_c: collections.Counter = collections.Counter()  # ... their cores
-        spare_g: collections.Counter = collections.Counter()  # ... their GPUs
-        back_c: collections.Counter = collections.Counter()  # cores of workers that gave way
-        back_g: collections.Counter = collections.Counter()  # ... GPUs
-        for w in self.workers.values():
-            if w.state is READY and not w.leaving:
-                continue
-            t = tasks.get(w.uid)
-            if t is None or t.partition not in mine:
-                continue
-            p = t.partition
-            ranks, cores, gpus, _ = w.shape
-            if t.state is WAITING:
-                if w.leaving or not queues.get(w.shape):
-                    spare[p] += 1
-                    spare_c[p] += ranks * cores
-                    spare_g[p] += ranks * gpus
-            elif w.gave_way:
-                back_c[p] += ranks * cores
-                back_g[p] += ranks * gpus
-        out: list[Worker] = []
-        for p, ws in mine.items():
-            q = queued[p]
-            if q.tasks - spare[p] <= 0:
-                continue  # nothing but spare workers waits
-            need_c = q.cores - spare_c[p] - q.free_cores - back_c[p]
-            need_g = q.gpus - spare_g[p] - q.free_gpus - back_g[p]
-            ws.sort(key=lambda w: w.idle_since)
-            if need_c > 0 or need_g > 0:
-                for w in ws:
-                    if need_c <= 0 and need_g <= 0:
-                        break
-                    ranks, cores, gpus, _ = w.shape
-                    if (need_c > 0 and cores) or (need_g > 0 and gpus):
-                        out.append(w)
-                        need_c -= ranks * cores
-                        need_g -= ranks * gpus
-            elif q.settled and not back_c[p] and not back_g[p]:
-                # enough is free in all, yet it does not fit: free one node's worth
-                held: collections.Counter = collections.Counter()
-                by_node: dict = {}
-                for w in ws:
-                    t = tasks[w.uid]
-                    node = t.slots[0].node_index if t.slots else -1
-                    held[node] += w.shape[0] * w.shape[1]
-                    by_node.setdefault(node, []).append(w)
-                node = max(held, key=lambda n: (held[n], -by_node[n][0].idle_since))
-                out.extend(by_node[node])
-                log.info(
-                    "%d waiting task(s) of partition %s do not fit though enough is free in "
-                    "all: the idle function workers of node %s give way",
-                    q.tasks - spare[p],
-                    p.index,
-                    node,
-                )
-        return out
-
     def explain(self, uid: str) -> dict | None:
-        """What the pool knows of a live call (read only; agent/explain.py words it), or None:
-        worker (uid and state) once sent to one; else shape, ahead (calls before it in its
-        shape's queue), ready and starting workers of that shape, cap (workers of that shape
-        at once) and misfit (why none can start); parked: its callable has not come yet."""
+        """What the pool knows of a live call (read only; function_workers.explain_call)."""
         call = self.calls.get(uid)
         if call is None:
             return None
-        w = call.worker
-        if w is not None:
-            return {"worker": w.uid, "worker_state": w.state.value}
-        for shape, q in self.queues.items():
-            if call in q:
-                ahead = q.index(call)  # (Calls compare by identity)
-                live = [w for w in self.workers.values() if w.shape == shape and not w.leaving]
-                ready = sum(1 for w in live if w.state is READY)
-                return {
-                    "shape": list(shape),
-                    "ahead": ahead,
-                    "ready": ready,
-                    "starting": len(live) - ready,
-                    "cap": self._cap(shape),
-                    "misfit": self._misfit(shape),
-                }
-        return {"parked": True}
+        return explain_call(call, self.queues, self.workers, self._cap, self._misfit)
 
     def retire(self, uids: set[str]) -> None:
         """These workers' nodes leave the pilot (a drain): they get no more calls, finish
@@ -742,12 +561,7 @@ class FunctionPool:
         except Exception:  # a torn log must not cost the agent
             log.exception("reading the result log of %s", w.uid)
         finally:
-            if w.log is not None:
-                w.log.close()
-            try:
-                os.unlink(w.log_path)
-            except OSError:
-                pass
+            w.close_log()
         agent = self.agent
         # dead unless it left as asked or announced (a call's os._exit(0) is a death too)
         died = not (w.leaving and t.exit_code == 0)
@@ -877,20 +691,5 @@ class FunctionPool:
             pass
 
     def drop_results(self) -> None:
-        """Large results (worker.py: above BIG_RESULT, a file each here, which the client reads
-        when a task's result is first asked for) go with the pilot: one nobody read stayed
-        for good (2 GB of them). The agent drops them as it stops, before its bye: a closed
-        session holds none. PILOTFISH_KEEP_RESULTS=1 in the agent's environment (the
-        client's, which a pilot inherits) keeps them. (unlink: never through a link.)"""
-        if os.environ.get("PILOTFISH_KEEP_RESULTS") == "1":
-            return
-        try:
-            names = os.listdir(self.dir)
-        except OSError:
-            return
-        for name in names:
-            if name.endswith(".result"):
-                try:
-                    os.unlink(os.path.join(self.dir, name))
-                except OSError:
-                    pass
+        """Large results go with the pilot (function_workers.drop_results)."""
+        drop_results(self.dir, self.keep_results)

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -36,6 +37,7 @@ from .._door import Door
 from .._sockets import bind_tcp, curve_router
 from .._util import hostname, write_private
 from .inbox import router_messages
+from .loop import Pollable
 from .service_groups import GONE, LEAVING, READY, STARTING, Group, Member, changed_field, peer_view
 
 log = logging.getLogger("pilotfish.agent")
@@ -51,7 +53,7 @@ _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
 
 
-class ServiceRegistry:
+class ServiceRegistry(Pollable):
     """The agent's service groups, and the socket their members and clients talk to."""
 
     def __init__(self, agent, ctx: zmq.Context):
@@ -76,8 +78,19 @@ class ServiceRegistry:
         self.endpoints: dict[str, str] = {}  # endpoint -> the member that announced it
         self.waiting_subs: dict[str, set[bytes]] = {}  # subscribers of groups not started yet
         self.hold_owners: dict[str, set[tuple[str, str]]] = {}  # task uid -> (group, token)
-        self.due = float("inf")  # mono time tick() wants to run next
+        self.due = float("inf")  # mono time check_members() wants to run next
         self.restarts: list[tuple[Group, int, int, str]] = []  # (group, slot, restarts, replaces)
+        self.fds = (self.sock,)
+
+    # -- the loop (loop.Pollable; its views are flushed at the round's end: flush) ----------
+    def due_in(self) -> float:
+        return self.due - self.clock.mono()
+
+    def on_ready(self, ready: Collection[Any]) -> None:
+        if self.sock in ready:
+            self.on_readable()
+        if self.clock.mono() >= self.due:
+            self.check_members()
 
     @property
     def env(self) -> dict[str, str]:
@@ -371,7 +384,7 @@ class ServiceRegistry:
             and m.restarts < g.spec.max_restarts
             and len(g.live()) + self._restarts_for(g) < g.target
         ):
-            # started from tick(): a replacement refused at once must not recurse back here
+            # started from check_members(): a replacement refused at once must not recurse back here
             self.restarts.append((g, m.slot, m.restarts + 1, m.uid))
             self.due = self.clock.mono()
         elif len(g.live()) + self._restarts_for(g) < g.target:
@@ -575,7 +588,7 @@ class ServiceRegistry:
             self._stop(m, why, S.FAILED)
 
     # -- time --------------------------------------------------------------------------------
-    def tick(self) -> None:
+    def check_members(self) -> None:
         """Stdout announcements, ready timeouts, health checks, leave deadlines."""
         if self.restarts and self.agent.stopping is None:
             restarts, self.restarts = self.restarts, []
