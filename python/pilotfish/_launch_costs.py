@@ -75,8 +75,17 @@ DEFAULT_MODEL: dict[str, dict[str, float]] = {
         "hang_s": 0.0,
     },
 }
-for _name in ("srun", "mpiexec", "mpirun", "ssh", "flux", "jsrun", "aprun", "pmix"):
-    DEFAULT_MODEL.setdefault(_name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
+
+
+def _defaults() -> dict[str, dict[str, float]]:
+    """DEFAULT_MODEL, and for every other registered launch method PRRTE's costs without its
+    failures."""
+    from .launch import launchers
+
+    out = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
+    for name in launchers():
+        out.setdefault(name, dict(DEFAULT_MODEL["prrte"], fail_rate=0.0))
+    return out
 
 
 MAX_MODEL_BYTES = 1 << 20  # a model is a few hundred bytes: 9 launch methods x 7 costs
@@ -135,7 +144,7 @@ def load_model(model: Any) -> dict[str, dict[str, Any]]:
     if isinstance(model, str):
         model = read_model(model)
     model = dict(model or {})
-    out: dict[str, dict[str, Any]] = {k: dict(v) for k, v in DEFAULT_MODEL.items()}
+    out: dict[str, dict[str, Any]] = _defaults()
     out[CPU_KEY] = load_cpu(model.pop(CPU_KEY, None))
     for name, costs in model.items():
         out.setdefault(name, dict(DEFAULT_MODEL["prrte"]))

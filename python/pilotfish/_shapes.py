@@ -161,8 +161,9 @@ def declared_shape(d: Any) -> list[tuple[int, int, int]] | None:
     cores_per_node). `d`: a PilotDescription (not imported: descriptions.py imports this
     module). The one rule for the pilot manager and `pilotfish validate`."""
     from ._util import machine_shape
+    from .batch.registry import batch_system
 
-    if d.resource in ("local", "simulated"):
+    if batch_system(d.resource).runs_here:
         cores, gpus, mem = machine_shape()
         return [
             (

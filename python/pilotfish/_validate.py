@@ -19,21 +19,6 @@ from ._paths import clean_text, sandbox_relative
 from ._shapes import MAX_DURATION_S, MAX_MEM_MIB, MAX_NODES
 from ._util import parse_duration
 
-RESOURCES = ("local", "slurm", "pbs", "lsf", "flux", "simulated")
-LAUNCHERS = (
-    "direct",
-    "ssh",
-    "mpirun",
-    "mpiexec",
-    "srun",
-    "prrte",
-    "flux",
-    "jsrun",
-    "aprun",
-    "nodes",
-    "pmi",
-    "pmix",
-)
 # transfer: a copy across the two sides; tarball: the source (a file or a tree) packed into one
 # archive, carried across, and unpacked at the target (one file to move instead of many)
 STAGING_ACTIONS = ("copy", "link", "move", "transfer", "tarball")
@@ -375,6 +360,30 @@ def tags(kind: str, field: str, v: Any) -> dict[str, Any]:
     return dict(v)
 
 
+def launcher_names() -> tuple[str, ...]:
+    """The registered launch methods (launch/__init__.py's LAUNCHERS; imported when first
+    needed: this module stays cheap to import)."""
+    from .launch import launchers
+
+    return tuple(launchers())
+
+
+def resource_names() -> tuple[str, ...]:
+    """The registered batch systems (batch/registry.py)."""
+    from .batch.registry import names
+
+    return names()
+
+
+def registered(names: Callable[[], tuple[str, ...]]) -> Callable[[str, str, Any], str]:
+    """choice() over a registry's names, read when a value is checked."""
+
+    def check(kind: str, field: str, v: Any) -> str:
+        return choice(names())(kind, field, v)
+
+    return check
+
+
 def choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:
     def check(kind: str, field: str, v: Any) -> str:
         if not isinstance(v, str) or v not in options:
@@ -450,11 +459,10 @@ def boolean(kind: str, field: str, v: Any) -> bool:
 def launcher_options(kind: str, field: str, v: Any) -> dict[str, dict]:
     if not isinstance(v, dict):
         raise fail(kind, field, v, "must map launcher names to option dicts")
+    known = launcher_names()
     for name, opts in v.items():
-        if not isinstance(name, str) or name not in LAUNCHERS:
-            raise fail(
-                kind, field, v, f"{show(name, 60)} is not a launcher ({', '.join(LAUNCHERS)})"
-            )
+        if not isinstance(name, str) or name not in known:
+            raise fail(kind, field, v, f"{show(name, 60)} is not a launcher ({', '.join(known)})")
         if not isinstance(opts, dict):
             raise fail(kind, field, v, f"options of {name!r} must be a dict")
         # they travel in agent.json and on the command lines of launchers: JSON-like only
@@ -497,13 +505,14 @@ def partitions(kind: str, field: str, v: Any) -> int | list[dict]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise fail(kind, field, v, f"item {i}: nodes = {show(n, 40)} must be an integer >= 1")
         launcher = item.get("launcher")
-        if launcher is not None and (not isinstance(launcher, str) or launcher not in LAUNCHERS):
+        known = launcher_names()
+        if launcher is not None and (not isinstance(launcher, str) or launcher not in known):
             raise fail(
                 kind,
                 field,
                 v,
                 f"item {i}: launcher = {show(launcher, 40)} is not a "
-                f"launch method ({', '.join(LAUNCHERS)})",
+                f"launch method ({', '.join(known)})",
             )
         out.append({"nodes": int(n), "launcher": None if launcher is None else str(launcher)})
     if not out:
@@ -517,7 +526,7 @@ def launch_model(kind: str, field: str, v: Any) -> Any:
         return None
     from ._launch_costs import check_model
 
-    why = check_model(v, tuple(LAUNCHERS))
+    why = check_model(v, launcher_names())
     if why is not None:
         raise fail(kind, field, v, why)
     return os.path.abspath(v) if isinstance(v, str) else {str(k): dict(c) for k, c in v.items()}

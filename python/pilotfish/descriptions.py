@@ -25,7 +25,6 @@ from ._shapes import (
     misfit_partitions,
     partition_layout,
 )
-from ._validate import LAUNCHERS, RESOURCES
 
 
 class _Description:
@@ -231,7 +230,7 @@ class TaskDescription(_Description):
         "cores_per_rank": (1, check.int_range(1, MAX_CORES_PER_NODE, " (a rank runs on one node)")),
         "gpus_per_rank": (0, check.int_range(0, MAX_GPUS_PER_NODE, " (a rank runs on one node)")),
         "mem_per_rank": (0, check.int_range(0, MAX_MEM_MIB, " MiB (the placer's limit)")),
-        "launcher": (None, check.optional(check.choice(LAUNCHERS))),
+        "launcher": (None, check.optional(check.registered(check.launcher_names))),
         "stdout": (True, check.output),
         "stderr": (True, check.output),
         "timeout": (None, check.optional(check.duration)),
@@ -363,7 +362,7 @@ class PilotDescription(_Description):
         "partition": "'queue' (the batch queue) or 'partitions' (launcher partitions of the pilot)",
     }
     _fields = {
-        "resource": ("local", check.choice(RESOURCES)),
+        "resource": ("local", check.registered(check.resource_names)),
         "nodes": (1, check.int_range(1, MAX_NODES)),
         "cores_per_node": (None, check.optional(check.int_range(1, MAX_CORES_PER_NODE))),
         "gpus_per_node": (
@@ -379,7 +378,7 @@ class PilotDescription(_Description):
         "queue": (None, check.optional(check.string)),
         "project": (None, check.optional(check.string)),
         "reservation": (None, check.optional(check.string)),
-        "launcher": (None, check.optional(check.choice(LAUNCHERS))),
+        "launcher": (None, check.optional(check.registered(check.launcher_names))),
         "launcher_options": (dict, check.launcher_options),
         "node_executors": (None, check.optional(check.boolean)),
         "partitions": (1, check.partitions),
@@ -605,6 +604,16 @@ def check_descriptions(descs: Iterable[Any], cls: type[_Description]) -> list[An
     return out
 
 
+def __getattr__(name: str) -> tuple[str, ...]:
+    """RESOURCES, LAUNCHERS: the registered batch systems' and launch methods' names now
+    (batch/registry.py, launch/__init__.py: the registries are the lists)."""
+    if name == "RESOURCES":
+        return check.resource_names()
+    if name == "LAUNCHERS":
+        return check.launcher_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "TaskDescription",
     "PilotDescription",
@@ -613,8 +622,6 @@ __all__ = [
     "misfit",
     "misfit_partitions",
     "partition_layout",
-    "RESOURCES",
-    "LAUNCHERS",
     "MAX_NODES",
     "MAX_CORES_PER_NODE",
     "MAX_GPUS_PER_NODE",

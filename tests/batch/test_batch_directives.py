@@ -1,6 +1,6 @@
 """Golden checks of what a pilot's batch script asks beyond PSI/J's attributes: that a node
 failure neither kills nor requeues the job, and that the job's files are its owner's alone
-(batch/psij_job.py: NODE_FAILURE_DIRECTIVES, SCRIPT_UMASK).
+(each batch system's record: node_failure_directives; batch/psij_job.py: SCRIPT_UMASK).
 
 The scripts are rendered through PSI/J's own executors (no batch system needed), and checked
 against each system's documented syntax:
@@ -22,8 +22,8 @@ import pytest
 
 psij = pytest.importorskip("psij")
 
-from pilotfish.batch.psij_job import (NODE_FAILURE_DIRECTIVES, SCRIPT_UMASK, PsijBatchJob,
-                                      harden_script)
+from pilotfish.batch import batch_system
+from pilotfish.batch.psij_job import SCRIPT_UMASK, PsijBatchJob, harden_script
 from pilotfish.descriptions import PilotDescription
 
 PREFIX = {"slurm": "#SBATCH", "pbs": "#PBS", "lsf": "#BSUB"}
@@ -71,7 +71,7 @@ def test_node_failure_directives_are_rendered_and_read(tmp_path, resource):
     for want in GOLDEN[resource]:
         assert d.count(want) == 1, (want, d)
     assert tuple(f"{PREFIX[resource]} {x}" for x in GOLDEN[resource]) == \
-        NODE_FAILURE_DIRECTIVES[resource]
+        batch_system(resource).node_failure_directives
     # PSI/J's own directives are all still read too (none pushed after a command)
     every = [ln for ln in script.splitlines() if ln.strip().startswith(PREFIX[resource] + " ")]
     assert len(every) == len(d)

@@ -19,7 +19,7 @@ from mpi_programs import OPENMPI_LIB, PROGS, build_hello, build_ompi_hello
 
 from pilotfish._mpi import libmpi_hint
 from pilotfish._wire import RankSlot, TaskSpec
-from pilotfish.launch import LaunchError, get_launcher
+from pilotfish.launch import LAUNCHERS, LaunchError, get_launcher
 from pilotfish.launch.mpi_abi import MPICH, OPENMPI, mpi4py_library, program_mpi
 from pilotfish.launch.mpi_check import SINGLETON_GUARD, check
 from pilotfish.launch.mpi_route import openmpi_launcher, route
@@ -113,27 +113,27 @@ def test_a_launcher_refuses_an_mpi_it_cannot_make_one_world(hello, ompi):
         match=r"MPICH program .* one MPI world of 2 ranks .*"
         r"launcher 'prrte' serves PMIx.*launcher='pmi'",
     ):
-        check("prrte", spec(hello))
+        check(LAUNCHERS["prrte"], spec(hello))
     with pytest.raises(LaunchError, match=r"MPICH program.*launcher='pmi'"):
-        check("mpirun", spec(hello))
+        check(LAUNCHERS["mpirun"], spec(hello))
     for method in ("pmi", "mpiexec"):
         with pytest.raises(
             LaunchError,
             match=rf"Open MPI program .*'{method}' serves PMI, "
             r"and Open MPI speaks only PMIx.*'prrte'",
         ):
-            check(method, spec(ompi))
+            check(LAUNCHERS[method], spec(ompi))
     for method in ("nodes", "direct"):
         with pytest.raises(
             LaunchError,
             match=rf"Open MPI.*'{method}' starts its 2 ranks as "
             r"plain processes.*launcher='prrte'",
         ):
-            check(method, spec(ompi))
-    assert check("prrte", spec(ompi)) == {} and check("pmi", spec(hello)) == {}
-    assert check("prrte", spec(hello, ranks=1)) == {}  # one rank: its own world
-    assert check("srun", spec(ompi)) == {}  # (srun chooses --mpi itself: srun.py)
-    assert check("nodes", spec("/bin/hostname")) == {}
+            check(LAUNCHERS[method], spec(ompi))
+    assert check(LAUNCHERS["prrte"], spec(ompi)) == {} and check(LAUNCHERS["pmi"], spec(hello)) == {}
+    assert check(LAUNCHERS["prrte"], spec(hello, ranks=1)) == {}  # one rank: its own world
+    assert check(LAUNCHERS["srun"], spec(ompi)) == {}  # (srun chooses --mpi itself: srun.py)
+    assert check(LAUNCHERS["nodes"], spec("/bin/hostname")) == {}
 
 
 def test_python_gets_the_launchers_library():
@@ -141,14 +141,14 @@ def test_python_gets_the_launchers_library():
     Open MPI library of its prefix, under the pilot's PMI MPICH's; one that chose keeps it
     and is refused where it cannot form one world."""
     prog = spec(PY, [str(PROGS / "mpi4py_hello.py")])
-    assert check("prrte", prog) == {"MPI4PY_LIBMPI": str(OPENMPI_LIB)}
-    assert check("mpirun", spec(PY, ["-c", "print(1)"])) == {"MPI4PY_LIBMPI": str(OPENMPI_LIB)}
-    assert check("pmi", prog) == {"MPI4PY_LIBMPI": str(MPICH_LIB)}
+    assert check(LAUNCHERS["prrte"], prog) == {"MPI4PY_LIBMPI": str(OPENMPI_LIB)}
+    assert check(LAUNCHERS["mpirun"], spec(PY, ["-c", "print(1)"])) == {"MPI4PY_LIBMPI": str(OPENMPI_LIB)}
+    assert check(LAUNCHERS["pmi"], prog) == {"MPI4PY_LIBMPI": str(MPICH_LIB)}
     chose = spec(
         PY, [str(PROGS / "mpi4py_hello.py")], environment={"MPI4PY_LIBMPI": str(MPICH_LIB)}
     )
     with pytest.raises(LaunchError, match="MPICH program"):
-        check("prrte", chose)
+        check(LAUNCHERS["prrte"], chose)
     lm = get_launcher("mpirun", EMULATED)
     (p,) = lm.build(prog, SLOTS2, "/tmp")
     assert p.env["MPI4PY_LIBMPI"] == str(OPENMPI_LIB)

@@ -112,9 +112,10 @@ def test_without_libpmix_pmix_is_refused_naming_the_package(monkeypatch, tmp_pat
 
 
 def test_an_mpich_program_is_refused_by_pmix_at_build(tmp_path_factory):
+    from pilotfish.launch import LAUNCHERS
     from pilotfish.launch.mpi_check import check
     from pilotfish._wire import TaskSpec
 
     mpich = build_hello(tmp_path_factory)
     with pytest.raises(LaunchError, match="serves PMIx"):
-        check("pmix", TaskSpec(uid="t.2", executable=mpich, ranks=2))
+        check(LAUNCHERS["pmix"], TaskSpec(uid="t.2", executable=mpich, ranks=2))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import _wire
 from .._paths import resolve, task_cwd
 from .._shapes import misfit_partitions
-from ..descriptions import LAUNCHERS
+from ..launch import LAUNCHERS, launchers
 
 _SHAPE_FIELDS = ("ranks", "cores_per_rank", "gpus_per_rank", "mem_per_rank")
 
@@ -43,7 +43,8 @@ def check_spec(
         return "uid and executable must not be empty"
     if "/" in spec.uid or spec.uid in (".", "..") or "\0" in spec.uid:
         return f"uid = {spec.uid!r}: must be one path component (it names the task's directory)"
-    if spec.launcher is not None and spec.launcher not in LAUNCHERS:
+    lm = spec.launcher
+    if lm is not None and lm not in LAUNCHERS and lm not in launchers():
         return f"launcher = {spec.launcher!r}: not a launch method"
     if spec.timeout is not None and not (0 < spec.timeout < 1e9):
         return f"timeout = {spec.timeout!r}: must be > 0 and finite"

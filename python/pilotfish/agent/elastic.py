@@ -17,7 +17,7 @@ from typing import Any, Callable
 from .. import _events as E
 from .. import _wire
 from .._shapes import MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit
-from ..descriptions import LAUNCHERS
+from ..launch import LAUNCHERS, launchers
 from .partition import Partition, add_work, task_work
 from .ports import NodeLeaving
 from .resources import Resources
@@ -216,6 +216,7 @@ def _grow_problem(msg: _wire.Grow, partitions: list[Partition], names: set[str])
         )
     if len({n.name for n in msg.nodes}) != len(msg.nodes):
         return "nodes: names repeat"
-    if msg.launcher is not None and msg.launcher not in LAUNCHERS:
+    lm = msg.launcher
+    if lm is not None and lm not in LAUNCHERS and lm not in launchers():
         return f"launcher {msg.launcher!r} is not a launch method"
     return None

@@ -56,7 +56,7 @@ class LaunchWiring:
         options.setdefault("dvm_dir", os.path.join(self.sandbox, tag))
         lm = get_launcher(name, p.resources, options)
         lm.mono = self.clock.mono  # its deadlines on the agent's clock
-        if name in ("nodes", "pmi", "pmix"):
+        if lm.node_link:
             lm.link = self.nodes  # type: ignore[attr-defined]  # NodesLaunch's (None: no executors on this pilot; begin() says so)
         if name == "pmix":
             self.table.ended.append(lm)  # (a task's end lets its worlds' namespaces go)

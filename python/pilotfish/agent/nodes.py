@@ -615,4 +615,6 @@ def wanted(desc: dict, resource: str) -> bool:
     if resource == "simulated":
         return opt is True
     # (a Slurm pilot all on this host may still grow onto others)
-    return resource == "slurm"
+    from ..batch.registry import batch_system
+
+    return batch_system(resource).node_executors

@@ -10,13 +10,14 @@ every node: that is how a pilot fakes larger nodes. `Resources.overrides` names 
 declared instead of found, so that launchers that ask the batch system for resources (srun)
 know not to ask it for things it does not have.
 
-Sources:
+Sources (Resources.source):
   local     one node that fits this machine, named by socket.gethostname()
   declared  an emulated machine (more nodes, or nodes larger than this one): node0000, ...
-  slurm     SLURM_JOB_NODELIST (compressed host list), SLURM_JOB_CPUS_PER_NODE, ...
-  pbs       PBS_NODEFILE (a line per slot), PBS_NUM_PPN or NCPUS
-  lsf       LSB_MCPU_HOSTS ("host n host n ..."), else LSB_DJOB_HOSTFILE / LSB_HOSTS
   hostfile  a file of "host slots=N", "host:N" or repeated "host" lines (any resource)
+  a batch system's own (its record's `source`, batch/registry.py): what its `nodes` reads
+            from the job's environment -- slurm: SLURM_JOB_NODELIST (compressed host list),
+            SLURM_JOB_CPUS_PER_NODE, ...; pbs: PBS_NODEFILE (a line per slot), PBS_NUM_PPN or
+            NCPUS; lsf: LSB_MCPU_HOSTS ("host n host n ..."), else LSB_DJOB_HOSTFILE / LSB_HOSTS
 """
 
 from __future__ import annotations
@@ -26,18 +27,10 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._batch_env import (
-    expand_counts,
-    expand_hostlist,
-    hostfile_nodes,
-    lsf_nodes,
-    pbs_nodes,
-    slurm_nodes,
-)
+from .._batch_env import expand_counts, expand_hostlist, hostfile_nodes
 from .._util import machine_shape
 from .._wire import NodeInfo
-
-SOURCES = ("declared", "local", "slurm", "pbs", "lsf", "hostfile")
+from ..batch.registry import BatchSystem, batch_system, systems
 
 
 @dataclass
@@ -64,7 +57,8 @@ def discover(
 ) -> Resources:
     """The nodes this pilot holds.
 
-    resource: "local", "slurm", "pbs" or "lsf" ("flux" needs a hostfile). A hostfile, when
+    resource: "local" or a batch system whose record reads its nodes (batch/registry.py;
+    "flux" needs a hostfile). A hostfile, when
     given, is the node list whatever the resource. `nodes`, when given for a batch system,
     keeps the first `nodes` nodes found; finding fewer is an error.
     Raises ValueError naming the variable or file and the value that could not be read.
@@ -80,20 +74,18 @@ def discover(
         return _local(nodes, cores_per_node, gpus_per_node, mem_per_node)
     if hostfile is not None:
         found, source = hostfile_nodes(hostfile), "hostfile"
-    elif resource == "slurm":
-        found, source = slurm_nodes(env), "slurm"
-    elif resource == "pbs":
-        found, source = pbs_nodes(env), "pbs"
-    elif resource == "lsf":
-        found, source = lsf_nodes(env), "lsf"
-    elif resource == "flux":
-        # Flux gives a job no node-list variable; `flux resource` would need the broker.
-        raise ValueError(
-            "resource 'flux': node discovery is not supported; pass a hostfile "
-            "(e.g. written by `flux hostlist`) or declare the nodes"
-        )
     else:
-        raise ValueError(f"unknown resource {resource!r}; expected one of local, slurm, pbs, lsf")
+        try:
+            system: BatchSystem | None = batch_system(resource)
+        except ValueError:
+            system = None
+        if system is not None and system.nodes is not None:
+            found, source = system.nodes(env), system.node_source
+        elif system is not None and system.no_nodes:
+            raise ValueError(system.no_nodes)
+        else:
+            known = ["local"] + [s.name for s in systems() if s.nodes is not None]
+            raise ValueError(f"unknown resource {resource!r}; expected one of {', '.join(known)}")
     if nodes is not None:
         if nodes < 1:
             raise ValueError(f"nodes = {nodes}: must be >= 1")
@@ -144,4 +136,4 @@ def _override(
     return Resources(out, source, overrides)
 
 
-__all__ = ["SOURCES", "Resources", "discover", "expand_counts", "expand_hostlist"]
+__all__ = ["Resources", "discover", "expand_counts", "expand_hostlist"]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
-from .._batch_env import parse_slurm_time
+from ..batch.registry import batch_system
 
 
 def drain_margin(runtime: float) -> float:
@@ -14,23 +13,15 @@ def drain_margin(runtime: float) -> float:
 
 
 def batch_time_left(resource: str, env=os.environ) -> float | None:
-    """Seconds until the batch system ends this job, as it says itself (None: unknown).
+    """Seconds until the batch system ends this job, as it says itself (None: unknown; its
+    record's `time_left`, batch/registry.py).
 
     The job's clock starts before the agent's, and batch systems round walltimes (Slurm to
     whole minutes): the agent drains before the earlier of its own deadline and this one.
     Asked once, before the executor starts (its reaper would collect this child too).
     """
-    job = env.get("SLURM_JOB_ID")
-    if resource != "slurm" or not job:
-        return None
     try:
-        r = subprocess.run(
-            ["squeue", "-h", "-j", job, "-o", "%L"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        system = batch_system(resource)
+    except ValueError:
         return None
-    return parse_slurm_time(r.stdout.strip())
+    return None if system.time_left is None else system.time_left(env)

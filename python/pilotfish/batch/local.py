@@ -9,6 +9,9 @@ import time
 
 from .._util import open_private
 from .base import BatchJob, JobState
+from .registry import BatchSystem, register
+
+LOCAL = register(BatchSystem(name="local", runs_here=True))
 
 
 class LocalJob(BatchJob):

@@ -1,4 +1,5 @@
-"""resource="slurm" | "pbs" | "lsf" | "flux": the pilot is a batch job submitted through PSI/J.
+"""A batch system's pilot (batch/slurm.py, pbs.py, lsf.py, flux.py: its record says how) is a
+batch job submitted through PSI/J.
 
 The job's script runs `agent_argv` once (PSI/J's "single" launcher, on the job's first node);
 the agent then owns the whole allocation (exclusive nodes). The job's stdout/stderr go to
@@ -35,8 +36,8 @@ the submit command's own error text.
 
 A node that fails is the pilot's to handle, not the batch system's: the agent fences it and
 runs on with the others (agent/nodes.py). So the script asks the batch system neither to kill
-nor to requeue the job when one of its nodes fails (`NODE_FAILURE_DIRECTIVES`, rendered right
-after the script's first line, before PSI/J's own directives):
+nor to requeue the job when one of its nodes fails (its record's `node_failure_directives`,
+rendered right after the script's first line, before PSI/J's own directives):
 
     slurm            #SBATCH --no-kill, #SBATCH --no-requeue (without them Slurm kills and
                      requeues the whole job once SlurmdTimeout passes: the agent dies with it)
@@ -69,7 +70,6 @@ import io
 import logging
 import math
 import os
-import subprocess
 import threading
 import time
 from datetime import timedelta
@@ -78,19 +78,10 @@ from typing import Any
 
 from .._util import private_dir, private_tree
 from .base import BatchJob, JobState, file_tail
+from .registry import batch_system, systems
 
 log = logging.getLogger("pilotfish.client")
 
-EXECUTORS = {"slurm": "slurm", "pbs": "pbs", "lsf": "lsf", "flux": "flux"}
-_NAME_ATTRIBUTE = {"slurm": "slurm.job-name", "pbs": "pbs.N", "lsf": "lsf.J"}
-
-# Directives no PSI/J attribute renders (a flag with no value cannot be a custom attribute:
-# PSI/J writes `--key="value"`, which sbatch refuses for --no-requeue): see the docstring.
-NODE_FAILURE_DIRECTIVES: dict[str, tuple[str, ...]] = {
-    "slurm": ("#SBATCH --no-kill", "#SBATCH --no-requeue"),
-    "pbs": ("#PBS -r n", "#PBS -W tolerate_node_failures=all"),
-    "lsf": ("#BSUB -rn",),
-}
 SCRIPT_UMASK = "umask 077"
 POLL_BACKOFF_MAX_S = 30.0  # the longest wait between two tries of a failing queue poll
 
@@ -108,11 +99,13 @@ class PsijBatchJob(BatchJob):
     def __init__(self, pilot_uid: str, description: Any, sandbox: str, agent_argv: list[str]):
         super().__init__(pilot_uid, description, sandbox, agent_argv)
         self.resource = description.resource
-        if self.resource not in EXECUTORS:
+        self.system = batch_system(self.resource)
+        if self.system.psij_executor is None:
             raise ValueError(
                 f"PsijBatchJob: no PSI/J executor for resource {self.resource!r} "
-                f"(one of {', '.join(EXECUTORS)})"
+                f"(one of {', '.join(s.name for s in systems() if s.psij_executor)})"
             )
+        self.executor_name: str = self.system.psij_executor
         if not self.agent_argv:
             raise ValueError("PsijBatchJob: agent_argv is empty")
         self.work_dir = os.path.join(sandbox, "psij")
@@ -132,8 +125,8 @@ class PsijBatchJob(BatchJob):
             import psij
             from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 
-            name = EXECUTORS[self.resource]
-            if name == "flux":
+            name = self.executor_name
+            if not self.system.psij_script:
                 config = psij.JobExecutorConfig(work_directory=Path(self.work_dir))
             else:
                 config = BatchSchedulerExecutorConfig(
@@ -217,11 +210,11 @@ class PsijBatchJob(BatchJob):
 
         d = self.description
         custom: dict[str, Any] = {}
-        resources = {"node_count": int(d.nodes), "exclusive_node_use": True}
+        resources: dict[str, Any] = {"node_count": int(d.nodes), "exclusive_node_use": True}
         # cores_per_node is not rendered: exclusive nodes hold all their cores, and a
         # --cpus-per-task would reach every srun step of the agent through SLURM_CPUS_PER_TASK
-        if d.gpus_per_node and self.resource == "slurm":
-            custom["slurm.gpus-per-node"] = int(d.gpus_per_node)  # not --gpus-per-task (steps)
+        if d.gpus_per_node and self.system.gpus_attribute:  # (Slurm's: not --gpus-per-task)
+            custom[self.system.gpus_attribute] = int(d.gpus_per_node)
         elif d.gpus_per_node:
             resources["gpu_cores_per_process"] = int(d.gpus_per_node)
         if d.mem_per_node:
@@ -232,16 +225,16 @@ class PsijBatchJob(BatchJob):
             "queue_name": d.queue or None,
             "reservation_id": d.reservation or None,
         }
-        if d.project and self.resource == "lsf":
-            # PSI/J renders an LSF account as both `-G` (fair-share user group: a job is
-            # rejected where the user is not in such a group) and `-P` (project): only -P
-            custom["lsf.P"] = d.project
+        if d.project and self.system.project_attribute:
+            # (LSF: PSI/J renders an account as both `-G` (fair-share user group: a job is
+            # rejected where the user is not in such a group) and `-P` (project): only -P)
+            custom[self.system.project_attribute] = d.project
         elif d.project:
             # psij-python >= 0.9.10 calls it `account`; older releases `project_name`
             params = inspect.signature(psij.JobAttributes.__init__).parameters
             attrs["account" if "account" in params else "project_name"] = d.project
-        if self.resource in _NAME_ATTRIBUTE:
-            custom[_NAME_ATTRIBUTE[self.resource]] = self.pilot_uid
+        if self.system.job_name_attribute:
+            custom[self.system.job_name_attribute] = self.pilot_uid
         spec = psij.JobSpec(
             executable=self.agent_argv[0],
             arguments=list(self.agent_argv[1:]),
@@ -334,10 +327,10 @@ class PsijBatchJob(BatchJob):
             if status.exit_code not in (None, 0):
                 parts.append(f"agent exit code {status.exit_code}")
             native = self._job.native_id if self._job is not None else None
-            if self.resource == "slurm" and native:
+            if self.system.job_info is not None and native:
                 # (the script itself ends with 0 when the agent fails: PSI/J keeps the agent's
                 # exit code in a file; Slurm's record then says COMPLETED and adds nothing)
-                info = _slurm_job_info(native)
+                info = self.system.job_info(native)
                 if info and "JobState=COMPLETED" not in info:
                     parts.append(info)
             tail = file_tail(self.stderr_path)
@@ -349,12 +342,12 @@ class PsijBatchJob(BatchJob):
 
 
 def harden_script(resource: str, script: str) -> str:
-    """PSI/J's submit script with NODE_FAILURE_DIRECTIVES[resource] right after its first line
-    (the `#!` line: directives must come before any command) and SCRIPT_UMASK as its first
-    command (before the first line that is neither blank nor a comment)."""
+    """PSI/J's submit script with the batch system's node_failure_directives right after its
+    first line (the `#!` line: directives must come before any command) and SCRIPT_UMASK as
+    its first command (before the first line that is neither blank nor a comment)."""
     lines = script.splitlines(keepends=True)
     at = 1 if lines and lines[0].startswith("#!") else 0
-    extra = [d + "\n" for d in NODE_FAILURE_DIRECTIVES.get(resource, ())]
+    extra = [d + "\n" for d in batch_system(resource).node_failure_directives]
     lines[at:at] = extra
     first = next(
         (
@@ -368,23 +361,4 @@ def harden_script(resource: str, script: str) -> str:
     return "".join(lines)
 
 
-def _slurm_job_info(native_id: str) -> str:
-    """Slurm's own account of a finished job (while slurmctld still holds its record)."""
-    try:
-        r = subprocess.run(
-            ["scontrol", "show", "job", "-o", str(native_id)],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    if r.returncode != 0:
-        return ""
-    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
-    keep = [f"{k}={fields[k]}" for k in ("JobState", "Reason", "ExitCode") if k in fields]
-    return ("slurm: " + " ".join(keep)) if keep else ""
-
-
-__all__ = ["EXECUTORS", "NODE_FAILURE_DIRECTIVES", "PsijBatchJob", "harden_script"]
+__all__ = ["PsijBatchJob", "harden_script"]

@@ -304,12 +304,14 @@ class Pilot:
         job = None
         launcher, options = None, {}
         deadline = None if timeout is None else time.monotonic() + timeout
+        from ..batch import batch_system
+
         if d.resource == "local":
             cores, gpus, mem = self._shape[0] if self._shape else machine_shape()
             infos = [
                 _wire.NodeInfo(f"{self.uid}.{unit}.n{i}", cores, gpus, mem) for i in range(nodes)
             ]
-        elif d.resource == "slurm":
+        elif batch_system(d.resource).grows:
             from ..batch.holder import submit_holder
 
             job, infos = submit_holder(self, unit, nodes, deadline)

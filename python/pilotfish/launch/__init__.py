@@ -1,6 +1,6 @@
 """Launch methods: (task, placement) -> the processes the agent's executor spawns.
 
-    lm = get_launcher("mpirun", resources, options)
+    lm = get_launcher("mpirun", resources, options)   # LAUNCHERS: every one, by name
     lm.start(spawn)                          # daemons, if any (prrte's DVM)
     procs = lm.build(task, slots, sandbox)   # [ProcSpec(argv, env, rank)]
     lm.stop()
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _plugins
+from ..batch.registry import batch_system
 from .aprun import Aprun
 from .base import LaunchError, LaunchMethod, ProcSpec, payload_argv, payload_script, placement_env
 from .direct import Direct, remote_nodes
@@ -26,38 +28,57 @@ from .prrte import Prrte
 from .srun import Srun
 from .ssh import Ssh
 
-_ALL = (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodesLaunch, Pmi, Pmix)
-LAUNCHERS: dict[str, type[LaunchMethod]] = {cls.name: cls for cls in _ALL}
+# THE list of launch methods (in the order descriptions' errors name them); plug-ins add
+# theirs with register() ($PILOTFISH_PLUGINS, _plugins.py). Nothing else lists them
+# (tests/test_registries.py).
+LAUNCHERS: dict[str, type[LaunchMethod]] = {}
+
+
+def register(cls: type[LaunchMethod]) -> type[LaunchMethod]:
+    """Add (or replace) a launch method under its class's `name`; returns the class (so it
+    serves as a decorator). One line per launch method."""
+    if not (isinstance(cls, type) and issubclass(cls, LaunchMethod)):
+        raise ValueError(f"register: {cls!r} is not a LaunchMethod subclass")
+    if not isinstance(cls.name, str) or not cls.name.isidentifier():
+        raise ValueError(f"register: {cls.__name__}.name = {cls.name!r} is not an identifier")
+    LAUNCHERS[cls.name] = cls
+    return cls
+
+
+for _cls in (Direct, Ssh, Mpirun, Mpiexec, Srun, Prrte, Flux, Jsrun, Aprun, NodesLaunch, Pmi, Pmix):
+    register(_cls)
+
+
+def launchers() -> dict[str, type[LaunchMethod]]:
+    """Every registered launch method by name (plug-ins loaded)."""
+    _plugins.load()
+    return LAUNCHERS
 
 
 def get_launcher(name: str, resources: Any, options: dict | None = None) -> LaunchMethod:
-    """A launch method by name ("direct", "ssh", "mpirun", "mpiexec", "srun", "prrte",
-    "flux", "jsrun", "aprun", "nodes", "pmi", "pmix"). Raises LaunchError for an unknown name
-    or one that cannot work with these resources."""
-    cls = LAUNCHERS.get(name)
+    """A launch method by name (one of LAUNCHERS: "direct", "ssh", "mpirun", "srun", ...).
+    Raises LaunchError for an unknown name or one that cannot work with these resources."""
+    cls = launchers().get(name)
     if cls is None:
         raise LaunchError(f"unknown launcher {name!r}; expected one of {', '.join(LAUNCHERS)}")
     return cls(resources, options)
 
 
-# what launches on a batch system's nodes when the pilot names no launcher and `direct` cannot
-NATIVE = {"slurm": "srun", "flux": "flux", "lsf": "jsrun", "pbs": "mpiexec"}
-
-
 def default_launcher(resource: str, resources: Any) -> str:
     """The pilot's launcher when its description names none: `direct` (the fastest) where every
     node is this machine -- a local or emulated pilot, or batch nodes that are this host (see
-    direct.py) -- else the batch system's own launcher."""
-    if resource in ("local", "simulated") or not remote_nodes(resources):
+    direct.py) -- else the batch system's own launcher (its record's default_launcher)."""
+    system = batch_system(resource)
+    if system.runs_here or not remote_nodes(resources):
         return "direct"
-    return NATIVE.get(resource, "ssh")
+    return system.default_launcher
 
 
 def may_span_hosts(resource: str, resources: Any) -> bool:
     """Whether tasks of this pilot may run on another host, now or once it grows: a batch
     pilot whose first nodes are all this host can still grow onto others. The agent's
     sockets that tasks connect to then need TCP, not only ipc."""
-    return resource not in ("local", "simulated") or bool(remote_nodes(resources))
+    return not batch_system(resource).runs_here or bool(remote_nodes(resources))
 
 
 def installed_mpi_launcher() -> str | None:
@@ -82,6 +103,9 @@ __all__ = [
     "installed_mpi_launcher",
     "LAUNCHERS",
     "default_launcher",
+    "launchers",
+    "may_span_hosts",
+    "register",
     "LaunchError",
     "LaunchMethod",
     "ProcSpec",

@@ -94,6 +94,19 @@ class LaunchMethod:
     # health is watched (prrte); its tasks are stopped by signalling their ranks, not the
     # launcher process)
     launch_retries = 0
+    # The MPI world its ranks make (launch/mpi_check.py, mpi_route.py): "plain" (plain
+    # processes, no world: direct, ssh, nodes), "mpich" / "openmpi" (one world of a program
+    # of that MPI: it serves PMI / PMIx), "either" (it chooses per program: srun), None (not
+    # known: nothing is checked)
+    mpi_world: str | None = None
+    # it launches through the pilot's node executors: the agent hands it their link
+    # (agent/launching.py; its `link`)
+    node_link = False
+
+    @classmethod
+    def starts_mpi(cls) -> bool:
+        """Whether it makes one MPI world of a multi-rank task's ranks."""
+        return cls.mpi_world not in (None, "plain")
 
     def __init__(self, resources: Any, options: dict | None = None):
         self.resources = resources

@@ -56,6 +56,7 @@ def remote_nodes(resources) -> list[str]:
 
 class Direct(LaunchMethod):
     name = "direct"
+    mpi_world = "plain"
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -69,7 +70,7 @@ class Direct(LaunchMethod):
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         argv = payload_argv(task)
-        guard = plain_guard(self.name, task, sandbox) if len(slots) > 1 else None
+        guard = plain_guard(self, task, sandbox) if len(slots) > 1 else None
         procs = [ProcSpec(argv, placement_env(task, slots, r), r) for r in range(len(slots))]
         for p in procs if guard else ():
             p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)

@@ -17,15 +17,6 @@ import msgspec
 from .base import LaunchError
 from .mpi_abi import MPICH, NAMES, OPENMPI, is_python, program_mpi, python_lib
 
-PLAIN = ("direct", "nodes", "ssh")  # ranks as plain processes: no MPI world at all
-SPEAKS = {  # the MPI whose ranks a launcher can make one world
-    "pmi": MPICH,
-    "mpiexec": MPICH,
-    "srun": None,  # (either: srun.py chooses --mpi per program, and refuses what it cannot)
-    "prrte": OPENMPI,
-    "mpirun": OPENMPI,
-    "pmix": OPENMPI,
-}
 # in the ranks' environment on plain paths (mpi_route.py); a name, never a server
 SINGLETON_GUARD = {"PMIX_NAMESPACE": "pilotfish.no-mpi-launcher"}
 
@@ -57,17 +48,19 @@ def _use_instead(kind: str) -> str:
     return "launcher='prrte' (or 'mpirun')"
 
 
-def check(method: str, task: Any, cwd: str | None = None) -> dict[str, str]:
-    """What launch method `method` needs to make this task's ranks one world: {} or the
-    environment a Python program gets (python_env); raises LaunchError when its program's
-    MPI cannot form one world there. Single-rank tasks, and launchers that choose for
-    themselves (srun) or that this does not know (flux, jsrun, aprun), pass."""
-    if task.ranks < 2 or (method not in PLAIN and SPEAKS.get(method) is None):
+def check(lm: Any, task: Any, cwd: str | None = None) -> dict[str, str]:
+    """What launch method `lm` (a LaunchMethod or its class: its name and `mpi_world`) needs
+    to make this task's ranks one world: {} or the environment a Python program gets
+    (python_env); raises LaunchError when its program's MPI cannot form one world there.
+    Single-rank tasks, and launchers that choose for themselves (srun: "either") or whose
+    world is not known (None: flux, jsrun, aprun), pass."""
+    world, method = lm.mpi_world, lm.name
+    if task.ranks < 2 or world in (None, "either"):
         return {}
     kind = program_mpi(
         str(task.executable or ""), list(task.arguments or ()), dict(task.environment or {}), cwd
     )
-    speaks = None if method in PLAIN else SPEAKS[method]
+    speaks = None if world == "plain" else world
     if speaks is not None and (kind is None or kind == speaks):
         return python_env(task, speaks)  # (a Python program's mpi4py: the launcher's library)
     if kind is None:
@@ -90,19 +83,19 @@ def check(method: str, task: Any, cwd: str | None = None) -> dict[str, str]:
     )
 
 
-def one_world(method: str, task: Any, cwd: str | None = None) -> Any:
-    """The task as launch method `method` runs it: with check()'s environment; LaunchError
+def one_world(lm: Any, task: Any, cwd: str | None = None) -> Any:
+    """The task as launch method `lm` runs it: with check()'s environment; LaunchError
     when its ranks cannot form one world there."""
-    env = check(method, task, cwd)
+    env = check(lm, task, cwd)
     if not env:
         return task
     return msgspec.structs.replace(task, environment={**(task.environment or {}), **env})
 
 
-def plain_guard(method: str, task: Any, cwd: str | None = None) -> dict[str, str]:
+def plain_guard(lm: Any, task: Any, cwd: str | None = None) -> dict[str, str]:
     """The environment every rank of a multi-rank task started as plain processes gets
     (SINGLETON_GUARD; {} for one rank); LaunchError for a program known to be MPI."""
     if task.ranks < 2:
         return {}
-    check(method, task, cwd)
+    check(lm, task, cwd)
     return dict(SINGLETON_GUARD)

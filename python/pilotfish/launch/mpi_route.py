@@ -55,7 +55,6 @@ import msgspec
 from .mpi_abi import MPICH, opaque, program_mpi
 from .pmix import available as pmix_available
 
-MPI_LAUNCHERS = ("pmi", "mpiexec", "srun", "prrte", "mpirun", "pmix")
 
 _openmpi_launcher: list[str | None] = []
 
@@ -87,6 +86,14 @@ def pmix_routes(desc: dict, resources: Any, link: Any = None) -> bool:
     return link is not None or getattr(resources, "source", None) in ("local", "declared")
 
 
+def _starts_mpi(name: str | None) -> bool:
+    """Whether the launch method of this name starts MPI worlds (its class's starts_mpi)."""
+    from . import launchers
+
+    cls = launchers().get(name) if name else None
+    return cls is not None and cls.starts_mpi()
+
+
 def route(
     spec: Any, cwd: str | None, pmi: bool, pilot_launcher: str | None, pmix: bool = False
 ) -> Any:
@@ -98,7 +105,7 @@ def route(
         spec.executable or "", list(spec.arguments or ()), dict(spec.environment or {}), cwd
     )
     if kind is None:
-        if pilot_launcher in MPI_LAUNCHERS and opaque(spec.executable or ""):
+        if _starts_mpi(pilot_launcher) and opaque(spec.executable or ""):
             # (a script or interpreter: MPI or not, the pilot's MPI launcher can tell)
             return msgspec.structs.replace(spec, launcher=pilot_launcher)
         return spec

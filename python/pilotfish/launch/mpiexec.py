@@ -76,6 +76,7 @@ def env_can_ignore_signals() -> bool:
 
 class Mpiexec(LaunchMethod):
     name = "mpiexec"
+    mpi_world = "mpich"  # (mpi_abi.MPICH)
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -90,7 +91,7 @@ class Mpiexec(LaunchMethod):
         )
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
-        task = one_world(self.name, task, sandbox)  # (mpi_route.py)
+        task = one_world(self, task, sandbox)  # (mpi_route.py)
         ordered = by_node(slots)
         payload, placement = rank_wrapped(task, ordered, MPICH_RANK, fail_fast=self.fail_fast)
         env = compose_env(task, placement)

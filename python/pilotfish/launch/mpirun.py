@@ -115,6 +115,7 @@ def host_list(slots: list[RankSlot], emulated: bool) -> str:
 
 class Mpirun(LaunchMethod):
     name = "mpirun"
+    mpi_world = "openmpi"  # (mpi_abi.OPENMPI)
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -124,7 +125,7 @@ class Mpirun(LaunchMethod):
             self.required_env.update(PRRTE_IN_SLURM)
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
-        task = one_world(self.name, task, sandbox)  # (mpi_route.py)
+        task = one_world(self, task, sandbox)  # (mpi_route.py)
         ordered = by_node(slots)
         payload, placement = rank_wrapped(task, ordered, OMPI_RANK)
         env = compose_env(task, placement, MCA_DEFAULTS, self.required_env)

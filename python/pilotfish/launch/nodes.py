@@ -84,6 +84,8 @@ class NodesLaunch(LaunchMethod):
     spawned by the node's executor -- or by the agent's own core on the agent's node."""
 
     name = "nodes"
+    node_link = True
+    mpi_world = "plain"
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -137,7 +139,7 @@ class NodesLaunch(LaunchMethod):
         (node,) = nodes
         where = node if node in self._away else None
         argv = payload_argv(task)
-        guard = plain_guard(self.name, task, sandbox) if len(slots) > 1 else None
+        guard = plain_guard(self, task, sandbox) if len(slots) > 1 else None
         procs = [
             ProcSpec(argv, placement_env(task, slots, r), r, node=where) for r in range(len(slots))
         ]

@@ -48,6 +48,8 @@ class Pmi(LaunchMethod):
     """Launch method `pmi` (see the module docstring)."""
 
     name = "pmi"
+    node_link = True
+    mpi_world = "mpich"  # (mpi_abi.MPICH)
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
@@ -83,7 +85,7 @@ class Pmi(LaunchMethod):
         return True
 
     def build(self, task, slots, sandbox) -> list[ProcSpec]:
-        task = one_world(self.name, task, sandbox)  # (an Open MPI program: refused)
+        task = one_world(self, task, sandbox)  # (an Open MPI program: refused)
         ordered = by_node(slots)
         size = len(ordered)
         uid = _UNSAFE.sub("_", task.uid)[-120:]

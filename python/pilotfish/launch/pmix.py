@@ -193,6 +193,8 @@ class Pmix(LaunchMethod):
     """Launch method `pmix` (see the module docstring)."""
 
     name = "pmix"
+    node_link = True
+    mpi_world = "openmpi"  # (mpi_abi.OPENMPI)
     names_ranks = True  # agent/executor.py: a bad rank end fails the task naming the rank
 
     def __init__(self, resources, options: dict | None = None):
@@ -260,7 +262,7 @@ class Pmix(LaunchMethod):
             helper.close()
 
     def build(self, task, slots, sandbox) -> list[ProcSpec]:
-        task = one_world(self.name, task, sandbox)  # (an MPICH program: refused)
+        task = one_world(self, task, sandbox)  # (an MPICH program: refused)
         if self.helper is None:
             raise LaunchError("launcher 'pmix': its PMIx server is not started")
         ordered = by_node(slots)

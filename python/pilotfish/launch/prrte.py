@@ -145,6 +145,7 @@ class Dvm(Daemon):
 
 class Prrte(SupervisedLaunchMethod):
     name = "prrte"
+    mpi_world = "openmpi"  # (mpi_abi.OPENMPI)
     # > max_strikes: a task whose launches failed on a DVM that went bad gets launches on the
     # fresh DVM that replaces it
     launch_retries = 5
@@ -364,7 +365,7 @@ class Prrte(SupervisedLaunchMethod):
 
     # -- launching -----------------------------------------------------------------------------
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
-        task = one_world(self.name, task, sandbox)  # (before the DVM: mpi_route.py)
+        task = one_world(self, task, sandbox)  # (before the DVM: mpi_route.py)
         d = self.dvm
         ordered = by_node(slots)
         self._launch_seq += 1

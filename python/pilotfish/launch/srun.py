@@ -169,6 +169,7 @@ def _plugin_fails(srun: str, plugin: str) -> str | None:
 
 class Srun(LaunchMethod):
     name = "srun"
+    mpi_world = "either"
     launch_retries = 2
 
     def __init__(self, resources, options: dict | None = None):

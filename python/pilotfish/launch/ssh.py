@@ -20,6 +20,7 @@ SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
 
 class Ssh(LaunchMethod):
     name = "ssh"
+    mpi_world = "plain"
 
     def build(self, task: TaskSpec, slots: list[RankSlot], sandbox: str) -> list[ProcSpec]:
         ssh = [self._tool("ssh", "ssh"), *SSH_OPTIONS, *map(str, self.options.get("ssh_args", []))]

@@ -70,16 +70,16 @@ def resource_config(label: str) -> dict:
 
 # -- RP's own resource configs (rp.utils.get_resource_config, a user's site files) ---------
 
-# the batch system of a job_manager_endpoint's scheme (fork: this machine, a local pilot)
-_SCHEMES = {
-    "fork": "local",
-    "slurm": "slurm",
-    "pbs": "pbs",
-    "pbspro": "pbs",
-    "torque": "pbs",
-    "lsf": "lsf",
-    "flux": "flux",
-}
+
+def _schemes() -> dict[str, str]:
+    """The batch system of a job_manager_endpoint's scheme (fork: this machine, a local
+    pilot; the others: each batch system's record's rp_schemes, batch/registry.py)."""
+    from ..batch import systems
+
+    out = {"fork": "local"}
+    for s in systems():
+        out.update((scheme, s.name) for scheme in s.rp_schemes)
+    return out
 
 
 class ResourceConfig(dict):
@@ -206,11 +206,12 @@ def from_user_config(label: str, schema: str | None) -> dict | None:
             "client where jobs are submitted (the login node) with the schema "
             "that submits there (e.g. 'local')"
         )
-    kind = _SCHEMES.get(scheme)
+    schemes = _schemes()
+    kind = schemes.get(scheme)
     if kind is None or (kind == "local" and host not in ("", "localhost", "127.0.0.1")):
         raise ValueError(
             f"{label}: job_manager_endpoint {url!r}: pilotfish submits to "
-            f"{', '.join(s + '://' for s in _SCHEMES)} (fork on localhost only)"
+            f"{', '.join(s + '://' for s in schemes)} (fork on localhost only)"
         )
     cfg = get_resource_config(label)
     out: dict = {"resource": kind}
