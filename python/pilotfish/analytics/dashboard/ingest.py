@@ -287,10 +287,10 @@ class SessionIngest(SessionStore):
                     for j, e in zip(at, self._entities(keys, kinds).tolist()):
                         found[j] = e
                     bare[at] = at_bare
-            found = np.asarray(found, np.int64)
-            ent_of[local[rest]] = found
+            found_ents = np.asarray(found, np.int64)
+            ent_of[local[rest]] = found_ents
             if k1 is not None:  # remember tasks' keys (entities keyed by their bare uid)
-                fk, fe = k1[rest][bare], found[bare]
+                fk, fe = k1[rest][bare], found_ents[bare]
                 fresh = self.by_key.get(fk) < 0
                 _, first = np.unique(fk[fresh], return_index=True)
                 self.by_key.put(fk[fresh][first], fe[fresh][first])
@@ -468,7 +468,7 @@ class SessionIngest(SessionStore):
                 part.update(state="closed", why=(m.group(2) if m else detail or "")[:300])
             elif name in MEMBER_EVENTS or name == E.MEMBER_RESTART:
                 key = f"{pilot.uid}/{uid}"
-                m = self.members.setdefault(
+                mem = self.members.setdefault(
                     key,
                     {
                         "uid": uid,
@@ -480,15 +480,15 @@ class SessionIngest(SessionStore):
                     },
                 )
                 if name == E.MEMBER_START:
-                    m["group"] = detail
+                    mem["group"] = detail
                     g = self._service(pilot, detail)
                     g["members"].add(key)
                 if name in MEMBER_EVENTS:
-                    m["state"], m["since"] = MEMBER_EVENTS[name], t
+                    mem["state"], mem["since"] = MEMBER_EVENTS[name], t
                 if name == E.MEMBER_READY:
-                    m["endpoint"] = detail
+                    mem["endpoint"] = detail
                 elif name in (E.MEMBER_FAIL, E.MEMBER_LEAVE):
-                    m["why"] = (detail or "")[:300]
+                    mem["why"] = (detail or "")[:300]
             elif name in (E.GROUP_EPOCH, E.GROUP_RESIZE):
                 g = self._service(pilot, uid)
                 if name == E.GROUP_RESIZE:

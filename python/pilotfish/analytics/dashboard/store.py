@@ -164,8 +164,9 @@ class SessionStore:
         self.live_nodes = False
         self.services: dict[str, dict] = {}  # "<pilot>/<group>" -> group
         self.members: dict[str, dict] = {}  # "<pilot>/<member uid>" -> member
-        self.records_stamp = None
-        self.record_nodes = None  # (task index, raw nodes) from tasks.msgpack
+        self.records_stamp: tuple[int, int] | None = None
+        # (task index, tasks.msgpack's path) until decoded, then {pilot: mean use per node}
+        self.record_nodes: tuple | dict | None = None
         self.warnings: list[str] = []
         self.generation = 0
         self.behind = False  # the last refresh stopped at its budget: more to read
@@ -239,7 +240,7 @@ class SessionStore:
         if None in got:
             if isinstance(kinds, int):
                 new = list(dict.fromkeys(k for k, g in zip(keys, got) if g is None))
-                new_kinds = kinds
+                new_kinds: int | np.ndarray = kinds
             else:
                 fresh = dict(((k, c) for k, c, g in zip(keys, kinds, got) if g is None))
                 new, new_kinds = list(fresh), np.fromiter(fresh.values(), np.int8, len(fresh))
@@ -313,11 +314,12 @@ class SessionStore:
                 continue
             idx = np.asarray(nodes, np.int64)
             n = max(len(pilot.nodes), int(idx.max()) + 1)
-            if pilot.busy_cores is None or len(pilot.busy_cores) < n:
-                old_c, old_g = pilot.busy_cores, pilot.busy_gpus
-                pilot.busy_cores, pilot.busy_gpus = np.zeros(n), np.zeros(n)
-                if old_c is not None:
-                    pilot.busy_cores[: len(old_c)] = old_c
-                    pilot.busy_gpus[: len(old_g)] = old_g
-            np.add.at(pilot.busy_cores, idx, np.asarray(cs, float))
-            np.add.at(pilot.busy_gpus, idx, np.asarray(gs, float))
+            bc, bg = pilot.busy_cores, pilot.busy_gpus  # (set together)
+            if bc is None or bg is None or len(bc) < n:
+                new_c, new_g = np.zeros(n), np.zeros(n)
+                if bc is not None and bg is not None:
+                    new_c[: len(bc)] = bc
+                    new_g[: len(bg)] = bg
+                pilot.busy_cores, pilot.busy_gpus = bc, bg = new_c, new_g
+            np.add.at(bc, idx, np.asarray(cs, float))
+            np.add.at(bg, idx, np.asarray(gs, float))

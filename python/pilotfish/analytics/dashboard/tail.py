@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import msgspec
 import numpy as np
@@ -149,7 +149,7 @@ class EventBatch:
     names: list[str]
     n_uids: int
     details: dict[int, str]
-    _texts: object  # callable(codes) -> list[str]
+    _texts: Callable[[np.ndarray], list[str]]  # (codes) -> their uids
     k1: np.ndarray | None = None  # two 64-bit keys of each uid of the table (_load's), or None
     k2: np.ndarray | None = None
 

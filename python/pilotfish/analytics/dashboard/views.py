@@ -180,7 +180,7 @@ class SessionWatch(SessionIngest):
                 "gpus": gpus.tolist(),
                 "lost": sorted(p.lost)[:2048],
             }
-            if self.live_nodes and p.busy_cores is not None:
+            if self.live_nodes and p.busy_cores is not None and p.busy_gpus is not None:
                 rec["mode"] = "now"
                 rec["busy_cores"] = p.busy_cores[: len(cores)].round(2).tolist()
                 rec["busy_gpus"] = p.busy_gpus[: len(cores)].round(2).tolist()
@@ -289,11 +289,11 @@ class SessionWatch(SessionIngest):
         }
 
     def _free_nodes(self) -> dict:
-        out = {}
+        out: dict = {}
         if not self.live_nodes:
             return out
         for uid, p in self.pilots.items():
-            if p.busy_cores is None or not p.nodes:
+            if p.busy_cores is None or p.busy_gpus is None or not p.nodes:
                 continue
             cores = np.array([int(x[1]) for x in p.nodes], float)
             gpus = np.array([int(x[2]) for x in p.nodes], float)
@@ -392,7 +392,7 @@ class SessionWatch(SessionIngest):
         """Function pools: workers (agent tasks "worker.*") and calls (function tasks), per
         pilot and state."""
         n = self.n
-        out = {}
+        out: dict = {}
         names = ("queued", "placed", "running", "ending", "done", "failed", "canceled")
 
         def state_counts(sel):
