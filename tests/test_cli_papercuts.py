@@ -141,7 +141,7 @@ def test_explain_a_task_that_just_ended(tmp_path, monkeypatch):
 
     from pilotfish import _events as E
     from pilotfish import _explain as X
-    from pilotfish.cli import explain as cli
+    from pilotfish.client import reading
     from pilotfish import states as S
 
     sess = _fake_session(tmp_path / "s")
@@ -157,8 +157,8 @@ def test_explain_a_task_that_just_ended(tmp_path, monkeypatch):
     # the agent ended the task: it holds no such live task, and writes its final state
     # with its next flush (every 0.5 s)
     monkeypatch.setattr(
-        cli,
-        "_ask_agents",
+        reading,
+        "ask_agents",
         lambda d, asks, timeout: {
             p: (
                 [

@@ -82,8 +82,9 @@ FLOORS = [
     {"_held"},  # an allocation policy's held tasks: submit's pipeline in two halves
     {"task"},
     {"autoalloc"},  # the allocation policy's I/O (PilotManager.autoalloc makes one)
+    {"_pilot_data"},  # a pilot's staging, venvs (a task of its own), pilot.json
     {"pilot"},  # PilotManager: its pilots' states; launching and resume do the rest
-    {"executor"},
+    {"executor", "reading"},  # reading: a session's files read back (pilotfish logs, explain)
     {"__init__"},
 ]
 

@@ -140,12 +140,12 @@ def _params():
 
 def _failed_tasks(sessions: Path) -> list[str]:
     """The FAILED tasks of every session the script made (their journals)."""
-    from pilotfish.cli import _what_exists
+    from pilotfish.client.reading import task_outputs
 
     out = []
     for s in sessions.glob("*"):
         if (s / "session.json").exists():
-            out += [f"{o.uid}: {o.reason}" for o in _what_exists(str(s)) if o.state == "FAILED"]
+            out += [f"{o.uid}: {o.reason}" for o in task_outputs(str(s)) if o.state == "FAILED"]
     return out
 
 

@@ -9,13 +9,16 @@ import os
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from .. import _json
 from ._common import BadInput, PathArg, load_workload, short
-from .logs import keep_outputs
 from .validate import WORKLOAD_EXAMPLE, WORKLOAD_LIMITS
+
+if TYPE_CHECKING:
+    from ..client._ports import TaskCounts
 
 
 # (\b: click keeps the example's lines as they are -- it pastes into a file and parses)
@@ -91,7 +94,9 @@ def run(
             if quiet:
                 tmgr.wait_tasks(timeout=timeout)
             else:  # (a resume's bar counts the workload's tasks, not the canceled attempts)
-                wait_with_progress(_LatestRuns(tmgr, tasks), timeout=timeout)
+                # (the bar reads counts[state] alone: _CountsLess is that much of a Counter)
+                bar = cast("TaskCounts", _LatestRuns(tmgr, tasks))
+                wait_with_progress(bar, timeout=timeout)
             timed_out = any(t.state not in S.FINAL for t in tasks)  # (--timeout passed)
             if pilot is not None:
                 _let_walltime_end(pilot, tasks)
@@ -102,13 +107,20 @@ def run(
         click.echo("interrupted before the session started: nothing ran", err=True)
         sys.exit(130)
     if tasks:
-        keep_outputs(session.path, tmgr.get_tasks())
+        from ..client.reading import OUTPUTS, keep_outputs
+
+        try:
+            keep_outputs(session.path, tmgr.get_tasks())
+        except OSError as e:
+            file = os.path.join(session.path, OUTPUTS)
+            click.echo(f"cannot keep the tasks' output in {file}: {e.strerror or e}", err=True)
     counts = {s: 0 for s in (S.DONE, S.FAILED, S.CANCELED)}
     for t in tasks:
         counts[t.state] = counts.get(t.state, 0) + 1
     click.echo(f"session {session.uid}: {session.path}")
-    for p in policy.pilots if policy is not None else []:
-        click.echo(f"pilot {p.uid} ({p.description.nodes} nodes, {policy.uid}): {p.state}")
+    if policy is not None:
+        for p in policy.pilots:
+            click.echo(f"pilot {p.uid} ({p.description.nodes} nodes, {policy.uid}): {p.state}")
     if pilot is not None:
         click.echo(
             f"pilot {pilot.uid}: {pilot.state}"

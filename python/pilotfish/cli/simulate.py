@@ -102,8 +102,8 @@ def simulate(
     if fit_dir:
         from ..analytics.launch_model import fit_launch_model
 
-        model = fit_launch_model(fit_dir)
-        text = json.dumps(model, indent=1, sort_keys=True)
+        fitted = fit_launch_model(fit_dir)
+        text = json.dumps(fitted, indent=1, sort_keys=True)
         if out_file:
             with open(out_file, "w") as f:
                 f.write(text + "\n")
