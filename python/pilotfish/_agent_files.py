@@ -6,9 +6,9 @@ one agent per partition, each with its own files in <sandbox>/sub/p<i>/ (0700): 
 (its tasks' agent-side events, its launchers'), agent.journal (their finals and what they
 printed), agent.exits, nodes/. Every reader of a pilot's agent files takes them from here --
 `pilotfish report` and analytics (session.py, partitions.py, plans.py, launch_model.py,
-outcomes.py), the dashboard (ingest.py: a tail per file), `pilotfish logs` / `explain` (client/reading.py)
-and a resumed session (client/resume.py) -- so that a pilot with sub-agents reads as one
-agent's.
+outcomes.py), the dashboard (ingest.py: a tail per file), `pilotfish logs` / `explain`
+(client/reading.py) and a resumed session (client/resume.py) -- so that a pilot with
+sub-agents reads as one agent's.
 
 `agent_dirs`: the sandbox, then sub/p<i> in partition order. Never through a link: a `sub`
 or `p<i>` that is a symbolic link, not a directory, another owner's than the sandbox's, or
