@@ -1,7 +1,7 @@
 """Why is it pending? -- the one contract of an explanation: its keys, its `where` values, and
 how it reads as text. The agent makes live ones (agent/explain.py); the client makes the
-ones it can answer alone (a task not sent yet, or final: client/task.py) and the CLI those of a
-session whose agent is gone (from_events). `task.explain()` and `pilotfish explain` both
+ones it can answer alone (a task not sent yet, or final: client/task.py) and client/reading.py
+those of a session whose agent is gone (from_history). `task.explain()` and `pilotfish explain` both
 return an Explanation, which is the dict and its text.
 """
 
