@@ -54,8 +54,12 @@ SYSTEMS: dict[str, BatchSystem] = {}
 
 def register(system: BatchSystem) -> BatchSystem:
     """Add (or replace) a batch system; returns it. One line per batch system."""
-    if not isinstance(system, BatchSystem) or not system.name.isidentifier():
-        raise ValueError(f"register: {system!r} is not a BatchSystem with an identifier name")
+    name = getattr(system, "name", None)
+    if not isinstance(system, BatchSystem) or not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(
+            f"register: a BatchSystem with an identifier for its name, not "
+            f"{type(system).__name__} named {name!r}"
+        )
     SYSTEMS[system.name] = system
     return system
 
