@@ -10,13 +10,13 @@ they declare: launching.py starts a pilot's agent (its configuration, its batch 
 follows the batch jobs (JobWatcher, told what it may do through launching.WatchHost);
 resume.py reads a resumed session's journal and says which journaled pilot a description
 submitted again matches, and whether its agent may still live. A Pilot's grown units (grow,
-shrink) and the resizes it waits for are elastic.py's GrownUnits.
+shrink) and the resizes it waits for are elastic.py's GrownUnits; what it keeps on its side
+for its tasks (stage_in/out, prepare_env's venvs, pilot.json) is _pilot_data.py's.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import secrets
@@ -29,7 +29,7 @@ from .. import _wire
 from .. import states as S
 from .._errors import PilotfishError
 from .._journal import pilot_record
-from .._util import machine_shape, write_private
+from .._util import machine_shape
 from ..batch import BatchJob
 from ..descriptions import (
     PilotDescription,
@@ -39,11 +39,11 @@ from ..descriptions import (
     partition_layout,
 )
 from ._transitions import PILOT_LEGAL, check
+from ._pilot_data import ENV_KEYS, make_env, stage_shared, write_pilot_info
 from .elastic import GrownUnits
 from .launching import Followed, JobWatcher, WatchHost, agent_config, start_agent
 from .resume import local_agent, stop_stale_agent
 from .session import Session
-from .task import TaskManager
 
 log = logging.getLogger("pilotfish.client")
 
@@ -163,42 +163,14 @@ class Pilot:
         directory, or pilot:///target). The pilot's sandbox must be on a file system the
         client sees (local pilots; batch pilots on a shared file system). Returns the paths
         written."""
-        return self._stage(directives, inbound=True)
+        return stage_shared(self.shared, self.sandbox, directives, inbound=True)
 
     def stage_out(self, directives) -> list[str]:
         """Copy files from the pilot's shared directory to the client's side (sources:
         relative to it or pilot:///name; targets: client paths). Returns the paths written."""
-        return self._stage(directives, inbound=False)
+        return stage_shared(self.shared, self.sandbox, directives, inbound=False)
 
-    def _stage(self, directives, inbound: bool) -> list[str]:
-        from .._staging import stage
-        from ..descriptions import TaskDescription
-
-        field = "input_staging" if inbound else "output_staging"
-        if not inbound:  # checked as a task's output staging: source on the shared side
-            directives = [
-                {**d, "source": d["source"].replace("pilot://", "task://", 1)}
-                if isinstance(d, dict) and isinstance(d.get("source"), str)
-                else d
-                for d in ([directives] if isinstance(directives, (str, dict)) else directives)
-            ]
-        else:
-            directives = [
-                {**d, "target": d["target"].replace("pilot://", "task://", 1)}
-                if isinstance(d, dict) and isinstance(d.get("target"), str)
-                else d
-                for d in ([directives] if isinstance(directives, (str, dict)) else directives)
-            ]
-        checked = getattr(TaskDescription(executable="-", **{field: directives}), field)
-        side = "source" if inbound else "target"
-        absolute = [{**d, side: os.path.abspath(d[side])} for d in checked]
-        os.makedirs(self.shared, exist_ok=True)
-        stage(absolute, self.shared, outbound=not inbound, sandbox=self.sandbox)
-        return [
-            os.path.join(self.shared, d["target"]) if inbound else d["target"] for d in absolute
-        ]
-
-    ENV_KEYS = ("type", "pre_exec", "packages", "python", "system_site_packages", "timeout")
+    ENV_KEYS = ENV_KEYS  # (prepare_env's spec keys)
 
     def prepare_env(self, name: str, spec: dict | None = None) -> dict:
         """Prepare a named environment on the pilot's nodes, for tasks that say
@@ -211,70 +183,7 @@ class Pilot:
         this pilot (so on its nodes, under <sandbox>/env/<name>) and activated before each
         task's pre_exec. Raises ValueError for a bad name or spec, PilotfishError (with the
         setup task's stderr) when the setup fails."""
-        import shlex
-        import sys
-
-        from ..descriptions import TaskDescription
-
-        spec = dict(spec or {})
-        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
-            raise ValueError(f"prepare_env: name {name!r} must be a non-empty name without '/'")
-        unknown = sorted(set(spec) - set(self.ENV_KEYS))
-        if unknown:
-            raise ValueError(
-                f"prepare_env {name!r}: unknown keys {unknown} (known: {', '.join(self.ENV_KEYS)})"
-            )
-        kind = spec.get("type", "venv")
-        if kind not in ("venv", "shell"):
-            raise ValueError(
-                f"prepare_env {name!r}: type {kind!r} is not supported ('venv' or "
-                f"'shell'; conda is not installed on this kind of machine)"
-            )
-        pre_exec = TaskDescription(executable="-", pre_exec=spec.get("pre_exec", [])).pre_exec
-        packages = TaskDescription(executable="-", arguments=spec.get("packages", [])).arguments
-        record = {"type": kind, "path": None, "pre_exec": pre_exec}
-        if kind == "venv":
-            path = os.path.join(self.sandbox, "env", name)
-            python = spec.get("python") or sys.executable
-            make = [python, "-m", "venv", path]
-            if spec.get("system_site_packages"):
-                make.insert(3, "--system-site-packages")
-            if not packages:
-                make.insert(3, "--without-pip")  # seconds faster; nothing to install
-            lines = ["set -e", shlex.join(make)]
-            if packages:
-                lines.append(
-                    shlex.join(
-                        [
-                            os.path.join(path, "bin", "python"),
-                            "-m",
-                            "pip",
-                            "install",
-                            "-q",
-                            "--disable-pip-version-check",
-                            *packages,
-                        ]
-                    )
-                )
-            tmgr = TaskManager(self._pmgr.session)
-            tmgr.add_pilots(self)
-            t = tmgr.submit_tasks(
-                TaskDescription(
-                    executable="/bin/sh",
-                    arguments=["-c", "\n".join(lines)],
-                    pilot=self.uid,
-                    name=f"prepare_env:{name}",
-                    stdout=True,
-                    stderr=True,
-                )
-            )
-            state = t.wait(timeout=float(spec.get("timeout", 600)))
-            if state != S.DONE:
-                raise PilotfishError(
-                    f"prepare_env {name!r} on {self.uid}: {state}: "
-                    f"{t.reason or (t.stderr or '')[-2000:]}"
-                )
-            record["path"] = path
+        record = make_env(self._pmgr.session, self, name, spec)
         self.envs[name] = record
         return record
 
@@ -408,26 +317,7 @@ class Pilot:
         self._nodes = msg.nodes
         self.launcher = msg.launcher
         self._shape = [(n.cores, n.gpus, n.mem) for n in msg.nodes]
-        info_path = os.path.join(self.sandbox, "pilot.json")
-        try:  # (a full disk must not keep the pilot from ACTIVE)
-            write_private(
-                info_path,
-                json.dumps(
-                    {
-                        "uid": self.uid,
-                        "description": self.description.as_dict(),
-                        "nodes": [[n.name, n.cores, n.gpus, n.mem] for n in msg.nodes],
-                        "launcher": msg.launcher,
-                        "agent_cores": 0,
-                        "agent_gpus": 0,
-                        "agent_host": msg.host,
-                        "agent_pid": msg.pid,
-                    },
-                    indent=1,
-                ).encode(),
-            )
-        except OSError as e:
-            log.error("pilot %s: cannot write %s: %s", self.uid, info_path, e.strerror or e)
+        write_pilot_info(self.sandbox, self.uid, self.description, msg)
 
     def _on_bye(self, msg: _wire.Bye) -> None:  # IO thread: its agent has ended
         self._bye = msg
