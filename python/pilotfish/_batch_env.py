@@ -1,9 +1,8 @@
-"""What a batch job's environment says about its allocation: its nodes (Slurm, PBS and LSF
-variables and node files, host files, compressed host lists) and Slurm's time strings.
-
-Shared by the agent (agent/resources.py: discovery) and the batch layer (batch/holder.py: the
-nodes of a second allocation a pilot grows by) -- neither imports the other. Every function
-raises ValueError naming the variable or file and the value that could not be read.
+"""What a batch job's environment says about its allocation, the parts every batch system
+shares: compressed host lists and count lists (Slurm's form, also used elsewhere), host files,
+and the readers of variables and node files that each batch system's own module uses (its
+node list: batch/slurm.py, pbs.py, lsf.py). Every function raises ValueError naming the
+variable or file and the value that could not be read.
 """
 
 from __future__ import annotations
@@ -120,108 +119,6 @@ def expand_counts(text: str, what: str = "count list") -> list[int]:
     return out
 
 
-# -- Slurm ----------------------------------------------------------------------------------
-
-
-def slurm_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
-    var = "SLURM_JOB_NODELIST" if "SLURM_JOB_NODELIST" in env else "SLURM_NODELIST"
-    if var not in env:
-        raise ValueError("SLURM_JOB_NODELIST is not set: not inside a Slurm allocation")
-    names = expand_hostlist(env[var], var)
-
-    # Slurm counts CPUs as configured (hardware threads where CPUs= says so): taken as cores.
-    if "SLURM_JOB_CPUS_PER_NODE" in env:
-        cores = expand_counts(env["SLURM_JOB_CPUS_PER_NODE"], "SLURM_JOB_CPUS_PER_NODE")
-        if len(cores) != len(names):
-            raise ValueError(
-                f"SLURM_JOB_CPUS_PER_NODE = {env['SLURM_JOB_CPUS_PER_NODE']!r} "
-                f"describes {len(cores)} nodes but {var} has {len(names)}"
-            )
-    elif "SLURM_CPUS_ON_NODE" in env:
-        cores = [_int_var(env, "SLURM_CPUS_ON_NODE")] * len(names)
-    else:
-        cores = [machine_shape()[0]] * len(names)
-
-    gpus = _slurm_gpus(env)
-    if "SLURM_MEM_PER_NODE" in env:
-        mem = _int_var(env, "SLURM_MEM_PER_NODE")  # MiB
-    else:
-        mem = machine_shape()[2]
-    return [NodeInfo(n, c, gpus, mem) for n, c in zip(names, cores)]
-
-
-def _slurm_gpus(env: Mapping[str, str]) -> int:
-    if "SLURM_GPUS_ON_NODE" in env:
-        return _int_var(env, "SLURM_GPUS_ON_NODE")
-    for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
-        if var in env:
-            return len([g for g in env[var].split(",") if g.strip()])
-    return machine_shape()[1]
-
-
-def _int_var(env: Mapping[str, str], var: str) -> int:
-    value = env[var]
-    try:
-        n = int(value.strip())
-    except ValueError:
-        raise ValueError(f"{var} = {value!r}: not an integer") from None
-    if n < 0:
-        raise ValueError(f"{var} = {value!r}: must be >= 0")
-    return n
-
-
-# -- PBS ------------------------------------------------------------------------------------
-
-
-def pbs_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
-    if "PBS_NODEFILE" not in env:
-        raise ValueError("PBS_NODEFILE is not set: not inside a PBS allocation")
-    path = env["PBS_NODEFILE"]
-    slots = _count_slot_lines(_read_lines(path, "PBS_NODEFILE"), f"PBS_NODEFILE ({path})")
-    # A node file has a line per MPI process (PBS Pro: mpiprocs), which may be fewer than the
-    # cores held; PBS_NUM_PPN (Torque) or NCPUS (PBS Pro, cores per chunk) says the cores.
-    per_node = None
-    for var in ("PBS_NUM_PPN", "NCPUS"):
-        if var in env:
-            per_node = _int_var(env, var)
-            break
-    _, gpus, mem = machine_shape()
-    return [NodeInfo(h, per_node if per_node is not None else n, gpus, mem) for h, n in slots]
-
-
-# -- LSF ------------------------------------------------------------------------------------
-
-
-def lsf_nodes(env: Mapping[str, str]) -> list[NodeInfo]:
-    # LSB_MCPU_HOSTS = "host1 n1 host2 n2 ...". On machines like Summit the first host is the
-    # batch (launch) node where the job script and so the agent run; it is kept in the list
-    # (with its slot count) -- callers that must not place tasks there drop nodes[0].
-    if "LSB_MCPU_HOSTS" in env:
-        value = env["LSB_MCPU_HOSTS"]
-        words = value.split()
-        if not words or len(words) % 2:
-            raise ValueError(f"LSB_MCPU_HOSTS = {value!r}: expected pairs 'host count'")
-        slots: dict[str, int] = {}
-        for host, count in zip(words[::2], words[1::2]):
-            if not count.isdigit():
-                raise ValueError(
-                    f"LSB_MCPU_HOSTS = {value!r}: count {count!r} of {host} is not a number"
-                )
-            slots[host] = slots.get(host, 0) + int(count)
-        pairs = list(slots.items())
-    elif "LSB_DJOB_HOSTFILE" in env:
-        path = env["LSB_DJOB_HOSTFILE"]
-        pairs = _count_slot_lines(
-            _read_lines(path, "LSB_DJOB_HOSTFILE"), f"LSB_DJOB_HOSTFILE ({path})"
-        )
-    elif "LSB_HOSTS" in env:
-        pairs = _count_slot_lines(env["LSB_HOSTS"].split(), "LSB_HOSTS")
-    else:
-        raise ValueError("LSB_MCPU_HOSTS is not set: not inside an LSF allocation")
-    _, gpus, mem = machine_shape()
-    return [NodeInfo(h, n, gpus, mem) for h, n in pairs]
-
-
 # -- host files -----------------------------------------------------------------------------
 
 
@@ -230,7 +127,7 @@ def hostfile_nodes(path: str) -> list[NodeInfo]:
 
     A host listed on several lines gets the sum of its slots; a bare host counts one slot.
     """
-    lines = _read_lines(path, "hostfile")
+    lines = read_lines(path, "hostfile")
     slots: dict[str, int] = {}
     for lineno, line in enumerate(lines, 1):
         words = line.split()
@@ -257,7 +154,7 @@ def hostfile_nodes(path: str) -> list[NodeInfo]:
     return [NodeInfo(h, n, gpus, mem) for h, n in slots.items()]
 
 
-def _read_lines(path: str, what: str) -> list[str]:
+def read_lines(path: str, what: str) -> list[str]:
     """Non-empty lines without comments."""
     try:
         with open(path) as f:
@@ -268,7 +165,7 @@ def _read_lines(path: str, what: str) -> list[str]:
     return [ln for ln in lines if ln]
 
 
-def _count_slot_lines(lines: Iterable[str], what: str) -> list[tuple[str, int]]:
+def count_slot_lines(lines: Iterable[str], what: str) -> list[tuple[str, int]]:
     """One line (or word) per slot -> [(host, slots)] in order of first appearance."""
     counts: dict[str, int] = {}
     for ln in lines:
@@ -279,22 +176,15 @@ def _count_slot_lines(lines: Iterable[str], what: str) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
-# -- Slurm's time strings ------------------------------------------------------------------
+# -- shared by the batch systems' readers ----------------------------------------------
 
 
-def parse_slurm_time(text: str) -> float | None:
-    """Slurm's time format ("[D-]HH:MM:SS", "MM:SS", "SS") in seconds; None for
-    "UNLIMITED", "NOT_SET" or anything else."""
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not d.isdigit():
-            return None
-        days = int(d)
-    parts = text.split(":")
-    if not text or len(parts) > 3 or not all(p.isdigit() for p in parts):
-        return None
-    seconds = 0
-    for p in parts:
-        seconds = seconds * 60 + int(p)
-    return days * 86400.0 + seconds
+def int_var(env: Mapping[str, str], var: str) -> int:
+    value = env[var]
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ValueError(f"{var} = {value!r}: not an integer") from None
+    if n < 0:
+        raise ValueError(f"{var} = {value!r}: must be >= 0")
+    return n

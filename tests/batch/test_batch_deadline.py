@@ -3,7 +3,7 @@ batch system says is left (Slurm rounds walltimes to minutes and starts its cloc
 
 from __future__ import annotations
 
-from pilotfish._batch_env import parse_slurm_time
+from pilotfish.batch.slurm import parse_slurm_time
 from pilotfish.agent.walltime import batch_time_left, drain_margin
 
 

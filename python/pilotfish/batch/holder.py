@@ -75,7 +75,7 @@ def submit_holder(pilot, unit: str, nodes: int, deadline: float | None):
 
 
 def main(argv: list[str]) -> int:
-    from .._batch_env import slurm_nodes
+    from .slurm import slurm_nodes
 
     if len(argv) != 1:
         print("usage: python -m pilotfish.batch.holder NODES.json", file=sys.stderr)
