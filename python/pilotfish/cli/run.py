@@ -4,7 +4,6 @@ finish (RUN_STATE keeps which tasks a resume submitted again)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -13,8 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 import click
 
-from .. import _json
-from ._common import BadInput, PathArg, load_workload, short
+from ._common import BadInput, PathArg, load_workload
 from .validate import WORKLOAD_EXAMPLE, WORKLOAD_LIMITS
 
 if TYPE_CHECKING:
@@ -61,6 +59,7 @@ def run(
     from ..client import PilotManager, Session, TaskManager
     from ..client.progress import wait_with_progress
     from ..client.session import new_session_uid
+    from ..client.workload_run import LatestRuns, let_walltime_end, submit_workload
 
     w = load_workload(workload)
     t0 = time.time()
@@ -88,18 +87,18 @@ def run(
                 else:
                     pilot = pmgr.submit_pilots(w.pilot)
                     tmgr.add_pilots(pilot)
-                tasks = _submit(session, tmgr, w, bool(resume))
+                tasks = submit_workload(session.path, tmgr, w, bool(resume))
             except (ValueError, PilotfishError) as e:
                 raise BadInput(str(e)) from None
             if quiet:
                 tmgr.wait_tasks(timeout=timeout)
             else:  # (a resume's bar counts the workload's tasks, not the canceled attempts)
-                # (the bar reads counts[state] alone: _CountsLess is that much of a Counter)
-                bar = cast("TaskCounts", _LatestRuns(tmgr, tasks))
+                # (the bar reads counts[state] alone: LatestRuns.counts is that much of one)
+                bar = cast("TaskCounts", LatestRuns(tmgr, tasks))
                 wait_with_progress(bar, timeout=timeout)
             timed_out = any(t.state not in S.FINAL for t in tasks)  # (--timeout passed)
             if pilot is not None:
-                _let_walltime_end(pilot, tasks)
+                let_walltime_end(pilot, tasks)
     except KeyboardInterrupt:
         interrupted = True  # (the session closed on the way out: its tasks are canceled)
     ttx = time.time() - t0
@@ -173,113 +172,3 @@ def run(
         sys.exit(130)
     if failed or counts[S.DONE] < len(tasks):
         sys.exit(1)
-
-
-class _LatestRuns:
-    """The task manager as the progress bar reads it (client/progress.py's TaskCounts), with
-    only the latest run of each task of the workload counted: on a resume, a run that was
-    canceled and is submitted again counts once (the summary's total), not twice."""
-
-    def __init__(self, tmgr, latest: list) -> None:
-        from collections import Counter
-
-        mine = {id(t) for t in latest}
-        self._tmgr = tmgr
-        self._latest = latest
-        # the superseded runs: ended (CANCELED) before this run submitted them again
-        self._minus = Counter(t.state for t in tmgr.get_tasks() if id(t) not in mine)
-        self.counts = _CountsLess(tmgr.counts, self._minus)
-
-    def __len__(self) -> int:
-        return len(self._latest)
-
-    def wait_tasks(self, uids=None, state=None, timeout=None) -> list[str]:
-        return self._tmgr.wait_tasks(uids, state, timeout=timeout)
-
-    def get_tasks(self, uids=None) -> list:
-        return list(self._latest) if uids is None else self._tmgr.get_tasks(uids)
-
-
-class _CountsLess:
-    def __init__(self, counts, minus) -> None:
-        self._counts, self._minus = counts, minus
-
-    def __getitem__(self, state: str) -> int:
-        return self._counts[state] - self._minus.get(state, 0)
-
-
-def _let_walltime_end(pilot, tasks) -> None:
-    """When tasks ended undone and the pilot's walltime is up, its agent is stopping on its
-    own: wait (bounded) for the pilot to end, so that the summary says why it ended rather
-    than the session closing it (and no shutdown goes to an agent already gone)."""
-    from .. import states as S
-
-    if pilot.state in S.FINAL or all(t.state == S.DONE for t in tasks):
-        return
-    launched = next((t for state, t in pilot.history if state == S.LAUNCHING), None)
-    runtime = pilot.description.runtime
-    # the agent drains this long before its walltime (agent/walltime.py, drain_margin); it
-    # started after the client launched it: its drain is no earlier than this
-    margin = min(60.0, max(1.0, 0.1 * runtime))
-    if launched is not None and time.time() >= launched + runtime - margin:
-        pilot.wait(timeout=margin + 15.0)
-
-
-RUN_STATE = "run.json"  # in the session directory: what `pilotfish run --resume` reads
-
-
-def _runs_again(task) -> bool:
-    """Whether a resume submits this latest run of a task once more: it was CANCELED (an
-    interrupt, a --timeout, the pilot's end) or the pilot's walltime killed it."""
-    from .. import states as S
-
-    return task.state == S.CANCELED or (
-        task.state == S.FAILED and (task.reason or "").startswith(S.WALLTIME_KILLED)
-    )
-
-
-def _submit(session, tmgr, w, resume: bool) -> list:
-    """Submit the workload's tasks; returns the latest run of each, in order. On a resume,
-    the tasks the session's journal holds are matched again (what finished stays finished)
-    and each task whose latest run was CANCELED (an interrupt, a --timeout, the pilot's
-    walltime) is submitted once more; RUN_STATE keeps which task each such run is of, so a
-    later resume submits the same tasks in the same order (the journal's contract)."""
-    from .._util import read_private, write_private
-
-    descs = w.descriptions()
-    state_path = os.path.join(session.path, RUN_STATE)
-    reruns: list[int] = []  # for each task submitted after the workload's: its index there
-    if resume:
-        try:
-            reruns = _json.loads(read_private(state_path))["reruns"]
-        except FileNotFoundError:
-            reruns = []
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BadInput(
-                f"{state_path}: cannot read what the run submitted: "
-                f"{getattr(e, 'strerror', None) or e}"
-            ) from None
-        if not (
-            isinstance(reruns, list) and all(type(k) is int and 0 <= k < len(descs) for k in reruns)
-        ):
-            raise BadInput(
-                f"{state_path}: reruns = {short(reruns)}: not indices of the "
-                f"{len(descs)} tasks of {w.source}"
-            )
-    runs = tmgr.submit_tasks(descs)
-    if reruns:
-        runs += tmgr.submit_tasks([descs[k] for k in reruns])
-    latest = list(runs[: len(descs)])
-    for k, t in zip(reruns, runs[len(descs) :]):
-        latest[k] = t
-    again = [k for k, t in enumerate(latest) if _runs_again(t)]
-    if again:  # (first said, then submitted: the journal never holds runs this file lacks)
-        try:
-            write_private(state_path, json.dumps({"reruns": reruns + again}).encode())
-        except OSError as e:
-            raise BadInput(
-                f"{state_path}: cannot write which tasks run again: {e.strerror or e}"
-            ) from None
-        for k, t in zip(again, tmgr.submit_tasks([descs[k] for k in again])):
-            latest[k] = t
-    return latest
