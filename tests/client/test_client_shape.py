@@ -84,7 +84,7 @@ FLOORS = [
     {"autoalloc"},  # the allocation policy's I/O (PilotManager.autoalloc makes one)
     {"_pilot_data"},  # a pilot's staging, venvs (a task of its own), pilot.json
     {"pilot"},  # PilotManager: its pilots' states; launching and resume do the rest
-    {"executor", "reading"},  # reading: a session's files read back (pilotfish logs, explain)
+    {"executor", "reading", "workload_run"},  # pilotfish logs, explain; pilotfish run
     {"__init__"},
 ]
 
