@@ -375,13 +375,44 @@ def resource_names() -> tuple[str, ...]:
     return names()
 
 
-def registered(names: Callable[[], tuple[str, ...]]) -> Callable[[str, str, Any], str]:
-    """choice() over a registry's names, read when a value is checked."""
+def _launcher_dict() -> dict:
+    from .launch import LAUNCHERS
+
+    return LAUNCHERS
+
+
+def _resource_dict() -> dict:
+    from .batch.registry import SYSTEMS
+
+    return SYSTEMS
+
+
+def registered(
+    names: Callable[[], tuple[str, ...]], table: Callable[[], dict]
+) -> Callable[[str, str, Any], str]:
+    """choice() over a registry's names, read when a value is checked: a plain str the
+    registry holds passes at once (a task description is built 100k times a second); any
+    other value is checked against the names with the plug-ins loaded."""
+    held: list[dict] = []
 
     def check(kind: str, field: str, v: Any) -> str:
+        if not held:
+            held.append(table())
+        if type(v) is str and v in held[0]:
+            return v
         return choice(names())(kind, field, v)
 
     return check
+
+
+def registered_launcher() -> Callable[[str, str, Any], str]:
+    """A launch method's name (launch/__init__.py's LAUNCHERS)."""
+    return registered(launcher_names, _launcher_dict)
+
+
+def registered_resource() -> Callable[[str, str, Any], str]:
+    """A batch system's name (batch/registry.py)."""
+    return registered(resource_names, _resource_dict)
 
 
 def choice(options: tuple[str, ...]) -> Callable[[str, str, Any], str]:

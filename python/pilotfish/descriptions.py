@@ -230,7 +230,7 @@ class TaskDescription(_Description):
         "cores_per_rank": (1, check.int_range(1, MAX_CORES_PER_NODE, " (a rank runs on one node)")),
         "gpus_per_rank": (0, check.int_range(0, MAX_GPUS_PER_NODE, " (a rank runs on one node)")),
         "mem_per_rank": (0, check.int_range(0, MAX_MEM_MIB, " MiB (the placer's limit)")),
-        "launcher": (None, check.optional(check.registered(check.launcher_names))),
+        "launcher": (None, check.optional(check.registered_launcher())),
         "stdout": (True, check.output),
         "stderr": (True, check.output),
         "timeout": (None, check.optional(check.duration)),
@@ -362,7 +362,7 @@ class PilotDescription(_Description):
         "partition": "'queue' (the batch queue) or 'partitions' (launcher partitions of the pilot)",
     }
     _fields = {
-        "resource": ("local", check.registered(check.resource_names)),
+        "resource": ("local", check.registered_resource()),
         "nodes": (1, check.int_range(1, MAX_NODES)),
         "cores_per_node": (None, check.optional(check.int_range(1, MAX_CORES_PER_NODE))),
         "gpus_per_node": (
@@ -378,7 +378,7 @@ class PilotDescription(_Description):
         "queue": (None, check.optional(check.string)),
         "project": (None, check.optional(check.string)),
         "reservation": (None, check.optional(check.string)),
-        "launcher": (None, check.optional(check.registered(check.launcher_names))),
+        "launcher": (None, check.optional(check.registered_launcher())),
         "launcher_options": (dict, check.launcher_options),
         "node_executors": (None, check.optional(check.boolean)),
         "partitions": (1, check.partitions),
