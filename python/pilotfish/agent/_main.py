@@ -289,6 +289,8 @@ class Agent(Parts, Pollable):
         if self.pool is None:
             from .functions import FunctionPool
 
+            if self.knobs.fn_park_problem is not None:
+                raise ValueError(self.knobs.fn_park_problem)
             self.pool = FunctionPool(self.table, self.knobs.fn_park_s, self.knobs.keep_results)
             self.loop.add(self.pool, after=self)  # (its socket is watched from now)
             self.table.calls = self.pool  # type: ignore[assignment]  # ports.CallPool.calls: a settable Mapping (issue 39 lead: pending)

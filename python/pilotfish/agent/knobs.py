@@ -23,18 +23,24 @@ class Knobs:
     rebalance: bool = True
     fn_park_s: float = PARK_S
     keep_results: bool = False
+    # a bad PILOTFISH_FN_PARK_S fails what needs it (the function calls, with this why), not
+    # the pilot
+    fn_park_problem: str | None = None
 
 
 def read_knobs(env: Mapping[str, str]) -> Knobs:
-    """The knobs; ValueError naming the variable, its value and why if one is not valid."""
-    park = env.get("PILOTFISH_FN_PARK_S", "")
-    try:
-        park_s = float(park) if park else PARK_S
-    except ValueError:
-        raise ValueError(f"PILOTFISH_FN_PARK_S={park[:100]!r}: not a number of seconds") from None
+    """The knobs; a bad one's problem names the variable, its value and why."""
+    park = env.get("PILOTFISH_FN_PARK_S")
+    park_s, problem = PARK_S, None
+    if park is not None:
+        try:
+            park_s = float(park)
+        except ValueError:
+            problem = f"PILOTFISH_FN_PARK_S={park[:100]!r}: not a number of seconds"
     return Knobs(
         scheduler=env.get("PILOTFISH_SCHEDULER", "utilization"),
         rebalance=env.get("PILOTFISH_REBALANCE", "1") != "0",
         fn_park_s=park_s,
         keep_results=env.get("PILOTFISH_KEEP_RESULTS") == "1",
+        fn_park_problem=problem,
     )

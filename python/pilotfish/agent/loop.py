@@ -77,13 +77,19 @@ class Loop:
         self.readers = [q for q in ps if _has(q, "on_ready")]
         self.tickers = [q for q in ps if _has(q, "tick")]
 
-    def wait(self) -> dict:
-        """Poll until something is ready or the nearest deadline."""
+    def timeout_ms(self) -> int:
+        """How long the poll may wait: until the nearest deadline (rounded up to the next
+        millisecond; none past), at most WAIT_MS."""
         timeout = WAIT_MS
         for p in self.timed:
             d = p.due_in()
             if d < math.inf:
                 timeout = max(0, min(timeout, 0 if d <= 0 else int(d * 1000) + 1))
+        return timeout
+
+    def wait(self) -> dict:
+        """Poll until something is ready or the nearest deadline."""
+        timeout = self.timeout_ms()
         sim_poll_s = self.sim_poll_s
         if sim_poll_s is not None and timeout == 0:
             if self.clock.real_mono() - self.last_poll < sim_poll_s:
