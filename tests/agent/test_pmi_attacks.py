@@ -4,7 +4,8 @@ pilot, and the agent's side of a world (agent/pmi/worlds.PmiWorlds) wired to nod
 
 - another user (nobody) who lists /dev/shm, recovers the pilot's naming from two MPICH worlds
   and plants the shared memory names of the next tasks stops none of them: a world's KVS name
-  carries 128 random bits on each node, and a name already taken gets a new one;
+  carries 128 random bits (one name on all its nodes), a name already taken gets a new one on
+  a world's only node and refuses a world across nodes there;
 - a rank that exits 0 without ever speaking PMI while a child keeps its descriptor fails its
   task (the connection's state when the rank is reaped decides, not its descriptor's EOF);
 - a remote node's 70,000 keys complete one fence (bounded parts, both ways); a world whose
@@ -36,6 +37,7 @@ from pilotfish.agent import pmi
 from pilotfish.agent.pmi.node import NodePmi
 from pilotfish.agent.pmi.worlds import PmiWorlds
 from pilotfish.agent.tasks import AgentTask
+from pilotfish.launch.pmi import world_name
 
 PROGS = Path(__file__).resolve().parent / "pmi_progs"
 RAW = str(PROGS / "raw_pmi.py")
@@ -120,23 +122,47 @@ def test_nobody_cannot_stop_mpi_tasks_by_planting_shared_memory_names(local, hel
                 pass
 
 
-def test_a_kvs_name_carries_128_random_bits_on_each_node():
-    """Each node's server names its part of a world itself: a fresh 128-bit name per node and
-    per world, so one node's /dev/shm says nothing of another's, nor of the next world."""
+def test_a_world_has_one_unpredictable_name_on_every_node():
+    """Every node's server tells a world's ranks the world's own name -- 128 random bits drawn
+    per task attempt (launch/pmi.py) --, never one of its own: MPICH knows a rank's world by
+    it, and ranks told different names took each other for another world's (issue 51: each
+    node drew a fresh name, and MPI_Intercomm_create_from_groups aborted across hosts)."""
     a, b = NodePmi("n1", _no_fence, _no_fail), NodePmi("n2", _no_fence, _no_fail)
     try:
-        a.start("pf.w.1", 2, ["n1", "n2"], [(0, 10)], 5)
-        b.start("pf.w.1", 2, ["n1", "n2"], [(1, 11)], 5)
-        a.start("pf.w.2", 1, ["n1"], [(0, 12)], 5)
-        names = [a.jobs["pf.w.1"].job.name, b.jobs["pf.w.1"].job.name, a.jobs["pf.w.2"].job.name]
-        assert len(set(names)) == 3, names
-        for n in names:
-            token = n.rsplit(".", 1)[1]
+        w1, w2 = world_name("task.000001", 1), world_name("task.000001", 2)
+        a.start(w1, 2, ["n1", "n2"], [(0, 10)], 5)
+        b.start(w1, 2, ["n1", "n2"], [(1, 11)], 5)
+        a.start(w2, 1, ["n1"], [(0, 12)], 5)
+        assert a.jobs[w1].job.name == b.jobs[w1].job.name == w1
+        assert a.jobs[w1].job.env(0)["PMI_JOBID"] == b.jobs[w1].job.env(1)["PMI_JOBID"] == w1
+        for n in (w1, w2):
+            token = n.split(".")[1]
             assert len(token) == 32 and int(token, 16) >= 0, n  # 128 bits, hex
-        assert len({pmi.mpich_world_id(n) for n in names}) == 3
+        assert pmi.mpich_world_id(w1) != pmi.mpich_world_id(w2)
     finally:
         a.close()
         b.close()
+
+
+def test_a_world_across_nodes_whose_name_is_taken_on_one_is_refused_there():
+    """Shared memory of a world's name exists on one of its nodes (planted, or a hash collision
+    with a killed run's): that node refuses the world, naming why, rather than telling its
+    ranks another name than the other nodes' (one world, two names)."""
+    name = f"pf.taken.{os.getpid()}.{'2' * 32}"
+    paths = [f"{pmi.SHM_DIR}/mpich_shm_{pmi.mpich_world_id(name):x}_{n}" for n in (0, 1)]
+    for path in paths:  # (node id 1: its second node's; 0: a world's only node)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    b = NodePmi("n2", _no_fence, _no_fail)
+    try:
+        with pytest.raises(ValueError, match="shared memory name on n2 is taken"):
+            b.start(name, 2, ["n1", "n2"], [(1, 11)], 5)
+        assert name not in b.jobs and b.server.jobs() == []
+        alone = b.start(name, 1, ["n2"], [(0, 12)], 5)  # all its ranks here: a fresh name
+        assert b.jobs[name].job.name != name and len(alone) == 1
+    finally:
+        b.close()
+        for path in paths:
+            os.unlink(path)
 
 
 def test_a_name_already_taken_gets_a_new_one(monkeypatch):

@@ -44,6 +44,13 @@ INIT_TIMEOUT_S = 60.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:+-]")
 
 
+def world_name(uid: str, seq: int) -> str:
+    """A task attempt's KVS name: 128 fresh random bits (nobody else can predict it), its uid
+    and attempt. Every node's server tells the world's ranks this one name -- MPICH knows a
+    rank's world by it, and names its shared memory on each node after it (agent/pmi/node.py)."""
+    return f"pf.{secrets.token_hex(16)}.{_UNSAFE.sub('_', uid)[-120:]}.{seq}"
+
+
 class Pmi(LaunchMethod):
     """Launch method `pmi` (see the module docstring)."""
 
@@ -88,14 +95,8 @@ class Pmi(LaunchMethod):
         task = one_world(self, task, sandbox)  # (an Open MPI program: refused)
         ordered = by_node(slots)
         size = len(ordered)
-        uid = _UNSAFE.sub("_", task.uid)[-120:]
-        # its KVS name: 128 fresh random bits (nobody else can predict it; each node's server
-        # also tells its ranks a fresh name of its own, of which MPICH names its shared memory
-        # there: agent/pmi/node.py)
         world = PmiWorld(
-            f"pf.{secrets.token_hex(16)}.{uid}.{next(self._seq)}",
-            size,
-            tuple(s.node for s in ordered),
+            world_name(task.uid, next(self._seq)), size, tuple(s.node for s in ordered)
         )
         argv = payload_argv(task)
         procs = []

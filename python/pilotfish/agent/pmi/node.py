@@ -10,12 +10,14 @@ timeout for PMI init, the job closed once its local ranks are reaped.
     pmi.spawned(kvsname)
     ... poll pmi.fileno(); pmi.poll(); pmi.tick() now and then; pmi.reaped(key) at each exit
 
-Each node serves its part of a world under a name of its own, drawn fresh (128 random bits)
-for it -- the KVS name its ranks are told, of which MPICH names its shared memory on the node
-(/dev/shm/mpich_shm_<FNV-1a of it>_<node>): another user cannot predict one node's from
-another's nor the next world's, and a name whose shared memory exists gets a fresh one
-(mpich.pick_name). The world's own name (kvsname) is what the owner and the node wire
-know it by.
+Every node tells a world's ranks the world's own name (kvsname: 128 random bits drawn by the
+agent for each task attempt, launch/pmi.py), the name the owner and the node wire know it by.
+MPICH knows a rank's world by that name (and names its shared memory on the node after it,
+/dev/shm/mpich_shm_<FNV-1a of it>_<node>): ranks of one world told different names take each
+other for another world's, and MPI_Intercomm_create_from_groups aborts them. Another user cannot
+predict the next world's name. A world whose ranks all live here is served under a fresh name
+where its shared memory exists (mpich.pick_name); a world across nodes is refused on the node
+where it does (ValueError: its ranks there fail, naming why) -- never served under two names.
 
 on_fence(kvsname, epoch, step): this node's ranks all entered fence `epoch` (a world whose
 ranks all live here completes its fences itself: no owner round trip). A node executor's
@@ -113,8 +115,13 @@ class NodePmi:
             [r for r, _ in ranks],
             node_of_rank=node_of_rank,
             on_fence=None if alone else self._fence,
-            fresh_name=True,
         )  # (alone: the server completes its fences itself, every rank is here)
+        if job.name != kvsname and not alone:  # (one world, one name: see above)
+            job.close(remove_shm=False)  # (nothing of its own there yet)
+            raise ValueError(
+                f"its MPICH shared memory name on {self.node} is taken (a killed run's or "
+                "another user's file in /dev/shm, or a live job's world id)"
+            )
         keys = {int(k): int(r) for r, k in ranks}
         deadline = self.mono() + init_timeout
         self.jobs[kvsname] = _Local(job, keys, deadline, init_timeout)
