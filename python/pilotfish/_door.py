@@ -92,7 +92,8 @@ def split_socket_class() -> type:
     import zmq
 
     class SplitSocket(zmq.Socket):
-        def send(self, data, flags=0, copy=True, track=False, **kw):  # type: ignore[override]  # zmq.Socket.send, splitting a large message
+        # zmq.Socket.send, splitting a large message
+        def send(self, data, flags=0, copy=True, track=False, **kw):
             if isinstance(data, bytes) and len(data) > FRAME_CHUNK and not flags & zmq.SNDMORE:
                 return send_split(self, [], data, flags)
             return super().send(data, flags, copy=copy, track=track, **kw)
@@ -234,8 +235,8 @@ class Door:
         )
         self._lock = threading.Lock()
         # handshakes (refused), evicted, accept_failed, accepted, authenticated (all time)
-        self.counts = collections.Counter()
-        self._reported = collections.Counter()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._reported: collections.Counter[str] = collections.Counter()
         self._next_summary = 0.0  # the first refusal is told at once, later ones summed up
         self.pending: collections.OrderedDict[int, tuple] = collections.OrderedDict()
         self._by_peer: collections.Counter = collections.Counter()

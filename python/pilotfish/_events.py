@@ -140,7 +140,7 @@ class EventWriter:
         self._flush_interval = flush_interval
         self._last_flush = time.monotonic()
         self._fh = None
-        if self.enabled:  # never through a planted link; 0600 (the agent's and the client's)
+        if self.enabled and self.path is not None:  # never via a planted link; 0600 (agent, client)
             from ._util import open_private
 
             fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

@@ -637,7 +637,8 @@ def agent_finals(sandbox: str, strict: bool = False) -> dict[str, list]:
         exits = {**remote, **exits}
     for uid, (keys, _) in pending.items():
         ends = [exits.get(k) for k in keys]
-        if keys and all(e is not None and e[0] == 0 and e[1] == 0 for e in ends):
+        done = [e for e in ends if e is not None and e[0] == 0 and e[1] == 0]
+        if keys and len(done) == len(ends):
             out[uid] = [
                 "final",
                 uid,
@@ -645,8 +646,8 @@ def agent_finals(sandbox: str, strict: bool = False) -> dict[str, list]:
                 0,
                 None,
                 "recovered from the exit log (its agent ended before reporting it)",
-                max(e[2] for e in ends),
-            ]  # type: ignore[index]  # ends: tuples of (key, code, time)
+                max(e[2] for e in done),
+            ]
     return out
 
 

@@ -50,12 +50,13 @@ def parse_duration(value: object) -> float:
                     "not a duration; use seconds or e.g. '90s', '30m', '2h', 'HH:MM:SS'"
                 )
             # float(), not int(): int() of more than 4300 digits raises; float() gives inf
-            days, a, b, c = (float(g) if g is not None else None for g in m.groups())
-            if c is None:  # MM:SS
+            days, hm, ms, s = m.groups()  # hm and ms always match; days and s may not
+            a, b = float(hm), float(ms)
+            if s is None:  # MM:SS
                 seconds = a * 60 + b
             else:  # HH:MM:SS
-                seconds = a * 3600 + b * 60 + c
-            seconds += (days or 0.0) * 86400
+                seconds = a * 3600 + b * 60 + float(s)
+            seconds += (float(days) if days is not None else 0.0) * 86400
     else:
         raise ValueError(f"expected seconds or a duration string, got {type(value).__name__}")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
@@ -158,7 +159,7 @@ def read_private(path: str) -> bytes:
     there is none."""
     fd = open_private(path, os.O_RDONLY)
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             b = os.read(fd, 1 << 20)
             if not b:

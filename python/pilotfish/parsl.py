@@ -110,16 +110,17 @@ class PilotfishExecutor(ParslExecutor):
     def submit(
         self, func: Callable, resource_specification: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Future:
-        if self._ex is None:
+        ex = self._ex
+        if ex is None:
             raise RuntimeError(f"executor {self.label} was not started")
         shape = _shape(resource_specification or {})
         bash = _bash_app(func) if self.bash_apps_as_executables else None
         if bash is not None and _plain_std(kwargs):
-            return self._submit_bash(bash, shape, args, kwargs)
+            return self._submit_bash(ex, bash, shape, args, kwargs)
         d = TaskDescription(function=func, args=args, kwargs=kwargs, **shape)
-        return self._ex.submit_description(d)
+        return ex.submit_description(d)
 
-    def _submit_bash(self, app: Callable, shape: dict, args, kwargs) -> Future:
+    def _submit_bash(self, ex: Executor, app: Callable, shape: dict, args, kwargs) -> Future:
         import parsl.app.errors as pe
 
         name = getattr(app, "__name__", "bash_app")
@@ -179,7 +180,7 @@ class PilotfishExecutor(ParslExecutor):
                 return None, pe.BashExitFailure(name, task.exit_code)
             return None, pe.AppException(f"App {name} failed: {task.reason}", None)
 
-        return self._ex.submit_description(d, finish)
+        return ex.submit_description(d, finish)
 
     def shutdown(self) -> None:
         if self._ex is not None:
@@ -214,7 +215,7 @@ def _bash_app(func: Callable) -> Callable | None:
     """The user's command-composing function of a Parsl bash app, or None."""
     from parsl.app.bash import remote_side_bash_executor
 
-    f = func
+    f: Callable | None = func
     for _ in range(8):  # through wrap_error and functools.wraps layers
         if isinstance(f, functools.partial):
             if f.func is remote_side_bash_executor and f.args:

@@ -234,11 +234,12 @@ class _PyLoader(Reader, Scanner, Parser, _LimitedComposer, _Constructor, Resolve
         Resolver.__init__(self)
 
 
-try:
-    from yaml.cyaml import CParser
-except ImportError:  # PyYAML built without libyaml
-    _CLoader = None
-else:
+def _libyaml_loader() -> type | None:
+    """_CLoader, or None where PyYAML was built without libyaml."""
+    try:
+        from yaml.cyaml import CParser
+    except ImportError:  # PyYAML built without libyaml
+        return None
 
     class _CLoader(_LimitedComposer, CParser, _Constructor, Resolver):
         """yaml.CSafeLoader with the limits: libyaml parses (4x faster here), the composer is
@@ -250,7 +251,10 @@ else:
             _Constructor.__init__(self)
             Resolver.__init__(self)
 
+    return _CLoader
 
+
+_CLoader = _libyaml_loader()
 _Loader = _CLoader or _PyLoader
 
 
@@ -363,7 +367,7 @@ class Workload:
                     f"{where}.duration = None: required on a simulated pilot "
                     "(a simulated task runs for its duration)"
                 )
-            if shapes is None:
+            if shape is None or shapes is None:  # no declared shape (both or neither)
                 continue
             problem = misfit_partitions(
                 t.ranks, t.cores_per_rank, t.gpus_per_rank, t.mem_per_rank, shapes
