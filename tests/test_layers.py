@@ -30,7 +30,7 @@ NOT_EVENTS = {
     ("agent/tasks.py", "partition"): "a slot name of AgentTask",
     ("rp/_describe.py", "partition"): "a TaskDescription field RP has",
     ("rp/_task.py", "partition"): "a key of task.as_dict() (RP's) and the attribute of pilotfish's Task",
-    ("client/task.py", "partition"): "a slot name of Task",
+    ("client/task_books.py", "partition"): "a slot name of Task",
     ("analytics/report.py", "partition"): "a table header",
     ("analytics/partitions.py", "partition"): "a DataFrame column",
     ("analytics/session.py", "partition"): "a DataFrame column",

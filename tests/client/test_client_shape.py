@@ -80,7 +80,8 @@ FLOORS = [
     {"services", "progress", "launching"},  # launching: an agent's config, its job, the watcher
     {"submit"},
     {"_held"},  # an allocation policy's held tasks: submit's pipeline in two halves
-    {"task"},
+    {"task_books"},  # Task and a TaskManager's books (TaskBooks: the tasks' owner)
+    {"task"},  # TaskManager: the user's API over its books
     {"autoalloc"},  # the allocation policy's I/O (PilotManager.autoalloc makes one)
     {"_pilot_data"},  # a pilot's staging, venvs (a task of its own), pilot.json
     {"pilot"},  # PilotManager: its pilots' states; launching and resume do the rest

@@ -84,7 +84,7 @@ def test_encode_fails_naming_the_culprit_and_nothing_is_registered(session):
 
 def test_the_stages_by_hand_run_tasks_and_give_their_load_back(session):
     """plan -> encode -> write_journal -> register -> send, called one by one with a
-    TaskManager as the owner (_ports.SubmitOwner): the frames carry the tasks to the agent
+    TaskManager's books as the owner (_ports.SubmitOwner): the frames carry the tasks to the agent
     (SUBMIT_BATCH a frame), register counts their cores on the pilot until they end, the
     journal holds them, and the manager follows them to DONE."""
     from pilotfish._journal import read_journal
@@ -93,18 +93,19 @@ def test_the_stages_by_hand_run_tasks_and_give_their_load_back(session):
     tmgr = pf.TaskManager(session)
     tmgr.add_pilots(pilot)
     routing = tmgr._routing  # (the manager's own: its load is what its tasks give back)
+    books = tmgr._books  # (task_books.TaskBooks: the owner of its tasks)
     plane = session.plane
     plan = submit.plan(_true(5, cores_per_rank=2), routing, plane)
     encoded = submit.encode(plan, tmgr.spec_extra, plane.journal.enabled)
     assert [(u, part) for u, _, part in encoded.frames] == [(pilot.uid, [0, 1, 2, 3, 4])]
     assert len(encoded.journal) == 1 and encoded.n_send == 5 and not encoded.fn_sent
     submit.write_journal(encoded, plane)
-    tasks = submit.register(plan, tmgr, plane, session.events, routing)
+    tasks = submit.register(plan, books, plane, session.events, routing)
     assert [t.uid for t in tasks] == plan.uids and all(t.pilot == pilot.uid for t in tasks)
     assert [t.state for t in tasks] == [pf.SCHEDULING] * 5
     assert routing.load[pilot.uid] == 10  # 5 tasks x 2 cores, outstanding
     assert all(session.tasks[t.uid] is t for t in tasks)
-    submit.send(encoded, tasks, plane, tmgr)
+    submit.send(encoded, tasks, plane, books)
     assert tmgr.wait_tasks(timeout=60) == [pf.DONE] * 5
     assert routing.load[pilot.uid] == 0
     journaled = {r[1] for r in read_journal(plane.journal.path) if r[0] == "task"}

@@ -75,7 +75,8 @@ def test_pilot_move_follows_the_table(frm):
 
 
 def test_late_and_repeated_news_is_history_not_an_error(session):
-    """What the client hears out of order goes through TaskManager.apply_updates without a raise:
+    """What the client hears out of order goes through the manager's books (the task
+    registry's owner of the task: TaskBooks.apply_updates) without a raise:
     a skipped state, a final twice, an older state after a newer one."""
     pmgr = pf.PilotManager(session)
     pilot = pmgr.submit_pilots(pf.PilotDescription(nodes=1, cores_per_node=2, runtime="5m"))
@@ -85,14 +86,15 @@ def test_late_and_repeated_news_is_history_not_an_error(session):
     assert t.wait(timeout=60) == S.DONE
     counts = dict(tmgr.counts)
     now = time.time()
-    tmgr.apply_updates([(t, _wire.Update(t.uid, S.DONE, now)),
+    books = session.plane.registry.entries[t.uid][1]  # (_ports.TaskOwner)
+    books.apply_updates([(t, _wire.Update(t.uid, S.DONE, now)),
                  (t, _wire.Update(t.uid, S.FAILED, now)),
                  (t, _wire.Update(t.uid, S.EXECUTING, now))], journal=False)
     assert t.state == S.DONE and dict(tmgr.counts) == counts
     # a task the agent reports on before its frame's send is marked: EXECUTING, then
     # AGENT_SCHEDULING late (history only), then the final twice
     u = tmgr.submit_tasks(pf.TaskDescription(executable="/bin/sleep", arguments=["30"]))
-    tmgr.apply_updates([(u, _wire.Update(u.uid, S.EXECUTING, now)),
+    books.apply_updates([(u, _wire.Update(u.uid, S.EXECUTING, now)),
                  (u, _wire.Update(u.uid, S.AGENT_SCHEDULING, now)),
                  (u, _wire.Update(u.uid, S.CANCELED, now)),
                  (u, _wire.Update(u.uid, S.CANCELED, now))], journal=False)

@@ -7,8 +7,9 @@
 
 The import order is one way (tests/client/test_client_shape.py checks it): this module and
 _bridge import nothing of the client; _router, adoption and session import these ports;
-submit and task import session; pilot imports task (Pilot.prepare_env runs a task), and
-launching, resume and elastic (the floors: test_client_shape.FLOORS). So a lower room
+submit and task_books import session; task (the TaskManager) imports its books; _pilot_data
+imports task (Pilot.prepare_env runs a task); pilot imports _pilot_data, launching, resume
+and elastic (the floors: test_client_shape.FLOORS). So a lower room
 never names a higher one's class: it is handed an object that fits a port. Every member
 declared here is public (no room uses another module's underscored member: tests/test_layers.py);
 those that are no user's say which rooms use them.
@@ -44,7 +45,8 @@ class TaskEnds(UpdateSink, Protocol):
 
 
 class TaskOwner(Protocol):
-    """A task's manager (task.TaskManager) as the session's task registry reaches it."""
+    """A task's owner, its manager's books (task_books.TaskBooks), as the session's task
+    registry reaches it."""
 
     def apply_updates(self, pairs: "list[tuple[Any, _wire.Update]]", journal: bool = True) -> None:
         """Apply (task, update) pairs of this manager's tasks, in order (IO thread)."""
@@ -54,7 +56,7 @@ class TaskOwner(Protocol):
 
 
 class TaskEntry(Protocol):
-    """A task (task.Task) as the task registry and the adopter see it (its owner is the
+    """A task (task_books.Task) as the task registry and the adopter see it (its owner is the
     registry's entry, made when the task was submitted)."""
 
     uid: str
@@ -135,7 +137,8 @@ class TaskHolder(Protocol):
         policy can ever hold."""
 
     def held(self, owner: Any, tasks: list) -> None:
-        """These registered tasks of `owner` (a TaskManager) wait for one of its pilots."""
+        """These registered tasks of `owner` (a TaskManager's books) wait for one of its
+        pilots."""
 
     def why_waiting(self, uid: str) -> str:
         """Why a task it holds waits (Task.explain)."""
@@ -170,7 +173,8 @@ class EventSink(Protocol):
 
 
 class SubmitOwner(TaskOwner, Protocol):
-    """A TaskManager as its submit pipeline (submit.register, submit.send) hands it its new
+    """A TaskManager's books (task_books.TaskBooks) as its submit pipeline (submit.register,
+    submit.send) hands them its new
     tasks."""
 
     def make_tasks(self, uids: list[str], descs: list, pilot_uids: list[str], now: float) -> list:

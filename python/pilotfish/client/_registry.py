@@ -1,11 +1,11 @@
 """The session's task registry: every task of the session by uid, with its manager, and where
 news of them goes.
 
-A TaskManager registers each task it submits with itself as the task's owner (`entries`: uid
+A TaskManager registers each task it submits with its books as the task's owner (`entries`: uid
 -> (task, owner), one dict entry per task, made once at submit); `session.tasks` is a read-only
 view of it. The router hands it each batch of an agent's Updates; the adopter a dead agent's
 keeper's finals, and the tasks it must end itself. Each batch goes to the tasks' owners
-(_ports.TaskOwner: TaskManager.apply_updates, finish_locally) in order, one call per owner.
+(_ports.TaskOwner: TaskBooks.apply_updates, finish_locally) in order, one call per owner.
 News of a task not submitted (yet) in a resumed session is kept as that task's latest answer,
 for the submit that matches it with the journal.
 """

@@ -8,7 +8,7 @@ The wire is filtered before anything moves: the client hears its agents out of o
 twice (a re-attached agent's answers, a resumed session's journal, a final state sent again,
 a requeued task's second EXECUTING), and the managers drop what is late or repeated -- a
 task or pilot in a final state takes nothing; news no later than the state it is in is
-history only (TaskManager.apply_updates, PilotManager._advance). What reaches `_move` is forward,
+history only (TaskBooks.apply_updates, PilotManager._advance). What reaches `_move` is forward,
 and may skip states:
 
 Task   NEW ──► SCHEDULING ──► STAGING_INPUT ──► AGENT_SCHEDULING ──► EXECUTING ──►

@@ -11,7 +11,7 @@ An AutoAlloc serves the TaskManagers it is added to: what they submit is held in
 once it has room there. The decisions are _alloc_core.Policy's (demand in, decisions out;
 its docstring has the rules: dispatch, demand, size, walltime, idle, failures); this module
 is their I/O: it builds what the policy sees from the pilots and the held tasks, and carries
-out each step -- sends tasks (TaskManager.release_tasks), submits pilots of the template
+out each step -- sends tasks (TaskBooks.release_tasks), submits pilots of the template
 (PilotManager.submit_pilots, the template's nodes set to the request's size), ends idle ones
 DONE and cancels queued ones no longer needed (PilotManager.end_pilots) -- on a thread of its
 own, which steps every `tick` seconds and whenever a task is submitted or ends.

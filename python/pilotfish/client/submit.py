@@ -23,8 +23,9 @@ task's index, field and value; a PilotfishError; the journal's SessionError) wit
 registered, counted or sent -- what they did leaves no trace but uids given out, a
 round-robin turn taken and, resuming, the journal's tasks they matched counted as matched.
 register and send do not fail on a description. The stages meet the
-TaskManager through _ports.SubmitOwner and the session through _ports.SubmitPlane; routing
-(which pilot, by the manager's scheduler and its pilots' outstanding load) is Routing's.
+TaskManager's books (task_books.TaskBooks) through _ports.SubmitOwner and the session through
+_ports.SubmitPlane; routing (which pilot, by the manager's scheduler and its pilots'
+outstanding load) is Routing's.
 
 The hot path (a bulk submit of thousands of tasks): per task, each stage does only what it
 must (bench/bench_e2e.py null_tasks measures the client's CPU per task).
