@@ -23,12 +23,15 @@ world of size 1. Each row failed before:
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 from mpi_programs import OPENMPI_LIB, PROGS, build_hello, build_ompi_hello
 
 import pilotfish as pf
+from pilotfish import _events as E
+from pilotfish._events import read_all_events
 from cluster import hosts, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.prrte, pytest.mark.timeout(600)]
@@ -75,6 +78,7 @@ def _run(slurm, tmp_path_factory, launcher, cases):
         tmgr.wait_tasks([t.uid for t in tasks], timeout=300)
         out = dict(zip(names, tasks))
         pilot.cancel()
+    out["events"] = read_all_events(os.path.join(pilot.sandbox, "agent.events"))
     return out
 
 
@@ -132,6 +136,13 @@ def prrte_pilot(slurm, tmp_path_factory, progs):
             ),
             "nowords": dict(executable=PY, arguments=[progs["nowords"]], ranks=2),
             "hostname": dict(executable="/bin/hostname", ranks=2),
+            # (item 3) ranks that start and fail: final at once, never launched again
+            "rank1_fails": dict(
+                executable="/bin/sh",
+                arguments=["-c", 'sleep 1; exit $((7 * PILOTFISH_RANK))'],
+                ranks=2,
+                cores_per_rank=CORES,
+            ),
         },
     )
 
@@ -197,3 +208,21 @@ def test_a_prrte_pilot_refuses_mpich_before_the_dvm(prrte_pilot, name):
     assert t.reason.startswith("launch failed: an MPICH program"), t.reason
     assert "launcher 'prrte' serves PMIx" in t.reason and "launcher='pmi'" in t.reason, t.reason
     assert not t.stdout and not t.stderr  # nothing ran
+
+
+def test_a_prrte_task_whose_ranks_started_and_failed_is_never_launched_again(prrte_pilot):
+    """(item 3: a failing task was relaunched 6 times and the DVM replaced twice, the reason
+    "the launch ended (exit code 7) before any rank started; gave up after 6 launches") Rank 1
+    of two hosts exits 7 after both started: FAILED once, naming the rank and its code; no
+    relaunch, no DVM replaced, and the pilot's other tasks ran as they should."""
+    t = prrte_pilot["rank1_fails"]
+    assert t.state == pf.FAILED, (t.state, t.reason)
+    assert t.reason.startswith(f"exit code 7; rank 1 exited with 7 on {t.slots[1].node} first"), \
+        t.reason
+    assert "gave up" not in t.reason and "before any rank started" not in t.reason, t.reason
+    mine = [e for e in prrte_pilot["events"] if e[1] == t.uid]
+    assert [e for e in mine if e[2] == E.LAUNCH_RETRY] == [], mine
+    assert len([e for e in mine if e[2] == E.EXEC_START]) == 1, mine
+    replaced = [e for e in prrte_pilot["events"] if e[2] in (E.LAUNCHER_RESTART,)]
+    assert replaced == [], replaced
+    one_world(prrte_pilot["ompi_c_two_hosts"], 2)

@@ -11,6 +11,7 @@ import time
 import pytest
 from launch_cases import SLURM
 
+from pilotfish import _mpi
 from pilotfish._wire import TaskSpec
 from pilotfish.agent.tasks import AgentTask
 from pilotfish.agent.supervisor import LaunchRecord, Supervisor
@@ -315,9 +316,12 @@ def test_notes_travel_from_bash_to_the_socket(tmp_path):
         script = "\n".join(wrap_lines(notes.address, notes.port, "task.000009/2.7",
                                       "(echo hi; exit 5)"))  # a subshell, as build() does
         r = subprocess.run(["bash", "-c", script], env={"PILOTFISH_RANK": "1", "PATH": "/bin",
-                                                        **notes.env},
+                                                        "PILOTFISH_NODE": "n7", **notes.env},
                            capture_output=True, text=True, timeout=30)
-        assert (r.returncode, r.stdout, r.stderr) == (5, "hi\n", "")
+        # (the failed rank says so, as FAIL_FAST's shells do: the reason leads with it)
+        assert (r.returncode, r.stdout, r.stderr) == (5, "hi\n",
+                                                      "pilotfish: rank 1 exited with 5 on n7\n")
+        assert _mpi.RANK_FAILED.search(r.stderr).groups() == ("1", "5", "n7")
         got = notes.read()
         assert [(n.kind, n.key, n.rank) for n in got] == [("S", "task.000009/2.7", 1),
                                                            ("E", "task.000009/2.7", 1)]

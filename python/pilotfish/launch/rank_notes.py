@@ -139,6 +139,10 @@ def wrap_lines(
         payload,
         "pf_rc=$?",
         f"pf_note E {k} {rank_expr} $pf_rc",
+        # a rank that failed says so on the task's stderr, as launch.base.FAIL_FAST's shells do:
+        # the task's reason leads with the first (_mpi.RANK_FAILED), not "exit code N" alone
+        "if [ \"$pf_rc\" -ne 0 ]; then printf 'pilotfish: rank %s exited with %s on %s\\n' "
+        f'{rank_expr} "$pf_rc" "${{PILOTFISH_NODE:-$HOSTNAME}}" >&2; fi',
         "exit $pf_rc",
     ]
 
