@@ -72,6 +72,7 @@ class Direct(LaunchMethod):
         argv = payload_argv(task)
         guard = plain_guard(self, task, sandbox) if len(slots) > 1 else None
         procs = [ProcSpec(argv, placement_env(task, slots, r), r) for r in range(len(slots))]
-        for p in procs if guard else ():
-            p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
+        if guard:
+            for p in procs:
+                p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
         return procs
