@@ -143,8 +143,9 @@ class NodesLaunch(LaunchMethod):
         procs = [
             ProcSpec(argv, placement_env(task, slots, r), r, node=where) for r in range(len(slots))
         ]
-        for p in procs if guard else ():
-            p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
+        if guard:
+            for p in procs:
+                p.env.update(guard)  # (no MPI world here: launch/mpi_route.py)
         if self.emulate and task.duration is not None:
             for p in procs:
                 p.env[DURATION_ENV] = repr(float(task.duration))
