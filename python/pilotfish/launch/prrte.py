@@ -328,7 +328,7 @@ class Prrte(SupervisedLaunchMethod):
                 self.terminate(d)
             if d.state == "dead":
                 alive = d.pid is not None and process_alive(d.pid, self.comm)
-                if alive and d.kill_at is not None and now >= d.kill_at:
+                if alive and d.pid is not None and d.kill_at is not None and now >= d.kill_at:
                     _killpg(d.pid, signal.SIGKILL)
                     alive = False
                 if not alive and d is not self.dvms[-1]:
