@@ -118,9 +118,9 @@ def elf_dynamic(path: str) -> tuple[str | None, tuple[str, ...]] | None:
                     if isinstance(sec, DynamicSection):
                         for tag in sec.iter_tags():
                             if tag.entry.d_tag == "DT_NEEDED":
-                                needed.append(tag.needed)
+                                needed.append(tag.needed)  # type: ignore[attr-defined]  # pyelftools sets it at run time (setattr); its types omit it
                             elif tag.entry.d_tag == "DT_SONAME":
-                                soname = tag.soname
+                                soname = tag.soname  # type: ignore[attr-defined]  # set at run time, as needed above
                 found = (soname, tuple(needed))
     except Exception:  # noqa: BLE001 -- a file we cannot read as ELF is simply not known MPI
         found = None
