@@ -2,19 +2,18 @@
 task, what the pool says of a call, the idle workers that give way to waiting work, and the
 large results left at the end.
 
-Idle workers (nothing in flight, nothing queued for their shape) keep their cores while
-nothing else waits -- the next calls find them warm -- and stop after IDLE_S. When other work
-waits in their partition's queue (an executable task, or a worker of another shape that has
-calls to run), they give their cores back at once (give_way): the longest idle
-first, as
+Idle workers (nothing in flight, nothing queued for their shape) keep their cores while nothing
+else waits -- the next calls find them warm -- and stop after IDLE_S. When other work waits in
+their partition's queue (an executable task, or a worker of another shape that has calls to
+run), they give their cores back at once (give_way, idle_to_stop): the longest idle first, as
 many as cover the cores and GPUs that what waits asks for beyond the free ones (the queue's
-exact counts, through ports.Host.waiting_for). Work that still does not fit although that
-much is free in all -- it needs more on one node than is free there, or memory the workers
-hold (the counts say nothing of nodes or memory) -- has, once its scheduling round is over
-and nothing changed since (the queue is settled), the idle workers of one node stop: the
-node where they hold the most cores; again at the next settled round while it still waits.
-The table tells the pool when a round leaves work waiting (give_way, ports.CallPool), so this
-happens right after the round, not at the loop's next turn (up to a second later).
+exact counts, through ports.Host.waiting_for). Work that still does not fit although that much
+is free in all -- it needs more on one node than is free there, or memory the workers hold (the
+counts say nothing of nodes or memory) -- has, once its scheduling round is over and nothing
+changed since (the queue is settled), the idle workers of one node stop: the node where they
+hold the most cores; again at the next settled round while it still waits. The table tells the
+pool when a round leaves work waiting (give_way, ports.CallPool), so this happens right after
+the round, not at the loop's next turn (up to a second later).
 """
 
 from __future__ import annotations
