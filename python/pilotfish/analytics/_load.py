@@ -534,18 +534,19 @@ def _read(paths, detail_names, fast: bool) -> EventColumns:
         file_row = row
         slow_frames = [] if fast else [f for f in frames if f.count != 0]
         fb = FileBytes(data) if frames and fast else None
-        for i, j in chunk_spans(frames) if fast else ():  # chunks of whole frames
-            ch = parse_chunk(fb, frames[i:j], detail_names)
-            n = len(ch.t)
-            uoff, noff = uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)
-            t_out[row : row + n] = ch.t
-            uid_out[row : row + n] = ch.uid
-            name_out[row : row + n] = ch.name
-            fast_slices.append((row, row + n, uoff, noff))
-            d_rows.append(ch.detail_rows + row)
-            d_vals.extend(ch.details)
-            slow_frames.extend(ch.slow_frames)
-            row += n
+        if fb is not None:  # fast, and frames to parse
+            for i, j in chunk_spans(frames):  # chunks of whole frames
+                ch = parse_chunk(fb, frames[i:j], detail_names)
+                n = len(ch.t)
+                uoff, noff = uid_tab.add(fb, ch.uid_table), name_tab.add(fb, ch.name_table)
+                t_out[row : row + n] = ch.t
+                uid_out[row : row + n] = ch.uid
+                name_out[row : row + n] = ch.name
+                fast_slices.append((row, row + n, uoff, noff))
+                d_rows.append(ch.detail_rows + row)
+                d_vals.extend(ch.details)
+                slow_frames.extend(ch.slow_frames)
+                row += n
         for f in slow_frames:  # the fallback: msgspec, as read_events does
             events = _decode_frame(data[f.payload : f.end])
             if not events:

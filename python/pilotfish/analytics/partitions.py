@@ -113,8 +113,8 @@ def partitions(data) -> list[dict]:
         )
         unknown = placed & (node_of < 0)
         if unknown.any():
-            found = _first_nodes_from_events(data.path, uid, set(mine.index[unknown]))
-            node_of[unknown] = [found.get(u, -1) for u in mine.index[unknown]]
+            recovered = _first_nodes_from_events(data.path, uid, set(mine.index[unknown]))
+            node_of[unknown] = [recovered.get(u, -1) for u in mine.index[unknown]]
         part_of = np.searchsorted(bounds, node_of, side="right") - 1
         part_of[node_of < 0] = -1
         cores = mine["cores"].to_numpy(dtype=float) if "cores" in mine else np.zeros(len(mine))

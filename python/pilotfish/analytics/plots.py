@@ -3,6 +3,8 @@ over tasks: everything is drawn from binned series, histograms or quantiles."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -16,6 +18,9 @@ from pilotfish import _events as E  # noqa: E402 -- after matplotlib.use("Agg")
 from pilotfish.analytics import utilization as ru  # noqa: E402 -- after matplotlib.use("Agg")
 from pilotfish.analytics.activity import CONCURRENCY_LABELS  # noqa: E402 -- after matplotlib.use("Agg")
 from pilotfish.analytics.durations import DURATION_LABELS, STEPS  # noqa: E402 -- after matplotlib.use("Agg")
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # Overheads warm, the workload a strong teal, unused resources grey: the eye should find the
 # share of useful work first (the seeds' figures use the same grouping).
@@ -43,7 +48,7 @@ FINAL_COLORS = {"started": "#3b6fb6", "DONE": "#17877b", "FAILED": "#d7301f", "C
 TEXT = "#2b2d42"
 GRID = "#d9dce1"
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
     "savefig.dpi": 110,
     "font.size": 10,

@@ -164,7 +164,7 @@ def _pivot(
             col_of[code] = i
     # column-major (one contiguous row per name): becomes the DataFrame's block as is. Events
     # of other entities all land in one spare cell after the grid.
-    grid = np.full(k * n_entities + 1, np.inf)
+    grid: np.ndarray = np.full(k * n_entities + 1, np.inf)
     for a in steps:
         b = a + _PIVOT_ROWS
         entity = entity_of_uid[uid[a:b]]
@@ -184,7 +184,8 @@ def _first_final(columns: list[str], grid: np.ndarray) -> tuple[np.ndarray, np.n
     first = np.argmin(filled, axis=0)
     t = filled[first, np.arange(times.shape[1])]
     has = np.isfinite(t)
-    state = np.where(has, np.asarray(FINAL_STATES, dtype=object)[first], None)
+    none = np.asarray(None, dtype=object)  # None, as np.where would read it (object 0-d)
+    state = np.where(has, np.asarray(FINAL_STATES, dtype=object)[first], none)
     return np.where(has, t, np.nan), state
 
 
@@ -254,7 +255,9 @@ def _load_session(path: str) -> SessionData:
     # pilots: those with a sandbox here, and those the client launched (LAUNCHING is a pilot
     # state only) whose sandbox is elsewhere; found without a pass over all uids
     launching = ev.name_code("LAUNCHING")
-    launched = np.unique(ev.uid[ev.name == launching]) if launching >= 0 else []
+    launched: np.ndarray | list[int] = (
+        np.unique(ev.uid[ev.name == launching]) if launching >= 0 else []
+    )
     pilot_uids += [ev.uids[c] for c in launched if ev.uids[c] not in pilot_uids]
     pilot_index = {u: k for k, u in enumerate(pilot_uids)}
     is_pilot_uid = np.zeros(len(ev.uids), bool)
@@ -300,7 +303,7 @@ def _load_session(path: str) -> SessionData:
     state = final_state
     names = np.full(n_tasks, None, dtype=object)
     has_record = np.zeros(n_tasks, bool)
-    if n_rec:
+    if records is not None and n_rec:  # (n_rec > 0: there are records)
         ranks[:n_rec] = records["ranks"]
         cpr[:n_rec] = records["cores_per_rank"]
         gpr[:n_rec] = records["gpus_per_rank"]
@@ -377,7 +380,9 @@ def _pilots(path, ev, pilot_uids, rows, t0, warnings, owner) -> pd.DataFrame:
     ent = pilot_of_uid[ev.uid[rows]]
     columns, grid = _pivot(ev, pilot_of_uid, n, PILOT_EVENTS, t0, rows=rows)
     t_final, final_state = _first_final(columns, grid)
-    data = {k: [] for k in ("nodes", "cores", "gpus", "agent_cores", "agent_gpus", "launcher")}
+    data: dict[str, list[object]] = {
+        k: [] for k in ("nodes", "cores", "gpus", "agent_cores", "agent_gpus", "launcher")
+    }
     res_code = ev.name_code(E.RESOURCES_OK)
     for k, uid in enumerate(pilot_uids):
         pj = _read_json(os.path.join(path, uid, "pilot.json"))

@@ -269,7 +269,9 @@ def resource_utilization(
     for kind in kinds:
         weight_all = tasks[kind].to_numpy(np.float64) if kind in tasks else np.zeros(len(tasks))
         total = dict.fromkeys(PHASE_KEYS, 0.0)
-        per_pilot, all_steps, intervals = {}, {k: [] for k in PHASE_KEYS if k != "idle"}, []
+        per_pilot: dict[str, dict[str, float]] = {}
+        all_steps: dict[str, list[Step]] = {k: [] for k in PHASE_KEYS if k != "idle"}
+        intervals: list[tuple[np.ndarray, np.ndarray]] = []
         available, over = 0.0, 0.0
         for w in windows:
             phases, steps, o, iv = _pilot_kind(
