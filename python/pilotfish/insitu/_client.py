@@ -99,7 +99,7 @@ class _Channel:
             deadline = time.monotonic() + REPLY_TIMEOUT_S
             while waiting:
                 left = deadline - time.monotonic()
-                if left <= 0 or not s.poll(left * 1000):
+                if left <= 0 or not s.poll(int(left * 1000)):  # (as pyzmq truncates a float)
                     raise InsituError(f"server {ep} did not answer within {REPLY_TIMEOUT_S:g}s")
                 frames = s.recv_multipart()
                 proof = self.proofs.get(ep)
@@ -168,7 +168,7 @@ class PipelineHandle:
             raise InsituError(f"pipeline {self.name!r}: iteration {self.iteration} is active")
         t0 = time.perf_counter()
         err = None
-        view = None
+        view: tuple[int, list] | None = None
         if self._root:
             try:
                 view = self._activate_root(iteration)
@@ -178,6 +178,7 @@ class PipelineHandle:
             view, err = self.comm.bcast((view, err), root=0)
         if err is not None:
             raise InsituError(err)
+        assert view is not None  # no error: the root's view (here or by bcast)
         self.epoch, self.members = view
         self.iteration = iteration
         self._t = {
@@ -187,7 +188,7 @@ class PipelineHandle:
             "stage": 0.0,
         }
 
-    def _activate_root(self, iteration: int):
+    def _activate_root(self, iteration: int) -> tuple[int, list]:
         why = None
         for attempt in range(STALE_RETRIES + 1):
             hold = self.area._views.hold()
@@ -254,7 +255,7 @@ class PipelineHandle:
                 "shape": list(a.shape),
                 "meta": meta or {},
             },
-            [memoryview(a).cast("B") if a.size else b""],
+            [a.data.cast("B") if a.size else b""],  # (a.data: memoryview(a))
         )
         self._t["stage"] += time.perf_counter() - t0
 

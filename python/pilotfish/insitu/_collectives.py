@@ -122,6 +122,7 @@ def build_mpi_comm(zmq_comm: Collectives) -> Any:
         if rank < k:
             if rank == 0:
                 zmq_comm._send(k, port, _TURN + k)
+            assert comm is not None  # rank 0 dup'ed it, rank r merged it in step r < k
             inter = comm.Accept(port, root=0)
             merged = inter.Merge(high=False)
         elif rank == k:

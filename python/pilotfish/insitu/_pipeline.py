@@ -33,6 +33,7 @@ class Pipeline:
     gather, bcast, barrier."""
 
     comm: Any = None
+    _type: str | None  # the type it was created as, where set (by the server: its "ping")
 
     def __init__(self, config: dict):
         self.config = config

@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 import msgspec
 import zmq
@@ -45,7 +46,7 @@ from .._door import Door, harden
 from .._sockets import host_address
 from . import _auth
 from ._collectives import Collectives, MPICollectives, build_mpi_comm
-from ._pipeline import InsituError, lookup
+from ._pipeline import InsituError, Pipeline, lookup
 
 PEER_TIMEOUT_S = 60.0
 VIEW_WAIT_S = 5.0  # an activate may wait this long for the view it names (parked)
@@ -103,7 +104,7 @@ class _Gate(threading.Thread):
                         request_id,
                         b"200" if ok else b"400",
                         b"OK" if ok else b"not let in",
-                        who.encode() if ok else b"",
+                        who.encode() if who is not None else b"",
                         b"",
                     ]
                 )
@@ -189,7 +190,7 @@ class Server:
         self.inbox_bytes = 0
         self.backlog: collections.deque = collections.deque()
         self.parked: list[tuple[float, list]] = []  # (since, frames) of waiting activates
-        self.pipelines: dict[str, object] = {}
+        self.pipelines: dict[str, Pipeline] = {}
         self.configs: dict[str, tuple] = {}
         self.active: dict[str, Active] = {}
         # an area on MPI: each server is an MPI job of its own (mpiexec -n 1); per view, the
@@ -368,6 +369,8 @@ class Server:
 
     # -- clients -----------------------------------------------------------------------------
     def run(self) -> int:
+        me = self.me
+        assert me is not None  # __init__ announced this server (or raised)
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while True:
@@ -386,7 +389,7 @@ class Server:
                     except zmq.Again:
                         break
                     self._take(frames)
-            elif not ready and self.me.leaving.is_set() and not self.active:
+            elif not ready and me.leaving.is_set() and not self.active:
                 return 0
 
     def _request(self, frames: list, since: float | None = None) -> None:
@@ -424,7 +427,7 @@ class Server:
 
     def _do(self, hdr: dict, data: list, since: float):
         op = hdr["op"]
-        name = hdr.get("pipeline")
+        name: Any = hdr.get("pipeline")  # the client's fields as sent (a missing name: no pipeline)
         if op == "create":
             config, module = hdr.get("config") or {}, hdr.get("module")
             if name in self.pipelines:
@@ -477,7 +480,7 @@ class Server:
                 "inbox_bytes": self.inbox_bytes,
             }
         p = self._pipeline(name)
-        it = hdr.get("iteration")
+        it: Any = hdr.get("iteration")
         a = self.active.get(name)
         if op == "activate":
             if a is not None:
