@@ -90,7 +90,7 @@ class RankNotes:
     def read(self) -> list[Note]:
         """Every note waiting (never blocks); datagrams without the token, or malformed,
         are dropped, counted and logged (the first ones, then one in 1000)."""
-        notes = []
+        notes: list[Note] = []
         recv = self.sock.recvfrom
         while True:
             try:
