@@ -59,7 +59,9 @@ def progs(tmp_path_factory) -> dict[str, str]:
     )
     (d / "work.py").write_text(
         "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
-        "import helper_world\nprint(helper_world.hello(), flush=True)\n"
+        # (one write per line: PRRTE gives ranks a pty, where print() writes the line and its
+        # newline apart, and two ranks' lines interleave: "rank 0 ... n1rank 1 ... n1")
+        "import helper_world\nos.write(1, (helper_world.hello() + '\\n').encode())\n"
     )
     return {
         "mpich": build_hello(tmp_path_factory),
@@ -127,14 +129,18 @@ def prrte_pilot(slurm, tmp_path_factory, progs):
         tmp_path_factory,
         "prrte",
         {
-            "ompi_c_one_host": dict(executable=progs["ompi"], ranks=2),
-            "ompi_c_two_hosts": dict(executable=progs["ompi"], ranks=2, cores_per_rank=CORES),
+            # (retries: PRRTE's own transients across hosts -- a rank that never starts, now
+            # and then; launch/prrte.py -- cost a run, never the check of one world)
+            "ompi_c_one_host": dict(executable=progs["ompi"], ranks=2, retries=2),
+            "ompi_c_two_hosts": dict(
+                executable=progs["ompi"], ranks=2, cores_per_rank=CORES, retries=2
+            ),
             "mpich_c_one_host": dict(executable=progs["mpich"], ranks=2),
             "mpich_c_two_hosts": dict(executable=progs["mpich"], ranks=2, cores_per_rank=CORES),
             "mpi4py_default": dict(
-                executable=PY, arguments=[str(PROGS / "mpi4py_hello.py")], ranks=2
+                executable=PY, arguments=[str(PROGS / "mpi4py_hello.py")], ranks=2, retries=2
             ),
-            "nowords": dict(executable=PY, arguments=[progs["nowords"]], ranks=2),
+            "nowords": dict(executable=PY, arguments=[progs["nowords"]], ranks=2, retries=2),
             "hostname": dict(executable="/bin/hostname", ranks=2),
             # (item 3) ranks that start and fail: final at once, never launched again
             "rank1_fails": dict(
