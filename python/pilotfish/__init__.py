@@ -10,6 +10,8 @@ with pf.Session() as session:
     tmgr.wait_tasks()
 """
 
+from typing import TYPE_CHECKING
+
 from ._version import __version__
 
 from ._errors import (
@@ -22,10 +24,6 @@ from ._errors import (
     TimeoutExpired,
 )
 from ._running import task_uid
-from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
-from .client.services import ServiceGroup
-from .descriptions import PilotDescription, ServiceDescription, TaskDescription
-from .service import ServiceError
 from .states import (
     ACTIVE,
     AGENT_SCHEDULING,
@@ -40,6 +38,44 @@ from .states import (
     STAGING_INPUT,
     STAGING_OUTPUT,
 )
+
+# The user's API is imported on first use (PEP 562): `import pilotfish.agent` (every agent,
+# sub-agent and node executor runs this file first) imports nothing of the client layer.
+_LAZY = {
+    "Executor": "client",
+    "Pilot": "client",
+    "PilotManager": "client",
+    "Session": "client",
+    "Task": "client",
+    "TaskManager": "client",
+    "ServiceGroup": "client.services",
+    "PilotDescription": "descriptions",
+    "ServiceDescription": "descriptions",
+    "TaskDescription": "descriptions",
+    "ServiceError": "service",
+}
+
+if TYPE_CHECKING:
+    from .client import Executor, Pilot, PilotManager, Session, Task, TaskManager
+    from .client.services import ServiceGroup
+    from .descriptions import PilotDescription, ServiceDescription, TaskDescription
+    from .service import ServiceError
+
+
+def __getattr__(name: str):
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'pilotfish' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # (once: the next lookup is the module's own)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Session",
