@@ -70,8 +70,11 @@ def sdist_dir(given: str | None) -> Path:
     return d
 
 
+EXTRA: dict[str, str] = {}  # --env
+
+
 def mpi_env(mpi: str) -> dict[str, str]:
-    return {"MPI4PY_LIBMPI": str(OMPI_LIB)} if mpi == "openmpi" else {}
+    return {**({"MPI4PY_LIBMPI": str(OMPI_LIB)} if mpi == "openmpi" else {}), **EXTRA}
 
 
 def run_local(mpi: str, ranks: int, main: Path, args: list[str], out: Path) -> dict:
@@ -171,10 +174,22 @@ def main() -> None:
     ap.add_argument("--ways", nargs="+", default=["local", "pilotfish"],
                     choices=["local", "pilotfish"])  # fmt: skip
     ap.add_argument("--cores-per-rank", type=int, default=16)
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable for every rank, both ways (e.g. OMPI_MCA_mpi_yield_when_idle=1 where "
+        "the hosts share too few cores)",
+    )
     ap.add_argument("--out")
     ap.add_argument("--json")
     ap.add_argument("main_args", nargs="*")
     a = ap.parse_args()
+    for kv in a.env:
+        if "=" not in kv:
+            raise SystemExit(f"--env={kv!r}: KEY=VALUE")
+    EXTRA.update(kv.split("=", 1) for kv in a.env)
     main_py = sdist_dir(a.sdist) / "test" / "main.py"
     args = a.main_args or MAIN_ARGS
     top = Path(a.out or tempfile.mkdtemp(prefix="mpi4py-suite-"))
