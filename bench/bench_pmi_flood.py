@@ -62,7 +62,7 @@ def hwm(pid: int, field: str = "VmHWM") -> float:
 
 
 def executors(sandbox: str) -> list[int]:
-    """The pilot's node executors: `python -m pilotfish.agent.node <sandbox>/nodes.json`."""
+    """The pilot's node executors: `python -m pilotfish.agent.node_executor <sandbox>/nodes.json`."""
     config = os.path.join(sandbox, "nodes.json").encode()
     found = []
     for d in os.listdir("/proc"):
@@ -72,7 +72,7 @@ def executors(sandbox: str) -> list[int]:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if argv[1:4] == [b"-m", b"pilotfish.agent.node", config]:
+            if argv[1:4] == [b"-m", b"pilotfish.agent.node_executor", config]:
                 found.append(int(d))
     return found
 

@@ -335,7 +335,7 @@ def fit(a, work: str) -> dict:
     --fit FILE as its "cpu" (the file's other keys kept): the simulation's costs when given
     that launch model."""
     from pilotfish._cpu_costs import fit_cpu
-    from pilotfish.agent.nodes import BEATS_PER_S
+    from pilotfish.agent.node_link import BEATS_PER_S
 
     works = (("bulk", a.fit_bulk, 1), ("whole", a.fit_whole, a.fit_cores))
     idle_pts, runs, seen = [], [], {}

@@ -127,7 +127,7 @@ ALLOWED_PRIVATE = {  # (module, name): why it is used across modules
     ("agent/keeper.py", "_exit"): "os._exit: the documented exit of a forked child",
     ("agent/worker.py", "_exit"): "os._exit: the documented exit of a forked child",
     ("amt/_runtime.py", "_exit"): "os._exit: the exit after an MPI_Abort that returned",
-    ("agent/executor.py", "_replace"): "namedtuple's _replace: public API despite the name",
+    ("agent/task_runner.py", "_replace"): "namedtuple's _replace: public API despite the name",
     # PSI/J (0.9) has no public hook for a failed queue poll: its poll thread's
     # _handle_poll_error fails every job it follows, so psij_job.py puts its own in its place
     # (found with getattr: _queue_poll_thread, _handle_poll_error) and keeps PSI/J's count

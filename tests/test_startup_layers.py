@@ -20,7 +20,7 @@ PROBE = (
 @pytest.mark.parametrize(
     "module",
     [
-        "pilotfish.agent.node",
+        "pilotfish.agent.node_executor",
         "pilotfish.agent.node_emulated",
         "pilotfish.agent._main",
         "pilotfish.agent.worker",

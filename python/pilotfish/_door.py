@@ -22,7 +22,7 @@ goes through here:
   what TCP_INFO cannot tell: a local socket). An authenticated connection is never shut.
   Pending connections are capped per peer (a TCP peer is its address; a local socket's is
   its uid, SO_PEERCRED) and in total -- caps its owner scales with the peers it expects
-  (the node port: with the pilot's nodes, agent/nodes.py: many executors may share one
+  (the node port: with the pilot's nodes, agent/node_link.py: many executors may share one
   address, all of an emulated pilot's do); over a cap the *oldest* pending connection of
   the peer holding the most -- of those that have not yet received a whole handshake's
   bytes (TCP_INFO), when there is one: everyone on a host shares its address, and a peer

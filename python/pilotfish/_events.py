@@ -31,7 +31,7 @@ SCHEDULE_OK = "schedule_ok"  # placed on its slots; detail: "<ranks>x<cores>/<gp
 # (the pilot's node index of each rank: a live per-node view)
 UNSCHEDULE = "unschedule"  # its slots are free again
 EXEC_START = "exec_start"  # its launch is being built; detail: its launch method ("nodes"
-# when its node executor spawns it (agent/nodes.py), "pmi", "srun", "direct", ...)
+# when its node executor spawns it (agent/node_link.py), "pmi", "srun", "direct", ...)
 EXEC_OK = "exec_ok"  # spawned (the launcher's process, or the task's own)
 LAUNCH_OK = "launch_ok"  # its first rank started (supervised launchers; simulated)
 EXEC_STOP = "exec_stop"  # its last process ended
@@ -91,7 +91,7 @@ PILOT_GROW = "pilot_grow"  # detail: "<unit> <nodes added> <nodes now>"
 PILOT_DRAIN = "pilot_drain"  # detail: "<unit> <nodes>"
 PILOT_SHRINK = "pilot_shrink"  # detail: "<unit> <nodes removed> <nodes now>"
 
-# Node executors (agent/nodes.py), the pilot's uid
+# Node executors (agent/node_link.py), the pilot's uid
 NODES_START = "nodes_start"  # one launcher step starts executors; detail: "<n> <nodes>"
 NODE_UP = "node_up"  # an executor said hello; detail: "<node> <host> <pid>"
 NODE_LOST = "node_lost"  # detail: "<node> <why>": its tasks fail, nothing more goes there

@@ -562,7 +562,7 @@ def read_exit_log(
 
 def read_node_exit_logs(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
     """The same, merged, from the journals of the pilot's node executors
-    (`nodes/<node>/exits`, agent/node.py): their keys are the agent's, their pids another
+    (`nodes/<node>/exits`, agent/node_executor.py): their keys are the agent's, their pids another
     host's (never to be mixed with this host's)."""
     exits: dict[int, tuple[int, int, float]] = {}
     pids: dict[int, int] = {}

@@ -40,7 +40,7 @@ DEFAULT_MODEL: dict[str, dict[str, float]] = {
     # median of the fits of the five runs of `bench_partitions.py seed000` (P = 1..16);
     # startup_per_node_s: not measurable on one host (0); fail_rate: 0 in those runs, 0.5 %
     # as shared/notes/substrates.md measured for prterun calls here
-    # node executors (agent/nodes.py): `pilotfish simulate --fit` of six real pilots of 2-4
+    # node executors (agent/node_link.py): `pilotfish simulate --fit` of six real pilots of 2-4
     # hosts on the project's cluster of hosts (BENCHMARKS.md, "Node executors"); every host's
     # executor started on the same two cores here, hence the per-node start-up
     "nodes": {

@@ -1,4 +1,5 @@
-"""Messages between the agent and its node executors (agent/nodes.py <-> agent/node.py).
+"""Messages between the agent and its node executors (agent/node_link.py <->
+agent/node_executor.py).
 
 One ZeroMQ frame per message, msgpack through typed msgspec Structs (tagged: one decoder for
 the whole union), every message a batch. The agent's ROUTER knows a node executor by the key
@@ -12,7 +13,7 @@ to its own spool and sends the text back with the exit) or a path (the user's fi
 What a node executor sends is typed all the way down (rows of fixed shape, integers within
 their ranges, texts of bounded length): the agent trusts no peer's frame further than its
 shape, not even a node's, so a frame that is not exactly a node's message fails to
-decode -- one error, which the agent counts and drops (agent/nodes.py) -- and never reaches
+decode -- one error, which the agent counts and drops (agent/node_link.py) -- and never reaches
 code that would take it apart. Trailing fields a decoder does not know are ignored (a newer
 executor's additions). What the agent sends (spawn specs) the executor checks spec by spec.
 """
@@ -37,7 +38,7 @@ Text = Annotated[str, msgspec.Meta(max_length=1 << 21)]  # captured output (1 Mi
 # -- the node executors' configuration ------------------------------------------------------
 # Each default written once, here. The knobs a pilot description sets
 # (launcher_options={"nodes": {...}}; README, "Node executors"):
-BEAT_S = 1.0  # heartbeat asked of agent and executors (agent/nodes.py lengthens it with N)
+BEAT_S = 1.0  # heartbeat asked of agent and executors (agent/node_link.py lengthens it with N)
 LOST_AFTER_S = 10.0  # a node not heard for this long is lost (also lengthened with N)
 START_TIMEOUT_S = 60.0  # the step that starts the executors: until every one said hello
 AGENT_TIMEOUT_S = 60.0  # an executor whose agent stays away this long (at least) exits
@@ -45,11 +46,11 @@ CONFIG_MAX = 64 << 10  # nodes.json is a few hundred bytes
 
 
 class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """nodes.json: what the agent (agent/nodes.py) tells every node executor it starts, real
-    (agent/node.py) or emulated (agent/node_emulated.py): its pilot, the pilot's sandbox, the
-    node port's address and its public key's file, the heartbeat, after how long without the
-    agent it fences itself (None: never), after how long it exits, and the walltime's end
-    (epoch seconds; None: none)."""
+    """nodes.json: what the agent (agent/node_link.py) tells every node executor it starts,
+    real (agent/node_executor.py) or emulated (agent/node_emulated.py): its pilot, the pilot's
+    sandbox, the node port's address and its public key's file, the heartbeat, after how long
+    without the agent it fences itself (None: never), after how long it exits, and the
+    walltime's end (epoch seconds; None: none)."""
 
     pilot: str
     sandbox: str
@@ -89,7 +90,7 @@ def read_node_config(path: str) -> NodeConfig:
 class ExitRow(msgspec.Struct, array_like=True):
     """One process that ended, in a node's Exits and NodeHello: its key, pid, exit code,
     signal, time, user and system CPU seconds, max RSS (KiB), captured stdout and stderr
-    (None: not captured) and whether the executor killed it fencing itself (agent/node.py:
+    (None: not captured) and whether the executor killed it fencing itself (agent/node_executor.py:
     it had not heard the agent for fence_after_s)."""
 
     key: Key
@@ -108,7 +109,7 @@ class ExitRow(msgspec.Struct, array_like=True):
 class NodeHello(msgspec.Struct, tag="hello", array_like=True):
     """node -> agent, on connecting and whenever the agent asks (Resync): who it is and what it
     holds -- keys still running and exits the agent has not acknowledged (a restarted agent's
-    resync; a lost node's reconciliation, agent/nodes.py) -- and its executor's token (drawn
+    resync; a lost node's reconciliation, agent/node_link.py) -- and its executor's token (drawn
     at its start, in its memory only: a later connection of the node is adopted only with the
     same one, agent/node_keys.py)."""
 

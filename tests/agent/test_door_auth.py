@@ -19,7 +19,7 @@ from pilotfish import _node_wire as W
 from pilotfish._sockets import curve_dealer
 from pilotfish.agent.clock import REAL
 from pilotfish.agent.node_keys import TOKEN_BYTES, derive
-from pilotfish.agent.nodes import NodeLink
+from pilotfish.agent.node_link import NodeLink
 
 NAMES = [f"n{i}" for i in range(12)]
 GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"CURVE".ljust(20, b"\0") + b"\0" * 32

@@ -64,7 +64,7 @@ def test_a_link_is_never_followed(tmp_path):
         W.read_node_config(str(tmp_path / "nodes.json"))
 
 
-@pytest.mark.parametrize("module", ["pilotfish.agent.node", "pilotfish.agent.node_emulated"])
+@pytest.mark.parametrize("module", ["pilotfish.agent.node_executor", "pilotfish.agent.node_emulated"])
 def test_an_executor_refuses_a_bad_config_by_name(tmp_path, module):
     cfg = _write(tmp_path / "nodes.json", {**GOOD, "beat_s": "often"})
     argv = [sys.executable, "-m", module, cfg] + (

@@ -1,4 +1,4 @@
-"""The agent's node link (agent/nodes.py) as one piece, over a real CURVE socket on this host:
+"""The agent's node link (agent/node_link.py) as one piece, over a real CURVE socket on this host:
 what a node executor may send, and what it may not. (End to end, on the cluster of hosts:
 tests/batch/test_node_executors.py.)"""
 
@@ -14,7 +14,7 @@ from pilotfish import _node_wire as W
 from pilotfish._sockets import curve_dealer
 from pilotfish.agent.clock import REAL
 from pilotfish.agent.node_keys import TOKEN_BYTES, derive
-from pilotfish.agent.nodes import NodeLink
+from pilotfish.agent.node_link import NodeLink
 
 TOKEN = b"t" * TOKEN_BYTES  # (a node executor draws its own: node_keys.py)
 
@@ -264,7 +264,7 @@ class _Partition:
 
 
 def _executor(tmp_path, link, node="n2"):
-    """A real node executor (python -m pilotfish.agent.node) on this host, for `node`, which
+    """A real node executor (python -m pilotfish.agent.node_executor) on this host, for `node`, which
     the link expects: the step secret on its stdin, as the launcher step gives it."""
     import os
     import subprocess
@@ -272,7 +272,7 @@ def _executor(tmp_path, link, node="n2"):
 
     secret = link.expect([node], None, 30.0)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pilotfish.agent.node", link.config_path],
+        [sys.executable, "-m", "pilotfish.agent.node_executor", link.config_path],
         env=dict(os.environ, SLURMD_NODENAME=node),
         stdin=subprocess.PIPE,
     )
@@ -675,7 +675,7 @@ def test_a_lost_nodes_never_started_tasks_are_queued_again_not_failed(tmp_path):
     import os
     import signal
 
-    from pilotfish.agent.nodes import NEVER_STARTED
+    from pilotfish.agent.node_link import NEVER_STARTED
 
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=1.0)
     proc = _executor(tmp_path, link)

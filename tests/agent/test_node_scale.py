@@ -1,4 +1,4 @@
-"""The node link at scale (agent/nodes.py, issue 48 item 3): heartbeats whose per-second total
+"""The node link at scale (agent/node_link.py, issue 48 item 3): heartbeats whose per-second total
 is bounded whatever the node count, and a tick that looks at the nodes due, never at every
 node (before: tick() scanned every node every 0.1 s, and beat each every second)."""
 
@@ -13,7 +13,7 @@ from pilotfish import _node_wire as W
 from pilotfish._sockets import curve_dealer
 from pilotfish.agent.clock import REAL
 from pilotfish.agent.node_keys import TOKEN_BYTES, derive
-from pilotfish.agent.nodes import BEATS_PER_S, NodeLink, beat_period
+from pilotfish.agent.node_link import BEATS_PER_S, NodeLink, beat_period
 
 
 class Events:

@@ -13,7 +13,7 @@ import pytest
 import pilotfish as pf
 from pilotfish import _cpu_costs
 from pilotfish._events import read_all_events
-from pilotfish.agent.nodes import BEATS_PER_S
+from pilotfish.agent.node_link import BEATS_PER_S
 from pilotfish.agent.simulation import CpuModel, Timeline
 from pilotfish.client import submit
 

@@ -14,7 +14,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _cpu_costs
-from pilotfish.agent.nodes import ACK_S
+from pilotfish.agent.node_link import ACK_S
 from pilotfish.agent.simulation import CPU_LOG, CpuModel
 
 COSTS = {  # (made up: far from the defaults, so that a default cannot pass for them)

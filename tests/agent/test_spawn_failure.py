@@ -5,7 +5,7 @@ test_missing_output_directory_is_named."""
 
 from __future__ import annotations
 
-from pilotfish.agent.executor import spawn_failure
+from pilotfish.agent.task_runner import spawn_failure
 
 
 def test_output_path_is_named(tmp_path):

@@ -1,8 +1,8 @@
-"""The agent's spool of captured-output files (agent/executor.py TaskRunner). Reuse without
+"""The agent's spool of captured-output files (agent/task_runner.py TaskRunner). Reuse without
 O_TRUNC end to end: tests/client/test_local_pilot.py (outputs that never mix)."""
 
 from pilotfish._core import Executor
-from pilotfish.agent.executor import TaskRunner
+from pilotfish.agent.task_runner import TaskRunner
 
 
 def _runner(tmp_path):

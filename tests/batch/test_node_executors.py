@@ -157,7 +157,7 @@ def test_forged_node_executor_is_refused(slurm, tmp_path):
         (tmp_path / "forged.json").write_text(json.dumps(cfg))
         first, second = [n.name for n in pilot.nodes]  # (any two idle hosts)
         forger = subprocess.Popen(
-            [sys.executable, "-m", "pilotfish.agent.node", str(tmp_path / "forged.json")],
+            [sys.executable, "-m", "pilotfish.agent.node_executor", str(tmp_path / "forged.json")],
             env=dict(os.environ, SLURMD_NODENAME=second),
             stdin=subprocess.PIPE,
         )

@@ -14,7 +14,7 @@ Every task appends its uid and host to a file on the shared file system as its l
 - n3's link down for longer than the verdict time too (its tasks decided from its journal);
 
 in each, 0 tasks run twice, 0 FAIL that ran to their end (retries 0 and 1 mixed), and n3
-rejoins the pilot: later tasks run there again (agent/nodes.py: the design).
+rejoins the pilot: later tasks run there again (agent/node_link.py: the design).
 
     scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch/test_node_faults.py
 """
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 HOST = "n3"  # the host that fails (the agent runs on n1)
 # lost after 3 s of silence; the executor fences itself after 9 s without the agent; a verdict
-# without word from the node 15 s after the loss (agent/nodes.py)
+# without word from the node 15 s after the loss (agent/node_link.py)
 LOST = {"nodes": {"lost_after_s": 3}}
 OUTAGE_S = 12.0  # longer than the loss and the fence, shorter than the verdict
 PAST_VERDICT_S = 22.0  # longer than the verdict too (lost at 3 s, verdict 15 s later)
@@ -68,7 +68,7 @@ def _executor_pid(node: str) -> int:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pilotfish.agent.node" in argv:
+        if b"pilotfish.agent.node_executor" in argv:
             found.append(pid)
     assert len(found) == 1, (node, found)
     return found[0]

@@ -9,7 +9,7 @@ while n4's executor is up, silent for longer than lost_after_s, then sends one h
 Before: ROUTER_HANDOVER gave it n4's route -- n4 was declared lost, the tasks whose spawns went
 to the intruder never started and were reported FAILED "taken as ended" at the verdict, and the
 intruder received the Spawn frames meant for n4. Now each executor proves itself with its own
-key (agent/nodes.py): the intruder's handshake is refused and counted, it receives no frame, n4
+key (agent/node_link.py): the intruder's handshake is refused and counted, it receives no frame, n4
 is never lost, every task runs DONE, n4 included.
 
     scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch/test_node_identity.py

@@ -1,6 +1,6 @@
 """Issue 41's papercuts on node executors, on the project's cluster of real hosts
 (scripts/substrates/slurm.sh): what a task's failure says when it ran on another host than
-the agent's, through that host's node executor (agent/node.py).
+the agent's, through that host's node executor (agent/node_executor.py).
 
     scripts/substrates/slurm.sh exec .venv/bin/python -m pytest tests/batch/test_node_papercuts.py
 """

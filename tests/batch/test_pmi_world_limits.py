@@ -58,7 +58,7 @@ def _hwm(pid: int) -> int:
 
 
 def _executors(sandbox: str) -> list[int]:
-    """The pids of the pilot's node executors (`python -m pilotfish.agent.node <sandbox>/
+    """The pids of the pilot's node executors (`python -m pilotfish.agent.node_executor <sandbox>/
     nodes.json`, one per other host)."""
     config = os.path.join(sandbox, "nodes.json").encode()
     found = []
@@ -69,7 +69,7 @@ def _executors(sandbox: str) -> list[int]:
             argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:4] == [b"-m", b"pilotfish.agent.node", config]:  # (not the srun step's)
+        if argv[1:4] == [b"-m", b"pilotfish.agent.node_executor", config]:  # (not the srun step's)
             found.append(int(d))
     return found
 

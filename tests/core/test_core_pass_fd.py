@@ -152,7 +152,7 @@ def test_task_runner_passes_a_procspecs_pmi_fd(tmp_path):
     """The agent's TaskRunner: a ProcSpec with pmi_fd (what a PMI launch method will build)
     becomes that process's descriptor 3; the task's other rank, without one, holds none."""
     from pilotfish._wire import RankSlot, TaskSpec
-    from pilotfish.agent.executor import TaskRunner
+    from pilotfish.agent.task_runner import TaskRunner
     from pilotfish.agent.tasks import AgentTask
     from pilotfish.launch.base import LaunchMethod, ProcSpec
 
@@ -193,7 +193,7 @@ def test_task_runner_refuses_a_pmi_fd_for_another_node(tmp_path):
     """A descriptor of the agent means nothing on another host: that node's executor passes
     its own. The task fails to launch, saying so."""
     from pilotfish._wire import RankSlot, TaskSpec
-    from pilotfish.agent.executor import TaskRunner
+    from pilotfish.agent.task_runner import TaskRunner
     from pilotfish.agent.tasks import AgentTask
     from pilotfish.launch.base import LaunchMethod, ProcSpec
 
@@ -216,15 +216,16 @@ def test_task_runner_refuses_a_pmi_fd_for_another_node(tmp_path):
 
 
 NODE_SCRIPT = textwrap.dedent("""
-    # A node executor (agent/node.py) and the agent's node link (agent/nodes.py) in one
+    # A node executor (agent/node_executor.py) and the agent's node link (agent/node_link.py) in one
     # process, over a real CURVE socket on loopback. The link sends the spawn; the executor
     # spawns it as it will once it serves PMI -- spawn() with pmi_fds (its own descriptors)
     # -- and its exits come back to the link with their captured stdout.
     import json, select, socket, sys, time
     import zmq
     from pilotfish.agent.clock import REAL
-    from pilotfish.agent.node import NodeExecutor
-    from pilotfish.agent.nodes import NodeLink
+    from pilotfish._node_wire import read_node_config
+    from pilotfish.agent.node_executor import NodeExecutor
+    from pilotfish.agent.node_link import NodeLink
 
     class Events:
         def record(self, *a, **k):
@@ -242,8 +243,7 @@ NODE_SCRIPT = textwrap.dedent("""
     ctx = zmq.Context()
     link = NodeLink(ctx, sandbox, REAL, Events(), "pilot.0000", [], time.time() + 600)
     secret = link.expect(["n7"])  # (its step secret: agent/node_keys.py)
-    ex = NodeExecutor({"sandbox": sandbox, "key_file": link.key_file,
-                       "address": link.address}, secret)
+    ex = NodeExecutor(read_node_config(link.config_path), secret)
     ex.hello()
     pump(lambda: link.nodes["n7"].up)
     py = sys.executable

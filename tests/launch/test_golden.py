@@ -537,6 +537,8 @@ def test_prrte_rank_notes_wrapper():
                 "/bin/hostname",
                 "pf_rc=$?",
                 f'pf_note E {UID}/1.1 "${{PILOTFISH_RANK:-0}}" $pf_rc',
+                "if [ \"$pf_rc\" -ne 0 ]; then printf 'pilotfish: rank %s exited with %s on %s\\n' "
+                '"${PILOTFISH_RANK:-0}" "$pf_rc" "${PILOTFISH_NODE:-$HOSTNAME}" >&2; fi',
                 "exit $pf_rc",
             ]
         )

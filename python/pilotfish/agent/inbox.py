@@ -1,6 +1,6 @@
 """A ROUTER socket's waiting messages, drained: the one loop the agent's ROUTER sockets (the
 function pool, agent/functions.py; the service registry, agent/services.py; the node executors'
-port, agent/nodes.py) read with."""
+port, agent/node_link.py) read with."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ kernel reparents them to the nearest subreaper), and the keeper
 - reaps them, appends their exits to `agent.exits` and, for a task all of whose processes ended
   with 0 (and that needed nothing after exit, such as output staging), a DONE final to
   `keeper.journal`; anything else is left without a final and runs again on resume;
-- adopts the tasks that node executors run on other nodes (agent/node.py) too: they run on
+- adopts the tasks that node executors run on other nodes (agent/node_executor.py) too: they run on
   there, each executor's journal (`nodes/<node>/exits`) records their ends, and the keeper
   reads them and writes the finals of those that exited 0 -- so a resume runs none twice;
 - keeps the agent's other children (a PRRTE DVM the adopted tasks run on, the node
@@ -199,7 +199,7 @@ class Keeper:
         finals, spawned = spawn_records(self.sandbox)
         intents: set[int] = set()
         exits, pids = read_exit_log(self.sandbox, intents)
-        # tasks on node executors (agent/node.py) run on: their journals say what they
+        # tasks on node executors (agent/node_executor.py) run on: their journals say what they
         # started and what ended. A Spawn frame the agent sent just before it died may still
         # be on its way or in an executor's queue (a loaded host takes seconds): see below.
         node_exits, node_pids = read_node_exit_logs(self.sandbox)

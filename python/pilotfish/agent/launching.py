@@ -36,7 +36,7 @@ class LaunchWiring:
         self.model = model
         self.supervisors: list[Supervisor] = []  # of partitions whose launchers need watching
         self.notes: dict[int, tuple[Supervisor, object]] = {}  # notes fd -> (supervisor, method)
-        self.nodes: Any = None  # the node executors' link (nodes.py), on a pilot that has them
+        self.nodes: Any = None  # the node executors' link (node_link.py), on a pilot that has them
 
     def make(self, p: Partition, name: str):
         """A launch method over partition p's nodes (called by Launchers, which starts it)."""

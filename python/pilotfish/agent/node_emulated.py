@@ -2,7 +2,7 @@
 a pilot of thousands of nodes runs on one machine (bench/bench_scale.py, tests/agent/
 test_node_emulated.py).
 
-Each emulated node is what the agent's node port sees of a real executor (agent/node.py): a
+Each emulated node is what the agent's node port sees of a real executor (agent/node_executor.py): a
 DEALER of its own with its own CURVE key, derived from the step secret for its node's name
 (agent/node_keys.py: the secret comes through stdin, as from srun), a token of its own in its
 hellos, the same messages (_node_wire.py). What it does not do is run anything: a Spawn is
@@ -11,13 +11,13 @@ duration -- PILOTFISH_EMULATED_DURATION in its environment (launch/nodes.py puts
 `duration` there), else the argument of `sleep SECONDS`, else at once -- with code 0 (1 for
 `false`); the exits due together on a node go back in one Exits frame. A Kill ends the
 processes it names with that signal. It heartbeats as the agent's nodes.json says (beat_s,
-adaptive to the pilot's size: agent/nodes.py), its first beat at a random point of its period
+adaptive to the pilot's size: agent/node_link.py), its first beat at a random point of its period
 (so beats of nodes started together spread); it fences itself, as a real executor does, when
 it has not heard the agent for fence_after_s (it "kills" what runs and refuses spawns until a
 Resync), keeps its exits until they are acknowledged, says hello again on a Resync. No
 journal, no PMI (a world's ranks are refused), no outputs (none captured).
 
-A local pilot asks for them with launcher_options={"nodes": {"emulate": True}} (agent/nodes.py
+A local pilot asks for them with launcher_options={"nodes": {"emulate": True}} (agent/node_link.py
 wanted(): every declared node is then an emulated node, the agent's own included). The agent
 starts them as it starts real ones (NodeLink.start): one step per partition, whose stdin is
 the step secret's pipe --

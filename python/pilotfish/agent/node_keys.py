@@ -2,7 +2,7 @@
 
 A task runs as the same user as the agent and its node executors: any file they can read, a
 task can read, and their environment too (/proc/PID/environ). The node port's server key
-(`nodes.key`, agent/nodes.py) is such a file; a node executor's credential must not be one, nor
+(`nodes.key`, agent/node_link.py) is such a file; a node executor's credential must not be one, nor
 sit in the environment after start-up. So:
 
 - For each launcher step that starts executors, the agent draws a fresh *step secret* (32

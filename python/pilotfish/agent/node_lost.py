@@ -1,4 +1,4 @@
-"""A lost node (the agent's side: agent/nodes.py, whose NodeLink this part is of).
+"""A lost node (the agent's side: agent/node_link.py, whose NodeLink this part is of).
 
 A node whose executor stops heartbeating for lost_after_s (or never starts) is *lost*: an event
 names it and why, and its free resources are fenced off in the placer so that nothing more is
@@ -7,7 +7,7 @@ link may be down, its executor stopped), and a task there may be running to its 
 now. Deciding it at once ran tasks twice (retried elsewhere) or FAILED tasks that had run to
 their end (issue 42). So, exactly once across a lost node that comes back:
 
-- **Its executor fences itself** (node.py): when it has not heard the agent for
+- **Its executor fences itself** (node_executor.py): when it has not heard the agent for
   fence_after_s (3 x lost_after_s; the agent heartbeats no node it lost) it SIGKILLs every task
   it runs, and takes no spawn until the agent answers it again (a Resync) -- so a spawn sent
   before the loss and delivered after it never starts late. It checks before anything else in

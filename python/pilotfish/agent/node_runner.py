@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _events as E
-from .executor import OUTPUT_CAP, UNREACHABLE, Proc, TaskRunner
+from .task_runner import OUTPUT_CAP, UNREACHABLE, Proc, TaskRunner
 from .tasks import AgentTask
 
 
@@ -92,8 +92,8 @@ class NodeRunner(TaskRunner):
                 # to the queue once all its processes are accounted for, as in launch()
                 t.kill_reason = (E.REQUEUE, info)
             elif t.reason is None:
-                # the executor says why, judged on its host (node.py: executor.spawn_failure
-                # there -- the output path that failed, or the executable)
+                # the executor says why, judged on its host (node_executor.py:
+                # task_runner.spawn_failure there -- the output path that failed, or the executable)
                 t.reason = str(info)
             exits.append((key, 0, 127, 0, now, 0.0, 0.0, 0))
         for row in away:  # (nodes.Ended)

@@ -1,13 +1,13 @@
-"""A node as the agent sees it (Node), and a lost node's verdict (agent/nodes.py): how each
+"""A node as the agent sees it (Node), and a lost node's verdict (agent/node_link.py): how each
 task it held ended, read from its node executor's journal on the shared file system, once the
 node has stayed silent for verdict_after_s after its loss.
 
-The executor (agent/node.py) journals each process it starts the moment the child exists (its
-pid, written before its spawn call returns) and as it is reaped (its exit): `nodes/<node>/exits`,
-the core's exit log. When it fences itself it kills what it runs, flushes that journal, and
-only then marks the fence (`nodes/<node>/fenced`, its pid: mark_fenced); from then on it starts
-nothing until the agent answers it (a Resync), and it takes the mark away before it takes a
-spawn again (unmark). So, for each task held on the lost node:
+The executor (agent/node_executor.py) journals each process it starts the moment the child
+exists (its pid, written before its spawn call returns) and as it is reaped (its exit):
+`nodes/<node>/exits`, the core's exit log. When it fences itself it kills what it runs, flushes
+that journal, and only then marks the fence (`nodes/<node>/fenced`, its pid: mark_fenced); from
+then on it starts nothing until the agent answers it (a Resync), and it takes the mark away
+before it takes a spawn again (unmark). So, for each task held on the lost node:
 
 - its journal has its exit: the task ended so (DONE, or FAILED saying why);
 - no exit, and the mark of the executor the agent knew stands: the executor fenced and has
@@ -53,12 +53,12 @@ class Ended(NamedTuple):
     reason: str | None
 
     def core(self) -> tuple:
-        """The row as the core's reap gives it (agent/executor.py)."""
+        """The row as the core's reap gives it (agent/task_runner.py)."""
         return tuple(self[:8])
 
 
 class Node:
-    """A node of the pilot as the agent sees it (agent/nodes.py): its executor's connection
+    """A node of the pilot as the agent sees it (agent/node_link.py): its executor's connection
     and state, the keys of what it runs, and while it is lost what is held of it."""
 
     __slots__ = (
@@ -100,7 +100,7 @@ class Node:
         self.keys: set[int] = set()  # its running processes' spawn keys
         self.expected_by = expected_by  # its executor must have said hello by then
         self.starter = starter  # the NodesLaunch method that started it
-        # while lost (agent/nodes.py): its keys are held, undecided, until its hello or
+        # while lost (agent/node_link.py): its keys are held, undecided, until its hello or
         # its verdict; then what was decided without it, and what is asked of it meanwhile
         self.lost_at = 0.0
         self.decided: dict[int, bool] = {}  # key -> decided without word of its end
@@ -110,7 +110,7 @@ class Node:
         self.late = 0  # exits of decided keys since it was lost
         self.late_ran = 0  # ... of which ran to their end after a verdict without word
         self.resynced = 0.0  # when it was last sent a Resync (one per heartbeat period)
-        self.due = float("inf")  # its next deadline in the agent's heap (agent/nodes.py)
+        self.due = float("inf")  # its next deadline in the agent's heap (agent/node_link.py)
 
 
 # -- the executor's side ---------------------------------------------------------------------

@@ -21,7 +21,7 @@ from .partition import Launchers, Partition, rebalance
 if TYPE_CHECKING:
     from .elastic import Elastic
     from .launching import LaunchWiring
-    from .nodes import NodeLink
+    from .node_link import NodeLink
     from .pmi.worlds import PmiWorlds
     from .table import TaskTable
 

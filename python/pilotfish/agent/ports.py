@@ -11,7 +11,7 @@
     CallPool    the function pool as the table sees it: it may own what a cancel names, and
                 its idle workers may give way to work a scheduling round left waiting.
     Runner      what turns placed tasks into processes and exits into results: TaskRunner
-                (executor.py, real processes here), NodeRunner (node_runner.py: and on
+                (task_runner.py, real processes here), NodeRunner (node_runner.py: and on
                 other hosts, through their node executors), SimRunner (simulation.py, a
                 virtual clock).
 

@@ -67,7 +67,7 @@ from typing import Any
 from .. import _events as E
 from .. import _wire
 from ..launch.base import LaunchMethod
-from .nodes import ACK_S, BEATS_PER_S
+from .node_link import ACK_S, BEATS_PER_S
 from .ports import Runner
 
 log = logging.getLogger("pilotfish.agent")

@@ -27,11 +27,11 @@ from .._util import raise_nofile_limit
 from .clock import REAL, Clock, VirtualClock
 from .containment import become_subreaper
 from .elastic import Elastic
-from .executor import TaskRunner
+from .task_runner import TaskRunner
 from .knobs import Knobs
 from .launching import LaunchWiring
 from .node_runner import NodeRunner
-from .nodes import NodeLink
+from .node_link import NodeLink
 from .partition import FAILED, Launchers, Partition, make_partitions
 from .pmi.env import clean_environment
 from .reports import Reports
@@ -202,7 +202,7 @@ def _head(
 
 def _real(p: Parts, base_env: dict[str, str]) -> None:
     from .. import _core
-    from .nodes import wanted as nodes_wanted
+    from .node_link import wanted as nodes_wanted
     from .pmi.worlds import PmiWorlds, agent_node, kill_ranks, routes
     from .services import ServiceRegistry
 
@@ -211,7 +211,7 @@ def _real(p: Parts, base_env: dict[str, str]) -> None:
     p.services = ServiceRegistry(table, p.ctx)
     base_env.update(p.services.env)
     table.ended.append(p.services)
-    # a pilot on other hosts: an executor per node runs its single-node tasks (nodes.py),
+    # a pilot on other hosts: an executor per node runs its single-node tasks (node_link.py),
     # and the ranks there of its MPI tasks (agent/pmi/worlds.py); the runner is a NodeRunner
     if nodes_wanted(desc, desc["resource"]):
         opts = (desc.get("launcher_options") or {}).get("nodes", {})
@@ -253,7 +253,7 @@ def _real(p: Parts, base_env: dict[str, str]) -> None:
 
 def _simulated(p: Parts) -> None:
     from .._launch_costs import load_model
-    from .nodes import wanted as nodes_wanted
+    from .node_link import wanted as nodes_wanted
     from .simulation import ClientWord, CpuModel, SimRunner
 
     if nodes_wanted(p.desc, p.desc["resource"]):

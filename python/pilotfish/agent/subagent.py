@@ -16,7 +16,7 @@ pilot (its launch model's cpu.subagents models them) nor one of a single partiti
 AUTO_NODES (512): below it one agent serves the pilot as before. Measured (bench/
 bench_subagents.py, this machine): one agent costs ~131 us of CPU per task at one task per
 frame to node executors (~7,600 tasks/s per core) plus ~38 us per node per second of
-heartbeats -- at 512 nodes ~20 ms/s, at 1,024 ~40 ms/s, and no more past that (nodes.py's
+heartbeats -- at 512 nodes ~20 ms/s, at 1,024 ~40 ms/s, and no more past that (node_link.py's
 beat period grows past BEATS_PER_S nodes); a root adds a hop (two CURVE frames
 each way per routed frame) and its own few microseconds per task routed. A pilot of 512+ nodes
 of 8+ cores running second-long tasks asks thousands of tasks/s, one agent's ceiling; a

@@ -35,7 +35,7 @@ from ..launch.mpi_route import pmix_routes
 from ..launch.mpi_route import route as mpi_route
 from .checks import check_spec, misfit_reason
 from .containment import kill_marked
-from .executor import REASON_TAIL, signal_name
+from .task_runner import REASON_TAIL, signal_name
 from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
 from .ports import CallPool, StopWhy, TaskEnded, Waiting
 from .reports import Reports
@@ -81,7 +81,7 @@ class TaskTable:
         self.runner: Any = None
         self.launchers: Any = None
         # where a single-node task that names no launcher goes, if not to its partition's
-        # default: "nodes" on a pilot with node executors (nodes.py); its link, for exits
+        # default: "nodes" on a pilot with node executors (node_link.py); its link, for exits
         self.single_node_launcher: str | None = None
         # a multi-rank task of the MPICH ABI that names no launcher goes to "pmi"
         # (pmi/worlds.routes: a real pilot whose other nodes have executors)

@@ -35,7 +35,7 @@ agent's stderr. A rejected submission raises with
 the submit command's own error text.
 
 A node that fails is the pilot's to handle, not the batch system's: the agent fences it and
-runs on with the others (agent/nodes.py). So the script asks the batch system neither to kill
+runs on with the others (agent/node_link.py). So the script asks the batch system neither to kill
 nor to requeue the job when one of its nodes fails (its record's `node_failure_directives`,
 rendered right after the script's first line, before PSI/J's own directives):
 

@@ -33,7 +33,7 @@ class BatchSystem:
     gpus_attribute: str | None = None  # gpus_per_node as this custom attribute, else PSI/J's
     project_attribute: str | None = None  # project as this custom attribute, else `account`
     job_info: Callable[[str], str] | None = None  # its account of a failed job (native id)
-    # -- the agent (agent/resources.py, agent/walltime.py, agent/nodes.py) --
+    # -- the agent (agent/resources.py, agent/walltime.py, agent/node_link.py) --
     nodes: Callable[[Mapping[str, str]], list[Any]] | None = None  # the job's nodes, from env
     no_nodes: str = ""  # why `nodes` is None (the error a discovery without a hostfile gets)
     source: str = ""  # Resources.source of nodes found so (launchers read it); default: name

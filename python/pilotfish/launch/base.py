@@ -49,8 +49,8 @@ class ProcSpec:
     environment, the rank it runs (None: one process that starts all ranks), and for
     supervised launch methods the launcher's handle of this launch (what its rank notes and
     daemon-health reports refer to; see prrte.py), and the node whose executor spawns it
-    (agent/nodes.py; None: the agent's own core). pmi_fd: a descriptor of the agent the
-    process inherits as its 3 (its PMI connection, agent/pmi/; agent/executor.py).
+    (agent/node_link.py; None: the agent's own core). pmi_fd: a descriptor of the agent the
+    process inherits as its 3 (its PMI connection, agent/pmi/; agent/task_runner.py).
     world: the PMI job this rank belongs to (launch method `pmi`): whoever spawns it serves
     its PMI connection (agent/pmi/worlds.py)."""
 

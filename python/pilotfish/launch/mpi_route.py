@@ -79,7 +79,7 @@ def openmpi_launcher() -> str | None:
 def pmix_routes(desc: dict, resources: Any, link: Any = None) -> bool:
     """May this pilot send a multi-rank Open MPI task that names no launcher to `pmix`? One
     whose description names no launcher, and whose nodes are all the agent's host (a local
-    pilot) or have node executors (link: agent/nodes.py); not when PILOTFISH_PMIX=0 (what a
+    pilot) or have node executors (link: agent/node_link.py); not when PILOTFISH_PMIX=0 (what a
     benchmark's baseline sets)."""
     if desc.get("launcher") or os.environ.get("PILOTFISH_PMIX", "1").strip() in ("0", "off"):
         return False

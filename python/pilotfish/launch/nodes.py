@@ -1,7 +1,7 @@
 """nodes: a single-node task's ranks as plain processes (as `direct`), spawned by the node
-executor of the node it was placed on (agent/node.py), or by the agent's own core when that
+executor of the node it was placed on (agent/node_executor.py), or by the agent's own core when that
 node is the agent's. No launcher process per task: the executors are started once per node,
-in one launcher step, by the agent's NodeStarter (agent/nodes.py), which this method is given
+in one launcher step, by the agent's NodeStarter (agent/node_link.py), which this method is given
 when the agent makes it. A pilot on other hosts routes every single-node task that names no
 launcher here; naming it on a pilot without executors fails the task with why. A multi-rank
 task: a program known to be MPI is refused at build (its ranks would be singletons), any
@@ -58,7 +58,7 @@ def executor_step(names: list[str], options: dict, config: str) -> tuple[list[st
         "--mpi=none",  # (its tasks' PMI is the executors' own: agent/pmi/node.py)
         python,
         "-m",
-        "pilotfish.agent.node",
+        "pilotfish.agent.node_executor",
         config,
     ]
     return argv, {"SLURM_OVERLAP": "1"}
@@ -89,7 +89,7 @@ class NodesLaunch(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.link: NodeStarter | None = None  # the agent's (agent/nodes.py), set when made
+        self.link: NodeStarter | None = None  # the agent's (agent/node_link.py), set when made
         self.emulate = bool(self.options.get("emulate"))
         if self.emulate and not getattr(resources, "emulated", False):
             raise LaunchError(

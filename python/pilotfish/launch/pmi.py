@@ -1,7 +1,7 @@
 """pmi: an MPI task's ranks as plain processes, each given its PMI connection by whoever spawns
-it -- the node executor of its node (agent/node.py) or the agent itself on the agent's node --
-which serves the simple PMI wire protocol (agent/pmi/). No `srun`, `mpiexec` or `prterun`
-per task: a task of the MPICH ABI starts at the executors' speed.
+it -- the node executor of its node (agent/node_executor.py) or the agent itself on the
+agent's node -- which serves the simple PMI wire protocol (agent/pmi/). No `srun`, `mpiexec` or
+`prterun` per task: a task of the MPICH ABI starts at the executors' speed.
 
 Every rank gets, on top of the placement environment every launcher gives (`PILOTFISH_*`,
 `CUDA_VISIBLE_DEVICES`): PMI_FD=3 (the descriptor it inherits: one end of a socketpair whose
@@ -60,7 +60,7 @@ class Pmi(LaunchMethod):
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.link = None  # the agent's node executors (agent/nodes.py), set when made
+        self.link = None  # the agent's node executors (agent/node_link.py), set when made
         self.remote = remote_nodes(resources)
         self._away = set(self.remote)
         self.init_timeout = float(self.options.get("init_timeout", INIT_TIMEOUT_S))

@@ -16,7 +16,7 @@ info; each rank gets, on top of the placement every launcher gives, the environm
 PMIx_server_setup_fork gives it (PMIX_NAMESPACE, PMIX_RANK, the server's URIs, ...), Open
 MPI's prefix variables and transport defaults (mpirun.py). The namespace is deregistered
 when the task ends (task_ended, told by the agent's table). A rank that exits non-zero or is
-killed fails its task naming the rank, and the others are killed (agent/executor.py:
+killed fails its task naming the rank, and the others are killed (agent/task_runner.py:
 `names_ranks`). A Python program that did not choose its library gets MPI4PY_LIBMPI=<its
 prefix>/lib/libmpi.so.40; an MPICH program is refused at build (launch/mpi_route.py).
 
@@ -195,11 +195,11 @@ class Pmix(LaunchMethod):
     name = "pmix"
     node_link = True
     mpi_world = "openmpi"  # (mpi_abi.OPENMPI)
-    names_ranks = True  # agent/executor.py: a bad rank end fails the task naming the rank
+    names_ranks = True  # agent/task_runner.py: a bad rank end fails the task naming the rank
 
     def __init__(self, resources, options: dict | None = None):
         super().__init__(resources, options)
-        self.link = None  # the agent's node executors (agent/nodes.py), set when made
+        self.link = None  # the agent's node executors (agent/node_link.py), set when made
         self.remote = set(remote_nodes(resources))
         self.register_timeout = float(self.options.get("register_timeout", REGISTER_TIMEOUT_S))
         if not self.register_timeout > 0:

@@ -1,5 +1,5 @@
-"""The PMI jobs whose ranks one process spawns: a node executor (agent/node.py) for its node, or
-the agent (worlds.py) for its own. Glue between the spawner and the PMI server
+"""The PMI jobs whose ranks one process spawns: a node executor (agent/node_executor.py) for
+its node, or the agent (worlds.py) for its own. Glue between the spawner and the PMI server
 (server.py): a job per task world, each rank's descriptor and PMI variables for the Rust core,
 the ranks' ends closed once spawned, fences and failures handed to the owner, the launch
 timeout for PMI init, the job closed once its local ranks are reaped.

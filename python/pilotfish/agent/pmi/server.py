@@ -5,7 +5,7 @@ the rank's end is job.rank_fds[rank] until it is spawned (job.close_rank_fds).
 
 Event-loop friendly, no thread: `fileno()` becomes readable when any rank's connection needs
 attention; register it once in the owner's poller (the node executor's zmq.Poller,
-agent/node.py) and call `poll()` when it is readable. (Per descriptor, `fds()` /
+agent/node_executor.py) and call `poll()` when it is readable. (Per descriptor, `fds()` /
 `on_readable(fd)` / `on_writable(fd)` do the same work.) A connection is read at most
 _READS_PER_WAKE times per wake (one rank cannot starve the others); an answer the rank does
 not take waits in its outbuf, written when the socket is writable -- past max_out bytes

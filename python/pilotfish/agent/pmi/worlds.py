@@ -1,6 +1,6 @@
 """The agent's side of MPI tasks without a launcher (launch method `pmi`): one *world* per task
 attempt, whose ranks are served by the PMI server of the process that spawns them -- a node
-executor (agent/node.py) for its node, the agent's own (a NodePmi, node.py) for the
+executor (agent/node_executor.py) for its node, the agent's own (a NodePmi, node.py) for the
 agent's node.
 
     placed task ──► TaskRunner.launch: specs per rank, keys ──► PmiWorlds.prepare
@@ -40,7 +40,7 @@ from ... import _node_wire as W
 from ... import states as S
 from ...launch.direct import remote_nodes
 from ...launch.mpi_abi import MPICH, program_mpi
-from ..executor import signal_name
+from ..task_runner import signal_name
 from ..tasks import AgentTask
 from .fence import FenceError, Gather
 from .node import NodePmi
@@ -74,7 +74,7 @@ class PmiWorlds:
         max_kvs_bytes: int = MAX_KVS_BYTES,
     ):
         """here: the name of the agent's node (in reasons); kill(task): SIGKILL every rank of
-        the task, wherever it runs; link: the node executors (agent/nodes.py), if any;
+        the task, wherever it runs; link: the node executors (agent/node_link.py), if any;
         max_kvs_bytes: a world's key-value space, all its nodes together."""
         self.kill = kill
         self.link = link

@@ -1,4 +1,4 @@
-"""The agent's side of its node executors (node.py): the link the launch method `nodes`
+"""The agent's side of its node executors (node_executor.py): the link the launch method `nodes`
 (launch/nodes.py) starts them through and sends their spawns over.
 
 A pilot whose nodes are other hosts (a batch pilot: its default launcher is not `direct`)

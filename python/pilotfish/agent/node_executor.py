@@ -1,7 +1,7 @@
 """A node executor: one long-lived process per node of a pilot that spans hosts.
 
 The agent starts one on every other node of its pilot, all in one step of the batch system's
-own launcher (`srun --ntasks-per-node=1`, agent/nodes.py), instead of one launcher process per
+own launcher (`srun --ntasks-per-node=1`, agent/node_link.py), instead of one launcher process per
 task. Each makes itself non-dumpable, reads its step's secret from its stdin and derives its
 own CURVE key from it (agent/node_keys.py: no file and no environment variable holds it, so no
 task of the owner's can speak as a node), connects to the agent's node ROUTER with it, says
@@ -25,7 +25,7 @@ hello with a token of its own, and then
   it -EHOSTUNREACH, "never started") until the agent answers it again with a Resync, to which
   it says hello with what it still runs and every exit not acknowledged. The agent has
   declared the node lost by then and holds its tasks' verdict until it hears how they ended
-  (agent/nodes.py: exactly once across a lost node that comes back). It marks its fence in its
+  (agent/node_link.py: exactly once across a lost node that comes back). It marks its fence in its
   journal's directory once what it tried is flushed there, and takes the mark away before it
   takes a spawn again: a verdict queues again what it never tried (agent/node_verdict.py).
   The check comes first in
@@ -36,7 +36,7 @@ hello with a token of its own, and then
   then it finishes what runs, as the keeper expects; it exits when nothing runs and the agent
   stays away (agent_timeout_s), and at the pilot's walltime kills what still runs.
 
-    python -m pilotfish.agent.node CONFIG.json < STEP-SECRET
+    python -m pilotfish.agent.node_executor CONFIG.json < STEP-SECRET
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ log = logging.getLogger("pilotfish.node")
 
 
 def _spawn_failure(argv0: str, stdout, stderr, info, err: int) -> str:
-    """The reason a process could not be spawned here (executor.spawn_failure: its output
+    """The reason a process could not be spawned here (task_runner.spawn_failure: its output
     path when that is what failed, else its executable), capped for the wire."""
-    from .executor import spawn_failure  # (only on a failure: the executor starts light)
+    from .task_runner import spawn_failure  # (only on a failure: the executor starts light)
 
     return spawn_failure(argv0, stdout, stderr, info, err)[:3000]
 
@@ -360,7 +360,7 @@ class NodeExecutor:
     # -- exits --------------------------------------------------------------------------------
     def reap(self) -> None:
         from .._core import read_outputs
-        from .executor import OUTPUT_CAP
+        from .task_runner import OUTPUT_CAP
 
         exits = self.core.reap()
         if not exits:
@@ -480,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     conceal()  # first: before it holds anything (node_keys.py)
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m pilotfish.agent.node CONFIG.json < STEP-SECRET", file=sys.stderr)
+        print(
+            "usage: python -m pilotfish.agent.node_executor CONFIG.json < STEP-SECRET",
+            file=sys.stderr,
+        )
         return 2
     try:
         secret = read_step()

@@ -21,7 +21,8 @@ from .ports import Runner
 from .supervisor import LaunchRecord
 from .tasks import AgentTask
 
-OUTPUT_CAP = 1 << 20  # bytes of stdout/stderr returned to the client per task (node.py too)
+# bytes of stdout/stderr returned to the client per task (node_executor.py too)
+OUTPUT_CAP = 1 << 20
 UNREACHABLE = -errno.EHOSTUNREACH  # a spawn result: the node's executor is lost or not up
 REASON_TAIL = 300  # characters of stderr quoted in a failure reason
 
