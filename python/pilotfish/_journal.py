@@ -37,7 +37,7 @@ the agent itself died (see agent/keeper.py).
 
 Beside the agent's journal, the Rust core appends every exit to `agent.exits` the moment it
 reaps it (24-byte records: key, exit code, signal, time; a spawn record, signal -1 and the pid
-in the code field, as each child starts): `agent_finals` reads both, so a task
+in the code field, as each child starts; _exit_log.py): `agent_finals` reads both, so a task
 that ended just before its agent was killed is not run again.
   ["session", next_task_id, next_pilot_id]                   (counters, at close)
 """
@@ -47,7 +47,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from typing import Any, Iterator
@@ -56,6 +55,7 @@ import msgspec
 
 from . import _frames
 from ._errors import JournalError
+from ._exit_log import read_exit_log, read_node_exit_logs
 from ._util import open_private, read_private
 
 log = logging.getLogger("pilotfish.journal")
@@ -543,66 +543,6 @@ def whole_frames_end(data: bytes) -> int | None:
                 return at
             else:
                 return None
-
-
-_EXIT = struct.Struct("<qiid")
-SPAWN_MARK = -1  # an exit-log record with this in its signal field is a spawn: code = pid
-INTENT_MARK = -2  # ... with this: written just before the spawn of that key was tried
-
-
-def read_exit_log(
-    sandbox: str, intents: set[int] | None = None
-) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
-    """({key: (exit code, signal, time)}, {key: pid}) from a pilot's `agent.exits`: the Rust
-    core writes an intent record before each spawn, a spawn record (pid) as the child
-    exists and an exit record as it is reaped; the agent's keeper appends the exits of what
-    it inherited in the same format. Keys with an intent record are added to `intents`."""
-    return _read_exits(os.path.join(sandbox, "agent.exits"), intents)
-
-
-def read_node_exit_logs(sandbox: str) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
-    """The same, merged, from the journals of the pilot's node executors
-    (`nodes/<node>/exits`, agent/node_executor.py): their keys are the agent's, their pids another
-    host's (never to be mixed with this host's)."""
-    exits: dict[int, tuple[int, int, float]] = {}
-    pids: dict[int, int] = {}
-    d = os.path.join(sandbox, "nodes")
-    try:
-        names = sorted(os.listdir(d))
-    except OSError:
-        return exits, pids
-    for name in names:
-        path = os.path.join(d, name, "exits")
-        if os.path.isfile(path):
-            e, p = _read_exits(path, None)
-            exits.update(e)
-            pids.update(p)
-    return exits, pids
-
-
-def _read_exits(
-    path: str, intents: set[int] | None
-) -> tuple[dict[int, tuple[int, int, float]], dict[int, int]]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return {}, {}
-    exits: dict[int, tuple[int, int, float]] = {}
-    pids: dict[int, int] = {}
-    for i in range(0, len(data) - len(data) % _EXIT.size, _EXIT.size):
-        key, code, sig, t = _EXIT.unpack_from(data, i)
-        if sig >= 0:
-            exits[key] = (code, sig, t)
-        elif sig == SPAWN_MARK:
-            pids[key] = code
-        elif intents is not None:
-            intents.add(key)
-    return exits, pids
-
-
-def exit_record(key: int, code: int, sig: int, t: float) -> bytes:
-    return _EXIT.pack(key, code, sig, t)
 
 
 def spawn_records(

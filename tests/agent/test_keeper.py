@@ -14,7 +14,8 @@ import sys
 import textwrap
 import time
 
-from pilotfish._journal import agent_finals, keeper_state, read_exit_log
+from pilotfish._exit_log import read_exit_log
+from pilotfish._journal import agent_finals, keeper_state
 
 FAKE_AGENT = textwrap.dedent("""
     import os, signal, struct, sys, time

@@ -368,7 +368,7 @@ def test_a_lost_node_that_never_returns_gets_its_verdict_from_its_journal(tmp_pa
     exit there as it reaps), or, with no word of it, as lost. When the node comes back, exits
     for tasks already decided are late: dropped and counted; a task the agent decided that
     still runs there is killed, and the node rejoins only once it runs none of them."""
-    from pilotfish._journal import exit_record
+    from pilotfish._exit_log import exit_record
 
     ctx, ev, link = _link(tmp_path, beat_s=0.05, lost_after_s=0.2)
     try:

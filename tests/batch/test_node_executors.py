@@ -21,7 +21,7 @@ import pytest
 
 import pilotfish as pf
 from pilotfish import _events as E
-from pilotfish._journal import read_node_exit_logs
+from pilotfish._exit_log import read_node_exit_logs
 from cluster import hosts, WHERE, agent_events, netns, slurm_pilot  # noqa: F401 -- hosts: an autouse fixture (cluster.py)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]

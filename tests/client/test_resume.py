@@ -131,7 +131,7 @@ KEPT_CLIENT = textwrap.dedent("""
 
 
 def _spawns(sandbox) -> int:
-    from pilotfish._journal import read_exit_log
+    from pilotfish._exit_log import read_exit_log
 
     return len(read_exit_log(str(sandbox))[1])
 

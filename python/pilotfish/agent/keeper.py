@@ -185,15 +185,8 @@ class Keeper:
         sys.path.insert(
             0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         )
-        from pilotfish._journal import (
-            KEEPER_BEAT_S,
-            Journal,
-            exit_record,
-            final_record,
-            read_exit_log,
-            read_node_exit_logs,
-            spawn_records,
-        )
+        from pilotfish._exit_log import exit_record, read_exit_log, read_node_exit_logs
+        from pilotfish._journal import KEEPER_BEAT_S, Journal, final_record, spawn_records
         from pilotfish.states import DONE
 
         finals, spawned = spawn_records(self.sandbox)
@@ -344,7 +337,7 @@ class Keeper:
         started there, until none is, nothing new appeared for SETTLE_QUIET_S, or
         SETTLE_MAX_S. (Not waiting: a task whose Spawn was still on its way would run there
         unadopted -- its pilot failed it -- and run again on resume.)"""
-        from pilotfish._journal import read_node_exit_logs
+        from pilotfish._exit_log import read_node_exit_logs
 
         alive = set(children)
         here = {k for k, pid in pids.items() if pid in alive}  # held on this host

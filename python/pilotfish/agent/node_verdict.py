@@ -167,7 +167,7 @@ class Verdict(NamedTuple):
 def verdict(sandbox: str, node: Node, t: float, after_s: tuple[float, float]) -> Verdict:
     """The verdict on the keys held on a lost node (the module docstring); t: now (the agent's
     clock); after_s: (fence_after_s, verdict_after_s), for the reasons."""
-    from .._journal import read_node_exit_logs
+    from .._exit_log import read_node_exit_logs
 
     fence_after_s, verdict_after_s = after_s
     d = os.path.join(sandbox, "nodes", node.name)
