@@ -45,50 +45,18 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import REAL
 from .estimates import Estimates
 from .planner import Planner, Snapshot
+from .shape_queue import ShapeKey, ShapeQueue, shape_key
 from .tasks import DROPPED, PLACED, WAITING, move
 
-ShapeKey = tuple  # (ranks, cores_per_rank, gpus_per_rank, mem_per_rank, colocate, duration class)
 POLICIES = ("plan", "utilization", "fifo")
 UNPLANNED = 1 << 50  # heap entries of tasks no plan ranks: UNPLANNED + arrival seq
 REPLAN_S = 1.0  # at least this long (the scheduler's clock) between two plans
-DURATION_STEPS = 32  # duration classes per doubling: ~2 % apart, fine enough for LPT order
 FILLER_SHARE = 16  # a task without GPUs within 1/FILLER_SHARE of a node's cores: a filler
-
-
-def shape_key(spec) -> ShapeKey:
-    """A task's shape: what it asks for, and its expected duration by powers of two (-1: not
-    given) -- so that within a shape arrival order stays exact and across shapes the longer
-    ones can go first."""
-    d = spec.duration
-    return (
-        spec.ranks,
-        spec.cores_per_rank,
-        spec.gpus_per_rank,
-        spec.mem_per_rank,
-        spec.colocate,
-        -1 if d is None else max(0, math.floor(DURATION_STEPS * (math.log2(d) + 8))),
-    )
-
-
-@dataclass
-class _Shape:
-    key: ShapeKey
-    heap: list = field(default_factory=list)  # (-priority, seq, task)
-    blocked_gen: int = -1  # release generation at which it last failed to fit
-    blocked_since: float | None = None
-    order: tuple = ()  # how hard it is to place, for the utilization policy (see _order)
-
-    def head(self):
-        heap = self.heap
-        while heap and heap[0][2].state is not WAITING:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
 
 
 class Scheduler:
@@ -126,7 +94,7 @@ class Scheduler:
             min(mems) // FILLER_SHARE if mems and len(mems) == len(capacity) else None
         )
         self.unplaceable: list[tuple[Any, str]] = []  # (task, why): the agent fails them
-        self._shapes: dict[ShapeKey, _Shape] = {}
+        self._shapes: dict[ShapeKey, ShapeQueue] = {}
         self._gen = 0  # bumped on every release: blocked shapes may fit again
         self._colocated: dict[str, int] = {}  # colocation group -> node index
         self._reserved: Any = None  # the task holding the reservation
@@ -172,7 +140,7 @@ class Scheduler:
             k = shape_key(s)
             shape = shapes.get(k)
             if shape is None:
-                shape = shapes[k] = _Shape(k, order=self._order(k))
+                shape = shapes[k] = ShapeQueue(k, order=self._order(k))
                 if self.planner is not None and shape.order[:2] != (0, 0):
                     self._hard.add(k)
             heapq.heappush(shape.heap, (-s.priority, self._unplanned + t.seq, t))
@@ -301,7 +269,7 @@ class Scheduler:
         # per GPU count, the most free cores on one node: a rank larger than that fits nowhere
         mf = self.placer.max_free()
         maxg = len(mf) - 1
-        heads: list[tuple[tuple, _Shape]] = []
+        heads: list[tuple[tuple, ShapeQueue]] = []
         for shape in self._shapes.values():
             if shape is skip or shape.blocked_gen == gen:
                 continue  # nothing was released since it last failed to fit
@@ -585,7 +553,7 @@ class Scheduler:
         self.waiting_cores += n * spec.ranks * spec.cores_per_rank
         self.waiting_gpus += n * spec.ranks * spec.gpus_per_rank
 
-    def _head_key(self, h, shape: _Shape, planned: bool, aged_before: float) -> tuple:
+    def _head_key(self, h, shape: ShapeQueue, planned: bool, aged_before: float) -> tuple:
         """A head's place in the utilization order (or the plan's)."""
         if planned:
             if h[1] < UNPLANNED:  # the plan's rank
@@ -593,10 +561,12 @@ class Scheduler:
             return (h[0], h[2].queued > aged_before, 1) + shape.order + (h[1],)
         return (h[0], h[2].queued > aged_before) + shape.order + (h[1],)
 
-    def _shape_of(self, t) -> _Shape:
+    def _shape_of(self, t) -> ShapeQueue:
         return self._shapes[shape_key(t.spec)]
 
-    def _place_shape(self, shape: _Shape, room: int, placed: list, limit: float = math.inf) -> int:
+    def _place_shape(
+        self, shape: ShapeQueue, room: int, placed: list, limit: float = math.inf
+    ) -> int:
         heap = shape.heap
         batch: list = []
         while heap and len(batch) < room:
@@ -672,7 +642,7 @@ class Scheduler:
             if key[4] == colocate and not self._fits_node(key, node):
                 self._reject_shape(shape, [], node)
 
-    def _reject_shape(self, shape: _Shape, batch: list, node: int) -> None:
+    def _reject_shape(self, shape: ShapeQueue, batch: list, node: int) -> None:
         ranks, cpr, gpr, mpr, colocate, _ = shape.key
         cores, gpus, mem = self.capacity[node]
         why = (
@@ -690,7 +660,7 @@ class Scheduler:
             self.unplaceable.append((t, why))
             self._count(t.spec, -1)
 
-    def _blocked(self, shape: _Shape, now: float, starving: bool) -> None:
+    def _blocked(self, shape: ShapeQueue, now: float, starving: bool) -> None:
         shape.blocked_gen = self._gen
         if not starving:
             return
