@@ -173,6 +173,8 @@ def wait_for(cond, timeout=30.0):
 
 def test_two_sub_agents_run_a_pilots_tasks_each_on_its_own_nodes(session):
     pilot, tmgr = start(session)
+    # (the root's events reach agent.events in batches: ACTIVE can be seen before they are)
+    wait_for(lambda: sorted(sub_pids(pilot)) == [0, 1])
     assert sorted(sub_pids(pilot)) == [0, 1]
     names = [n.name for n in pilot.nodes]
     assert len(names) == 4
