@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The checks every commit passes (`make check`, .ci/run before the suite): ruff lint and
-# format check over the package, mypy over the typed modules (pyproject.toml), the tests of
+# format check over the package, mypy over the whole package (pyproject.toml), the tests of
 # the code's shape, cargo fmt --check, cargo clippy -D warnings, cargo test (no Python).
 # About a minute on 2 cores with warm caches. Installs ruff and mypy into .venv if missing.
 set -euo pipefail

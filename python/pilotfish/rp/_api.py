@@ -393,7 +393,9 @@ class TaskManager:
                 d = TaskDescription({k: x for k, x in d.items() if k != "raptor_id"})
                 d["pilot"] = d.get("pilot") or r.pilot.uid
             plain.append((i, d, d.to_pf(i)))
-        rp_sub, pf_sub, where = [], [], []
+        rp_sub: list = []
+        pf_sub: list = []
+        where: list[int | None] = []
         for i, d, pd in plain:
             rp_sub.append(rp_descs[i] if rp_descs[i] is d else d)
             pf_sub.append(pd)
@@ -408,13 +410,13 @@ class TaskManager:
             keep, left = r.request(pairs, "client")
             pos = {uid: i for (uid, _), i in zip(pairs, idx)}
             for uid, d in keep:
-                i = pos.get(uid)
+                at = pos.get(uid)
                 d["uid"] = uid
                 d["raptor_id"] = rid
-                pd = r.to_pf(d, i if i is not None else 0, uid)
+                pd = r.to_pf(d, at if at is not None else 0, uid)
                 rp_sub.append(d)
                 pf_sub.append(pd)
-                where.append(i)  # (None: a task request_cb made up: the master's own)
+                where.append(at)  # (None: a task request_cb made up: the master's own)
             for uid in left:
                 d = rp_descs[pos[uid]]
                 d["uid"] = uid
@@ -437,10 +439,11 @@ class TaskManager:
             where = [w for k, w in enumerate(where) if k not in keepk]
         tasks = self._submit(rp_sub, pf_sub) if pf_sub else []
         new: dict[Any, list] = {}  # raptor id -> its new tasks
-        for i, t in zip(where, tasks):
+        # (every None -- the master's own -- left `where` above)
+        for at, t in zip([w for w in where if w is not None], tasks):
             if type(t) is RaptorTask:
                 new.setdefault(t.description.get("raptor_id"), []).append(t._pf)
-            out[i] = t
+            out[at] = t
         for rid, pf_tasks in new.items():
             r = self._raptors.get(rid)
             if r is not None:
@@ -628,7 +631,8 @@ class TaskManager:
             if uid is None or task.uid == uid:
                 f(task, rp_state)
             if type(task) is RaptorMaster:  # its workers' state is its own
-                for w in task.workers:
+                # (RaptorMaster is a class a function builds: no type to mypy)
+                for w in task.workers:  # type: ignore[attr-defined]  # (a RaptorMaster's)
                     if uid is None or w.uid == uid:
                         f(w, rp_state)
 

@@ -557,13 +557,14 @@ class PilotDescription(_Description):
             cfg = resource_config(label)
         except KeyError as e:
             try:  # a site of the user's RP configs (~/.radical/pilot/configs/resource_*.json)
-                cfg = from_user_config(label, v.get("access_schema"))
+                user = from_user_config(label, v.get("access_schema"))
             except ValueError as why:
                 raise fail(
                     "access_schema" if v.get("access_schema") else "resource", str(why)
                 ) from None
-            if cfg is None:
+            if user is None:
                 raise fail("resource", str(e.args[0])) from None
+            cfg = user
         runtime = v.get("runtime", 10)
         if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or runtime <= 0:
             raise fail("runtime", "must be a positive number of minutes")

@@ -81,10 +81,11 @@ _RAPTOR_FIELDS = frozenset(
     )
 )
 _FINAL = _S.FINAL
-_EMPTY = (None, "", [], {}, (), 0, 0.0, False)
+_EMPTY: tuple = (None, "", [], {}, (), 0, 0.0, False)
 # a call with only these fields takes the fast path (RaptorState._fast_pf)
 _FAST_KEYS = frozenset(("mode", "function", "uid", "raptor_id", "name"))
-_VALUES = _PfTask.values  # (a description's one slot: set directly in plain_calls)
+# (a description's one slot, its member descriptor: set directly in plain_calls)
+_VALUES: Any = _PfTask.values  # type: ignore[misc]  # (the slot's descriptor itself is meant)
 
 
 def _plain(d: TaskDescription) -> tuple | None:
@@ -533,7 +534,7 @@ class RaptorState:
                         c[t.state] += 1
                 else:
                     live.append(t.uid)
-        sb = self.handle.sandbox
+        sb = self.handle.sandbox if self.handle is not None else None
         if sb:
             line = (
                 f"{self.uid}: stopped ({c['DONE']} tasks done, {c['FAILED']} failed, "

@@ -101,7 +101,7 @@ class RankRequirements(_Typed):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, dict) and all(self[k] == other.get(k) for k in self._KEYS)
 
-    __hash__ = None
+    # (unhashable: a class that defines __eq__ and no __hash__ gets __hash__ = None)
 
     def __le__(self, other: RankRequirements) -> bool:
         return all(self[k] <= other[k] for k in self._KEYS)

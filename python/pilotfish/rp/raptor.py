@@ -74,7 +74,7 @@ class Master:
         self._log = log
         self._prof = _NoProfiler()
         self._term = threading.Event()
-        self._raptor = None  # the _Raptor it serves (set before start)
+        self._raptor: Any = None  # the _Raptor it serves (set before start)
 
     @property
     def uid(self) -> str:
@@ -450,9 +450,11 @@ def load_class(path: str | None, name: str, base: type, field_prefix: str, index
         mod = sys.modules.get(modname)
         if mod is None or getattr(mod, "__file__", None) != full:
             spec = importlib.util.spec_from_file_location(modname, full)
+            if spec is None or spec.loader is None:  # (a .py file always has both)
+                raise ImportError(f"cannot load {full} as a module")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[modname] = mod
-            spec.loader.exec_module(mod)  # type: ignore[union-attr]  # (spec_from_file_location of a .py: a loader)
+            spec.loader.exec_module(mod)
             import cloudpickle
 
             cloudpickle.register_pickle_by_value(mod)  # workers cannot import it by name
