@@ -19,6 +19,7 @@ from .. import _wire
 from .._shapes import MAX_CORES_PER_NODE, MAX_GPUS_PER_NODE, MAX_MEM_MIB, misfit
 from ..launch import LAUNCHERS, launchers
 from .partition import Partition, add_work, task_work
+from .partition_close import evacuate
 from .ports import NodeLeaving
 from .resources import Resources
 from .table import REQUEUE, TaskTable
@@ -147,7 +148,7 @@ class Elastic:
                 lm.held = []
             for t in held:
                 t.held = None
-            moved = table.evacuate(p, held, f"draining ({unit} leaves the pilot)")
+            moved = evacuate(table, p, held, f"draining ({unit} leaves the pilot)")
             table.bind(moved, table.clock.mono(), why=f"partition {p.index} drained")
             theirs: dict[int, set[str]] = {}
             requeue = []

@@ -31,6 +31,7 @@ from .. import _events as E
 from .._wire import RankSlot
 from .._shapes import misfit
 from ..launch.base import LaunchError, LaunchMethod
+from .ports import Waiting
 from .scheduler import Scheduler
 
 log = logging.getLogger("pilotfish.agent")
@@ -349,3 +350,25 @@ class Launchers:
                 log.exception("stopping launcher %s", lm.detail)
             self._set(lm, STOPPED)
             self.events.record(self.uid, E.LAUNCHER_STOP, lm.detail)
+
+
+def by_partition(tasks: list) -> dict[Partition, list]:
+    """Tasks grouped by their partition, in order."""
+    out: dict[Partition, list] = {}
+    for t in tasks:
+        out.setdefault(t.partition, []).append(t)
+    return out
+
+
+def waiting(p: Partition) -> Waiting:
+    """What waits in p's queue (the scheduler's counts) and what is free there."""
+    sched = p.scheduler
+    free_cores, free_gpus = p.placer.total_free()
+    return Waiting(
+        sched.waiting,
+        sched.waiting_cores,
+        sched.waiting_gpus,
+        free_cores,
+        free_gpus,
+        bool(sched.waiting) and not sched.dirty,
+    )

@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _wire
+from .. import states as S
+from .._inert import one_line
+from .._journal import final_record, out_record
 
 
 class Reports:
@@ -47,3 +50,38 @@ class Reports:
             self.updates = []
             sent = True
         return sent
+
+    def call_final(
+        self,
+        events: Any,
+        uid: str,
+        state: str,
+        started: float | None,
+        ended: float,
+        result: bytes | None,
+        reason: str | None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+    ) -> None:
+        """A function call's end (functions.py): its events (events: the agent's), journal
+        record and update."""
+        reason = one_line(reason)  # (a worker's words: escaped, bounded)
+        if started is not None:
+            events.record_many([(started, uid, S.EXECUTING, None), (ended, uid, state, reason)])
+        else:
+            events.record(uid, state, reason, ended)
+        if stdout or stderr:  # journaled with the final, as a task's outputs are
+            self.journal.append(out_record(uid, stdout, stderr))
+        self.journal.append(final_record(uid, state, None, None, reason, ended))
+        self.update(
+            _wire.Update(
+                uid,
+                state,
+                ended,
+                reason=reason,
+                result=result,
+                started=started,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        )

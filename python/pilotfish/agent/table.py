@@ -7,6 +7,9 @@ them: the function pool (its workers), the service registry (its members), the l
 supervisors (relaunches) and the elastic part (drains). They are given the table, never the
 agent's loop (agent/_main.py), and told of every task's end (ports.TaskEnded).
 
+Apart, as functions of the table: what happens to a partition whose launcher changed
+(partition_close.py); its timers' heap is timers.py, a function call's end reports.py.
+
 In batches throughout: a round's placements are launched in one spawn call, its exits
 reaped in one call, its events recorded in one append, its updates sent in one frame (by the
 loop, from reports.Reports).
@@ -14,10 +17,7 @@ loop, from reports.Reports).
 
 from __future__ import annotations
 
-import enum
-import heapq
 import logging
-import math
 import signal as _signal
 from typing import Any
 
@@ -36,10 +36,23 @@ from ..launch.mpi_route import route as mpi_route
 from .checks import check_spec, misfit_reason
 from .containment import kill_marked
 from .task_runner import REASON_TAIL, signal_name
-from .partition import DEGRADED, READY, STARTING, Partition, add_work, bind, remove_work, task_work
+from . import partition_close
+from .partition import (
+    DEGRADED,
+    READY,
+    STARTING,
+    Partition,
+    add_work,
+    bind,
+    by_partition,
+    remove_work,
+    task_work,
+    waiting,
+)
 from .ports import CallPool, StopWhy, TaskEnded, Waiting
 from .reports import Reports
 from .tasks import BACKOFF, FINAL, HELD, RUNNING, AgentTask, move
+from .timers import Timer, Timers
 
 log = logging.getLogger("pilotfish.agent")
 
@@ -97,8 +110,7 @@ class TaskTable:
         self.seq = 0
         self.misfits: dict[tuple, object] = {}  # request shape -> misfit (check_spec memo)
         # (when, seq, kind, task, its gen then): a timer set for an earlier run is skipped
-        self.timers: list[tuple[float, int, Timer, AgentTask, int]] = []
-        self._timer_seq = 0
+        self.timers = Timers()
         self._stopping: tuple[str, str, StopWhy] | None = None  # (pilot state, reason, why)
         self.drain_check = False  # something of a draining unit ended: is it empty now?
         self.calls: CallPool | None = None  # the function pool, once it runs
@@ -138,52 +150,13 @@ class TaskTable:
         self.runner.kill(tasks, sig)
 
     def waiting_for(self, partition: Partition) -> Waiting:
-        """What waits in the partition's queue (the scheduler's counts) and what is free."""
-        sched = partition.scheduler
-        free_cores, free_gpus = partition.placer.total_free()
-        return Waiting(
-            sched.waiting,
-            sched.waiting_cores,
-            sched.waiting_gpus,
-            free_cores,
-            free_gpus,
-            bool(sched.waiting) and not sched.dirty,
-        )
+        """What waits in the partition's queue and what is free (partition.waiting)."""
+        return waiting(partition)
 
-    def call_final(
-        self,
-        uid: str,
-        state: str,
-        started: float | None,
-        ended: float,
-        result: bytes | None,
-        reason: str | None,
-        stdout: str | None = None,
-        stderr: str | None = None,
-    ) -> None:
-        """A function call's end (functions.py): its events, journal record and update."""
-        reason = one_line(reason)  # (a worker's words: escaped, bounded)
-        if started is not None:
-            self.events.record_many(
-                [(started, uid, S.EXECUTING, None), (ended, uid, state, reason)]
-            )
-        else:
-            self.events.record(uid, state, reason, ended)
-        if stdout or stderr:  # journaled with the final, as a task's outputs are
-            self.reports.journal.append(out_record(uid, stdout, stderr))
-        self.reports.journal.append(final_record(uid, state, None, None, reason, ended))
-        self.reports.update(
-            _wire.Update(
-                uid,
-                state,
-                ended,
-                reason=reason,
-                result=result,
-                started=started,
-                stdout=stdout,
-                stderr=stderr,
-            )
-        )
+    def call_final(self, uid: str, state: str, *args: Any, **kw: Any) -> None:
+        """A function call's end (functions.py; ports.Host.call_final's arguments): its
+        events, journal record and update (reports.Reports.call_final)."""
+        self.reports.call_final(self.events, uid, state, *args, **kw)
 
     # -- arrival -----------------------------------------------------------------------------
     def _with_mpi_launcher(self, spec: _wire.TaskSpec) -> _wire.TaskSpec:
@@ -423,7 +396,7 @@ class TaskTable:
                     # theirs was lost before they started) once they are reaped
                     t.kill_reason = (S.FAILED, t.reason or "launch failed")
         if any(p.supervisor is not None for p in self.partitions):
-            for p, ts in _by_partition(launching).items():
+            for p, ts in by_partition(launching).items():
                 if p.supervisor is not None:
                     p.supervisor.launched(ts)
 
@@ -448,71 +421,8 @@ class TaskTable:
             sup.signal_ranks(t, sig)
 
     def launchers_changed(self, changed: list) -> None:
-        """Launcher instances that became ready (launch what waited for them) or failed
-        (close the partition, or fail the tasks that asked for that launcher)."""
-        for lm in changed:
-            held, lm.held = lm.held, []
-            for t in held:
-                t.held = None
-            if lm.state == READY:
-                live = [t for t in held if t.final_state is None and t.kill_reason is None]
-                if live:
-                    self.launch(live, [])
-                for t in held:  # canceled or timed out while it waited: it never ran
-                    if t.final_state is None and t.kill_reason is not None:
-                        self.release([t])
-                        t.reason = t.kill_reason[1]
-                        self.final(t, t.kill_reason[0])
-                continue
-            p = lm.partition
-            # (node executors that cannot start at all: the partition's small tasks have no
-            # way to run either)
-            if lm.name in (p.default_launcher, self.single_node_launcher) and p.open:
-                self.close_partition(p, f"launcher {lm.name} cannot be started: {lm.reason}", held)
-            else:
-                self.release(held)
-                for t in held:
-                    if t.final_state is None:
-                        t.reason = (
-                            f"launch failed: launcher {lm.name} of partition "
-                            f"{p.index} cannot be started: {lm.reason}"
-                        )
-                        self.final(t, S.FAILED)
-
-    def close_partition(self, p: Partition, why: str, held: list) -> None:
-        """Nothing can run on p any more: its nodes are reported, its waiting and held tasks
-        go to the other partitions (or fail with the reason if none can hold them)."""
-        self.events.record(
-            self.uid,
-            E.PARTITION_CLOSED,
-            f"p{p.index} ({', '.join(p.names[:8])}{'...' if len(p.names) > 8 else ''}): {why}"[
-                :500
-            ],
-        )
-        log.error(
-            "partition %d closed (%d nodes: %s): %s", p.index, len(p.names), ",".join(p.names), why
-        )
-        moved = self.evacuate(p, held, why)
-        if not any(q.open for q in self.partitions):
-            self.stop(S.FAILED, f"no partition can launch: {why}", StopWhy.LAUNCHERS)
-            for t in moved:
-                t.reason = f"partition {p.index} closed: {why}"
-                self.final(t, S.FAILED)
-            return
-        self.bind(moved, self.clock.mono(), why=f"partition {p.index} closed: {why}")
-
-    def evacuate(self, p: Partition, held: list, why: str) -> list:
-        """p takes nothing new (closed, or drained): its waiting tasks and those held for its
-        launcher (their slots given back) come out, to be bound elsewhere."""
-        p.open = False
-        p.closed_reason = why
-        self.release(held)
-        moved = p.scheduler.drain_waiting()
-        for t in held:
-            if t.final_state is None and t.kill_reason is None:
-                t.reset_for_retry()
-                moved.append(t)
-        return moved
+        """Launcher instances that became ready or failed (partition_close.py)."""
+        partition_close.launchers_changed(self, changed)
 
     # -- exits ---------------------------------------------------------------------------------
     def reap(self, block_s: float | None = None) -> None:
@@ -528,7 +438,7 @@ class TaskTable:
         done = [t for t in finished if t.final_state is None]
         if done and supervisors:
             kept: list = []
-            for p, ts in _by_partition(done).items():
+            for p, ts in by_partition(done).items():
                 kept += p.supervisor.exited(ts) if p.supervisor is not None else ts
             done = kept
         if not done:
@@ -586,7 +496,7 @@ class TaskTable:
             p.scheduler.release([t.key for t in held], mono)
             p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in held)
         else:
-            for p, ts in _by_partition(held).items():
+            for p, ts in by_partition(held).items():
                 p.scheduler.release([t.key for t in ts], mono)
                 p.busy_cores -= sum(t.spec.ranks * t.spec.cores_per_rank for t in ts)
         if self.events.enabled:
@@ -756,19 +666,16 @@ class TaskTable:
 
     # -- timers ---------------------------------------------------------------------------------
     def timer(self, when: float, kind: Timer, t: AgentTask) -> None:
-        self._timer_seq += 1
-        heapq.heappush(self.timers, (when, self._timer_seq, kind, t, t.gen))
+        self.timers.add(when, kind, t)
 
     @property
     def next_timer(self) -> float:
         """When the next timer is due (the agent's clock.now() time), inf if none is set."""
-        return self.timers[0][0] if self.timers else math.inf
+        return self.timers.next
 
     def fire_timers(self, now: float) -> None:
-        timers = self.timers
         to_term = []
-        while timers and timers[0][0] <= now:
-            _, _, kind, t, gen = heapq.heappop(timers)
+        for kind, t, gen in self.timers.due(now):
             if kind is Timer.BACKOFF_END:
                 if t.final_state is None and self._stopping is None:
                     t.seq = self.seq  # a new arrival: behind what waits already
@@ -786,18 +693,3 @@ class TaskTable:
             elif kind is Timer.KILL:
                 self.runner.kill([t], _signal.SIGKILL)
         self.kill(to_term)
-
-
-class Timer(enum.Enum):
-    """What a task's timer does when it fires (TaskTable.fire_timers)."""
-
-    TIMEOUT = "timeout"  # its walltime (TaskDescription.timeout) is up: TERM, then KILL
-    KILL = "kill"  # the grace after a TERM is up: SIGKILL
-    BACKOFF_END = "backoff_end"  # a failed task's retry backoff ended: queued again
-
-
-def _by_partition(tasks: list[AgentTask]) -> dict[Partition, list[AgentTask]]:
-    out: dict[Partition, list[AgentTask]] = {}
-    for t in tasks:
-        out.setdefault(t.partition, []).append(t)
-    return out
