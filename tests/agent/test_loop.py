@@ -140,3 +140,18 @@ def test_the_knobs_are_read_once_with_their_defaults_and_a_bad_one_named():
     k = read_knobs({"PILOTFISH_FN_PARK_S": "soon"})
     assert k.fn_park_problem == "PILOTFISH_FN_PARK_S='soon': not a number of seconds"
     assert k.fn_park_s == 300.0
+
+
+def test_the_node_executors_knob_is_read_once_and_turns_them_off():
+    from pilotfish.agent.knobs import read_knobs
+    from pilotfish.agent.node_link import wanted
+
+    assert read_knobs({}).node_executors is True
+    for off in ("0", "false", "no", " off "):
+        assert read_knobs({"PILOTFISH_NODE_EXECUTORS": off}).node_executors is False
+    desc = {"resource": "slurm"}
+    assert wanted(desc, "slurm") is True
+    assert (
+        wanted(desc, "slurm", read_knobs({"PILOTFISH_NODE_EXECUTORS": "0"}).node_executors) is False
+    )
+    assert wanted({"resource": "simulated"}, "simulated") is False  # (only when asked)

@@ -5,6 +5,7 @@ PILOTFISH_SCHEDULER     placement policy of every partition (scheduler.py): "uti
 PILOTFISH_REBALANCE     "0": waiting tasks are not moved between partitions (elastic.py)
 PILOTFISH_FN_PARK_S     how long a function call whose callable never came waits (functions.py)
 PILOTFISH_KEEP_RESULTS  "1": large function results stay in the sandbox when the pilot ends
+PILOTFISH_NODE_EXECUTORS  "0" (or false, no, off): no node executors (node_link.wanted)
 
 (PILOTFISH_AGENT_CPROFILE is the profiler's, read where it wraps the loop: _util.run_profiled.)
 """
@@ -23,6 +24,7 @@ class Knobs:
     rebalance: bool = True
     fn_park_s: float = PARK_S
     keep_results: bool = False
+    node_executors: bool = True
     # a bad PILOTFISH_FN_PARK_S fails what needs it (the function calls, with this why), not
     # the pilot
     fn_park_problem: str | None = None
@@ -42,5 +44,7 @@ def read_knobs(env: Mapping[str, str]) -> Knobs:
         rebalance=env.get("PILOTFISH_REBALANCE", "1") != "0",
         fn_park_s=park_s,
         keep_results=env.get("PILOTFISH_KEEP_RESULTS") == "1",
+        node_executors=env.get("PILOTFISH_NODE_EXECUTORS", "").strip()
+        not in ("0", "false", "no", "off"),
         fn_park_problem=problem,
     )

@@ -596,15 +596,15 @@ def _bad_spawned(rows: list) -> str | None:
     return None
 
 
-def wanted(desc: dict, resource: str) -> bool:
+def wanted(desc: dict, resource: str, allowed: bool = True) -> bool:
     """Does this pilot run its single-node tasks through node executors? On a batch pilot
     whose nodes are other hosts (Slurm, whose srun starts them), unless the description or
-    PILOTFISH_NODE_EXECUTORS=0 turns them off; on a simulated pilot only when asked
-    (node_executors=True: the launch model's "nodes"); on a local pilot when its nodes'
-    executors are emulated (launcher_options={"nodes": {"emulate": True}})."""
+    the agent's knob (allowed=False: PILOTFISH_NODE_EXECUTORS=0, knobs.py) turns them off; on
+    a simulated pilot only when asked (node_executors=True: the launch model's "nodes"); on a
+    local pilot when its nodes' executors are emulated (launcher_options={"nodes": {"emulate":
+    True}})."""
     opt = desc.get("node_executors")
-    env = os.environ.get("PILOTFISH_NODE_EXECUTORS")
-    if env is not None and env.strip() in ("0", "false", "no", "off"):
+    if not allowed:
         return False
     if opt is False:
         return False

@@ -89,7 +89,7 @@ class Parts:
 def build_real(p: Parts, config: _wire.AgentConfig, knobs: Knobs, clock: Clock | None) -> None:
     p.sim = False
     job_left, base_env = _head(p, config, knobs, clock or REAL)
-    _real(p, base_env)
+    _real(p, base_env, knobs)
     _tail(p, knobs, job_left)
 
 
@@ -97,7 +97,7 @@ def build_simulated(p: Parts, config: _wire.AgentConfig, knobs: Knobs, clock: Cl
     """A simulated pilot (simulation.py): the same agent on a virtual clock."""
     p.sim = True
     job_left, _ = _head(p, config, knobs, clock or VirtualClock())
-    _simulated(p)
+    _simulated(p, knobs)
     _tail(p, knobs, job_left)
 
 
@@ -200,7 +200,7 @@ def _head(
     return job_left, base_env
 
 
-def _real(p: Parts, base_env: dict[str, str]) -> None:
+def _real(p: Parts, base_env: dict[str, str], knobs: Knobs) -> None:
     from .. import _core
     from .node_link import wanted as nodes_wanted
     from .pmi.worlds import PmiWorlds, agent_node, kill_ranks, routes
@@ -213,7 +213,7 @@ def _real(p: Parts, base_env: dict[str, str]) -> None:
     table.ended.append(p.services)
     # a pilot on other hosts: an executor per node runs its single-node tasks (node_link.py),
     # and the ranks there of its MPI tasks (agent/pmi/worlds.py); the runner is a NodeRunner
-    if nodes_wanted(desc, desc["resource"]):
+    if nodes_wanted(desc, desc["resource"], knobs.node_executors):
         opts = (desc.get("launcher_options") or {}).get("nodes", {})
         p.nodes = NodeLink(
             p.ctx,
@@ -251,12 +251,12 @@ def _real(p: Parts, base_env: dict[str, str]) -> None:
     table.pmi_route = routes(desc, p.resources, p.nodes)
 
 
-def _simulated(p: Parts) -> None:
+def _simulated(p: Parts, knobs: Knobs) -> None:
     from .._launch_costs import load_model
     from .node_link import wanted as nodes_wanted
     from .simulation import ClientWord, CpuModel, SimRunner
 
-    if nodes_wanted(p.desc, p.desc["resource"]):
+    if nodes_wanted(p.desc, p.desc["resource"], knobs.node_executors):
         p.table.single_node_launcher = "nodes"  # modeled (simulation.py)
     p.core = None
     p.model = load_model(p.desc.get("launch_model"))
