@@ -346,6 +346,12 @@ class Curve(msgspec.Struct, forbid_unknown_fields=True):
     secret: str
 
 
+# the client <-> agent heartbeat and silences, each default written once (client/session.py)
+HEARTBEAT_S = 5.0  # both ways
+AGENT_TIMEOUT_S = 60.0  # the client gives up on a silent agent
+CLIENT_TIMEOUT_S = 60.0  # an agent gives up on a silent client
+
+
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):
     """What an agent is started with. A JSON object (read by people debugging a pilot, and by
     a resumed client for the agent's public key); `description` is the pilot's, as
@@ -358,8 +364,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True):
     address: str  # the session's ROUTER: ipc:// for a local pilot, tcp:// for a batch one
     description: dict[str, Any]
     profile: bool = True
-    heartbeat_s: float = 5.0
-    client_timeout: float = 60.0
+    heartbeat_s: float = HEARTBEAT_S
+    client_timeout: float = CLIENT_TIMEOUT_S
     journal: bool = True
     curve: Curve | None = None
 

@@ -53,7 +53,7 @@ class Bridge:
         interface: str | None = None,
         address: str | None = None,
         on_refused: Callable[[str], None] | None = None,
-        heartbeat_s: float = 5.0,
+        heartbeat_s: float = _wire.HEARTBEAT_S,
         pilot_keys: dict[str, bytes] | None = None,
         deliver: Callable[[str, object], None] | None = None,
         tcp_address: str | None = None,

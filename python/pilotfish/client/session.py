@@ -33,7 +33,7 @@ from typing import Any, Literal
 import msgspec
 
 from .. import _events as E
-from .. import _json
+from .. import _json, _wire
 from .._version import __version__
 from .._errors import PilotfishError, SessionError
 from .._events import EventWriter, TaskRecord
@@ -87,9 +87,9 @@ class Session:
         interface: str | None = None,
         secure: bool = True,
         resume: bool = False,
-        heartbeat_s: float = 5.0,
-        agent_timeout: float = 60.0,
-        client_timeout: float = 60.0,
+        heartbeat_s: float = _wire.HEARTBEAT_S,
+        agent_timeout: float = _wire.AGENT_TIMEOUT_S,
+        client_timeout: float = _wire.CLIENT_TIMEOUT_S,
         journal: bool = True,
     ):
         self._lock_fd = -1
