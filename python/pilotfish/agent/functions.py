@@ -34,7 +34,7 @@ import zmq
 
 from .. import _wire
 from .. import states as S
-from .._door import Door
+from .._door import PER_PEER, TOTAL, Door
 from .._sockets import bind_tcp, curve_router
 from .._shapes import rank_capacity
 from .inbox import router_messages
@@ -268,6 +268,9 @@ class FunctionPool(Pollable):
             self.max_mem,
         )
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
+        # the door's caps grow with the pool's own workers (~90 connecting at once over 32 per
+        # peer / 64 in all were shut and reconnected without end; as node_link.py does)
+        self.door.scale(PER_PEER + self.n_started, TOTAL + self.n_started)
         self.agent.accept([spec])
 
     # -- messages from workers ------------------------------------------------------------
