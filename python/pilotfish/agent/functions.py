@@ -268,9 +268,9 @@ class FunctionPool(Pollable):
             self.max_mem,
         )
         self.workers[uid] = Worker(uid, shape, log_path, self.clock.mono())
-        # the door's caps grow with the pool's own workers (~90 connecting at once over 32 per
-        # peer / 64 in all were shut and reconnected without end; as node_link.py does)
-        self.door.scale(PER_PEER + self.n_started, TOTAL + self.n_started)
+        # the door's caps follow the pool's live workers (~90 connecting at once over 32 per
+        # peer / 64 in all were shut and reconnected without end); recycled ones do not count
+        self.door.scale(PER_PEER + len(self.workers), TOTAL + len(self.workers))
         self.agent.accept([spec])
 
     # -- messages from workers ------------------------------------------------------------
